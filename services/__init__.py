@@ -1,0 +1,1 @@
+"""casestream services: case, decision, audit, notification and saga (orchestrator)."""

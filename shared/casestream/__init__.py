@@ -1,0 +1,1 @@
+"""casestream common library: envelope, Avro codec, registry, outbox, relay, consumer runtime."""
