@@ -1,0 +1,58 @@
+"""The ``casestream`` command line: one entry point, one sub-command group per concern.
+
+Groups are imported lazily so that ``casestream schemas check`` in a team's CI does not
+load Kafka or PostgreSQL drivers it does not need::
+
+    casestream schemas check|register   schema catalog and compatibility (CI)
+    casestream outbox status|show|redrive   outbox rows pending / failed per service
+    casestream dlq list|show|redrive     dead-lettered messages per consumer
+"""
+
+from __future__ import annotations
+
+import importlib
+
+import click
+
+_GROUPS: dict[str, tuple[str, str, str]] = {
+    "schemas": ("casestream.cli_schemas", "schemas", "Check and register the Avro schema catalog."),
+    "outbox": ("casestream.cli_outbox", "outbox", "Inspect and re-drive transactional outbox rows."),
+    "dlq": ("casestream.cli_dlq", "dlq", "List, show and re-drive dead-lettered messages."),
+}
+
+
+class _LazyGroup(click.Group):
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted(_GROUPS)
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name not in _GROUPS:
+            return None
+        module_name, attr, help_text = _GROUPS[cmd_name]
+        try:
+            module = importlib.import_module(module_name)
+        except ModuleNotFoundError as e:
+            if e.name != module_name:
+                raise
+
+            @click.command(cmd_name, help=f"{help_text} (not available in this build)")
+            def unavailable() -> None:
+                raise click.ClickException(f"'{cmd_name}' is not available in this build")
+
+            return unavailable
+        return getattr(module, attr)
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        rows = [(name, _GROUPS[name][2]) for name in sorted(_GROUPS)]
+        with formatter.section("Commands"):
+            formatter.write_dl(rows)
+
+
+@click.group(cls=_LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
+def main() -> None:
+    """casestream: event-driven case management on Kafka.
+
+    Operate the outbox relay and the dead-letter topics, and check the Avro schema
+    catalog in CI. Endpoints come from CASESTREAM_* environment variables
+    (CASESTREAM_KAFKA_BOOTSTRAP, CASESTREAM_REGISTRY_URL, CASESTREAM_PG_URL).
+    """

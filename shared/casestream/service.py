@@ -1,0 +1,148 @@
+"""Run one casestream service as a process: HTTP app plus background workers.
+
+A service process is uvicorn serving a starlette app in the main thread, and a set of
+workers (outbox relay, consumer runtimes, schedulers) each in its own thread, sharing one
+``threading.Event`` that tells them to stop. SIGTERM or SIGINT stops uvicorn; the
+workers are then told to stop and joined, so a relay flushes its producer and a consumer
+commits its finished batch before the process exits. A worker that dies with an exception
+stops the whole process with exit status 1: a supervisor restarts it, and nothing
+half-done is committed (offsets are committed only after the database transaction).
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+import threading
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+import uvicorn
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse
+from starlette.routing import Route
+
+Worker = Callable[[threading.Event], None]
+"""A long-running loop that returns soon after its stop event is set."""
+
+ReadinessCheck = Callable[[], None]
+"""Raises any exception when its dependency is not reachable; returns None when it is."""
+
+log = logging.getLogger("casestream.service")
+
+
+def configure_logging(service: str, level: str = "INFO") -> None:
+    """Send log records to stderr, one line each, prefixed with the service name."""
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(
+        logging.Formatter(f"%(asctime)s %(levelname)s {service} %(name)s: %(message)s")
+    )
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(level.upper())
+
+
+def health_routes(readiness: Mapping[str, ReadinessCheck]) -> list[Route]:
+    """Return ``/healthz`` (process alive, always 200) and ``/readyz`` routes.
+
+    ``/readyz`` runs every check and answers 200 ``{"status": "ready"}`` or 503 with
+    ``{"status": "not_ready", "failing": {name: reason}}`` naming each dependency down.
+    """
+
+    async def healthz(_: Request) -> JSONResponse:
+        return JSONResponse({"status": "alive"})
+
+    async def readyz(_: Request) -> JSONResponse:
+        failing: dict[str, str] = {}
+        for name, check in readiness.items():
+            try:
+                check()
+            except Exception as e:  # noqa: BLE001 - any failure means "not ready"
+                failing[name] = f"{type(e).__name__}: {e}"[:300]
+        if failing:
+            return JSONResponse({"status": "not_ready", "failing": failing}, status_code=503)
+        return JSONResponse({"status": "ready"})
+
+    return [Route("/healthz", healthz), Route("/readyz", readyz)]
+
+
+@dataclass(slots=True, kw_only=True)
+class ServiceProcess:
+    """One service: ``app`` served on ``host:port`` plus ``workers`` in threads.
+
+    Attributes:
+        name: service name, used in logs and thread names.
+        app: the starlette application (``/healthz`` and ``/readyz`` are added to it).
+        host, port: where uvicorn listens.
+        workers: named worker loops, each run in its own daemon thread.
+        readiness: dependency checks served at ``/readyz``.
+        shutdown_timeout_s: how long to wait for each worker to stop, in seconds.
+    """
+
+    name: str
+    app: Starlette
+    host: str
+    port: int
+    workers: Mapping[str, Worker] = field(default_factory=dict)
+    readiness: Mapping[str, ReadinessCheck] = field(default_factory=dict)
+    shutdown_timeout_s: float = 30.0
+    stop: threading.Event = field(default_factory=threading.Event)
+    _failed: list[str] = field(default_factory=list)
+
+    def run(self) -> int:
+        """Serve until SIGTERM/SIGINT or a worker failure; return the exit status (0 or 1)."""
+        for route in health_routes(self.readiness):
+            self.app.router.routes.append(route)
+        server = uvicorn.Server(
+            uvicorn.Config(self.app, host=self.host, port=self.port, log_config=None,
+                           access_log=False, lifespan="off")
+        )
+        threads = [
+            threading.Thread(target=self._guard, args=(name, worker, server),
+                             name=f"{self.name}.{name}", daemon=True)
+            for name, worker in self.workers.items()
+        ]
+        for thread in threads:
+            thread.start()
+        log.info("%s listening on http://%s:%d with workers %s",
+                 self.name, self.host, self.port, ", ".join(self.workers) or "none")
+        try:
+            server.run()
+        finally:
+            self.stop.set()
+            for thread in threads:
+                thread.join(self.shutdown_timeout_s)
+                if thread.is_alive():
+                    log.error("worker %s did not stop within %.0f s", thread.name,
+                              self.shutdown_timeout_s)
+        if self._failed:
+            log.error("stopped because worker(s) failed: %s", ", ".join(self._failed))
+            return 1
+        log.info("%s stopped cleanly", self.name)
+        return 0
+
+    def _guard(self, name: str, worker: Worker, server: uvicorn.Server) -> None:
+        try:
+            worker(self.stop)
+        except Exception:
+            log.exception("worker %s crashed; stopping the process", name)
+            self._failed.append(name)
+            self.stop.set()
+            server.should_exit = True
+
+
+def run_service(build: Callable[[], ServiceProcess]) -> None:
+    """Entrypoint helper for ``__main__`` modules: build the process, run it, exit with its status.
+
+    Start-up errors from casestream (bad settings, missing schema ids, unreachable database)
+    are printed as one line, without a traceback, and exit with status 2.
+    """
+    from casestream.errors import CasestreamError
+
+    try:
+        process = build()
+    except CasestreamError as e:
+        print(f"start-up failed: {e}", file=sys.stderr)
+        raise SystemExit(2) from None
+    raise SystemExit(process.run())
