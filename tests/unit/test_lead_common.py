@@ -1,0 +1,84 @@
+"""Unit tests of the common settings, health routes and the demo workload's checks."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+from starlette.applications import Starlette
+from starlette.testclient import TestClient
+
+from casestream.demo import EXPECTED_TRAIL, CaseRun, case_mix, check_trail, summarize
+from casestream.errors import ConfigError
+from casestream.service import ServiceProcess, health_routes
+from casestream.settings import CommonSettings
+
+pytestmark = pytest.mark.unit
+
+
+def test_settings_read_prefixed_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("CASESTREAM_PG_URL", "postgresql://u@db:5432/")
+    monkeypatch.setenv("CASESTREAM_AUTO_REGISTER_SCHEMAS", "false")
+    settings = CommonSettings()
+    assert settings.database_url("audit") == "postgresql://u@db:5432/audit"
+    assert settings.auto_register_schemas is False
+
+
+def test_settings_are_frozen_and_reject_empty_database() -> None:
+    settings = CommonSettings()
+    with pytest.raises(Exception):
+        settings.kafka_bootstrap = "elsewhere:9092"  # type: ignore[misc]
+    with pytest.raises(ConfigError):
+        settings.database_url("")
+
+
+def test_readyz_names_the_failing_dependency() -> None:
+    def kafka_down() -> None:
+        raise ConnectionError("broker 127.0.0.1:19092 unreachable")
+
+    app = Starlette(routes=health_routes({"database": lambda: None, "kafka": kafka_down}))
+    client = TestClient(app)
+    assert client.get("/healthz").json() == {"status": "alive"}
+    response = client.get("/readyz")
+    assert response.status_code == 503
+    assert set(response.json()["failing"]) == {"kafka"}
+    assert "unreachable" in response.json()["failing"]["kafka"]
+
+
+def test_a_crashing_worker_stops_the_process_with_status_1() -> None:
+    def crash(stop: threading.Event) -> None:
+        raise RuntimeError("boom")
+
+    def patient(stop: threading.Event) -> None:
+        stop.wait(30)
+
+    process = ServiceProcess(name="t", app=Starlette(), host="127.0.0.1", port=0,
+                             workers={"crash": crash, "patient": patient}, shutdown_timeout_s=5)
+    assert process.run() == 1
+    assert process.stop.is_set()
+
+
+def test_case_mix_is_deterministic_with_a_fifth_failing() -> None:
+    specs = case_mix(25)
+    assert specs == case_mix(25)
+    outcomes = [s.expected for s in specs]
+    assert outcomes.count("decision_failed") == 5
+    assert {"violation", "no_violation"} <= set(outcomes)
+
+
+def test_check_trail_reports_missing_and_doubled_events() -> None:
+    spec = case_mix(10)[6]
+    full = EXPECTED_TRAIL[spec.expected]
+    assert check_trail(CaseRun(spec, "c1", "closed", full)) == []
+    problems = check_trail(CaseRun(spec, "c1", "closed", full[:-1] + (full[1],)))
+    assert any(full[-1] in p for p in problems)
+    assert any("recorded twice" in p for p in problems)
+
+
+def test_summary_fails_when_one_case_is_not_final() -> None:
+    specs = case_mix(2, failures=0)
+    runs = [CaseRun(specs[0], "a", "closed", EXPECTED_TRAIL[specs[0].expected]),
+            CaseRun(specs[1], "b", "submitted", ())]
+    ok, line = summarize(runs, 1.0)
+    assert not ok
+    assert "1/2 cases reached a final state" in line
