@@ -1,0 +1,143 @@
+#!/usr/bin/env bash
+# Local infrastructure of casestream without Docker: Kafka (KRaft), PostgreSQL, Apicurio Registry,
+# SMTP sink. All state (data, logs, pid files, downloaded jars) lives in .local/ (git-ignored).
+#
+#   deploy/infra.sh up     [component...]   install what is missing, start, wait until ready (idempotent)
+#   deploy/infra.sh down   [component...]   stop (data is kept; `make clean` removes it)
+#   deploy/infra.sh status                  one line per component; exit 0 only if all are up
+#   deploy/infra.sh env                     `export CASESTREAM_...=...` lines for the clients
+#   deploy/infra.sh logs   [component] [-f] log file paths and their last lines (or follow)
+#
+# Components: postgres kafka registry smtp (registry needs postgres: its storage is there).
+# Ports (env): CASESTREAM_KAFKA_PORT=19092 CASESTREAM_KAFKA_CONTROLLER_PORT=19093
+#   CASESTREAM_PG_PORT=15432 CASESTREAM_REGISTRY_PORT=18081 CASESTREAM_SMTP_PORT=12525
+# Other env: CASESTREAM_LOCAL_DIR (.local), CASESTREAM_PYTHON (.venv/bin/python),
+#   CASESTREAM_READY_TIMEOUT (120 s per component), CASESTREAM_KAFKA_HEAP / _REGISTRY_HEAP (512m),
+#   CASESTREAM_PG_BIN, CASESTREAM_PG_DIR, CASESTREAM_SMTP_MAILDIR, REGISTRY_VERSION (3.3.3).
+set -euo pipefail
+
+HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+# shellcheck source=lib/common.sh
+source "$HERE/lib/common.sh"
+for _f in postgres kafka registry smtp; do
+    # shellcheck disable=SC1090
+    source "$HERE/lib/$_f.sh"
+done
+
+ALL=(postgres kafka registry smtp)
+
+usage() { sed -n '2,17p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
+
+status_line() {  # status_line <component> <state> <pid> <detail>
+    printf '%-9s %-9s %-8s %s\n' "$1" "$2" "$3" "$4"
+    [[ "$2" == up ]] || STATUS_ALL_UP=0
+}
+
+pick() {  # pick <components...> -> $PICKED (validated, default all)
+    PICKED=()
+    local c
+    for c in "$@"; do
+        case "$c" in
+            postgres|pg) PICKED+=(postgres) ;;
+            kafka|registry|smtp) PICKED+=("$c") ;;
+            *) die "unknown component '$c' (known: ${ALL[*]})" ;;
+        esac
+    done
+    ((${#PICKED[@]})) || PICKED=("${ALL[@]}")
+}
+
+has() { local x; for x in "${PICKED[@]}"; do [[ "$x" == "$1" ]] && return 0; done; return 1; }
+
+with_lock() {  # serialize up/down of this .local (several shells, one working tree)
+    mkdir -p "$CS_LOCAL"
+    exec 9>"$CS_LOCAL/infra.lock"
+    if ! flock -n 9; then
+        log "waiting for another deploy/infra.sh up/down on $CS_LOCAL to finish"
+        flock -w 600 9 || die "another deploy/infra.sh holds $CS_LOCAL/infra.lock for 10 min."
+    fi
+}
+
+cmd_up() {
+    pick "$@"
+    has registry && ! has postgres && PICKED=(postgres "${PICKED[@]}")
+    with_lock
+    need_python
+    local t0=$SECONDS
+    # Start in dependency order, wait in parallel where possible.
+    if has postgres; then pg_up; fi
+    if has kafka; then kafka_up; fi
+    if has smtp; then smtp_up; fi
+    if has postgres; then pg_wait; fi
+    if has registry; then registry_up; fi
+    if has smtp; then smtp_wait; fi
+    if has kafka; then kafka_wait; fi
+    if has registry; then registry_wait; fi
+    ok "up: ${PICKED[*]} ready in $((SECONDS - t0)) s (eval \"\$(deploy/infra.sh env)\" for the CASESTREAM_* variables)"
+}
+
+cmd_down() {
+    pick "$@"
+    with_lock
+    if has smtp; then smtp_down; fi
+    if has registry; then registry_down; fi
+    if has kafka; then kafka_down; fi
+    if has postgres; then pg_down; fi
+}
+
+cmd_status() {
+    STATUS_ALL_UP=1
+    printf '%-9s %-9s %-8s %s\n' COMPONENT STATE PID ADDRESS
+    pg_status; kafka_status; registry_status; smtp_status
+    ((STATUS_ALL_UP)) || return 3
+}
+
+cmd_env() {
+    cat <<EOF
+export CASESTREAM_KAFKA_BOOTSTRAP=$KAFKA_BOOTSTRAP
+export CASESTREAM_REGISTRY_URL=$REG_URL
+export CASESTREAM_PG_URL=$PG_URL
+export CASESTREAM_SMTP_HOST=$CS_HOST
+export CASESTREAM_SMTP_PORT=$CASESTREAM_SMTP_PORT
+export CASESTREAM_SMTP_MAILDIR=$CASESTREAM_SMTP_MAILDIR
+EOF
+}
+
+cmd_logs() {
+    local follow=0 args=() a files=() c
+    for a in "$@"; do if [[ "$a" == -f ]]; then follow=1; else args+=("$a"); fi; done
+    pick "${args[@]+"${args[@]}"}"
+    for c in "${PICKED[@]}"; do
+        case "$c" in
+            postgres) files+=("$(pg_logs)") ;;
+            kafka) files+=("$(kafka_logs)") ;;
+            registry) files+=("$(registry_logs)") ;;
+            smtp) files+=("$(smtp_logs)") ;;
+        esac
+    done
+    if ((follow)); then
+        exec tail -n 20 -F "${files[@]}"
+    fi
+    for a in "${files[@]}"; do
+        echo "==> $a <=="
+        if [[ -f "$a" ]]; then tail -n 30 "$a"; else echo "(no log yet)"; fi
+    done
+}
+
+main() {
+    cs_defaults
+    pg_vars; kafka_vars; registry_vars; smtp_vars
+    local cmd=${1:-}
+    [[ $# -gt 0 ]] && shift
+    case "$cmd" in
+        up) cmd_up "$@" ;;
+        down) cmd_down "$@" ;;
+        status) cmd_status ;;
+        env) cmd_env ;;
+        logs) cmd_logs "$@" ;;
+        -h|--help|help) usage ;;
+        "") usage; exit 2 ;;
+        *) usage >&2; die "unknown command '$cmd'" ;;
+    esac
+}
+
+main "$@"

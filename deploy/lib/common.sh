@@ -1,0 +1,192 @@
+# shellcheck shell=bash
+# Common helpers for the local infrastructure launchers (sourced by deploy/infra.sh).
+#
+# Layout: every component keeps its state under $CS_LOCAL/<component>/ (git-ignored):
+#   <component>.pid   pid of the process we started (validated against /proc/<pid>/cmdline)
+#   *.log             the component's own log files
+# Ports and paths are overridable by environment variables (see cs_defaults).
+# Every failure goes through `die` with a one-line cause and a hint; no stack traces.
+
+set -o pipefail
+
+CS_DEPLOY_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+CS_REPO="$(cd "$CS_DEPLOY_DIR/.." && pwd)"
+
+cs_defaults() {
+    : "${CASESTREAM_LOCAL_DIR:=$CS_REPO/.local}"
+    : "${CASESTREAM_KAFKA_PORT:=19092}"
+    : "${CASESTREAM_KAFKA_CONTROLLER_PORT:=19093}"
+    : "${CASESTREAM_PG_PORT:=15432}"
+    : "${CASESTREAM_REGISTRY_PORT:=18081}"
+    : "${CASESTREAM_SMTP_PORT:=12525}"
+    : "${CASESTREAM_KAFKA_HEAP:=512m}"
+    : "${CASESTREAM_REGISTRY_HEAP:=512m}"
+    : "${CASESTREAM_READY_TIMEOUT:=120}"
+    : "${CASESTREAM_PYTHON:=$CS_REPO/.venv/bin/python}"
+    CS_LOCAL="$CASESTREAM_LOCAL_DIR"
+    CS_HOST=127.0.0.1
+}
+
+# ---------------------------------------------------------------- output
+if [[ -t 2 ]]; then
+    _c_red=$'\e[31m'; _c_grn=$'\e[32m'; _c_yel=$'\e[33m'; _c_dim=$'\e[2m'; _c_off=$'\e[0m'
+else
+    _c_red=; _c_grn=; _c_yel=; _c_dim=; _c_off=
+fi
+log()  { printf '%sinfra:%s %s\n' "$_c_dim" "$_c_off" "$*" >&2; }
+ok()   { printf '%sinfra:%s %s%s%s\n' "$_c_dim" "$_c_off" "$_c_grn" "$*" "$_c_off" >&2; }
+warn() { printf '%sinfra: warning:%s %s\n' "$_c_yel" "$_c_off" "$*" >&2; }
+die()  { printf '%sinfra: error:%s %s\n' "$_c_red" "$_c_off" "$*" >&2; exit 1; }
+
+# ---------------------------------------------------------------- prerequisites
+need_cmd() {  # need_cmd <cmd> <hint>
+    command -v "$1" >/dev/null 2>&1 || die "'$1' not found on PATH. $2"
+}
+
+java_major() {  # java_major <java binary> -> major version (17, 21, 25...) or nothing
+    "$1" -XshowSettings:properties -version 2>&1 \
+        | awk -F'= ' '/java.specification.version/ {split($2, v, "."); print (v[1] == "1" ? v[2] : v[1])}'
+}
+
+# find_java <min major> <override var name>: prints a java binary of at least that version.
+# Order: $<override var>/bin/java, $JAVA_HOME/bin/java, java on PATH, then /usr/lib/jvm/*/bin/java
+# (newest first, e.g. the Temurin JDK beside Debian's OpenJDK 17).
+find_java() {
+    local min=$1 override=${!2:-} cand v best="" bestv=0
+    local cands=()
+    [[ -n "$override" ]] && cands+=("$override/bin/java")
+    [[ -n "${JAVA_HOME:-}" ]] && cands+=("$JAVA_HOME/bin/java")
+    command -v java >/dev/null 2>&1 && cands+=("$(command -v java)")
+    for cand in "${cands[@]}"; do
+        [[ -x "$cand" ]] || continue
+        v="$(java_major "$cand")"
+        if [[ -n "$v" ]] && ((v >= min)); then echo "$cand"; return 0; fi
+    done
+    for cand in /usr/lib/jvm/*/bin/java; do
+        [[ -x "$cand" ]] || continue
+        v="$(java_major "$cand")"
+        if [[ -n "$v" ]] && ((v >= min && v > bestv)); then best=$cand; bestv=$v; fi
+    done
+    [[ -n "$best" ]] && echo "$best"
+}
+
+# need_java <min major> <override var> <what>: sets JAVA_BIN or dies with a hint.
+need_java() {
+    local min=$1 var=$2 what=$3
+    JAVA_BIN="$(find_java "$min" "$var")" && [[ -n "$JAVA_BIN" ]] && return 0
+    if ! command -v java >/dev/null 2>&1 && ! ls /usr/lib/jvm/*/bin/java >/dev/null 2>&1; then
+        die "no Java found: $what needs Java $min+. Install a JDK (Debian: apt-get install -y openjdk-17-jre-headless for Kafka; Java 21+ for the registry), or set $var=<jdk home>."
+    fi
+    die "$what needs Java $min+, found only older Java (java on PATH: $(java_major "$(command -v java 2>/dev/null || echo java)" 2>/dev/null || echo none); /usr/lib/jvm: $(ls /usr/lib/jvm 2>/dev/null | tr '\n' ' ')). Install a JDK $min+ (e.g. Temurin) and set $var=<jdk home>."
+}
+
+need_mvn() {
+    need_cmd mvn "Install Maven (Debian: apt-get install -y maven); it fetches the Kafka jars and the registry from Maven Central."
+}
+
+need_python() {
+    [[ -x "$CASESTREAM_PYTHON" ]] \
+        || die "no Python virtual environment at $CASESTREAM_PYTHON. Run 'make venv' first (or set CASESTREAM_PYTHON)."
+    "$CASESTREAM_PYTHON" -c 'import confluent_kafka, aiosmtpd' 2>/dev/null \
+        || die "$CASESTREAM_PYTHON lacks confluent_kafka/aiosmtpd. Run 'make venv' to install the pinned packages."
+}
+
+# apt_install <pkg...>: Debian packages, non-interactive, one 'apt-get update' per run.
+_CS_APT_UPDATED=
+apt_install() {
+    command -v apt-get >/dev/null 2>&1 || die "apt-get not available: install $* with your system's package manager."
+    [[ $(id -u) -eq 0 ]] || die "installing $* needs root: run 'sudo apt-get install -y $*' once, then retry."
+    if [[ -z "$_CS_APT_UPDATED" ]]; then
+        log "apt-get update"
+        DEBIAN_FRONTEND=noninteractive apt-get update -qq >/dev/null || die "apt-get update failed."
+        _CS_APT_UPDATED=1
+    fi
+    log "apt-get install $*"
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "$@" >/dev/null \
+        || die "apt-get install $* failed."
+}
+
+# ---------------------------------------------------------------- processes and ports
+# pid_alive <pidfile> <cmdline-marker>: prints the pid if it runs and its cmdline contains marker.
+pid_alive() {
+    local pidfile=$1 marker=$2 pid
+    [[ -s "$pidfile" ]] || return 1
+    pid="$(<"$pidfile")"
+    [[ "$pid" =~ ^[0-9]+$ ]] || return 1
+    [[ -r /proc/$pid/cmdline ]] || return 1
+    tr '\0' ' ' <"/proc/$pid/cmdline" | grep -qF -- "$marker" || return 1
+    echo "$pid"
+}
+
+port_open() {  # port_open <port>: true if something accepts TCP on 127.0.0.1:<port>
+    (exec 3<>"/dev/tcp/$CS_HOST/$1") 2>/dev/null
+}
+
+port_owner() {  # best effort description of the listener on <port>
+    local out
+    out="$(ss -Hltnp "sport = :$1" 2>/dev/null | head -1)"
+    [[ -n "$out" ]] && echo "$out" | grep -o 'users:(.*)' && return
+    echo "unknown process"
+}
+
+# ensure_port_free <port> <what> <env-var>: die with a clear message if taken.
+ensure_port_free() {
+    port_open "$1" || return 0
+    die "port $1 ($2) is already in use by $(port_owner "$1"), which is not our $2. Stop it, or choose another port: export $3=<port>."
+}
+
+# start_daemon <pidfile> <logfile> <cwd> <cmd...>: detached (own session), stdin closed.
+start_daemon() {
+    local pidfile=$1 logfile=$2 cwd=$3; shift 3
+    mkdir -p "$(dirname "$pidfile")" "$(dirname "$logfile")"
+    ( cd "$cwd" && exec setsid "$@" </dev/null >>"$logfile" 2>&1 ) &
+    echo $! >"$pidfile"
+}
+
+# stop_pid <pidfile> <marker> <name> [timeout]: TERM, wait, then KILL.
+stop_pid() {
+    local pidfile=$1 marker=$2 name=$3 timeout=${4:-30} pid i
+    if ! pid="$(pid_alive "$pidfile" "$marker")"; then
+        rm -f "$pidfile"; log "$name: not running"; return 0
+    fi
+    kill -TERM "$pid" 2>/dev/null || true
+    for ((i = 0; i < timeout * 10; i++)); do
+        [[ -d /proc/$pid ]] || break
+        sleep 0.1
+    done
+    if [[ -d /proc/$pid ]]; then
+        warn "$name (pid $pid) did not stop within ${timeout}s, killing it"
+        kill -KILL "$pid" 2>/dev/null || true
+    fi
+    rm -f "$pidfile"
+    ok "$name: stopped"
+}
+
+# wait_until <timeout-seconds> <description> <logfile> <pidfile> <marker> <probe-cmd...>
+# Polls probe every 0.25 s; fails early (with the log tail) if the process died.
+wait_until() {
+    local timeout=$1 what=$2 logfile=$3 pidfile=$4 marker=$5; shift 5
+    local deadline=$((SECONDS + timeout))
+    while ((SECONDS < deadline)); do
+        if "$@" >/dev/null 2>&1; then return 0; fi
+        if [[ -n "$pidfile" ]] && ! pid_alive "$pidfile" "$marker" >/dev/null; then
+            show_tail "$logfile"
+            die "$what exited during start-up (log: $logfile)."
+        fi
+        sleep 0.25
+    done
+    show_tail "$logfile"
+    die "$what not ready after ${timeout}s (log: $logfile)."
+}
+
+show_tail() {
+    [[ -f "$1" ]] || return 0
+    printf '%s---- last lines of %s ----%s\n' "$_c_dim" "$1" "$_c_off" >&2
+    tail -n 25 "$1" >&2
+    printf '%s----%s\n' "$_c_dim" "$_c_off" >&2
+}
+
+# probe <args...>: deploy/probe.py readiness checks (stdlib; kafka check needs the venv).
+probe() {
+    "$CASESTREAM_PYTHON" "$CS_DEPLOY_DIR/probe.py" "$@"
+}

@@ -1,0 +1,129 @@
+"""Readiness probes and one-shot set-up steps for the local infrastructure (deploy/infra.sh).
+
+Usage (exit 0 = ready / done, 1 = not ready, 2 = usage error; one line on stderr says why):
+
+    probe.py kafka  --bootstrap 127.0.0.1:19092 [--timeout 5]
+        a real metadata request through the admin client (confluent_kafka).
+    probe.py topics --bootstrap 127.0.0.1:19092 --partitions 6 [--config k=v ...] TOPIC...
+        create the topics if missing (idempotent) and wait until each has a leader.
+    probe.py http   URL [--timeout 5]         HTTP GET answers 2xx.
+    probe.py smtp   HOST PORT [--timeout 5]   an SMTP greeting 220 and a clean QUIT.
+
+Only `kafka` and `topics` need the project's virtual environment; the rest is stdlib.
+"""
+
+from __future__ import annotations
+
+import argparse
+import smtplib
+import sys
+import time
+import urllib.error
+import urllib.request
+
+
+def _kafka_admin(bootstrap: str):
+    from confluent_kafka.admin import AdminClient  # venv only
+
+    return AdminClient({"bootstrap.servers": bootstrap, "socket.timeout.ms": 3000, "log_level": 0})
+
+
+def probe_kafka(bootstrap: str, timeout: float) -> None:
+    """Raise if the broker does not answer a metadata request with at least one broker."""
+    md = _kafka_admin(bootstrap).list_topics(timeout=timeout)
+    if not md.brokers:
+        raise RuntimeError("metadata without brokers")
+
+
+def ensure_topics(bootstrap: str, topics: list[str], partitions: int, configs: dict[str, str],
+                  timeout: float) -> None:
+    """Create missing topics (replication factor 1) and wait until all partitions have leaders."""
+    from confluent_kafka import KafkaException
+    from confluent_kafka.admin import NewTopic
+
+    admin = _kafka_admin(bootstrap)
+    existing = admin.list_topics(timeout=timeout).topics
+    missing = [t for t in topics if t not in existing]
+    if missing:
+        futures = admin.create_topics(
+            [NewTopic(t, num_partitions=partitions, replication_factor=1, config=configs) for t in missing],
+            operation_timeout=timeout,
+        )
+        for name, fut in futures.items():
+            try:
+                fut.result()
+                print(f"created topic {name} ({partitions} partitions)", file=sys.stderr)
+            except KafkaException as exc:
+                if exc.args[0].name() != "TOPIC_ALREADY_EXISTS":
+                    raise
+    deadline = time.monotonic() + timeout
+    while True:
+        md = admin.list_topics(timeout=timeout).topics
+        pending = [t for t in topics if t not in md or md[t].error is not None
+                   or any(p.leader < 0 for p in md[t].partitions.values())]
+        if not pending:
+            return
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"topics without leaders: {pending}")
+        time.sleep(0.2)
+
+
+def probe_http(url: str, timeout: float) -> None:
+    """Raise unless GET url answers 2xx."""
+    with urllib.request.urlopen(url, timeout=timeout) as resp:  # noqa: S310 (loopback URL)
+        if not 200 <= resp.status < 300:
+            raise RuntimeError(f"HTTP {resp.status}")
+
+
+def probe_smtp(host: str, port: int, timeout: float) -> None:
+    """Raise unless the server greets with 220 and answers NOOP."""
+    with smtplib.SMTP(host, port, timeout=timeout) as smtp:
+        code, _ = smtp.noop()
+        if code != 250:
+            raise RuntimeError(f"NOOP answered {code}")
+
+
+def main(argv: list[str]) -> int:
+    p = argparse.ArgumentParser(prog="probe.py")
+    sub = p.add_subparsers(dest="cmd", required=True)
+    k = sub.add_parser("kafka")
+    k.add_argument("--bootstrap", required=True)
+    k.add_argument("--timeout", type=float, default=5)
+    t = sub.add_parser("topics")
+    t.add_argument("--bootstrap", required=True)
+    t.add_argument("--partitions", type=int, default=6)
+    t.add_argument("--config", action="append", default=[], help="topic config k=v")
+    t.add_argument("--timeout", type=float, default=30)
+    t.add_argument("topics", nargs="+")
+    h = sub.add_parser("http")
+    h.add_argument("url")
+    h.add_argument("--timeout", type=float, default=5)
+    s = sub.add_parser("smtp")
+    s.add_argument("host")
+    s.add_argument("port", type=int)
+    s.add_argument("--timeout", type=float, default=5)
+    a = p.parse_args(argv)
+    try:
+        if a.cmd == "kafka":
+            probe_kafka(a.bootstrap, a.timeout)
+        elif a.cmd == "topics":
+            configs = dict(kv.split("=", 1) for kv in a.config)
+            ensure_topics(a.bootstrap, a.topics, a.partitions, configs, a.timeout)
+        elif a.cmd == "http":
+            probe_http(a.url, a.timeout)
+        else:
+            probe_smtp(a.host, a.port, a.timeout)
+    except ImportError as exc:
+        print(f"probe {a.cmd}: {exc} (run 'make venv')", file=sys.stderr)
+        return 1
+    except (OSError, RuntimeError, urllib.error.URLError, smtplib.SMTPException) as exc:
+        print(f"probe {a.cmd}: not ready: {exc}", file=sys.stderr)
+        return 1
+    except Exception as exc:  # noqa: BLE001 - a probe reports, it never dumps a trace
+        print(f"probe {a.cmd}: failed: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,8 @@
+"""The audit service: an append-only journal of every event and a per-case timeline.
+
+It consumes all four topics (consumer ``audit.journal``) and serves
+``GET /audit/cases/{id}``. Layers: ``domain`` (pure rules: which case an event belongs
+to, its one-line summary) <- ``application`` (record / read use cases, ports) <-
+``adapters`` (projection SQL, PostgreSQL, HTTP, consumer handlers) <- ``bootstrap``.
+Run it with ``python -m services.audit``.
+"""

@@ -1,0 +1,199 @@
+"""The case service's HTTP API (starlette): routes, rendering, and the error boundary.
+
+Routes:
+    POST /cases                  open a case -> 201, Location, ETag; optional Idempotency-Key
+    GET  /cases/{id}             read a case (tenant-scoped; another tenant's case is 404) + ETag
+    POST /cases/{id}/submit      submit; Idempotency-Key required; optional If-Match -> 412
+    GET  /openapi.json           the OpenAPI 3.1 document
+
+Use cases run in starlette's thread pool (psycopg is used synchronously). Every error is
+answered as ``application/problem+json`` (``problems.py``); a replayed idempotent response
+carries ``Idempotent-Replayed: true``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import uuid
+from collections.abc import Awaitable, Callable
+from datetime import datetime
+from functools import wraps
+from typing import Any
+
+from pydantic import ValidationError
+from starlette.applications import Starlette
+from starlette.concurrency import run_in_threadpool
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+from services.case.adapters.http import requests as rq
+from services.case.adapters.http.models import OpenCaseBody, SubmitCaseBody, field_errors
+from services.case.adapters.http.openapi import openapi_document
+from services.case.adapters.http.problems import INTERNAL_ERROR, Problem, problem_for
+from services.case.application.commands import CaseView, OpenCase, SubmitCase
+from services.case.application.idempotency import (
+    IdempotencyScope,
+    IdempotentRequest,
+    StoredResponse,
+    fingerprint,
+)
+from services.case.application.service import CaseService
+
+log = logging.getLogger(__name__)
+
+OPEN_ROUTE = "POST /cases"
+SUBMIT_ROUTE = "POST /cases/{id}/submit"
+REPLAYED_HEADER = "Idempotent-Replayed"
+
+Endpoint = Callable[[Request], Awaitable[Response]]
+
+
+def case_json(view: CaseView) -> dict[str, Any]:
+    """The JSON representation of a case (timestamps as ISO-8601 UTC strings)."""
+    out: dict[str, Any] = {}
+    for f in dataclasses.fields(view):
+        value = getattr(view, f.name)
+        out[f.name] = value.isoformat() if isinstance(value, datetime) else value
+    return out
+
+
+def etag(version: int) -> str:
+    """The ETag of a case representation: its aggregate version, quoted."""
+    return f'"{version}"'
+
+
+def _send(stored: StoredResponse, replayed: bool) -> JSONResponse:
+    headers = dict(stored.headers)
+    if replayed:
+        headers[REPLAYED_HEADER] = "true"
+    return JSONResponse(dict(stored.body), status_code=stored.status, headers=headers)
+
+
+def _case_id(request: Request) -> str:
+    raw = request.path_params["case_id"]
+    try:
+        return str(uuid.UUID(raw))
+    except ValueError:
+        raise Problem(status=404, code="case_not_found", detail=f"case {raw} not found") from None
+
+
+def _validate(model: type[Any], data: dict[str, Any]) -> Any:
+    try:
+        return model.model_validate(data)
+    except ValidationError as e:
+        errors = field_errors(e)
+        detail = "; ".join(f"{err.field}: {err.message}" for err in errors)
+        raise Problem(status=400, code="validation_error", detail=detail, errors=errors) from None
+
+
+def _boundary(fn: Endpoint) -> Endpoint:
+    """Answer every exception as a problem; log unexpected ones with their traceback."""
+
+    @wraps(fn)
+    async def wrapper(request: Request) -> Response:
+        try:
+            return await fn(request)
+        except Exception as e:  # noqa: BLE001 - this is the error boundary
+            problem = problem_for(e)
+            if problem is None:
+                log.exception("unhandled error on %s %s", request.method, request.url.path)
+                problem = INTERNAL_ERROR
+            elif problem.status >= 500:
+                log.warning("%s %s -> %d: %s", request.method, request.url.path,
+                            problem.status, e.__cause__ or e)
+            return problem.response(request.url.path)
+
+    return wrapper
+
+
+class CaseRoutes:
+    """Route handlers bound to a :class:`CaseService`."""
+
+    def __init__(self, service: CaseService, *, max_body_bytes: int) -> None:
+        self._service = service
+        self._limit = max_body_bytes
+
+    @staticmethod
+    def _render(status: int, *, location: bool = False) -> Callable[[CaseView], StoredResponse]:
+        def render(view: CaseView) -> StoredResponse:
+            headers = {"ETag": etag(view.version)}
+            if location:
+                headers["Location"] = f"/cases/{view.id}"
+            return StoredResponse(status=status, body=case_json(view), headers=headers)
+        return render
+
+    @staticmethod
+    def _idempotent(request: Request, tenant: str, actor: str, route: str, key: str | None,
+                    body: dict[str, Any]) -> IdempotentRequest | None:
+        if key is None:
+            return None
+        scope = IdempotencyScope.of(tenant_id=tenant, client_id=actor, route=route, raw_key=key)
+        return IdempotentRequest(scope=scope,
+                                 fingerprint=fingerprint(request.method, request.url.path, body))
+
+    async def open_case(self, request: Request) -> Response:
+        tenant, actor = rq.tenant_of(request), rq.actor_of(request)
+        key = rq.idempotency_key_of(request, required=False)
+        data = await rq.read_json_object(request, limit=self._limit, required=True)
+        body: OpenCaseBody = _validate(OpenCaseBody, data)
+        cmd = OpenCase(tenant_id=tenant, actor_id=actor, traceparent=rq.traceparent_of(request),
+                       **body.model_dump())
+        idem = self._idempotent(request, tenant, actor, OPEN_ROUTE, key, data)
+        stored, replayed = await run_in_threadpool(
+            self._service.open_case, cmd, self._render(201, location=True), idem)
+        return _send(stored, replayed)
+
+    async def get_case(self, request: Request) -> Response:
+        tenant, case_id = rq.tenant_of(request), _case_id(request)
+        view = await run_in_threadpool(self._service.get_case, tenant, case_id)
+        return JSONResponse(case_json(view), headers={"ETag": etag(view.version)})
+
+    async def submit_case(self, request: Request) -> Response:
+        tenant, actor = rq.tenant_of(request), rq.actor_of(request)
+        case_id = _case_id(request)
+        key = rq.idempotency_key_of(request, required=True)
+        assert key is not None
+        expected = rq.if_match_version(request)
+        data = await rq.read_json_object(request, limit=self._limit, required=False)
+        body: SubmitCaseBody = _validate(SubmitCaseBody, data)
+        cmd = SubmitCase(tenant_id=tenant, actor_id=actor, case_id=case_id, note=body.note,
+                         expected_version=expected, traceparent=rq.traceparent_of(request))
+        idem = self._idempotent(request, tenant, actor, SUBMIT_ROUTE, key, data)
+        assert idem is not None
+        stored, replayed = await run_in_threadpool(
+            self._service.submit_case, cmd, idem, self._render(200))
+        return _send(stored, replayed)
+
+
+async def _openapi(_: Request) -> Response:
+    return JSONResponse(openapi_document())
+
+
+async def _http_error(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, HTTPException)
+    code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code, "http_error")
+    detail = f"{request.method} {request.url.path}: {exc.detail}"
+    return Problem(status=exc.status_code, code=code, detail=detail,
+                   headers=exc.headers).response(request.url.path)
+
+
+def build_app(service: CaseService, *, max_body_bytes: int = 64 * 1024) -> Starlette:
+    """Return the case API application.
+
+    Args:
+        service: the use cases.
+        max_body_bytes: request bodies above this size are refused with 413.
+    """
+    routes = CaseRoutes(service, max_body_bytes=max_body_bytes)
+    return Starlette(
+        routes=[
+            Route("/cases", _boundary(routes.open_case), methods=["POST"]),
+            Route("/cases/{case_id}", _boundary(routes.get_case), methods=["GET"]),
+            Route("/cases/{case_id}/submit", _boundary(routes.submit_case), methods=["POST"]),
+            Route("/openapi.json", _openapi, methods=["GET"]),
+        ],
+        exception_handlers={HTTPException: _http_error},
+    )

@@ -1,0 +1,134 @@
+"""Reading requests safely: bounded JSON bodies, required headers, If-Match, traceparent.
+
+Rules: a body larger than the limit -> 413 (checked on Content-Length and while
+streaming); a non-empty body whose Content-Type is not JSON (``application/json`` or
+``*/*+json``) -> 415; malformed JSON -> 400 ``malformed_json`` with the position; a JSON
+value that is not an object -> 400. Tenant header: ``X-Tenant-Id`` required, 1..64 of
+``[A-Za-z0-9._:-]``; actor ``X-Actor-Id`` optional (default ``anonymous``), 1..128
+printable characters; ``Idempotency-Key`` 1..255 printable ASCII characters.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+from starlette.requests import Request
+
+from services.case.adapters.http.problems import FieldError, Problem, validation
+from services.case.application.idempotency import KEY_MAX
+
+TENANT_HEADER = "X-Tenant-Id"
+ACTOR_HEADER = "X-Actor-Id"
+IDEMPOTENCY_HEADER = "Idempotency-Key"
+DEFAULT_ACTOR = "anonymous"
+
+_TENANT = re.compile(r"^[A-Za-z0-9._:-]{1,64}$")
+_ACTOR = re.compile(r"^[\x21-\x7e][\x20-\x7e]{0,127}$")
+_KEY = re.compile(rf"^[\x20-\x7e]{{1,{KEY_MAX}}}$")
+_TRACEPARENT = re.compile(r"^[0-9a-f]{2}-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}$")
+_ETAG = re.compile(r'^(?:W/)?"?(\d{1,18})"?$')
+
+
+async def read_json_object(request: Request, *, limit: int, required: bool) -> dict[str, Any]:
+    """Return the body as a JSON object (``{}`` for an empty optional body).
+
+    Raises:
+        Problem: 413 / 415 / 400 as in the module docstring.
+    """
+    length = request.headers.get("content-length")
+    if length is not None and length.isdigit() and int(length) > limit:
+        raise _too_large(limit)
+    chunks, size = [], 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            raise _too_large(limit)
+        chunks.append(chunk)
+    raw = b"".join(chunks)
+    if not raw.strip():
+        if required:
+            raise validation("body", "a JSON object is required")
+        return {}
+    ctype = request.headers.get("content-type", "").split(";")[0].strip().lower()
+    if not (ctype == "application/json" or (ctype.startswith("application/") and ctype.endswith("+json"))):
+        raise Problem(status=415, code="unsupported_media_type",
+                      detail=f"send the body as application/json, not {ctype or 'no content type'}")
+    try:
+        data = json.loads(raw, parse_constant=_reject_constant)
+    except (ValueError, RecursionError) as e:
+        where = f" at line {e.lineno} column {e.colno}" if isinstance(e, json.JSONDecodeError) else ""
+        msg = e.msg if isinstance(e, json.JSONDecodeError) else "invalid JSON"
+        raise Problem(status=400, code="malformed_json", detail=f"body is not valid JSON{where}: {msg}",
+                      errors=(FieldError(field="body", message=f"invalid JSON{where}"),)) from None
+    if not isinstance(data, dict):
+        raise validation("body", "must be a JSON object")
+    return data
+
+
+def _reject_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not valid JSON")
+
+
+def _too_large(limit: int) -> Problem:
+    return Problem(status=413, code="payload_too_large",
+                   detail=f"the request body exceeds {limit} bytes")
+
+
+def tenant_of(request: Request) -> str:
+    """Return the ``X-Tenant-Id`` header. Raises Problem 400 if missing or malformed."""
+    value = request.headers.get(TENANT_HEADER)
+    if value is None or not value.strip():
+        raise validation(TENANT_HEADER, "header is required", code="missing_header")
+    if not _TENANT.match(value):
+        raise validation(TENANT_HEADER, "must be 1..64 characters of A-Z a-z 0-9 . _ : -")
+    return value
+
+
+def actor_of(request: Request) -> str:
+    """Return ``X-Actor-Id`` or ``anonymous``. Raises Problem 400 if malformed."""
+    value = request.headers.get(ACTOR_HEADER)
+    if value is None or value == "":
+        return DEFAULT_ACTOR
+    if not _ACTOR.match(value):
+        raise validation(ACTOR_HEADER, "must be 1..128 printable ASCII characters")
+    return value.strip()
+
+
+def idempotency_key_of(request: Request, *, required: bool) -> str | None:
+    """Return the ``Idempotency-Key`` header (None if absent and optional).
+
+    Raises:
+        Problem: 400 ``missing_idempotency_key`` if required and absent; 400 if malformed.
+    """
+    value = request.headers.get(IDEMPOTENCY_HEADER)
+    if value is None or value == "":
+        if required:
+            raise validation(IDEMPOTENCY_HEADER, "header is required for this operation",
+                             code="missing_idempotency_key")
+        return None
+    if not _KEY.match(value):
+        raise validation(IDEMPOTENCY_HEADER, f"must be 1..{KEY_MAX} printable ASCII characters")
+    return value
+
+
+def if_match_version(request: Request) -> int | None:
+    """Return the version named by ``If-Match`` (``"3"``, ``W/"3"``), None if absent or ``*``.
+
+    Raises:
+        Problem: 400 if the header is not one of those forms.
+    """
+    value = request.headers.get("if-match")
+    if value is None or value.strip() == "*":
+        return None
+    match = _ETAG.match(value.strip())
+    if not match:
+        raise validation("If-Match", 'must be an ETag of this API, e.g. "3"')
+    return int(match.group(1))
+
+
+def traceparent_of(request: Request) -> str | None:
+    """Return a well-formed W3C ``traceparent`` header, else None (ignored, never an error)."""
+    value = request.headers.get("traceparent", "").strip().lower()
+    return value if _TRACEPARENT.match(value) else None

@@ -1,0 +1,136 @@
+"""In-memory adapters of the case ports, for unit tests and local experiments.
+
+:class:`InMemoryStore` holds committed state; each :class:`InMemoryUnitOfWork` stages its
+writes and applies them on a clean exit (rolled back = discarded), checking aggregate
+versions against committed state like the PostgreSQL adapter's ``WHERE version = ...``.
+Idempotency locks are held per unit of work until it ends, like transaction-scoped
+advisory locks. Not thread-safe: one unit of work at a time per thread of a test.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from types import TracebackType
+
+from casestream.envelope import Envelope
+from casestream.errors import ConcurrencyError
+
+from services.case.application.idempotency import IdempotencyRecord, IdempotencyScope
+from services.case.domain.case import Case
+
+
+@dataclass(slots=True)
+class InMemoryStore:
+    """Committed state: cases by id, idempotency records by scope, outbox in append order."""
+
+    cases: dict[str, Case] = field(default_factory=dict)
+    records: dict[IdempotencyScope, IdempotencyRecord] = field(default_factory=dict)
+    outbox: list[Envelope] = field(default_factory=list)
+    locks: set[IdempotencyScope] = field(default_factory=set)
+    commits: int = 0
+
+
+class _Cases:
+    def __init__(self, store: InMemoryStore, staged: dict[str, Case]) -> None:
+        self._store, self._staged = store, staged
+
+    def get(self, tenant_id: str, case_id: str) -> Case | None:
+        case = self._staged.get(case_id) or self._store.cases.get(case_id)
+        if case is None or case.tenant_id != tenant_id:
+            return None
+        loaded = copy.deepcopy(case)
+        loaded.loaded_version = loaded.version
+        return loaded
+
+    def add(self, case: Case) -> None:
+        existing = self._staged.get(case.id) or self._store.cases.get(case.id)
+        if existing is not None:
+            raise ConcurrencyError("case", case.id, 0, existing.version)
+        self._staged[case.id] = self._snapshot(case)
+
+    def update(self, case: Case) -> None:
+        current = self._staged.get(case.id) or self._store.cases.get(case.id)
+        actual = current.version if current else None
+        if actual != case.loaded_version:
+            raise ConcurrencyError("case", case.id, case.loaded_version, actual)
+        self._staged[case.id] = self._snapshot(case)
+
+    @staticmethod
+    def _snapshot(case: Case) -> Case:
+        stored = copy.deepcopy(case)
+        stored.pull_events()
+        return stored
+
+
+class _Idempotency:
+    def __init__(self, store: InMemoryStore, held: set[IdempotencyScope],
+                 staged: dict[IdempotencyScope, IdempotencyRecord]) -> None:
+        self._store, self._held, self._staged = store, held, staged
+
+    def try_lock(self, scope: IdempotencyScope) -> bool:
+        if scope in self._held:
+            return True
+        if scope in self._store.locks:
+            return False
+        self._store.locks.add(scope)
+        self._held.add(scope)
+        return True
+
+    def find(self, scope: IdempotencyScope) -> IdempotencyRecord | None:
+        return self._staged.get(scope) or self._store.records.get(scope)
+
+    def save(self, record: IdempotencyRecord) -> None:
+        self._staged[record.scope] = record
+
+    def purge_expired(self, now: datetime, limit: int) -> int:
+        expired = [s for s, r in self._store.records.items() if r.expired(now)][:limit]
+        for scope in expired:
+            del self._store.records[scope]
+        return len(expired)
+
+
+class _Outbox:
+    def __init__(self, staged: list[Envelope]) -> None:
+        self._staged = staged
+
+    def append(self, events: Sequence[Envelope]) -> None:
+        self._staged.extend(events)
+
+
+class InMemoryUnitOfWork:
+    """One staged transaction over an :class:`InMemoryStore`; commits on a clean exit."""
+
+    def __init__(self, store: InMemoryStore) -> None:
+        self._store = store
+        self._staged_cases: dict[str, Case] = {}
+        self._staged_records: dict[IdempotencyScope, IdempotencyRecord] = {}
+        self._staged_outbox: list[Envelope] = []
+        self._held: set[IdempotencyScope] = set()
+        self.cases = _Cases(store, self._staged_cases)
+        self.idempotency = _Idempotency(store, self._held, self._staged_records)
+        self.outbox = _Outbox(self._staged_outbox)
+
+    def __enter__(self) -> InMemoryUnitOfWork:
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        try:
+            if exc_type is None:
+                self.commit()
+        finally:
+            self._store.locks.difference_update(self._held)
+            self._held.clear()
+
+    def commit(self) -> None:
+        """Apply staged writes to the store (also what a clean ``with`` exit does)."""
+        self._store.cases.update(self._staged_cases)
+        self._store.records.update(self._staged_records)
+        self._store.outbox.extend(self._staged_outbox)
+        self._store.commits += 1
+        self._staged_cases.clear()
+        self._staged_records.clear()
+        self._staged_outbox.clear()

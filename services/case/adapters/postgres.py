@@ -1,0 +1,251 @@
+"""PostgreSQL adapters of the case ports (psycopg 3): repository, idempotency store, unit of work.
+
+Tables: ``migrations/001_cases.sql`` (``cases``, ``idempotency_records``) and the outbox
+from ``casestream.outbox``. A :class:`PgUnitOfWork` is one transaction on a pooled
+connection; :meth:`PgUnitOfWork.bound` wraps a connection whose transaction belongs to
+someone else (the consumer runtime's batch) and never commits or rolls back itself.
+
+Optimistic concurrency: ``UPDATE cases ... WHERE id = %s AND version = <loaded version>``;
+no row updated -> :class:`casestream.errors.ConcurrencyError`. The in-flight guard of an
+idempotency scope is ``pg_try_advisory_xact_lock`` on a 64-bit hash of the scope, released
+when the transaction ends. Connection failures are translated to :class:`StorageUnavailable`
+at this boundary (``raise ... from e``).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import ExitStack, contextmanager
+from datetime import datetime
+from types import TracebackType
+from typing import Any
+
+import psycopg
+from psycopg.rows import dict_row
+from psycopg.types.json import Jsonb
+from psycopg_pool import ConnectionPool, PoolTimeout
+
+from casestream.envelope import Envelope
+from casestream.errors import ConcurrencyError
+
+from services.case.application.idempotency import (
+    IdempotencyRecord,
+    IdempotencyScope,
+    StoredResponse,
+)
+from services.case.domain.case import Case
+from services.case.domain.errors import CaseServiceError
+from services.case.domain.values import CaseContent, CaseStatus, Outcome, Resolution
+
+AppendEvents = Callable[[psycopg.Connection[Any], Sequence[Envelope]], Any]
+"""``OutboxWriter.append``-shaped: inserts encoded events using the given connection."""
+
+
+class StorageUnavailable(CaseServiceError):
+    """The database could not be reached in time (pool timeout, connection lost) -> 503."""
+
+
+@contextmanager
+def translate_errors() -> Iterator[None]:
+    """Map driver connection failures to :class:`StorageUnavailable` (one boundary)."""
+    try:
+        yield
+    except PoolTimeout as e:
+        raise StorageUnavailable("no database connection available in time") from e
+    except psycopg.OperationalError as e:
+        raise StorageUnavailable("database connection failed") from e
+
+
+_CASE_COLUMNS = (
+    "id, tenant_id, status, version, title, summary, severity, evidence_count, reporter_email, "
+    "priority, opened_by, opened_at, updated_at, submitted_by, submitted_at, note, outcome, "
+    "penalty_cents, return_reason, resolved_at"
+)
+
+
+def _case_params(case: Case) -> dict[str, Any]:
+    c, r = case.content, case.resolution
+    return {
+        "id": case.id, "tenant_id": case.tenant_id, "status": case.status.value,
+        "version": case.version, "title": c.title, "summary": c.summary,
+        "severity": c.severity, "evidence_count": c.evidence_count,
+        "reporter_email": c.reporter_email, "priority": c.priority.value,
+        "opened_by": case.opened_by, "opened_at": case.opened_at,
+        "updated_at": case.updated_at, "submitted_by": case.submitted_by,
+        "submitted_at": case.submitted_at, "note": case.note,
+        "outcome": r.outcome.value if r and r.outcome else None,
+        "penalty_cents": r.penalty_cents if r else None,
+        "return_reason": r.reason if r else None, "resolved_at": case.resolved_at,
+        "loaded_version": case.loaded_version,
+    }
+
+
+def _case_from_row(row: dict[str, Any]) -> Case:
+    resolution = None
+    if row["outcome"] is not None:
+        resolution = Resolution(outcome=Outcome(row["outcome"]), penalty_cents=row["penalty_cents"])
+    elif row["return_reason"] is not None:
+        resolution = Resolution(reason=row["return_reason"])
+    return Case(
+        id=str(row["id"]), tenant_id=row["tenant_id"],
+        content=CaseContent(title=row["title"], summary=row["summary"], severity=row["severity"],
+                            evidence_count=row["evidence_count"],
+                            reporter_email=row["reporter_email"], priority=row["priority"]),
+        status=CaseStatus(row["status"]), version=row["version"], opened_by=row["opened_by"],
+        opened_at=row["opened_at"], updated_at=row["updated_at"],
+        submitted_by=row["submitted_by"], submitted_at=row["submitted_at"], note=row["note"],
+        resolution=resolution, resolved_at=row["resolved_at"],
+    )
+
+
+class PgCaseRepository:
+    """``CaseRepository`` over one connection (the unit of work's)."""
+
+    def __init__(self, conn: psycopg.Connection[Any]) -> None:
+        self._conn = conn
+
+    def get(self, tenant_id: str, case_id: str) -> Case | None:
+        with self._conn.cursor(row_factory=dict_row) as cur:
+            cur.execute(f"SELECT {_CASE_COLUMNS} FROM cases WHERE id = %s AND tenant_id = %s",
+                        (case_id, tenant_id))
+            row = cur.fetchone()
+        return _case_from_row(row) if row else None
+
+    def add(self, case: Case) -> None:
+        values = ", ".join(f"%({c.strip()})s" for c in _CASE_COLUMNS.split(","))
+        try:
+            self._conn.execute(f"INSERT INTO cases ({_CASE_COLUMNS}) VALUES ({values})",
+                               _case_params(case))
+        except psycopg.errors.UniqueViolation as e:
+            raise ConcurrencyError("case", case.id, 0, None) from e
+
+    def update(self, case: Case) -> None:
+        assignments = ", ".join(
+            f"{c} = %({c})s" for c in (x.strip() for x in _CASE_COLUMNS.split(","))
+            if c not in ("id", "tenant_id", "opened_by", "opened_at"))
+        cur = self._conn.execute(
+            f"UPDATE cases SET {assignments} WHERE id = %(id)s AND tenant_id = %(tenant_id)s "
+            "AND version = %(loaded_version)s", _case_params(case))
+        if cur.rowcount != 1:
+            row = self._conn.execute("SELECT version FROM cases WHERE id = %s",
+                                     (case.id,)).fetchone()
+            raise ConcurrencyError("case", case.id, case.loaded_version, row[0] if row else None)
+
+
+class PgIdempotencyStore:
+    """``IdempotencyStore`` over one connection; see module docstring for the lock."""
+
+    def __init__(self, conn: psycopg.Connection[Any]) -> None:
+        self._conn = conn
+
+    @staticmethod
+    def _scope_key(scope: IdempotencyScope) -> str:
+        return "\x1f".join((scope.tenant_id, scope.client_id, scope.route, scope.key_hash))
+
+    def try_lock(self, scope: IdempotencyScope) -> bool:
+        row = self._conn.execute("SELECT pg_try_advisory_xact_lock(hashtextextended(%s, 0))",
+                                 (self._scope_key(scope),)).fetchone()
+        return bool(row and row[0])
+
+    def find(self, scope: IdempotencyScope) -> IdempotencyRecord | None:
+        with self._conn.cursor(row_factory=dict_row) as cur:
+            cur.execute(
+                "SELECT fingerprint, response_status, response_body, response_headers, "
+                "created_at, expires_at FROM idempotency_records WHERE tenant_id = %s "
+                "AND client_id = %s AND route = %s AND key_hash = %s",
+                (scope.tenant_id, scope.client_id, scope.route, scope.key_hash))
+            row = cur.fetchone()
+        if row is None:
+            return None
+        return IdempotencyRecord(
+            scope=scope, fingerprint=row["fingerprint"],
+            response=StoredResponse(status=row["response_status"], body=row["response_body"],
+                                    headers=row["response_headers"]),
+            created_at=row["created_at"], expires_at=row["expires_at"])
+
+    def save(self, record: IdempotencyRecord) -> None:
+        s, r = record.scope, record.response
+        self._conn.execute(
+            "INSERT INTO idempotency_records (tenant_id, client_id, route, key_hash, fingerprint, "
+            "response_status, response_body, response_headers, created_at, expires_at) "
+            "VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s) "
+            "ON CONFLICT (tenant_id, client_id, route, key_hash) DO UPDATE SET "
+            "fingerprint = EXCLUDED.fingerprint, response_status = EXCLUDED.response_status, "
+            "response_body = EXCLUDED.response_body, response_headers = EXCLUDED.response_headers, "
+            "created_at = EXCLUDED.created_at, expires_at = EXCLUDED.expires_at",
+            (s.tenant_id, s.client_id, s.route, s.key_hash, record.fingerprint, r.status,
+             Jsonb(dict(r.body), dumps=_dumps), Jsonb(dict(r.headers)), record.created_at,
+             record.expires_at))
+
+    def purge_expired(self, now: datetime, limit: int) -> int:
+        cur = self._conn.execute(
+            "DELETE FROM idempotency_records WHERE ctid IN (SELECT ctid FROM idempotency_records "
+            "WHERE expires_at <= %s LIMIT %s)", (now, limit))
+        return cur.rowcount
+
+
+def _dumps(value: Any) -> str:
+    return json.dumps(value, separators=(",", ":"), default=str)
+
+
+class _BoundOutbox:
+    def __init__(self, conn: psycopg.Connection[Any], append: AppendEvents) -> None:
+        self._conn, self._append = conn, append
+
+    def append(self, events: Sequence[Envelope]) -> None:
+        if events:
+            self._append(self._conn, events)
+
+
+class PgUnitOfWork:
+    """One transaction: cases, idempotency records and outbox rows commit together.
+
+    Use :meth:`factory` for HTTP commands (own pooled connection and transaction) and
+    :meth:`bound` inside a consumer handler (the runtime owns the transaction).
+    """
+
+    def __init__(self, *, pool: ConnectionPool[Any] | None, append: AppendEvents,
+                 conn: psycopg.Connection[Any] | None = None) -> None:
+        self._pool = pool
+        self._append = append
+        self._stack: ExitStack | None = None
+        if conn is not None:
+            self._bind(conn)
+
+    @classmethod
+    def factory(cls, pool: ConnectionPool[Any], append: AppendEvents) -> Callable[[], PgUnitOfWork]:
+        """A ``UnitOfWorkFactory``: each call opens a new transaction on a pooled connection."""
+        return lambda: cls(pool=pool, append=append)
+
+    @classmethod
+    def bound(cls, conn: psycopg.Connection[Any], append: AppendEvents) -> PgUnitOfWork:
+        """A unit of work over ``conn`` inside someone else's transaction (no commit here)."""
+        return cls(pool=None, append=append, conn=conn)
+
+    def _bind(self, conn: psycopg.Connection[Any]) -> None:
+        self.conn = conn
+        self.cases = PgCaseRepository(conn)
+        self.idempotency = PgIdempotencyStore(conn)
+        self.outbox = _BoundOutbox(conn, self._append)
+
+    def __enter__(self) -> PgUnitOfWork:
+        if self._pool is None:
+            return self
+        stack = ExitStack()
+        try:
+            stack.enter_context(translate_errors())
+            conn = stack.enter_context(self._pool.connection())
+            stack.enter_context(conn.transaction())
+        except BaseException:
+            stack.close()
+            raise
+        self._stack = stack
+        self._bind(conn)
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        if self._stack is not None:
+            stack, self._stack = self._stack, None
+            stack.__exit__(exc_type, exc, tb)

@@ -1,0 +1,101 @@
+"""Ports the case use cases depend on; adapters implement them (PostgreSQL, in-memory).
+
+A :class:`UnitOfWork` is one database transaction: the case row, the outbox rows and the
+idempotency record written through it commit together or not at all. It is a context
+manager: leaving the block normally commits, leaving it with an exception rolls back.
+When the transaction belongs to someone else (a consumer runtime's batch), the adapter
+neither commits nor rolls back and the owner decides.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from datetime import datetime
+from types import TracebackType
+from typing import Protocol
+
+from casestream.envelope import Envelope
+
+from services.case.application.idempotency import IdempotencyRecord, IdempotencyScope
+from services.case.domain.case import Case
+
+
+class CaseRepository(Protocol):
+    """Stored cases, tenant-scoped."""
+
+    def get(self, tenant_id: str, case_id: str) -> Case | None:
+        """Return the case, or None if it does not exist for this tenant."""
+        ...
+
+    def add(self, case: Case) -> None:
+        """Insert a new case (its ``loaded_version`` is 0)."""
+        ...
+
+    def update(self, case: Case) -> None:
+        """Save the case's state if its stored version is still ``case.loaded_version``.
+
+        Raises:
+            casestream.errors.ConcurrencyError: the stored version differs.
+        """
+        ...
+
+
+class IdempotencyStore(Protocol):
+    """Processed requests by idempotency scope."""
+
+    def try_lock(self, scope: IdempotencyScope) -> bool:
+        """Claim ``scope`` until the transaction ends; False if another transaction holds it."""
+        ...
+
+    def find(self, scope: IdempotencyScope) -> IdempotencyRecord | None:
+        """Return the stored record for ``scope`` (possibly expired), or None."""
+        ...
+
+    def save(self, record: IdempotencyRecord) -> None:
+        """Store ``record``, replacing an expired record of the same scope."""
+        ...
+
+    def purge_expired(self, now: datetime, limit: int) -> int:
+        """Delete up to ``limit`` records expired at ``now``; return how many were deleted."""
+        ...
+
+
+class EventOutbox(Protocol):
+    """The transactional outbox, as seen from a unit of work."""
+
+    def append(self, events: Sequence[Envelope]) -> None:
+        """Add integration events to the outbox in the current transaction."""
+        ...
+
+
+class UnitOfWork(Protocol):
+    """One transaction over cases, idempotency records and the outbox."""
+
+    cases: CaseRepository
+    idempotency: IdempotencyStore
+    outbox: EventOutbox
+
+    def __enter__(self) -> UnitOfWork: ...
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None: ...
+
+
+UnitOfWorkFactory = Callable[[], UnitOfWork]
+"""Opens a new unit of work (a new transaction) each call."""
+
+
+class Clock(Protocol):
+    """Source of the current time."""
+
+    def now(self) -> datetime:
+        """Return the current time, timezone-aware UTC."""
+        ...
+
+
+IdFactory = Callable[[], str]
+"""Returns a new unique id (UUID text form)."""

@@ -1,0 +1,176 @@
+"""Case use cases: open, submit (idempotent), read, and apply the saga's close/return requests.
+
+Every write loads the aggregate, calls one domain command, then in the same unit of work
+saves the new state (optimistic version check), appends the mapped integration events
+to the outbox and, for an idempotent request, stores the response. Nothing is written
+when any step raises.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from datetime import timedelta
+
+from services.case.application.commands import CaseView, CloseCase, OpenCase, ReturnCase, SubmitCase
+from services.case.application.errors import IdempotencyConflict, PreconditionFailed, RequestInFlight
+from services.case.application.idempotency import (
+    IdempotencyRecord,
+    IdempotentRequest,
+    StoredResponse,
+)
+from services.case.application.integration import Causation, to_envelopes
+from services.case.application.ports import Clock, IdFactory, UnitOfWork, UnitOfWorkFactory
+from services.case.domain.case import Case
+from services.case.domain.errors import CaseNotFound
+from services.case.domain.values import CaseContent
+
+log = logging.getLogger(__name__)
+
+Render = Callable[[CaseView], StoredResponse]
+"""Turns the resulting case into the HTTP response to send (and to store for replay)."""
+
+Replayed = bool
+"""True when a response comes from the idempotency store rather than a new write."""
+
+
+class CaseService:
+    """The case service's use cases, over a unit-of-work factory, a clock and an id source.
+
+    Args:
+        uow: opens one transaction per call.
+        clock: the time events occur at.
+        new_id: new case ids (UUID text).
+        idempotency_ttl: how long a stored response is replayed (then the key may be reused).
+    """
+
+    def __init__(self, *, uow: UnitOfWorkFactory, clock: Clock, new_id: IdFactory,
+                 idempotency_ttl: timedelta) -> None:
+        self._uow = uow
+        self._clock = clock
+        self._new_id = new_id
+        self._ttl = idempotency_ttl
+
+    # --- HTTP commands ----------------------------------------------------------------
+
+    def open_case(self, cmd: OpenCase, render: Render,
+                  request: IdempotentRequest | None = None) -> tuple[StoredResponse, Replayed]:
+        """Open a case: insert it at version 1 and append CaseOpened v3 to the outbox.
+
+        Raises:
+            CaseValidationError: content breaks a rule (services.case.domain.values).
+            IdempotencyConflict, RequestInFlight: see :meth:`submit_case`.
+        """
+        content = CaseContent(title=cmd.title, summary=cmd.summary, severity=cmd.severity,
+                              evidence_count=cmd.evidence_count,
+                              reporter_email=cmd.reporter_email, priority=cmd.priority)
+        with self._uow() as uow:
+            replay = self._replay(uow, request)
+            if replay is not None:
+                return replay, True
+            case = Case.open(case_id=self._new_id(), tenant_id=cmd.tenant_id, content=content,
+                             actor_id=cmd.actor_id, at=self._clock.now())
+            uow.cases.add(case)
+            uow.outbox.append(to_envelopes(case.pull_events(), Causation(traceparent=cmd.traceparent)))
+            return self._respond(uow, request, render(CaseView.of(case))), False
+
+    def submit_case(self, cmd: SubmitCase, request: IdempotentRequest,
+                    render: Render) -> tuple[StoredResponse, Replayed]:
+        """Submit an open case exactly once per idempotency key.
+
+        Same key + same request -> the stored response (replayed). Otherwise the case
+        moves OPEN -> SUBMITTED at version+1, CaseSubmitted v1 goes to the outbox, and the
+        rendered response is stored under the key, all in one transaction.
+
+        Raises:
+            RequestInFlight: another transaction is processing the same key.
+            IdempotencyConflict: the key was used for a different request.
+            CaseNotFound: no such case for the tenant.
+            PreconditionFailed: ``cmd.expected_version`` differs from the case's version.
+            InvalidTransition: the case is not OPEN.
+            casestream.errors.ConcurrencyError: the case changed concurrently.
+        """
+        with self._uow() as uow:
+            replay = self._replay(uow, request)
+            if replay is not None:
+                return replay, True
+            case = self._load(uow, cmd.tenant_id, cmd.case_id)
+            if cmd.expected_version is not None and cmd.expected_version != case.version:
+                raise PreconditionFailed(case.id, cmd.expected_version, case.version)
+            case.submit(actor_id=cmd.actor_id, at=self._clock.now(), note=cmd.note)
+            self._save(uow, case, Causation(traceparent=cmd.traceparent))
+            return self._respond(uow, request, render(CaseView.of(case))), False
+
+    def get_case(self, tenant_id: str, case_id: str) -> CaseView:
+        """Return the case as the tenant sees it. Raises CaseNotFound."""
+        with self._uow() as uow:
+            return CaseView.of(self._load(uow, tenant_id, case_id))
+
+    def purge_idempotency_records(self, limit: int = 1000) -> int:
+        """Delete up to ``limit`` expired idempotency records; return how many."""
+        with self._uow() as uow:
+            return uow.idempotency.purge_expired(self._clock.now(), limit)
+
+    # --- saga requests (unit of work owned by the consumer runtime) -------------------
+
+    def close_case(self, uow: UnitOfWork, cmd: CloseCase) -> bool:
+        """Close a submitted case (CaseClosed v1); False if it was already closed identically.
+
+        Raises:
+            CaseNotFound, InvalidTransition, CaseValidationError, ConcurrencyError.
+        """
+        case = self._load(uow, cmd.tenant_id, cmd.case_id)
+        changed = case.close(outcome=cmd.outcome, penalty_cents=cmd.penalty_cents,
+                             actor_id=cmd.actor_id, at=self._clock.now())
+        if changed:
+            self._save(uow, case, cmd.causation)
+        return changed
+
+    def return_case(self, uow: UnitOfWork, cmd: ReturnCase) -> bool:
+        """Return a submitted case (CaseReturned v1); False if it was already returned.
+
+        Raises:
+            CaseNotFound, InvalidTransition, CaseValidationError, ConcurrencyError.
+        """
+        case = self._load(uow, cmd.tenant_id, cmd.case_id)
+        changed = case.return_(reason=cmd.reason, actor_id=cmd.actor_id, at=self._clock.now())
+        if changed:
+            self._save(uow, case, cmd.causation)
+        return changed
+
+    # --- internals --------------------------------------------------------------------
+
+    @staticmethod
+    def _load(uow: UnitOfWork, tenant_id: str, case_id: str) -> Case:
+        case = uow.cases.get(tenant_id, case_id)
+        if case is None:
+            raise CaseNotFound(case_id)
+        return case
+
+    @staticmethod
+    def _save(uow: UnitOfWork, case: Case, causation: Causation) -> None:
+        uow.cases.update(case)
+        uow.outbox.append(to_envelopes(case.pull_events(), causation))
+
+    def _replay(self, uow: UnitOfWork, request: IdempotentRequest | None) -> StoredResponse | None:
+        if request is None:
+            return None
+        if not uow.idempotency.try_lock(request.scope):
+            raise RequestInFlight(request.scope.key_hash)
+        record = uow.idempotency.find(request.scope)
+        if record is None or record.expired(self._clock.now()):
+            return None
+        if record.fingerprint != request.fingerprint:
+            raise IdempotencyConflict(request.scope.key_hash)
+        log.info("idempotent replay for key %s on %s", request.scope.key_hash[:16],
+                 request.scope.route)
+        return record.response
+
+    def _respond(self, uow: UnitOfWork, request: IdempotentRequest | None,
+                 response: StoredResponse) -> StoredResponse:
+        if request is not None:
+            now = self._clock.now()
+            uow.idempotency.save(IdempotencyRecord(
+                scope=request.scope, fingerprint=request.fingerprint, response=response,
+                created_at=now, expires_at=now + self._ttl))
+        return response

@@ -1,0 +1,61 @@
+"""The exception tree of the case service (root defined here, in the innermost layer).
+
+Every error the case service raises on purpose derives from :class:`CaseServiceError`;
+the HTTP adapter maps each leaf to one problem ``code`` and status at one boundary::
+
+    CaseServiceError
+    ├── CaseValidationError      a value breaks a domain rule (field + message)     -> 400
+    ├── CaseNotFound             no such case for this tenant                      -> 404
+    ├── InvalidTransition        the case's status does not allow the action       -> 409
+    └── (application layer, services.case.application.errors)
+        ├── IdempotencyConflict  same key, different request                        -> 409
+        ├── RequestInFlight      same key, first request not finished                -> 409
+        └── PreconditionFailed   If-Match version differs from the case's version    -> 412
+
+Optimistic-locking failures found by the repository are the library's
+:class:`casestream.errors.ConcurrencyError` (-> 409 ``concurrent_modification``).
+"""
+
+from __future__ import annotations
+
+
+class CaseServiceError(Exception):
+    """Root of every error the case service raises on purpose."""
+
+
+class CaseValidationError(CaseServiceError):
+    """A value breaks a domain rule.
+
+    Attributes:
+        field: the name of the offending field as the client sent it (e.g. ``severity``).
+        message: a readable explanation, safe to show to a client.
+    """
+
+    def __init__(self, field: str, message: str):
+        super().__init__(f"{field}: {message}")
+        self.field = field
+        self.message = message
+
+
+class CaseNotFound(CaseServiceError):
+    """No case with this id exists for this tenant (another tenant's case is "not found")."""
+
+    def __init__(self, case_id: str):
+        super().__init__(f"case {case_id} not found")
+        self.case_id = case_id
+
+
+class InvalidTransition(CaseServiceError):
+    """The case's current status does not allow the requested action.
+
+    Attributes:
+        case_id: the case concerned.
+        status: its current status (a ``CaseStatus`` value).
+        action: the attempted action, e.g. ``submit``.
+    """
+
+    def __init__(self, case_id: str, status: str, action: str):
+        super().__init__(f"case {case_id} is {status}; cannot {action}")
+        self.case_id = case_id
+        self.status = status
+        self.action = action

@@ -1,0 +1,56 @@
+"""Settings of the case service, read once from the environment in ``bootstrap``.
+
+Common endpoints come from :class:`casestream.settings.CommonSettings` (``CASESTREAM_*``);
+case-specific ones use the ``CASESTREAM_CASE_`` prefix:
+
+    CASESTREAM_CASE_DATABASE            database name (default ``case``)
+    CASESTREAM_CASE_HOST / _PORT        HTTP listen address (default 127.0.0.1:18101)
+    CASESTREAM_CASE_MAX_BODY_BYTES      request body limit, bytes (default 65536) -> 413
+    CASESTREAM_CASE_IDEMPOTENCY_TTL_S   how long idempotent responses are replayed (default 86400)
+    CASESTREAM_CASE_PURGE_INTERVAL_S    expired idempotency records purge period (default 300)
+    CASESTREAM_CASE_POOL_MIN / _MAX     PostgreSQL pool size (default 2 / 10)
+    CASESTREAM_CASE_POOL_TIMEOUT_S      wait for a pooled connection, seconds (default 5) -> 503
+    CASESTREAM_CASE_RELAY_ENABLED       run the outbox relay in this process (default true;
+                                        false when Debezium publishes the outbox)
+    CASESTREAM_CASE_CONSUMER_ENABLED    run consumer ``case.saga-requests`` (default true)
+"""
+
+from __future__ import annotations
+
+from pydantic import AliasChoices, Field
+from pydantic_settings import SettingsConfigDict
+
+from casestream.settings import CommonSettings
+
+_PREFIX = "CASESTREAM_CASE_"
+
+
+def _env(name: str) -> AliasChoices:
+    return AliasChoices(_PREFIX + name.upper())
+
+
+class CaseSettings(CommonSettings):
+    """Frozen settings of the case service (see module docstring for the variables).
+
+    Fields are read only from their prefixed variable (never ``CASESTREAM_PORT`` & co.);
+    in code pass the variable names, e.g. ``Settings(CASESTREAM_CASE_PORT=0)``.
+    """
+
+    model_config = SettingsConfigDict(env_prefix="CASESTREAM_", frozen=True, extra="ignore")
+
+    database: str = Field("case", validation_alias=_env("database"))
+    host: str = Field("127.0.0.1", validation_alias=_env("host"))
+    port: int = Field(18101, ge=1, le=65535, validation_alias=_env("port"))
+    max_body_bytes: int = Field(64 * 1024, ge=1024, validation_alias=_env("max_body_bytes"))
+    idempotency_ttl_s: float = Field(86_400.0, gt=0, validation_alias=_env("idempotency_ttl_s"))
+    purge_interval_s: float = Field(300.0, gt=0, validation_alias=_env("purge_interval_s"))
+    pool_min: int = Field(2, ge=1, validation_alias=_env("pool_min"))
+    pool_max: int = Field(10, ge=1, validation_alias=_env("pool_max"))
+    pool_timeout_s: float = Field(5.0, gt=0, validation_alias=_env("pool_timeout_s"))
+    relay_enabled: bool = Field(True, validation_alias=_env("relay_enabled"))
+    consumer_enabled: bool = Field(True, validation_alias=_env("consumer_enabled"))
+
+    @property
+    def dsn(self) -> str:
+        """The case database URL."""
+        return self.database_url(self.database)

@@ -1,0 +1,10 @@
+"""The decision service: deterministic rules decide whether a submitted case is a violation.
+
+It consumes ``DecisionRequested`` from the saga topic (consumer ``decision.requests``),
+applies the rules of :mod:`services.decision.domain.rules`, stores one decision per case
+and answers with ``ViolationDetermined`` | ``NoViolationFound`` | ``DecisionFailed``
+(aggregate ``decision``, id = case id) through its outbox.
+
+Layers: ``domain`` (pure rules) <- ``application`` (use case, ports) <- ``adapters``
+(PostgreSQL, consumer handler, HTTP) <- ``bootstrap``. Run: ``python -m services.decision``.
+"""

@@ -1,0 +1,54 @@
+"""Consumer-runtime handler of the decision service (consumer ``decision.requests``).
+
+A PROCESS handler for ``DecisionRequested`` (topic ``outbox.event.saga``); the saga's other
+events are declared ``ignore``d. It runs :class:`~services.decision.application.decide.Decider`
+in a savepoint on ``ctx.conn`` and appends the reply through ``ctx.outbox``, so the decision,
+the reply's outbox row and the inbox row commit together. A concurrent re-address is
+retried (RetryableError); a request the rules cannot read is poison (dead-lettered).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from casestream.envelope import Envelope
+from casestream.errors import ConcurrencyError, PoisonMessageError, RetryableError
+from casestream.handlers import HandlerContext, HandlerKind, HandlerRegistry
+from services.decision.adapters.postgres import PgDecisionStore
+from services.decision.application.decide import Decider
+
+CONSUMER = "decision.requests"
+TOPICS = ("outbox.event.saga",)
+REQUEST = "DecisionRequested"
+
+
+class OutboxSink:
+    """EventSink over the runtime's outbox appender bound to one connection."""
+
+    def __init__(self, outbox: Any, conn: Any):
+        self.outbox = outbox
+        self.conn = conn
+
+    def append(self, events: Sequence[Envelope]) -> None:
+        if events:
+            self.outbox.append(self.conn, list(events))
+
+
+def register(registry: HandlerRegistry, decider: Decider, *,
+             also_known: Sequence[str] = ()) -> HandlerRegistry:
+    """Register the DecisionRequested handler on ``registry``; ``also_known`` are ignored types."""
+
+    def on_request(ctx: HandlerContext, event: Envelope) -> None:
+        try:
+            with ctx.conn.transaction():
+                decider.handle(PgDecisionStore(ctx.conn), OutboxSink(ctx.outbox, ctx.conn), event)
+        except ConcurrencyError as e:
+            raise RetryableError(f"decision changed concurrently: {e}") from e
+        except (KeyError, ValueError, TypeError) as e:
+            raise PoisonMessageError(f"{REQUEST} {event.event_id} is unreadable: {e!r}",
+                                     reason="validation") from e
+
+    registry.add(REQUEST, on_request, kind=HandlerKind.PROCESS)
+    registry.ignore(*(t for t in also_known if t != REQUEST))
+    return registry

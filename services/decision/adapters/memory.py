@@ -1,0 +1,43 @@
+"""In-memory decision store and event sink, for unit tests (mirrors ``PgDecisionStore``)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+
+from casestream.envelope import Envelope
+from casestream.errors import ConcurrencyError
+from services.decision.domain.decision import Decision
+
+
+@dataclass(slots=True)
+class MemoryDecisionStore:
+    """Dict-backed :class:`~services.decision.application.ports.DecisionStore`."""
+
+    decisions: dict[str, Decision] = field(default_factory=dict)
+
+    def get(self, case_id: str) -> Decision | None:
+        return self.decisions.get(case_id)
+
+    def insert(self, decision: Decision) -> bool:
+        if decision.case_id in self.decisions:
+            return False
+        self.decisions[decision.case_id] = decision
+        return True
+
+    def readdress(self, case_id: str, *, saga_id: str, expected_version: int) -> None:
+        current = self.decisions.get(case_id)
+        if current is None or current.version != expected_version:
+            raise ConcurrencyError("decision", case_id, expected_version,
+                                   None if current is None else current.version)
+        self.decisions[case_id] = replace(current, saga_id=saga_id, version=current.version + 1)
+
+
+@dataclass(slots=True)
+class MemorySink:
+    """Collects appended events in order."""
+
+    events: list[Envelope] = field(default_factory=list)
+
+    def append(self, events: Sequence[Envelope]) -> None:
+        self.events.extend(events)

@@ -1,0 +1,1 @@
+"""Decision use case (:mod:`.decide`) and its ports (:mod:`.ports`)."""

@@ -1,0 +1,87 @@
+"""Wiring of the decision service — the only place that builds adapters.
+
+``build()`` reads :class:`DecisionSettings`, applies the migrations (outbox, then
+``migrations/*.sql``), prepares the codec, and returns a
+:class:`~casestream.service.ServiceProcess` with two workers: the consumer runtime
+``decision.requests`` on ``outbox.event.saga`` and the outbox relay of the decision
+database. HTTP: ``GET /decisions/{case_id}`` plus ``/healthz``/``/readyz``.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from pathlib import Path
+
+from psycopg_pool import ConnectionPool
+
+from casestream.catalog import load_catalog
+from casestream.codec import EnvelopeCodec
+from casestream.consumer.runtime import ConsumerRuntime
+from casestream.consumer.settings import ConsumerSettings
+from casestream.db import apply_migrations
+from casestream.handlers import HandlerRegistry
+from casestream.kafka_config import producer_config
+from casestream.outbox import OUTBOX_MIGRATION, OutboxWriter
+from casestream.registry import ConfluentSchemaRegistry
+from casestream.relay.core import OutboxRelay
+from casestream.service import ServiceProcess, configure_logging
+from casestream.upcasters import default_upcasters
+from services.decision.adapters import handlers
+from services.decision.adapters.http import build_app
+from services.decision.adapters.postgres import PgDecisionQueries
+from services.decision.application.decide import Decider
+from services.decision.settings import DecisionSettings
+
+NAME = "decision"
+MIGRATIONS = Path(__file__).parent / "migrations"
+
+
+def utc_now() -> datetime:
+    """Timezone-aware UTC now."""
+    return datetime.now(UTC)
+
+
+def migrations() -> list[object]:
+    """The outbox migration, then this service's ``migrations/*.sql`` in name order."""
+    return [OUTBOX_MIGRATION, *sorted(MIGRATIONS.glob("*.sql"))]
+
+
+def build(settings: DecisionSettings | None = None) -> ServiceProcess:
+    """Build the decision service process (see the module docstring)."""
+    settings = settings or DecisionSettings()
+    configure_logging(NAME, settings.log_level)
+    dsn = settings.database_url(settings.database)
+    apply_migrations(dsn, migrations())
+    catalog = load_catalog()
+    codec = EnvelopeCodec(catalog, ConfluentSchemaRegistry(settings.registry_url),
+                          default_upcasters())
+    codec.prepare(auto_register=settings.auto_register_schemas)
+
+    pool = ConnectionPool(dsn, min_size=2, max_size=settings.pool_size, open=True,
+                          kwargs={"application_name": NAME})
+    outbox = OutboxWriter(codec)
+    topic_types = [t for t in catalog.event_types
+                   if catalog.subject_for(t).topic in handlers.TOPICS]
+    registry = handlers.register(HandlerRegistry(), Decider(clock=utc_now),
+                                 also_known=topic_types)
+    consumer = ConsumerRuntime(handlers.CONSUMER, handlers.TOPICS, registry, codec, pool,
+                               {"bootstrap.servers": settings.kafka_bootstrap},
+                               ConsumerSettings(batch_size=settings.consumer_batch),
+                               outbox=outbox)
+    relay = OutboxRelay(pool, producer_config(settings.kafka_bootstrap,
+                                              client_id="decision.relay"),
+                        name="decision.relay")
+
+    def database_ready() -> None:
+        with pool.connection() as conn:
+            conn.execute("SELECT 1 FROM decision LIMIT 1")
+
+    def consumer_ready() -> None:
+        if not consumer.ready.is_set():
+            raise RuntimeError("consumer has no partition assignment yet")
+
+    return ServiceProcess(
+        name=NAME, app=build_app(PgDecisionQueries(pool)), host=settings.host,
+        port=settings.port, workers={"consumer": consumer.run, "relay": relay.run},
+        readiness={"postgres": database_ready, "consumer": consumer_ready},
+    )

@@ -1,0 +1,54 @@
+"""Consumer-runtime handler of the notification service (consumer ``notification.requests``).
+
+A SIDE_EFFECT handler for ``NoticeRequested`` (topic ``outbox.event.saga``), so replay
+never (re)sends notices; the saga's other events are declared ``ignore``d. The handler only
+records the notice as PENDING on ``ctx.conn`` — in the runtime's transaction, with the inbox
+row — and the sender worker (:mod:`.sender_worker`) sends it. A request that cannot be read
+is poison (dead-lettered).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from datetime import datetime
+from typing import Any
+
+from casestream.envelope import Envelope
+from casestream.errors import PoisonMessageError
+from casestream.handlers import HandlerContext, HandlerKind, HandlerRegistry
+from services.notification.adapters.postgres import PgNoticeStore
+from services.notification.application.requests import record_request
+
+CONSUMER = "notification.requests"
+TOPICS = ("outbox.event.saga",)
+REQUEST = "NoticeRequested"
+
+
+class OutboxSink:
+    """EventSink over an outbox appender (``append(conn, events)``) bound to one connection."""
+
+    def __init__(self, outbox: Any, conn: Any):
+        self.outbox = outbox
+        self.conn = conn
+
+    def append(self, events: Sequence[Envelope]) -> None:
+        if events:
+            self.outbox.append(self.conn, list(events))
+
+
+def register(registry: HandlerRegistry, *, clock: Callable[[], datetime],
+             also_known: Sequence[str] = ()) -> HandlerRegistry:
+    """Register the NoticeRequested handler on ``registry``; ``also_known`` are ignored types."""
+
+    def on_request(ctx: HandlerContext, event: Envelope) -> None:
+        try:
+            with ctx.conn.transaction():
+                record_request(PgNoticeStore(ctx.conn), OutboxSink(ctx.outbox, ctx.conn), event,
+                               clock=clock)
+        except (KeyError, ValueError, TypeError) as e:
+            raise PoisonMessageError(f"{REQUEST} {event.event_id} is unreadable: {e!r}",
+                                     reason="validation") from e
+
+    registry.add(REQUEST, on_request, kind=HandlerKind.SIDE_EFFECT)
+    registry.ignore(*(t for t in also_known if t != REQUEST))
+    return registry

@@ -1,0 +1,35 @@
+"""The notification service's reply events (aggregate ``notice``, id = case id)."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from casestream.envelope import Envelope, new_event
+from services.notification.domain.notice import Notice, NoticeStatus
+
+AGGREGATE_TYPE = "notice"
+SOURCE = "notification"
+ACTOR = "notification-sender"
+
+
+def reply_for(notice: Notice, *, reason: str | None, now: datetime) -> Envelope:
+    """``NoticeIssued`` (SENT) or ``NoticeFailed`` (FAILED) for ``notice`` at its ``version``.
+
+    Raises:
+        ValueError: the notice is still PENDING.
+    """
+    if notice.status is NoticeStatus.SENT:
+        event_type = "NoticeIssued"
+        payload = {"case_id": notice.case_id, "saga_id": notice.saga_id,
+                   "recipient_email": notice.recipient_email, "message_id": notice.message_id}
+    elif notice.status is NoticeStatus.FAILED:
+        event_type = "NoticeFailed"
+        payload = {"case_id": notice.case_id, "saga_id": notice.saga_id,
+                   "reason": reason or notice.last_error or "notice failed"}
+    else:
+        raise ValueError(f"notice of case {notice.case_id} is still pending")
+    return new_event(event_type=event_type, aggregate_type=AGGREGATE_TYPE,
+                     aggregate_id=notice.case_id, aggregate_version=notice.version,
+                     payload=payload, tenant_id=notice.tenant_id, source=SOURCE, actor_id=ACTOR,
+                     correlation_id=notice.correlation_id, causation_id=notice.request_event_id,
+                     traceparent=notice.traceparent, occurred_at=now)

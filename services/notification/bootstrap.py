@@ -1,0 +1,106 @@
+"""Wiring of the notification service — the only place that builds adapters.
+
+``build()`` reads :class:`NotificationSettings`, applies the migrations (outbox, then
+``migrations/*.sql``), prepares the codec, and returns a
+:class:`~casestream.service.ServiceProcess` with three workers:
+
+- ``consumer``: consumer runtime ``notification.requests`` on ``outbox.event.saga``
+  (records NoticeRequested as pending notices);
+- ``sender``: :class:`SenderWorker` (SMTP to CASESTREAM_SMTP_HOST:PORT, bounded retries);
+- ``relay``: the outbox relay of the notification database.
+
+HTTP: ``/notices`` routes plus ``/healthz``/``/readyz`` (PostgreSQL, consumer assignment;
+SMTP is deliberately not a readiness condition: notices wait as pending while it is down).
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+from psycopg_pool import ConnectionPool
+
+from casestream.catalog import load_catalog
+from casestream.codec import EnvelopeCodec
+from casestream.consumer.runtime import ConsumerRuntime
+from casestream.consumer.settings import ConsumerSettings
+from casestream.db import apply_migrations
+from casestream.handlers import HandlerRegistry
+from casestream.kafka_config import producer_config
+from casestream.outbox import OUTBOX_MIGRATION, OutboxWriter
+from casestream.registry import ConfluentSchemaRegistry
+from casestream.relay.core import OutboxRelay
+from casestream.service import ServiceProcess, configure_logging
+from casestream.upcasters import default_upcasters
+from services.notification.adapters import handlers
+from services.notification.adapters.http import build_app
+from services.notification.adapters.postgres import PgNoticeQueries
+from services.notification.adapters.sender_worker import SenderWorker
+from services.notification.adapters.smtp import SmtpMailer
+from services.notification.application.sender import NoticeSender
+from services.notification.domain.retry import SendPolicy
+from services.notification.settings import NotificationSettings
+
+NAME = "notification"
+MIGRATIONS = Path(__file__).parent / "migrations"
+
+
+def utc_now() -> datetime:
+    """Timezone-aware UTC now."""
+    return datetime.now(UTC)
+
+
+def migrations() -> list[object]:
+    """The outbox migration, then this service's ``migrations/*.sql`` in name order."""
+    return [OUTBOX_MIGRATION, *sorted(MIGRATIONS.glob("*.sql"))]
+
+
+def send_policy(settings: NotificationSettings) -> SendPolicy:
+    """The bounded SMTP retry policy from the settings."""
+    return SendPolicy(max_attempts=settings.send_max_attempts,
+                      first_backoff=timedelta(seconds=settings.send_first_backoff_s),
+                      max_backoff=timedelta(seconds=settings.send_max_backoff_s))
+
+
+def build(settings: NotificationSettings | None = None) -> ServiceProcess:
+    """Build the notification service process (see the module docstring)."""
+    settings = settings or NotificationSettings()
+    configure_logging(NAME, settings.log_level)
+    dsn = settings.database_url(settings.database)
+    apply_migrations(dsn, migrations())
+    catalog = load_catalog()
+    codec = EnvelopeCodec(catalog, ConfluentSchemaRegistry(settings.registry_url),
+                          default_upcasters())
+    codec.prepare(auto_register=settings.auto_register_schemas)
+
+    pool = ConnectionPool(dsn, min_size=2, max_size=settings.pool_size, open=True,
+                          kwargs={"application_name": NAME})
+    outbox = OutboxWriter(codec)
+    topic_types = [t for t in catalog.event_types
+                   if catalog.subject_for(t).topic in handlers.TOPICS]
+    registry = handlers.register(HandlerRegistry(), clock=utc_now, also_known=topic_types)
+    consumer = ConsumerRuntime(handlers.CONSUMER, handlers.TOPICS, registry, codec, pool,
+                               {"bootstrap.servers": settings.kafka_bootstrap},
+                               ConsumerSettings(batch_size=settings.consumer_batch),
+                               outbox=outbox)
+    mailer = SmtpMailer(settings.smtp_host, settings.smtp_port, timeout_s=settings.smtp_timeout_s)
+    sender = SenderWorker(pool, dsn, NoticeSender(policy=send_policy(settings), clock=utc_now),
+                          mailer, outbox, interval_s=settings.sender_interval_s)
+    relay = OutboxRelay(pool, producer_config(settings.kafka_bootstrap,
+                                              client_id="notification.relay"),
+                        name="notification.relay")
+
+    def database_ready() -> None:
+        with pool.connection() as conn:
+            conn.execute("SELECT 1 FROM notice LIMIT 1")
+
+    def consumer_ready() -> None:
+        if not consumer.ready.is_set():
+            raise RuntimeError("consumer has no partition assignment yet")
+
+    return ServiceProcess(
+        name=NAME, app=build_app(PgNoticeQueries(pool)), host=settings.host,
+        port=settings.port,
+        workers={"consumer": consumer.run, "sender": sender, "relay": relay.run},
+        readiness={"postgres": database_ready, "consumer": consumer_ready},
+    )

@@ -1,0 +1,43 @@
+"""Settings of the notification service, read once from the environment in ``bootstrap``.
+
+Common endpoints come from :class:`casestream.settings.CommonSettings` (``CASESTREAM_*``,
+including ``CASESTREAM_SMTP_HOST`` / ``CASESTREAM_SMTP_PORT``, default 127.0.0.1:12525);
+notification-specific ones use the prefix ``CASESTREAM_NOTIFICATION_``:
+
+    CASESTREAM_NOTIFICATION_HOST / _PORT          HTTP listen address (127.0.0.1:18105)
+    CASESTREAM_NOTIFICATION_DATABASE              database name ("notification")
+    CASESTREAM_NOTIFICATION_SMTP_TIMEOUT_S        socket timeout per SMTP operation (10)
+    CASESTREAM_NOTIFICATION_SEND_MAX_ATTEMPTS     SMTP attempts before NoticeFailed (5)
+    CASESTREAM_NOTIFICATION_SEND_FIRST_BACKOFF_S  wait after the first failure, doubling (1)
+    CASESTREAM_NOTIFICATION_SEND_MAX_BACKOFF_S    cap of that wait (30)
+    CASESTREAM_NOTIFICATION_SENDER_INTERVAL_S     sender poll period without a wake-up (1)
+    CASESTREAM_NOTIFICATION_CONSUMER_BATCH        messages per consumer transaction (200)
+    CASESTREAM_NOTIFICATION_POOL_SIZE             PostgreSQL connections (4)
+"""
+
+from __future__ import annotations
+
+from pydantic import Field
+from pydantic_settings import SettingsConfigDict
+
+from casestream.settings import CommonSettings
+
+_P = "CASESTREAM_NOTIFICATION_"
+
+
+class NotificationSettings(CommonSettings):
+    """Frozen settings of the notification service (see the module docstring)."""
+
+    model_config = SettingsConfigDict(env_prefix="CASESTREAM_", frozen=True, extra="ignore",
+                                      populate_by_name=True)
+
+    host: str = Field("127.0.0.1", validation_alias=_P + "HOST")
+    port: int = Field(18105, ge=1, le=65535, validation_alias=_P + "PORT")
+    database: str = Field("notification", validation_alias=_P + "DATABASE")
+    smtp_timeout_s: float = Field(10.0, gt=0, validation_alias=_P + "SMTP_TIMEOUT_S")
+    send_max_attempts: int = Field(5, ge=1, validation_alias=_P + "SEND_MAX_ATTEMPTS")
+    send_first_backoff_s: float = Field(1.0, gt=0, validation_alias=_P + "SEND_FIRST_BACKOFF_S")
+    send_max_backoff_s: float = Field(30.0, gt=0, validation_alias=_P + "SEND_MAX_BACKOFF_S")
+    sender_interval_s: float = Field(1.0, gt=0, validation_alias=_P + "SENDER_INTERVAL_S")
+    consumer_batch: int = Field(200, ge=1, validation_alias=_P + "CONSUMER_BATCH")
+    pool_size: int = Field(4, ge=2, validation_alias=_P + "POOL_SIZE")

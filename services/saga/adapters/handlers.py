@@ -1,0 +1,85 @@
+"""Consumer-runtime handlers of the saga-orchestrator (consumer ``saga.orchestrator``).
+
+One PROCESS handler per event type the orchestrator reacts to (the start event and every
+reply trigger of the definition); other event types on the consumed topics are declared
+``ignore``d. Each handler runs the orchestrator inside a savepoint of the runtime's batch
+transaction, using ``ctx.conn`` (so the saga change, its history, its outbox rows and the
+inbox row commit together) and ``ctx.outbox`` for the outgoing events.
+
+An optimistic-concurrency conflict (the deadline scheduler moved the saga meanwhile) is
+retried here up to ``attempts`` times — each retry re-reads the saga, which under READ
+COMMITTED sees the winner's commit — then raised as
+:class:`~casestream.errors.RetryableError` for the runtime's backoff. A payload the
+definition cannot read (a contract breach) is a :class:`~casestream.errors.PoisonMessageError`.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from casestream.envelope import Envelope
+from casestream.errors import ConcurrencyError, PoisonMessageError, RetryableError
+from casestream.handlers import HandlerContext, HandlerKind, HandlerRegistry
+from services.saga.adapters.postgres import PgSagaStore
+from services.saga.application.orchestrator import Handled, Orchestrator
+
+log = logging.getLogger(__name__)
+
+CONSUMER = "saga.orchestrator"
+TOPICS = ("outbox.event.case", "outbox.event.decision", "outbox.event.notice")
+
+
+class OutboxSink:
+    """:class:`~services.saga.application.ports.EventSink` over the runtime's outbox appender."""
+
+    def __init__(self, outbox: Any, conn: Any):
+        self.outbox = outbox
+        self.conn = conn
+
+    def append(self, events: Sequence[Envelope]) -> None:
+        if events:
+            self.outbox.append(self.conn, list(events))
+
+
+def handle_in_savepoint(orchestrator: Orchestrator, conn: Any, outbox: Any, event: Envelope, *,
+                        attempts: int = 3) -> Handled:
+    """Run ``orchestrator.handle`` in a savepoint, retrying optimistic conflicts.
+
+    Raises:
+        RetryableError: still conflicting after ``attempts`` tries.
+        PoisonMessageError: the event lacks a field the saga definition needs.
+    """
+    for attempt in range(1, attempts + 1):
+        try:
+            with conn.transaction():
+                return orchestrator.handle(PgSagaStore(conn), OutboxSink(outbox, conn), event)
+        except ConcurrencyError as e:
+            log.info("saga conflict on %s %s (attempt %d): %s", event.event_type, event.event_id,
+                     attempt, e)
+            if attempt == attempts:
+                raise RetryableError(f"saga changed concurrently: {e}") from e
+        except KeyError as e:
+            raise PoisonMessageError(f"{event.event_type} {event.event_id}: {e}",
+                                     reason="validation") from e
+    raise AssertionError("unreachable")
+
+
+def register(registry: HandlerRegistry, orchestrator: Orchestrator, *,
+             also_known: Iterable[str] = ()) -> HandlerRegistry:
+    """Register the orchestrator's handlers on ``registry``; return it.
+
+    Args:
+        also_known: event types on the consumed topics that are deliberately not handled.
+    """
+
+    def on_event(ctx: HandlerContext, event: Envelope) -> None:
+        done = handle_in_savepoint(orchestrator, ctx.conn, ctx.outbox, event)
+        log.debug("%s %s -> saga %s: %s %s", event.event_type, event.event_id, done.saga_id,
+                  done.disposition.value if done.disposition else "no-op", done.note)
+
+    for event_type in sorted(orchestrator.handles()):
+        registry.add(event_type, on_event, kind=HandlerKind.PROCESS)
+    registry.ignore(*(t for t in also_known if t not in orchestrator.handles()))
+    return registry

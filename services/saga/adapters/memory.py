@@ -1,0 +1,94 @@
+"""In-memory saga store and event sink, for unit tests of the application layer.
+
+Mirrors :class:`services.saga.adapters.postgres.PgSagaStore` semantics: optimistic
+concurrency on ``version``, at most one active saga per case, one saga per start event,
+duplicate detection by (saga id, event id). ``claim_due`` does not lock (single thread).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from casestream.envelope import Envelope
+from casestream.errors import ConcurrencyError
+from services.saga.application.ports import HistoryRecord
+from services.saga.domain.engine import HistoryEntry, SagaInstance
+
+
+@dataclass(slots=True)
+class MemorySagaStore:
+    """Dict-backed :class:`~services.saga.application.ports.SagaStore` and ``SagaQueries``."""
+
+    sagas: dict[str, SagaInstance] = field(default_factory=dict)
+    active: dict[str, bool] = field(default_factory=dict)
+    started_by: dict[str, str] = field(default_factory=dict)  # start event id -> saga id
+    order: list[str] = field(default_factory=list)  # saga ids, oldest first
+    histories: dict[str, list[HistoryEntry]] = field(default_factory=dict)
+
+    def get(self, saga_id: str) -> SagaInstance | None:
+        return self.sagas.get(saga_id)
+
+    def newest_for_case(self, case_id: str) -> SagaInstance | None:
+        for saga_id in reversed(self.order):
+            if self.sagas[saga_id].case_id == case_id:
+                return self.sagas[saga_id]
+        return None
+
+    def active_for_case(self, case_id: str) -> SagaInstance | None:
+        for saga_id in reversed(self.order):
+            if self.sagas[saga_id].case_id == case_id and self.active[saga_id]:
+                return self.sagas[saga_id]
+        return None
+
+    def insert(self, saga: SagaInstance, *, started_by: str, active: bool) -> bool:
+        if saga.saga_id in self.sagas or started_by in self.started_by:
+            return False
+        if active and self.active_for_case(saga.case_id) is not None:
+            raise ConcurrencyError("saga", saga.saga_id, 0, None)
+        self.sagas[saga.saga_id] = saga
+        self.active[saga.saga_id] = active
+        self.started_by[started_by] = saga.saga_id
+        self.order.append(saga.saga_id)
+        self.histories[saga.saga_id] = []
+        return True
+
+    def update(self, saga: SagaInstance, *, expected_version: int, active: bool) -> None:
+        current = self.sagas.get(saga.saga_id)
+        if current is None or current.version != expected_version:
+            raise ConcurrencyError("saga", saga.saga_id, expected_version,
+                                   None if current is None else current.version)
+        self.sagas[saga.saga_id] = saga
+        self.active[saga.saga_id] = active
+
+    def seen(self, saga_id: str, event_id: str) -> bool:
+        return any(e.event_id == event_id for e in self.histories.get(saga_id, ()))
+
+    def record(self, saga_id: str, entry: HistoryEntry) -> None:
+        self.histories.setdefault(saga_id, []).append(entry)
+
+    def claim_due(self, now: datetime, limit: int) -> list[SagaInstance]:
+        due = [s for s in self.sagas.values() if s.deadline_at is not None and s.deadline_at <= now]
+        due.sort(key=lambda s: s.deadline_at or now)
+        return due[:limit]
+
+    # -- SagaQueries -----------------------------------------------------------------
+    def history(self, saga_id: str) -> list[HistoryRecord]:
+        return [HistoryRecord(seq=i + 1, entry=e) for i, e in enumerate(self.histories.get(saga_id, ()))]
+
+    def list(self, *, state: str | None, case_id: str | None, limit: int) -> list[SagaInstance]:
+        out = [self.sagas[i] for i in reversed(self.order)]
+        out = [s for s in out if (state is None or s.state == state)
+               and (case_id is None or s.case_id == case_id)]
+        return out[:limit]
+
+
+@dataclass(slots=True)
+class MemorySink:
+    """Collects appended events in order."""
+
+    events: list[Envelope] = field(default_factory=list)
+
+    def append(self, events: Sequence[Envelope]) -> None:
+        self.events.extend(events)

@@ -1,0 +1,216 @@
+"""The orchestrator use case: events in, saga transitions and requests out.
+
+One :class:`Orchestrator` serves one :class:`SagaDefinition`. Every method runs inside the
+caller's unit of work (the consumer runtime's transaction, or the scheduler's): it reads and
+writes sagas through a :class:`SagaStore` and appends the resulting events through an
+:class:`EventSink`, so the saga change, its history entry, its outgoing events and the
+inbox row of the triggering event commit together.
+
+Routing of an incoming event (rules of issue 7):
+
+- the definition's start event (``CaseSubmitted``) starts a saga whose id is derived from
+  the event id (uuid5), so a redelivered start event finds its saga and is a no-op; a
+  second submit while the case has an active saga is recorded on that saga and ignored;
+- a reply carrying ``saga_id`` in its payload is routed to that saga; any other trigger (the
+  case's ``CaseClosed`` / ``CaseReturned``) to the newest saga of the case (aggregate id);
+- a reply already in the saga's history is a duplicate: nothing happens (not even a
+  record); a reply the saga's state does not whitelist is recorded as IGNORED (late after a
+  deadline, after completion, or out of place) and never drives a step; a reply for an
+  unknown saga is logged and dropped — nothing is dead-lettered merely for being late.
+
+Emitted events: aggregate ``saga``, id = saga id, consecutive aggregate versions, source
+``saga``, correlation id = the journey's correlation id (the case's), causation id = the
+triggering event (for deadline-driven requests: the event that last moved the saga).
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, replace
+from datetime import datetime
+from typing import Any
+
+from casestream.envelope import Envelope, new_event
+from services.saga.application.ports import EventSink, SagaStore
+from services.saga.domain.definition import SagaDefinition, StateKind
+from services.saga.domain.engine import (
+    Disposition,
+    HistoryEntry,
+    Outcome,
+    SagaInstance,
+    apply_event,
+    fire_deadline,
+    resolve,
+    start_saga,
+)
+
+log = logging.getLogger(__name__)
+
+SAGA_NAMESPACE = uuid.UUID("6b0f6c1e-4b53-4f5e-9a3c-5a6761636173")
+"""uuid5 namespace: saga id = uuid5(SAGA_NAMESPACE, start event id)."""
+
+AGGREGATE_TYPE = "saga"
+SOURCE = "saga"
+ACTOR = "saga-orchestrator"
+
+
+def saga_id_for(start_event_id: str) -> str:
+    """The saga id started by event ``start_event_id`` (deterministic: uuid5)."""
+    return str(uuid.uuid5(SAGA_NAMESPACE, start_event_id))
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Handled:
+    """What :meth:`Orchestrator.handle` did (for logs and tests).
+
+    Attributes:
+        saga_id: the saga concerned, or None if no saga was found.
+        disposition: the engine's disposition, or None for a duplicate / unknown saga.
+        note: one sentence.
+    """
+
+    saga_id: str | None
+    disposition: Disposition | None
+    note: str = ""
+
+
+class Orchestrator:
+    """Runs one saga definition against a store and an event sink.
+
+    Args:
+        definition: a validated saga definition.
+        clock: returns the current time (timezone-aware UTC).
+    """
+
+    def __init__(self, definition: SagaDefinition, *, clock: Callable[[], datetime]):
+        self.definition = definition
+        self.clock = clock
+
+    # -- events ----------------------------------------------------------------------
+    def handles(self) -> frozenset[str]:
+        """Event types this orchestrator consumes (start event and every reply trigger)."""
+        return self.definition.triggers() | {self.definition.start_on}
+
+    def handle(self, store: SagaStore, sink: EventSink, event: Envelope) -> Handled:
+        """Apply ``event`` (see the module docstring for routing).
+
+        Raises:
+            casestream.errors.ConcurrencyError: the saga changed under us (retry the unit).
+            KeyError: the event lacks a field the definition records (contract breach).
+        """
+        if event.event_type == self.definition.start_on:
+            return self._start(store, sink, event)
+        saga = self._route(store, event)
+        if saga is None:
+            log.warning("no saga for %s %s (aggregate %s); dropped", event.event_type,
+                        event.event_id, event.aggregate_id)
+            return Handled(saga_id=None, disposition=None, note="no saga found")
+        case_id = event.payload.get("case_id")
+        if case_id is not None and case_id != saga.case_id:
+            log.warning("%s %s names case %s but saga %s is of case %s; dropped",
+                        event.event_type, event.event_id, case_id, saga.saga_id, saga.case_id)
+            return Handled(saga_id=saga.saga_id, disposition=None, note="case mismatch")
+        if store.seen(saga.saga_id, event.event_id):
+            return Handled(saga_id=saga.saga_id, disposition=None, note="duplicate")
+        outcome = apply_event(self.definition, saga, event_type=event.event_type,
+                              payload=event.payload, event_id=event.event_id, now=self.clock())
+        self._save(store, sink, saga, outcome, cause=event)
+        return Handled(saga_id=saga.saga_id, disposition=outcome.history.disposition,
+                       note=outcome.history.note)
+
+    def _start(self, store: SagaStore, sink: EventSink, event: Envelope) -> Handled:
+        case_id = event.aggregate_id
+        saga_id = saga_id_for(event.event_id)
+        if store.get(saga_id) is not None:
+            return Handled(saga_id=saga_id, disposition=None, note="duplicate start")
+        active = store.active_for_case(case_id)
+        if active is not None:
+            note = f"{event.event_type} while saga {active.saga_id} is active; ignored"
+            if not store.seen(active.saga_id, event.event_id):
+                store.record(active.saga_id, HistoryEntry(
+                    at=self.clock(), trigger=event.event_type, event_id=event.event_id,
+                    from_state=active.state, to_state=active.state,
+                    disposition=Disposition.IGNORED, note=note))
+            return Handled(saga_id=active.saga_id, disposition=Disposition.IGNORED, note=note)
+        facts: dict[str, Any] = {**event.payload, "aggregate_id": case_id}
+        outcome = start_saga(self.definition, saga_id=saga_id, case_id=case_id,
+                             tenant_id=event.tenant_id, correlation_id=event.correlation_id,
+                             facts=facts, event_id=event.event_id, now=self.clock())
+        saga = replace(outcome.saga, version=1)
+        if not store.insert(saga, started_by=event.event_id, active=self._active(saga)):
+            return Handled(saga_id=saga_id, disposition=None, note="duplicate start")
+        store.record(saga_id, outcome.history)
+        sink.append(self._envelopes(saga, outcome, cause=event))
+        return Handled(saga_id=saga_id, disposition=Disposition.STARTED)
+
+    def _route(self, store: SagaStore, event: Envelope) -> SagaInstance | None:
+        saga_id = event.payload.get("saga_id")
+        if saga_id:
+            return store.get(str(saga_id))
+        return store.newest_for_case(event.aggregate_id)
+
+    # -- deadlines -------------------------------------------------------------------
+    def fire_due(self, store: SagaStore, sink: EventSink, *, limit: int = 100) -> int:
+        """Fire every due deadline among up to ``limit`` claimed sagas; return how many fired.
+
+        Raises:
+            casestream.errors.ConcurrencyError: cannot happen for claimed (locked) rows
+                unless the store is misused; propagated.
+        """
+        now = self.clock()
+        fired = 0
+        for saga in store.claim_due(now, limit):
+            outcome = fire_deadline(self.definition, saga, now=now)
+            if outcome.changed:
+                self._save(store, sink, saga, outcome, cause=None)
+                fired += 1
+        return fired
+
+    # -- operator --------------------------------------------------------------------
+    def resolve(self, store: SagaStore, sink: EventSink, saga_id: str, *,
+                reason: str, actor_id: str) -> SagaInstance | None:
+        """Resolve a PARKED saga with the operator's ``reason``; None if no such saga.
+
+        Raises:
+            UnknownTrigger: the saga is not in a state that can be resolved.
+            casestream.errors.ConcurrencyError: the saga changed concurrently.
+        """
+        saga = store.get(saga_id)
+        if saga is None:
+            return None
+        outcome = resolve(self.definition, saga, input={"reason": reason}, now=self.clock())
+        return self._save(store, sink, saga, outcome, cause=None, actor_id=actor_id)
+
+    # -- persistence -----------------------------------------------------------------
+    def _active(self, saga: SagaInstance) -> bool:
+        return self.definition.state(saga.state).kind is not StateKind.TERMINAL
+
+    def _save(self, store: SagaStore, sink: EventSink, before: SagaInstance, outcome: Outcome,
+              *, cause: Envelope | None, actor_id: str = ACTOR) -> SagaInstance:
+        saga = outcome.saga
+        if outcome.changed:
+            saga = replace(saga, version=before.version + 1)
+            store.update(saga, expected_version=before.version, active=self._active(saga))
+            sink.append(self._envelopes(saga, outcome, cause=cause, actor_id=actor_id))
+        store.record(saga.saga_id, outcome.history)
+        return saga
+
+    def _envelopes(self, saga: SagaInstance, outcome: Outcome, *, cause: Envelope | None,
+                   actor_id: str = ACTOR) -> list[Envelope]:
+        now = outcome.history.at
+        causation = cause.event_id if cause is not None else saga.last_event_id
+        traceparent = cause.traceparent if cause is not None else None
+        return [
+            new_event(event_type=e.event_type, aggregate_type=AGGREGATE_TYPE,
+                      aggregate_id=saga.saga_id, aggregate_version=e.aggregate_version,
+                      payload=_plain(e.payload), tenant_id=saga.tenant_id, source=SOURCE,
+                      actor_id=actor_id, correlation_id=saga.correlation_id,
+                      causation_id=causation, traceparent=traceparent, occurred_at=now)
+            for e in outcome.emissions
+        ]
+
+
+def _plain(payload: Mapping[str, Any]) -> dict[str, Any]:
+    return dict(payload)

@@ -1,0 +1,132 @@
+"""Wiring of the saga-orchestrator — the only place that builds adapters.
+
+``build()`` reads :class:`SagaSettings`, applies the migrations (outbox, then
+``migrations/*.sql``), loads the catalog and prepares the codec (registering schemas in
+dev), builds the case-review saga from the settings and checks it against the catalog, and
+returns a :class:`~casestream.service.ServiceProcess` with three workers:
+
+- ``consumer``: :class:`~casestream.consumer.runtime.ConsumerRuntime` ``saga.orchestrator``
+  on ``outbox.event.case``, ``outbox.event.decision``, ``outbox.event.notice``;
+- ``relay``: the :class:`~casestream.relay.core.OutboxRelay` of the saga database;
+- ``deadlines``: the :class:`DeadlineScheduler`.
+
+HTTP: ``/sagas`` routes (:mod:`services.saga.adapters.http`) plus ``/healthz``/``/readyz``.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+from psycopg_pool import ConnectionPool
+
+from casestream.catalog import Catalog, load_catalog
+from casestream.codec import EnvelopeCodec
+from casestream.consumer.runtime import ConsumerRuntime
+from casestream.consumer.settings import ConsumerSettings
+from casestream.db import apply_migrations
+from casestream.handlers import HandlerRegistry
+from casestream.kafka_config import producer_config
+from casestream.outbox import OUTBOX_MIGRATION, OutboxWriter
+from casestream.registry import ConfluentSchemaRegistry
+from casestream.relay.core import OutboxRelay
+from casestream.service import ServiceProcess, configure_logging
+from casestream.upcasters import default_upcasters
+from services.saga.adapters import handlers
+from services.saga.adapters.handlers import OutboxSink
+from services.saga.adapters.http import build_app
+from services.saga.adapters.postgres import PgSagaQueries, PgSagaStore
+from services.saga.adapters.scheduler import DeadlineScheduler
+from services.saga.application.contract import check_against_catalog, payload_fields
+from services.saga.application.orchestrator import Orchestrator
+from services.saga.domain.case_review import case_review_saga
+from services.saga.domain.definition import SagaDefinition
+from services.saga.domain.engine import SagaInstance
+from services.saga.settings import SagaSettings
+
+NAME = "saga"
+MIGRATIONS = Path(__file__).parent / "migrations"
+
+
+def utc_now() -> datetime:
+    """The orchestrator's clock: timezone-aware UTC now."""
+    return datetime.now(UTC)
+
+
+def migrations() -> list[object]:
+    """The outbox migration, then this service's ``migrations/*.sql`` in name order."""
+    return [OUTBOX_MIGRATION, *sorted(MIGRATIONS.glob("*.sql"))]
+
+
+def definition_from(settings: SagaSettings, catalog: Catalog) -> SagaDefinition:
+    """The case-review saga with the configured deadlines, checked against ``catalog``.
+
+    Raises:
+        DefinitionError / ConfigError: the definition is inconsistent or does not match.
+    """
+    definition = case_review_saga(
+        decision_deadline=timedelta(seconds=settings.decision_deadline_s),
+        notice_deadline=timedelta(seconds=settings.notice_deadline_s),
+        close_deadline=timedelta(seconds=settings.close_deadline_s),
+        close_attempts=settings.close_attempts,
+        return_deadline=timedelta(seconds=settings.return_deadline_s),
+        return_attempts=settings.return_attempts,
+        decision_request_fields=payload_fields(catalog, "DecisionRequested"),
+    )
+    check_against_catalog(definition, catalog)
+    return definition
+
+
+def build(settings: SagaSettings | None = None) -> ServiceProcess:
+    """Build the saga-orchestrator process (see the module docstring).
+
+    Raises:
+        casestream.errors.CasestreamError: bad settings, schema or registry problems.
+        psycopg.OperationalError: the database is unreachable.
+    """
+    settings = settings or SagaSettings()
+    configure_logging(NAME, settings.log_level)
+    dsn = settings.database_url(settings.database)
+    apply_migrations(dsn, migrations())
+    catalog = load_catalog()
+    codec = EnvelopeCodec(catalog, ConfluentSchemaRegistry(settings.registry_url),
+                          default_upcasters())
+    codec.prepare(auto_register=settings.auto_register_schemas)
+    definition = definition_from(settings, catalog)
+    orchestrator = Orchestrator(definition, clock=utc_now)
+
+    pool = ConnectionPool(dsn, min_size=2, max_size=settings.pool_size, open=True,
+                          kwargs={"application_name": NAME})
+    outbox = OutboxWriter(codec)
+    topic_types = [t for t in catalog.event_types
+                   if catalog.subject_for(t).topic in handlers.TOPICS]
+    registry = handlers.register(HandlerRegistry(), orchestrator, also_known=topic_types)
+    consumer = ConsumerRuntime(handlers.CONSUMER, handlers.TOPICS, registry, codec, pool,
+                               {"bootstrap.servers": settings.kafka_bootstrap},
+                               ConsumerSettings(batch_size=settings.consumer_batch),
+                               outbox=outbox)
+    relay = OutboxRelay(pool, producer_config(settings.kafka_bootstrap, client_id="saga.relay"),
+                        name="saga.relay")
+    scheduler = DeadlineScheduler(pool, orchestrator, outbox,
+                                  interval_s=settings.scheduler_interval_s,
+                                  batch=settings.scheduler_batch)
+
+    def resolve(saga_id: str, reason: str, actor_id: str) -> SagaInstance | None:
+        with pool.connection() as conn, conn.transaction():
+            return orchestrator.resolve(PgSagaStore(conn), OutboxSink(outbox, conn), saga_id,
+                                        reason=reason, actor_id=actor_id)
+
+    def database_ready() -> None:
+        with pool.connection() as conn:
+            conn.execute("SELECT 1 FROM saga LIMIT 1")
+
+    def consumer_ready() -> None:
+        if not consumer.ready.is_set():
+            raise RuntimeError("consumer has no partition assignment yet")
+
+    return ServiceProcess(
+        name=NAME, app=build_app(PgSagaQueries(pool), orchestrator, resolve),
+        host=settings.host, port=settings.port,
+        workers={"consumer": consumer.run, "relay": relay.run, "deadlines": scheduler},
+        readiness={"postgres": database_ready, "consumer": consumer_ready},
+    )

@@ -1,0 +1,39 @@
+"""Pure saga domain (stdlib only): definitions as data, the engine interpreting them, and
+the case-review saga.
+
+Public names are re-exported here.
+"""
+
+from services.saga.domain.case_review import CASE_REVIEW, case_review_saga
+from services.saga.domain.definition import (
+    DEADLINE,
+    RESOLVE,
+    Request,
+    RetryPolicy,
+    SagaDefinition,
+    State,
+    StateKind,
+    Step,
+    StepKind,
+    Transition,
+    fields,
+)
+from services.saga.domain.engine import (
+    Disposition,
+    Emission,
+    HistoryEntry,
+    Outcome,
+    SagaInstance,
+    apply_event,
+    fire_deadline,
+    resolve,
+    start_saga,
+)
+from services.saga.domain.errors import DefinitionError, SagaError, UnknownTrigger
+
+__all__ = [
+    "CASE_REVIEW", "DEADLINE", "RESOLVE", "DefinitionError", "Disposition", "Emission",
+    "HistoryEntry", "Outcome", "Request", "RetryPolicy", "SagaDefinition", "SagaError",
+    "SagaInstance", "State", "StateKind", "Step", "StepKind", "Transition", "UnknownTrigger",
+    "apply_event", "case_review_saga", "fields", "fire_deadline", "resolve", "start_saga",
+]

@@ -1,0 +1,46 @@
+"""Settings of the saga-orchestrator, read once from the environment in ``bootstrap``.
+
+Common endpoints come from :class:`casestream.settings.CommonSettings` (``CASESTREAM_*``);
+the orchestrator's own settings use the prefix ``CASESTREAM_SAGA_``:
+
+    CASESTREAM_SAGA_HOST / _PORT            HTTP listen address (127.0.0.1:18103)
+    CASESTREAM_SAGA_DATABASE                database name on CASESTREAM_PG_URL ("saga")
+    CASESTREAM_SAGA_DECISION_DEADLINE_S     wait for a decision before compensating (300)
+    CASESTREAM_SAGA_NOTICE_DEADLINE_S       wait for the notice outcome before MANUAL_REVIEW (900)
+    CASESTREAM_SAGA_CLOSE_DEADLINE_S / _CLOSE_ATTEMPTS     close request re-issue (120 s, 3)
+    CASESTREAM_SAGA_RETURN_DEADLINE_S / _RETURN_ATTEMPTS   compensation re-issue (120 s, 3)
+    CASESTREAM_SAGA_SCHEDULER_INTERVAL_S    deadline scan period when idle (1.0)
+    CASESTREAM_SAGA_SCHEDULER_BATCH         sagas claimed per deadline round (100)
+    CASESTREAM_SAGA_CONSUMER_BATCH          messages per consumer transaction (200)
+    CASESTREAM_SAGA_POOL_SIZE               PostgreSQL connections (6)
+"""
+
+from __future__ import annotations
+
+from pydantic import Field
+from pydantic_settings import SettingsConfigDict
+
+from casestream.settings import CommonSettings
+
+_P = "CASESTREAM_SAGA_"
+
+
+class SagaSettings(CommonSettings):
+    """Frozen settings of the saga-orchestrator (see the module docstring for variables)."""
+
+    model_config = SettingsConfigDict(env_prefix="CASESTREAM_", frozen=True, extra="ignore",
+                                      populate_by_name=True)
+
+    host: str = Field("127.0.0.1", validation_alias=_P + "HOST")
+    port: int = Field(18103, validation_alias=_P + "PORT")
+    database: str = Field("saga", validation_alias=_P + "DATABASE")
+    decision_deadline_s: float = Field(300.0, gt=0, validation_alias=_P + "DECISION_DEADLINE_S")
+    notice_deadline_s: float = Field(900.0, gt=0, validation_alias=_P + "NOTICE_DEADLINE_S")
+    close_deadline_s: float = Field(120.0, gt=0, validation_alias=_P + "CLOSE_DEADLINE_S")
+    close_attempts: int = Field(3, ge=1, validation_alias=_P + "CLOSE_ATTEMPTS")
+    return_deadline_s: float = Field(120.0, gt=0, validation_alias=_P + "RETURN_DEADLINE_S")
+    return_attempts: int = Field(3, ge=1, validation_alias=_P + "RETURN_ATTEMPTS")
+    scheduler_interval_s: float = Field(1.0, gt=0, validation_alias=_P + "SCHEDULER_INTERVAL_S")
+    scheduler_batch: int = Field(100, ge=1, validation_alias=_P + "SCHEDULER_BATCH")
+    consumer_batch: int = Field(200, ge=1, validation_alias=_P + "CONSUMER_BATCH")
+    pool_size: int = Field(6, ge=2, validation_alias=_P + "POOL_SIZE")

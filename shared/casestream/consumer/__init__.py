@@ -1,0 +1,29 @@
+"""Consumer runtime: every service consumes Kafka through this package.
+
+Public API::
+
+    from casestream.consumer import ConsumerRuntime, ConsumerSettings, RetryPolicy
+    from casestream.handlers import HandlerRegistry, HandlerKind, HandlerContext
+    from casestream.processing import ProcessingMode
+    from casestream.guard import FirstSeenPolicy
+
+    runtime = ConsumerRuntime("audit.journal", ["outbox.event.case"], registry, codec, pool,
+                              {"bootstrap.servers": settings.kafka_bootstrap}, ConsumerSettings())
+    runtime.run(stop)          # a ServiceProcess worker
+
+Modules: ``runtime`` (Kafka loop, offsets, rebalance), ``batch`` (one transaction per poll
+batch, no Kafka), ``settings`` (policy), ``failures`` (classification), ``records`` (values and
+the decoder port). Tables: ``casestream.inbox``; dead letters: ``casestream.dlq``; the guard
+rule: ``casestream.guard``.
+"""
+
+from casestream.consumer.batch import BatchProcessor, BatchResult
+from casestream.consumer.failures import FailureClass, classify
+from casestream.consumer.records import ConsumerStats, EnvelopeDecoder, Record
+from casestream.consumer.runtime import ConsumerRuntime, ensure_topics
+from casestream.consumer.settings import ConsumerSettings, RetryPolicy
+
+__all__ = [
+    "BatchProcessor", "BatchResult", "ConsumerRuntime", "ConsumerSettings", "ConsumerStats",
+    "EnvelopeDecoder", "FailureClass", "Record", "RetryPolicy", "classify", "ensure_topics",
+]

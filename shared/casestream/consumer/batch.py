@@ -1,0 +1,614 @@
+"""Apply one poll batch of Kafka records to PostgreSQL: decode, guard, inbox, handlers, dead letters.
+
+Driver module (psycopg) without Kafka: the runtime (``runtime.py``) feeds it records and
+commits offsets from the :class:`BatchResult`; tests and the replay tool can drive it directly.
+
+One batch = one database transaction:
+
+1. decode every record (``EnvelopeDecoder``); poison → dead letter at once;
+2. **fast path** (default): read inbox and guard rows for the whole batch (2 round trips),
+   decide every record in memory, then write inbox rows and guard rows set-based (``unnest``)
+   and run the handlers, all inside one savepoint. Taken only when every record is a plain
+   apply / duplicate / stale on a flowing aggregate and no ``SIDE_EFFECT`` handler is involved.
+   If anything raises, the savepoint is rolled back and the batch is redone on the slow path;
+3. **slow path**: a savepoint per message (inbox row + guard row + handlers together), so one
+   failure rolls back only its own message. A retryable failure *cuts* its partition: earlier
+   messages commit, this one and later ones of the partition are rewound and retried after a
+   backoff (the runtime pauses that partition only); poison or exhausted attempts → dead letter;
+4. the sweep (when due): parks aggregates whose hold expired (dead letter ``version_gap``)
+   and drains held events that became contiguous;
+5. dead letters are flushed *before* the commit; offsets are committed by the caller *after* it.
+
+Per-aggregate order holds because a partition is processed in offset order and a cut stops
+the rest of its partition; across partitions/topics the version guard keeps order.
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import Any
+
+from casestream.consumer.failures import FailureClass, classify, error_class, reason_of
+from casestream.consumer.records import ConsumerStats, EnvelopeDecoder, Record
+from casestream.consumer.settings import ConsumerSettings
+from casestream.dlq import H_ACCEPT_GAP, DeadLetter, DeadLetterSink
+from casestream.errors import PoisonMessageError
+from casestream.guard import AggregateState, FirstSeenPolicy, Verdict, decide
+from casestream.handlers import DiscardingOutbox, HandlerContext, HandlerRegistry, OutboxAppender
+from casestream.inbox import (
+    GuardRow,
+    HeldEvent,
+    InboxEntry,
+    advance_guards,
+    held_events,
+    hold,
+    insert_inbox,
+    known_event_ids,
+    load_guards,
+    record_held_failure,
+    release_held,
+    set_last_version,
+    set_state,
+    waiting_aggregates,
+)
+from casestream.processing import ProcessingMode
+
+log = logging.getLogger("casestream.consumer")
+
+TP = tuple[str, int]
+
+
+class Action(enum.Enum):
+    """What the processor does with one decoded record."""
+
+    APPLY = "apply"
+    ACCEPT_GAP = "accept_gap"
+    HOLD = "hold"
+    DUPLICATE = "duplicate"
+    STALE = "stale"
+    UNKNOWN_STRICT = "unknown_strict"
+
+
+@dataclass(slots=True)
+class _Item:
+    rec: Record
+    env: Any
+
+    @property
+    def key(self) -> tuple[str, str]:
+        return (self.env.aggregate_type, self.env.aggregate_id)
+
+    def entry(self) -> InboxEntry:
+        e = self.env
+        return InboxEntry(event_id=e.event_id, event_type=e.event_type,
+                          aggregate_type=e.aggregate_type, aggregate_id=e.aggregate_id,
+                          aggregate_version=e.aggregate_version)
+
+
+@dataclass(slots=True)
+class _Attempt:
+    count: int
+    first: datetime
+    last: datetime
+
+
+@dataclass(slots=True)
+class BatchResult:
+    """What the runtime must do with offsets after the transaction committed.
+
+    commits: next offset to commit per (topic, partition) = last processed + 1, or the offset of
+        the first message not processed (cut).
+    rewinds: (topic, partition) -> (offset to seek to, seconds to keep the partition paused).
+    fast: the batch went through the fast path.
+    """
+
+    commits: dict[TP, int] = field(default_factory=dict)
+    rewinds: dict[TP, tuple[int, float]] = field(default_factory=dict)
+    fast: bool = False
+
+    def cut(self, tp: TP, offset: int, delay_s: float) -> None:
+        """Stop processing ``tp`` at ``offset``: commit up to it, rewind there after ``delay_s``."""
+        self.commits[tp] = offset
+        self.rewinds[tp] = (offset, delay_s)
+
+
+def _now() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+class BatchProcessor:
+    """Applies batches for one consumer name. Not thread-safe: one batch at a time.
+
+    Args:
+        consumer: inbox consumer name (= group id), e.g. ``"audit.journal"``.
+        handlers: the handler registry.
+        decoder: ``EnvelopeDecoder`` (``casestream.codec.EnvelopeCodec``).
+        dead_letters: where dead letters go (``casestream.dlq.KafkaDeadLetters``).
+        settings: policy (retry, gap hold, first-seen, strict types, mode, fast path).
+        outbox: appender given to handlers as ``ctx.outbox`` (REPLAY always discards).
+        stats: counters to update (a fresh ``ConsumerStats`` by default).
+    """
+
+    def __init__(self, *, consumer: str, handlers: HandlerRegistry, decoder: EnvelopeDecoder,
+                 dead_letters: DeadLetterSink, settings: ConsumerSettings | None = None,
+                 outbox: OutboxAppender | None = None, stats: ConsumerStats | None = None) -> None:
+        self.consumer = consumer
+        self.handlers = handlers
+        self.decoder = decoder
+        self.dead_letters = dead_letters
+        self.settings = settings or ConsumerSettings()
+        self.mode = self.settings.mode
+        self.discarding = DiscardingOutbox()
+        self.outbox: OutboxAppender = (
+            outbox if outbox is not None and self.mode is ProcessingMode.LIVE else self.discarding
+        )
+        self.stats = stats or ConsumerStats()
+        self.redrive_topic = self.settings.redrive_topic_for(consumer)
+        self._attempts: dict[tuple[str, int, int], _Attempt] = {}
+
+    # ------------------------------------------------------------------ public
+
+    def process(self, conn: Any, records: Sequence[Record], *, sweep: bool = False) -> BatchResult:
+        """Apply ``records`` (one poll batch, offset order per partition) in one transaction.
+
+        Returns the offsets to commit and the partitions to rewind. Raises only for
+        batch-level failures (connection lost, dead-letter delivery failed, ...): nothing was
+        committed then and the caller retries the whole batch after a backoff.
+        """
+        t0 = time.monotonic()
+        result = BatchResult()
+        dead: list[DeadLetter] = []
+        try:
+            with conn.transaction():
+                items = self._decode_all(records, result, dead)
+                if items:
+                    done = False
+                    if self.settings.fast_path:
+                        done = self._try_fast(conn, items)
+                    if done:
+                        result.fast = True
+                    else:
+                        self._slow(conn, items, result, dead, t0)
+                if sweep:
+                    self._sweep(conn, dead)
+                if result.rewinds and dead:
+                    dead = self._behind_cuts(records, result, dead)
+                self._send(dead)
+        except Exception as e:
+            if len(records) == 1 and not dead and classify(e, conn) is FailureClass.RETRYABLE:
+                # A single message whose transaction cannot commit: its own failure.
+                return self._single_commit_failure(conn, records[0], e)
+            raise
+        self.stats.batches += 1
+        self.stats.fast_batches += int(result.fast)
+        return result
+
+    @staticmethod
+    def _behind_cuts(records: Sequence[Record], result: BatchResult,
+                     dead: list[DeadLetter]) -> list[DeadLetter]:
+        """Drop dead letters of this batch's records at/after a cut: they will be consumed again."""
+        mine = {id(r) for r in records}
+        keep = []
+        for d in dead:
+            r = d.record
+            cut = result.rewinds.get(r.tp)
+            if id(r) in mine and cut is not None and r.offset >= cut[0]:
+                continue
+            keep.append(d)
+        return keep
+
+    def sweep(self, conn: Any) -> None:
+        """Run the held/parked sweep on its own (one transaction)."""
+        dead: list[DeadLetter] = []
+        with conn.transaction():
+            self._sweep(conn, dead)
+            self._send(dead)
+
+    def forget(self, tps: Sequence[TP]) -> None:
+        """Drop in-memory attempt counts of partitions no longer assigned."""
+        gone = set(tps)
+        for pos in [p for p in self._attempts if (p[0], p[1]) in gone]:
+            del self._attempts[pos]
+
+    def attempts_of(self, rec: Record) -> int:
+        """Failed attempts recorded so far for ``rec`` (0 if none)."""
+        a = self._attempts.get((rec.topic, rec.partition, rec.offset))
+        return a.count if a else 0
+
+    @property
+    def discarded_outbox(self) -> int:
+        """Follow-up events dropped because of REPLAY mode or a missing outbox."""
+        return self.discarding.discarded
+
+    # ------------------------------------------------------------------ decode
+
+    def _decode_all(self, records: Sequence[Record], result: BatchResult,
+                    dead: list[DeadLetter]) -> list[_Item]:
+        items: list[_Item] = []
+        decode = self.decoder.decode
+        for rec in records:
+            tp = rec.tp
+            if tp in result.rewinds:
+                continue
+            result.commits[tp] = rec.offset + 1
+            if rec.value is None:
+                self._failed(rec, PoisonMessageError("message has no value", reason="empty_value"),
+                             None, result, dead)
+                continue
+            try:
+                env = decode(rec.value, published_at=rec.published_at)
+            except Exception as e:  # noqa: BLE001 - classified below
+                self._failed(rec, e, None, result, dead)
+                continue
+            items.append(_Item(rec, env))
+        return items
+
+    # ------------------------------------------------------------------ verdicts
+
+    def _action(self, item: _Item, known: set[str], seen: set[str],
+                guards: dict[tuple[str, str], GuardRow]) -> Action:
+        env = item.env
+        if env.event_id in known or env.event_id in seen:
+            return Action.DUPLICATE
+        g = guards.get(item.key)
+        last = g.last_version if g is not None else None
+        try:
+            verdict = decide(last, env.aggregate_version, self.settings.first_seen)
+        except ValueError as e:
+            raise PoisonMessageError(str(e), reason="validation") from e
+        if verdict is Verdict.STALE:
+            return Action.STALE
+        if verdict is Verdict.GAP:
+            if item.rec.topic == self.redrive_topic and item.rec.header(H_ACCEPT_GAP) == "true":
+                return Action.ACCEPT_GAP
+            return Action.HOLD
+        if self.settings.strict_types and not self.handlers.knows(env.event_type):
+            return Action.UNKNOWN_STRICT
+        return Action.APPLY
+
+    # ------------------------------------------------------------------ fast path
+
+    def _try_fast(self, conn: Any, items: list[_Item]) -> bool:
+        try:
+            with conn.transaction():
+                return self._fast(conn, items)
+        except Exception as e:
+            if classify(e, conn) is FailureClass.INFRA:
+                raise
+            log.debug("%s: fast path failed (%s: %s); redoing batch with savepoints",
+                      self.consumer, type(e).__name__, e)
+            return False
+
+    def _fast(self, conn: Any, items: list[_Item]) -> bool:
+        known = known_event_ids(conn, self.consumer, [it.env.event_id for it in items])
+        start = load_guards(conn, self.consumer, {it.key for it in items})
+        guards = {k: GuardRow(g.last_version, g.state, g.exists) for k, g in start.items()}
+        seen: set[str] = set()
+        apply: list[_Item] = []
+        dup = stale = 0
+        for it in items:
+            action = self._action(it, known, seen, guards)
+            if action is Action.DUPLICATE:
+                dup += 1
+                continue
+            if action is Action.STALE:
+                stale += 1
+                continue
+            if action is not Action.APPLY:
+                return False
+            g = guards.get(it.key)
+            if g is not None and g.state is not AggregateState.FLOWING:
+                return False
+            if self.handlers.has_side_effects(it.env.event_type, self.mode):
+                return False
+            if g is None:
+                guards[it.key] = GuardRow(it.env.aggregate_version, AggregateState.FLOWING, False)
+            else:
+                g.last_version = it.env.aggregate_version
+            seen.add(it.env.event_id)
+            apply.append(it)
+        if apply:
+            insert_inbox(conn, self.consumer, [it.entry() for it in apply])
+            updates = []
+            for key, g in guards.items():
+                s = start.get(key)
+                if s is None:
+                    updates.append((key[0], key[1], None, g.last_version))
+                elif g.last_version != s.last_version:
+                    updates.append((key[0], key[1], s.last_version, g.last_version))
+            advance_guards(conn, self.consumer, updates, require_flowing=True)
+            unknown = 0
+            for it in apply:
+                unknown += self._run_handlers(conn, it.rec, it.env)
+        else:
+            unknown = 0
+        st = self.stats
+        st.applied += len(apply)
+        st.duplicates += dup
+        st.stale += stale
+        st.unknown_type += unknown
+        for it in apply:
+            if self._attempts:
+                self._attempts.pop((it.rec.topic, it.rec.partition, it.rec.offset), None)
+        return True
+
+    # ------------------------------------------------------------------ slow path
+
+    def _slow(self, conn: Any, items: list[_Item], result: BatchResult,
+              dead: list[DeadLetter], t0: float) -> None:
+        known = known_event_ids(conn, self.consumer, [it.env.event_id for it in items])
+        guards = load_guards(conn, self.consumer, {it.key for it in items})
+        seen: set[str] = set()
+        for it in items:
+            rec = it.rec
+            if rec.tp in result.rewinds:
+                continue
+            if time.monotonic() - t0 > self.settings.max_batch_s:
+                result.cut(rec.tp, rec.offset, 0.0)
+                continue
+            try:
+                action = self._action(it, known, seen, guards)
+            except PoisonMessageError as e:
+                self._failed(rec, e, it.env, result, dead)
+                continue
+            if action is Action.DUPLICATE:
+                self.stats.duplicates += 1
+            elif action is Action.STALE:
+                self.stats.stale += 1
+            elif action is Action.UNKNOWN_STRICT:
+                self._failed(rec, PoisonMessageError(
+                    f"no handler for event type {it.env.event_type!r} (strict mode)",
+                    reason="unknown_event_type"), it.env, result, dead)
+            elif action is Action.HOLD:
+                self._hold(conn, it, guards, seen, result, dead)
+            else:
+                if self._apply_one(conn, it, guards, result, dead,
+                                   accept_gap=action is Action.ACCEPT_GAP):
+                    seen.add(it.env.event_id)
+                    g = guards[it.key]
+                    if g.state is not AggregateState.FLOWING:
+                        self._drain(conn, it.key, guards, known, seen, dead, advanced=True)
+
+    def _hold(self, conn: Any, it: _Item, guards: dict[tuple[str, str], GuardRow],
+              seen: set[str], result: BatchResult, dead: list[DeadLetter]) -> None:
+        rec, env = it.rec, it.env
+        g = guards.get(it.key)
+        base = g.last_version if g is not None else 0
+        try:
+            with conn.transaction():
+                new = hold(conn, self.consumer, event=it.entry(), topic=rec.topic,
+                           partition=rec.partition, offset=rec.offset, key=rec.key,
+                           value=rec.value or b"", headers=rec.headers,
+                           timestamp_ms=rec.timestamp_ms, base_version=base,
+                           hold_s=self.settings.gap_hold_s)
+        except Exception as e:  # noqa: BLE001
+            self._failed(rec, e, env, result, dead, conn)
+            return
+        if g is None:
+            guards[it.key] = GuardRow(base, AggregateState.HOLDING)
+        elif g.state is AggregateState.FLOWING:
+            g.state = AggregateState.HOLDING
+        seen.add(env.event_id)
+        if new:
+            self.stats.held += 1
+            log.info("%s: %s %s v%d held behind a gap (last recorded v%d)", self.consumer,
+                     env.aggregate_type, env.aggregate_id, env.aggregate_version, base)
+
+    def _apply_one(self, conn: Any, it: _Item, guards: dict[tuple[str, str], GuardRow],
+                   result: BatchResult, dead: list[DeadLetter], *, accept_gap: bool = False) -> bool:
+        """Apply one live record in its own savepoint; on failure classify it. True if applied."""
+        try:
+            self._apply_tx(conn, it, guards, accept_gap=accept_gap)
+        except Exception as e:  # noqa: BLE001 - classified in _failed
+            self._failed(it.rec, e, it.env, result, dead, conn)
+            return False
+        if self._attempts:
+            self._attempts.pop((it.rec.topic, it.rec.partition, it.rec.offset), None)
+        return True
+
+    def _apply_tx(self, conn: Any, it: _Item, guards: dict[tuple[str, str], GuardRow], *,
+                  accept_gap: bool = False, held: HeldEvent | None = None) -> None:
+        """Savepoint { inbox row, guard row, handlers[, release held row] }; raises on failure.
+
+        Updates the in-memory guard copy and the counters only after the savepoint is released.
+        """
+        rec, env = it.rec, it.env
+        g = guards.get(it.key)
+        expected = g.last_version if g is not None and g.exists else None
+        version = env.aggregate_version
+        with conn.transaction():
+            if accept_gap:
+                set_last_version(conn, self.consumer, it.key, version - 1)
+                expected = version - 1
+            insert_inbox(conn, self.consumer, [it.entry()])
+            advance_guards(conn, self.consumer,
+                           [(it.key[0], it.key[1], expected, version)], require_flowing=False)
+            unknown = self._run_handlers(conn, rec, env)
+            if held is not None:
+                release_held(conn, self.consumer, held.event_id)
+        if g is None:
+            guards[it.key] = GuardRow(version, AggregateState.FLOWING)
+        else:
+            g.last_version = version
+            g.exists = True
+        if accept_gap:
+            self.stats.accepted_gaps += 1
+            log.warning("%s: accepted gap for %s %s: recorded v%d as last before v%d (re-drive)",
+                        self.consumer, it.key[0], it.key[1], version - 1, version)
+        self.stats.applied += 1
+        self.stats.unknown_type += unknown
+
+    def _run_handlers(self, conn: Any, rec: Record, env: Any) -> int:
+        """Run the handlers of ``env``; returns 1 if the type has none (counted as unknown)."""
+        hs = self.handlers.handlers_for(env.event_type, self.mode)
+        if not hs:
+            return 0 if self.handlers.knows(env.event_type) else 1
+        ctx = HandlerContext(conn=conn, outbox=self.outbox, mode=self.mode,
+                             consumer=self.consumer, topic=rec.topic, partition=rec.partition,
+                             offset=rec.offset)
+        for h in hs:
+            h.fn(ctx, env)
+        return 0
+
+    # ------------------------------------------------------------------ held events
+
+    def _drain(self, conn: Any, key: tuple[str, str], guards: dict[tuple[str, str], GuardRow],
+               known: set[str], seen: set[str], dead: list[DeadLetter], *, advanced: bool) -> None:
+        """Apply held events of ``key`` that are now contiguous, in version order."""
+        g = guards[key]
+        rows = held_events(conn, self.consumer, key)
+        remaining = len(rows)
+        for h in rows:
+            if h.event_id in known or h.event_id in seen or h.aggregate_version <= g.last_version:
+                release_held(conn, self.consumer, h.event_id)
+                remaining -= 1
+                continue
+            if h.aggregate_version != g.last_version + 1:
+                break
+            rec = held_record(h)
+            try:
+                env = self.decoder.decode(h.value, published_at=rec.published_at)
+            except Exception as e:  # noqa: BLE001
+                if self._held_failed(conn, h, e, None, dead):
+                    remaining -= 1
+                break
+            try:
+                self._apply_tx(conn, _Item(rec, env), guards, held=h)
+            except Exception as e:  # noqa: BLE001 - classified in _held_failed
+                if self._held_failed(conn, h, e, env, dead):
+                    remaining -= 1  # dead-lettered and released: the gap stays open
+                break
+            self.stats.drained += 1
+            seen.add(h.event_id)
+            remaining -= 1
+            advanced = True
+        if remaining == 0:
+            set_state(conn, self.consumer, key, AggregateState.FLOWING)
+            g.state = AggregateState.FLOWING
+            log.info("%s: %s %s flowing again at v%d", self.consumer, key[0], key[1],
+                     g.last_version)
+        elif advanced:
+            set_state(conn, self.consumer, key, AggregateState.HOLDING,
+                      hold_s=self.settings.gap_hold_s)
+            g.state = AggregateState.HOLDING
+
+    def _held_failed(self, conn: Any, h: HeldEvent, e: BaseException, env: Any,
+                     dead: list[DeadLetter]) -> bool:
+        """Count a failed drain of ``h``; dead-letter and release it when poison/exhausted.
+
+        Returns True if the held event was dead-lettered (and released).
+        """
+        fc = classify(e, conn)
+        if fc is FailureClass.INFRA:
+            raise e
+        policy = self.settings.retry
+        attempts = record_held_failure(conn, self.consumer, h.event_id,
+                                       f"{type(e).__name__}: {e}", policy.delay(h.attempts + 1))
+        self.stats.retries += int(fc is FailureClass.RETRYABLE)
+        if fc is FailureClass.POISON or policy.exhausted(attempts):
+            now = _now()
+            dead.append(self._dead_letter(held_record(h), e, env, attempts,
+                                          h.first_failure or now, now, event_id=h.event_id))
+            release_held(conn, self.consumer, h.event_id)
+            return True
+        return False
+
+    def _sweep(self, conn: Any, dead: list[DeadLetter]) -> None:
+        for w in waiting_aggregates(conn, self.consumer):
+            key = (w.aggregate_type, w.aggregate_id)
+            if w.first_held is None:
+                set_state(conn, self.consumer, key, AggregateState.FLOWING)
+                continue
+            if w.first_held <= w.last_version + 1:
+                if w.first_held_due:
+                    guards = {key: GuardRow(w.last_version, w.state)}
+                    self._drain(conn, key, guards, set(), set(), dead, advanced=False)
+                continue
+            if w.state is AggregateState.HOLDING and w.expired:
+                first = held_events(conn, self.consumer, key)[0]
+                now = _now()
+                err = PoisonMessageError(
+                    f"{key[0]} {key[1]}: version gap, expected v{w.last_version + 1} but the next"
+                    f" event held is v{first.aggregate_version}; aggregate parked after"
+                    f" {self.settings.gap_hold_s:g} s", reason="version_gap")
+                dl = self._dead_letter(held_record(first), err, None, 1, now, now,
+                                       event_id=first.event_id)
+                dead.append(dl)
+                set_state(conn, self.consumer, key, AggregateState.PARKED)
+                self.stats.parked += 1
+                log.warning("%s: parked %s %s at v%d (gap before v%d); dead-lettered %s",
+                            self.consumer, key[0], key[1], w.last_version,
+                            first.aggregate_version, first.event_id)
+
+    # ------------------------------------------------------------------ failures
+
+    def _failed(self, rec: Record, e: BaseException, env: Any, result: BatchResult,
+                dead: list[DeadLetter], conn: Any = None) -> None:
+        """A message failed: dead-letter it (poison / attempts used up) or cut its partition."""
+        fc = classify(e, conn)
+        if fc is FailureClass.INFRA:
+            raise e
+        pos = (rec.topic, rec.partition, rec.offset)
+        now = _now()
+        a = self._attempts.get(pos)
+        if a is None:
+            a = self._attempts[pos] = _Attempt(0, now, now)
+        a.count += 1
+        a.last = now
+        policy = self.settings.retry
+        if fc is FailureClass.POISON or policy.exhausted(a.count):
+            dead.append(self._dead_letter(rec, e, env, a.count, a.first, a.last))
+            del self._attempts[pos]
+            return
+        self.stats.retries += 1
+        delay = policy.delay(a.count)
+        log.warning("%s: %s[%d]@%d failed (attempt %d/%d, retry in %.2f s): %s: %s",
+                    self.consumer, rec.topic, rec.partition, rec.offset, a.count,
+                    policy.max_attempts, delay, type(e).__name__, e)
+        result.cut(rec.tp, rec.offset, delay)
+
+    def _single_commit_failure(self, conn: Any, rec: Record, e: BaseException) -> BatchResult:
+        result = BatchResult(commits={rec.tp: rec.offset + 1})
+        dead: list[DeadLetter] = []
+        self._failed(rec, e, None, result, dead, conn)
+        if dead:
+            self._send(dead)
+        return result
+
+    def _dead_letter(self, rec: Record, e: BaseException, env: Any, attempts: int,
+                     first: datetime, last: datetime, *, event_id: str | None = None) -> DeadLetter:
+        reason = reason_of(e)
+        return DeadLetter(
+            record=rec, error_class=error_class(e), reason=reason, message=str(e),
+            attempts=attempts, first_failure=first, last_failure=last,
+            correlation_id=getattr(env, "correlation_id", None),
+            traceparent=getattr(env, "traceparent", None),
+            event_id=event_id or getattr(env, "event_id", None),
+            event_type=getattr(env, "event_type", None),
+        )
+
+    def _send(self, dead: list[DeadLetter]) -> None:
+        if not dead:
+            return
+        for dl in dead:
+            self.dead_letters.send(dl)
+            self.stats.dead_lettered += 1
+            self.stats.count_reason(dl.reason)
+            log.warning("%s: dead-lettered %s[%d]@%d reason=%s attempts=%d: %s", self.consumer,
+                        dl.record.topic, dl.record.partition, dl.record.offset, dl.reason,
+                        dl.attempts, dl.message[:200])
+        self.dead_letters.flush()
+
+
+def held_record(h: HeldEvent) -> Record:
+    """The :class:`Record` a held event was stored from."""
+    return Record(topic=h.topic, partition=h.partition, offset=h.offset, key=h.key,
+                  value=h.value, headers=h.headers, timestamp_ms=h.timestamp_ms)
+
+
+__all__ = ["Action", "BatchProcessor", "BatchResult", "held_record", "FirstSeenPolicy"]

@@ -1,0 +1,427 @@
+"""The consumer runtime: Kafka poll loop, offsets, rebalances, retries, graceful shutdown.
+
+Driver module (confluent-kafka + psycopg pool). One ``ConsumerRuntime`` = one consumer group
+member; a service runs it as a worker: ``runtime.run(stop)`` returns soon after ``stop`` is set.
+
+Offsets (rule source: DESIGN §2, issue 4): ``enable.auto.commit=false``; after the batch
+transaction has committed (and its dead letters are delivered), the runtime commits
+``last processed + 1`` per partition with ``Consumer.commit(offsets=..., asynchronous=False)``.
+A crash between the DB commit and the offset commit redelivers the batch; the inbox and the
+version guard make that a no-op.
+
+Loop, in the main thread::
+
+    resume partitions whose retry backoff is over
+    records = consume(num_messages=batch_size, timeout=poll_timeout_s)
+    run BatchProcessor.process(records) in the worker thread;
+        if it takes longer than heartbeat_after_s: pause every assigned partition and keep
+        calling poll() (max.poll.interval.ms stays respected, rebalance callbacks still run)
+    commit offsets; for cut partitions: pause, seek back to the failed message, resume later
+
+Rebalance (eager protocol, librdkafka default ``range,roundrobin``): ``on_revoke`` waits for the
+batch in flight, commits its offsets synchronously, and forgets the revoked partitions' retry
+state; ``on_lost`` does the same without committing (the group has already moved on).
+Batch-level failures (database down, dead-letter topic unreachable) roll the batch back, rewind
+every partition in it and retry after an exponential backoff (capped at ``retry.max_s``), without
+counting against any message.
+
+Shutdown: when ``stop`` is set the current batch finishes and commits, pending offsets are
+committed, the consumer is closed (leaves the group) and the dead-letter producer is flushed.
+SIGTERM wiring belongs to the service (``casestream.service.ServiceProcess`` sets ``stop``).
+"""
+
+from __future__ import annotations
+
+import concurrent.futures as cf
+import logging
+import threading
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from casestream.consumer.batch import TP, BatchProcessor, BatchResult
+from casestream.consumer.failures import connection_broken
+from casestream.consumer.records import ConsumerStats, EnvelopeDecoder, Record
+from casestream.consumer.settings import ConsumerSettings
+from casestream.dlq import DeadLetterSink, KafkaDeadLetters, record_from_message
+from casestream.errors import ConfigError
+from casestream.handlers import HandlerRegistry, OutboxAppender
+from casestream.inbox import ensure_schema
+
+log = logging.getLogger("casestream.consumer")
+
+_FORCED = {"enable.auto.commit": False, "enable.auto.offset.store": False}
+
+
+class ConsumerRuntime:
+    """Consumes ``topics`` (plus ``<name>.redrive``) as group ``name`` and applies ``handlers``.
+
+    Args:
+        name: consumer name = Kafka ``group.id`` = inbox consumer, e.g. ``"audit.journal"``.
+        topics: topics to subscribe to, e.g. ``["outbox.event.case"]``.
+        handlers: the HandlerRegistry.
+        codec: an ``EnvelopeDecoder`` (``casestream.codec.EnvelopeCodec``).
+        pool: a ``psycopg_pool.ConnectionPool`` on the service's database.
+        kafka_config: librdkafka consumer settings; at least ``bootstrap.servers``.
+            ``enable.auto.commit``/``enable.auto.offset.store`` are forced off; ``group.id``
+            defaults to ``name``; ``auto.offset.reset`` defaults to ``earliest``.
+        settings: ConsumerSettings.
+        outbox: appender for follow-up events (``casestream.outbox.OutboxWriter``), optional.
+        dead_letters: override the dead-letter sink (default: ``KafkaDeadLetters`` on
+            ``<name>.dlq`` with the same bootstrap servers).
+
+    Raises:
+        ConfigError: auto-commit requested, no bootstrap servers, or no topics.
+    """
+
+    def __init__(self, name: str, topics: Sequence[str], handlers: HandlerRegistry,
+                 codec: EnvelopeDecoder, pool: Any, kafka_config: dict[str, Any],
+                 settings: ConsumerSettings | None = None, *,
+                 outbox: OutboxAppender | None = None,
+                 dead_letters: DeadLetterSink | None = None) -> None:
+        if not topics:
+            raise ConfigError(f"consumer {name}: no topics to consume")
+        if str(kafka_config.get("enable.auto.commit", "false")).lower() == "true":
+            raise ConfigError(f"consumer {name}: enable.auto.commit must be false "
+                              "(offsets are committed after the database transaction)")
+        if "bootstrap.servers" not in kafka_config:
+            raise ConfigError(f"consumer {name}: kafka_config needs bootstrap.servers")
+        self.name = name
+        self.settings = settings or ConsumerSettings()
+        self.dlq_topic = self.settings.dlq_topic_for(name)
+        self.redrive_topic = self.settings.redrive_topic_for(name)
+        self.topics = list(dict.fromkeys([*topics, self.redrive_topic]))
+        self.pool = pool
+        self.stats = ConsumerStats()
+        self._bootstrap = kafka_config["bootstrap.servers"]
+        self._conf = {
+            "group.id": name,
+            "auto.offset.reset": "earliest",
+            "enable.partition.eof": False,
+            "max.poll.interval.ms": 300000,
+            "session.timeout.ms": 45000,
+            **kafka_config,
+            **_FORCED,
+        }
+        self._dead_letters = dead_letters
+        self._processor_args = dict(consumer=name, handlers=handlers, decoder=codec,
+                                    settings=self.settings, outbox=outbox, stats=self.stats)
+        self.processor: BatchProcessor | None = None
+        self._consumer: Any = None
+        self._conn: Any = None
+        self._executor: cf.ThreadPoolExecutor | None = None
+        self._inflight: cf.Future[BatchResult] | None = None
+        self._assigned: set[TP] = set()
+        self._paused: dict[TP, float] = {}  # tp -> monotonic time to resume
+        self._pending: dict[TP, int] = {}  # offsets processed but not yet committed
+        self._infra_failures = 0
+        self._next_sweep = 0.0
+        self.ready = threading.Event()  # set once the first assignment arrived
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def run(self, stop: threading.Event) -> None:
+        """Consume until ``stop`` is set; then finish the batch, commit, leave the group."""
+        from confluent_kafka import Consumer
+
+        self._prepare()
+        self._consumer = Consumer(self._conf)
+        self._executor = cf.ThreadPoolExecutor(1, thread_name_prefix=f"{self.name}.batch")
+        self._consumer.subscribe(self.topics, on_assign=self._on_assign,
+                                 on_revoke=self._on_revoke, on_lost=self._on_lost)
+        log.info("%s: consuming %s (batch %d, dlq %s)", self.name, ", ".join(self.topics),
+                 self.settings.batch_size, self.dlq_topic)
+        try:
+            while not stop.is_set():
+                self._step()
+        finally:
+            self._shutdown()
+
+    def _prepare(self) -> None:
+        if self._dead_letters is None:
+            producer_conf = {k: v for k, v in self._conf.items()
+                             if k.startswith(("bootstrap.", "security.", "sasl.", "ssl.",
+                                              "client.id"))}
+            self._dead_letters = KafkaDeadLetters(
+                producer_conf, self.dlq_topic, self.name,
+                flush_timeout_s=self.settings.dlq_flush_timeout_s)
+        self.processor = BatchProcessor(dead_letters=self._dead_letters,
+                                        **self._processor_args)  # type: ignore[arg-type]
+        if self.settings.ensure_topics:
+            ensure_topics(self._bootstrap, [self.dlq_topic, self.redrive_topic])
+        if self.settings.ensure_schema:
+            with self.pool.connection() as conn:
+                ensure_schema(conn)
+
+    def _shutdown(self) -> None:
+        try:
+            if self._inflight is not None:
+                self._inflight.result()
+        except Exception:  # noqa: BLE001 - batch failed: nothing to commit for it
+            pass
+        try:
+            self._commit_pending()
+        finally:
+            try:
+                self._consumer.close()
+            finally:
+                if self._executor:
+                    self._executor.shutdown(wait=True)
+                self._release_conn()
+                if isinstance(self._dead_letters, KafkaDeadLetters):
+                    try:
+                        self._dead_letters.flush()
+                    except Exception:  # noqa: BLE001
+                        log.exception("%s: dead-letter flush at shutdown failed", self.name)
+                log.info("%s: stopped (%s)", self.name, self.stats)
+
+    # ------------------------------------------------------------------ one step
+
+    def _step(self) -> None:
+        self._resume_due()
+        msgs = self._consumer.consume(self.settings.batch_size, self.settings.poll_timeout_s)
+        records = self._records(msgs)
+        now = time.monotonic()
+        sweep = now >= self._next_sweep
+        if not records and not sweep:
+            return
+        if sweep:
+            self._next_sweep = now + self.settings.sweep_interval_s
+        fut = self._executor.submit(self._work, records, sweep)  # type: ignore[union-attr]
+        self._inflight = fut
+        stray = self._await(fut)
+        self._inflight = None
+        try:
+            result = fut.result()
+        except Exception as e:  # noqa: BLE001 - batch-level failure
+            self._batch_failed(records, e)
+            return
+        self._infra_failures = 0
+        self._finish(result, stray)
+
+    def _records(self, msgs: list[Any]) -> list[Record]:
+        from confluent_kafka import KafkaError
+
+        out: list[Record] = []
+        for m in msgs:
+            err = m.error()
+            if err is not None:
+                if err.code() == KafkaError._PARTITION_EOF:
+                    continue
+                if err.fatal():
+                    raise RuntimeError(f"{self.name}: fatal consumer error: {err}")
+                log.warning("%s: consumer error: %s", self.name, err)
+                continue
+            tp = (m.topic(), m.partition())
+            if tp in self._paused:
+                continue  # fetched before the pause took effect; the seek brings it back
+            out.append(record_from_message(m))
+        return out
+
+    def _work(self, records: list[Record], sweep: bool) -> BatchResult:
+        conn = self._connection()
+        try:
+            return self.processor.process(conn, records, sweep=sweep)  # type: ignore[union-attr]
+        except Exception:
+            if connection_broken(conn):
+                self._release_conn()
+            raise
+
+    def _await(self, fut: cf.Future[BatchResult]) -> dict[TP, int]:
+        """Wait for the batch; past ``heartbeat_after_s`` pause everything and keep polling.
+
+        Returns offsets of messages that arrived while waiting (to seek back to).
+        """
+        try:
+            fut.result(timeout=self.settings.heartbeat_after_s)
+            return {}
+        except cf.TimeoutError:
+            pass
+        except Exception:  # noqa: BLE001 - reported by the caller
+            return {}
+        held = [tp for tp in self._assigned if tp not in self._paused]
+        self._pause(held)
+        log.info("%s: batch running long; partitions paused, polling to stay in the group",
+                 self.name)
+        stray: dict[TP, int] = {}
+        try:
+            while not fut.done():
+                msg = self._consumer.poll(0.2)
+                if msg is not None and msg.error() is None:
+                    tp = (msg.topic(), msg.partition())
+                    stray[tp] = min(stray.get(tp, msg.offset()), msg.offset())
+        finally:
+            self._resume([tp for tp in held if tp in self._assigned and tp not in self._paused])
+        return stray
+
+    def _finish(self, result: BatchResult, stray: dict[TP, int]) -> None:
+        for tp, off in result.commits.items():
+            if tp in self._assigned:
+                self._pending[tp] = off
+        self._commit_pending()
+        for tp, (off, delay) in result.rewinds.items():
+            if tp in self._assigned:
+                self._rewind(tp, off, delay)
+        for tp, off in stray.items():
+            if tp in self._assigned and tp not in result.rewinds:
+                self._rewind(tp, off, 0.0)
+
+    def _batch_failed(self, records: list[Record], e: BaseException) -> None:
+        self._infra_failures += 1
+        self.stats.infra_failures += 1
+        delay = self.settings.retry.delay(min(self._infra_failures, 30))
+        log.error("%s: batch of %d failed (%s: %s); rolled back, retrying in %.2f s",
+                  self.name, len(records), type(e).__name__, e, delay)
+        first: dict[TP, int] = {}
+        for r in records:
+            if r.tp not in first:
+                first[r.tp] = r.offset
+        for tp, off in first.items():
+            if tp in self._assigned:
+                self._rewind(tp, off, delay)
+        if not records:  # a failed sweep: back off before the next one
+            self._next_sweep = time.monotonic() + delay
+
+    # ------------------------------------------------------------------ offsets
+
+    def _commit_pending(self) -> None:
+        if not self._pending or self._consumer is None:
+            return
+        from confluent_kafka import KafkaException, TopicPartition
+
+        offsets = [TopicPartition(t, p, o) for (t, p), o in self._pending.items()]
+        try:
+            committed = self._consumer.commit(offsets=offsets, asynchronous=False)
+        except KafkaException as e:
+            self.stats.offset_commit_failures += 1
+            log.warning("%s: offset commit failed (%s); will retry, redelivery is deduplicated",
+                        self.name, e)
+            return
+        for tp in committed or ():
+            key = (tp.topic, tp.partition)
+            if tp.error is None and self._pending.get(key) == tp.offset:
+                del self._pending[key]
+        self.stats.offset_commits += 1
+
+    # ------------------------------------------------------------------ pause / seek
+
+    def _rewind(self, tp: TP, offset: int, delay: float) -> None:
+        """Pause ``tp``, seek it to ``offset`` (pause first: librdkafka resumes from the seek)."""
+        from confluent_kafka import TopicPartition
+
+        self._pause([tp])
+        self._paused[tp] = time.monotonic() + delay
+        try:
+            self._consumer.seek(TopicPartition(tp[0], tp[1], offset))
+        except Exception as e:  # noqa: BLE001 - e.g. partition just revoked
+            log.warning("%s: seek %s[%d] to %d failed: %s", self.name, tp[0], tp[1], offset, e)
+
+    def _pause(self, tps: list[TP]) -> None:
+        from confluent_kafka import TopicPartition
+
+        if tps:
+            try:
+                self._consumer.pause([TopicPartition(t, p) for t, p in tps])
+            except Exception as e:  # noqa: BLE001
+                log.warning("%s: pause failed: %s", self.name, e)
+
+    def _resume(self, tps: list[TP]) -> None:
+        from confluent_kafka import TopicPartition
+
+        if tps:
+            try:
+                self._consumer.resume([TopicPartition(t, p) for t, p in tps])
+            except Exception as e:  # noqa: BLE001
+                log.warning("%s: resume failed: %s", self.name, e)
+
+    def _resume_due(self) -> None:
+        if not self._paused:
+            return
+        now = time.monotonic()
+        due = [tp for tp, at in self._paused.items() if at <= now]
+        for tp in due:
+            del self._paused[tp]
+        self._resume([tp for tp in due if tp in self._assigned])
+
+    # ------------------------------------------------------------------ rebalance callbacks
+
+    def _on_assign(self, consumer: Any, partitions: list[Any]) -> None:
+        self._assigned |= {(p.topic, p.partition) for p in partitions}
+        log.info("%s: assigned %s", self.name, _fmt(partitions))
+        self.ready.set()
+
+    def _on_revoke(self, consumer: Any, partitions: list[Any]) -> None:
+        revoked = {(p.topic, p.partition) for p in partitions}
+        log.info("%s: revoked %s", self.name, _fmt(partitions))
+        self._drain_inflight(commit=True)
+        self._commit_pending()
+        self._forget(revoked)
+
+    def _on_lost(self, consumer: Any, partitions: list[Any]) -> None:
+        lost = {(p.topic, p.partition) for p in partitions}
+        log.warning("%s: partitions lost %s (not committing)", self.name, _fmt(partitions))
+        self._drain_inflight(commit=False)
+        self._forget(lost)
+
+    def _drain_inflight(self, *, commit: bool) -> None:
+        fut = self._inflight
+        if fut is None:
+            return
+        try:
+            result = fut.result()
+        except Exception:  # noqa: BLE001 - the main loop handles the failure
+            return
+        if commit:
+            for tp, off in result.commits.items():
+                if tp in self._assigned:
+                    self._pending[tp] = off
+
+    def _forget(self, tps: set[TP]) -> None:
+        self._assigned -= tps
+        for tp in tps:
+            self._paused.pop(tp, None)
+            self._pending.pop(tp, None)
+        if self.processor is not None:
+            self.processor.forget(list(tps))
+
+    # ------------------------------------------------------------------ database connection
+
+    def _connection(self) -> Any:
+        if self._conn is None or connection_broken(self._conn):
+            self._release_conn()
+            conn = self.pool.getconn()
+            conn.autocommit = True  # transactions are explicit (conn.transaction())
+            self._conn = conn
+        return self._conn
+
+    def _release_conn(self) -> None:
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            try:
+                if not conn.closed:
+                    conn.autocommit = False
+            except Exception:  # noqa: BLE001
+                pass
+            self.pool.putconn(conn)
+
+
+def ensure_topics(bootstrap: str, topics: Sequence[str], *, partitions: int = 1,
+                  timeout_s: float = 15.0) -> None:
+    """Create ``topics`` if missing (broker default replication factor). Idempotent."""
+    from confluent_kafka import KafkaError, KafkaException
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    futures = admin.create_topics([NewTopic(t, num_partitions=partitions) for t in topics],
+                                  operation_timeout=timeout_s, request_timeout=timeout_s)
+    for topic, f in futures.items():
+        try:
+            f.result(timeout=timeout_s)
+        except KafkaException as e:
+            if e.args and e.args[0].code() == KafkaError.TOPIC_ALREADY_EXISTS:
+                continue
+            raise
+
+
+def _fmt(partitions: list[Any]) -> str:
+    return ", ".join(f"{p.topic}[{p.partition}]" for p in partitions) or "-"

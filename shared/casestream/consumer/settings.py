@@ -1,0 +1,108 @@
+"""Tuning and policy of one consumer runtime (pure, frozen).
+
+A service builds one ``ConsumerSettings`` per consumer from its own pydantic Settings in
+``bootstrap.py``; nothing here reads the environment. All durations are in seconds.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, field
+
+from casestream.errors import ConfigError
+from casestream.guard import FirstSeenPolicy
+from casestream.processing import ProcessingMode
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RetryPolicy:
+    """Bounded retries with exponential backoff and full jitter.
+
+    ``delay(n)`` for the n-th failure (n >= 1) is uniform in
+    ``[(1 - jitter) * d, d]`` with ``d = min(max_s, base_s * 2 ** (n - 1))``.
+    After ``max_attempts`` failed attempts the message is dead-lettered.
+    Rule source: issue 4 (bounded attempts, exponential backoff, jitter).
+    """
+
+    max_attempts: int = 5
+    base_s: float = 0.2
+    max_s: float = 30.0
+    jitter: float = 0.5
+
+    def __post_init__(self) -> None:
+        if self.max_attempts < 1:
+            raise ConfigError("retry max_attempts must be >= 1")
+        if self.base_s < 0 or self.max_s < self.base_s:
+            raise ConfigError("retry delays must satisfy 0 <= base_s <= max_s")
+        if not 0.0 <= self.jitter <= 1.0:
+            raise ConfigError("retry jitter must be within [0, 1]")
+
+    def delay(self, failures: int, rng: random.Random | None = None) -> float:
+        """Seconds to wait after the ``failures``-th failure (>= 1)."""
+        d = min(self.max_s, self.base_s * (2 ** max(0, failures - 1)))
+        r = (rng or random).random()
+        return d * (1.0 - self.jitter * r)
+
+    def exhausted(self, attempts: int) -> bool:
+        """True if ``attempts`` failed attempts use up the budget."""
+        return attempts >= self.max_attempts
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ConsumerSettings:
+    """Policy and tuning of a consumer runtime.
+
+    Attributes:
+        batch_size: ``num_messages`` per ``Consumer.consume`` call = messages per DB transaction.
+        poll_timeout_s: ``timeout`` of ``Consumer.consume``.
+        max_batch_s: stop applying a batch after this long, commit what is done and rewind the
+            rest (keeps batches bounded in time; rule source: ``max.poll.interval.ms``).
+        heartbeat_after_s: if a batch runs longer than this, the runtime pauses all partitions and
+            keeps calling ``poll`` while it finishes, so a long handler does not get the consumer
+            evicted (``max.poll.interval.ms``) with work half done.
+        retry: retry policy for retryable failures (per message) and infrastructure failures.
+        gap_hold_s: how long an aggregate with a version gap is held before it is parked and its
+            first held event dead-lettered with reason ``version_gap``.
+        sweep_interval_s: how often held/parked aggregates are checked (deadline, drain).
+        first_seen: first-seen version policy of the guard (see ``casestream.guard``).
+        strict_types: dead-letter events whose type has no handler and was not ``ignore``d
+            (reason ``unknown_event_type``); default: skip and count.
+        mode: LIVE or REPLAY.
+        fast_path: try each batch as set-based SQL without savepoints first, falling back to
+            a savepoint per message when anything fails.
+        dlq_topic / redrive_topic: default ``<consumer>.dlq`` / ``<consumer>.redrive``.
+        ensure_topics: create the DLQ and re-drive topics at start if missing.
+        ensure_schema: create the inbox/guard/held tables at start if missing.
+        dlq_flush_timeout_s: how long to wait for dead-letter deliveries before giving up on a batch.
+    """
+
+    batch_size: int = 500
+    poll_timeout_s: float = 0.5
+    max_batch_s: float = 30.0
+    heartbeat_after_s: float = 2.0
+    retry: RetryPolicy = field(default_factory=RetryPolicy)
+    gap_hold_s: float = 30.0
+    sweep_interval_s: float = 1.0
+    first_seen: FirstSeenPolicy = FirstSeenPolicy.STRICT
+    strict_types: bool = False
+    mode: ProcessingMode = ProcessingMode.LIVE
+    fast_path: bool = True
+    dlq_topic: str | None = None
+    redrive_topic: str | None = None
+    ensure_topics: bool = True
+    ensure_schema: bool = True
+    dlq_flush_timeout_s: float = 30.0
+
+    def __post_init__(self) -> None:
+        if self.batch_size < 1:
+            raise ConfigError("consumer batch_size must be >= 1")
+        if self.gap_hold_s < 0 or self.max_batch_s <= 0 or self.heartbeat_after_s <= 0:
+            raise ConfigError("consumer durations must be positive")
+
+    def dlq_topic_for(self, consumer: str) -> str:
+        """The dead-letter topic of ``consumer`` (``<consumer>.dlq`` unless overridden)."""
+        return self.dlq_topic or f"{consumer}.dlq"
+
+    def redrive_topic_for(self, consumer: str) -> str:
+        """The re-drive topic of ``consumer`` (``<consumer>.redrive`` unless overridden)."""
+        return self.redrive_topic or f"{consumer}.redrive"

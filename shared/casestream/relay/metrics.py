@@ -1,0 +1,51 @@
+"""Relay metrics: plain counters and gauges, read by any thread, updated by the relay's.
+
+Names follow issue 3 (``outbox_pending_total``, ``outbox_oldest_pending_age_seconds``);
+the observability layer exports :meth:`RelayMetrics.snapshot` (or wires
+``OutboxRelay(on_metrics=...)``) to OpenTelemetry without touching the relay.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+__all__ = ["RelayMetrics"]
+
+
+@dataclass(slots=True)
+class RelayMetrics:
+    """Counters (monotonic, since start) and gauges (last observed) of one relay instance.
+
+    Counters: ``published_total`` rows confirmed by a delivery report; ``delivery_errors_total``
+    failed delivery reports or synchronous produce errors; ``retried_total`` rows rescheduled
+    with backoff; ``failed_total`` rows marked failed (non-retryable or attempts exhausted);
+    ``batches_total``; ``order_breaches_total`` batches in which a later row of an aggregate
+    was delivered after an earlier one failed (possible only when librdkafka times a
+    message out, see the relay design notes); ``producer_restarts_total`` after fatal
+    errors; ``db_errors_total``; ``cleaned_total`` rows removed by retention.
+
+    Gauges (refreshed every ``metrics_interval_s``): ``outbox_pending_total`` pending rows
+    in the whole table, ``outbox_failed_total`` failed rows,
+    ``outbox_oldest_pending_age_seconds`` age of the oldest pending row (0 if none),
+    ``shards_held`` leases this instance holds, ``last_batch_size``, ``last_batch_seconds``.
+    """
+
+    published_total: int = 0
+    delivery_errors_total: int = 0
+    retried_total: int = 0
+    failed_total: int = 0
+    batches_total: int = 0
+    order_breaches_total: int = 0
+    producer_restarts_total: int = 0
+    db_errors_total: int = 0
+    cleaned_total: int = 0
+    outbox_pending_total: int = 0
+    outbox_failed_total: int = 0
+    outbox_oldest_pending_age_seconds: float = 0.0
+    shards_held: int = 0
+    last_batch_size: int = 0
+    last_batch_seconds: float = 0.0
+
+    def snapshot(self) -> dict[str, float]:
+        """Return every counter and gauge by name (a copy)."""
+        return {k: float(v) for k, v in asdict(self).items()}

@@ -1,0 +1,182 @@
+"""The relay's SQL on the ``outbox`` table: claim a batch, record outcomes, retention, stats.
+
+Claim (no watermark, so a late commit is never skipped): every *pending* row of a shard
+this instance leases, whose backoff is over, and whose aggregate has no earlier row that
+is failed or still backing off — in ``seq`` order. Rows of one aggregate are in one shard
+(``hashtext(aggregateid) & 31``), so exactly one relay instance produces them, in order.
+
+An earlier row of the same aggregate that is pending and due is in the same batch,
+ahead of the later one (it has a smaller ``seq``), so the held-back check only needs
+rows that have failed at least once: the partial index ``outbox_blocking_idx`` holds
+exactly those and stays tiny in normal operation.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import psycopg
+
+__all__ = ["OutboxRow", "OutboxStats", "Delivered", "claim", "mark_outcomes", "delete_published", "stats"]
+
+
+@dataclass(frozen=True, slots=True)
+class OutboxRow:
+    """One claimed row: what the relay needs to produce it."""
+
+    id: uuid.UUID
+    aggregatetype: str
+    aggregateid: str
+    type: str
+    payload: bytes
+    event_version: int | None
+    traceparent: str | None
+    correlation_id: str | None
+    attempts: int
+    seq: int
+
+
+@dataclass(frozen=True, slots=True)
+class OutboxStats:
+    """Table-wide counts: ``pending`` and ``failed`` rows; ``oldest_pending_age_s`` (0 if none)."""
+
+    pending: int
+    failed: int
+    oldest_pending_age_s: float
+
+
+_CLAIM = """
+SELECT o.id, o.aggregatetype, o.aggregateid, o.type, o.payload, o.event_version,
+       o.traceparent, o.correlation_id, o.attempts, o.seq
+FROM outbox o
+WHERE o.status = 'pending'
+  AND o.next_attempt_at <= now()
+  AND o.shard IN (SELECT l.shard FROM outbox_relay_lease l
+                  WHERE l.locked_by = %(owner)s AND l.locked_until > now())
+  AND NOT EXISTS (
+        SELECT 1 FROM outbox e
+        WHERE e.aggregateid = o.aggregateid AND e.aggregatetype = o.aggregatetype
+          AND e.seq < o.seq
+          AND (e.status = 'failed' OR (e.status = 'pending' AND e.attempts > 0))
+          AND (e.status = 'failed' OR e.next_attempt_at > now()))
+ORDER BY o.seq
+LIMIT %(limit)s
+"""
+
+
+def claim(conn: psycopg.Connection, owner: str, limit: int) -> list[OutboxRow]:
+    """Return up to ``limit`` publishable rows of the shards ``owner`` leases (DB clock).
+
+    Read-only (no row locks): the shard lease is what makes this instance the only
+    producer of these rows; the lease check is inside the query, so a lease lost a
+    moment ago is never used for a new batch.
+    """
+    with conn.cursor() as cur:
+        cur.execute(_CLAIM, {"owner": owner, "limit": limit})
+        return [OutboxRow(*r) for r in cur.fetchall()]
+
+
+_MARK_PUBLISHED = """
+UPDATE outbox o
+SET status = 'published', published_at = to_timestamp(d.ts_ms / 1000.0),
+    kafka_partition = d.p, kafka_offset = d.off, last_error = NULL
+FROM unnest(%s::uuid[], %s::bigint[], %s::int[], %s::bigint[]) AS d(id, ts_ms, p, off)
+WHERE o.id = d.id AND o.status = 'pending'
+"""
+
+_DELETE_PUBLISHED = "DELETE FROM outbox WHERE id = ANY(%s::uuid[])"
+
+_MARK_RETRY = """
+UPDATE outbox o
+SET attempts = o.attempts + 1,
+    next_attempt_at = now() + d.delay_s * interval '1 second',
+    last_error = d.err
+FROM unnest(%s::uuid[], %s::float8[], %s::text[]) AS d(id, delay_s, err)
+WHERE o.id = d.id AND o.status = 'pending'
+"""
+
+_MARK_FAILED = """
+UPDATE outbox o
+SET status = 'failed', attempts = o.attempts + 1, last_error = d.err
+FROM unnest(%s::uuid[], %s::text[]) AS d(id, err)
+WHERE o.id = d.id AND o.status = 'pending'
+"""
+
+
+@dataclass(frozen=True, slots=True)
+class Delivered:
+    """A confirmed delivery: row id, Kafka timestamp (ms), partition, offset."""
+
+    id: uuid.UUID
+    timestamp_ms: int
+    partition: int
+    offset: int
+
+
+def mark_outcomes(
+    conn: psycopg.Connection,
+    *,
+    delivered: Sequence[Delivered],
+    retry: Sequence[tuple[uuid.UUID, float, str]],
+    failed: Sequence[tuple[uuid.UUID, str]],
+    delete_published: bool,
+) -> None:
+    """Record a batch's outcomes in ONE transaction.
+
+    Args:
+        delivered: rows whose delivery report had no error → ``published`` (or deleted
+            when ``delete_published``).
+        retry: ``(id, delay_s, reason)`` → ``attempts+1``, ``next_attempt_at=now()+delay``.
+        failed: ``(id, reason)`` → ``status='failed'``.
+
+    Only rows still ``pending`` change, so a late bookkeeping by a relay that lost its
+    lease cannot undo another instance's outcome.
+    """
+    with conn.transaction():
+        with conn.cursor() as cur:
+            if delivered:
+                if delete_published:
+                    cur.execute(_DELETE_PUBLISHED, ([d.id for d in delivered],))
+                else:
+                    cur.execute(_MARK_PUBLISHED, (
+                        [d.id for d in delivered], [d.timestamp_ms for d in delivered],
+                        [d.partition for d in delivered], [d.offset for d in delivered],
+                    ))
+            if retry:
+                cur.execute(_MARK_RETRY, ([r[0] for r in retry], [r[1] for r in retry],
+                                          [r[2] for r in retry]))
+            if failed:
+                cur.execute(_MARK_FAILED, ([f[0] for f in failed], [f[1] for f in failed]))
+
+
+_DELETE_OLD = """
+DELETE FROM outbox WHERE id IN (
+    SELECT o.id FROM outbox o
+    WHERE o.status = 'published' AND o.published_at < now() - %(keep)s * interval '1 second'
+      AND o.shard IN (SELECT l.shard FROM outbox_relay_lease l
+                      WHERE l.locked_by = %(owner)s AND l.locked_until > now())
+    ORDER BY o.published_at
+    LIMIT %(limit)s)
+"""
+
+
+def delete_published(conn: psycopg.Connection, owner: str, keep_s: float, limit: int) -> int:
+    """Delete up to ``limit`` published rows older than ``keep_s`` in ``owner``'s shards."""
+    with conn.transaction():
+        cur = conn.execute(_DELETE_OLD, {"keep": keep_s, "owner": owner, "limit": limit})
+        return cur.rowcount
+
+
+def stats(conn: psycopg.Connection) -> OutboxStats:
+    """Count pending and failed rows and the age of the oldest pending row (seconds)."""
+    row = conn.execute(
+        """SELECT (SELECT count(*) FROM outbox WHERE status = 'pending'),
+                  (SELECT count(*) FROM outbox WHERE status = 'failed'),
+                  (SELECT coalesce(extract(epoch FROM now() - min(created_at)), 0)
+                     FROM (SELECT created_at FROM outbox WHERE status = 'pending'
+                           ORDER BY seq LIMIT 100) AS oldest)"""
+    ).fetchone()
+    assert row is not None
+    return OutboxStats(pending=int(row[0]), failed=int(row[1]), oldest_pending_age_s=float(row[2]))

@@ -1,0 +1,335 @@
+"""Reader/writer compatibility of two Avro schemas, and Confluent's compatibility levels over a history.
+
+The verdict on every type pair comes from Apache avro's
+``avro.compatibility.ReaderWriterCompatibilityChecker`` (a port of Java's
+``SchemaCompatibility``, the checker Confluent's registry uses). This module walks matching
+record fields itself so each problem gets a field path, a rule id and a fix, and adds what
+that checker lacks:
+
+* ``logical-type-changed`` — same underlying type, other logical type (timestamp-millis ->
+  timestamp-micros reads fine and means 1000x something else). Avro spec, "Logical Types".
+* ``enum-symbol-added-without-default`` — named explicitly (the checker reports a bare
+  ``missing_enum_symbols``); a reader enum ``default`` makes it compatible (Avro spec, "Enums").
+* renames: a missing field whose type matches an unmatched writer field is reported as
+  ``field-renamed-without-alias`` (reader = new version) or ``field-removed-without-default``
+  with a rename note (reader = old version: aliases only help readers of the new version).
+
+Levels (Confluent, "Schema Evolution and Compatibility"): BACKWARD = the new schema reads data
+of the previous one; FORWARD = the previous schema reads data of the new one; FULL = both;
+``*_TRANSITIVE`` = against every earlier version, not only the latest; NONE = no check.
+"""
+
+from __future__ import annotations
+
+import json
+import warnings
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import avro.schema
+from avro.compatibility import ReaderWriterCompatibilityChecker, SchemaCompatibilityType
+from avro.errors import AvroException
+
+from casestream.schemacheck.lint import Issue
+
+__all__ = ["LEVELS", "PairCheck", "check_pair", "parse_avro", "pairs_for_level"]
+
+#: level -> (check BACKWARD, check FORWARD, transitive)
+LEVELS: dict[str, tuple[bool, bool, bool]] = {
+    "BACKWARD": (True, False, False),
+    "BACKWARD_TRANSITIVE": (True, False, True),
+    "FORWARD": (False, True, False),
+    "FORWARD_TRANSITIVE": (False, True, True),
+    "FULL": (True, True, False),
+    "FULL_TRANSITIVE": (True, True, True),
+    "NONE": (False, False, False),
+}
+
+_RULE_OF = {
+    "name_mismatch": "name-mismatch",
+    "fixed_size_mismatch": "fixed-size-mismatch",
+    "missing_enum_symbols": "enum-symbol-added-without-default",
+    "reader_field_missing_default_value": "reader-field-missing-default",
+    "type_mismatch": "type-mismatch",
+    "missing_union_branch": "missing-union-branch",
+}
+_LOGICAL_PARAMS = ("logicalType", "precision", "scale")
+
+
+def parse_avro(schema: Mapping[str, Any] | str) -> avro.schema.Schema:
+    """Parse with Apache avro (names and enum symbols validated).
+
+    Raises:
+        avro.errors.AvroException (SchemaParseException, InvalidDefault...) or ValueError for
+        an invalid schema. Warnings about ignored logical types are suppressed (the
+        logical-type rule compares the declared ``logicalType`` itself).
+    """
+    text = schema if isinstance(schema, str) else json.dumps(schema)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return avro.schema.parse(text)
+
+
+@dataclass(frozen=True, slots=True)
+class PairCheck:
+    """One (reader index, writer index, direction) pair to check; direction is BACKWARD or FORWARD."""
+
+    reader: int
+    writer: int
+    direction: str
+
+
+def pairs_for_level(level: str, new: int) -> list[PairCheck]:
+    """Pairs to check when version index ``new`` (0-based) is added under ``level``.
+
+    BACKWARD: (reader=new, writer=earlier); FORWARD: (reader=earlier, writer=new); earlier =
+    ``new-1`` only, or every index < new when transitive. Raises KeyError for an unknown level.
+    """
+    backward, forward, transitive = LEVELS[level]
+    earlier = range(new) if transitive else range(max(0, new - 1), new)
+    out: list[PairCheck] = []
+    for old in earlier:
+        if backward:
+            out.append(PairCheck(reader=new, writer=old, direction="BACKWARD"))
+        if forward:
+            out.append(PairCheck(reader=old, writer=new, direction="FORWARD"))
+    return out
+
+
+def _join(path: str, name: str) -> str:
+    return f"{path}.{name}" if path else name
+
+
+def _names_match(reader: Any, writer: Any) -> bool:
+    # Same rule as avro.compatibility.schema_name_equals (unqualified name, or reader aliases).
+    aliases = reader.props.get("aliases") or []
+    return reader.name == writer.name or writer.fullname in aliases
+
+
+def _lookup_writer_field(writer: Any, reader_field: Any) -> Any:
+    f = writer.fields_dict.get(reader_field.name)
+    if f is not None:
+        return f
+    for alias in reader_field.props.get("aliases") or []:
+        f = writer.fields_dict.get(alias)
+        if f is not None:
+            return f
+    return None
+
+
+def _signature(s: Any) -> str:
+    if s.type == "union":
+        return "union(" + ",".join(_signature(b) for b in s.schemas) + ")"
+    if s.type in ("record", "enum", "fixed", "error"):
+        return s.type + ":" + s.name
+    if s.type == "array":
+        return "array(" + _signature(s.items) + ")"
+    if s.type == "map":
+        return "map(" + _signature(s.values) + ")"
+    return str(s.type)
+
+
+class _Walker:
+    def __init__(self, reader_is_new: bool, labels: tuple[str, str]):
+        self.reader_is_new = reader_is_new
+        self.reader_label, self.writer_label = labels
+        self.issues: list[Issue] = []
+        self.seen: set[tuple[int, int]] = set()
+
+    def walk(self, r: Any, w: Any, path: str) -> None:
+        key = (id(r), id(w))
+        if key in self.seen:  # recursive types
+            return
+        self.seen.add(key)
+        if r.type in ("record", "error") and w.type in ("record", "error"):
+            self.record(r, w, path)
+        elif r.type == "enum" and w.type == "enum" and _names_match(r, w):
+            self.enum(r, w, path)
+        else:
+            self.leaf(r, w, path)
+
+    def record(self, r: Any, w: Any, path: str) -> None:
+        if not _names_match(r, w):
+            self.issues.append(
+                Issue("name-mismatch", path or "<record>", f"record {r.fullname} cannot read record {w.fullname}")
+            )
+            return
+        matched: set[str] = set()
+        missing = []
+        for rf in r.fields:
+            wf = _lookup_writer_field(w, rf)
+            if wf is None:
+                if not rf.has_default:
+                    missing.append(rf)
+                continue
+            matched.add(wf.name)
+            self.walk(rf.type, wf.type, _join(path, rf.name))
+        unmatched = [wf for wf in w.fields if wf.name not in matched]
+        for rf in missing:
+            self.missing_field(rf, unmatched, path)
+
+    def missing_field(self, rf: Any, unmatched: list[Any], path: str) -> None:
+        fpath = _join(path, rf.name)
+        same = [wf for wf in unmatched if _signature(wf.type) == _signature(rf.type)]
+        renamed_to = [wf for wf in unmatched if rf.name in (wf.props.get("aliases") or [])]
+        rl, wl = self.reader_label, self.writer_label
+        if self.reader_is_new:
+            if same:
+                self.issues.append(
+                    Issue(
+                        "field-renamed-without-alias",
+                        fpath,
+                        f"{rl} field `{rf.name}` has no default and {wl} does not write it; "
+                        f"if it renames {wl} field `{same[0].name}`, add \"aliases\": [\"{same[0].name}\"]",
+                    )
+                )
+            else:
+                self.issues.append(
+                    Issue(
+                        "reader-field-missing-default",
+                        fpath,
+                        f"field `{rf.name}` was added in {rl} without a default: {rl} cannot read {wl} data",
+                    )
+                )
+            return
+        note = ""
+        if renamed_to:
+            note = (
+                f" (renamed to `{renamed_to[0].name}` in {wl}: its alias helps {wl} readers only)"
+            )
+        elif same:
+            note = f" (renamed to `{same[0].name}` in {wl}?)"
+        self.issues.append(
+            Issue(
+                "field-removed-without-default",
+                fpath,
+                f"{wl} no longer writes `{rf.name}`{note}, which has no default in {rl}: {rl} readers cannot read {wl} data",
+            )
+        )
+
+    def enum(self, r: Any, w: Any, path: str) -> None:
+        extra = [s for s in w.symbols if s not in r.symbols]
+        default = r.props.get("default")
+        if extra and not (default and default in r.symbols):
+            self.issues.append(
+                Issue(
+                    "enum-symbol-added-without-default",
+                    path,
+                    f"{self.writer_label} may write enum {w.fullname} symbol(s) {extra} that {self.reader_label} "
+                    f"lacks, and {self.reader_label}'s enum has no default",
+                )
+            )
+
+    def leaf(self, r: Any, w: Any, path: str) -> None:
+        result = ReaderWriterCompatibilityChecker().get_compatibility(r, w)
+        if result.compatibility is SchemaCompatibilityType.incompatible:
+            kinds = sorted({i.value for i in result.incompatibilities})
+            locations = sorted(loc for loc in result.locations if loc not in ("", "/"))
+            where = f" at {', '.join(locations)}" if locations else ""
+            detail = "; ".join(sorted(result.messages))
+            for kind in kinds:
+                self.issues.append(
+                    Issue(
+                        _RULE_OF.get(kind, "incompatible"),
+                        path,
+                        f"{self.reader_label} ({_signature(r)}) cannot read {self.writer_label} ({_signature(w)}){where}: {detail}",
+                    )
+                )
+            return
+        self.logical(r, w, path)
+
+    def logical(self, r: Any, w: Any, path: str) -> None:
+        """Compare logical types where the underlying types match (the checker ignores them)."""
+        if r.type == "union" or w.type == "union":
+            rb = r.schemas if r.type == "union" else [r]
+            wb = w.schemas if w.type == "union" else [w]
+            for b in wb:
+                match = next((x for x in rb if _signature(x) == _signature(b)), None)
+                if match is not None:
+                    self.logical(match, b, path)
+            return
+        if r.type != w.type:
+            return
+        if r.type == "array":
+            self.logical(r.items, w.items, path)
+        elif r.type == "map":
+            self.logical(r.values, w.values, path)
+        elif r.type in ("record", "error"):
+            self.walk(r, w, path)
+        else:
+            rl = {k: r.props.get(k) for k in _LOGICAL_PARAMS if r.props.get(k) is not None}
+            wl = {k: w.props.get(k) for k in _LOGICAL_PARAMS if w.props.get(k) is not None}
+            if rl != wl:
+                self.issues.append(
+                    Issue(
+                        "logical-type-changed",
+                        path,
+                        f"{self.writer_label} writes {r.type} as {_describe(wl)}, {self.reader_label} reads it as {_describe(rl)}",
+                    )
+                )
+
+
+def _describe(lt: Mapping[str, Any]) -> str:
+    if not lt:
+        return "a plain value (no logicalType)"
+    extra = ", ".join(f"{k}={v}" for k, v in lt.items() if k != "logicalType")
+    return f"{lt.get('logicalType')}" + (f" ({extra})" if extra else "")
+
+
+def check_pair(
+    reader: avro.schema.Schema,
+    writer: avro.schema.Schema,
+    *,
+    reader_is_new: bool = True,
+    labels: tuple[str, str] = ("reader", "writer"),
+) -> list[Issue]:
+    """Check that ``reader`` can read data written with ``writer``.
+
+    Args:
+        reader, writer: schemas parsed by :func:`parse_avro`.
+        reader_is_new: True for a BACKWARD pair (reader = the newer version), False for a
+            FORWARD pair; selects rule ids and wording for missing fields.
+        labels: how messages name the reader and the writer (e.g. ``("v3", "v2")``).
+
+    Returns:
+        Issues with field paths (empty = compatible). An issue-free result always agrees with
+        ``ReaderWriterCompatibilityChecker`` saying compatible; the extra rules only add issues.
+
+    Raises:
+        AvroException: only on internal checker failures on exotic schemas.
+    """
+    walker = _Walker(reader_is_new, labels)
+    try:
+        walker.walk(reader, writer, "")
+    except AvroException:
+        raise
+    if not walker.issues:
+        verdict = ReaderWriterCompatibilityChecker().get_compatibility(reader, writer)
+        if verdict.compatibility is SchemaCompatibilityType.incompatible:  # safety net: never be laxer
+            walker.issues.append(
+                Issue("incompatible", "", f"{labels[0]} cannot read {labels[1]}: {'; '.join(sorted(verdict.messages))}")
+            )
+    return walker.issues
+
+
+def check_history(
+    schemas: Sequence[avro.schema.Schema], level: str, *, labels: Sequence[str] | None = None, new: int | None = None
+) -> list[tuple[PairCheck, list[Issue]]]:
+    """Check version ``new`` (default: each version > first, in order) against earlier ones under ``level``.
+
+    Returns ``[(pair, issues)]`` for every pair checked (issues empty when compatible).
+    """
+    names = list(labels) if labels is not None else [f"v{i + 1}" for i in range(len(schemas))]
+    targets = [new] if new is not None else list(range(1, len(schemas)))
+    out = []
+    for k in targets:
+        for pair in pairs_for_level(level, k):
+            issues = check_pair(
+                schemas[pair.reader],
+                schemas[pair.writer],
+                reader_is_new=pair.direction == "BACKWARD",
+                labels=(names[pair.reader], names[pair.writer]),
+            )
+            out.append((pair, issues))
+    return out

@@ -1,0 +1,97 @@
+"""The rules of the schema check: id -> what it catches, where the rule comes from, the fix.
+
+Pure data. Sources:
+  [spec]      Apache Avro 1.12 specification (avro.apache.org/docs/1.12.0/specification),
+              sections "Schema Resolution", "Names", "Aliases", "Enums", "Unions", "Logical Types".
+  [confluent] Confluent Schema Registry, "Schema Evolution and Compatibility"
+              (docs.confluent.io/platform/current/schema-registry/fundamentals/schema-evolution.html).
+  [avro-py]   verdict of ``avro.compatibility.ReaderWriterCompatibilityChecker`` (Apache avro >= 1.11).
+  [casestream] this project's catalog conventions (schemas/catalog.toml header).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+__all__ = ["RULES", "Rule", "hint_for"]
+
+
+@dataclass(frozen=True, slots=True)
+class Rule:
+    """A rule: ``id``, one-line ``title``, ``source`` tag and the default fix ``hint``."""
+
+    id: str
+    title: str
+    source: str
+    hint: str
+
+
+_ALL = [
+    # --- pairs (reader/writer), from the Avro resolution rules --------------------------------
+    Rule("reader-field-missing-default", "a field the reader expects is not written and has no default",
+         "[spec] Schema Resolution: records; [avro-py] reader_field_missing_default_value",
+         "give the field a default (for optional data: type [\"null\", ...] with default null)"),
+    Rule("field-removed-without-default", "a field was removed that readers of the earlier version need",
+         "[spec] Schema Resolution: records; [confluent] FORWARD",
+         "only remove fields that have a default in every version readers still use; or use a BACKWARD mode"),
+    Rule("field-renamed-without-alias", "a field was renamed without an alias for its old name",
+         "[spec] Aliases; [avro-py] reader_field_missing_default_value",
+         "add \"aliases\": [\"<old name>\"] to the renamed field (BACKWARD); FORWARD also needs a default"),
+    Rule("type-mismatch", "a field's type changed in a way Avro cannot promote",
+         "[spec] Schema Resolution: promotions int->long->float->double, string<->bytes; [avro-py] type_mismatch",
+         "keep the type (or widen it: int->long->float->double); add a new field for a new type"),
+    Rule("name-mismatch", "a record, enum or fixed changed its name",
+         "[spec] Schema Resolution: names must match (or reader aliases); [avro-py] name_mismatch",
+         "keep the full name, or add the old full name to the type's \"aliases\""),
+    Rule("fixed-size-mismatch", "a fixed changed its size", "[spec] Schema Resolution: fixed; [avro-py] fixed_size_mismatch",
+         "keep the size; add a new field for a new size"),
+    Rule("missing-union-branch", "the reader's union lacks a branch the writer may write",
+         "[spec] Schema Resolution: unions; [avro-py] missing_union_branch",
+         "keep every union branch that the other version may write"),
+    Rule("enum-symbol-added-without-default", "the writer has enum symbols the reader lacks and the reader's enum has no default",
+         "[spec] Enums (default) and Schema Resolution: enums; [avro-py] missing_enum_symbols",
+         "declare an enum \"default\" symbol in a version first; add new symbols only in a later version"),
+    Rule("logical-type-changed", "a logical type changed on the same underlying type (e.g. timestamp-millis -> timestamp-micros)",
+         "[spec] Logical Types (the binary stays readable, the meaning changes); not checked by [avro-py] nor [confluent]",
+         "keep the logical type; add a new field for the new unit/meaning"),
+    Rule("incompatible", "the Avro checker found the pair incompatible", "[avro-py]",
+         "see the message; compare the two versions field by field"),
+    # --- single schema -----------------------------------------------------------------------
+    Rule("name-not-qualified", "a named type has no namespace, or a type reference is not a full name",
+         "[spec] Names; [casestream] names are fully qualified",
+         "declare \"namespace\": \"casestream.<aggregate>\" and reference named types by full name"),
+    Rule("payload-name", "the payload record is not named casestream.<aggregate>.<EventType>Payload", "[casestream]",
+         "name the payload record <EventType>Payload in namespace casestream.<aggregate_type>"),
+    Rule("enum-default-not-symbol", "an enum default (or a field default of enum type) is not one of its symbols",
+         "[spec] Enums: default must be one of the symbols",
+         "use one of the enum's symbols as default"),
+    Rule("union-default-not-first-branch", "a union field's default does not match the union's first branch",
+         "[spec] Unions / Complex Types: the default of a union corresponds to its first schema; registries reject it",
+         "reorder the union so the default's type comes first (e.g. [\"null\", \"string\"] with default null)"),
+    Rule("invalid-default", "a field default does not match the field's type", "[spec] Complex Types: records (default)",
+         "make the default a value of the field's type (JSON encoding per the spec's table)"),
+    # --- history ----------------------------------------------------------------------------
+    Rule("published-version-changed", "a published version file (or the envelope) changed",
+         "[casestream] published versions are immutable; the registry already has the old text",
+         "revert the change and add a new version file <EventType>.v<N+1>.avsc instead"),
+    Rule("published-version-removed", "a published version or subject was removed from the catalog",
+         "[casestream] published versions are immutable",
+         "restore it: consumers may still read events written with it"),
+    Rule("registry-version-unknown", "the registry holds a version of the subject that no version file matches",
+         "[casestream] schemas/ is the source of truth",
+         "restore the edited version file, or find out who registered this schema by hand"),
+    Rule("compatibility-level-mismatch", "the registry enforces another compatibility level than the catalog names",
+         "[confluent] subject-level compatibility (PUT /config/{subject})",
+         "run `casestream schemas register` to set the catalog's level on the registry"),
+    Rule("registry-subject-unknown", "the registry has a casestream subject that the catalog does not name",
+         "[casestream]", "add it to schemas/catalog.toml or delete it from the registry"),
+]
+
+#: Every rule by id.
+RULES: dict[str, Rule] = {r.id: r for r in _ALL}
+
+
+def hint_for(rule_id: str) -> str:
+    """Default fix hint of ``rule_id`` (empty for an unknown id)."""
+    r = RULES.get(rule_id)
+    return r.hint if r else ""

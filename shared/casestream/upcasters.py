@@ -1,0 +1,60 @@
+"""casestream's own upcasters (pure): every step from an old event version to the next.
+
+``CaseOpened``:
+  * v1 -> v2: adds ``priority`` = ``"NORMAL"`` (the v2 schema's default).
+  * v2 -> v3: renames ``description`` -> ``summary`` and maps the value: whitespace runs
+    collapsed to one space, trimmed, cut to :data:`SUMMARY_MAX` characters (the v3 contract).
+    The v3 schema carries the Avro alias ``description`` so BACKWARD compatibility holds for
+    generic readers; only this upcaster applies the value mapping.
+
+Build the chain with :func:`default_upcasters`; the codec verifies it against the catalog at
+start-up.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from casestream.upcasting import UpcasterChain
+
+__all__ = [
+    "SUMMARY_MAX",
+    "case_opened_v1_v2",
+    "case_opened_v2_v3",
+    "collapse_summary",
+    "default_upcasters",
+    "register_case_upcasters",
+]
+
+#: Maximum length of ``CaseOpened.summary`` from v3 on (characters).
+SUMMARY_MAX = 500
+
+
+def collapse_summary(text: str) -> str:
+    """``text`` with whitespace runs collapsed to one space, trimmed, cut to SUMMARY_MAX characters."""
+    return " ".join(text.split())[:SUMMARY_MAX]
+
+
+def case_opened_v1_v2(payload: Mapping[str, Any]) -> dict[str, Any]:
+    """CaseOpened v1 -> v2: add ``priority = "NORMAL"``."""
+    return {**payload, "priority": "NORMAL"}
+
+
+def case_opened_v2_v3(payload: Mapping[str, Any]) -> dict[str, Any]:
+    """CaseOpened v2 -> v3: ``description`` -> ``summary`` (collapsed, <= 500 characters)."""
+    out = {k: v for k, v in payload.items() if k != "description"}
+    out["summary"] = collapse_summary(payload["description"])
+    return out
+
+
+def register_case_upcasters(chain: UpcasterChain) -> UpcasterChain:
+    """Register the CaseOpened steps on ``chain``; returns ``chain``."""
+    chain.add("CaseOpened", 1, case_opened_v1_v2)
+    chain.add("CaseOpened", 2, case_opened_v2_v3)
+    return chain
+
+
+def default_upcasters() -> UpcasterChain:
+    """A new chain holding every casestream upcaster (verify it with ``chain.verify(catalog)``)."""
+    return register_case_upcasters(UpcasterChain())

@@ -1,0 +1,241 @@
+"""The orchestrator use case with in-memory adapters: routing, envelopes, duplicates, late
+replies, deadlines, resolve, and the definition-vs-catalog check."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+
+from casestream.catalog import load_catalog
+from casestream.envelope import Envelope, new_event
+from casestream.errors import ConcurrencyError, ConfigError
+from services.saga.adapters.memory import MemorySagaStore, MemorySink
+from services.saga.application.contract import check_against_catalog, payload_fields
+from services.saga.application.orchestrator import Orchestrator, saga_id_for
+from services.saga.domain import Disposition, UnknownTrigger, case_review_saga
+from services.saga.domain import case_review as cr
+
+pytestmark = pytest.mark.unit
+
+T0 = datetime(2025, 1, 1, 12, 0, tzinfo=UTC)
+CASE = "5d1c8f5e-0000-4000-8000-000000000001"
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = T0
+
+    def __call__(self) -> datetime:
+        return self.now
+
+
+def submitted(case_id: str = CASE, *, title: str = "Leaky tank", severity: int = 4,
+              evidence: int = 2, version: int = 2) -> Envelope:
+    return new_event(event_type="CaseSubmitted", aggregate_type="case", aggregate_id=case_id,
+                     aggregate_version=version, tenant_id="tenant-a", source="case",
+                     actor_id="officer-7", correlation_id=case_id, traceparent="00-abc-def-01",
+                     payload={"title": title, "severity": severity, "evidence_count": evidence,
+                              "reporter_email": "inspector@example.org",
+                              "submitted_by": "officer-7"})
+
+
+def reply(event_type: str, saga_id: str, payload: dict[str, Any], *,
+          aggregate: str = "decision", case_id: str = CASE) -> Envelope:
+    return new_event(event_type=event_type, aggregate_type=aggregate, aggregate_id=case_id,
+                     aggregate_version=1, tenant_id="tenant-a", source=aggregate,
+                     actor_id="svc", correlation_id=case_id,
+                     payload={"case_id": case_id, "saga_id": saga_id, **payload})
+
+
+def case_event(event_type: str, payload: dict[str, Any], *, case_id: str = CASE,
+               version: int = 3) -> Envelope:
+    return new_event(event_type=event_type, aggregate_type="case", aggregate_id=case_id,
+                     aggregate_version=version, tenant_id="tenant-a", source="case",
+                     actor_id="svc", correlation_id=case_id, payload=payload)
+
+
+@pytest.fixture
+def world() -> tuple[Orchestrator, MemorySagaStore, MemorySink, Clock]:
+    clock = Clock()
+    return Orchestrator(case_review_saga(), clock=clock), MemorySagaStore(), MemorySink(), clock
+
+
+def test_start_emits_a_decision_request_with_the_journey_ids(world) -> None:
+    orch, store, sink, _ = world
+    event = submitted()
+    done = orch.handle(store, sink, event)
+    assert done.disposition is Disposition.STARTED
+    assert done.saga_id == saga_id_for(event.event_id)
+    saga = store.get(done.saga_id)
+    assert saga is not None and saga.state == cr.AWAITING_DECISION and saga.version == 1
+    [req] = sink.events
+    assert req.event_type == "DecisionRequested"
+    assert (req.aggregate_type, req.aggregate_id, req.aggregate_version) == ("saga", saga.saga_id, 1)
+    assert (req.correlation_id, req.causation_id, req.tenant_id) == (CASE, event.event_id, "tenant-a")
+    assert req.traceparent == event.traceparent and req.source == "saga"
+    assert req.payload["case_id"] == CASE and req.payload["severity"] == 4
+
+
+def test_redelivered_start_event_is_a_no_op(world) -> None:
+    orch, store, sink, _ = world
+    event = submitted()
+    orch.handle(store, sink, event)
+    again = orch.handle(store, sink, event)
+    assert again.disposition is None and again.note == "duplicate start"
+    assert len(sink.events) == 1 and len(store.sagas) == 1
+
+
+def test_second_submit_while_a_saga_is_active_is_recorded_and_ignored(world) -> None:
+    orch, store, sink, _ = world
+    first = orch.handle(store, sink, submitted())
+    second = orch.handle(store, sink, submitted(version=4))
+    assert second.disposition is Disposition.IGNORED and second.saga_id == first.saga_id
+    assert len(store.sagas) == 1 and len(sink.events) == 1
+    assert store.histories[first.saga_id][-1].disposition is Disposition.IGNORED
+
+
+def test_violation_journey_end_to_end(world) -> None:
+    orch, store, sink, _ = world
+    saga_id = orch.handle(store, sink, submitted()).saga_id
+    assert saga_id is not None
+    steps = [
+        reply("ViolationDetermined", saga_id, {"violation_code": "REG-4", "penalty_cents": 400_000}),
+        reply("NoticeIssued", saga_id, {"recipient_email": "inspector@example.org",
+                                        "message_id": "<x@y>"}, aggregate="notice"),
+        case_event("CaseClosed", {"outcome": "violation", "penalty_cents": 400_000}),
+    ]
+    for event in steps:
+        assert orch.handle(store, sink, event).disposition is Disposition.TRANSITIONED
+    saga = store.get(saga_id)
+    assert saga is not None and saga.state == cr.COMPLETED
+    assert [e.event_type for e in sink.events] == ["DecisionRequested", "NoticeRequested",
+                                                   "CaseCloseRequested", "SagaCompleted"]
+    assert [e.aggregate_version for e in sink.events] == [1, 2, 3, 4]
+    # each request is caused by the event that triggered it
+    assert [e.causation_id for e in sink.events[1:]] == [
+        steps[0].event_id, steps[1].event_id, steps[2].event_id, ]
+    assert {e.correlation_id for e in sink.events} == {CASE}
+    assert sink.events[2].payload == {"case_id": CASE, "outcome": "violation",
+                                      "penalty_cents": 400_000}
+    assert not store.active[saga_id]
+
+
+def test_duplicate_reply_is_a_silent_no_op(world) -> None:
+    orch, store, sink, _ = world
+    saga_id = orch.handle(store, sink, submitted()).saga_id
+    assert saga_id is not None
+    event = reply("NoViolationFound", saga_id, {})
+    orch.handle(store, sink, event)
+    entries, events = len(store.histories[saga_id]), len(sink.events)
+    done = orch.handle(store, sink, event)
+    assert done.disposition is None and done.note == "duplicate"
+    assert (len(store.histories[saga_id]), len(sink.events)) == (entries, events)
+
+
+def test_decision_deadline_compensates_and_a_late_decision_changes_nothing(world) -> None:
+    orch, store, sink, clock = world
+    saga_id = orch.handle(store, sink, submitted()).saga_id
+    assert saga_id is not None
+    clock.now = T0 + timedelta(minutes=5)
+    assert orch.fire_due(store, sink) == 1
+    saga = store.get(saga_id)
+    assert saga is not None and saga.state == cr.COMPENSATING
+    assert sink.events[-1].event_type == "CaseReturnRequested"
+    assert sink.events[-1].causation_id == saga.last_event_id  # the submit that opened the step
+    before = len(sink.events)
+    late = orch.handle(store, sink, reply("ViolationDetermined", saga_id,
+                                          {"violation_code": "REG-4", "penalty_cents": 1}))
+    assert late.disposition is Disposition.IGNORED
+    assert len(sink.events) == before
+    assert store.get(saga_id).state == cr.COMPENSATING  # type: ignore[union-attr]
+    orch.handle(store, sink, case_event("CaseReturned", {"reason": "x"}))
+    assert store.get(saga_id).state == cr.COMPENSATED  # type: ignore[union-attr]
+    assert sink.events[-1].event_type == "SagaCompensated"
+
+
+def test_nothing_fires_before_the_deadline(world) -> None:
+    orch, store, sink, clock = world
+    orch.handle(store, sink, submitted())
+    clock.now = T0 + timedelta(minutes=4, seconds=59)
+    assert orch.fire_due(store, sink) == 0
+    assert len(sink.events) == 1
+
+
+def test_reply_for_an_unknown_saga_is_dropped_not_raised(world) -> None:
+    orch, store, sink, _ = world
+    done = orch.handle(store, sink, reply("NoViolationFound", "no-such-saga", {}))
+    assert done.saga_id is None and sink.events == []
+    done = orch.handle(store, sink, case_event("CaseClosed", {"outcome": "violation",
+                                                              "penalty_cents": 1}))
+    assert done.saga_id is None
+
+
+def test_reply_naming_another_case_is_dropped(world) -> None:
+    orch, store, sink, _ = world
+    saga_id = orch.handle(store, sink, submitted()).saga_id
+    assert saga_id is not None
+    done = orch.handle(store, sink, reply("NoViolationFound", saga_id, {}, case_id="other-case"))
+    assert done.note == "case mismatch"
+    assert store.get(saga_id).state == cr.AWAITING_DECISION  # type: ignore[union-attr]
+
+
+def test_case_can_get_a_new_saga_after_the_previous_one_finished(world) -> None:
+    orch, store, sink, _ = world
+    first = orch.handle(store, sink, submitted()).saga_id
+    assert first is not None
+    orch.handle(store, sink, reply("DecisionFailed", first, {"reason": "r"}))
+    orch.handle(store, sink, case_event("CaseReturned", {"reason": "r"}))
+    second = orch.handle(store, sink, submitted(version=5))
+    assert second.disposition is Disposition.STARTED and second.saga_id != first
+    # the case's later events go to the newest saga
+    orch.handle(store, sink, reply("NoViolationFound", second.saga_id or "", {}))
+    orch.handle(store, sink, case_event("CaseClosed", {"outcome": "no_violation",
+                                                       "penalty_cents": None}, version=7))
+    assert store.get(second.saga_id or "").state == cr.COMPLETED  # type: ignore[union-attr]
+    assert store.get(first).state == cr.COMPENSATED  # type: ignore[union-attr]
+
+
+def test_store_refuses_a_stale_version(world) -> None:
+    orch, store, sink, _ = world
+    saga_id = orch.handle(store, sink, submitted()).saga_id
+    saga = store.get(saga_id or "")
+    assert saga is not None
+    store.update(replace(saga, version=2), expected_version=1, active=True)
+    with pytest.raises(ConcurrencyError):
+        store.update(replace(saga, version=2), expected_version=1, active=True)
+
+
+def test_resolve_manual_review_closes_the_case_and_refuses_elsewhere(world) -> None:
+    orch, store, sink, _ = world
+    saga_id = orch.handle(store, sink, submitted()).saga_id or ""
+    with pytest.raises(UnknownTrigger):
+        orch.resolve(store, sink, saga_id, reason="x", actor_id="op")
+    orch.handle(store, sink, reply("ViolationDetermined", saga_id,
+                                   {"violation_code": "REG-4", "penalty_cents": 400_000}))
+    orch.handle(store, sink, reply("NoticeFailed", saga_id, {"reason": "bounced"},
+                                   aggregate="notice"))
+    assert store.get(saga_id).state == cr.MANUAL_REVIEW  # type: ignore[union-attr]
+    saga = orch.resolve(store, sink, saga_id, reason="delivered by hand", actor_id="op-1")
+    assert saga is not None and saga.state == cr.AWAITING_CLOSE
+    assert sink.events[-1].event_type == "CaseCloseRequested"
+    assert sink.events[-1].actor_id == "op-1"
+    assert store.histories[saga_id][-1].note == "delivered by hand"
+    assert orch.resolve(store, sink, "unknown", reason="x", actor_id="op") is None
+
+
+def test_definition_matches_the_catalog() -> None:
+    catalog = load_catalog()
+    definition = case_review_saga(
+        decision_request_fields=payload_fields(catalog, "DecisionRequested"))
+    check_against_catalog(definition, catalog)
+
+
+def test_catalog_mismatch_stops_start_up() -> None:
+    catalog = load_catalog()
+    definition = case_review_saga(decision_request_fields=("case_id", "severity",
+                                                           "evidence_count", "colour"))
+    with pytest.raises(ConfigError, match="DecisionRequested"):
+        check_against_catalog(definition, catalog)
