@@ -7,6 +7,7 @@
 #   deploy/infra.sh status                  one line per component; exit 0 only if all are up
 #   deploy/infra.sh env                     `export CASESTREAM_...=...` lines for the clients
 #   deploy/infra.sh logs   [component] [-f] log file paths and their last lines (or follow)
+#   deploy/infra.sh purge                   down, then delete all state (.local/: data, logs, jars)
 #
 # Components: postgres kafka registry smtp (registry needs postgres: its storage is there).
 # Ports (env): CASESTREAM_KAFKA_PORT=19092 CASESTREAM_KAFKA_CONTROLLER_PORT=19093
@@ -26,7 +27,7 @@ done
 
 ALL=(postgres kafka registry smtp)
 
-usage() { sed -n '2,17p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
+usage() { awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "${BASH_SOURCE[0]}"; }
 
 status_line() {  # status_line <component> <state> <pid> <detail>
     printf '%-9s %-9s %-8s %s\n' "$1" "$2" "$3" "$4"
@@ -84,6 +85,13 @@ cmd_down() {
     if has postgres; then pg_down; fi
 }
 
+cmd_purge() {
+    cmd_down
+    if [[ -L "$PG_DIR" ]]; then rm -rf "$(readlink -f "$PG_DIR")"; fi
+    rm -rf "$CS_LOCAL"
+    ok "purge: removed $CS_LOCAL"
+}
+
 cmd_status() {
     STATUS_ALL_UP=1
     printf '%-9s %-9s %-8s %s\n' COMPONENT STATE PID ADDRESS
@@ -134,6 +142,7 @@ main() {
         status) cmd_status ;;
         env) cmd_env ;;
         logs) cmd_logs "$@" ;;
+        purge) cmd_purge ;;
         -h|--help|help) usage ;;
         "") usage; exit 2 ;;
         *) usage >&2; die "unknown command '$cmd'" ;;

@@ -18,6 +18,7 @@ cs_defaults() {
     : "${CASESTREAM_KAFKA_CONTROLLER_PORT:=19093}"
     : "${CASESTREAM_PG_PORT:=15432}"
     : "${CASESTREAM_REGISTRY_PORT:=18081}"
+    : "${CASESTREAM_REGISTRY_MGMT_PORT:=18082}"
     : "${CASESTREAM_SMTP_PORT:=12525}"
     : "${CASESTREAM_KAFKA_HEAP:=512m}"
     : "${CASESTREAM_REGISTRY_HEAP:=512m}"
@@ -139,7 +140,7 @@ ensure_port_free() {
 start_daemon() {
     local pidfile=$1 logfile=$2 cwd=$3; shift 3
     mkdir -p "$(dirname "$pidfile")" "$(dirname "$logfile")"
-    ( cd "$cwd" && exec setsid "$@" </dev/null >>"$logfile" 2>&1 ) &
+    ( cd "$cwd" && exec setsid "$@" </dev/null >>"$logfile" 2>&1 9>&- ) &
     echo $! >"$pidfile"
 }
 

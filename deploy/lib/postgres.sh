@@ -99,7 +99,7 @@ pg_up() {
     as_pg cp "$CS_DEPLOY_DIR/postgres/pg_hba.conf" "$PG_DATA/pg_hba.conf"
     log "postgres: starting on $CS_HOST:$CASESTREAM_PG_PORT"
     as_pg "$PG_BIN/pg_ctl" -D "$PG_DATA" -l "$PG_LOG" -s \
-        -o "-p $CASESTREAM_PG_PORT -c listen_addresses=$CS_HOST" start >/dev/null 2>&1 \
+        -o "-p $CASESTREAM_PG_PORT -c listen_addresses=$CS_HOST" start >/dev/null 2>&1 9>&- \
         || { show_tail "$PG_LOG"; die "postgres: pg_ctl start failed (log: $PG_LOG)."; }
 }
 

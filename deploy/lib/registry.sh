@@ -57,6 +57,7 @@ registry_up() {
         "$JAVA_BIN" "-Xmx$CASESTREAM_REGISTRY_HEAP" -XX:+UseSerialGC -XX:TieredStopAtLevel=1 -Djava.awt.headless=true \
         -Dquarkus.http.host="$CS_HOST" -Dquarkus.http.port="$CASESTREAM_REGISTRY_PORT" \
         -Dquarkus.http.access-log.enabled=false \
+        -Dquarkus.management.host="$CS_HOST" -Dquarkus.management.port="$CASESTREAM_REGISTRY_MGMT_PORT" \
         -Dquarkus.log.console.format='%d{yyyy-MM-dd HH:mm:ss} %p [%c{1}] %m%n' \
         -Dapicurio.storage.kind=sql -Dapicurio.storage.sql.kind=postgresql \
         -Dapicurio.datasource.url="jdbc:postgresql://$CS_HOST:$CASESTREAM_PG_PORT/registry" \
@@ -65,6 +66,7 @@ registry_up() {
         -Dapicurio.datasource.jdbc.max-size=20 \
         -Dapicurio.ccompat.legacy-id-mode.enabled=false \
         -Dapicurio.ccompat.use-canonical-hash=true \
+        -Dapicurio.rules.global.compatibility=BACKWARD \
         -Dapicurio.rest.deletion.group.enabled=true -Dapicurio.rest.deletion.artifact.enabled=true \
         -Dapicurio.rest.deletion.artifact-version.enabled=true \
         -jar quarkus-run.jar

@@ -25,6 +25,7 @@ from casestream.codec import EnvelopeCodec
 from casestream.consumer.runtime import ConsumerRuntime
 from casestream.consumer.settings import ConsumerSettings
 from casestream.db import apply_migrations
+from casestream.errors import ConfigError
 from casestream.handlers import HandlerRegistry
 from casestream.kafka_config import producer_config
 from casestream.outbox import OUTBOX_MIGRATION, OutboxWriter
@@ -41,6 +42,7 @@ from services.saga.application.contract import check_against_catalog, payload_fi
 from services.saga.application.orchestrator import Orchestrator
 from services.saga.domain.case_review import case_review_saga
 from services.saga.domain.definition import SagaDefinition
+from services.saga.domain.errors import DefinitionError
 from services.saga.domain.engine import SagaInstance
 from services.saga.settings import SagaSettings
 
@@ -62,17 +64,20 @@ def definition_from(settings: SagaSettings, catalog: Catalog) -> SagaDefinition:
     """The case-review saga with the configured deadlines, checked against ``catalog``.
 
     Raises:
-        DefinitionError / ConfigError: the definition is inconsistent or does not match.
+        ConfigError: the definition is inconsistent or does not match the catalog.
     """
-    definition = case_review_saga(
-        decision_deadline=timedelta(seconds=settings.decision_deadline_s),
-        notice_deadline=timedelta(seconds=settings.notice_deadline_s),
-        close_deadline=timedelta(seconds=settings.close_deadline_s),
-        close_attempts=settings.close_attempts,
-        return_deadline=timedelta(seconds=settings.return_deadline_s),
-        return_attempts=settings.return_attempts,
-        decision_request_fields=payload_fields(catalog, "DecisionRequested"),
-    )
+    try:
+        definition = case_review_saga(
+            decision_deadline=timedelta(seconds=settings.decision_deadline_s),
+            notice_deadline=timedelta(seconds=settings.notice_deadline_s),
+            close_deadline=timedelta(seconds=settings.close_deadline_s),
+            close_attempts=settings.close_attempts,
+            return_deadline=timedelta(seconds=settings.return_deadline_s),
+            return_attempts=settings.return_attempts,
+            decision_request_fields=payload_fields(catalog, "DecisionRequested"),
+        )
+    except DefinitionError as e:
+        raise ConfigError(str(e)) from e
     check_against_catalog(definition, catalog)
     return definition
 

@@ -39,6 +39,8 @@ __all__ = [
     "compose",
     "default_schemas_dir",
     "load_catalog",
+    "normalize",
+    "same_schema",
     "schema_text",
 ]
 
@@ -128,6 +130,7 @@ class Catalog:
     """
 
     root: Path
+    namespace: str
     envelope_path: str
     envelope_text: str
     envelope: Mapping[str, Any]
@@ -205,6 +208,56 @@ def schema_text(schema: Mapping[str, Any]) -> str:
     return json.dumps(schema, separators=(",", ":"), ensure_ascii=False)
 
 
+_NAMED_TYPES = frozenset({"record", "error", "enum", "fixed"})
+_PRIMITIVE_TYPES = frozenset({"null", "boolean", "int", "long", "float", "double", "bytes", "string"})
+
+
+def normalize(schema: Any, namespace: str | None = None) -> Any:
+    """``schema`` with every name fully qualified and no ``namespace`` attributes; all else kept.
+
+    Two schemas that differ only in where namespaces are written (registries such as Apicurio
+    drop a nested ``namespace`` equal to the enclosing one) normalize to equal dicts. Name
+    resolution per the Avro 1.12 specification, "Names". Docs, defaults, aliases and
+    custom properties are kept, so this is stricter than the Parsing Canonical Form.
+    """
+    if isinstance(schema, str):
+        if schema in _PRIMITIVE_TYPES or "." in schema or not namespace:
+            return schema
+        return f"{namespace}.{schema}"
+    if isinstance(schema, list):
+        return [normalize(b, namespace) for b in schema]
+    if not isinstance(schema, Mapping):
+        return schema
+    t = schema.get("type")
+    out = {k: v for k, v in schema.items() if k != "namespace"}
+    if t in _NAMED_TYPES and isinstance(schema.get("name"), str):
+        name = schema["name"]
+        ns = schema.get("namespace") if "." not in name else name.rpartition(".")[0]
+        if ns is None:
+            ns = namespace
+        full = name if "." in name or not ns else f"{ns}.{name}"
+        out["name"] = full
+        inner = full.rpartition(".")[0] or None
+        if "fields" in schema:
+            out["fields"] = [
+                {**f, "type": normalize(f.get("type"), inner)} if isinstance(f, Mapping) else f
+                for f in schema["fields"]
+            ]
+        return out
+    if t == "array":
+        out["items"] = normalize(schema.get("items"), namespace)
+    elif t == "map":
+        out["values"] = normalize(schema.get("values"), namespace)
+    elif isinstance(t, (list, Mapping)) or (isinstance(t, str) and t not in _PRIMITIVE_TYPES):
+        out["type"] = normalize(t, namespace)
+    return out
+
+
+def same_schema(a: Mapping[str, Any], b: Mapping[str, Any]) -> bool:
+    """Whether ``a`` and ``b`` are the same schema up to namespace placement (see :func:`normalize`)."""
+    return normalize(a) == normalize(b)
+
+
 def compose(envelope: Mapping[str, Any], subject: str, payload: Mapping[str, Any]) -> dict[str, Any]:
     """Compose the message schema of ``subject``: envelope fields + ``payload`` (inlined).
 
@@ -258,7 +311,7 @@ def _parse_json(text: str, rel: str) -> dict[str, Any]:
     return data
 
 
-def _subject_spec(subject: str, raw: Any) -> SubjectSpec:
+def _subject_spec(subject: str, raw: Any, namespace: str) -> SubjectSpec:
     where = f"{CATALOG_FILE} [subjects.\"{subject}\"]"
     if not isinstance(raw, dict):
         raise CatalogError("must be a table", path=where)
@@ -285,9 +338,9 @@ def _subject_spec(subject: str, raw: Any) -> SubjectSpec:
         or versions != list(range(1, len(versions) + 1))
     ):
         raise CatalogError(f"versions must be [1, 2, ..., N] with no gap, got {versions!r}", path=where)
-    expected = f"casestream.{raw['aggregate_type']}.{raw['event_type']}"
+    expected = f"{namespace}.{raw['aggregate_type']}.{raw['event_type']}"
     if subject != expected:
-        raise CatalogError(f"subject must be {expected!r} (casestream.<aggregate_type>.<event_type>)", path=where)
+        raise CatalogError(f"subject must be {expected!r} ({namespace}.<aggregate_type>.<event_type>)", path=where)
     return SubjectSpec(
         subject=subject,
         event_type=raw["event_type"],
@@ -338,7 +391,11 @@ def load_catalog(
     except tomllib.TOMLDecodeError as e:
         raise CatalogError(f"malformed TOML: {e}", path=CATALOG_FILE) from e
 
-    envelope_rel = doc.get("catalog", {}).get("envelope", "envelope.avsc")
+    settings = doc.get("catalog", {})
+    envelope_rel = settings.get("envelope", "envelope.avsc")
+    namespace = settings.get("namespace", "casestream")
+    if not isinstance(namespace, str) or not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*", namespace):
+        raise CatalogError(f"[catalog] namespace {namespace!r} is not an Avro namespace", path=CATALOG_FILE)
     envelope_text = read_text(envelope_rel)
     if envelope_text is None:
         raise CatalogError("envelope schema not found", path=envelope_rel)
@@ -355,7 +412,7 @@ def load_catalog(
     topics: dict[str, str] = {}
     versions: dict[tuple[str, int], SchemaVersion] = {}
     for subject, raw in raw_subjects.items():
-        spec = _subject_spec(subject, raw)
+        spec = _subject_spec(subject, raw, namespace)
         if spec.event_type in by_type:
             raise CatalogError(f"event type {spec.event_type} appears twice", path=CATALOG_FILE)
         if topics.setdefault(spec.aggregate_type, spec.topic) != spec.topic:
@@ -396,6 +453,7 @@ def load_catalog(
 
     return Catalog(
         root=root,
+        namespace=namespace,
         envelope_path=envelope_rel,
         envelope_text=envelope_text,
         envelope=envelope,

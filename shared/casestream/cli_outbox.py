@@ -122,13 +122,14 @@ def list_rows(service: str | None, dsn: str | None, row_status: str, limit: int)
     with psycopg.connect(url, autocommit=True) as conn:
         rows = conn.execute(
             "SELECT id, seq, aggregatetype, aggregateid, type, aggregate_version, attempts, "
-            "next_attempt_at, last_error FROM outbox WHERE status = %s ORDER BY seq LIMIT %s",
+            "CASE WHEN next_attempt_at = '-infinity' THEN NULL ELSE next_attempt_at END, "
+            "last_error FROM outbox WHERE status = %s ORDER BY seq LIMIT %s",
             (row_status, limit),
         ).fetchall()
     for r in rows:
         err = f" error={r[8]!r}" if r[8] else ""
         click.echo(f"{r[0]} seq={r[1]} {r[2]}/{r[3]} {r[4]} v{r[5]} attempts={r[6]} "
-                   f"next={r[7].isoformat() if r[7] and r[7].year > 1 else '-'}{err}")
+                   f"next={r[7].isoformat() if r[7] else '-'}{err}")
     if not rows:
         click.echo(f"no {row_status} rows")
 
@@ -152,6 +153,15 @@ def _decode(payload: bytes) -> tuple[str, Any]:
     return "decoded", data
 
 
+_SHOW = """
+SELECT id, aggregatetype, aggregateid, type, aggregate_version, event_version, tenant_id,
+       correlation_id, traceparent, seq, shard, occurred_at, created_at, status, attempts,
+       CASE WHEN next_attempt_at = '-infinity' THEN NULL ELSE next_attempt_at END AS next_attempt_at,
+       last_error, published_at, kafka_partition, kafka_offset, payload
+FROM outbox WHERE id = %s
+"""
+
+
 @outbox.command("show")
 @click.argument("event_id")
 @_with_db
@@ -160,7 +170,7 @@ def show(event_id: str, service: str | None, dsn: str | None, raw: bool) -> None
     """Show one outbox row with its payload decoded (Avro, via the schema registry)."""
     _, url = _one(service, dsn)
     with psycopg.connect(url, autocommit=True) as conn:
-        cur = conn.execute("SELECT * FROM outbox WHERE id = %s", (uuid.UUID(event_id),))
+        cur = conn.execute(_SHOW, (uuid.UUID(event_id),))
         row = cur.fetchone()
         names = [d.name for d in cur.description or []]
     if row is None:

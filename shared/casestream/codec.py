@@ -39,7 +39,7 @@ from fastavro.read import SchemaResolutionError
 from fastavro.validation import ValidationError, validate
 
 from casestream.avrocompile import AvroDecodeError, UnsupportedSchema, compile_schema
-from casestream.catalog import Catalog
+from casestream.catalog import Catalog, same_schema
 from casestream.envelope import Envelope
 from casestream.errors import PoisonMessageError, SchemaError, UnknownSchemaError
 from casestream.registry import SchemaRegistry
@@ -111,7 +111,8 @@ class _Reader:
     schema_id: int
     event_type: str
     version: int | None  # None: writer schema not in the catalog (fetched from the registry)
-    read: Callable[[bytes], tuple[dict[str, Any], int]]
+    newest: int  # newest catalog version of event_type
+    read: Callable[[bytes, int], tuple[dict[str, Any], int]]  # (value, 5) -> (record, end)
 
 
 def _fastavro_writer(parsed: Any, event_type: str, version: int) -> Callable[[Envelope, bytearray], None]:
@@ -125,10 +126,10 @@ def _fastavro_writer(parsed: Any, event_type: str, version: int) -> Callable[[En
     return write
 
 
-def _fastavro_reader(writer: Any, reader: Any = None) -> Callable[[bytes], tuple[dict[str, Any], int]]:
-    def read(value: bytes) -> tuple[dict[str, Any], int]:
+def _fastavro_reader(writer: Any, reader: Any = None) -> Callable[[bytes, int], tuple[dict[str, Any], int]]:
+    def read(value: bytes, start: int) -> tuple[dict[str, Any], int]:
         bio = io.BytesIO(value)
-        bio.seek(5)
+        bio.seek(start)
         rec = schemaless_reader(bio, writer, reader)
         if not isinstance(rec, dict):
             raise AvroDecodeError("not a record")
@@ -168,7 +169,8 @@ class EnvelopeCodec:
         self.engine = engine
         self._writers: dict[tuple[str, int], _Writer] = {}
         self._newest: dict[str, _Writer] = {}
-        self._readers: dict[int, _Reader] = {}
+        self._readers: dict[int, _Reader] = {}  # by schema id: the hot-path cache
+        self._local: dict[tuple[str, int], _Reader] = {}  # by (event_type, version): catalog schemas
         self._parsed: dict[tuple[str, int], Any] = {}
         self._payload_parsed: dict[str, Any] = {}
         self._ids: dict[tuple[str, int], int] = {}
@@ -221,7 +223,7 @@ class EnvelopeCodec:
         parsed = parse_schema(dict(sv.schema))
         self._parsed[(event_type, version)] = parsed
         write: Callable[[Envelope, bytearray], None] | None = None
-        read: Callable[[bytes], tuple[dict[str, Any], int]] | None = None
+        read: Callable[[bytes, int], tuple[dict[str, Any], int]] | None = None
         if self.engine == "compiled":
             try:
                 enc = compile_schema(
@@ -229,9 +231,7 @@ class EnvelopeCodec:
                     attribute_access=True,
                     constants={"event_type": event_type, "event_version": version},
                 )
-                dec = enc.decode
-                write = enc.encode
-                read = lambda value, _dec=dec: _dec(value, 5)  # noqa: E731
+                write, read = enc.encode, enc.decode
             except UnsupportedSchema:
                 pass
         if write is None or read is None:
@@ -246,7 +246,9 @@ class EnvelopeCodec:
             prefix=bytes([MAGIC_BYTE]) + schema_id.to_bytes(4, "big"),
             write=write,
         )
-        self._readers[schema_id] = _Reader(schema_id=schema_id, event_type=event_type, version=version, read=read)
+        self._readers[schema_id] = self._local[(event_type, version)] = _Reader(
+            schema_id=schema_id, event_type=event_type, version=version, newest=spec.newest, read=read
+        )
 
     @property
     def schema_ids(self) -> Mapping[tuple[str, int], int]:
@@ -352,7 +354,7 @@ class EnvelopeCodec:
         if r is None:
             r = self._load_reader(sid)
         try:
-            rec, end = r.read(value)
+            rec, end = r.read(value, 5)
         except _DECODE_ERRORS as e:
             raise _poison("avro_decode", f"schema id {sid} ({r.event_type}): Avro decode failed: {e!r}") from e
         if end != n:
@@ -364,7 +366,7 @@ class EnvelopeCodec:
             raise _poison("validation", f"schema id {sid} ({r.event_type}): event_version {ev} invalid")
         if rec["aggregate_version"] < 1:
             raise _poison("validation", f"{r.event_type} {rec['event_id']}: aggregate_version {rec['aggregate_version']} < 1")
-        newest = self._newest[r.event_type].version
+        newest = r.newest
         if ev != newest:
             rec["payload"], rec["event_version"] = self._upcast(r.event_type, ev, rec["payload"], newest, rec)
         if published_at is not None:
@@ -402,9 +404,9 @@ class EnvelopeCodec:
         if spec is None or spec.event_type not in self._newest:
             raise _poison("unknown_subject", f"schema id {sid} is {subject or 'not a record'}, not in the catalog")
         for v in spec.versions:  # same schema as a catalog version, registered under another id
-            if self.catalog.version(spec.event_type, v).schema == schema:
-                known = self._readers[self._ids[(spec.event_type, v)]]
-                r = _Reader(schema_id=sid, event_type=spec.event_type, version=v, read=known.read)
+            if same_schema(self.catalog.version(spec.event_type, v).schema, schema):
+                known = self._local[(spec.event_type, v)]
+                r = _Reader(schema_id=sid, event_type=spec.event_type, version=v, newest=spec.newest, read=known.read)
                 self._readers[sid] = r
                 return r
         try:
@@ -415,16 +417,16 @@ class EnvelopeCodec:
         newest = self._newest[spec.event_type].version
         resolve = _fastavro_reader(writer, self._parsed[(spec.event_type, newest)])
 
-        def read(value: bytes) -> tuple[dict[str, Any], int]:
-            rec, end = plain(value)
+        def read(value: bytes, start: int) -> tuple[dict[str, Any], int]:
+            rec, end = plain(value, start)
             if isinstance(rec.get("event_version"), int) and rec["event_version"] > newest:
                 try:  # a writer newer than our catalog: Avro resolution into the newest known version
-                    rec, end = resolve(value)
+                    rec, end = resolve(value, start)
                 except Exception as e:  # noqa: BLE001
                     raise _poison("schema_resolution", f"schema id {sid} ({subject}): {e}") from e
                 rec["event_version"] = newest
             return rec, end
 
-        r = _Reader(schema_id=sid, event_type=spec.event_type, version=None, read=read)
+        r = _Reader(schema_id=sid, event_type=spec.event_type, version=None, newest=newest, read=read)
         self._readers[sid] = r
         return r

@@ -28,7 +28,14 @@ from typing import Any, Protocol
 from casestream.catalog import schema_text
 from casestream.errors import IncompatibleSchemaError, RegistryUnavailable, SchemaError, UnknownSchemaError
 
-__all__ = ["ConfluentSchemaRegistry", "InMemoryRegistry", "RegisteredVersion", "SchemaRegistry"]
+__all__ = [
+    "ConfluentSchemaRegistry",
+    "InMemoryRegistry",
+    "RegisteredVersion",
+    "RegistrationStep",
+    "SchemaRegistry",
+    "register_catalog",
+]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -115,14 +122,20 @@ class ConfluentSchemaRegistry:
         self._client = client
 
     def close(self) -> None:
-        """Close the HTTP session."""
+        """Close the HTTP session (call it, or use the adapter as a context manager)."""
         self._client.close()
+
+    def __enter__(self) -> ConfluentSchemaRegistry:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
     @contextmanager
     def _translated(self, what: str) -> Iterator[None]:
         """Map driver errors to casestream.errors (the one translation boundary)."""
-        from confluent_kafka.schema_registry.error import SchemaRegistryError
-        import httpx
+        from confluent_kafka.schema_registry.common._httpx_compat import httpx  # httpx or httpx2
+        from confluent_kafka.schema_registry.error import OAuthTokenError, SchemaRegistryError
 
         try:
             yield
@@ -136,7 +149,7 @@ class ConfluentSchemaRegistry:
             if status == 422:
                 raise SchemaError(msg) from e
             raise RegistryUnavailable(msg) from e
-        except httpx.HTTPError as e:
+        except (httpx.HTTPError, httpx.InvalidURL, OAuthTokenError, OSError) as e:
             raise RegistryUnavailable(f"{self.url}: {what}: registry unreachable: {type(e).__name__}: {e}") from e
         except (ValueError, KeyError, TypeError, AttributeError) as e:
             # response.json() on garbage, or a JSON shape the client did not expect
@@ -295,3 +308,73 @@ class InMemoryRegistry:
         """See :meth:`SchemaRegistry.get_compatibility`."""
         self._enter("get_compatibility")
         return self._compat.get(subject)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RegistrationStep:
+    """What :func:`register_catalog` did for one subject version or setting.
+
+    ``action``: ``unchanged`` (already registered), ``registered``, ``would-register`` (dry run),
+    ``compatibility-set``, ``compatibility-would-set``, ``compatibility-ok``.
+    """
+
+    subject: str
+    version: int | None
+    action: str
+    schema_id: int | None = None
+    detail: str = ""
+
+
+def register_catalog(
+    catalog: Any, registry: SchemaRegistry, *, subjects: list[str] | None = None, dry_run: bool = False
+) -> list[RegistrationStep]:
+    """Register every catalog version (ascending) and set each subject's compatibility level.
+
+    Idempotent: a version already registered is looked up, not registered again. The level
+    is set right after version 1 exists, so the registry itself enforces it for later versions.
+
+    Args:
+        catalog: a ``casestream.catalog.Catalog``.
+        registry: the registry port.
+        subjects: restrict to these subjects.
+        dry_run: only look up; report what would be registered or set.
+
+    Returns:
+        One :class:`RegistrationStep` per version and per subject level.
+
+    Raises:
+        IncompatibleSchemaError: the registry refused a version (its own compatibility check).
+        SchemaError: the registry rejected a schema as invalid.
+        RegistryUnavailable: the registry is down or answered garbage.
+    """
+    steps: list[RegistrationStep] = []
+    for spec in catalog.subjects.values():
+        if subjects is not None and spec.subject not in subjects:
+            continue
+        level_done = False
+        for v in spec.versions:
+            sv = catalog.versions[(spec.event_type, v)]
+            try:
+                sid: int | None = registry.lookup(spec.subject, sv.schema)
+                steps.append(RegistrationStep(subject=spec.subject, version=v, action="unchanged", schema_id=sid))
+            except UnknownSchemaError:
+                if dry_run:
+                    steps.append(RegistrationStep(subject=spec.subject, version=v, action="would-register"))
+                    sid = None
+                else:
+                    sid = registry.register(spec.subject, sv.schema)
+                    steps.append(RegistrationStep(subject=spec.subject, version=v, action="registered", schema_id=sid))
+            if not level_done and (sid is not None or dry_run):
+                level_done = True
+                current = registry.get_compatibility(spec.subject) if sid is not None else None
+                if current == spec.compatibility:
+                    steps.append(RegistrationStep(subject=spec.subject, version=None, action="compatibility-ok",
+                                                  detail=current))
+                elif dry_run:
+                    steps.append(RegistrationStep(subject=spec.subject, version=None, action="compatibility-would-set",
+                                                  detail=f"{current or 'unset'} -> {spec.compatibility}"))
+                else:
+                    registry.set_compatibility(spec.subject, spec.compatibility)
+                    steps.append(RegistrationStep(subject=spec.subject, version=None, action="compatibility-set",
+                                                  detail=f"{current or 'unset'} -> {spec.compatibility}"))
+    return steps

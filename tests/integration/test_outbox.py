@@ -5,7 +5,6 @@ Each test works in its own schema (``isolated_schema``), so it can run beside ot
 
 from __future__ import annotations
 
-import os
 import threading
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
@@ -21,25 +20,12 @@ from casestream.relay.testing import FakeEnvelope, JsonCodec, isolated_schema
 pytestmark = pytest.mark.integration
 
 
-def _test_db_url(request: pytest.FixtureRequest) -> str:
-    try:
-        url = request.getfixturevalue("pg_url")
-    except pytest.FixtureLookupError:
-        url = os.environ.get("CASESTREAM_PG_URL", "postgresql://postgres@127.0.0.1:15432")
-    parts = urlsplit(url)
-    if parts.path in ("", "/"):
-        url = urlunsplit((parts.scheme, parts.netloc, "/casestream_test", parts.query, parts.fragment))
-    return url
-
-
 @pytest.fixture
-def base_dsn(request: pytest.FixtureRequest) -> str:
-    url = _test_db_url(request)
-    try:
-        psycopg.connect(url, connect_timeout=3).close()
-    except psycopg.OperationalError as e:
-        pytest.skip(f"PostgreSQL not reachable at {url}: {e}")
-    return url
+def base_dsn(pg_url: str) -> str:
+    """``pg_url`` (server URL from tests/conftest.py) + ``/casestream_test``."""
+    parts = urlsplit(pg_url)
+    path = parts.path if parts.path not in ("", "/") else "/casestream_test"
+    return urlunsplit((parts.scheme, parts.netloc, path, parts.query, parts.fragment))
 
 
 @pytest.fixture

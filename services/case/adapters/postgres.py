@@ -233,13 +233,14 @@ class PgUnitOfWork:
         if self._pool is None:
             return self
         stack = ExitStack()
+        stack.enter_context(translate_errors())  # outermost: sees body, commit and enter errors
         try:
-            stack.enter_context(translate_errors())
             conn = stack.enter_context(self._pool.connection())
             stack.enter_context(conn.transaction())
-        except BaseException:
-            stack.close()
-            raise
+        except BaseException as e:
+            if not stack.__exit__(type(e), e, e.__traceback__):
+                raise
+            raise AssertionError("unreachable: translate_errors never suppresses") from e
         self._stack = stack
         self._bind(conn)
         return self

@@ -70,8 +70,7 @@ class SenderWorker:
                     listener = psycopg.connect(self.dsn, autocommit=True)
                     listener.execute(f"LISTEN {WAKE_CHANNEL}")
                 self.drain(stop)
-                for _ in listener.notifies(timeout=self.interval_s, stop_after=1):
-                    pass
+                self._wait(listener, stop)
             except Exception:  # noqa: BLE001 - a failed round is retried after a pause
                 log.exception("notice sender round failed; retrying in %.1f s", self.interval_s)
                 if listener is not None:
@@ -81,3 +80,12 @@ class SenderWorker:
         if listener is not None:
             listener.close()
         log.info("notice sender stopped")
+
+    def _wait(self, listener: psycopg.Connection, stop: threading.Event) -> None:
+        """Until a NOTIFY arrives, ``interval_s`` passed, or ``stop`` (checked every 0.5 s)."""
+        waited = 0.0
+        while waited < self.interval_s and not stop.is_set():
+            step = min(0.5, self.interval_s - waited)
+            if any(True for _ in listener.notifies(timeout=step, stop_after=1)):
+                return
+            waited += step

@@ -22,7 +22,7 @@ FAIL_DOMAIN = "fail.invalid"
 """Recipients at this domain make the notice fail (documented test hook)."""
 
 MESSAGE_ID_DOMAIN = "notice.casestream"
-SENDER = "Casestream Notices <notices@casestream.invalid>"
+SENDER = "Casestream Notices <notices@casestream.example>"
 
 
 class NoticeStatus(enum.Enum):

@@ -33,6 +33,8 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
 
+import psycopg
+
 from casestream.consumer.failures import FailureClass, classify, error_class, reason_of
 from casestream.consumer.records import ConsumerStats, EnvelopeDecoder, Record
 from casestream.consumer.settings import ConsumerSettings
@@ -150,6 +152,9 @@ class BatchProcessor:
         self.stats = stats or ConsumerStats()
         self.redrive_topic = self.settings.redrive_topic_for(consumer)
         self._attempts: dict[tuple[str, int, int], _Attempt] = {}
+        # (id of the record whose handler raised on the fast path, the exception): that call is
+        # the message's attempt, so the slow path does not call the handler a second time.
+        self._fast_failure: tuple[int, BaseException] | None = None
 
     # ------------------------------------------------------------------ public
 
@@ -163,6 +168,7 @@ class BatchProcessor:
         t0 = time.monotonic()
         result = BatchResult()
         dead: list[DeadLetter] = []
+        self._fast_failure = None
         try:
             with conn.transaction():
                 items = self._decode_all(records, result, dead)
@@ -274,6 +280,9 @@ class BatchProcessor:
     # ------------------------------------------------------------------ fast path
 
     def _try_fast(self, conn: Any, items: list[_Item]) -> bool:
+        if self._attempts and any(
+                (it.rec.topic, it.rec.partition, it.rec.offset) in self._attempts for it in items):
+            return False  # a message being retried: go straight to per-message savepoints
         try:
             with conn.transaction():
                 return self._fast(conn, items)
@@ -323,8 +332,18 @@ class BatchProcessor:
                     updates.append((key[0], key[1], s.last_version, g.last_version))
             advance_guards(conn, self.consumer, updates, require_flowing=True)
             unknown = 0
-            for it in apply:
-                unknown += self._run_handlers(conn, it.rec, it.env)
+            # Pipeline mode: handler statements are sent without waiting for each result;
+            # errors surface at the sync when the block ends. A psycopg error may thus show up
+            # in a later handler, so only non-database exceptions are attributed to an item.
+            with conn.pipeline():
+                for it in apply:
+                    try:
+                        unknown += self._run_handlers(conn, it.rec, it.env)
+                    except psycopg.Error:
+                        raise
+                    except Exception as e:
+                        self._fast_failure = (id(it.rec), e)
+                        raise
         else:
             unknown = 0
         st = self.stats
@@ -366,6 +385,10 @@ class BatchProcessor:
                     reason="unknown_event_type"), it.env, result, dead)
             elif action is Action.HOLD:
                 self._hold(conn, it, guards, seen, result, dead)
+            elif self._fast_failure is not None and self._fast_failure[0] == id(rec):
+                # its handler already failed on the fast path: that was this attempt
+                self._failed(rec, self._fast_failure[1], it.env, result, dead, conn)
+                self._fast_failure = None
             else:
                 if self._apply_one(conn, it, guards, result, dead,
                                    accept_gap=action is Action.ACCEPT_GAP):

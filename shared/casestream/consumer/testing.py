@@ -1,15 +1,16 @@
 """Test support for the consumer runtime: a framed test codec, an effects projection, Kafka helpers,
 and a subprocess entry point used by the crash tests.
 
-Not used by services. ``FramedJsonCodec`` frames JSON like the Confluent wire format (magic byte
-0, 4-byte schema id) so poison classes (bad magic byte, unknown schema id, undecodable body,
-invalid envelope) behave like the real ``casestream.codec.EnvelopeCodec``; integration tests use
-the real codec when the schema registry is reachable and fall back to this one otherwise.
+Not used by services. Integration tests run the real ``casestream.codec.EnvelopeCodec`` (Avro,
+Confluent wire format, upcasters) via :func:`real_codec` — over the real schema registry, or over
+an ``InMemoryRegistry`` when the shared registry refuses the catalog. ``FramedJsonCodec`` (JSON in
+the same 5-byte frame, same poison reasons) is a dependency-free stand-in for unit-level use.
 
 Subprocess entry point (crash tests)::
 
     python -m casestream.consumer.testing --name N --topic T --dsn DSN --bootstrap B \
-        --table effects_x [--kill-before-offset-commit] [--kill-in-handler-at SEQ] [--idle-exit S]
+        --table effects_x [--codec registry|memory|test] [--kill-before-offset-commit]
+        [--kill-in-handler-at SEQ] [--expect N] [--idle-exit S]
 """
 
 from __future__ import annotations
@@ -31,27 +32,7 @@ from typing import Any
 from casestream.errors import PoisonMessageError
 from casestream.handlers import HandlerContext, HandlerKind, HandlerRegistry
 
-try:  # the real envelope once it exists; a look-alike otherwise
-    from casestream.envelope import Envelope
-except ImportError:  # pragma: no cover - only before casestream.envelope lands
-
-    @dataclass(frozen=True, slots=True, kw_only=True)
-    class Envelope:  # type: ignore[no-redef]
-        event_id: str
-        event_type: str
-        event_version: int
-        source: str
-        tenant_id: str
-        aggregate_type: str
-        aggregate_id: str
-        aggregate_version: int
-        occurred_at: datetime
-        correlation_id: str
-        actor_id: str
-        payload: Any = field(default_factory=dict)
-        causation_id: str | None = None
-        traceparent: str | None = None
-        published_at: datetime | None = None
+from casestream.envelope import Envelope
 
 TEST_SCHEMA_ID = 1
 
@@ -158,6 +139,16 @@ class EffectsProjection:
             f"SELECT event_id, aggregate_id, aggregate_version FROM {self.table} ORDER BY at")]
 
 
+def database_dsn(pg_url: str, database: str = "casestream_test") -> str:
+    """``pg_url`` with ``database`` as its database unless it already names one."""
+    from urllib.parse import urlsplit, urlunsplit
+
+    parts = urlsplit(pg_url)
+    if parts.path.strip("/"):
+        return pg_url
+    return urlunsplit(parts._replace(path=f"/{database}"))
+
+
 # ---------------------------------------------------------------- Kafka helpers
 
 def create_topic(bootstrap: str, topic: str, partitions: int = 1) -> None:
@@ -237,6 +228,128 @@ def wait_until(predicate: Any, timeout_s: float = 30.0, interval_s: float = 0.1)
         time.sleep(interval_s)
 
 
+# ---------------------------------------------------------------- in-process harness
+
+@dataclass
+class Harness:
+    """One integration test's world: topic, consumer name, effects table, pool, codec, runtimes.
+
+    Build it with :meth:`create`, close it with :meth:`close` (stops runtimes, drops the table).
+    """
+
+    bootstrap: str
+    dsn: str
+    topic: str
+    name: str
+    pool: Any
+    projection: EffectsProjection
+    codec: Any = field(default_factory=FramedJsonCodec)
+    registry_url: str | None = None
+    runtimes: list[tuple[Any, Any, Any]] = field(default_factory=list)
+
+    @classmethod
+    def create(cls, bootstrap: str, pg_url: str, *, codec: Any = None,
+               registry_url: str | None = None, prefix: str = "test.consumer") -> "Harness":
+        import psycopg
+        from psycopg_pool import ConnectionPool
+
+        suffix = uuid.uuid4().hex[:10]
+        dsn = database_dsn(pg_url)
+        projection = EffectsProjection(f"effects_{suffix}")
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            conn.execute(projection.ddl())
+        pool = ConnectionPool(dsn, min_size=1, max_size=4, open=True)
+        return cls(bootstrap=bootstrap, dsn=dsn, topic=f"{prefix}.{suffix}",
+                   name=f"{prefix}-{suffix}", pool=pool, projection=projection,
+                   codec=codec or FramedJsonCodec(), registry_url=registry_url)
+
+    @property
+    def codec_args(self) -> list[str]:
+        """Command-line flags giving a child process the same codec as this harness."""
+        kind = getattr(self.codec, "registry_kind", None)
+        if kind == "registry":
+            return ["--codec", "registry", "--registry-url", str(self.registry_url)]
+        if kind == "memory":
+            return ["--codec", "memory"]
+        return ["--codec", "test"]
+
+    def close(self) -> None:
+        import psycopg
+
+        for _rt, thread, stop in self.runtimes:
+            stop.set()
+            thread.join(30)
+        self.pool.close()
+        with psycopg.connect(self.dsn, autocommit=True) as conn:
+            conn.execute(f"DROP TABLE IF EXISTS {self.projection.table}")
+
+    def settings(self, **kw: Any) -> Any:
+        from casestream.consumer.settings import ConsumerSettings, RetryPolicy
+
+        base: dict[str, Any] = dict(batch_size=100, poll_timeout_s=0.1, sweep_interval_s=0.2,
+                                    retry=RetryPolicy(max_attempts=5, base_s=0.05, max_s=0.2,
+                                                      jitter=0.2))
+        base.update(kw)
+        return ConsumerSettings(**base)
+
+    def runtime(self, settings: Any = None, registry: HandlerRegistry | None = None) -> Any:
+        from casestream.consumer.runtime import ConsumerRuntime
+
+        registry = registry or self.projection.register(HandlerRegistry())
+        return ConsumerRuntime(self.name, [self.topic], registry, self.codec, self.pool,
+                               {"bootstrap.servers": self.bootstrap}, settings or self.settings())
+
+    def start(self, runtime: Any) -> Any:
+        thread, stop = run_in_thread(runtime)
+        self.runtimes.append((runtime, thread, stop))
+        if not runtime.ready.wait(30):
+            raise AssertionError("no partition assignment within 30 s")
+        return runtime
+
+    def stop(self, runtime: Any) -> None:
+        for rt, thread, stop in self.runtimes:
+            if rt is runtime:
+                stop.set()
+                thread.join(30)
+                assert not thread.is_alive(), "runtime did not stop within 30 s"
+                assert not thread.errors, thread.errors  # type: ignore[attr-defined]
+
+    def rows(self) -> list[tuple[str, str, int]]:
+        import psycopg
+
+        with psycopg.connect(self.dsn) as conn:
+            return self.projection.rows(conn)
+
+    def versions(self, aggregate_id: str) -> list[int]:
+        return [r[2] for r in self.rows() if r[1] == aggregate_id]
+
+    def one_effect_each(self, event_ids: Iterable[str]) -> None:
+        got = sorted(r[0] for r in self.rows())
+        want = sorted(event_ids)
+        assert got == want, f"{len(got)} effects for {len(want)} events"
+
+    def dead_letters(self, count: int, timeout_s: float = 20.0) -> list[Any]:
+        from casestream.dlq import read_topic
+
+        def enough() -> list[Any] | None:
+            try:
+                recs = read_topic(self.bootstrap, f"{self.name}.dlq", timeout_s=5)
+            except Exception:  # noqa: BLE001 - topic may not exist yet
+                return None
+            return recs if len(recs) >= count else None
+
+        return wait_until(enough, timeout_s, 0.3)
+
+    def guard(self, aggregate_id: str) -> tuple[str, int] | None:
+        import psycopg
+
+        with psycopg.connect(self.dsn) as conn:
+            row = conn.execute(
+                "SELECT state, last_version FROM consumer_version_guard WHERE consumer = %s"
+                " AND aggregate_id = %s", (self.name, aggregate_id)).fetchone()
+        return (row[0], row[1]) if row else None
+
+
 # ---------------------------------------------------------------- subprocess entry point
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -257,20 +370,30 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--batch-size", type=int, default=50)
     ap.add_argument("--kill-before-offset-commit", action="store_true")
     ap.add_argument("--kill-in-handler-at", type=int)
-    ap.add_argument("--idle-exit", type=float, default=0.0)
-    ap.add_argument("--codec", choices=["test", "real"], default="test")
+    ap.add_argument("--idle-exit", type=float, default=0.0,
+                    help="stop after this many idle seconds once partitions are assigned")
+    ap.add_argument("--expect", type=int, default=0,
+                    help="stop once this many events were seen (applied + duplicate + stale)")
+    ap.add_argument("--session-timeout-ms", type=int, default=6000)
+    ap.add_argument("--codec", choices=["test", "registry", "memory"], default="test",
+                    help="test: FramedJsonCodec; registry/memory: EnvelopeCodec over the real"
+                         " registry (--registry-url) or an in-memory one")
     ap.add_argument("--registry-url")
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO, stream=sys.stderr,
                         format=f"%(asctime)s child {args.name} %(levelname)s %(message)s")
 
-    codec: Any = FramedJsonCodec() if args.codec == "test" else real_codec(args.registry_url)
+    codec: Any = (FramedJsonCodec() if args.codec == "test" else
+                  real_codec(args.registry_url if args.codec == "registry" else None,
+                             fallback=args.codec == "memory"))
     projection = EffectsProjection(args.table, kill_at_seq=args.kill_in_handler_at)
     registry = projection.register(HandlerRegistry())
     pool = ConnectionPool(args.dsn, min_size=1, max_size=2, open=True)
     runtime = ConsumerRuntime(args.name, [args.topic], registry, codec, pool,
-                              {"bootstrap.servers": args.bootstrap},
-                              ConsumerSettings(batch_size=args.batch_size, ensure_topics=False))
+                              {"bootstrap.servers": args.bootstrap,
+                               "session.timeout.ms": args.session_timeout_ms,
+                               "heartbeat.interval.ms": max(500, args.session_timeout_ms // 6)},
+                              ConsumerSettings(batch_size=args.batch_size))
     if args.kill_before_offset_commit:
         original = runtime._commit_pending
 
@@ -283,15 +406,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         runtime._commit_pending = commit_then_die  # type: ignore[method-assign]
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    if args.idle_exit:
+    if args.idle_exit or args.expect:
         def watchdog() -> None:
+            runtime.ready.wait()
             last, since = -1, time.monotonic()
             while not stop.is_set():
                 time.sleep(0.2)
                 n = runtime.stats.applied + runtime.stats.duplicates + runtime.stats.stale
-                if n != last:
+                if args.expect and n >= args.expect:
+                    stop.set()
+                elif n != last:
                     last, since = n, time.monotonic()
-                elif time.monotonic() - since > args.idle_exit:
+                elif args.idle_exit and time.monotonic() - since > args.idle_exit:
                     stop.set()
 
         threading.Thread(target=watchdog, daemon=True).start()
@@ -302,17 +428,43 @@ def main(argv: Sequence[str] | None = None) -> int:
     return 0
 
 
-def real_codec(registry_url: str | None) -> Any:
-    """The real EnvelopeCodec over the schema catalog and the registry at ``registry_url``."""
+def close_codec(codec: Any) -> None:
+    """Close the registry client of a codec built by :func:`real_codec` (if it has one)."""
+    close = getattr(getattr(codec, "registry", None), "close", None)
+    if close is not None:
+        close()
+
+
+def real_codec(registry_url: str | None, *, fallback: bool = False) -> Any:
+    """The real ``EnvelopeCodec`` (catalog, upcasters) over the registry at ``registry_url``.
+
+    With ``fallback``, if the registry is unreachable or refuses to register the catalog, the
+    same codec is built over an ``InMemoryRegistry`` instead (ids are deterministic — catalog
+    order — so separate processes agree on them). ``codec.registry_kind`` says which was used.
+    """
     from casestream.catalog import load_catalog
     from casestream.codec import EnvelopeCodec
-    from casestream.registry import ConfluentSchemaRegistry
+    from casestream.errors import CasestreamError
+    from casestream.registry import ConfluentSchemaRegistry, InMemoryRegistry
     from casestream.upcasters import default_upcasters
 
-    if not registry_url:
-        raise SystemExit("--registry-url is required with --codec real")
-    codec = EnvelopeCodec(load_catalog(), ConfluentSchemaRegistry(registry_url), default_upcasters())
+    catalog = load_catalog()
+    if registry_url:
+        registry = ConfluentSchemaRegistry(registry_url)
+        codec = EnvelopeCodec(catalog, registry, default_upcasters())
+        try:
+            codec.prepare(auto_register=True)
+            codec.registry_kind = "registry"  # type: ignore[attr-defined]
+            return codec
+        except CasestreamError:
+            registry.close()
+            if not fallback:
+                raise
+    elif not fallback:
+        raise ValueError("registry_url is required without fallback")
+    codec = EnvelopeCodec(catalog, InMemoryRegistry(), default_upcasters())
     codec.prepare(auto_register=True)
+    codec.registry_kind = "memory"  # type: ignore[attr-defined]
     return codec
 
 

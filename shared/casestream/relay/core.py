@@ -191,7 +191,9 @@ class OutboxRelay:
     def _batch(self, conn: psycopg.Connection) -> int:
         s = self.settings
         started = time.monotonic()
-        rows = store.claim(conn, self.owner, s.batch_size)
+        if not self._leases.valid():
+            return 0  # possibly expired: renew (next iteration) before claiming
+        rows = store.claim(conn, self._leases.held, s.batch_size)
         if not rows:
             return 0
         self._hook("claimed")
@@ -319,10 +321,21 @@ class OutboxRelay:
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
                     return
-                # psycopg >= 3.2: Connection.notifies(timeout=, stop_after=)
-                for _ in listen.notifies(timeout=min(remaining, 0.25), stop_after=1):
-                    for _ in listen.notifies(timeout=0):  # drain the rest: one wake-up
-                        pass
+                # psycopg >= 3.2: Connection.notifies(timeout=, stop_after=). The generator
+                # holds the connection lock until exhausted or closed: never nest or
+                # abandon one (that deadlocks the next call).
+                gen = listen.notifies(timeout=min(remaining, 0.25), stop_after=1)
+                try:
+                    woke = any(True for _ in gen)
+                finally:
+                    gen.close()
+                if woke:
+                    drain = listen.notifies(timeout=0)  # the rest of a burst: one wake-up
+                    try:
+                        for _ in drain:
+                            pass
+                    finally:
+                        drain.close()
                     return
         except (psycopg.OperationalError, psycopg.InterfaceError) as e:
             log.warning("relay %s: LISTEN connection lost: %s", self.name, e)

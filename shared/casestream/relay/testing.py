@@ -226,11 +226,11 @@ class PrivateKafka:
                    "--ignore-formatted", wait=True)
 
     def _java(self, *args: str, wait: bool = False) -> subprocess.Popen[bytes]:
-        log = open(self.workdir / "kafka.out", "ab")  # noqa: SIM115 - owned by the process
         cmd = ["java", "-Xmx384m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1",
                f"-Dkafka.logs.dir={self.workdir / 'logs'}",
                "-Dlog4j2.level=WARN", "-cp", self.classpath, *args]
-        p = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        with open(self.workdir / "kafka.out", "ab") as log:  # the child keeps its own copy
+            p = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
         if wait:
             if p.wait(120) != 0:
                 raise RuntimeError(f"{args[0]} failed, see {self.workdir / 'kafka.out'}")

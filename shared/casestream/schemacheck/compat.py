@@ -167,12 +167,19 @@ class _Walker:
             self.walk(rf.type, wf.type, _join(path, rf.name))
         unmatched = [wf for wf in w.fields if wf.name not in matched]
         for rf in missing:
-            self.missing_field(rf, unmatched, path)
+            self.missing_field(rf, unmatched, path, r.fields.index(rf), w.fields)
 
-    def missing_field(self, rf: Any, unmatched: list[Any], path: str) -> None:
+    def missing_field(self, rf: Any, unmatched: list[Any], path: str, index: int, writer_fields: list[Any]) -> None:
+        """Report a reader field the writer does not write; guess a rename (each writer field claimed once)."""
         fpath = _join(path, rf.name)
-        same = [wf for wf in unmatched if _signature(wf.type) == _signature(rf.type)]
         renamed_to = [wf for wf in unmatched if rf.name in (wf.props.get("aliases") or [])]
+        same = sorted(
+            (wf for wf in unmatched if _signature(wf.type) == _signature(rf.type)),
+            key=lambda wf: abs(writer_fields.index(wf) - index),
+        )
+        claimed = renamed_to[:1] or same[:1]
+        for wf in claimed:
+            unmatched.remove(wf)
         rl, wl = self.reader_label, self.writer_label
         if self.reader_is_new:
             if same:
@@ -212,9 +219,10 @@ class _Walker:
         extra = [s for s in w.symbols if s not in r.symbols]
         default = r.props.get("default")
         if extra and not (default and default in r.symbols):
+            rule = "enum-symbol-removed" if self.reader_is_new else "enum-symbol-added-without-default"
             self.issues.append(
                 Issue(
-                    "enum-symbol-added-without-default",
+                    rule,
                     path,
                     f"{self.writer_label} may write enum {w.fullname} symbol(s) {extra} that {self.reader_label} "
                     f"lacks, and {self.reader_label}'s enum has no default",
@@ -229,9 +237,12 @@ class _Walker:
             where = f" at {', '.join(locations)}" if locations else ""
             detail = "; ".join(sorted(result.messages))
             for kind in kinds:
+                rule = _RULE_OF.get(kind, "incompatible")
+                if rule == "enum-symbol-added-without-default" and self.reader_is_new:
+                    rule = "enum-symbol-removed"
                 self.issues.append(
                     Issue(
-                        _RULE_OF.get(kind, "incompatible"),
+                        rule,
                         path,
                         f"{self.reader_label} ({_signature(r)}) cannot read {self.writer_label} ({_signature(w)}){where}: {detail}",
                     )

@@ -47,9 +47,14 @@ class _Linter:
 
     def walk(self, schema: Any, ns: str | None, path: str) -> None:
         if isinstance(schema, str):
-            if schema not in _PRIMITIVES and "." not in schema:
+            # an unqualified reference to a type defined in this file; unknown names are the parsers' job
+            if schema not in _PRIMITIVES and "." not in schema and self.full_name(schema, ns) in self.named:
                 self.issues.append(
-                    Issue("name-not-qualified", path, f"type reference {schema!r} is not a full name")
+                    Issue(
+                        "name-not-qualified",
+                        path,
+                        f"type reference {schema!r} is not a full name (write {self.full_name(schema, ns)!r})",
+                    )
                 )
             return
         if isinstance(schema, list):

@@ -1,8 +1,7 @@
-"""Shared fixtures and checks of the relay integration tests (imported by test_relay*.py)."""
+"""Shared fixtures and checks of the relay integration tests (imported by test_relay*.py; no tests here)."""
 
 from __future__ import annotations
 
-import os
 import threading
 import time
 import uuid
@@ -12,7 +11,6 @@ from urllib.parse import urlsplit, urlunsplit
 
 import psycopg
 import pytest
-from confluent_kafka.admin import AdminClient
 
 from casestream.outbox import OutboxWriter
 from casestream.relay import OutboxRelay, RelaySettings
@@ -21,46 +19,24 @@ from casestream.relay.testing import (
 )
 
 
-def test_db_url(request: pytest.FixtureRequest) -> str:
-    """``pg_url`` from tests/conftest.py when present, else the default; database casestream_test."""
-    try:
-        url = request.getfixturevalue("pg_url")
-    except pytest.FixtureLookupError:
-        url = os.environ.get("CASESTREAM_PG_URL", "postgresql://postgres@127.0.0.1:15432")
-    parts = urlsplit(url)
-    if parts.path in ("", "/"):
-        url = urlunsplit((parts.scheme, parts.netloc, "/casestream_test", parts.query, parts.fragment))
-    return url
+def test_database(pg_url: str) -> str:
+    """``pg_url`` (server URL from tests/conftest.py) + ``/casestream_test``."""
+    parts = urlsplit(pg_url)
+    path = parts.path if parts.path not in ("", "/") else "/casestream_test"
+    return urlunsplit((parts.scheme, parts.netloc, path, parts.query, parts.fragment))
 
 
-test_db_url.__test__ = False  # type: ignore[attr-defined]
-
-
-def bootstrap_of(request: pytest.FixtureRequest) -> str:
-    try:
-        return request.getfixturevalue("kafka_bootstrap")
-    except pytest.FixtureLookupError:
-        return os.environ.get("CASESTREAM_KAFKA_BOOTSTRAP", "127.0.0.1:19092")
+test_database.__test__ = False  # type: ignore[attr-defined]
 
 
 @pytest.fixture
-def base_dsn(request: pytest.FixtureRequest) -> str:
-    url = test_db_url(request)
-    try:
-        psycopg.connect(url, connect_timeout=3).close()
-    except psycopg.OperationalError as e:
-        pytest.skip(f"PostgreSQL not reachable at {url}: {e}")
-    return url
+def base_dsn(pg_url: str) -> str:
+    return test_database(pg_url)
 
 
 @pytest.fixture
-def bootstrap(request: pytest.FixtureRequest) -> str:
-    bs = bootstrap_of(request)
-    try:
-        AdminClient({"bootstrap.servers": bs}).list_topics(timeout=5)
-    except Exception as e:  # noqa: BLE001
-        pytest.skip(f"Kafka not reachable at {bs}: {e}")
-    return bs
+def bootstrap(kafka_bootstrap: str) -> str:
+    return kafka_bootstrap
 
 
 @pytest.fixture

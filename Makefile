@@ -1,0 +1,72 @@
+# casestream developer entry points. Every target is idempotent; `make` alone lists them.
+# Local infrastructure runs without Docker (deploy/infra.sh): Kafka, PostgreSQL, Apicurio
+# Registry and an SMTP sink, state in .local/. See deploy/README.md.
+
+SHELL := /bin/bash
+.SHELLFLAGS := -o pipefail -c
+.DEFAULT_GOAL := help
+
+PYTHON ?= python3
+VENV := .venv
+VENV_STAMP := $(VENV)/.casestream-installed
+INFRA := deploy/infra.sh
+# Extra arguments for pytest, e.g. make test PYTEST_ARGS="-m unit -x"
+PYTEST_ARGS ?=
+# Services started by `make run` (default: all five)
+SERVICES ?= case decision audit notification saga
+# Runs a command with the CASESTREAM_* endpoints of the local infrastructure exported.
+WITH_ENV := eval "$$($(INFRA) env)" &&
+
+.PHONY: help venv compose infra-up infra-down infra-status infra-logs run demo test schema-check clean
+
+help: ## list the targets
+	@echo "casestream - make targets:"
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-13s %s\n", $$1, $$2}'
+	@echo "Ports and paths: deploy/infra.sh --help"
+
+venv: $(VENV_STAMP) ## create .venv and install the pinned packages (requirements.lock) + the project (editable)
+
+$(VENV_STAMP): pyproject.toml requirements.lock
+	@command -v $(PYTHON) >/dev/null || { echo "make: '$(PYTHON)' not found: install Python 3.11+ (or make PYTHON=/path/to/python3.11)" >&2; exit 1; }
+	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11))' \
+		|| { echo "make: $$($(PYTHON) --version 2>&1) is too old: casestream needs Python 3.11+ (make PYTHON=python3.11)" >&2; exit 1; }
+	@test -x $(VENV)/bin/python || { echo "make: creating $(VENV)"; $(PYTHON) -m venv $(VENV); }
+	@# `-e` lines of the lock name the project itself (installed below, from this checkout).
+	@grep -v '^-e ' requirements.lock > $(VENV)/requirements.txt
+	$(VENV)/bin/python -m pip install -q --disable-pip-version-check -r $(VENV)/requirements.txt
+	$(VENV)/bin/python -m pip install -q --disable-pip-version-check --no-deps -e .
+	@touch $@
+
+compose: ## make `docker compose` available (builds the plugin with Go if missing; used by the contract test)
+	@deploy/compose.sh install
+
+infra-up: venv ## install what is missing and start Kafka, PostgreSQL, registry, SMTP sink (waits until ready)
+	@$(INFRA) up
+
+infra-down: ## stop the local infrastructure (data in .local/ is kept)
+	@$(INFRA) down
+
+infra-status: ## show what runs where
+	@$(INFRA) status
+
+infra-logs: ## last lines of each infrastructure log
+	@$(INFRA) logs
+
+run: infra-up ## infrastructure + the five services in the foreground (Ctrl-C stops all)
+	@$(WITH_ENV) exec $(VENV)/bin/python deploy/run_services.py $(SERVICES)
+
+demo: infra-up ## drive real cases through the running suite (deploy/demo.py)
+	@test -f deploy/demo.py || { echo "make: deploy/demo.py does not exist yet" >&2; exit 1; }
+	@$(WITH_ENV) $(VENV)/bin/python deploy/demo.py
+
+test: venv compose infra-up ## the whole test suite against the real infrastructure (.ci/run calls this)
+	@$(WITH_ENV) { $(VENV)/bin/pytest $(PYTEST_ARGS); rc=$$?; \
+		if [ $$rc -eq 5 ]; then echo "make test: pytest collected no tests (exit status 5); that is a failure" >&2; fi; \
+		exit $$rc; }
+
+schema-check: venv ## check schemas/ (compatibility of every subject's versions)
+	@$(WITH_ENV) $(VENV)/bin/casestream schemas check
+
+clean: ## stop the infrastructure, remove .local/ and .venv/
+	@if [ -x $(INFRA) ]; then $(INFRA) purge; fi
+	rm -rf .local $(VENV)

@@ -1,0 +1,294 @@
+"""Consumer runtime benchmark (issue 4): inbox + version guard + one projection upsert per event.
+
+In one run, on the same 100,000 events already on a topic:
+
+- **runtime** — ``ConsumerRuntime`` (real Kafka, real PostgreSQL, real ``EnvelopeCodec``):
+  decode, upcast, inbox row, guard row and one projection upsert per event, one transaction
+  per poll batch, offsets committed after each batch.
+- **B2** — raw consume + ``fastavro.schemaless_reader`` decode loop (no database).
+- **B4** — the same SQL without Kafka, batched: per 500 events one transaction with the inbox
+  rows and guard rows (``unnest``) and the projection upserts (``executemany``);
+  **B4-copy** does the inbox and projection via ``COPY`` into temp tables (reported, not a target).
+
+Prints events/s of each and the ratios runtime/B2 and runtime/B4. Target (issue 4, 2 cores):
+runtime >= 8,000 events/s and >= 0.5 x B4.
+
+Usage::
+
+    eval "$(deploy/infra.sh env)"
+    .venv/bin/python bench/consumer.py [--events 100000] [--aggregates 10000] [--partitions 4]
+        [--batch-size 500] [--dsn postgresql://postgres@127.0.0.1:15432/casestream_test]
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import logging
+import os
+import threading
+import time
+import uuid
+from datetime import UTC, datetime
+from typing import Any
+
+import psycopg
+from confluent_kafka import Consumer, Producer
+from fastavro import parse_schema, schemaless_reader
+from psycopg_pool import ConnectionPool
+
+from casestream.consumer import ConsumerRuntime, ConsumerSettings
+from casestream.consumer.testing import close_codec, create_topic, headers_of, real_codec
+from casestream.envelope import Envelope
+from casestream.handlers import HandlerContext, HandlerKind, HandlerRegistry
+from casestream.inbox import ensure_schema
+
+PAYLOAD = {"title": "Unlicensed waste disposal near the river",
+           "summary": "Reporter saw barrels dumped behind the depot on two nights; photos attached.",
+           "severity": 4, "evidence_count": 3, "reporter_email": "reporter@example.org",
+           "priority": "HIGH"}
+
+UPSERT = ("INSERT INTO {t} (case_id, tenant_id, title, severity, priority, version, updated_at)"
+          " VALUES (%s, %s, %s, %s, %s, %s, %s)"
+          " ON CONFLICT (case_id) DO UPDATE SET title = EXCLUDED.title,"
+          " severity = EXCLUDED.severity, priority = EXCLUDED.priority,"
+          " version = EXCLUDED.version, updated_at = EXCLUDED.updated_at")
+
+
+def events(n: int, aggregates: int) -> list[Envelope]:
+    """``n`` CaseOpened v3 events over ``aggregates`` aggregates, versions 1.. in order."""
+    ids = [str(uuid.uuid4()) for _ in range(aggregates)]
+    now = datetime.now(UTC)
+    out = []
+    for i in range(n):
+        agg = ids[i % aggregates]
+        out.append(Envelope(
+            event_id=str(uuid.uuid4()), event_type="CaseOpened", event_version=None, source="case",
+            tenant_id="tenant-1", aggregate_type="case", aggregate_id=agg,
+            aggregate_version=i // aggregates + 1, occurred_at=now, correlation_id=agg,
+            actor_id="officer-17", payload=PAYLOAD,
+            traceparent="00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"))
+    return out
+
+
+def produce_all(bootstrap: str, topic: str, codec: Any, evs: list[Envelope]) -> float:
+    p = Producer({"bootstrap.servers": bootstrap, "acks": "all", "enable.idempotence": True,
+                  "linger.ms": 5, "batch.num.messages": 10000, "partitioner": "murmur2_random"})
+    t = time.perf_counter()
+    for e in evs:
+        while True:
+            try:
+                p.produce(topic, key=e.aggregate_id.encode(), value=codec.encode(e),
+                          headers=headers_of(e))
+                break
+            except BufferError:
+                p.poll(0.05)
+        p.poll(0)
+    if p.flush(60):
+        raise SystemExit("produce: messages left undelivered")
+    return time.perf_counter() - t
+
+
+def b2_consume_decode(bootstrap: str, topic: str, n: int, codec: Any, batch: int) -> float:
+    """Raw consume + fastavro decode; returns seconds from first message to the n-th."""
+    writer = None
+    for sv in codec.catalog.iter_versions():
+        if sv.event_type == "CaseOpened" and sv.version == max(
+                v.version for v in codec.catalog.iter_versions() if v.event_type == "CaseOpened"):
+            writer = parse_schema(sv.schema)
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"bench.b2-{uuid.uuid4().hex[:8]}",
+                  "auto.offset.reset": "earliest", "enable.auto.commit": False})
+    c.subscribe([topic])
+    seen, t0 = 0, None
+    try:
+        while seen < n:
+            for m in c.consume(batch, 1.0):
+                if m.error():
+                    continue
+                if t0 is None:
+                    t0 = time.perf_counter()
+                bio = io.BytesIO(m.value())
+                bio.seek(5)
+                schemaless_reader(bio, writer, None)
+                seen += 1
+        return time.perf_counter() - t0  # type: ignore[operator]
+    finally:
+        c.close()
+
+
+def projection_ddl(table: str) -> str:
+    return (f"CREATE TABLE IF NOT EXISTS {table} (case_id text PRIMARY KEY, tenant_id text NOT NULL,"
+            " title text, severity int, priority text, version bigint NOT NULL,"
+            " updated_at timestamptz)")
+
+
+def b4_sql(dsn: str, evs: list[Envelope], table: str, consumer: str, batch: int) -> float:
+    """The runtime's SQL without Kafka: inbox + guard (unnest) + projection (executemany)."""
+    upsert = UPSERT.format(t=table)
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        t = time.perf_counter()
+        for i in range(0, len(evs), batch):
+            chunk = evs[i:i + batch]
+            with conn.transaction():
+                conn.execute(
+                    "INSERT INTO consumer_inbox (consumer, event_id, event_type, aggregate_type,"
+                    " aggregate_id, aggregate_version) SELECT %s, * FROM unnest(%s::text[],"
+                    " %s::text[], %s::text[], %s::text[], %s::bigint[])",
+                    (consumer, [e.event_id for e in chunk], [e.event_type for e in chunk],
+                     [e.aggregate_type for e in chunk], [e.aggregate_id for e in chunk],
+                     [e.aggregate_version for e in chunk]))
+                last: dict[str, int] = {}
+                for e in chunk:
+                    last[e.aggregate_id] = e.aggregate_version
+                conn.execute(
+                    "INSERT INTO consumer_version_guard (consumer, aggregate_type, aggregate_id,"
+                    " last_version) SELECT %s, 'case', * FROM unnest(%s::text[], %s::bigint[])"
+                    " ON CONFLICT (consumer, aggregate_type, aggregate_id) DO UPDATE"
+                    " SET last_version = EXCLUDED.last_version, updated_at = now()",
+                    (consumer, list(last), list(last.values())))
+                with conn.cursor() as cur:
+                    cur.executemany(upsert, [
+                        (e.aggregate_id, e.tenant_id, e.payload["title"], e.payload["severity"],
+                         e.payload["priority"], e.aggregate_version, e.occurred_at) for e in chunk])
+        return time.perf_counter() - t
+
+
+def b4_copy(dsn: str, evs: list[Envelope], table: str, consumer: str, batch: int) -> float:
+    """Inbox via COPY; projection via COPY into a temp table + INSERT ... SELECT ON CONFLICT."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(f"CREATE TEMP TABLE stage (LIKE {table})")
+        t = time.perf_counter()
+        for i in range(0, len(evs), batch):
+            chunk = evs[i:i + batch]
+            with conn.transaction():
+                with conn.cursor().copy(
+                        "COPY consumer_inbox (consumer, event_id, event_type, aggregate_type,"
+                        " aggregate_id, aggregate_version) FROM STDIN") as cp:
+                    for e in chunk:
+                        cp.write_row((consumer, e.event_id, e.event_type, e.aggregate_type,
+                                      e.aggregate_id, e.aggregate_version))
+                last: dict[str, Envelope] = {}
+                for e in chunk:
+                    last[e.aggregate_id] = e
+                conn.execute(
+                    "INSERT INTO consumer_version_guard (consumer, aggregate_type, aggregate_id,"
+                    " last_version) SELECT %s, 'case', * FROM unnest(%s::text[], %s::bigint[])"
+                    " ON CONFLICT (consumer, aggregate_type, aggregate_id) DO UPDATE"
+                    " SET last_version = EXCLUDED.last_version, updated_at = now()",
+                    (consumer, list(last), [e.aggregate_version for e in last.values()]))
+                conn.execute("TRUNCATE stage")
+                with conn.cursor().copy("COPY stage FROM STDIN") as cp:
+                    for e in last.values():
+                        cp.write_row((e.aggregate_id, e.tenant_id, e.payload["title"],
+                                      e.payload["severity"], e.payload["priority"],
+                                      e.aggregate_version, e.occurred_at))
+                conn.execute(
+                    f"INSERT INTO {table} SELECT * FROM stage ON CONFLICT (case_id) DO UPDATE"
+                    " SET title = EXCLUDED.title, severity = EXCLUDED.severity,"
+                    " priority = EXCLUDED.priority, version = EXCLUDED.version,"
+                    " updated_at = EXCLUDED.updated_at")
+        return time.perf_counter() - t
+
+
+def runtime_run(bootstrap: str, dsn: str, topic: str, n: int, codec: Any, table: str,
+                consumer: str, batch: int) -> tuple[float, float, Any]:
+    """Run ConsumerRuntime until n events applied; returns (seconds after assignment, total, stats)."""
+    upsert = UPSERT.format(t=table)
+    registry = HandlerRegistry()
+
+    @registry.on("CaseOpened", kind=HandlerKind.PROJECTION)
+    def project(ctx: HandlerContext, e: Envelope) -> None:
+        p = e.payload
+        ctx.conn.execute(upsert, (e.aggregate_id, e.tenant_id, p["title"], p["severity"],
+                                  p["priority"], e.aggregate_version, e.occurred_at))
+
+    pool = ConnectionPool(dsn, min_size=1, max_size=2, open=True)
+    rt = ConsumerRuntime(consumer, [topic], registry, codec, pool,
+                         {"bootstrap.servers": bootstrap},
+                         ConsumerSettings(batch_size=batch, poll_timeout_s=0.2))
+    stop = threading.Event()
+    t_start = time.perf_counter()
+    th = threading.Thread(target=rt.run, args=(stop,), daemon=True)
+    th.start()
+    rt.ready.wait(60)
+    t_ready = time.perf_counter()
+    while rt.stats.applied < n:
+        if not th.is_alive():
+            raise SystemExit("runtime died")
+        time.sleep(0.01)
+    t_end = time.perf_counter()
+    stop.set()
+    th.join(30)
+    pool.close()
+    return t_end - t_ready, t_end - t_start, rt.stats
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--events", type=int, default=100_000)
+    ap.add_argument("--aggregates", type=int, default=10_000)
+    ap.add_argument("--partitions", type=int, default=4)
+    ap.add_argument("--batch-size", type=int, default=500)
+    ap.add_argument("--bootstrap", default=os.environ.get("CASESTREAM_KAFKA_BOOTSTRAP",
+                                                          "127.0.0.1:19092"))
+    ap.add_argument("--registry-url", default=os.environ.get("CASESTREAM_REGISTRY_URL"))
+    ap.add_argument("--dsn", default=os.environ.get("CASESTREAM_PG_URL",
+                                                    "postgresql://postgres@127.0.0.1:15432")
+                    .rstrip("/") + "/casestream_test")
+    ap.add_argument("--keep", action="store_true", help="keep tables/rows (default: clean up)")
+    args = ap.parse_args()
+    logging.basicConfig(level=logging.WARNING)
+
+    run = uuid.uuid4().hex[:8]
+    topic = f"bench.consumer.{run}"
+    n = args.events
+    codec = real_codec(args.registry_url, fallback=True)
+    print(f"bench/consumer: {n} events, {args.aggregates} aggregates, {args.partitions} partitions,"
+          f" batch {args.batch_size}, codec {codec.engine} over {codec.registry_kind} registry")
+    evs = events(n, args.aggregates)
+    create_topic(args.bootstrap, topic, args.partitions)
+    secs = produce_all(args.bootstrap, topic, codec, evs)
+    print(f"  produced in {secs:.1f} s ({n / secs:,.0f}/s); avg value {len(codec.encode(evs[0]))} B")
+
+    tables = {k: f"bench_view_{k}_{run}" for k in ("rt", "b4", "copy")}
+    consumers = {k: f"bench.{k}-{run}" for k in tables}
+    with psycopg.connect(args.dsn, autocommit=True) as conn:
+        ensure_schema(conn)
+        for t in tables.values():
+            conn.execute(projection_ddl(t))
+    try:
+        b2 = n / b2_consume_decode(args.bootstrap, topic, n, codec, args.batch_size)
+        print(f"  B2 raw consume + fastavro decode: {b2:,.0f} events/s")
+        b4 = n / b4_sql(args.dsn, evs, tables["b4"], consumers["b4"], args.batch_size)
+        print(f"  B4 same SQL batched, no Kafka:    {b4:,.0f} events/s")
+        b4c = n / b4_copy(args.dsn, evs, tables["copy"], consumers["copy"], args.batch_size)
+        print(f"  B4-copy (COPY variant):           {b4c:,.0f} events/s")
+        secs, total, stats = runtime_run(args.bootstrap, args.dsn, topic, n, codec,
+                                         tables["rt"], consumers["rt"], args.batch_size)
+        rate = n / secs
+        print(f"  runtime (inbox+guard+projection): {rate:,.0f} events/s"
+              f"  ({secs:.2f} s after assignment, {total:.2f} s incl. group join;"
+              f" {stats.fast_batches}/{stats.batches} batches on the fast path)")
+        with psycopg.connect(args.dsn) as conn:
+            rows, maxv = conn.execute(f"SELECT count(*), max(version) FROM {tables['rt']}").fetchone()
+        assert rows == args.aggregates and maxv == n // args.aggregates, (rows, maxv)
+        print(f"  ratios: runtime/B2 = {rate / b2:.2f}, runtime/B4 = {rate / b4:.2f}"
+              f"  -> target >= 8,000/s: {'OK' if rate >= 8000 else 'MISSED'};"
+              f" >= 0.5 x B4: {'OK' if rate >= 0.5 * b4 else 'MISSED'}")
+    finally:
+        close_codec(codec)
+        if not args.keep:
+            with psycopg.connect(args.dsn, autocommit=True) as conn:
+                for t in tables.values():
+                    conn.execute(f"DROP TABLE IF EXISTS {t}")
+                for c in consumers.values():
+                    conn.execute("DELETE FROM consumer_inbox WHERE consumer = %s", (c,))
+                    conn.execute("DELETE FROM consumer_version_guard WHERE consumer = %s", (c,))
+            from confluent_kafka.admin import AdminClient
+
+            AdminClient({"bootstrap.servers": args.bootstrap}).delete_topics(
+                [topic, f"{consumers['rt']}.dlq", f"{consumers['rt']}.redrive"])
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,248 @@
+"""bench/relay: outbox relay throughput and commit → topic latency, against baselines.
+
+Issue 3 / DESIGN §8. In one run, on the real PostgreSQL and Kafka of ``deploy/infra.sh``:
+
+* fill: N events (default 100,000) over A aggregates (1,000), ~300-byte payloads, written
+  with ``OutboxWriter`` in random aggregate order (not timed as relay work);
+* **B1** raw produce: a confluent-kafka loop producing the same key/value/headers with the
+  relay's producer settings (idempotence, acks=all, linger.ms=5), waiting for every
+  delivery report;
+* **B5** claim-and-mark: the relay's claim query + outcome UPDATE/DELETE loop on an
+  identical copy of the table, without Kafka;
+* **relay**: ``OutboxRelay.run_once`` until the table is drained;
+* ratios relay/B1, relay/B5, relay/min(B1, B5) (target >= 15,000 events/s and >= 0.5);
+* **latency**: a relay thread idle on LISTEN; a writer commits R events/s (default 1,000)
+  one event per transaction for S seconds; a consumer (``fetch.wait.max.ms=1``) records
+  the arrival of each; latency = arrival - commit returned. p50/p99/max in ms (target p99
+  <= 50 ms).
+
+Usage: ``python bench/relay.py [--events 100000] [--aggregates 1000] [--payload 300]
+[--batch-size 1000] [--retention-s 3600|0] [--rate 1000] [--seconds 10]``.
+Prints one human summary and a final JSON line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import statistics
+import threading
+import time
+import uuid
+
+import psycopg
+from confluent_kafka import Consumer, Producer, TopicPartition
+
+from casestream.kafka_config import producer_config
+from casestream.outbox import OutboxWriter, headers_for
+from casestream.relay import OutboxRelay, RelaySettings
+from casestream.relay import store
+from casestream.relay.leases import LeaseManager
+from casestream.relay.testing import FakeEnvelope, JsonCodec, create_topics, delete_topics, isolated_schema
+
+PG = os.environ.get("CASESTREAM_BENCH_PG", "postgresql://postgres@127.0.0.1:15432/casestream_test")
+KAFKA = os.environ.get("CASESTREAM_KAFKA_BOOTSTRAP", "127.0.0.1:19092")
+
+
+def fill(dsn: str, envs: list[FakeEnvelope]) -> float:
+    writer = OutboxWriter(JsonCodec())
+    t0 = time.perf_counter()
+    with psycopg.connect(dsn) as conn:
+        for i in range(0, len(envs), 500):
+            with conn.transaction():
+                writer.append(conn, envs[i:i + 500])
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("VACUUM ANALYZE outbox")
+    return time.perf_counter() - t0
+
+
+def bench_b1(envs: list[FakeEnvelope], topic: str) -> float:
+    codec = JsonCodec()
+    msgs = [(e.aggregate_id.encode(), codec.encode(e),
+             headers_for(str(e.event_id), e.event_type, e.event_version, e.traceparent, e.correlation_id))
+            for e in envs]
+    p = Producer(producer_config(KAFKA, client_id="bench-b1"))
+    p.produce(topic, b"warm-up", key=b"warm")
+    p.flush(30)
+    done = [0]
+
+    def cb(err, msg) -> None:
+        if err is None:
+            done[0] += 1
+
+    t0 = time.perf_counter()
+    for key, value, headers in msgs:
+        while True:
+            try:
+                p.produce(topic, value=value, key=key, headers=headers, on_delivery=cb)
+                break
+            except BufferError:
+                p.poll(0.01)
+    p.flush(120)
+    elapsed = time.perf_counter() - t0
+    assert done[0] == len(msgs), done
+    return len(msgs) / elapsed
+
+
+def bench_b5(dsn: str, batch: int, delete: bool) -> float:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        leases = LeaseManager("b5/owner", "b5", 60.0)
+        leases.rebalance(conn)
+        total = 0
+        t0 = time.perf_counter()
+        offset = 0
+        while True:
+            rows = store.claim(conn, leases.held, batch)
+            if not rows:
+                break
+            now_ms = int(time.time() * 1000)
+            delivered = [store.Delivered(r.id, now_ms, 0, offset + i) for i, r in enumerate(rows)]
+            offset += len(rows)
+            store.mark_outcomes(conn, delivered=delivered, retry=[], failed=[], delete_published=delete)
+            total += len(rows)
+        elapsed = time.perf_counter() - t0
+        leases.release_all(conn)
+    return total / elapsed
+
+
+def bench_relay(dsn: str, prefix: str, batch: int, retention: float, n: int) -> tuple[float, dict]:
+    relay = OutboxRelay(dsn, producer_config(KAFKA, client_id="bench-relay"),
+                        RelaySettings(topic_prefix=prefix, batch_size=batch, published_retention_s=retention,
+                                      metrics_interval_s=3600, cleanup_interval_s=3600),
+                        "bench-relay")
+    relay.run_once()  # leases, producer, first batch: warm-up, not timed
+    warm = relay.metrics.published_total
+    t0 = time.perf_counter()
+    while relay.metrics.published_total < n:
+        if relay.run_once() == 0:
+            break
+    elapsed = time.perf_counter() - t0
+    counted = relay.metrics.published_total - warm
+    snap = relay.metrics.snapshot()
+    relay.close()
+    return counted / elapsed, snap
+
+
+def bench_latency(base: str, prefix: str, rate: float, seconds: float) -> dict:
+    with isolated_schema(base, prefix="bench_lat") as dsn:
+        topic = prefix + "case"
+        relay = OutboxRelay(dsn, producer_config(KAFKA, client_id="bench-lat"),
+                            RelaySettings(topic_prefix=prefix, metrics_interval_s=3600), "bench-lat")
+        stop = threading.Event()
+        rt = threading.Thread(target=relay.run, args=(stop,), daemon=True)
+        rt.start()
+        consumer = Consumer({"bootstrap.servers": KAFKA, "group.id": f"lat-{uuid.uuid4().hex}",
+                             "enable.auto.commit": False, "fetch.wait.max.ms": 1,
+                             "fetch.min.bytes": 1, "auto.offset.reset": "latest"})
+        md = consumer.list_topics(topic, timeout=10)
+        parts = list(md.topics[topic].partitions)
+        wm = [consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1] for p in parts]
+        consumer.assign([TopicPartition(topic, p, o) for p, o in zip(parts, wm)])
+        arrivals: dict[str, float] = {}
+        cstop = threading.Event()
+
+        def consume() -> None:
+            while not cstop.is_set():
+                for m in consumer.consume(500, 0.05):
+                    if not m.error():
+                        arrivals[dict(m.headers())["id"].decode()] = time.perf_counter()
+
+        ct = threading.Thread(target=consume, daemon=True)
+        ct.start()
+        time.sleep(2.0)
+        committed: dict[str, float] = {}
+        writer = OutboxWriter(JsonCodec())
+        n = int(rate * seconds)
+        interval = 1.0 / rate
+        versions: dict[str, int] = {}
+        rng = random.Random(1)
+        with psycopg.connect(dsn) as conn:
+            start = time.perf_counter()
+            for i in range(n):
+                target = start + i * interval
+                delay = target - time.perf_counter()
+                if delay > 0:
+                    time.sleep(delay)
+                agg = f"lat-{rng.randrange(1000)}"
+                versions[agg] = versions.get(agg, 0) + 1
+                e = FakeEnvelope(aggregate_type="case", aggregate_id=agg,
+                                 aggregate_version=versions[agg], payload_size=300)
+                with conn.transaction():
+                    writer.append(conn, [e])
+                committed[e.event_id] = time.perf_counter()
+            achieved = n / (time.perf_counter() - start)
+        deadline = time.monotonic() + 30
+        while len(arrivals) < n and time.monotonic() < deadline:
+            time.sleep(0.1)
+        cstop.set()
+        ct.join()
+        consumer.close()
+        stop.set()
+        rt.join(30)
+        lat = sorted((arrivals[k] - t) * 1000 for k, t in committed.items() if k in arrivals)
+        q = statistics.quantiles(lat, n=100) if len(lat) > 1 else [0.0] * 99
+        return {"rate_target": rate, "rate_achieved": round(achieved, 1), "events": n,
+                "received": len(lat), "p50_ms": round(q[49], 2), "p99_ms": round(q[98], 2),
+                "max_ms": round(lat[-1], 2) if lat else None}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description="outbox relay benchmark (issue 3)")
+    ap.add_argument("--events", type=int, default=100_000)
+    ap.add_argument("--aggregates", type=int, default=1_000)
+    ap.add_argument("--payload", type=int, default=300)
+    ap.add_argument("--batch-size", type=int, default=1_000)
+    ap.add_argument("--retention-s", type=float, default=3600.0,
+                    help="relay mode: >0 marks rows published (kept), 0 deletes on publish")
+    ap.add_argument("--rate", type=float, default=1_000.0)
+    ap.add_argument("--seconds", type=float, default=10.0)
+    ap.add_argument("--skip-latency", action="store_true")
+    args = ap.parse_args()
+
+    rng = random.Random(42)
+    versions: dict[str, int] = {}
+    envs = []
+    for _ in range(args.events):
+        agg = f"agg-{rng.randrange(args.aggregates)}"
+        versions[agg] = versions.get(agg, 0) + 1
+        envs.append(FakeEnvelope(aggregate_type="case", aggregate_id=agg,
+                                 aggregate_version=versions[agg], payload_size=args.payload))
+    prefix = f"bench{uuid.uuid4().hex[:8]}.outbox.event."
+    topics = [prefix + "case", prefix + "b1"]
+    create_topics(KAFKA, topics, partitions=6)
+    delete = args.retention_s == 0
+    result: dict = {"events": args.events, "aggregates": args.aggregates, "payload_bytes": args.payload,
+                    "batch_size": args.batch_size, "mode": "delete" if delete else "mark-published",
+                    "cpus": os.cpu_count()}
+    try:
+        with isolated_schema(PG, prefix="bench_b5") as b5_dsn, isolated_schema(PG, prefix="bench_relay") as dsn:
+            result["fill_s_b5"] = round(fill(b5_dsn, envs), 2)
+            result["fill_s_relay"] = round(fill(dsn, envs), 2)
+            result["b1_events_s"] = round(bench_b1(envs, prefix + "b1"))
+            result["b5_events_s"] = round(bench_b5(b5_dsn, args.batch_size, delete))
+            relay_rate, snap = bench_relay(dsn, prefix, args.batch_size, args.retention_s, args.events)
+            result["relay_events_s"] = round(relay_rate)
+            with psycopg.connect(dsn) as conn:
+                left = conn.execute("SELECT count(*) FROM outbox WHERE status = 'pending'").fetchone()[0]
+            assert left == 0, f"{left} rows left pending"
+        result["relay_vs_b1"] = round(result["relay_events_s"] / result["b1_events_s"], 3)
+        result["relay_vs_b5"] = round(result["relay_events_s"] / result["b5_events_s"], 3)
+        result["relay_vs_min"] = round(result["relay_events_s"]
+                                       / min(result["b1_events_s"], result["b5_events_s"]), 3)
+        if not args.skip_latency:
+            result["latency"] = bench_latency(PG, prefix, args.rate, args.seconds)
+    finally:
+        delete_topics(KAFKA, topics)
+    print(f"relay {result['relay_events_s']:,} ev/s | B1 raw produce {result['b1_events_s']:,} ev/s | "
+          f"B5 claim+mark {result['b5_events_s']:,} ev/s | relay/min(B1,B5) = {result['relay_vs_min']}")
+    if "latency" in result:
+        lat = result["latency"]
+        print(f"commit->topic at {lat['rate_achieved']} ev/s: p50 {lat['p50_ms']} ms, "
+              f"p99 {lat['p99_ms']} ms, max {lat['max_ms']} ms ({lat['received']}/{lat['events']})")
+    print(json.dumps(result))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,7 @@
+"""Entrypoint: ``python -m services.audit`` runs the audit service until SIGTERM/SIGINT."""
+
+from casestream.service import run_service
+from services.audit.bootstrap import build
+
+if __name__ == "__main__":
+    run_service(build)

@@ -1,0 +1,85 @@
+"""Wiring of the audit service — the only place that builds adapters.
+
+``build()`` reads :class:`AuditSettings`, applies ``migrations/*.sql`` (journal with its
+append-only triggers, timeline projection), prepares the codec, and returns a
+:class:`~casestream.service.ServiceProcess`:
+
+- HTTP: ``GET /audit/cases/{id}`` + ``/healthz`` ``/readyz``;
+- worker ``consumer``: consumer ``audit.journal`` on the four event topics, one
+  ``PROJECTION`` handler per catalog event type.
+
+The audit service emits no events, so it has no outbox table and no relay.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import psycopg
+from psycopg_pool import ConnectionPool
+
+from casestream.catalog import load_catalog
+from casestream.codec import EnvelopeCodec
+from casestream.consumer.runtime import ConsumerRuntime
+from casestream.consumer.settings import ConsumerSettings
+from casestream.db import apply_migrations
+from casestream.errors import ConfigError
+from casestream.registry import ConfluentSchemaRegistry
+from casestream.service import ServiceProcess, configure_logging
+from casestream.upcasters import default_upcasters
+from services.audit.adapters import handlers
+from services.audit.adapters.http import build_app
+from services.audit.adapters.postgres import PgTimelineReader
+from services.audit.domain.entries import KNOWN_EVENT_TYPES
+from services.audit.settings import AuditSettings
+
+NAME = "audit"
+MIGRATIONS = Path(__file__).parent / "migrations"
+
+
+def migrations() -> list[Path]:
+    """This service's ``migrations/*.sql`` in name order."""
+    return sorted(MIGRATIONS.glob("*.sql"))
+
+
+def build(settings: AuditSettings | None = None) -> ServiceProcess:
+    """Build the audit service process (see the module docstring).
+
+    Raises:
+        ConfigError: the database is unreachable or a setting is invalid.
+        casestream.errors.SchemaError / RegistryUnavailable: the codec cannot be prepared.
+    """
+    settings = settings or AuditSettings()
+    configure_logging(NAME, settings.log_level)
+    try:
+        apply_migrations(settings.dsn, migrations())
+    except psycopg.OperationalError as e:
+        raise ConfigError(f"cannot reach PostgreSQL for the audit service at {settings.dsn} "
+                          f"(CASESTREAM_PG_URL / CASESTREAM_AUDIT_DATABASE): {e}") from e
+    catalog = load_catalog()
+    codec = EnvelopeCodec(catalog, ConfluentSchemaRegistry(settings.registry_url),
+                          default_upcasters())
+    codec.prepare(auto_register=settings.auto_register_schemas)
+
+    pool: ConnectionPool[Any] = ConnectionPool(
+        settings.dsn, min_size=settings.pool_min, max_size=max(settings.pool_min + 1,
+                                                                settings.pool_max),
+        timeout=settings.pool_timeout_s, open=True, name="audit",
+        kwargs={"application_name": NAME})
+    registry = handlers.build_registry(event_types={*KNOWN_EVENT_TYPES, *catalog.event_types})
+    consumer = ConsumerRuntime(handlers.CONSUMER, handlers.TOPICS, registry, codec, pool,
+                               {"bootstrap.servers": settings.kafka_bootstrap},
+                               ConsumerSettings(batch_size=settings.batch_size))
+
+    def database_ready() -> None:
+        with pool.connection() as conn:
+            conn.execute("SELECT 1 FROM case_timeline LIMIT 1")
+
+    def consumer_ready() -> None:
+        if not consumer.ready.is_set():
+            raise RuntimeError("consumer has no partition assignment yet")
+
+    return ServiceProcess(name=NAME, app=build_app(PgTimelineReader(pool)), host=settings.host,
+                          port=settings.port, workers={"consumer": consumer.run},
+                          readiness={"postgres": database_ready, "consumer": consumer_ready})

@@ -1,0 +1,147 @@
+"""Wiring of the case service — the only place that builds adapters.
+
+``build()`` reads :class:`CaseSettings`, applies the migrations (outbox DDL, then
+``migrations/*.sql``), prepares the codec (registers schemas in development, looks ids up
+in production), and returns a :class:`~casestream.service.ServiceProcess`:
+
+- HTTP: the case API (``services.case.adapters.http.app``) + ``/healthz`` ``/readyz``;
+- worker ``consumer``: consumer ``case.saga-requests`` on ``outbox.event.saga``;
+- worker ``relay``: the outbox relay of the case database (off when Debezium publishes);
+- worker ``idempotency-purge``: deletes expired idempotency records periodically.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import uuid
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import psycopg
+from psycopg_pool import ConnectionPool
+
+from casestream.catalog import Catalog, load_catalog
+from casestream.codec import EnvelopeCodec
+from casestream.consumer.runtime import ConsumerRuntime
+from casestream.consumer.settings import ConsumerSettings
+from casestream.db import Migration, apply_migrations
+from casestream.errors import ConfigError
+from casestream.handlers import HandlerRegistry
+from casestream.kafka_config import producer_config
+from casestream.outbox import OUTBOX_MIGRATION, OutboxWriter
+from casestream.registry import ConfluentSchemaRegistry
+from casestream.relay.core import OutboxRelay
+from casestream.service import ServiceProcess, Worker, configure_logging
+from casestream.upcasters import default_upcasters
+from services.case.adapters import saga_requests
+from services.case.adapters.http.app import build_app
+from services.case.adapters.postgres import PgUnitOfWork
+from services.case.application.service import CaseService
+from services.case.settings import CaseSettings
+
+NAME = "case"
+MIGRATIONS = Path(__file__).parent / "migrations"
+
+log = logging.getLogger(__name__)
+
+
+class SystemClock:
+    """``Clock`` port: timezone-aware UTC now."""
+
+    def now(self) -> datetime:
+        return datetime.now(UTC)
+
+
+def migrations() -> list[Migration | Path]:
+    """The outbox migration, then this service's ``migrations/*.sql`` in name order."""
+    return [OUTBOX_MIGRATION, *sorted(MIGRATIONS.glob("*.sql"))]
+
+
+def consumer_registry(service: CaseService, catalog: Catalog) -> HandlerRegistry:
+    """Handlers of ``case.saga-requests``; every other event type of its topics is ignored."""
+    registry = saga_requests.build_registry(service)
+    others = [t for t in catalog.event_types
+              if catalog.subject_for(t).topic in saga_requests.TOPICS and not registry.knows(t)]
+    registry.ignore(*others)
+    return registry
+
+
+def purge_worker(service: CaseService, interval_s: float) -> Worker:
+    """A worker deleting expired idempotency records every ``interval_s`` seconds."""
+
+    def run(stop: threading.Event) -> None:
+        while not stop.wait(interval_s):
+            try:
+                while service.purge_idempotency_records(limit=1000) == 1000 and not stop.is_set():
+                    pass
+            except Exception:  # noqa: BLE001 - a failed purge is retried next period
+                log.warning("idempotency purge failed; retrying in %.0f s", interval_s,
+                            exc_info=True)
+
+    return run
+
+
+def _migrate(dsn: str) -> None:
+    try:
+        apply_migrations(dsn, migrations())
+    except psycopg.OperationalError as e:
+        raise ConfigError(f"cannot reach PostgreSQL for the case service at {dsn} "
+                          f"(CASESTREAM_PG_URL / CASESTREAM_CASE_DATABASE): {e}") from e
+
+
+def build(settings: CaseSettings | None = None) -> ServiceProcess:
+    """Build the case service process (see the module docstring).
+
+    Raises:
+        ConfigError: the database is unreachable or a setting is invalid.
+        casestream.errors.SchemaError / RegistryUnavailable: the codec cannot be prepared.
+    """
+    settings = settings or CaseSettings()
+    configure_logging(NAME, settings.log_level)
+    _migrate(settings.dsn)
+    catalog = load_catalog()
+    codec = EnvelopeCodec(catalog, ConfluentSchemaRegistry(settings.registry_url),
+                          default_upcasters())
+    codec.prepare(auto_register=settings.auto_register_schemas)
+
+    pool: ConnectionPool[Any] = ConnectionPool(
+        settings.dsn, min_size=settings.pool_min, max_size=max(settings.pool_min, settings.pool_max),
+        timeout=settings.pool_timeout_s, open=True, name="case",
+        kwargs={"application_name": NAME})
+    writer = OutboxWriter(codec)
+    service = CaseService(uow=PgUnitOfWork.factory(pool, writer.append), clock=SystemClock(),
+                          new_id=lambda: str(uuid.uuid4()),
+                          idempotency_ttl=timedelta(seconds=settings.idempotency_ttl_s))
+
+    workers: dict[str, Worker] = {
+        "idempotency-purge": purge_worker(service, settings.purge_interval_s)}
+    readiness: dict[str, Callable[[], None]] = {}
+
+    def database_ready() -> None:
+        with pool.connection() as conn:
+            conn.execute("SELECT 1 FROM cases LIMIT 1")
+
+    readiness["postgres"] = database_ready
+    if settings.consumer_enabled:
+        consumer = ConsumerRuntime(saga_requests.CONSUMER, saga_requests.TOPICS,
+                                   consumer_registry(service, catalog), codec, pool,
+                                   {"bootstrap.servers": settings.kafka_bootstrap},
+                                   ConsumerSettings(), outbox=writer)
+        workers["consumer"] = consumer.run
+
+        def consumer_ready() -> None:
+            if not consumer.ready.is_set():
+                raise RuntimeError("consumer has no partition assignment yet")
+
+        readiness["consumer"] = consumer_ready
+    if settings.relay_enabled:
+        relay = OutboxRelay(pool, producer_config(settings.kafka_bootstrap, client_id="case.relay"),
+                            name="case.relay")
+        workers["relay"] = relay.run
+
+    return ServiceProcess(name=NAME, app=build_app(service, max_body_bytes=settings.max_body_bytes),
+                          host=settings.host, port=settings.port, workers=workers,
+                          readiness=readiness)

@@ -1,0 +1,320 @@
+"""Notification against the real PostgreSQL and a real SMTP server.
+
+The SMTP server is the project's own sink (``deploy/smtp_sink.py``, aiosmtpd, one ``.eml``
+file per accepted message) started in-process on a free port with a private maildir, so
+each test sees exactly the mails it caused. ``test_infra_sink_receives_the_notice`` also
+sends through the infrastructure's sink (CASESTREAM_SMTP_HOST/PORT, default
+127.0.0.1:12525) when it is running.
+
+Covers: one mail per notice with its deterministic Message-ID, the sent/issued bookkeeping
+in one transaction, several senders never sending one notice twice, the LISTEN/NOTIFY
+wake-up, bounded retries when SMTP is down, a 550 refusal, the ``@fail.invalid`` hook, and
+the documented crash windows (before the SMTP ``250``: no duplicate; after it but before
+the commit: one duplicate carrying the same Message-ID).
+"""
+
+from __future__ import annotations
+
+import email
+import importlib.util
+import os
+import socket
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from email.message import EmailMessage
+from pathlib import Path
+from types import ModuleType
+
+import psycopg
+import pytest
+from aiosmtpd.controller import Controller
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
+from psycopg_pool import ConnectionPool
+
+from casestream.catalog import load_catalog
+from casestream.codec import EnvelopeCodec
+from casestream.db import apply_migrations
+from casestream.envelope import Envelope, new_event
+from casestream.outbox import OutboxWriter
+from casestream.registry import InMemoryRegistry
+from casestream.upcasters import default_upcasters
+from services.notification.adapters.handlers import OutboxSink
+from services.notification.adapters.postgres import PgNoticeStore
+from services.notification.adapters.sender_worker import SenderWorker
+from services.notification.adapters.smtp import SmtpMailer
+from services.notification.application.requests import record_request
+from services.notification.application.sender import NoticeSender
+from services.notification.bootstrap import migrations
+from services.notification.domain import NoticeStatus, SendPolicy, message_id_for
+
+pytestmark = pytest.mark.integration
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+# -- fixtures ----------------------------------------------------------------------------
+def _server_url(request: pytest.FixtureRequest) -> str:
+    try:
+        return str(request.getfixturevalue("pg_url"))
+    except pytest.FixtureLookupError:
+        return os.environ.get("CASESTREAM_PG_URL", "postgresql://postgres@127.0.0.1:15432")
+
+
+@pytest.fixture
+def dsn(request: pytest.FixtureRequest) -> Iterator[str]:
+    """A fresh schema in ``casestream_test`` with the notification migrations applied."""
+    base = make_conninfo(_server_url(request), dbname="casestream_test")
+    try:
+        psycopg.connect(base, connect_timeout=3).close()
+    except psycopg.OperationalError as e:
+        pytest.skip(f"PostgreSQL not reachable: {e}")
+    schema = f"notif_t_{uuid.uuid4().hex[:10]}"
+    with psycopg.connect(base, autocommit=True) as conn:
+        conn.execute(f'CREATE SCHEMA "{schema}"')
+    options = (conninfo_to_dict(base).get("options") or "") + f" -csearch_path={schema}"
+    scoped = make_conninfo(base, options=options.strip())
+    try:
+        apply_migrations(scoped, migrations())
+        yield scoped
+    finally:
+        with psycopg.connect(base, autocommit=True) as conn:
+            conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+
+
+def _sink_module() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("casestream_smtp_sink", REPO / "deploy" / "smtp_sink.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class Sink:
+    """The project's SMTP sink on a free port with a private maildir."""
+
+    def __init__(self, maildir: Path):
+        module = _sink_module()
+        self.maildir = maildir
+        self.port = _free_port()
+        self.controller = Controller(module.MaildirHandler(maildir, module.DEFAULT_REJECT),
+                                     hostname="127.0.0.1", port=self.port)
+
+    def messages(self) -> list[email.message.Message]:
+        return [email.message_from_bytes(p.read_bytes())
+                for p in sorted(self.maildir.glob("*.eml"))]
+
+
+@pytest.fixture
+def sink(tmp_path: Path) -> Iterator[Sink]:
+    s = Sink(tmp_path / "mail")
+    s.controller.start()
+    try:
+        yield s
+    finally:
+        s.controller.stop()
+
+
+@pytest.fixture(scope="module")
+def codec() -> EnvelopeCodec:
+    c = EnvelopeCodec(load_catalog(), InMemoryRegistry(), default_upcasters())
+    c.prepare(auto_register=True)
+    return c
+
+
+def requested(case_id: str, *, email_to: str = "owner@example.org") -> Envelope:
+    return new_event(event_type="NoticeRequested", aggregate_type="saga",
+                     aggregate_id=str(uuid.uuid4()), aggregate_version=2, tenant_id="tenant-a",
+                     source="saga", actor_id="saga-orchestrator", correlation_id=case_id,
+                     payload={"case_id": case_id, "recipient_email": email_to,
+                              "penalty_cents": 400_000, "violation_code": "REG-4"})
+
+
+def utc_now() -> datetime:
+    return datetime.now(UTC)
+
+
+def record(dsn: str, codec: EnvelopeCodec, *events: Envelope) -> None:
+    """What the consumer handler does, in one committed transaction."""
+    with psycopg.connect(dsn) as conn:
+        for ev in events:
+            record_request(PgNoticeStore(conn), OutboxSink(OutboxWriter(codec), conn), ev,
+                           clock=utc_now)
+        conn.commit()
+
+
+def worker(pool: ConnectionPool, dsn: str, codec: EnvelopeCodec, mailer: object, *,
+           attempts: int = 3, interval_s: float = 0.2) -> SenderWorker:
+    sender = NoticeSender(policy=SendPolicy(max_attempts=attempts,
+                                            first_backoff=timedelta(milliseconds=50),
+                                            max_backoff=timedelta(milliseconds=100)),
+                          clock=utc_now)
+    return SenderWorker(pool, dsn, sender, mailer, OutboxWriter(codec),  # type: ignore[arg-type]
+                        interval_s=interval_s)
+
+
+def outbox_events(dsn: str, codec: EnvelopeCodec) -> list[Envelope]:
+    with psycopg.connect(dsn) as conn:
+        rows = conn.execute("SELECT payload FROM outbox ORDER BY seq").fetchall()
+    return [codec.decode(bytes(r[0])) for r in rows]
+
+
+def status_of(dsn: str, case_id: str) -> tuple[str, int]:
+    with psycopg.connect(dsn) as conn:
+        row = conn.execute("SELECT status, attempts FROM notice WHERE case_id = %s",
+                           (case_id,)).fetchone()
+    assert row is not None
+    return row[0], row[1]
+
+
+# -- tests -------------------------------------------------------------------------------
+def test_notice_is_mailed_once_and_issued(dsn: str, sink: Sink, codec: EnvelopeCodec) -> None:
+    req = requested("case-1")
+    record(dsn, codec, req, req)  # a redelivered request records nothing new
+    with ConnectionPool(dsn, min_size=1, max_size=2) as pool:
+        w = worker(pool, dsn, codec, SmtpMailer("127.0.0.1", sink.port))
+        assert w.drain() == 1
+        assert w.drain() == 0
+    [mail] = sink.messages()
+    assert mail["Message-ID"] == message_id_for("case-1")
+    assert mail["X-Original-To"] == "owner@example.org"
+    assert status_of(dsn, "case-1") == ("sent", 1)
+    [issued] = outbox_events(dsn, codec)
+    assert issued.event_type == "NoticeIssued"
+    assert issued.payload["message_id"] == message_id_for("case-1")
+    assert issued.payload["saga_id"] == req.aggregate_id and issued.causation_id == req.event_id
+
+
+def test_concurrent_senders_send_every_notice_exactly_once(dsn: str, sink: Sink,
+                                                           codec: EnvelopeCodec) -> None:
+    cases = [f"case-{i}" for i in range(30)]
+    record(dsn, codec, *(requested(c) for c in cases))
+    with ConnectionPool(dsn, min_size=2, max_size=6) as pool:
+        workers = [worker(pool, dsn, codec, SmtpMailer("127.0.0.1", sink.port)) for _ in range(3)]
+        threads = [threading.Thread(target=w.drain) for w in workers]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(60)
+    ids = [m["Message-ID"] for m in sink.messages()]
+    assert sorted(ids) == sorted(message_id_for(c) for c in cases)
+    assert len([e for e in outbox_events(dsn, codec) if e.event_type == "NoticeIssued"]) == 30
+
+
+def test_sender_wakes_up_on_notify(dsn: str, sink: Sink, codec: EnvelopeCodec) -> None:
+    with ConnectionPool(dsn, min_size=1, max_size=3) as pool:
+        w = worker(pool, dsn, codec, SmtpMailer("127.0.0.1", sink.port), interval_s=30.0)
+        stop = threading.Event()
+        t = threading.Thread(target=w, args=(stop,))
+        t.start()
+        try:
+            time.sleep(0.5)  # the worker is now blocked waiting (poll interval 30 s)
+            t0 = time.monotonic()
+            record(dsn, codec, requested("case-wake"))
+            while not sink.messages() and time.monotonic() - t0 < 10:
+                time.sleep(0.05)
+            elapsed = time.monotonic() - t0
+        finally:
+            stop.set()
+            t.join(40)
+    assert len(sink.messages()) == 1
+    assert elapsed < 5, f"woken only after {elapsed:.1f} s: NOTIFY did not wake the sender"
+
+
+def test_smtp_down_is_retried_then_notice_failed(dsn: str, codec: EnvelopeCodec) -> None:
+    record(dsn, codec, requested("case-down"))
+    with ConnectionPool(dsn, min_size=1, max_size=2) as pool:
+        w = worker(pool, dsn, codec, SmtpMailer("127.0.0.1", _free_port(), timeout_s=2),
+                   attempts=3)
+        deadline = time.monotonic() + 10
+        while status_of(dsn, "case-down")[0] == "pending" and time.monotonic() < deadline:
+            w.drain()
+            time.sleep(0.05)
+    assert status_of(dsn, "case-down") == ("failed", 3)
+    [failed] = outbox_events(dsn, codec)
+    assert failed.event_type == "NoticeFailed"
+    assert "3 times" in failed.payload["reason"]
+
+
+def test_refused_recipient_and_fail_hook_give_notice_failed(dsn: str, sink: Sink,
+                                                           codec: EnvelopeCodec) -> None:
+    record(dsn, codec, requested("case-550", email_to="someone@mail.invalid"),
+           requested("case-hook", email_to="someone@fail.invalid"))
+    with ConnectionPool(dsn, min_size=1, max_size=2) as pool:
+        assert worker(pool, dsn, codec, SmtpMailer("127.0.0.1", sink.port)).drain() == 2
+    assert sink.messages() == []
+    assert status_of(dsn, "case-550") == ("failed", 1)  # the sink answered 550: one attempt
+    assert status_of(dsn, "case-hook") == ("failed", 0)  # the hook: no SMTP attempt at all
+    reasons = {e.aggregate_id: e.payload["reason"] for e in outbox_events(dsn, codec)}
+    assert "550" in reasons["case-550"] and "fail.invalid" in reasons["case-hook"]
+
+
+class Crash(Exception):
+    """Simulates the process dying at a point of the send."""
+
+
+class CrashingMailer:
+    """Sends through ``inner`` and then dies (after=True), or dies before sending."""
+
+    def __init__(self, inner: SmtpMailer, *, after: bool):
+        self.inner = inner
+        self.after = after
+
+    def send(self, message: EmailMessage) -> None:
+        if not self.after:
+            raise Crash("killed before the SMTP DATA was accepted")
+        self.inner.send(message)
+        raise Crash("killed after the SMTP 250, before the commit")
+
+
+def test_crash_before_the_smtp_reply_loses_nothing_and_doubles_nothing(
+        dsn: str, sink: Sink, codec: EnvelopeCodec) -> None:
+    record(dsn, codec, requested("case-c1"))
+    mailer = SmtpMailer("127.0.0.1", sink.port)
+    with ConnectionPool(dsn, min_size=1, max_size=2) as pool:
+        with pytest.raises(Crash):
+            worker(pool, dsn, codec, CrashingMailer(mailer, after=False)).run_once()
+        assert status_of(dsn, "case-c1") == ("pending", 0)  # rolled back, still owed
+        assert worker(pool, dsn, codec, mailer).drain() == 1
+    assert [m["Message-ID"] for m in sink.messages()] == [message_id_for("case-c1")]
+
+
+def test_crash_after_the_smtp_reply_is_the_documented_window(
+        dsn: str, sink: Sink, codec: EnvelopeCodec) -> None:
+    """The one case that duplicates: the duplicate carries the same Message-ID."""
+    record(dsn, codec, requested("case-c2"))
+    mailer = SmtpMailer("127.0.0.1", sink.port)
+    with ConnectionPool(dsn, min_size=1, max_size=2) as pool:
+        with pytest.raises(Crash):
+            worker(pool, dsn, codec, CrashingMailer(mailer, after=True)).run_once()
+        assert worker(pool, dsn, codec, mailer).drain() == 1
+    ids = [m["Message-ID"] for m in sink.messages()]
+    assert ids == [message_id_for("case-c2")] * 2
+    assert len(outbox_events(dsn, codec)) == 1  # but the saga hears of it once
+
+
+def test_infra_sink_receives_the_notice(dsn: str, codec: EnvelopeCodec) -> None:
+    host = os.environ.get("CASESTREAM_SMTP_HOST", "127.0.0.1")
+    port = int(os.environ.get("CASESTREAM_SMTP_PORT", "12525"))
+    try:
+        socket.create_connection((host, port), timeout=2).close()
+    except OSError:
+        pytest.skip(f"no SMTP sink at {host}:{port} (deploy/infra.sh up)")
+    case_id = f"case-{uuid.uuid4()}"
+    record(dsn, codec, requested(case_id))
+    with ConnectionPool(dsn, min_size=1, max_size=2) as pool:
+        assert worker(pool, dsn, codec, SmtpMailer(host, port)).drain() == 1
+    assert status_of(dsn, case_id) == ("sent", 1)
+    maildir = REPO / ".local" / "smtp" / "mail"
+    if maildir.is_dir():  # the sink of this checkout: the mail is on disk
+        found = [p for p in maildir.glob("*.eml") if message_id_for(case_id) in p.read_text()]
+        assert len(found) == 1
+    assert NoticeStatus.SENT.value == "sent"

@@ -1,0 +1,139 @@
+"""Broker outage under load: the relay recovers by itself, nothing lost, order kept.
+
+The broker is a *private* single-node Kafka started by this module (same jars as
+``deploy/infra.sh``, own ports and data directory), so stopping it does not disturb the
+shared broker other tests use. Skipped when the jars have not been resolved yet
+(``deploy/infra.sh up`` resolves them into ``.local/kafka/classpath.txt``).
+"""
+
+from __future__ import annotations
+
+import random
+import threading
+import time
+from collections import defaultdict
+from collections.abc import Iterator
+from pathlib import Path
+
+import psycopg
+import pytest
+
+from casestream.outbox import OutboxWriter
+from casestream.relay import OutboxRelay
+from casestream.relay.testing import JsonCodec, PrivateKafka, create_topics, read_topics
+from test_relay_support import (  # noqa: F401 - fixtures
+    RelayThread, base_dsn, check_order, count_status, dsn, env, settings, wait_for,
+)
+
+pytestmark = pytest.mark.integration
+
+REPO = Path(__file__).resolve().parents[2]
+CLASSPATH = REPO / ".local" / "kafka" / "classpath.txt"
+
+
+@pytest.fixture(scope="module")
+def private_kafka(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PrivateKafka]:
+    if not CLASSPATH.is_file():
+        pytest.skip(f"Kafka jars not resolved ({CLASSPATH} missing; run deploy/infra.sh up)")
+    broker = PrivateKafka(CLASSPATH, tmp_path_factory.mktemp("private-kafka"))
+    broker.start()
+    yield broker
+    broker.close()
+
+
+class LoadWriter:
+    """~``rate`` events/s in transactions of 5 over ``aggregates`` aggregates until stopped."""
+
+    def __init__(self, dsn: str, *, rate: float = 200.0, aggregates: int = 50, seed: int = 5) -> None:
+        self.dsn, self.rate, self.aggregates, self.seed = dsn, rate, aggregates, seed
+        self.written: dict[str, list[str]] = defaultdict(list)
+        self.stop = threading.Event()
+        self.error: BaseException | None = None
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        rng = random.Random(self.seed)
+        writer = OutboxWriter(JsonCodec())
+        try:
+            with psycopg.connect(self.dsn) as conn:
+                while not self.stop.is_set():
+                    envs = []
+                    for _ in range(5):
+                        agg = f"o-{rng.randrange(self.aggregates)}"
+                        envs.append(env(agg, len(self.written[agg]) + 1))
+                        self.written[agg].append(envs[-1].event_id)
+                    with conn.transaction():
+                        writer.append(conn, envs)
+                    time.sleep(5 / self.rate)
+        except BaseException as e:  # noqa: BLE001
+            self.error = e
+
+    def close(self) -> int:
+        self.stop.set()
+        self.thread.join(10)
+        assert self.error is None, repr(self.error)
+        return sum(map(len, self.written.values()))
+
+
+def _outage_run(dsn: str, broker: PrivateKafka, prefix: str, producer_extra: dict, outage_s: float,
+                during_outage=None) -> tuple[RelayThread, dict, int]:
+    topic = prefix + "case"
+    create_topics(broker.bootstrap, [topic], partitions=6)
+    relay = RelayThread(OutboxRelay(dsn, {"bootstrap.servers": broker.bootstrap, **producer_extra},
+                                    settings(prefix, batch_size=200), "outage"))
+    load = LoadWriter(dsn)
+    try:
+        wait_for(lambda: count_status(dsn).get("published", 0) > 300, 30, "traffic before the outage")
+        broker.kill()
+        t0 = time.monotonic()
+        if during_outage is not None:
+            during_outage()
+        time.sleep(max(0.0, outage_s - (time.monotonic() - t0)))
+        broker.start()
+        time.sleep(3.0)  # load continues after the restart
+        total = load.close()
+        wait_for(lambda: count_status(dsn) == {"published": total}, 120, "recovery: all published")
+    finally:
+        load.stop.set()
+        relay.close()
+    expected = {(topic, agg): ids for agg, ids in load.written.items()}
+    return relay, expected, total
+
+
+def test_broker_down_ten_seconds_relay_recovers_in_order(dsn: str, private_kafka: PrivateKafka) -> None:
+    prefix = f"outage{int(time.time())}.outbox.event."
+    relay, expected, total = _outage_run(dsn, private_kafka, prefix, {}, outage_s=10.0)
+    recs = read_topics(private_kafka.bootstrap, [prefix + "case"], expected=total, timeout_s=60)
+    stats = check_order(recs, expected, allow_duplicates=True)
+    assert relay.relay.metrics.order_breaches_total == 0
+    print(f"outage 10 s: {total} events, {stats}, metrics {relay.relay.metrics.snapshot()}")
+
+
+def test_delivery_timeouts_back_off_and_hold_back_only_their_aggregates(
+        dsn: str, private_kafka: PrivateKafka) -> None:
+    """With message.timeout.ms=1500 the outage surfaces as _MSG_TIMED_OUT: rows are
+    rescheduled with backoff (attempts, next_attempt_at, last_error), later rows of the
+    same aggregates wait, and after the broker returns everything goes out in order."""
+    prefix = f"timeout{int(time.time())}.outbox.event."
+    seen_backoff: list[int] = []
+
+    def check_backoff() -> None:
+        def backing_off() -> bool:
+            with psycopg.connect(dsn) as conn:
+                n = conn.execute("SELECT count(*) FROM outbox WHERE status = 'pending' AND attempts > 0 "
+                                 "AND next_attempt_at > now() AND last_error LIKE '%MSG_TIMED_OUT%'"
+                                 ).fetchone()[0]
+            seen_backoff.append(n)
+            return n > 0
+        wait_for(backing_off, 12, "rows backing off after delivery timeouts", step=0.5)
+
+    relay, expected, total = _outage_run(
+        dsn, private_kafka, prefix, {"message.timeout.ms": 1500}, outage_s=8.0,
+        during_outage=check_backoff)
+    assert max(seen_backoff) > 0
+    m = relay.relay.metrics
+    assert m.retried_total > 0 and m.delivery_errors_total > 0 and m.failed_total == 0
+    recs = read_topics(private_kafka.bootstrap, [prefix + "case"], expected=total, timeout_s=60)
+    stats = check_order(recs, expected, allow_duplicates=True)
+    print(f"timeouts: {total} events, {stats}, metrics {m.snapshot()}")

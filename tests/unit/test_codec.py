@@ -1,0 +1,361 @@
+"""Unit tests of casestream.codec (EnvelopeCodec) and casestream.avrocompile, with the in-memory registry."""
+
+from __future__ import annotations
+
+import io
+import random
+import string
+from dataclasses import replace
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+from fastavro import parse_schema, schemaless_reader, schemaless_writer
+
+from casestream.avrocompile import UnsupportedSchema, compile_schema
+from casestream.catalog import load_catalog
+from casestream.codec import ENVELOPE_FIELDS, EnvelopeCodec, InvalidEventError, schema_id_of
+from casestream.envelope import Envelope, new_event
+from casestream.errors import PoisonMessageError, RegistryUnavailable, UnknownSchemaError, UpcasterChainError
+from casestream.registry import InMemoryRegistry
+from casestream.upcasters import default_upcasters
+from casestream.upcasting import UpcasterChain
+
+pytestmark = pytest.mark.unit
+
+CATALOG = load_catalog()
+TRACEPARENT = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+
+
+def example(schema: Any, rnd: random.Random, named: dict[str, Any] | None = None) -> Any:
+    """A random value fitting ``schema`` (JSON form; named types resolved through ``named``)."""
+    named = {} if named is None else named
+    if isinstance(schema, list):
+        return example(rnd.choice(schema), rnd, named)
+    if isinstance(schema, str):
+        schema = named.get(schema, {"type": schema})
+    t = schema["type"]
+    if isinstance(t, (dict, list)):
+        return example(t, rnd, named)
+    if t == "record":
+        named[schema["name"]] = schema
+        if "namespace" in schema:
+            named[f"{schema['namespace']}.{schema['name']}"] = schema
+        return {f["name"]: example(f["type"], rnd, named) for f in schema["fields"]}
+    if t == "enum":
+        named[schema["name"]] = schema
+        if "namespace" in schema:
+            named[f"{schema['namespace']}.{schema['name']}"] = schema
+        return rnd.choice(schema["symbols"])
+    if t == "string":
+        n = rnd.choice([0, 1, 5, 63, 64, 200])
+        return "".join(rnd.choice(string.ascii_letters + "äé€ \n") for _ in range(n))
+    if t == "int":
+        return rnd.choice([0, 1, -1, 63, 64, -65, 2**31 - 1, -(2**31)])
+    if t == "long":
+        if schema.get("logicalType") == "timestamp-micros":
+            return datetime(2026, 1, 2, 3, 4, 5, rnd.randrange(10**6), tzinfo=UTC)
+        return rnd.choice([0, 1, -1, 2**40, -(2**63), 2**63 - 1])
+    if t == "null":
+        return None
+    raise AssertionError(f"no example for {t}")
+
+
+def make_env(event_type: str, version: int | None = None, *, seed: int = 1, **over: Any) -> Envelope:
+    spec = CATALOG.subject_for(event_type)
+    payload = example(dict(CATALOG.version(event_type, version).payload), random.Random(seed))
+    fields = dict(
+        event_type=event_type, aggregate_type=spec.aggregate_type, aggregate_id="agg-1", aggregate_version=3,
+        payload=payload, tenant_id="tenant-1", source=spec.source, actor_id="user-1", correlation_id="case-1",
+        causation_id="cause-1", traceparent=TRACEPARENT, event_version=version,
+        occurred_at=datetime(2026, 3, 4, 5, 6, 7, 123456, tzinfo=UTC),
+    )
+    fields.update(over)
+    return new_event(**fields)
+
+
+@pytest.fixture(params=["compiled", "fastavro"])
+def codec(request: pytest.FixtureRequest) -> EnvelopeCodec:
+    c = EnvelopeCodec(CATALOG, InMemoryRegistry(), default_upcasters(), engine=request.param)
+    c.prepare(auto_register=True)
+    return c
+
+
+def as_newest(env: Envelope) -> Envelope:
+    return replace(env, event_version=CATALOG.newest_version(env.event_type))
+
+
+@pytest.mark.parametrize("event_type", CATALOG.event_types)
+def test_round_trip_every_event_type(codec: EnvelopeCodec, event_type: str) -> None:
+    for seed in range(5):
+        env = make_env(event_type, seed=seed)
+        value = codec.encode(env)
+        assert value[0] == 0 and schema_id_of(value) == codec.schema_ids[(event_type, CATALOG.newest_version(event_type))]
+        assert codec.decode(value) == as_newest(env)
+
+
+def test_round_trip_with_nulls_and_published_at(codec: EnvelopeCodec) -> None:
+    env = make_env("CaseClosed", causation_id=None, traceparent=None, payload={"outcome": "no_violation",
+                                                                                "penalty_cents": None})
+    published = datetime(2026, 3, 4, 5, 6, 8, tzinfo=UTC)
+    out = codec.decode(codec.encode(env), published_at=published)
+    assert out == replace(as_newest(env), published_at=published)
+
+
+def test_engines_write_identical_bytes_and_match_raw_fastavro() -> None:
+    a = EnvelopeCodec(CATALOG, InMemoryRegistry(), default_upcasters(), engine="compiled")
+    b = EnvelopeCodec(CATALOG, InMemoryRegistry(), default_upcasters(), engine="fastavro")
+    a.prepare(auto_register=True)
+    b.prepare(auto_register=True)
+    for sv in CATALOG.iter_versions():
+        env = make_env(sv.event_type, sv.version, seed=sv.version)
+        value = a.encode(env)
+        assert value == b.encode(env)
+        parsed = parse_schema(dict(sv.schema))
+        raw = schemaless_reader(io.BytesIO(value[5:]), parsed, None)
+        assert raw["payload"] == env.payload
+        assert str(raw["event_id"]) == env.event_id
+
+
+def test_compiler_matches_fastavro_on_random_records() -> None:
+    """Differential test: compiled encoder/decoder against fastavro on every catalog schema."""
+    rnd = random.Random(7)
+    for sv in CATALOG.iter_versions():
+        parsed = parse_schema(dict(sv.schema))
+        compiled = compile_schema(parsed)
+        for _ in range(30):
+            rec = example(dict(sv.schema), rnd)
+            rec["event_id"] = "0f8fad5b-d9cb-469f-a165-70867728950e"
+            ref = io.BytesIO()
+            schemaless_writer(ref, parsed, rec)
+            out = bytearray()
+            compiled.encode(rec, out)
+            assert bytes(out) == ref.getvalue()
+            decoded, end = compiled.decode(ref.getvalue(), 0)
+            assert end == len(ref.getvalue())
+            assert decoded == rec
+
+
+def test_compiler_refuses_what_it_does_not_support() -> None:
+    with pytest.raises(UnsupportedSchema):
+        compile_schema(parse_schema({"type": "record", "name": "a.R", "fields": [
+            {"name": "u", "type": ["string", "long", "null"]}]}))
+    with pytest.raises(UnsupportedSchema):
+        compile_schema(parse_schema({"type": "record", "name": "a.L", "fields": [
+            {"name": "next", "type": ["null", "a.L"]}]}))
+
+
+def test_compiler_arrays_maps_and_floats_match_fastavro() -> None:
+    schema = parse_schema({"type": "record", "name": "a.R", "fields": [
+        {"name": "xs", "type": {"type": "array", "items": "long"}},
+        {"name": "m", "type": {"type": "map", "values": ["null", "double"]}},
+        {"name": "f", "type": "float"}, {"name": "b", "type": "boolean"}, {"name": "raw", "type": "bytes"},
+        {"name": "fx", "type": {"type": "fixed", "name": "F", "size": 2}},
+        {"name": "d", "type": {"type": "int", "logicalType": "date"}}]})
+    rec = {"xs": [1, -200, 2**50], "m": {"a": None, "b": 1.5}, "f": 0.5, "b": True, "raw": b"\x00\xff",
+           "fx": b"ab", "d": datetime(2026, 1, 1).date()}
+    ref = io.BytesIO()
+    schemaless_writer(ref, schema, rec)
+    c = compile_schema(schema)
+    out = bytearray()
+    c.encode(rec, out)
+    assert bytes(out) == ref.getvalue()
+    assert c.decode(bytes(out), 0) == (rec, len(out))
+
+
+def test_decode_upcasts_old_versions_to_newest(codec: EnvelopeCodec) -> None:
+    v1 = make_env("CaseOpened", 1, payload={"title": "T", "description": " a  b ", "severity": 5,
+                                            "evidence_count": 2, "reporter_email": "r@example.org"})
+    out = codec.decode(codec.encode(v1))
+    assert out.event_version == 3
+    assert out.payload == {"title": "T", "summary": "a b", "severity": 5, "evidence_count": 2,
+                           "reporter_email": "r@example.org", "priority": "NORMAL"}
+    v2 = make_env("CaseOpened", 2, payload={**v1.payload, "priority": "LOW"})
+    assert codec.decode(codec.encode(v2)).payload["priority"] == "LOW"
+    assert [h for h in codec.headers(v1) if h[0] == "event_version"] == [("event_version", b"1")]
+
+
+def test_headers_topic_and_key(codec: EnvelopeCodec) -> None:
+    env = make_env("NoticeIssued")
+    assert codec.headers(env) == [
+        ("id", env.event_id.encode()), ("type", b"NoticeIssued"), ("event_version", b"1"),
+        ("traceparent", TRACEPARENT.encode()), ("correlation_id", b"case-1"),
+    ]
+    assert [k for k, _ in codec.headers(replace(env, traceparent=None))] == ["id", "type", "event_version",
+                                                                            "correlation_id"]
+    assert codec.topic_for(env) == "outbox.event.notice"
+    assert codec.key_for(env) == b"agg-1"
+
+
+# -- poison ------------------------------------------------------------------------------------
+
+def _reason(codec: EnvelopeCodec, value: bytes) -> str:
+    with pytest.raises(PoisonMessageError) as e:
+        codec.decode(value)
+    return e.value.reason
+
+
+def test_poison_framing(codec: EnvelopeCodec) -> None:
+    good = codec.encode(make_env("CaseSubmitted"))
+    assert _reason(codec, b"") == "empty"
+    assert _reason(codec, b"\x00\x00\x01") == "too_short"
+    assert _reason(codec, b"\x01" + good[1:]) == "bad_magic_byte"
+    assert _reason(codec, b"{\"json\": true}") == "bad_magic_byte"
+    assert _reason(codec, b"\x00\x00\x00\x03\xe7" + good[5:]) == "unknown_schema_id"
+    assert _reason(codec, good[:-3]) == "avro_decode"
+    assert _reason(codec, good[:5]) == "avro_decode"
+    assert _reason(codec, good + b"\x00") == "trailing_bytes"
+
+
+def test_poison_bad_utf8_and_enum_index(codec: EnvelopeCodec) -> None:
+    env = make_env("CaseOpened", payload={"title": "T", "summary": "s", "severity": 1, "evidence_count": 0,
+                                          "reporter_email": "r", "priority": "HIGH"})
+    good = codec.encode(env)
+    assert _reason(codec, good[:-1] + b"\x06") == "avro_decode"  # enum index 3 of 3 symbols
+    i = good.index(b"tenant-1")
+    assert _reason(codec, good[:i] + b"\xff" + good[i + 1:]) == "avro_decode"
+
+
+def _reframe(codec: EnvelopeCodec, event_type: str, version: int, record: dict[str, Any]) -> bytes:
+    buf = io.BytesIO()
+    schemaless_writer(buf, parse_schema(CATALOG.schema(event_type, version)), record)
+    return b"\x00" + codec.schema_ids[(event_type, version)].to_bytes(4, "big") + buf.getvalue()
+
+
+def test_poison_validation(codec: EnvelopeCodec) -> None:
+    env = make_env("DecisionFailed")
+    rec = {f: getattr(env, f) for f in ENVELOPE_FIELDS} | {"event_version": 1}
+    assert _reason(codec, _reframe(codec, "DecisionFailed", 1, rec | {"aggregate_version": 0})) == "validation"
+    assert _reason(codec, _reframe(codec, "DecisionFailed", 1, rec | {"event_version": 0})) == "validation"
+    assert _reason(codec, _reframe(codec, "DecisionFailed", 1, rec | {"event_version": 2})) == "validation"
+    assert _reason(codec, _reframe(codec, "DecisionFailed", 1, rec | {"event_type": "NoticeFailed"})) == "validation"
+    assert _reason(codec, _reframe(codec, "DecisionFailed", 1, rec | {"tenant_id": ""})) == "validation"
+
+
+def test_poison_when_an_upcaster_fails() -> None:
+    chain = UpcasterChain()
+    chain.add("CaseOpened", 1, lambda p: {**p, "priority": "NORMAL"})
+
+    def broken(p: Any) -> dict[str, Any]:
+        raise KeyError("description")
+
+    chain.add("CaseOpened", 2, broken)
+    codec = EnvelopeCodec(CATALOG, InMemoryRegistry(), chain)
+    codec.prepare(auto_register=True)
+    assert _reason(codec, codec.encode(make_env("CaseOpened", 1))) == "upcast"
+
+
+def test_poison_when_an_upcaster_produces_an_invalid_payload() -> None:
+    chain = UpcasterChain()
+    chain.add("CaseOpened", 1, lambda p: {**p, "priority": "NORMAL"})
+    chain.add("CaseOpened", 2, lambda p: dict(p))  # forgets the rename
+    codec = EnvelopeCodec(CATALOG, InMemoryRegistry(), chain)
+    codec.prepare(auto_register=True)
+    assert _reason(codec, codec.encode(make_env("CaseOpened", 2))) == "validation"
+
+
+# -- registry interplay ------------------------------------------------------------------------
+
+def test_writer_schema_fetched_by_id_and_cached() -> None:
+    registry = InMemoryRegistry()
+    producer = EnvelopeCodec(CATALOG, registry, default_upcasters())
+    producer.prepare(auto_register=True)
+    # the consumer's registry view: same schemas under other ids (e.g. a registry restored elsewhere)
+    consumer_registry = InMemoryRegistry(first_id=100)
+    consumer = EnvelopeCodec(CATALOG, consumer_registry, default_upcasters())
+    consumer.prepare(auto_register=True)
+    for (et, v), sid in producer.schema_ids.items():
+        consumer_registry.add_schema(sid, CATALOG.schema(et, v), subject=CATALOG.subject_for(et).subject)
+    value = producer.encode(make_env("CaseOpened", 1))
+    assert consumer.decode(value).event_version == 3
+    calls = consumer_registry.calls.get("get_schema", 0)
+    consumer.decode(value)
+    assert consumer_registry.calls["get_schema"] == calls == 1
+
+
+def test_newer_writer_version_is_resolved_into_the_newest_known() -> None:
+    """A producer already on CaseSubmitted v2 (adds an optional field) while this consumer knows v1."""
+    registry = InMemoryRegistry()
+    codec = EnvelopeCodec(CATALOG, registry, default_upcasters())
+    codec.prepare(auto_register=True)
+    v2 = CATALOG.schema("CaseSubmitted")
+    v2["fields"][-1]["type"]["fields"].append({"name": "channel", "type": ["null", "string"], "default": None})
+    sid = registry.register("casestream.case.CaseSubmitted", v2)
+    env = make_env("CaseSubmitted")
+    rec = {f: getattr(env, f) for f in ENVELOPE_FIELDS} | {"event_version": 2}
+    rec["payload"] = {**env.payload, "channel": "web"}
+    buf = io.BytesIO()
+    schemaless_writer(buf, parse_schema(v2), rec)
+    out = codec.decode(b"\x00" + sid.to_bytes(4, "big") + buf.getvalue())
+    assert out.event_version == 1 and out.payload == env.payload
+
+
+def test_foreign_subject_is_poison() -> None:
+    registry = InMemoryRegistry()
+    codec = EnvelopeCodec(CATALOG, registry, default_upcasters())
+    codec.prepare(auto_register=True)
+    sid = registry.register("other.Thing", {"type": "record", "name": "other.Thing", "fields": []})
+    assert _reason(codec, b"\x00" + sid.to_bytes(4, "big") + b"\x00") == "unknown_subject"
+
+
+def test_registry_down_on_unknown_id_is_not_poison() -> None:
+    registry = InMemoryRegistry()
+    codec = EnvelopeCodec(CATALOG, registry, default_upcasters())
+    codec.prepare(auto_register=True)
+    good = codec.encode(make_env("CaseReturned"))
+    registry.available = False
+    assert codec.decode(good).event_type == "CaseReturned"  # known ids need no registry
+    with pytest.raises(RegistryUnavailable):
+        codec.decode(b"\x00\x00\x00\x00\x63" + good[5:])
+
+
+def test_production_mode_only_looks_up() -> None:
+    registry = InMemoryRegistry()
+    with pytest.raises(UnknownSchemaError, match="casestream schemas register"):
+        EnvelopeCodec(CATALOG, registry, default_upcasters()).prepare(auto_register=False)
+    assert registry.calls.get("register", 0) == 0
+    EnvelopeCodec(CATALOG, registry, default_upcasters()).prepare(auto_register=True)
+    registered = registry.calls["register"]
+    ids = EnvelopeCodec(CATALOG, registry, default_upcasters()).prepare(auto_register=False)
+    assert registry.calls["register"] == registered and len(ids) == 17
+
+
+def test_prepare_fails_at_start_up_on_a_missing_upcaster() -> None:
+    with pytest.raises(UpcasterChainError):
+        EnvelopeCodec(CATALOG, InMemoryRegistry(), UpcasterChain()).prepare(auto_register=True)
+
+
+# -- encode errors -----------------------------------------------------------------------------
+
+def test_encode_errors(codec: EnvelopeCodec) -> None:
+    with pytest.raises(InvalidEventError, match="severity"):
+        codec.encode(make_env("CaseSubmitted", payload={"title": "t", "severity": "high", "evidence_count": 1,
+                                                         "reporter_email": "r", "submitted_by": "u"}))
+    with pytest.raises(InvalidEventError, match="CaseSubmitted"):
+        codec.encode(make_env("CaseSubmitted", payload={"title": "t"}))
+    with pytest.raises(InvalidEventError, match="aggregate_type"):
+        codec.encode(make_env("CaseSubmitted", aggregate_type="saga"))
+    with pytest.raises(UnknownSchemaError):
+        codec.encode(make_env("CaseSubmitted", event_version=4))
+    with pytest.raises(UnknownSchemaError):
+        codec.encode(replace(make_env("CaseSubmitted"), event_type="Nope"))
+    if codec.engine == "fastavro":
+        return  # fastavro writes an out-of-range int as a long varint; the compiled engine checks the range
+    with pytest.raises(InvalidEventError):
+        codec.encode(make_env("CaseOpened", payload={"title": "t", "summary": "s", "severity": 2**31,
+                                                      "evidence_count": 0, "reporter_email": "r",
+                                                      "priority": "NORMAL"}))
+
+
+def test_unprepared_codec_refuses() -> None:
+    codec = EnvelopeCodec(CATALOG, InMemoryRegistry(), default_upcasters())
+    with pytest.raises(Exception, match="prepare"):
+        codec.encode(make_env("CaseReturned"))
+
+
+def test_naive_and_old_timestamps(codec: EnvelopeCodec) -> None:
+    early = datetime(1969, 12, 31, 23, 59, 59, 999999, tzinfo=UTC)
+    env = make_env("SagaCompleted", occurred_at=early)
+    assert codec.decode(codec.encode(env)).occurred_at == early
+    later = early + timedelta(days=365 * 200)
+    assert codec.decode(codec.encode(replace(env, occurred_at=later))).occurred_at == later
