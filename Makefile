@@ -12,8 +12,6 @@ VENV_STAMP := $(VENV)/.casestream-installed
 INFRA := deploy/infra.sh
 # Extra arguments for pytest, e.g. make test PYTEST_ARGS="-m unit -x"
 PYTEST_ARGS ?=
-# Services started by `make run` (default: all five)
-SERVICES ?= case decision audit notification saga
 # Runs a command with the CASESTREAM_* endpoints of the local infrastructure exported.
 WITH_ENV := eval "$$($(INFRA) env)" &&
 
@@ -53,7 +51,7 @@ infra-logs: ## last lines of each infrastructure log
 	@$(INFRA) logs
 
 run: infra-up ## infrastructure + the five services in the foreground (Ctrl-C stops all)
-	@$(WITH_ENV) exec $(VENV)/bin/python deploy/run_services.py $(SERVICES)
+	@$(WITH_ENV) exec $(VENV)/bin/python -m casestream.devstack run
 
 demo: infra-up ## drive real cases through the running suite (deploy/demo.py)
 	@test -f deploy/demo.py || { echo "make: deploy/demo.py does not exist yet" >&2; exit 1; }

@@ -12,7 +12,6 @@ import argparse
 import io
 import time
 import uuid
-from datetime import UTC, datetime
 
 from fastavro import parse_schema, schemaless_reader, schemaless_writer
 

@@ -75,14 +75,27 @@ find_java() {
 need_java() {
     local min=$1 var=$2 what=$3
     JAVA_BIN="$(find_java "$min" "$var")" && [[ -n "$JAVA_BIN" ]] && return 0
+    if ((min <= 17)) && can_apt; then
+        log "no Java $min+ found: installing Debian's openjdk-17-jre-headless"
+        apt_install openjdk-17-jre-headless
+        JAVA_BIN="$(find_java "$min" "$var")" && [[ -n "$JAVA_BIN" ]] && return 0
+    fi
     if ! command -v java >/dev/null 2>&1 && ! ls /usr/lib/jvm/*/bin/java >/dev/null 2>&1; then
         die "no Java found: $what needs Java $min+. Install a JDK (Debian: apt-get install -y openjdk-17-jre-headless for Kafka; Java 21+ for the registry), or set $var=<jdk home>."
     fi
     die "$what needs Java $min+, found only older Java (java on PATH: $(java_major "$(command -v java 2>/dev/null || echo java)" 2>/dev/null || echo none); /usr/lib/jvm: $(ls /usr/lib/jvm 2>/dev/null | tr '\n' ' ')). Install a JDK $min+ (e.g. Temurin) and set $var=<jdk home>."
 }
 
+can_apt() { [[ $(id -u) -eq 0 ]] && command -v apt-get >/dev/null 2>&1; }
+
 need_mvn() {
-    need_cmd mvn "Install Maven (Debian: apt-get install -y maven); it fetches the Kafka jars and the registry from Maven Central."
+    command -v mvn >/dev/null 2>&1 && return 0
+    if can_apt; then
+        log "mvn not found: installing Debian's maven"
+        apt_install maven
+        command -v mvn >/dev/null 2>&1 && return 0
+    fi
+    die "'mvn' not found on PATH. Install Maven (Debian: apt-get install -y maven); it fetches the Kafka jars and the registry from Maven Central."
 }
 
 need_python() {
@@ -94,14 +107,17 @@ need_python() {
 
 # apt_install <pkg...>: Debian packages, non-interactive, one 'apt-get update' per run.
 _CS_APT_UPDATED=
+apt_update_once() {
+    command -v apt-get >/dev/null 2>&1 || die "apt-get not available: install the missing package with your system's package manager."
+    [[ $(id -u) -eq 0 ]] || die "installing packages needs root: run this once as root (or install them yourself)."
+    [[ -n "$_CS_APT_UPDATED" ]] && return 0
+    log "apt-get update"
+    DEBIAN_FRONTEND=noninteractive apt-get update -qq >/dev/null || die "apt-get update failed."
+    _CS_APT_UPDATED=1
+}
+apt_has() { apt_update_once; [[ -n "$(apt-cache policy "$1" 2>/dev/null | awk '/Candidate:/ && $2 != "(none)" {print $2}')" ]]; }
 apt_install() {
-    command -v apt-get >/dev/null 2>&1 || die "apt-get not available: install $* with your system's package manager."
-    [[ $(id -u) -eq 0 ]] || die "installing $* needs root: run 'sudo apt-get install -y $*' once, then retry."
-    if [[ -z "$_CS_APT_UPDATED" ]]; then
-        log "apt-get update"
-        DEBIAN_FRONTEND=noninteractive apt-get update -qq >/dev/null || die "apt-get update failed."
-        _CS_APT_UPDATED=1
-    fi
+    apt_update_once
     log "apt-get install $*"
     DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "$@" >/dev/null \
         || die "apt-get install $* failed."
@@ -132,8 +148,19 @@ port_owner() {  # best effort description of the listener on <port>
 
 # ensure_port_free <port> <what> <env-var>: die with a clear message if taken.
 ensure_port_free() {
+    warn_ephemeral "$1" "$3"
     port_open "$1" || return 0
     die "port $1 ($2) is already in use by $(port_owner "$1"), which is not our $2. Stop it, or choose another port: export $3=<port>."
+}
+
+# warn_ephemeral <port> <env-var>: a listener port inside the kernel's ephemeral range can be
+# taken at any moment by the local end of an outgoing connection (EADDRINUSE at random).
+warn_ephemeral() {
+    local lo hi
+    read -r lo hi </proc/sys/net/ipv4/ip_local_port_range 2>/dev/null || return 0
+    if (($1 >= lo && $1 <= hi)); then
+        warn "port $1 ($2) lies in the ephemeral port range $lo-$hi: outgoing connections may occupy it. Prefer a port below $lo."
+    fi
 }
 
 # start_daemon <pidfile> <logfile> <cwd> <cmd...>: detached (own session), stdin closed.

@@ -29,13 +29,13 @@ pg_find_bin() {
 
 pg_install() {
     pg_find_bin && return 0
-    log "postgres: no server binaries found, installing Debian's postgresql-15"
+    log "postgres: no server binaries found, installing them from Debian's packages"
     # Only the binaries: no 'main' cluster started on port 5432 by the package scripts.
     if [[ ! -f /etc/postgresql-common/createcluster.conf ]] && [[ $(id -u) -eq 0 ]]; then
         mkdir -p /etc/postgresql-common
         echo "create_main_cluster = false" >/etc/postgresql-common/createcluster.conf
     fi
-    apt_install postgresql-15 || apt_install postgresql
+    if apt_has postgresql-15; then apt_install postgresql-15; else apt_install postgresql; fi
     pg_find_bin || die "postgres: installed, but no server binaries under /usr/lib/postgresql/*/bin (set CASESTREAM_PG_BIN)."
 }
 

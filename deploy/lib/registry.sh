@@ -55,6 +55,7 @@ registry_up() {
     log "registry: starting Apicurio Registry $REGISTRY_VERSION on $REG_BASE (storage: PostgreSQL db 'registry')"
     start_daemon "$REG_PID" "$REG_LOG" "$REG_APP" \
         "$JAVA_BIN" "-Xmx$CASESTREAM_REGISTRY_HEAP" -XX:+UseSerialGC -XX:TieredStopAtLevel=1 -Djava.awt.headless=true \
+        -XX:+AutoCreateSharedArchive -XX:SharedArchiveFile="$REG_DIR/registry-$REGISTRY_VERSION.jsa" -Xlog:cds=off -Xlog:cds+dynamic=off \
         -Dquarkus.http.host="$CS_HOST" -Dquarkus.http.port="$CASESTREAM_REGISTRY_PORT" \
         -Dquarkus.http.access-log.enabled=false \
         -Dquarkus.management.host="$CS_HOST" -Dquarkus.management.port="$CASESTREAM_REGISTRY_MGMT_PORT" \

@@ -275,6 +275,10 @@ class _Gen:
         self, s: Mapping[str, Any], v: str, ind: str, *, attr: bool, constants: Mapping[str, Any] | None = None
     ) -> None:
         self.stack.append(s.get("name", ""))
+        strict = not attr and not constants  # a mapping datum: refuse keys the schema does not have
+        used_defaults = self.var("m") if strict and any("default" in f for f in s["fields"]) else None
+        if used_defaults:
+            self.enc.append(f"{ind}{used_defaults} = 0")
         for f in s["fields"]:
             fv = self.var("v")
             name = f["name"]
@@ -283,11 +287,21 @@ class _Gen:
             elif attr:
                 acc = f"getattr({v}, {name!r})" if keyword.iskeyword(name) else f"{v}.{name}"
                 self.enc.append(f"{ind}{fv} = {acc}")
+            elif "default" in f and used_defaults:
+                self.enc.append(f"{ind}if {name!r} in {v}: {fv} = {v}[{name!r}]")
+                self.enc.append(f"{ind}else: {fv} = {self.const(f['default'])}; {used_defaults} += 1")
             elif "default" in f:
                 self.enc.append(f"{ind}{fv} = {v}.get({name!r}, {self.const(f['default'])})")
             else:
                 self.enc.append(f"{ind}{fv} = {v}[{name!r}]")
             self.emit_enc(f["type"], fv, ind)
+        if strict:
+            names = self.const(frozenset(f["name"] for f in s["fields"]))
+            count = f"len({v}) + {used_defaults}" if used_defaults else f"len({v})"
+            self.enc.append(
+                f"{ind}if {count} != {len(s['fields'])}: "
+                f"raise ValueError('{s.get('name', 'record')}: unknown field(s) ' + str(sorted(set({v}) - {names})))"
+            )
         self.stack.pop()
 
     # -- decoder ---------------------------------------------------------------------------

@@ -42,7 +42,7 @@ from casestream.avrocompile import AvroDecodeError, UnsupportedSchema, compile_s
 from casestream.catalog import Catalog, same_schema
 from casestream.envelope import Envelope
 from casestream.errors import PoisonMessageError, SchemaError, UnknownSchemaError
-from casestream.registry import SchemaRegistry
+from casestream.registry import SchemaRegistry, register_catalog
 from casestream.upcasting import UpcasterChain
 
 __all__ = ["ENVELOPE_FIELDS", "EnvelopeCodec", "InvalidEventError", "MAGIC_BYTE", "schema_id_of"]
@@ -181,7 +181,8 @@ class EnvelopeCodec:
         """Resolve the schema id of every catalog (event type, version) and build the (de)coders.
 
         Args:
-            auto_register: True (dev/test) registers missing schemas (idempotent); False
+            auto_register: True (dev/test) registers missing schemas and sets each subject's
+                compatibility level, like ``casestream schemas register`` (idempotent); False
                 (production) only looks ids up and fails when one is missing.
 
         Returns:
@@ -196,11 +197,13 @@ class EnvelopeCodec:
         """
         self.upcasters.verify(self.catalog)
         ids: dict[tuple[str, int], int] = {}
+        if auto_register:  # the same steps as `casestream schemas register`, levels included
+            for step in register_catalog(self.catalog, self.registry):
+                if step.version is not None and step.schema_id is not None:
+                    ids[(self.catalog.subjects[step.subject].event_type, step.version)] = step.schema_id
         for sv in self.catalog.iter_versions():
             key = (sv.event_type, sv.version)
-            if auto_register:
-                ids[key] = self.registry.register(sv.subject, sv.schema)
-            else:
+            if key not in ids:
                 try:
                     ids[key] = self.registry.lookup(sv.subject, sv.schema)
                 except UnknownSchemaError as e:

@@ -11,6 +11,10 @@ Pure module (stdlib only). Usage::
 
     registry.ignore("CaseAssigned")   # known, deliberately not handled (matters in strict mode)
 
+    @registry.on_batch("CaseOpened", kind=HandlerKind.PROJECTION)
+    def project(ctx: HandlerContext, events: Sequence[Envelope]) -> None:
+        ctx.conn.cursor().executemany("insert ... on conflict ...", [row(e) for e in events])
+
 Handler kinds (rule source: DESIGN §6):
 
 - ``PROJECTION``  — updates a read model in the consumer's database only. Runs in LIVE and REPLAY.
@@ -20,7 +24,13 @@ Handler kinds (rule source: DESIGN §6):
   never runs a batch holding one of these on its fast path (each message gets its own
   savepoint and is attempted once per delivery), see ``casestream.consumer.batch``.
 
-A handler is ``fn(ctx: HandlerContext, event: Envelope) -> None``. It runs inside the batch
+A handler is ``fn(ctx: HandlerContext, event: Envelope) -> None``. A *batch handler*
+(``on_batch``) is ``fn(ctx, events: Sequence[Envelope]) -> None``: on the runtime's fast path it
+is called once per run of consecutive events of the batch that have the same handlers (so the
+order of events is kept; ``ctx.positions`` gives each event's topic/partition/offset), and on the
+savepoint path with a one-event list, so a failure is still pinned to its message. Handlers of
+one run are called one after the other, each with the whole run: handlers that depend on each
+other's effects for the same event should be a single handler. It runs inside the batch
 transaction, within a savepoint of its own message; it must use ``ctx.conn`` for every database
 effect so that the effect, the inbox row and the version-guard row commit or roll back together.
 To steer the runtime it raises :class:`casestream.errors.RetryableError` (transient, retried with
@@ -85,7 +95,9 @@ class HandlerContext:
         outbox: appends follow-up events in the same transaction (``append(conn, events)``).
         mode: LIVE or REPLAY.
         consumer: the consumer name (= Kafka group id = inbox consumer), e.g. ``"audit.journal"``.
-        topic, partition, offset: where the message came from (for logging / audit columns).
+        topic, partition, offset: where the message came from (for logging / audit columns);
+            for a batch handler, the first event's.
+        positions: for a batch handler, (topic, partition, offset) of each event, in order.
     """
 
     conn: Any
@@ -95,18 +107,28 @@ class HandlerContext:
     topic: str = ""
     partition: int = -1
     offset: int = -1
+    positions: tuple[tuple[str, int, int], ...] = ()
 
 
 Handler = Callable[[HandlerContext, "Envelope"], None]
+BatchHandler = Callable[[HandlerContext, Sequence["Envelope"]], None]
 
 
 @dataclass(frozen=True, slots=True)
 class RegisteredHandler:
-    """One registration: the function, its kind and the event type it handles."""
+    """One registration: the function, its kind, the event type it handles, batch or not."""
 
     event_type: str
     kind: HandlerKind
-    fn: Handler
+    fn: Callable[..., None]
+    batch: bool = False
+
+    def call(self, ctx: HandlerContext, event: Envelope) -> None:
+        """Run the handler for one event (a batch handler gets a one-event list)."""
+        if self.batch:
+            self.fn(ctx, (event,))
+        else:
+            self.fn(ctx, event)
 
     @property
     def name(self) -> str:
@@ -127,10 +149,7 @@ class HandlerRegistry:
         Raises:
             ValueError: ``event_type`` is empty or ``kind`` is not a HandlerKind.
         """
-        if not event_type:
-            raise ValueError("event_type must be a non-empty string")
-        if not isinstance(kind, HandlerKind):
-            raise ValueError(f"kind must be a HandlerKind, got {kind!r}")
+        self._check(event_type, kind)
 
         def register(fn: Handler) -> Handler:
             self._by_type.setdefault(event_type, []).append(RegisteredHandler(event_type, kind, fn))
@@ -141,6 +160,36 @@ class HandlerRegistry:
     def add(self, event_type: str, fn: Handler, *, kind: HandlerKind) -> None:
         """Non-decorator form of :meth:`on`."""
         self.on(event_type, kind=kind)(fn)
+
+    def on_batch(self, event_type: str, *,
+                 kind: HandlerKind) -> Callable[[BatchHandler], BatchHandler]:
+        """Decorator registering a batch handler ``fn(ctx, events)`` for ``event_type``.
+
+        Raises:
+            ValueError: ``event_type`` is empty, ``kind`` is not a HandlerKind, or ``kind`` is
+                ``SIDE_EFFECT`` (side effects are applied one message at a time).
+        """
+        self._check(event_type, kind)
+        if kind is HandlerKind.SIDE_EFFECT:
+            raise ValueError("SIDE_EFFECT handlers cannot be batch handlers")
+
+        def register(fn: BatchHandler) -> BatchHandler:
+            self._by_type.setdefault(event_type, []).append(
+                RegisteredHandler(event_type, kind, fn, batch=True))
+            return fn
+
+        return register
+
+    def add_batch(self, event_type: str, fn: BatchHandler, *, kind: HandlerKind) -> None:
+        """Non-decorator form of :meth:`on_batch`."""
+        self.on_batch(event_type, kind=kind)(fn)
+
+    @staticmethod
+    def _check(event_type: str, kind: HandlerKind) -> None:
+        if not event_type:
+            raise ValueError("event_type must be a non-empty string")
+        if not isinstance(kind, HandlerKind):
+            raise ValueError(f"kind must be a HandlerKind, got {kind!r}")
 
     def ignore(self, *event_types: str) -> None:
         """Declare event types as known but deliberately unhandled (not dead-lettered in strict mode)."""

@@ -146,6 +146,90 @@ def ensure_schema(conn: Any) -> None:
         conn.execute(INBOX_DDL)
 
 
+_KNOWN = "SELECT event_id FROM consumer_inbox WHERE consumer = %s AND event_id = ANY(%s)"
+_GUARDS = ("SELECT g.aggregate_type, g.aggregate_id, g.last_version, g.state"
+           " FROM consumer_version_guard g"
+           " JOIN unnest(%s::text[], %s::text[]) AS k(t, i)"
+           "   ON g.aggregate_type = k.t AND g.aggregate_id = k.i"
+           " WHERE g.consumer = %s")
+_RECORD_BATCH = """
+WITH inbox AS (
+    INSERT INTO consumer_inbox (consumer, event_id, event_type, aggregate_type, aggregate_id,
+                                aggregate_version)
+    SELECT %(c)s, * FROM unnest(%(ids)s::text[], %(types)s::text[], %(atypes)s::text[],
+                                %(aids)s::text[], %(vers)s::bigint[])
+    RETURNING 1
+), advanced AS (
+    UPDATE consumer_version_guard g SET last_version = u.new, updated_at = now()
+    FROM unnest(%(ut)s::text[], %(ui)s::text[], %(ue)s::bigint[], %(un)s::bigint[])
+         AS u(t, i, expected, new)
+    WHERE g.consumer = %(c)s AND g.aggregate_type = u.t AND g.aggregate_id = u.i
+      AND g.last_version = u.expected AND g.state = 'flowing'
+    RETURNING 1
+), created AS (
+    INSERT INTO consumer_version_guard (consumer, aggregate_type, aggregate_id, last_version)
+    SELECT %(c)s, * FROM unnest(%(nt)s::text[], %(ni)s::text[], %(nn)s::bigint[])
+    ON CONFLICT DO NOTHING
+    RETURNING 1
+)
+SELECT (SELECT count(*) FROM inbox), (SELECT count(*) FROM advanced), (SELECT count(*) FROM created)
+"""
+
+
+def query_known(conn: Any, consumer: str, event_ids: Sequence[str]) -> Any:
+    """Send the inbox lookup for ``event_ids``; read it with :func:`read_known` (pipeline-friendly)."""
+    return conn.execute(_KNOWN, (consumer, list(event_ids)))
+
+
+def read_known(cur: Any) -> set[str]:
+    """Result of :func:`query_known`."""
+    return {r[0] for r in cur.fetchall()}
+
+
+def query_guards(conn: Any, consumer: str, keys: Iterable[tuple[str, str]]) -> Any:
+    """Send the guard lookup for ``keys``; read it with :func:`read_guards` (pipeline-friendly)."""
+    keys = list(keys)
+    return conn.execute(_GUARDS, ([k[0] for k in keys], [k[1] for k in keys], consumer))
+
+
+def read_guards(cur: Any) -> dict[tuple[str, str], GuardRow]:
+    """Result of :func:`query_guards`."""
+    return {(t, i): GuardRow(v, AggregateState(s)) for t, i, v, s in cur.fetchall()}
+
+
+def record_batch(conn: Any, consumer: str, entries: Sequence[InboxEntry],
+                 updates: Sequence[tuple[str, str, int | None, int]]
+                 ) -> tuple[Any, tuple[int, int, int]]:
+    """Send one statement inserting the inbox rows and advancing/creating the guard rows.
+
+    ``updates`` as in :func:`advance_guards` (existing rows must be ``flowing``). Returns
+    (cursor, expected counts) for :func:`check_recorded`, to call after the (pipeline) sync. No ``ON CONFLICT`` on
+    the inbox: a concurrent duplicate raises ``UniqueViolation``.
+    """
+    existing = [u for u in updates if u[2] is not None]
+    fresh = [u for u in updates if u[2] is None]
+    params = {
+        "c": consumer,
+        "ids": [e.event_id for e in entries], "types": [e.event_type for e in entries],
+        "atypes": [e.aggregate_type for e in entries], "aids": [e.aggregate_id for e in entries],
+        "vers": [e.aggregate_version for e in entries],
+        "ut": [u[0] for u in existing], "ui": [u[1] for u in existing],
+        "ue": [u[2] for u in existing], "un": [u[3] for u in existing],
+        "nt": [u[0] for u in fresh], "ni": [u[1] for u in fresh], "nn": [u[3] for u in fresh],
+    }
+    cur = conn.execute(_RECORD_BATCH, params)
+    return cur, (len(entries), len(existing), len(fresh))
+
+
+def check_recorded(sent: tuple[Any, tuple[int, int, int]]) -> None:
+    """Verify a :func:`record_batch` result. Raises GuardConflict if a guard row did not match."""
+    cur, want = sent
+    got = tuple(cur.fetchone())
+    if got != want:
+        raise GuardConflict(f"guard rows changed concurrently (inbox, advanced, created:"
+                            f" {got} != {want})")
+
+
 def known_event_ids(conn: Any, consumer: str, event_ids: Sequence[str]) -> set[str]:
     """The subset of ``event_ids`` already in ``consumer``'s inbox (one round trip)."""
     if not event_ids:

@@ -173,34 +173,38 @@ class ConfluentSchemaRegistry:
     def get_schema(self, schema_id: int) -> dict[str, Any]:
         """See :meth:`SchemaRegistry.get_schema`."""
         with self._translated(f"get schema id {schema_id}"):
-            s = self._client.get_schema(schema_id)
-        return _parse_schema_str(s.schema_str, f"{self.url}: schema id {schema_id}")
+            text = self._client.get_schema(schema_id).schema_str
+        return _parse_schema_str(text, f"{self.url}: schema id {schema_id}")
 
     def subjects(self) -> list[str]:
         """See :meth:`SchemaRegistry.subjects`."""
         with self._translated("list subjects"):
             out = self._client.get_subjects()
-        if not isinstance(out, list):
-            raise RegistryUnavailable(f"{self.url}: list subjects: unparseable registry answer")
-        return [str(s) for s in out]
+            if not isinstance(out, list):
+                raise TypeError(f"expected a JSON list, got {type(out).__name__}")
+            return [str(s) for s in out]
 
     def versions(self, subject: str) -> list[RegisteredVersion]:
         """See :meth:`SchemaRegistry.versions`."""
         try:
             with self._translated(f"list versions of {subject}"):
                 numbers = self._client.get_versions(subject)
+                if not isinstance(numbers, list):
+                    raise TypeError(f"expected a JSON list, got {type(numbers).__name__}")
+                numbers = sorted(int(v) for v in numbers)
         except UnknownSchemaError:
             return []
         out = []
-        for n in sorted(int(v) for v in numbers):
+        for n in numbers:
             with self._translated(f"get {subject} version {n}"):
                 rs = self._client.get_version(subject, n)
+                sid, text = int(rs.schema_id), rs.schema.schema_str
             out.append(
                 RegisteredVersion(
                     subject=subject,
                     version=n,
-                    schema_id=int(rs.schema_id),
-                    schema=_parse_schema_str(rs.schema.schema_str, f"{self.url}: {subject} version {n}"),
+                    schema_id=sid,
+                    schema=_parse_schema_str(text, f"{self.url}: {subject} version {n}"),
                 )
             )
         return out

@@ -24,6 +24,7 @@ import sys
 import time
 import uuid
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
@@ -160,19 +161,25 @@ def services(kafka: PrivateKafka, databases: tuple[str, dict[str, str]], registr
             service.stop()
 
 
-def saga_producer(kafka: PrivateKafka, registry_url: str) -> Callable[[Envelope], None]:
-    codec = EnvelopeCodec(load_catalog(), ConfluentSchemaRegistry(registry_url),
-                          default_upcasters())
-    codec.prepare(auto_register=True)
+@contextmanager
+def saga_producer(kafka: PrivateKafka, registry_url: str) -> Iterator[Callable[[Envelope], None]]:
+    """Produce saga events as the orchestrator would (real codec and registry)."""
+    registry = ConfluentSchemaRegistry(registry_url)
+    codec = EnvelopeCodec(load_catalog(), registry, default_upcasters())
     producer = Producer({"bootstrap.servers": kafka.bootstrap, "enable.idempotence": True,
                          "acks": "all"})
+    try:
+        codec.prepare(auto_register=True)
 
-    def produce(env: Envelope) -> None:
-        producer.produce(codec.topic_for(env), key=env.aggregate_id.encode(),
-                         value=codec.encode(env), headers=codec.headers(env))
-        assert producer.flush(30) == 0
+        def produce(env: Envelope) -> None:
+            producer.produce(codec.topic_for(env), key=env.aggregate_id.encode(),
+                             value=codec.encode(env), headers=codec.headers(env))
+            assert producer.flush(30) == 0
 
-    return produce
+        yield produce
+    finally:
+        producer.close()
+        registry.close()
 
 
 def saga_event(event_type: str, case_id: str, saga_id: str, version: int,
@@ -214,11 +221,12 @@ def test_case_journey_through_kafka_with_audit_restart(
              "CaseOpened and CaseSubmitted in the audit timeline")
 
     assert audit.signal(signal.SIGKILL) == -signal.SIGKILL  # audit dies mid-flow
-    produce = saga_producer(kafka, registry_url)
     saga_id = str(uuid.uuid4())
-    produce(saga_event("DecisionRequested", case_id, saga_id, 1, severity=4, evidence_count=2))
-    produce(saga_event("CaseCloseRequested", case_id, saga_id, 2, outcome="violation",
-                       penalty_cents=40_000))
+    with saga_producer(kafka, registry_url) as produce:
+        produce(saga_event("DecisionRequested", case_id, saga_id, 1, severity=4,
+                           evidence_count=2))
+        produce(saga_event("CaseCloseRequested", case_id, saga_id, 2, outcome="violation",
+                           penalty_cents=40_000))
     wait_for(lambda: httpx.get(case.url(f"/cases/{case_id}"), headers=headers,
                                timeout=5).json()["status"] == "closed", 60, "case closed")
     audit.start()

@@ -60,6 +60,7 @@ def test_duplicate_delivery_also_across_restart_has_one_effect(env: Env) -> None
     rt = env.start(env.runtime())
     wait_until(lambda: rt.stats.applied + rt.stats.duplicates >= 4)
     assert (rt.stats.applied, rt.stats.duplicates) == (2, 2)
+    assert rt.stats.fast_batches == rt.stats.batches > 0  # plain batches take the fast path
     env.stop(rt)
     # the same events delivered again to a restarted consumer (same name = same inbox)
     produce_events(env.bootstrap, env.topic, env.codec, [e1, e2])

@@ -1,12 +1,11 @@
 """Decision persistence against the real PostgreSQL: one decision per case (also under
 concurrent requests), the reply in the outbox in the same transaction, re-announcement.
 
-Each test works in its own schema of ``casestream_test``; skipped without PostgreSQL.
+Each test works in its own schema of ``casestream_test`` on the ``pg_url`` server.
 """
 
 from __future__ import annotations
 
-import os
 import threading
 import uuid
 from collections.abc import Iterator
@@ -32,20 +31,9 @@ from services.decision.domain import Outcome
 pytestmark = pytest.mark.integration
 
 
-def _server_url(request: pytest.FixtureRequest) -> str:
-    try:
-        return str(request.getfixturevalue("pg_url"))
-    except pytest.FixtureLookupError:
-        return os.environ.get("CASESTREAM_PG_URL", "postgresql://postgres@127.0.0.1:15432")
-
-
 @pytest.fixture
-def dsn(request: pytest.FixtureRequest) -> Iterator[str]:
-    base = make_conninfo(_server_url(request), dbname="casestream_test")
-    try:
-        psycopg.connect(base, connect_timeout=3).close()
-    except psycopg.OperationalError as e:
-        pytest.skip(f"PostgreSQL not reachable: {e}")
+def dsn(pg_url: str) -> Iterator[str]:
+    base = make_conninfo(pg_url, dbname="casestream_test")
     schema = f"decision_t_{uuid.uuid4().hex[:10]}"
     with psycopg.connect(base, autocommit=True) as conn:
         conn.execute(f'CREATE SCHEMA "{schema}"')

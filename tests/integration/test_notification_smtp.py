@@ -3,8 +3,7 @@
 The SMTP server is the project's own sink (``deploy/smtp_sink.py``, aiosmtpd, one ``.eml``
 file per accepted message) started in-process on a free port with a private maildir, so
 each test sees exactly the mails it caused. ``test_infra_sink_receives_the_notice`` also
-sends through the infrastructure's sink (CASESTREAM_SMTP_HOST/PORT, default
-127.0.0.1:12525) when it is running.
+sends through the infrastructure's sink (fixtures ``smtp_address`` / ``smtp_maildir``).
 
 Covers: one mail per notice with its deterministic Message-ID, the sent/issued bookkeeping
 in one transaction, several senders never sending one notice twice, the LISTEN/NOTIFY
@@ -17,7 +16,6 @@ from __future__ import annotations
 
 import email
 import importlib.util
-import os
 import socket
 import threading
 import time
@@ -52,25 +50,14 @@ from services.notification.domain import NoticeStatus, SendPolicy, message_id_fo
 
 pytestmark = pytest.mark.integration
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[2]  # the repository root (deploy/smtp_sink.py)
 
 
 # -- fixtures ----------------------------------------------------------------------------
-def _server_url(request: pytest.FixtureRequest) -> str:
-    try:
-        return str(request.getfixturevalue("pg_url"))
-    except pytest.FixtureLookupError:
-        return os.environ.get("CASESTREAM_PG_URL", "postgresql://postgres@127.0.0.1:15432")
-
-
 @pytest.fixture
-def dsn(request: pytest.FixtureRequest) -> Iterator[str]:
+def dsn(pg_url: str) -> Iterator[str]:
     """A fresh schema in ``casestream_test`` with the notification migrations applied."""
-    base = make_conninfo(_server_url(request), dbname="casestream_test")
-    try:
-        psycopg.connect(base, connect_timeout=3).close()
-    except psycopg.OperationalError as e:
-        pytest.skip(f"PostgreSQL not reachable: {e}")
+    base = make_conninfo(pg_url, dbname="casestream_test")
     schema = f"notif_t_{uuid.uuid4().hex[:10]}"
     with psycopg.connect(base, autocommit=True) as conn:
         conn.execute(f'CREATE SCHEMA "{schema}"')
@@ -301,20 +288,13 @@ def test_crash_after_the_smtp_reply_is_the_documented_window(
     assert len(outbox_events(dsn, codec)) == 1  # but the saga hears of it once
 
 
-def test_infra_sink_receives_the_notice(dsn: str, codec: EnvelopeCodec) -> None:
-    host = os.environ.get("CASESTREAM_SMTP_HOST", "127.0.0.1")
-    port = int(os.environ.get("CASESTREAM_SMTP_PORT", "12525"))
-    try:
-        socket.create_connection((host, port), timeout=2).close()
-    except OSError:
-        pytest.skip(f"no SMTP sink at {host}:{port} (deploy/infra.sh up)")
+def test_infra_sink_receives_the_notice(dsn: str, codec: EnvelopeCodec,
+                                       smtp_address: tuple[str, int], smtp_maildir: Path) -> None:
+    host, port = smtp_address
     case_id = f"case-{uuid.uuid4()}"
     record(dsn, codec, requested(case_id))
     with ConnectionPool(dsn, min_size=1, max_size=2) as pool:
         assert worker(pool, dsn, codec, SmtpMailer(host, port)).drain() == 1
-    assert status_of(dsn, case_id) == ("sent", 1)
-    maildir = REPO / ".local" / "smtp" / "mail"
-    if maildir.is_dir():  # the sink of this checkout: the mail is on disk
-        found = [p for p in maildir.glob("*.eml") if message_id_for(case_id) in p.read_text()]
-        assert len(found) == 1
-    assert NoticeStatus.SENT.value == "sent"
+    assert status_of(dsn, case_id) == (NoticeStatus.SENT.value, 1)
+    found = [p for p in smtp_maildir.glob("*.eml") if message_id_for(case_id) in p.read_text()]
+    assert len(found) == 1

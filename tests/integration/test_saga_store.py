@@ -2,14 +2,13 @@
 SKIP LOCKED, the orchestrator's unit of work (saga + history + outbox in one transaction),
 and several schedulers firing deadlines exactly once.
 
-Each test works in its own schema of database ``casestream_test`` (server from the
-``pg_url`` fixture, else CASESTREAM_PG_URL); skipped when PostgreSQL is not reachable.
+Each test works in its own schema of database ``casestream_test`` on the server of the
+``pg_url`` fixture (tests/conftest.py: fails when the infrastructure is not up).
 The codec uses the in-memory schema registry (only the outbox's encoding is exercised).
 """
 
 from __future__ import annotations
 
-import os
 import threading
 import uuid
 from collections.abc import Iterator
@@ -33,6 +32,7 @@ from casestream.upcasters import default_upcasters
 from services.saga.adapters.handlers import OutboxSink, handle_in_savepoint
 from services.saga.adapters.postgres import PgSagaQueries, PgSagaStore
 from services.saga.adapters.scheduler import DeadlineScheduler
+from services.saga.application.contract import payload_fields
 from services.saga.application.orchestrator import Orchestrator
 from services.saga.bootstrap import migrations
 from services.saga.domain import Disposition, SagaInstance, case_review_saga
@@ -44,21 +44,10 @@ T0 = datetime.now(UTC).replace(microsecond=0)
 
 
 # -- fixtures ----------------------------------------------------------------------------
-def _server_url(request: pytest.FixtureRequest) -> str:
-    try:
-        return str(request.getfixturevalue("pg_url"))
-    except pytest.FixtureLookupError:
-        return os.environ.get("CASESTREAM_PG_URL", "postgresql://postgres@127.0.0.1:15432")
-
-
 @pytest.fixture
-def dsn(request: pytest.FixtureRequest) -> Iterator[str]:
+def dsn(pg_url: str) -> Iterator[str]:
     """A fresh schema in ``casestream_test`` with the saga migrations applied."""
-    base = make_conninfo(_server_url(request), dbname="casestream_test")
-    try:
-        psycopg.connect(base, connect_timeout=3).close()
-    except psycopg.OperationalError as e:
-        pytest.skip(f"PostgreSQL not reachable: {e}")
+    base = make_conninfo(pg_url, dbname="casestream_test")
     schema = f"saga_t_{uuid.uuid4().hex[:10]}"
     with psycopg.connect(base, autocommit=True) as conn:
         conn.execute(f'CREATE SCHEMA "{schema}"')
@@ -77,6 +66,12 @@ def codec() -> EnvelopeCodec:
     c = EnvelopeCodec(load_catalog(), InMemoryRegistry(), default_upcasters())
     c.prepare(auto_register=True)
     return c
+
+
+def definition(**deadlines: timedelta):
+    """The case-review saga as the service builds it: request fields from the catalog."""
+    return case_review_saga(
+        decision_request_fields=payload_fields(load_catalog(), "DecisionRequested"), **deadlines)
 
 
 class Clock:
@@ -206,7 +201,7 @@ def test_claim_due_skips_locked_rows_and_ignores_future_deadlines(dsn: str) -> N
 
 # -- orchestrator on PostgreSQL ----------------------------------------------------------
 def test_journey_commits_saga_history_and_outbox_together(dsn: str, codec: EnvelopeCodec) -> None:
-    orch = Orchestrator(case_review_saga(), clock=Clock())
+    orch = Orchestrator(definition(), clock=Clock())
     outbox = OutboxWriter(codec)
     start = submitted("case-9")
     with psycopg.connect(dsn) as conn, conn.transaction() as batch:  # the runtime's batch tx
@@ -251,7 +246,7 @@ def test_handler_gives_up_after_repeated_conflicts(dsn: str, codec: EnvelopeCode
             Conflicting.calls += 1
             raise ConcurrencyError("saga", "x", 1, 2)
 
-    orch = Conflicting(case_review_saga(), clock=Clock())
+    orch = Conflicting(definition(), clock=Clock())
     with psycopg.connect(dsn) as conn, pytest.raises(RetryableError):
         handle_in_savepoint(orch, conn, OutboxWriter(codec), submitted("c"))
     assert Conflicting.calls == 3
@@ -259,7 +254,7 @@ def test_handler_gives_up_after_repeated_conflicts(dsn: str, codec: EnvelopeCode
 
 def test_two_schedulers_fire_each_deadline_exactly_once(dsn: str, codec: EnvelopeCodec) -> None:
     clock = Clock()
-    orch = Orchestrator(case_review_saga(decision_deadline=timedelta(seconds=30)), clock=clock)
+    orch = Orchestrator(definition(decision_deadline=timedelta(seconds=30)), clock=clock)
     outbox = OutboxWriter(codec)
     n = 60
     with psycopg.connect(dsn) as conn:
@@ -291,7 +286,7 @@ def test_two_schedulers_fire_each_deadline_exactly_once(dsn: str, codec: Envelop
 
 
 def test_resolve_through_the_store(dsn: str, codec: EnvelopeCodec) -> None:
-    orch = Orchestrator(case_review_saga(), clock=Clock())
+    orch = Orchestrator(definition(), clock=Clock())
     outbox = OutboxWriter(codec)
     s = saga(state=cr.MANUAL_REVIEW, step=None, attempts=0, deadline_at=None,
              data={"case_id": "case-1", "outcome": "violation", "penalty_cents": 5,

@@ -32,11 +32,8 @@ class MemoryJournal:
     def __init__(self) -> None:
         self.entries: dict[str, JournalEntry] = {}
 
-    def record(self, entry: JournalEntry) -> bool:
-        if entry.event_id in self.entries:
-            return False
-        self.entries[entry.event_id] = entry
-        return True
+    def record(self, entry: JournalEntry) -> None:
+        self.entries.setdefault(entry.event_id, entry)
 
     def timeline(self, tenant_id: str, case_id: str) -> CaseTimeline | None:
         mine = sorted((e for e in self.entries.values()
@@ -73,9 +70,12 @@ def test_entry_derives_case_and_summary_and_keeps_envelope() -> None:
 def test_recording_twice_is_a_no_op() -> None:
     journal = MemoryJournal()
     event = saga_event()
-    assert record_event(journal, event) is True
-    assert record_event(journal, event) is False
-    assert len(journal.entries) == 1
+    record_event(journal, event)
+    record_event(journal, saga_event(seconds=1))
+    record_event(journal, event)
+    assert len(journal.entries) == 2
+    assert [e.event_type for e in case_timeline(journal, "t1", "c-1").events] == [
+        "CaseCloseRequested", "CaseCloseRequested"]
 
 
 def test_timeline_not_found_for_other_tenant() -> None:

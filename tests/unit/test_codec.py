@@ -333,6 +333,9 @@ def test_encode_errors(codec: EnvelopeCodec) -> None:
                                                          "reporter_email": "r", "submitted_by": "u"}))
     with pytest.raises(InvalidEventError, match="CaseSubmitted"):
         codec.encode(make_env("CaseSubmitted", payload={"title": "t"}))
+    with pytest.raises(InvalidEventError, match="sumary"):
+        codec.encode(make_env("CaseOpened", payload={"title": "t", "sumary": "s", "summary": "s", "severity": 1,
+                                                      "evidence_count": 0, "reporter_email": "r"}))
     with pytest.raises(InvalidEventError, match="aggregate_type"):
         codec.encode(make_env("CaseSubmitted", aggregate_type="saga"))
     with pytest.raises(UnknownSchemaError):

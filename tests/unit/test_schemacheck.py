@@ -7,6 +7,7 @@ import shutil
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -291,3 +292,48 @@ def test_register_refuses_an_incompatible_catalog(tree: Path) -> None:
 def test_render_rejects_unknown_format() -> None:
     with pytest.raises(ValueError, match="unknown format"):
         render(check_catalog(default_schemas_dir()), "xml")
+
+
+# -- a registry that answers garbage -------------------------------------------------------------
+
+@pytest.fixture
+def garbage_registry() -> Iterator[str]:
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    class Garbage(BaseHTTPRequestHandler):
+        def _answer(self) -> None:
+            body = b"<html>not a registry</html>" if "subjects" in self.path else b'{"unexpected": 1}'
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        do_GET = do_POST = do_PUT = _answer  # noqa: N815
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Garbage)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_address[1]}/apis/ccompat/v7"
+    server.shutdown()
+    server.server_close()
+    thread.join()
+
+
+def test_registry_answering_garbage_is_exit_2_one_line(tree: Path, garbage_registry: str) -> None:
+    from casestream.errors import RegistryUnavailable
+    from casestream.registry import ConfluentSchemaRegistry
+
+    code, out, err = run("check", "--schemas-dir", str(tree), "--registry", garbage_registry)
+    assert code == 2 and out == "" and err.count("\n") == 1 and garbage_registry in err
+    with ConfluentSchemaRegistry(garbage_registry, max_retries=0) as reg:
+        with pytest.raises(RegistryUnavailable, match="unparseable"):
+            reg.subjects()
+        with pytest.raises(RegistryUnavailable):
+            reg.get_compatibility("x")
+        with pytest.raises(RegistryUnavailable):
+            reg.get_schema(1)

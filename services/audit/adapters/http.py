@@ -108,7 +108,8 @@ def build_app(reader: TimelineReader) -> Starlette:
         code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code, "http_error")
         return problem(exc.status_code, code, str(exc.detail),
                        f"{request.method} {request.url.path}: {exc.detail}",
-                       instance=request.url.path, headers=exc.headers)
+                       instance=request.url.path,
+                       headers=dict(exc.headers) if exc.headers else None)
 
     handler: Callable[[Request], Awaitable[Response]] = get_timeline
     return Starlette(routes=[Route("/audit/cases/{case_id}", handler, methods=["GET"])],

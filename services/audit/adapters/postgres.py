@@ -28,8 +28,8 @@ class PgAuditJournal:
         self._statements = statements
         self._position = position
 
-    def record(self, entry: JournalEntry) -> bool:
-        return apply_entry(self._conn, self._statements, entry, self._position)
+    def record(self, entry: JournalEntry) -> None:
+        apply_entry(self._conn, self._statements, entry, self._position)
 
 
 class PgTimelineReader:

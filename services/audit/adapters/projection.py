@@ -72,8 +72,8 @@ def _insert(table: str, columns: tuple[str, ...]) -> sql.Composed:
 class ProjectionSql:
     """The statements for one :class:`AuditTables` (built once per table set)."""
 
-    with_case: sql.Composable | None
-    without_case: sql.Composable | None
+    with_case: sql.Composed | None
+    without_case: sql.Composed | None
 
     @classmethod
     def for_tables(cls, tables: AuditTables) -> ProjectionSql:
@@ -108,13 +108,15 @@ def entry_params(entry: JournalEntry, position: KafkaPosition) -> dict[str, Any]
 
 
 def apply_entry(conn: psycopg.Connection[Any], statements: ProjectionSql, entry: JournalEntry,
-                position: KafkaPosition) -> bool:
-    """Write one entry with ``statements``; True if a row was new (timeline row if any, else
-    journal row)."""
+                position: KafkaPosition) -> None:
+    """Write one entry with ``statements`` (idempotent).
+
+    Reads no result, so it stays cheap in the consumer runtime's pipeline mode (statements
+    are sent without waiting; errors surface when the pipeline syncs).
+    """
     query = statements.with_case if entry.case_id is not None else statements.without_case
-    if query is None:
-        return False
-    return conn.execute(query, entry_params(entry, position)).rowcount > 0
+    if query is not None:
+        conn.execute(query, entry_params(entry, position))
 
 
 TIMELINE_QUERY = """

@@ -14,8 +14,8 @@ class AuditJournal(Protocol):
     Bound to the caller's transaction (the consumer runtime's batch).
     """
 
-    def record(self, entry: JournalEntry) -> bool:
-        """Record ``entry`` once; return False if its event id was already recorded."""
+    def record(self, entry: JournalEntry) -> None:
+        """Record ``entry`` once: an event id already recorded changes nothing."""
         ...
 
 

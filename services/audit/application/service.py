@@ -26,9 +26,9 @@ def entry_from(event: Envelope) -> JournalEntry:
     )
 
 
-def record_event(journal: AuditJournal, event: Envelope) -> bool:
-    """Record ``event`` in the journal and its case's timeline; False if already recorded."""
-    return journal.record(entry_from(event))
+def record_event(journal: AuditJournal, event: Envelope) -> None:
+    """Record ``event`` in the journal and its case's timeline (idempotent per event id)."""
+    journal.record(entry_from(event))
 
 
 def case_timeline(reader: TimelineReader, tenant_id: str, case_id: str) -> CaseTimeline:

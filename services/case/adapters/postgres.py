@@ -29,21 +29,17 @@ from psycopg_pool import ConnectionPool, PoolTimeout
 from casestream.envelope import Envelope
 from casestream.errors import ConcurrencyError
 
+from services.case.application.errors import StorageUnavailable
 from services.case.application.idempotency import (
     IdempotencyRecord,
     IdempotencyScope,
     StoredResponse,
 )
 from services.case.domain.case import Case
-from services.case.domain.errors import CaseServiceError
 from services.case.domain.values import CaseContent, CaseStatus, Outcome, Resolution
 
 AppendEvents = Callable[[psycopg.Connection[Any], Sequence[Envelope]], Any]
 """``OutboxWriter.append``-shaped: inserts encoded events using the given connection."""
-
-
-class StorageUnavailable(CaseServiceError):
-    """The database could not be reached in time (pool timeout, connection lost) -> 503."""
 
 
 @contextmanager
@@ -124,10 +120,12 @@ class PgCaseRepository:
         assignments = ", ".join(
             f"{c} = %({c})s" for c in (x.strip() for x in _CASE_COLUMNS.split(","))
             if c not in ("id", "tenant_id", "opened_by", "opened_at"))
-        cur = self._conn.execute(
+        # RETURNING + fetchone (not rowcount): correct in pipeline mode too, where the
+        # consumer runtime runs handlers and rowcount is unknown until the pipeline syncs.
+        updated = self._conn.execute(
             f"UPDATE cases SET {assignments} WHERE id = %(id)s AND tenant_id = %(tenant_id)s "
-            "AND version = %(loaded_version)s", _case_params(case))
-        if cur.rowcount != 1:
+            "AND version = %(loaded_version)s RETURNING version", _case_params(case)).fetchone()
+        if updated is None:
             row = self._conn.execute("SELECT version FROM cases WHERE id = %s",
                                      (case.id,)).fetchone()
             raise ConcurrencyError("case", case.id, case.loaded_version, row[0] if row else None)

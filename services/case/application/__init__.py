@@ -1,7 +1,12 @@
 """Case application layer: use cases, commands/views, ports, idempotency, event mapping."""
 
 from services.case.application.commands import CaseView, CloseCase, OpenCase, ReturnCase, SubmitCase
-from services.case.application.errors import IdempotencyConflict, PreconditionFailed, RequestInFlight
+from services.case.application.errors import (
+    IdempotencyConflict,
+    PreconditionFailed,
+    RequestInFlight,
+    StorageUnavailable,
+)
 from services.case.application.idempotency import (
     IdempotencyRecord,
     IdempotencyScope,
@@ -24,6 +29,7 @@ __all__ = [
     "PreconditionFailed",
     "RequestInFlight",
     "ReturnCase",
+    "StorageUnavailable",
     "StoredResponse",
     "SubmitCase",
 ]

@@ -29,3 +29,10 @@ class PreconditionFailed(CaseServiceError):
         self.case_id = case_id
         self.expected = expected
         self.actual = actual
+
+
+class StorageUnavailable(CaseServiceError):
+    """The store could not be reached in time (pool timeout, connection lost); retry later.
+
+    Raised by storage adapters, translated from their driver's errors.
+    """

@@ -71,9 +71,14 @@ class EventOutbox(Protocol):
 class UnitOfWork(Protocol):
     """One transaction over cases, idempotency records and the outbox."""
 
-    cases: CaseRepository
-    idempotency: IdempotencyStore
-    outbox: EventOutbox
+    @property
+    def cases(self) -> CaseRepository: ...
+
+    @property
+    def idempotency(self) -> IdempotencyStore: ...
+
+    @property
+    def outbox(self) -> EventOutbox: ...
 
     def __enter__(self) -> UnitOfWork: ...
 

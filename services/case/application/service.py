@@ -23,7 +23,7 @@ from services.case.application.integration import Causation, to_envelopes
 from services.case.application.ports import Clock, IdFactory, UnitOfWork, UnitOfWorkFactory
 from services.case.domain.case import Case
 from services.case.domain.errors import CaseNotFound
-from services.case.domain.values import CaseContent
+from services.case.domain.values import CaseContent, priority_of
 
 log = logging.getLogger(__name__)
 
@@ -63,7 +63,8 @@ class CaseService:
         """
         content = CaseContent(title=cmd.title, summary=cmd.summary, severity=cmd.severity,
                               evidence_count=cmd.evidence_count,
-                              reporter_email=cmd.reporter_email, priority=cmd.priority)
+                              reporter_email=cmd.reporter_email,
+                              priority=priority_of(cmd.priority))
         with self._uow() as uow:
             replay = self._replay(uow, request)
             if replay is not None:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import TypedDict
 
 from services.case.domain.errors import CaseValidationError, InvalidTransition
 from services.case.domain.events import (
@@ -26,6 +27,14 @@ from services.case.domain.events import (
     CaseSubmitted,
 )
 from services.case.domain.values import CaseContent, CaseStatus, Resolution, check_note
+
+
+class _EventMeta(TypedDict):
+    case_id: str
+    tenant_id: str
+    version: int
+    occurred_at: datetime
+    actor_id: str
 
 
 @dataclass(slots=True, kw_only=True)
@@ -142,7 +151,7 @@ class Case:
     def _resolve(self, status: CaseStatus, resolution: Resolution, at: datetime) -> None:
         self.status, self.resolution, self.resolved_at = status, resolution, at
 
-    def _meta(self, actor_id: str, at: datetime) -> dict[str, object]:
+    def _meta(self, actor_id: str, at: datetime) -> _EventMeta:
         return {"case_id": self.id, "tenant_id": self.tenant_id, "version": self.version + 1,
                 "occurred_at": at, "actor_id": actor_id}
 

@@ -10,7 +10,8 @@ the HTTP adapter maps each leaf to one problem ``code`` and status at one bounda
     └── (application layer, services.case.application.errors)
         ├── IdempotencyConflict  same key, different request                        -> 409
         ├── RequestInFlight      same key, first request not finished                -> 409
-        └── PreconditionFailed   If-Match version differs from the case's version    -> 412
+        ├── PreconditionFailed   If-Match version differs from the case's version    -> 412
+        └── StorageUnavailable   the database cannot be reached in time               -> 503
 
 Optimistic-locking failures found by the repository are the library's
 :class:`casestream.errors.ConcurrencyError` (-> 409 ``concurrent_modification``).

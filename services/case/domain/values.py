@@ -87,6 +87,18 @@ def check_email(field: str, value: str) -> str:
     return text
 
 
+def priority_of(value: str | Priority) -> Priority:
+    """Return the :class:`Priority` named by ``value``.
+
+    Raises:
+        CaseValidationError: ``priority`` is not one of LOW, NORMAL, HIGH.
+    """
+    try:
+        return Priority(value)
+    except ValueError:
+        raise CaseValidationError("priority", "must be one of LOW, NORMAL, HIGH") from None
+
+
 def check_reason(value: str) -> str:
     """Return a return-reason trimmed and non-empty, at most 1000 characters."""
     return _text("reason", value, REASON_MAX)
@@ -120,10 +132,7 @@ class CaseContent:
         _int("severity", self.severity, SEVERITY_MIN, SEVERITY_MAX)
         _int("evidence_count", self.evidence_count, 0, AVRO_INT_MAX)
         object.__setattr__(self, "reporter_email", check_email("reporter_email", self.reporter_email))
-        try:
-            object.__setattr__(self, "priority", Priority(self.priority))
-        except ValueError:
-            raise CaseValidationError("priority", "must be one of LOW, NORMAL, HIGH") from None
+        object.__setattr__(self, "priority", priority_of(self.priority))
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -47,11 +47,17 @@ from casestream.inbox import (
     HeldEvent,
     InboxEntry,
     advance_guards,
+    check_recorded,
     held_events,
     hold,
     insert_inbox,
     known_event_ids,
     load_guards,
+    query_guards,
+    query_known,
+    read_guards,
+    read_known,
+    record_batch,
     record_held_failure,
     release_held,
     set_last_version,
@@ -74,6 +80,10 @@ class Action(enum.Enum):
     DUPLICATE = "duplicate"
     STALE = "stale"
     UNKNOWN_STRICT = "unknown_strict"
+
+
+class _Ineligible(Exception):
+    """The batch needs per-message handling (gap, held aggregate, side effect, strict type...)."""
 
 
 @dataclass(slots=True)
@@ -169,27 +179,30 @@ class BatchProcessor:
         result = BatchResult()
         dead: list[DeadLetter] = []
         self._fast_failure = None
+        items = self._decode_all(records, result, dead)
         try:
-            with conn.transaction():
-                items = self._decode_all(records, result, dead)
-                if items:
-                    done = False
-                    if self.settings.fast_path:
-                        done = self._try_fast(conn, items)
-                    if done:
-                        result.fast = True
-                    else:
+            if items:
+                if self.settings.fast_path and self._try_fast(conn, items):
+                    result.fast = True
+                else:
+                    with conn.transaction():
                         self._slow(conn, items, result, dead, t0)
-                if sweep:
-                    self._sweep(conn, dead)
-                if result.rewinds and dead:
-                    dead = self._behind_cuts(records, result, dead)
-                self._send(dead)
         except Exception as e:
-            if len(records) == 1 and not dead and classify(e, conn) is FailureClass.RETRYABLE:
+            if len(records) == 1 and items and classify(e, conn) is FailureClass.RETRYABLE:
                 # A single message whose transaction cannot commit: its own failure.
                 return self._single_commit_failure(conn, records[0], e)
             raise
+        if result.rewinds and dead:
+            dead = self._behind_cuts(records, result, dead)
+        self._send(dead)  # before the caller commits offsets past them
+        if sweep:
+            try:
+                self.sweep(conn)
+            except Exception as e:  # noqa: BLE001 - the batch itself is committed
+                if classify(e, conn) is FailureClass.INFRA:
+                    raise
+                log.exception("%s: sweep of held/parked aggregates failed; retried later",
+                              self.consumer)
         self.stats.batches += 1
         self.stats.fast_batches += int(result.fast)
         return result
@@ -280,22 +293,40 @@ class BatchProcessor:
     # ------------------------------------------------------------------ fast path
 
     def _try_fast(self, conn: Any, items: list[_Item]) -> bool:
+        """The whole batch in one pipelined transaction; False if not eligible or it failed
+        (then rolled back: the caller redoes the batch with a savepoint per message)."""
         if self._attempts and any(
                 (it.rec.topic, it.rec.partition, it.rec.offset) in self._attempts for it in items):
             return False  # a message being retried: go straight to per-message savepoints
+        counters: dict[str, int] = {}
         try:
-            with conn.transaction():
-                return self._fast(conn, items)
+            with conn.pipeline() as pipeline, conn.transaction():
+                self._fast(conn, pipeline, items, counters)
+        except _Ineligible:
+            return False
         except Exception as e:
             if classify(e, conn) is FailureClass.INFRA:
                 raise
             log.debug("%s: fast path failed (%s: %s); redoing batch with savepoints",
                       self.consumer, type(e).__name__, e)
             return False
+        st = self.stats
+        st.applied += counters["applied"]
+        st.duplicates += counters["dup"]
+        st.stale += counters["stale"]
+        st.unknown_type += counters["unknown"]
+        if self._attempts:
+            for it in items:
+                self._attempts.pop((it.rec.topic, it.rec.partition, it.rec.offset), None)
+        return True
 
-    def _fast(self, conn: Any, items: list[_Item]) -> bool:
-        known = known_event_ids(conn, self.consumer, [it.env.event_id for it in items])
-        start = load_guards(conn, self.consumer, {it.key for it in items})
+    def _fast(self, conn: Any, pipeline: Any, items: list[_Item], counters: dict[str, int]) -> None:
+        """Round trip 1: inbox + guard reads. Round trip 2: inbox/guard writes (one statement)
+        and the handlers' statements, pipelined. Then COMMIT. Raises _Ineligible to bail out."""
+        known_cur = query_known(conn, self.consumer, [it.env.event_id for it in items])
+        guards_cur = query_guards(conn, self.consumer, {it.key for it in items})
+        known = read_known(known_cur)
+        start = read_guards(guards_cur)
         guards = {k: GuardRow(g.last_version, g.state, g.exists) for k, g in start.items()}
         seen: set[str] = set()
         apply: list[_Item] = []
@@ -309,20 +340,20 @@ class BatchProcessor:
                 stale += 1
                 continue
             if action is not Action.APPLY:
-                return False
+                raise _Ineligible
             g = guards.get(it.key)
             if g is not None and g.state is not AggregateState.FLOWING:
-                return False
+                raise _Ineligible
             if self.handlers.has_side_effects(it.env.event_type, self.mode):
-                return False
+                raise _Ineligible
             if g is None:
                 guards[it.key] = GuardRow(it.env.aggregate_version, AggregateState.FLOWING, False)
             else:
                 g.last_version = it.env.aggregate_version
             seen.add(it.env.event_id)
             apply.append(it)
+        unknown = 0
         if apply:
-            insert_inbox(conn, self.consumer, [it.entry() for it in apply])
             updates = []
             for key, g in guards.items():
                 s = start.get(key)
@@ -330,31 +361,25 @@ class BatchProcessor:
                     updates.append((key[0], key[1], None, g.last_version))
                 elif g.last_version != s.last_version:
                     updates.append((key[0], key[1], s.last_version, g.last_version))
-            advance_guards(conn, self.consumer, updates, require_flowing=True)
-            unknown = 0
+            recorded = record_batch(conn, self.consumer, [it.entry() for it in apply], updates)
             # Pipeline mode: handler statements are sent without waiting for each result;
-            # errors surface at the sync when the block ends. A psycopg error may thus show up
-            # in a later handler, so only non-database exceptions are attributed to an item.
-            with conn.pipeline():
-                for it in apply:
-                    try:
-                        unknown += self._run_handlers(conn, it.rec, it.env)
-                    except psycopg.Error:
-                        raise
-                    except Exception as e:
-                        self._fast_failure = (id(it.rec), e)
-                        raise
-        else:
-            unknown = 0
-        st = self.stats
-        st.applied += len(apply)
-        st.duplicates += dup
-        st.stale += stale
-        st.unknown_type += unknown
-        for it in apply:
-            if self._attempts:
-                self._attempts.pop((it.rec.topic, it.rec.partition, it.rec.offset), None)
-        return True
+            # errors surface at the next sync. A psycopg error may thus show up in a later
+            # handler, so only non-database exceptions are attributed to an item.
+            for run, hs in self._runs(apply):
+                if len(run) > 1 or (hs and hs[0].batch):
+                    self._run_batch(conn, run, hs)
+                    continue
+                it = run[0]
+                try:
+                    unknown += self._run_handlers(conn, it.rec, it.env)
+                except psycopg.Error:
+                    raise
+                except Exception as e:
+                    self._fast_failure = (id(it.rec), e)
+                    raise
+            pipeline.sync()
+            check_recorded(recorded)
+        counters.update(applied=len(apply), dup=dup, stale=stale, unknown=unknown)
 
     # ------------------------------------------------------------------ slow path
 
@@ -466,6 +491,30 @@ class BatchProcessor:
         self.stats.applied += 1
         self.stats.unknown_type += unknown
 
+    def _runs(self, apply: list[_Item]) -> list[tuple[list[_Item], tuple[Any, ...]]]:
+        """Split ``apply`` into runs: consecutive events whose handlers are all batch handlers
+        and identical form one run; every other event is a run of its own. Order is kept."""
+        runs: list[tuple[list[_Item], tuple[Any, ...]]] = []
+        for it in apply:
+            hs = self.handlers.handlers_for(it.env.event_type, self.mode)
+            batchable = bool(hs) and all(h.batch for h in hs)
+            if batchable and runs and runs[-1][1] == hs:
+                runs[-1][0].append(it)
+            else:
+                runs.append(([it], hs if batchable else ()))
+        return runs
+
+    def _run_batch(self, conn: Any, run: list[_Item], hs: tuple[Any, ...]) -> None:
+        first = run[0].rec
+        ctx = HandlerContext(conn=conn, outbox=self.outbox, mode=self.mode,
+                             consumer=self.consumer, topic=first.topic,
+                             partition=first.partition, offset=first.offset,
+                             positions=tuple((i.rec.topic, i.rec.partition, i.rec.offset)
+                                             for i in run))
+        events = [i.env for i in run]
+        for h in hs:
+            h.fn(ctx, events)
+
     def _run_handlers(self, conn: Any, rec: Record, env: Any) -> int:
         """Run the handlers of ``env``; returns 1 if the type has none (counted as unknown)."""
         hs = self.handlers.handlers_for(env.event_type, self.mode)
@@ -473,9 +522,9 @@ class BatchProcessor:
             return 0 if self.handlers.knows(env.event_type) else 1
         ctx = HandlerContext(conn=conn, outbox=self.outbox, mode=self.mode,
                              consumer=self.consumer, topic=rec.topic, partition=rec.partition,
-                             offset=rec.offset)
+                             offset=rec.offset, positions=((rec.topic, rec.partition, rec.offset),))
         for h in hs:
-            h.fn(ctx, env)
+            h.call(ctx, env)
         return 0
 
     # ------------------------------------------------------------------ held events

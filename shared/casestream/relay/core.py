@@ -42,6 +42,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 import psycopg
@@ -110,11 +111,18 @@ class OutboxRelay:
         self._listen: psycopg.Connection | None = None
         self._producer: Producer | None = None
         self._fatal: KafkaError | None = None
-        self._next_rebalance = 0.0
+        self._next_rebalance = 0.0  # between batches: heartbeat, renew, balance, acquire
+        self._next_renew = 0.0      # while a batch waits for reports: renew only
         self._next_cleanup = 0.0
         self._next_metrics = 0.0
         self._db_failures = 0
         self._stop = threading.Event()
+        # Pipelined bookkeeping: one fully delivered batch may be marked on a second
+        # connection while the next batch is claimed and produced (settings.pipeline).
+        self._marker: ThreadPoolExecutor | None = None
+        self._mark_future: Future[None] | None = None
+        self._mark_seqs: list[int] = []
+        self._mark_conn: psycopg.Connection | None = None
 
     # ------------------------------------------------------------------ public API
 
@@ -149,7 +157,13 @@ class OutboxRelay:
         return self._iteration()
 
     def close(self) -> None:
-        """Flush the producer (``shutdown_timeout_s``), release leases, close connections."""
+        """Flush the producer (``shutdown_timeout_s``), finish bookkeeping, release leases, close."""
+        try:
+            self._drain_marker()
+        except psycopg.Error as e:
+            log.warning("relay %s: last bookkeeping failed (%s); those rows stay pending and "
+                        "will be produced again", self.name, e)
+        self._stop_marker()
         if self._producer is not None:
             remaining = self._producer.flush(self.settings.shutdown_timeout_s)
             if remaining:
@@ -176,7 +190,7 @@ class OutboxRelay:
         if now >= self._next_rebalance or not self._leases.valid():
             self._leases.rebalance(conn)
             self.metrics.shards_held = len(self._leases.held)
-            self._next_rebalance = now + self.settings.renew_every_s
+            self._next_rebalance = self._next_renew = now + self.settings.renew_every_s
         if self._fatal is not None:
             self._restart_producer()
         published = self._batch(conn) if self._leases.held else 0
@@ -193,7 +207,15 @@ class OutboxRelay:
         started = time.monotonic()
         if not self._leases.valid():
             return 0  # possibly expired: renew (next iteration) before claiming
-        rows = store.claim(conn, self._leases.held, s.batch_size)
+        in_flight: list[int] = []
+        if self._mark_future is not None:
+            if self._mark_future.done():
+                self._drain_marker()
+            else:
+                in_flight = self._mark_seqs  # still 'pending' in the table until marked
+        rows = store.claim(conn, self._leases.held, s.batch_size, in_flight=in_flight)
+        if not rows and in_flight:
+            self._drain_marker()  # idle: finish bookkeeping before reporting "nothing to do"
         if not rows:
             return 0
         self._hook("claimed")
@@ -225,7 +247,7 @@ class OutboxRelay:
             agg = (row.aggregatetype, row.aggregateid)
             if agg in blocked or purged[0]:
                 continue  # stays pending, untouched (not an attempt)
-            headers = headers_for(str(row.id), row.type, row.event_version, row.traceparent,
+            headers = headers_for(row.id, row.type, row.event_version, row.traceparent,
                                   row.correlation_id)
             while True:
                 try:
@@ -257,12 +279,12 @@ class OutboxRelay:
         while outstanding[0] > 0:
             producer.poll(s.delivery_poll_s)
             now = time.monotonic()
-            if now >= self._next_rebalance:
+            if now >= self._next_renew:
                 try:
                     self._leases.renew(conn)
-                except psycopg.OperationalError as e:
+                except (psycopg.OperationalError, psycopg.InterfaceError) as e:
                     log.warning("relay %s: lease renewal failed while waiting: %s", self.name, e)
-                self._next_rebalance = now + s.renew_every_s
+                self._next_renew = now + s.renew_every_s
             if self._stop.is_set():
                 give_up_at = give_up_at or now + s.shutdown_timeout_s
                 if now >= give_up_at:
@@ -272,8 +294,8 @@ class OutboxRelay:
 
     def _record(self, conn: psycopg.Connection, rows: list[store.OutboxRow], results: list[Any]) -> int:
         delivered: list[store.Delivered] = []
-        retry: list[tuple[uuid.UUID, float, str]] = []
-        failed: list[tuple[uuid.UUID, str]] = []
+        retry: list[tuple[str, float, str]] = []
+        failed: list[tuple[str, str]] = []
         failed_aggs: set[tuple[str, str]] = set()
         breaches: set[tuple[str, str]] = set()
         policy = self.settings.retry
@@ -302,14 +324,59 @@ class OutboxRelay:
         for agg in breaches:
             log.error("relay %s: order breach on %s %s: a later event was delivered after an "
                       "earlier one failed (message timeout)", self.name, *agg)
-        store.mark_outcomes(conn, delivered=delivered, retry=retry, failed=failed,
-                            delete_published=self.settings.published_retention_s == 0)
+        delete = self.settings.published_retention_s == 0
+        self._drain_marker()  # at most one batch in bookkeeping at a time
+        if self.settings.pipeline and len(delivered) == len(rows):
+            # Everything delivered: nothing can be held back by this batch, so its
+            # bookkeeping may overlap the next batch (which excludes these rows).
+            self._mark_seqs = [r.seq for r in rows]
+            self._mark_future = self._get_marker().submit(self._mark_delivered, delivered, delete)
+        else:
+            store.mark_outcomes(conn, delivered=delivered, retry=retry, failed=failed,
+                                delete_published=delete)
         m = self.metrics
         m.published_total += len(delivered)
         m.retried_total += len(retry)
         m.failed_total += len(failed)
         m.order_breaches_total += len(breaches)
         return len(delivered)
+
+    def _get_marker(self) -> ThreadPoolExecutor:
+        if self._marker is None:
+            self._marker = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"{self.name}-bookkeeping")
+        return self._marker
+
+    def _mark_delivered(self, delivered: list[store.Delivered], delete: bool) -> None:
+        # Runs on the bookkeeping thread, with its own connection.
+        try:
+            if self._mark_conn is None or self._mark_conn.closed or self._mark_conn.broken:
+                self._mark_conn = psycopg.connect(self._dsn, autocommit=True,
+                                                  application_name=f"{self.name} relay bookkeeping")
+            store.mark_outcomes(self._mark_conn, delivered=delivered, retry=[], failed=[],
+                                delete_published=delete)
+        except psycopg.Error:
+            if self._mark_conn is not None:
+                self._mark_conn.close()
+                self._mark_conn = None
+            raise
+
+    def _drain_marker(self) -> None:
+        """Wait for the batch in bookkeeping (re-raises its database error)."""
+        future, self._mark_future = self._mark_future, None
+        self._mark_seqs = []
+        if future is not None:
+            future.result()
+
+    def _stop_marker(self) -> None:
+        if self._marker is not None:
+            self._marker.shutdown(wait=True)
+            self._marker = None
+        if self._mark_conn is not None:
+            try:
+                self._mark_conn.close()
+            except psycopg.Error:
+                pass
+            self._mark_conn = None
 
     def _idle_wait(self) -> None:
         timeout = min(self.settings.poll_interval_s,
@@ -395,6 +462,8 @@ class OutboxRelay:
             log.debug("relay %s: producer error %s", self.name, err)
 
     def _db_error(self, e: Exception) -> None:
+        self._mark_future = None  # its rows stay pending: produced again (same ids)
+        self._mark_seqs = []
         self._db_failures += 1
         self.metrics.db_errors_total += 1
         delay = self.settings.retry.delay(self._db_failures)
@@ -408,6 +477,8 @@ class OutboxRelay:
 
     def _abandon(self) -> None:
         """Crash semantics: drop everything without bookkeeping or lease release."""
+        self._mark_future = None
+        self._stop_marker()
         if self._producer is not None:
             self._producer.purge()
             self._producer.poll(0)

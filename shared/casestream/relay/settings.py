@@ -45,6 +45,8 @@ class RelaySettings:
         shutdown_timeout_s: on stop, how long to wait for outstanding delivery reports
             before leaving the rest pending (they are re-produced by the next owner).
         delivery_poll_s: ``Producer.poll`` timeout while waiting for delivery reports.
+        pipeline: mark a fully delivered batch on a second connection while the next
+            batch is claimed and produced (bookkeeping overlaps Kafka round trips).
     """
 
     batch_size: int = 1000
@@ -59,6 +61,7 @@ class RelaySettings:
     metrics_interval_s: float = 5.0
     shutdown_timeout_s: float = 10.0
     delivery_poll_s: float = 0.05
+    pipeline: bool = True
 
     def __post_init__(self) -> None:
         if self.batch_size < 1:

@@ -13,7 +13,6 @@ exactly those and stays tiny in normal operation.
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
@@ -24,9 +23,9 @@ __all__ = ["OutboxRow", "OutboxStats", "Delivered", "claim", "mark_outcomes", "d
 
 @dataclass(frozen=True, slots=True)
 class OutboxRow:
-    """One claimed row: what the relay needs to produce it."""
+    """One claimed row: what the relay needs to produce it (``id`` as canonical text)."""
 
-    id: uuid.UUID
+    id: str
     aggregatetype: str
     aggregateid: str
     type: str
@@ -48,12 +47,13 @@ class OutboxStats:
 
 
 _CLAIM = """
-SELECT o.id, o.aggregatetype, o.aggregateid, o.type, o.payload, o.event_version,
+SELECT o.id::text, o.aggregatetype, o.aggregateid, o.type, o.payload, o.event_version,
        o.traceparent, o.correlation_id, o.attempts, o.seq
 FROM outbox o
 WHERE o.status = 'pending'
   AND o.next_attempt_at <= now()
   AND o.shard = ANY(%(shards)s::smallint[])
+  AND o.seq <> ALL(%(inflight)s::bigint[])
   AND NOT EXISTS (
         SELECT 1 FROM outbox e
         WHERE e.aggregateid = o.aggregateid AND e.aggregatetype = o.aggregatetype
@@ -65,7 +65,9 @@ LIMIT %(limit)s
 """
 
 
-def claim(conn: psycopg.Connection, shards: Iterable[int], limit: int) -> list[OutboxRow]:
+def claim(
+    conn: psycopg.Connection, shards: Iterable[int], limit: int, *, in_flight: Sequence[int] = ()
+) -> list[OutboxRow]:
     """Return up to ``limit`` publishable rows of ``shards``, in ``seq`` order.
 
     Read-only (no row locks): the shard lease is what makes this instance the only
@@ -74,9 +76,17 @@ def claim(conn: psycopg.Connection, shards: Iterable[int], limit: int) -> list[O
     monotonic clock). The shard list is a parameter rather than a join with the lease
     table so that the planner walks ``outbox_pending_idx`` in ``seq`` order and stops
     after ``limit`` rows instead of sorting every pending row.
+
+    ``in_flight`` lists the ``seq`` of rows of the previous batch (all delivered) that
+    the bookkeeping thread is still marking, so that they are not claimed twice. It is
+    an exclusion list, not a ``seq >`` watermark: a row below the previous batch that
+    committed late must still come first for its aggregate. The statement is never
+    server-prepared (``prepare=False``) so PostgreSQL plans it with the array's values
+    and hashes the ``<> ALL`` list (PostgreSQL 15+).
     """
     with conn.cursor() as cur:
-        cur.execute(_CLAIM, {"shards": sorted(shards), "limit": limit})
+        cur.execute(_CLAIM, {"shards": sorted(shards), "limit": limit, "inflight": list(in_flight)},
+                    prepare=False)
         return [OutboxRow(*r) for r in cur.fetchall()]
 
 
@@ -109,9 +119,9 @@ WHERE o.id = d.id AND o.status = 'pending'
 
 @dataclass(frozen=True, slots=True)
 class Delivered:
-    """A confirmed delivery: row id, Kafka timestamp (ms), partition, offset."""
+    """A confirmed delivery: row id (text), Kafka timestamp (ms), partition, offset."""
 
-    id: uuid.UUID
+    id: str
     timestamp_ms: int
     partition: int
     offset: int
@@ -121,8 +131,8 @@ def mark_outcomes(
     conn: psycopg.Connection,
     *,
     delivered: Sequence[Delivered],
-    retry: Sequence[tuple[uuid.UUID, float, str]],
-    failed: Sequence[tuple[uuid.UUID, str]],
+    retry: Sequence[tuple[str, float, str]],
+    failed: Sequence[tuple[str, str]],
     delete_published: bool,
 ) -> None:
     """Record a batch's outcomes in ONE transaction.

@@ -16,11 +16,11 @@ from starlette.responses import JSONResponse
 
 from casestream.errors import ConcurrencyError
 
-from services.case.adapters.postgres import StorageUnavailable
 from services.case.application.errors import (
     IdempotencyConflict,
     PreconditionFailed,
     RequestInFlight,
+    StorageUnavailable,
 )
 from services.case.domain.errors import CaseNotFound, CaseValidationError, InvalidTransition
 
