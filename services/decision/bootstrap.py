@@ -12,13 +12,16 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from pathlib import Path
 
+import psycopg
 from psycopg_pool import ConnectionPool
+from pydantic import ValidationError
 
 from casestream.catalog import load_catalog
 from casestream.codec import EnvelopeCodec
 from casestream.consumer.runtime import ConsumerRuntime
 from casestream.consumer.settings import ConsumerSettings
 from casestream.db import apply_migrations
+from casestream.errors import ConfigError
 from casestream.handlers import HandlerRegistry
 from casestream.kafka_config import producer_config
 from casestream.outbox import OUTBOX_MIGRATION, OutboxWriter
@@ -41,6 +44,18 @@ def utc_now() -> datetime:
     return datetime.now(UTC)
 
 
+def read_settings() -> DecisionSettings:
+    """DecisionSettings from the environment.
+
+    Raises:
+        ConfigError: a variable has an invalid value (the message names it).
+    """
+    try:
+        return DecisionSettings()
+    except ValidationError as e:
+        raise ConfigError(f"invalid decision settings: {e}") from e
+
+
 def migrations() -> list[object]:
     """The outbox migration, then this service's ``migrations/*.sql`` in name order."""
     return [OUTBOX_MIGRATION, *sorted(MIGRATIONS.glob("*.sql"))]
@@ -48,10 +63,14 @@ def migrations() -> list[object]:
 
 def build(settings: DecisionSettings | None = None) -> ServiceProcess:
     """Build the decision service process (see the module docstring)."""
-    settings = settings or DecisionSettings()
+    settings = settings or read_settings()
     configure_logging(NAME, settings.log_level)
     dsn = settings.database_url(settings.database)
-    apply_migrations(dsn, migrations())
+    try:
+        apply_migrations(dsn, migrations())
+    except psycopg.OperationalError as e:
+        raise ConfigError(f"cannot reach PostgreSQL for the decision service at {dsn} "
+                          f"(CASESTREAM_PG_URL, CASESTREAM_DECISION_DATABASE): {e}") from e
     catalog = load_catalog()
     codec = EnvelopeCodec(catalog, ConfluentSchemaRegistry(settings.registry_url),
                           default_upcasters())

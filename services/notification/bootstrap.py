@@ -18,13 +18,16 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+import psycopg
 from psycopg_pool import ConnectionPool
+from pydantic import ValidationError
 
 from casestream.catalog import load_catalog
 from casestream.codec import EnvelopeCodec
 from casestream.consumer.runtime import ConsumerRuntime
 from casestream.consumer.settings import ConsumerSettings
 from casestream.db import apply_migrations
+from casestream.errors import ConfigError
 from casestream.handlers import HandlerRegistry
 from casestream.kafka_config import producer_config
 from casestream.outbox import OUTBOX_MIGRATION, OutboxWriter
@@ -50,6 +53,18 @@ def utc_now() -> datetime:
     return datetime.now(UTC)
 
 
+def read_settings() -> NotificationSettings:
+    """NotificationSettings from the environment.
+
+    Raises:
+        ConfigError: a variable has an invalid value (the message names it).
+    """
+    try:
+        return NotificationSettings()
+    except ValidationError as e:
+        raise ConfigError(f"invalid notification settings: {e}") from e
+
+
 def migrations() -> list[object]:
     """The outbox migration, then this service's ``migrations/*.sql`` in name order."""
     return [OUTBOX_MIGRATION, *sorted(MIGRATIONS.glob("*.sql"))]
@@ -64,10 +79,14 @@ def send_policy(settings: NotificationSettings) -> SendPolicy:
 
 def build(settings: NotificationSettings | None = None) -> ServiceProcess:
     """Build the notification service process (see the module docstring)."""
-    settings = settings or NotificationSettings()
+    settings = settings or read_settings()
     configure_logging(NAME, settings.log_level)
     dsn = settings.database_url(settings.database)
-    apply_migrations(dsn, migrations())
+    try:
+        apply_migrations(dsn, migrations())
+    except psycopg.OperationalError as e:
+        raise ConfigError(f"cannot reach PostgreSQL for the notification service at {dsn} "
+                          f"(CASESTREAM_PG_URL, CASESTREAM_NOTIFICATION_DATABASE): {e}") from e
     catalog = load_catalog()
     codec = EnvelopeCodec(catalog, ConfluentSchemaRegistry(settings.registry_url),
                           default_upcasters())

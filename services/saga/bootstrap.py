@@ -18,7 +18,9 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+import psycopg
 from psycopg_pool import ConnectionPool
+from pydantic import ValidationError
 
 from casestream.catalog import Catalog, load_catalog
 from casestream.codec import EnvelopeCodec
@@ -55,6 +57,18 @@ def utc_now() -> datetime:
     return datetime.now(UTC)
 
 
+def read_settings() -> SagaSettings:
+    """SagaSettings from the environment.
+
+    Raises:
+        ConfigError: a variable has an invalid value (the message names it).
+    """
+    try:
+        return SagaSettings()
+    except ValidationError as e:
+        raise ConfigError(f"invalid saga settings: {e}") from e
+
+
 def migrations() -> list[object]:
     """The outbox migration, then this service's ``migrations/*.sql`` in name order."""
     return [OUTBOX_MIGRATION, *sorted(MIGRATIONS.glob("*.sql"))]
@@ -89,10 +103,14 @@ def build(settings: SagaSettings | None = None) -> ServiceProcess:
         casestream.errors.CasestreamError: bad settings, schema or registry problems.
         psycopg.OperationalError: the database is unreachable.
     """
-    settings = settings or SagaSettings()
+    settings = settings or read_settings()
     configure_logging(NAME, settings.log_level)
     dsn = settings.database_url(settings.database)
-    apply_migrations(dsn, migrations())
+    try:
+        apply_migrations(dsn, migrations())
+    except psycopg.OperationalError as e:
+        raise ConfigError(f"cannot reach PostgreSQL for the saga service at {dsn} "
+                          f"(CASESTREAM_PG_URL, CASESTREAM_SAGA_DATABASE): {e}") from e
     catalog = load_catalog()
     codec = EnvelopeCodec(catalog, ConfluentSchemaRegistry(settings.registry_url),
                           default_upcasters())

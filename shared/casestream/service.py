@@ -12,6 +12,7 @@ half-done is committed (offsets are committed only after the database transactio
 from __future__ import annotations
 
 import logging
+import signal
 import sys
 import threading
 from collections.abc import Callable, Mapping, Sequence
@@ -31,6 +32,27 @@ ReadinessCheck = Callable[[], None]
 
 log = logging.getLogger("casestream.service")
 
+_QUIET_LOGGERS = ("httpx", "httpx2", "httpcore", "uvicorn.error")
+
+
+class _Server(uvicorn.Server):
+    """uvicorn's server, told not to re-raise SIGTERM/SIGINT after it has shut down.
+
+    uvicorn re-raises a captured signal when ``run()`` returns (so a bare uvicorn process
+    dies of it); we still have workers to stop — a relay to flush, offsets to commit — so
+    the signal only asks for shutdown, and ``on_signal`` starts the workers' stop at once.
+    """
+
+    def __init__(self, config: uvicorn.Config, on_signal: Callable[[], None]):
+        super().__init__(config)
+        self._on_signal = on_signal
+
+    def handle_exit(self, sig: int, frame: object) -> None:
+        if self.should_exit and sig == signal.SIGINT:
+            self.force_exit = True
+        self.should_exit = True
+        self._on_signal()
+
 
 def configure_logging(service: str, level: str = "INFO") -> None:
     """Send log records to stderr, one line each, prefixed with the service name."""
@@ -41,6 +63,8 @@ def configure_logging(service: str, level: str = "INFO") -> None:
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level.upper())
+    for name in _QUIET_LOGGERS:  # one line per registry call or request is noise at INFO
+        logging.getLogger(name).setLevel(max(logging.WARNING, root.level))
 
 
 def health_routes(readiness: Mapping[str, ReadinessCheck]) -> list[Route]:
@@ -94,9 +118,10 @@ class ServiceProcess:
         """Serve until SIGTERM/SIGINT or a worker failure; return the exit status (0 or 1)."""
         for route in health_routes(self.readiness):
             self.app.router.routes.append(route)
-        server = uvicorn.Server(
+        server = _Server(
             uvicorn.Config(self.app, host=self.host, port=self.port, log_config=None,
-                           access_log=False, lifespan="off")
+                           access_log=False, lifespan="off"),
+            on_signal=self.stop.set,
         )
         threads = [
             threading.Thread(target=self._guard, args=(name, worker, server),

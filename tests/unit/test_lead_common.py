@@ -82,3 +82,37 @@ def test_summary_fails_when_one_case_is_not_final() -> None:
     ok, line = summarize(runs, 1.0)
     assert not ok
     assert "1/2 cases reached a final state" in line
+
+
+def test_sigterm_stops_workers_and_exits_zero(tmp_path) -> None:
+    import signal
+    import socket
+    import subprocess
+    import sys
+    import time
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    script = tmp_path / "svc.py"
+    script.write_text(
+        "import threading\n"
+        "from starlette.applications import Starlette\n"
+        "from casestream.service import ServiceProcess\n"
+        "def worker(stop):\n"
+        "    stop.wait()\n"
+        "    print('worker flushed', flush=True)\n"
+        f"raise SystemExit(ServiceProcess(name='t', app=Starlette(), host='127.0.0.1', port={port},"
+        " workers={'w': worker}).run())\n"
+    )
+    proc = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        with socket.socket() as s:
+            if s.connect_ex(("127.0.0.1", port)) == 0:
+                break
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGTERM)
+    out, _ = proc.communicate(timeout=20)
+    assert proc.returncode == 0
+    assert "worker flushed" in out
