@@ -10,7 +10,8 @@ the *same transaction* as the handlers' effects:
   twice.
 - ``consumer_version_guard (consumer, aggregate_type, aggregate_id)`` — ``last_version`` recorded
   and the aggregate's state (``flowing`` | ``holding`` | ``parked``, see ``casestream.guard``).
-  Updates are optimistic (``WHERE last_version = expected``); a mismatch raises
+  Per-message updates are optimistic (``WHERE last_version = expected``); the batch fast path
+  writes a monotonic upsert (``flowing`` and below the new version). A mismatch raises
   :class:`GuardConflict` (retryable).
 - ``consumer_held_event (consumer, event_id)`` — raw bytes of events waiting behind a version
   gap, so Kafka offsets can move past them and nothing is lost on restart.
@@ -146,12 +147,15 @@ def ensure_schema(conn: Any) -> None:
         conn.execute(INBOX_DDL)
 
 
-_KNOWN = "SELECT event_id FROM consumer_inbox WHERE consumer = %s AND event_id = ANY(%s)"
-_GUARDS = ("SELECT g.aggregate_type, g.aggregate_id, g.last_version, g.state"
-           " FROM consumer_version_guard g"
-           " JOIN unnest(%s::text[], %s::text[]) AS k(t, i)"
-           "   ON g.aggregate_type = k.t AND g.aggregate_id = k.i"
-           " WHERE g.consumer = %s")
+# Lookups are written as LATERAL subqueries with LIMIT 1 (an optimisation fence) so that each
+# key is one primary-key probe whatever the table size; a plain join lets the planner pick a
+# hash join over every row of the consumer, which grows with the number of aggregates.
+# (The inbox probe ``event_id = ANY(...)`` is an index condition on the primary key already.)
+_KNOWN = "SELECT event_id FROM consumer_inbox WHERE event_id = ANY(%s) AND consumer = %s"
+_GUARDS = ("SELECT k.t, k.i, g.last_version, g.state"
+           " FROM unnest(%s::text[], %s::text[]) AS k(t, i) CROSS JOIN LATERAL"
+           " (SELECT last_version, state FROM consumer_version_guard"
+           "  WHERE consumer = %s AND aggregate_type = k.t AND aggregate_id = k.i LIMIT 1) g")
 _RECORD_BATCH = """
 WITH inbox AS (
     INSERT INTO consumer_inbox (consumer, event_id, event_type, aggregate_type, aggregate_id,
@@ -159,26 +163,21 @@ WITH inbox AS (
     SELECT %(c)s, * FROM unnest(%(ids)s::text[], %(types)s::text[], %(atypes)s::text[],
                                 %(aids)s::text[], %(vers)s::bigint[])
     RETURNING 1
-), advanced AS (
-    UPDATE consumer_version_guard g SET last_version = u.new, updated_at = now()
-    FROM unnest(%(ut)s::text[], %(ui)s::text[], %(ue)s::bigint[], %(un)s::bigint[])
-         AS u(t, i, expected, new)
-    WHERE g.consumer = %(c)s AND g.aggregate_type = u.t AND g.aggregate_id = u.i
-      AND g.last_version = u.expected AND g.state = 'flowing'
-    RETURNING 1
-), created AS (
-    INSERT INTO consumer_version_guard (consumer, aggregate_type, aggregate_id, last_version)
-    SELECT %(c)s, * FROM unnest(%(nt)s::text[], %(ni)s::text[], %(nn)s::bigint[])
-    ON CONFLICT DO NOTHING
+), guard AS (
+    INSERT INTO consumer_version_guard AS g (consumer, aggregate_type, aggregate_id, last_version)
+    SELECT %(c)s, * FROM unnest(%(gt)s::text[], %(gi)s::text[], %(gn)s::bigint[])
+    ON CONFLICT (consumer, aggregate_type, aggregate_id) DO UPDATE
+    SET last_version = EXCLUDED.last_version, updated_at = now()
+    WHERE g.state = 'flowing' AND g.last_version < EXCLUDED.last_version
     RETURNING 1
 )
-SELECT (SELECT count(*) FROM inbox), (SELECT count(*) FROM advanced), (SELECT count(*) FROM created)
+SELECT (SELECT count(*) FROM inbox), (SELECT count(*) FROM guard)
 """
 
 
 def query_known(conn: Any, consumer: str, event_ids: Sequence[str]) -> Any:
     """Send the inbox lookup for ``event_ids``; read it with :func:`read_known` (pipeline-friendly)."""
-    return conn.execute(_KNOWN, (consumer, list(event_ids)))
+    return conn.execute(_KNOWN, (list(event_ids), consumer))
 
 
 def read_known(cur: Any) -> set[str]:
@@ -199,34 +198,35 @@ def read_guards(cur: Any) -> dict[tuple[str, str], GuardRow]:
 
 def record_batch(conn: Any, consumer: str, entries: Sequence[InboxEntry],
                  updates: Sequence[tuple[str, str, int | None, int]]
-                 ) -> tuple[Any, tuple[int, int, int]]:
-    """Send one statement inserting the inbox rows and advancing/creating the guard rows.
+                 ) -> tuple[Any, tuple[int, int]]:
+    """Send one statement inserting the inbox rows and creating/advancing the guard rows.
 
-    ``updates`` as in :func:`advance_guards` (existing rows must be ``flowing``). Returns
-    (cursor, expected counts) for :func:`check_recorded`, to call after the (pipeline) sync. No ``ON CONFLICT`` on
-    the inbox: a concurrent duplicate raises ``UniqueViolation``.
+    ``updates`` = (aggregate_type, aggregate_id, expected, new) as in :func:`advance_guards`.
+    The guard write is a monotonic upsert, one primary-key probe per aggregate: it succeeds only
+    where the row is ``flowing`` and below ``new``; every row must be written, else
+    :func:`check_recorded` raises. Exact ``expected`` matching is not needed here: two
+    transactions applying the same events conflict on the inbox primary key (no ``ON
+    CONFLICT`` there: the loser fails with ``UniqueViolation`` and its effects roll back).
+    Returns (cursor, expected counts); check after the (pipeline) sync.
     """
-    existing = [u for u in updates if u[2] is not None]
-    fresh = [u for u in updates if u[2] is None]
     params = {
         "c": consumer,
         "ids": [e.event_id for e in entries], "types": [e.event_type for e in entries],
         "atypes": [e.aggregate_type for e in entries], "aids": [e.aggregate_id for e in entries],
         "vers": [e.aggregate_version for e in entries],
-        "ut": [u[0] for u in existing], "ui": [u[1] for u in existing],
-        "ue": [u[2] for u in existing], "un": [u[3] for u in existing],
-        "nt": [u[0] for u in fresh], "ni": [u[1] for u in fresh], "nn": [u[3] for u in fresh],
+        "gt": [u[0] for u in updates], "gi": [u[1] for u in updates],
+        "gn": [u[3] for u in updates],
     }
     cur = conn.execute(_RECORD_BATCH, params)
-    return cur, (len(entries), len(existing), len(fresh))
+    return cur, (len(entries), len(updates))
 
 
-def check_recorded(sent: tuple[Any, tuple[int, int, int]]) -> None:
+def check_recorded(sent: tuple[Any, tuple[int, int]]) -> None:
     """Verify a :func:`record_batch` result. Raises GuardConflict if a guard row did not match."""
     cur, want = sent
     got = tuple(cur.fetchone())
     if got != want:
-        raise GuardConflict(f"guard rows changed concurrently (inbox, advanced, created:"
+        raise GuardConflict(f"guard rows changed concurrently (inbox rows, guard rows written:"
                             f" {got} != {want})")
 
 
@@ -234,11 +234,7 @@ def known_event_ids(conn: Any, consumer: str, event_ids: Sequence[str]) -> set[s
     """The subset of ``event_ids`` already in ``consumer``'s inbox (one round trip)."""
     if not event_ids:
         return set()
-    cur = conn.execute(
-        "SELECT event_id FROM consumer_inbox WHERE consumer = %s AND event_id = ANY(%s)",
-        (consumer, list(event_ids)),
-    )
-    return {r[0] for r in cur.fetchall()}
+    return read_known(query_known(conn, consumer, event_ids))
 
 
 def load_guards(
@@ -248,15 +244,7 @@ def load_guards(
     keys = list(keys)
     if not keys:
         return {}
-    cur = conn.execute(
-        "SELECT g.aggregate_type, g.aggregate_id, g.last_version, g.state"
-        " FROM consumer_version_guard g"
-        " JOIN unnest(%s::text[], %s::text[]) AS k(t, i)"
-        "   ON g.aggregate_type = k.t AND g.aggregate_id = k.i"
-        " WHERE g.consumer = %s",
-        ([k[0] for k in keys], [k[1] for k in keys], consumer),
-    )
-    return {(t, i): GuardRow(v, AggregateState(s)) for t, i, v, s in cur.fetchall()}
+    return read_guards(query_guards(conn, consumer, keys))
 
 
 def insert_inbox(conn: Any, consumer: str, entries: Sequence[InboxEntry]) -> None:
@@ -305,20 +293,16 @@ def advance_guards(
     """
     existing = [u for u in updates if u[2] is not None]
     fresh = [u for u in updates if u[2] is None]
-    if existing:
-        cond = " AND g.state = 'flowing'" if require_flowing else ""
+    cond = " AND state = 'flowing'" if require_flowing else ""
+    for t, i, expected, new in existing:  # the per-message path: one or a few rows
         cur = conn.execute(
-            "UPDATE consumer_version_guard g SET last_version = u.new, updated_at = now()"
-            " FROM unnest(%s::text[], %s::text[], %s::bigint[], %s::bigint[]) AS u(t, i, expected, new)"
-            " WHERE g.consumer = %s AND g.aggregate_type = u.t AND g.aggregate_id = u.i"
-            "   AND g.last_version = u.expected" + cond,
-            ([u[0] for u in existing], [u[1] for u in existing], [u[2] for u in existing],
-             [u[3] for u in existing], consumer),
+            "UPDATE consumer_version_guard SET last_version = %s, updated_at = now()"
+            " WHERE consumer = %s AND aggregate_type = %s AND aggregate_id = %s"
+            "   AND last_version = %s" + cond,
+            (new, consumer, t, i, expected),
         )
-        if cur.rowcount != len(existing):
-            raise GuardConflict(
-                f"guard rows changed concurrently ({cur.rowcount}/{len(existing)} matched)"
-            )
+        if cur.rowcount != 1:
+            raise GuardConflict(f"guard row {t} {i} changed concurrently (expected v{expected})")
     if fresh:
         cur = conn.execute(
             "INSERT INTO consumer_version_guard (consumer, aggregate_type, aggregate_id, last_version)"

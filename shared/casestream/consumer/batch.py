@@ -203,8 +203,9 @@ class BatchProcessor:
                     raise
                 log.exception("%s: sweep of held/parked aggregates failed; retried later",
                               self.consumer)
-        self.stats.batches += 1
-        self.stats.fast_batches += int(result.fast)
+        if records:
+            self.stats.batches += 1
+            self.stats.fast_batches += int(result.fast)
         return result
 
     @staticmethod

@@ -79,7 +79,7 @@ class ConsumerStats:
     parked: aggregates parked after the hold bound.
     dead_lettered: messages written to the DLQ.   retries: retryable failures (per attempt).
     infra_failures: batch-level failures (connection lost, commit failed).
-    batches / fast_batches: transactions committed / of which on the fast path.
+    batches / fast_batches: poll batches applied (with records) / of which on the fast path.
     offset_commits / offset_commit_failures: synchronous offset commits.
     discarded_outbox: follow-up events dropped (REPLAY).
     """

@@ -135,6 +135,9 @@ class OutboxRelay:
         """
         self._stop = stop
         log.info("relay %s starting (owner %s)", self.name, self.owner)
+        # Create the producer now: its broker connection and idempotent producer id
+        # (InitProducerId) are then ready before the first event commits.
+        self._get_producer().poll(0)
         try:
             while not stop.is_set():
                 try:
