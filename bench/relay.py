@@ -145,7 +145,7 @@ def bench_latency(base: str, prefix: str, rate: float, seconds: float) -> dict:
 
         def consume() -> None:
             while not cstop.is_set():
-                for m in consumer.consume(500, 0.05):
+                for m in consumer.consume(500, 0.002):  # returns at 500 msgs or timeout: keep it short
                     if not m.error():
                         arrivals[dict(m.headers())["id"].decode()] = time.perf_counter()
 
@@ -195,7 +195,9 @@ def bench_latency(base: str, prefix: str, rate: float, seconds: float) -> dict:
         rt.join(30)
         lat = sorted((arrivals[k] - t) * 1000 for k, t in committed.items() if k in arrivals)
         q = statistics.quantiles(lat, n=100) if len(lat) > 1 else [0.0] * 99
-        return {"rate_target": rate, "rate_achieved": round(achieved, 1), "events": n,
+        return {"relay_batches": relay.metrics.batches_total,
+                "mean_batch": round(relay.metrics.published_total / max(1, relay.metrics.batches_total), 1),
+                "rate_target": rate, "rate_achieved": round(achieved, 1), "events": n,
                 "received": len(lat), "p50_ms": round(q[49], 2), "p99_ms": round(q[98], 2),
                 "max_ms": round(lat[-1], 2) if lat else None}
 
@@ -211,6 +213,7 @@ def main() -> None:
     ap.add_argument("--rate", type=float, default=1_000.0)
     ap.add_argument("--seconds", type=float, default=10.0)
     ap.add_argument("--skip-latency", action="store_true")
+    ap.add_argument("--latency-only", action="store_true")
     args = ap.parse_args()
 
     rng = random.Random(42)
@@ -228,6 +231,16 @@ def main() -> None:
     result: dict = {"events": args.events, "aggregates": args.aggregates, "payload_bytes": args.payload,
                     "batch_size": args.batch_size, "mode": "delete" if delete else "mark-published",
                     "cpus": os.cpu_count()}
+    if args.latency_only:
+        try:
+            result["latency"] = bench_latency(PG, prefix, args.rate, args.seconds)
+        finally:
+            delete_topics(KAFKA, topics)
+        lat = result["latency"]
+        print(f"commit->topic at {lat['rate_achieved']} ev/s: p50 {lat['p50_ms']} ms, "
+              f"p99 {lat['p99_ms']} ms, max {lat['max_ms']} ms")
+        print(json.dumps(result))
+        return
     try:
         with isolated_schema(PG, prefix="bench_b5") as b5_dsn, isolated_schema(PG, prefix="bench_relay") as dsn:
             result["fill_s_b5"] = round(fill(b5_dsn, envs), 2)

@@ -62,7 +62,12 @@ def migrations() -> list[object]:
 
 
 def build(settings: DecisionSettings | None = None) -> ServiceProcess:
-    """Build the decision service process (see the module docstring)."""
+    """Build the decision service process (see the module docstring).
+
+    Raises:
+        casestream.errors.CasestreamError: bad settings, unreachable database, schema or
+            registry problems (``run_service`` prints them as one line, exit status 2).
+    """
     settings = settings or read_settings()
     configure_logging(NAME, settings.log_level)
     dsn = settings.database_url(settings.database)

@@ -78,7 +78,12 @@ def send_policy(settings: NotificationSettings) -> SendPolicy:
 
 
 def build(settings: NotificationSettings | None = None) -> ServiceProcess:
-    """Build the notification service process (see the module docstring)."""
+    """Build the notification service process (see the module docstring).
+
+    Raises:
+        casestream.errors.CasestreamError: bad settings, unreachable database, schema or
+            registry problems (``run_service`` prints them as one line, exit status 2).
+    """
     settings = settings or read_settings()
     configure_logging(NAME, settings.log_level)
     dsn = settings.database_url(settings.database)

@@ -100,8 +100,8 @@ def build(settings: SagaSettings | None = None) -> ServiceProcess:
     """Build the saga-orchestrator process (see the module docstring).
 
     Raises:
-        casestream.errors.CasestreamError: bad settings, schema or registry problems.
-        psycopg.OperationalError: the database is unreachable.
+        casestream.errors.CasestreamError: bad settings, unreachable database, schema or
+            registry problems (``run_service`` prints them as one line, exit status 2).
     """
     settings = settings or read_settings()
     configure_logging(NAME, settings.log_level)

@@ -189,12 +189,12 @@ def test_always_failing_handler_ends_in_dlq_after_configured_attempts(env: Env) 
 
 def test_second_consumer_joining_mid_stream_loses_and_doubles_nothing(env: Env) -> None:
     create_topic(env.bootstrap, env.topic, 4)
-    events = [make_event(f"R{a}", v) for v in range(1, 11) for a in range(150)]
+    events = [make_event(f"R{a}", v) for v in range(1, 11) for a in range(300)]
     produce_events(env.bootstrap, env.topic, env.codec, events)
     slow = env.projection.handle
 
     def handle(ctx: Any, event: Any) -> None:
-        time.sleep(0.002)  # keep the stream going long enough for the rebalance
+        time.sleep(0.003)  # keep the stream going (~9 s alone) long enough for the rebalance
         slow(ctx, event)
 
     def registry() -> HandlerRegistry:
@@ -206,7 +206,9 @@ def test_second_consumer_joining_mid_stream_loses_and_doubles_nothing(env: Env) 
     first = env.start(env.runtime(settings, registry()))
     wait_until(lambda: _applied(first, 200), 30)
     second = env.start(env.runtime(settings, registry()))
-    wait_until(lambda: first.stats.applied + second.stats.applied >= len(events), 90)
+    assert first.stats.applied < len(events), "the stream ended before the second consumer joined"
+    assert first.stats.revocations >= 1  # the join revoked the first consumer's partitions
+    wait_until(lambda: first.stats.applied + second.stats.applied >= len(events), 120)
     time.sleep(1.0)
     env.stop(first)
     env.stop(second)

@@ -238,3 +238,15 @@ def test_catalog_mismatch_stops_start_up() -> None:
     definition = case_review_saga(decision_request_fields=("case_id", "severity"))
     with pytest.raises(ConfigError, match="DecisionRequested: the saga fills"):
         check_against_catalog(definition, catalog)
+
+
+def test_service_builds_its_definition_from_settings_and_catalog() -> None:
+    from services.saga.bootstrap import definition_from
+    from services.saga.settings import SagaSettings
+
+    settings = SagaSettings(decision_deadline_s=7, close_attempts=5)
+    d = definition_from(settings, load_catalog())
+    assert d.step("decide").deadline == timedelta(seconds=7)
+    assert d.step("close").retry.max_attempts == 5
+    assert {t for t, _ in d.step("decide").action.payload} == set(
+        payload_fields(load_catalog(), "DecisionRequested"))

@@ -81,7 +81,8 @@ class ConsumerStats:
     infra_failures: batch-level failures (connection lost, commit failed).
     batches / fast_batches: poll batches applied (with records) / of which on the fast path.
     offset_commits / offset_commit_failures: synchronous offset commits.
-    discarded_outbox: follow-up events dropped (REPLAY).
+    accepted_gaps: version gaps accepted on a re-drive with ``dlq.accept_gap``.
+    assignments / revocations: rebalance callbacks seen (eager protocol: all partitions each time).
     """
 
     applied: int = 0
@@ -99,6 +100,8 @@ class ConsumerStats:
     offset_commits: int = 0
     offset_commit_failures: int = 0
     accepted_gaps: int = 0
+    assignments: int = 0
+    revocations: int = 0
     by_reason: dict[str, int] = field(default_factory=dict)
 
     def count_reason(self, reason: str) -> None:

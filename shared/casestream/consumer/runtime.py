@@ -347,11 +347,13 @@ class ConsumerRuntime:
 
     def _on_assign(self, consumer: Any, partitions: list[Any]) -> None:
         self._assigned |= {(p.topic, p.partition) for p in partitions}
+        self.stats.assignments += 1
         log.info("%s: assigned %s", self.name, _fmt(partitions))
         self.ready.set()
 
     def _on_revoke(self, consumer: Any, partitions: list[Any]) -> None:
         revoked = {(p.topic, p.partition) for p in partitions}
+        self.stats.revocations += 1
         log.info("%s: revoked %s", self.name, _fmt(partitions))
         self._drain_inflight(commit=True)
         self._commit_pending()

@@ -12,6 +12,11 @@ One batch (one thread, one confluent-kafka ``Producer``)::
            transient error → attempts+1, next_attempt_at = now + backoff with jitter,
            non-retryable → failed with reason                   (store.mark_outcomes)
 
+When every row of a batch was delivered, its bookkeeping runs on a second connection
+(one bookkeeping thread) while the next batch is claimed — excluding the rows still being
+marked by ``seq`` — and produced (``RelaySettings.pipeline``). A batch with any failure
+is marked synchronously before the next claim, so held-back rules always see it.
+
 A row is published only when its delivery report has no error. A crash anywhere before
 the bookkeeping commit leaves the row pending: the next owner produces it again, with
 the same event id (the ``id`` header), so duplicates happen only around a crash.
