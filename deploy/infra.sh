@@ -18,7 +18,7 @@
 set -euo pipefail
 
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-# shellcheck source=lib/common.sh
+# shellcheck source-path=SCRIPTDIR
 source "$HERE/lib/common.sh"
 for _f in postgres kafka registry smtp; do
     # shellcheck disable=SC1090
@@ -87,7 +87,8 @@ cmd_down() {
 
 cmd_purge() {
     cmd_down
-    if [[ -L "$PG_DIR" ]]; then rm -rf "$(readlink -f "$PG_DIR")"; fi
+    # PG_DIR is the resolved data location (outside $CS_LOCAL when the fallback was used).
+    rm -rf "$PG_DIR"
     rm -rf "$CS_LOCAL"
     ok "purge: removed $CS_LOCAL"
 }

@@ -1,4 +1,5 @@
 # shellcheck shell=bash
+# shellcheck disable=SC2034  # CS_* variables are used by the files sourced after this one
 # Common helpers for the local infrastructure launchers (sourced by deploy/infra.sh).
 #
 # Layout: every component keeps its state under $CS_LOCAL/<component>/ (git-ignored):

@@ -11,9 +11,15 @@
 pg_vars() {
     : "${CASESTREAM_PG_DIR:=$CS_LOCAL/pg}"
     PG_DIR="$CASESTREAM_PG_DIR"
+    # A symlink (see pg_prepare_dir) is followed: the postgres user may not traverse its parents.
+    [[ -L "$PG_DIR" ]] && PG_DIR="$(readlink -f "$PG_DIR")"
+    pg_paths
+    PG_URL="postgresql://postgres@$CS_HOST:$CASESTREAM_PG_PORT"
+}
+
+pg_paths() {
     PG_DATA="$PG_DIR/data"
     PG_LOG="$PG_DIR/postgres.log"
-    PG_URL="postgresql://postgres@$CS_HOST:$CASESTREAM_PG_PORT"
 }
 
 pg_find_bin() {
@@ -56,16 +62,17 @@ pg_prepare_dir() {
         mkdir -p "$PG_DIR"
         if ! runuser -u postgres -- test -x "$PG_DIR"; then
             # The checkout's parents are closed to other users: keep the data outside it.
-            local alt="/var/tmp/casestream-pg-$(echo -n "$PG_DIR" | md5sum | cut -c1-10)"
+            local alt
+            alt="/var/tmp/casestream-pg-$(echo -n "$PG_DIR" | md5sum | cut -c1-10)"
             warn "postgres: user 'postgres' cannot reach $PG_DIR (parent permissions); using $alt"
             rmdir "$PG_DIR" 2>/dev/null || true
             mkdir -p "$alt"
             ln -sfn "$alt" "$PG_DIR"
+            PG_DIR=$alt
+            pg_paths
         fi
-        local real
-        real="$(readlink -f "$PG_DIR")"
-        [[ "$(stat -c %U "$real")" == postgres ]] || chown -R postgres: "$real"
-        chmod 700 "$real"
+        [[ "$(stat -c %U "$PG_DIR")" == postgres ]] || chown -R postgres: "$PG_DIR"
+        chmod 700 "$PG_DIR"
     else
         mkdir -p "$PG_DIR"
     fi

@@ -7,6 +7,9 @@
     The v3 schema carries the Avro alias ``description`` so BACKWARD compatibility holds for
     generic readers; only this upcaster applies the value mapping.
 
+``DecisionRequested``:
+  * v1 -> v2: adds ``title`` = ``""`` (the v2 schema's default; the decision rules read it).
+
 Build the chain with :func:`default_upcasters`; the codec verifies it against the catalog at
 start-up.
 """
@@ -24,7 +27,9 @@ __all__ = [
     "case_opened_v2_v3",
     "collapse_summary",
     "default_upcasters",
+    "decision_requested_v1_v2",
     "register_case_upcasters",
+    "register_saga_upcasters",
 ]
 
 #: Maximum length of ``CaseOpened.summary`` from v3 on (characters).
@@ -55,6 +60,17 @@ def register_case_upcasters(chain: UpcasterChain) -> UpcasterChain:
     return chain
 
 
+def decision_requested_v1_v2(payload: Mapping[str, Any]) -> dict[str, Any]:
+    """DecisionRequested v1 -> v2: add ``title = ""``."""
+    return {**payload, "title": ""}
+
+
+def register_saga_upcasters(chain: UpcasterChain) -> UpcasterChain:
+    """Register the saga request steps on ``chain``; returns ``chain``."""
+    chain.add("DecisionRequested", 1, decision_requested_v1_v2)
+    return chain
+
+
 def default_upcasters() -> UpcasterChain:
     """A new chain holding every casestream upcaster (verify it with ``chain.verify(catalog)``)."""
-    return register_case_upcasters(UpcasterChain())
+    return register_saga_upcasters(register_case_upcasters(UpcasterChain()))

@@ -218,3 +218,50 @@ def test_second_consumer_joining_mid_stream_loses_and_doubles_nothing(env: Env) 
     for _eid, agg, ver in env.rows():
         by_agg.setdefault(agg, []).append(ver)
     assert all(v == list(range(1, 11)) for v in by_agg.values())
+
+
+def test_a_handler_running_longer_than_max_poll_interval_keeps_its_partitions(env: Harness) -> None:
+    create_topic(env.bootstrap, env.topic, 1)
+    slow_event, next_event = make_event("W", 1), make_event("W", 2)
+    inner = env.projection.handle
+
+    def handle(ctx: Any, event: Any) -> None:
+        if event.event_id == slow_event.event_id:
+            time.sleep(10.0)  # > max.poll.interval.ms below
+        inner(ctx, event)
+
+    registry = HandlerRegistry()
+    registry.add("CaseReturned", handle, kind=HandlerKind.PROJECTION)
+    rt = ConsumerRuntime(env.name, [env.topic], registry, env.codec, env.pool,
+                         {"bootstrap.servers": env.bootstrap, "session.timeout.ms": 6000,
+                          "heartbeat.interval.ms": 1000, "max.poll.interval.ms": 7000},
+                         env.settings(heartbeat_after_s=1.0))
+    env.start(rt)
+    produce_events(env.bootstrap, env.topic, env.codec, [slow_event, next_event])
+    wait_until(lambda: rt.stats.applied >= 2, 40)
+    assert rt.stats.revocations == 0 and rt.stats.assignments == 1  # never evicted
+    env.one_effect_each([slow_event.event_id, next_event.event_id])
+    wait_until(lambda: committed(env.bootstrap, env.name, env.topic) == {0: 2})
+
+
+def test_lost_database_connection_rolls_back_the_batch_and_retries_it(env: Harness) -> None:
+    create_topic(env.bootstrap, env.topic, 1)
+    events = [make_event("D", v) for v in (1, 2, 3)]
+    inner = env.projection.handle
+    killed: list[str] = []
+
+    def handle(ctx: Any, event: Any) -> None:
+        inner(ctx, event)
+        if event.aggregate_version == 2 and not killed:
+            killed.append(event.event_id)
+            ctx.conn.execute("SELECT pg_terminate_backend(pg_backend_pid())")
+
+    registry = HandlerRegistry()
+    registry.add("CaseReturned", handle, kind=HandlerKind.PROJECTION)
+    rt = env.start(env.runtime(registry=registry))
+    produce_events(env.bootstrap, env.topic, env.codec, events)
+    wait_until(lambda: rt.stats.applied >= 3, 30)
+    assert killed and rt.stats.infra_failures >= 1
+    assert rt.stats.dead_lettered == 0 and rt.stats.retries == 0  # not counted against messages
+    env.one_effect_each([e.event_id for e in events])
+    assert env.versions("D") == [1, 2, 3]

@@ -1,0 +1,292 @@
+"""Bearer-token (JWT) authentication: settings, verification, the principal, local minting.
+
+A request is authenticated by a JWT in ``Authorization: Bearer <token>`` (RFC 6750),
+verified with PyJWT. Claims (RFC 7519 + ours):
+
+    sub        the actor (user or service account); becomes ``actor_id`` of events
+    tenant     the tenant the caller acts for; every read and write is scoped to it
+    roles      list of role names: ``officer`` (open, submit, read), ``supervisor``
+               (read, resolve MANUAL_REVIEW sagas); unknown names grant nothing
+    client_id  optional OAuth client (RFC 9068 §2.2; ``azp`` accepted too); defaults to
+               ``sub``. Idempotency keys and rate limits are scoped per client.
+    iss, aud   must equal the configured issuer and audience
+    exp, iat   required; ``nbf`` honoured when present; clock skew ``leeway_s``
+
+Keys (``AuthSettings``, variables ``CASESTREAM_AUTH_*``): HS256 with a shared secret
+(``JWT_KEY``, at least 32 bytes: RFC 7518 §3.2), or RS256 / ES256 with a PEM public key
+(``JWT_KEY`` holding the PEM text, or ``JWT_KEY_FILE`` naming a PEM file). The default is
+a well-known local development secret, :data:`DEV_JWT_KEY`: the demo, the tests and
+``casestream token`` mint tokens with it. A deployment sets its own key; a service whose
+``CASESTREAM_AUTO_REGISTER_SCHEMAS`` is false (production) refuses to start with the dev key.
+
+Errors::
+
+    casestream.errors.CasestreamError
+    └── AuthError                 root of this module's errors
+        ├── InvalidToken          missing, malformed, expired, wrong signature/issuer/audience,
+        │                         bad claims -> HTTP 401 (``reason`` is safe to show a client)
+        └── AccessDenied          authenticated, but no required role -> HTTP 403
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Collection, Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+import jwt
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from casestream.errors import CasestreamError, ConfigError
+
+ROLE_OFFICER = "officer"
+ROLE_SUPERVISOR = "supervisor"
+ROLES = frozenset({ROLE_OFFICER, ROLE_SUPERVISOR})
+"""The roles the suite knows (issue 8): officers open and submit cases, supervisors resolve."""
+
+DEV_JWT_KEY = "casestream-local-development-key-never-use-in-production"
+"""HS256 secret for local development, demo and tests (public by definition)."""
+
+DEV_ISSUER = "casestream-local"
+DEFAULT_AUDIENCE = "casestream"
+
+Algorithm = Literal["HS256", "RS256", "ES256"]
+HMAC_MIN_KEY_BYTES = 32  # RFC 7518 §3.2: a key at least as long as the hash output
+
+TENANT_PATTERN = re.compile(r"^[A-Za-z0-9._:-]{1,64}$")
+SUBJECT_PATTERN = re.compile(r"^[\x21-\x7e][\x20-\x7e]{0,127}$")
+"""Tenant ids: 1..64 of ``[A-Za-z0-9._:-]``; subjects/clients: 1..128 printable ASCII."""
+
+
+class AuthError(CasestreamError):
+    """Root of the authentication and authorisation errors."""
+
+
+class InvalidToken(AuthError):
+    """No usable bearer token. ``reason`` is short, safe to send to the client; ``missing``
+    is True when no token was sent at all (RFC 6750 §3.1: then no ``error`` attribute)."""
+
+    def __init__(self, reason: str, *, missing: bool = False) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.missing = missing
+
+
+class AccessDenied(AuthError):
+    """The caller is authenticated but holds none of the roles an operation requires."""
+
+    def __init__(self, required: Collection[str], held: Collection[str]) -> None:
+        super().__init__(f"requires role {' or '.join(sorted(required))}; "
+                         f"token has {', '.join(sorted(held)) or 'no roles'}")
+        self.required = frozenset(required)
+        self.held = frozenset(held)
+
+
+class AuthSettings(BaseSettings):
+    """How tokens are verified (and, locally, minted). Variables ``CASESTREAM_AUTH_<FIELD>``.
+
+    Attributes:
+        jwt_key: HS256 secret, or PEM public key text for RS256/ES256.
+        jwt_key_file: PEM file with the public key (RS256/ES256); wins over ``jwt_key``.
+        jwt_algorithm: the only algorithm accepted (no ``none``, no algorithm switching).
+        jwt_issuer: required ``iss``.
+        jwt_audience: required ``aud``.
+        leeway_s: clock skew tolerated on ``exp``/``nbf``/``iat``, seconds.
+        token_ttl_s: lifetime of tokens minted locally (``casestream token``, demo), seconds.
+    """
+
+    model_config = SettingsConfigDict(env_prefix="CASESTREAM_AUTH_", frozen=True, extra="ignore")
+
+    jwt_key: str = DEV_JWT_KEY
+    jwt_key_file: Path | None = None
+    jwt_algorithm: Algorithm = "HS256"
+    jwt_issuer: str = DEV_ISSUER
+    jwt_audience: str = DEFAULT_AUDIENCE
+    leeway_s: float = 30.0
+    token_ttl_s: int = 3600
+
+    @property
+    def uses_dev_key(self) -> bool:
+        """True when tokens are verified with the public development secret."""
+        return self.jwt_algorithm == "HS256" and self.jwt_key_file is None \
+            and self.jwt_key == DEV_JWT_KEY
+
+    def verification_key(self) -> str:
+        """The key material tokens are verified with (secret or PEM text).
+
+        Raises:
+            ConfigError: the key file cannot be read, or the key is empty.
+        """
+        if self.jwt_key_file is not None:
+            try:
+                key = self.jwt_key_file.read_text(encoding="utf-8")
+            except OSError as e:
+                raise ConfigError(f"CASESTREAM_AUTH_JWT_KEY_FILE={self.jwt_key_file}: {e}") from e
+        else:
+            key = self.jwt_key
+        if not key.strip():
+            raise ConfigError("CASESTREAM_AUTH_JWT_KEY is empty")
+        return key
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Principal:
+    """Who is calling, from a verified token.
+
+    Attributes:
+        subject: ``sub``, the actor id written into events.
+        tenant_id: ``tenant``; the only tenant whose data the caller may see.
+        client_id: ``client_id`` / ``azp`` / ``sub``: scope of idempotency keys and rate limits.
+        roles: role names from the token (unknown ones grant nothing).
+    """
+
+    subject: str
+    tenant_id: str
+    client_id: str
+    roles: frozenset[str]
+
+    def require(self, *allowed: str) -> None:
+        """Raise :class:`AccessDenied` unless the principal holds one of ``allowed``."""
+        if not self.roles & set(allowed):
+            raise AccessDenied(allowed, self.roles)
+
+
+class TokenVerifier:
+    """Verifies bearer tokens against one configured key and algorithm.
+
+    Args:
+        settings: key, algorithm, issuer, audience, leeway.
+
+    Raises:
+        ConfigError: the key does not suit the algorithm (unreadable PEM, HS256 secret
+            shorter than 32 bytes).
+    """
+
+    def __init__(self, settings: AuthSettings) -> None:
+        self._settings = settings
+        self._algorithm = settings.jwt_algorithm
+        self._jwt = jwt.PyJWT(options={"enforce_minimum_key_length": True})
+        self._key = _prepare_key(settings.verification_key(), settings.jwt_algorithm)
+
+    @property
+    def settings(self) -> AuthSettings:
+        return self._settings
+
+    def verify(self, token: str) -> Principal:
+        """Return the principal of a valid token.
+
+        Raises:
+            InvalidToken: signature, algorithm, issuer, audience, expiry or claims are wrong.
+        """
+        s = self._settings
+        try:
+            claims = self._jwt.decode(
+                token, self._key, algorithms=[self._algorithm], audience=s.jwt_audience,
+                issuer=s.jwt_issuer, leeway=s.leeway_s,
+                options={"require": ["exp", "iat", "sub", "iss", "aud"]})
+        except jwt.ExpiredSignatureError:
+            raise InvalidToken("token expired") from None
+        except jwt.ImmatureSignatureError:
+            raise InvalidToken("token not yet valid") from None
+        except jwt.InvalidAudienceError:
+            raise InvalidToken("token audience not accepted") from None
+        except jwt.InvalidIssuerError:
+            raise InvalidToken("token issuer not accepted") from None
+        except jwt.MissingRequiredClaimError as e:
+            raise InvalidToken(f"token lacks claim {e.claim}") from None
+        except jwt.InvalidSignatureError:
+            raise InvalidToken("token signature invalid") from None
+        except jwt.InvalidAlgorithmError:
+            raise InvalidToken("token algorithm not accepted") from None
+        except jwt.PyJWTError:
+            raise InvalidToken("token malformed") from None
+        return principal_from_claims(claims)
+
+
+def principal_from_claims(claims: Mapping[str, Any]) -> Principal:
+    """Build a :class:`Principal` from verified claims.
+
+    Raises:
+        InvalidToken: ``sub``, ``tenant``, ``roles`` or ``client_id`` missing or malformed.
+    """
+    subject = claims.get("sub")
+    if not isinstance(subject, str) or not SUBJECT_PATTERN.match(subject):
+        raise InvalidToken("token claim sub must be 1..128 printable ASCII characters")
+    tenant = claims.get("tenant")
+    if not isinstance(tenant, str) or not TENANT_PATTERN.match(tenant):
+        raise InvalidToken("token claim tenant must be 1..64 of A-Z a-z 0-9 . _ : -")
+    roles = claims.get("roles")
+    if not isinstance(roles, list) or not all(isinstance(r, str) for r in roles):
+        raise InvalidToken("token claim roles must be a list of strings")
+    client = claims.get("client_id", claims.get("azp", subject))
+    if not isinstance(client, str) or not SUBJECT_PATTERN.match(client):
+        raise InvalidToken("token claim client_id must be 1..128 printable ASCII characters")
+    return Principal(subject=subject, tenant_id=tenant, client_id=client,
+                     roles=frozenset(roles))
+
+
+def mint_token(*, tenant: str, roles: Iterable[str], subject: str, key: str,
+               algorithm: Algorithm = "HS256", issuer: str = DEV_ISSUER,
+               audience: str = DEFAULT_AUDIENCE, ttl_s: float = 3600,
+               client_id: str | None = None, now: float | None = None,
+               extra: Mapping[str, Any] | None = None) -> str:
+    """Return a signed JWT carrying the suite's claims.
+
+    Args:
+        key: HS256 secret or PEM private key (RS256/ES256).
+        ttl_s: seconds until ``exp``.
+        now: issue time, seconds since the epoch (default: now).
+        extra: more claims (tests use it to forge bad ones).
+
+    Raises:
+        ConfigError: the key does not suit the algorithm.
+    """
+    issued = int(time.time() if now is None else now)
+    claims: dict[str, Any] = {"sub": subject, "tenant": tenant, "roles": sorted(set(roles)),
+                              "iss": issuer, "aud": audience, "iat": issued,
+                              "exp": issued + int(ttl_s)}
+    if client_id is not None:
+        claims["client_id"] = client_id
+    claims.update(extra or {})
+    try:
+        return jwt.PyJWT(options={"enforce_minimum_key_length": True}).encode(
+            claims, _prepare_key(key, algorithm, private=True), algorithm=algorithm)
+    except jwt.PyJWTError as e:
+        raise ConfigError(f"cannot sign a {algorithm} token with this key: {e}") from e
+
+
+def dev_token(tenant: str, roles: Iterable[str] = (ROLE_OFFICER,), *,
+              subject: str = "dev-officer", settings: AuthSettings | None = None,
+              client_id: str | None = None) -> str:
+    """A token signed with the configured HS256 secret (default: :data:`DEV_JWT_KEY`).
+
+    Raises:
+        ConfigError: the settings use a public-key algorithm (mint with the private key:
+            :func:`mint_token` or ``casestream token --private-key``).
+    """
+    s = settings or AuthSettings()
+    if s.jwt_algorithm != "HS256":
+        raise ConfigError(f"CASESTREAM_AUTH_JWT_ALGORITHM={s.jwt_algorithm}: local tokens need "
+                          "the private key (casestream token --private-key FILE)")
+    return mint_token(tenant=tenant, roles=roles, subject=subject, key=s.verification_key(),
+                      issuer=s.jwt_issuer, audience=s.jwt_audience, ttl_s=s.token_ttl_s,
+                      client_id=client_id)
+
+
+def _prepare_key(key: str, algorithm: str, *, private: bool = False) -> Any:
+    """Parse and check ``key`` for ``algorithm`` once (PEM parsed, HMAC length checked)."""
+    try:
+        alg = jwt.get_algorithm_by_name(algorithm)
+        prepared = alg.prepare_key(key)
+        problem = alg.check_key_length(prepared)
+    except (jwt.PyJWTError, ValueError, TypeError, NotImplementedError) as e:
+        kind = "private" if private else "public"
+        what = "secret" if algorithm == "HS256" else f"PEM {kind} key"
+        raise ConfigError(f"CASESTREAM_AUTH_JWT_KEY is not a usable {algorithm} {what}: {e}") from e
+    if problem:
+        raise ConfigError(f"CASESTREAM_AUTH_JWT_KEY too weak for {algorithm}: {problem} "
+                          f"(HS256 needs >= {HMAC_MIN_KEY_BYTES} bytes)")
+    return prepared
