@@ -8,6 +8,12 @@ audit-specific ones use the ``CASESTREAM_AUDIT_`` prefix:
     CASESTREAM_AUDIT_POOL_MIN / _MAX    PostgreSQL pool size for reads (default 1 / 8)
     CASESTREAM_AUDIT_POOL_TIMEOUT_S     wait for a pooled connection, seconds (default 5)
     CASESTREAM_AUDIT_BATCH_SIZE         events per consumer transaction (default 500)
+    CASESTREAM_AUDIT_MAX_IN_FLIGHT      concurrent HTTP requests before shedding with 503 (default 64)
+    CASESTREAM_AUDIT_RATE_TENANT_PER_S / _RATE_TENANT_BURST  per-tenant token bucket (400/s, 800)
+    CASESTREAM_AUDIT_RATE_CLIENT_PER_S / _RATE_CLIENT_BURST  per-client token bucket (100/s, 200)
+    CASESTREAM_AUDIT_REQUEST_DEADLINE_S budget of a request's database calls, seconds (default 5)
+
+Bearer tokens are verified per ``casestream.auth.AuthSettings`` (``CASESTREAM_AUTH_*``).
 """
 
 from __future__ import annotations
@@ -15,6 +21,7 @@ from __future__ import annotations
 from pydantic import AliasChoices, Field
 from pydantic_settings import SettingsConfigDict
 
+from casestream.auth import AuthSettings
 from casestream.settings import CommonSettings
 
 _PREFIX = "CASESTREAM_AUDIT_"
@@ -40,6 +47,13 @@ class AuditSettings(CommonSettings):
     pool_max: int = Field(8, ge=1, validation_alias=_env("pool_max"))
     pool_timeout_s: float = Field(5.0, gt=0, validation_alias=_env("pool_timeout_s"))
     batch_size: int = Field(500, ge=1, validation_alias=_env("batch_size"))
+    max_in_flight: int = Field(64, ge=1, validation_alias=_env("max_in_flight"))
+    rate_tenant_per_s: float = Field(400.0, gt=0, validation_alias=_env("rate_tenant_per_s"))
+    rate_tenant_burst: int = Field(800, ge=1, validation_alias=_env("rate_tenant_burst"))
+    rate_client_per_s: float = Field(100.0, gt=0, validation_alias=_env("rate_client_per_s"))
+    rate_client_burst: int = Field(200, ge=1, validation_alias=_env("rate_client_burst"))
+    request_deadline_s: float = Field(5.0, gt=0, validation_alias=_env("request_deadline_s"))
+    auth: AuthSettings = Field(default_factory=AuthSettings, validation_alias=_env("auth"))
 
     @property
     def dsn(self) -> str:

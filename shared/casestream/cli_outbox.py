@@ -93,6 +93,9 @@ def status(services: tuple[str, ...], dsns: tuple[str, ...], as_json: bool) -> N
                 ).fetchall()
                 published = conn.execute(
                     "SELECT count(*) FROM outbox WHERE status = 'published'").fetchone()[0]
+        except psycopg.errors.UndefinedTable:
+            click.echo(f"{label}: no outbox table (this service publishes nothing)")
+            continue
         except psycopg.Error as e:
             failures += 1
             click.echo(f"{label}: unavailable ({str(e).strip().splitlines()[0]})", err=True)

@@ -169,7 +169,8 @@ class EnvelopeCodec:
         self.engine = engine
         self._writers: dict[tuple[str, int], _Writer] = {}
         self._newest: dict[str, _Writer] = {}
-        self._readers: dict[int, _Reader] = {}  # by schema id: the hot-path cache
+        self._readers: dict[int, _Reader] = {}  # by schema id
+        self._by_frame: dict[bytes, _Reader] = {}  # by the 5 frame bytes (0x00 + id): the hot-path cache
         self._local: dict[tuple[str, int], _Reader] = {}  # by (event_type, version): catalog schemas
         self._parsed: dict[tuple[str, int], Any] = {}
         self._payload_parsed: dict[str, Any] = {}
@@ -345,17 +346,11 @@ class EnvelopeCodec:
             PoisonMessageError: see the module docstring for ``reason`` values.
             RegistryUnavailable: an uncached schema id and the registry is down (retry later).
         """
-        if not value:
-            raise _poison("empty", "empty message value (tombstone?)")
-        n = len(value)
-        if n < 5:
-            raise _poison("too_short", f"message value has {n} bytes; the Confluent frame needs >= 5")
-        if value[0] != MAGIC_BYTE:
-            raise _poison("bad_magic_byte", f"magic byte is {value[0]:#04x}, expected 0x00 (Confluent wire format)")
-        sid = int.from_bytes(value[1:5], "big")
-        r = self._readers.get(sid)
+        r = self._by_frame.get(value[:5]) if value is not None else None  # hot path: frame bytes -> reader
         if r is None:
-            r = self._load_reader(sid)
+            r = self._frame_miss(value)
+        sid = r.schema_id
+        n = len(value)
         try:
             rec, end = r.read(value, 5)
         except _DECODE_ERRORS as e:
@@ -378,6 +373,22 @@ class EnvelopeCodec:
             return Envelope(**rec)
         except (TypeError, ValueError) as e:
             raise _poison("validation", f"{r.event_type} {rec['event_id']}: {e}") from e
+
+    def _frame_miss(self, value: bytes) -> _Reader:
+        """Validate the Confluent frame of ``value`` and find (or fetch) its writer schema."""
+        if not value:
+            raise _poison("empty", "empty message value (tombstone?)")
+        n = len(value)
+        if n < 5:
+            raise _poison("too_short", f"message value has {n} bytes; the Confluent frame needs >= 5")
+        if value[0] != MAGIC_BYTE:
+            raise _poison("bad_magic_byte", f"magic byte is {value[0]:#04x}, expected 0x00 (Confluent wire format)")
+        sid = int.from_bytes(value[1:5], "big")
+        r = self._readers.get(sid)
+        if r is None:
+            r = self._load_reader(sid)
+        self._by_frame[bytes(value[:5])] = r
+        return r
 
     def _upcast(self, event_type: str, ev: int, payload: Any, newest: int, rec: Mapping[str, Any]) -> tuple[Any, int]:
         try:

@@ -118,9 +118,27 @@ class ServiceStack:
             if pending:
                 time.sleep(0.2)
 
+    def register_schemas(self) -> None:
+        """Register the schema catalog once, explicitly, as a deployment would.
+
+        Five services each registering at start would race on a fresh registry; with the
+        catalog registered first, their start-up only looks ids up.
+
+        Raises:
+            StackError: ``casestream schemas register`` failed (its output is included).
+        """
+        cmd = [sys.executable, "-c", "from casestream.cli import main; main()",
+               "schemas", "register"]
+        if "CASESTREAM_REGISTRY_URL" in self.env:
+            cmd += ["--registry", self.env["CASESTREAM_REGISTRY_URL"]]
+        done = subprocess.run(cmd, env=dict(self.env), capture_output=True, text=True)
+        if done.returncode != 0:
+            raise StackError(f"schema registration failed: {done.stdout}{done.stderr}".strip())
+
     def start_all(self, names: list[str] | None = None) -> None:
-        """Start every service (default: all five) and wait until all are ready."""
+        """Register the schemas, start every service (default: all five), wait until all are ready."""
         names = list(SERVICE_PORTS) if names is None else names
+        self.register_schemas()
         for name in names:
             self.start(name)
         self.wait_ready(names)

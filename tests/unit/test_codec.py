@@ -365,3 +365,9 @@ def test_naive_and_old_timestamps(codec: EnvelopeCodec) -> None:
     assert codec.decode(codec.encode(env)).occurred_at == early
     later = early + timedelta(days=365 * 200)
     assert codec.decode(codec.encode(replace(env, occurred_at=later))).occurred_at == later
+
+
+def test_none_value_is_poison(codec: EnvelopeCodec) -> None:
+    with pytest.raises(PoisonMessageError) as e:
+        codec.decode(None)  # type: ignore[arg-type]
+    assert e.value.reason == "empty"

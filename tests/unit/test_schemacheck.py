@@ -64,7 +64,9 @@ def test_own_catalog_is_compatible_and_fast() -> None:
     code, out, _ = run("check", "--schemas-dir", str(default_schemas_dir()))
     assert time.perf_counter() - started < 2.0
     assert code == 0, out
-    assert "15 subjects, 18 versions, 5 pairs" in out  # the catalog as committed
+    catalog = load_catalog()
+    versions = sum(len(s.versions) for s in catalog.subjects.values())
+    assert f"{len(catalog.subjects)} subjects, {versions} versions" in out
 
 
 def test_breaking_version_exits_1_and_names_everything(tree: Path) -> None:
@@ -239,7 +241,7 @@ def test_register_catalog_is_idempotent_and_sets_levels() -> None:
     steps = register_catalog(catalog, registry)
     assert sum(s.action == "registered" for s in steps) == sum(
         len(s.versions) for s in catalog.subjects.values())
-    assert sum(s.action == "compatibility-set" for s in steps) == 15
+    assert sum(s.action == "compatibility-set" for s in steps) == len(catalog.subjects)
     assert registry.get_compatibility("casestream.case.CaseOpened") == "BACKWARD_TRANSITIVE"
     again = register_catalog(catalog, registry)
     assert {s.action for s in again} == {"unchanged", "compatibility-ok"}

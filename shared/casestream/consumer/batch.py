@@ -2,22 +2,29 @@
 
 Driver module (psycopg) without Kafka: the runtime (``runtime.py``) feeds it records and
 commits offsets from the :class:`BatchResult`; tests and the replay tool can drive it directly.
-
-One batch = one database transaction:
+The connection must be in autocommit mode (transactions are explicit).
 
 1. decode every record (``EnvelopeDecoder``); poison → dead letter at once;
-2. **fast path** (default): read inbox and guard rows for the whole batch (2 round trips),
-   decide every record in memory, then write inbox rows and guard rows set-based (``unnest``)
-   and run the handlers, all inside one savepoint. Taken only when every record is a plain
-   apply / duplicate / stale on a flowing aggregate and no ``SIDE_EFFECT`` handler is involved.
-   If anything raises, the savepoint is rolled back and the batch is redone on the slow path;
-3. **slow path**: a savepoint per message (inbox row + guard row + handlers together), so one
-   failure rolls back only its own message. A retryable failure *cuts* its partition: earlier
-   messages commit, this one and later ones of the partition are rewound and retried after a
-   backoff (the runtime pauses that partition only); poison or exhausted attempts → dead letter;
-4. the sweep (when due): parks aggregates whose hold expired (dead letter ``version_gap``)
-   and drains held events that became contiguous;
-5. dead letters are flushed *before* the commit; offsets are committed by the caller *after* it.
+2. **fast path** (default): the whole batch in *one* transaction in psycopg pipeline mode —
+   round trip 1 reads the inbox and guard rows of the batch; every record is decided in memory
+   (``casestream.guard``); round trip 2 sends one statement writing all inbox rows and guard
+   rows (``unnest``, primary-key probes only) followed by the handlers' statements; then
+   COMMIT. Batch handlers (``HandlerRegistry.on_batch``) get each run of consecutive events
+   in one call. Taken only when every record is a plain apply / duplicate / stale on a
+   flowing aggregate and no ``SIDE_EFFECT`` handler is involved. If anything raises, the
+   transaction rolls back and the batch is redone on the slow path (a non-database exception
+   of a per-event handler counts as that message's attempt, so it is not called twice);
+3. **slow path**: one transaction with a savepoint per message (inbox row + guard row +
+   handlers together), so one failure rolls back only its own message. A retryable failure
+   *cuts* its partition: earlier messages commit, this one and later ones of the partition
+   are rewound and retried after a backoff (the runtime pauses that partition only); poison
+   or exhausted attempts → dead letter. Gaps hold events (``casestream.inbox``); applying the
+   missing version drains them in the same transaction;
+4. dead letters of the batch are flushed after the commit and *before* the caller commits
+   offsets; a batch that fails as a whole raises (nothing of it committed but dead letters,
+   which are idempotent to repeat);
+5. the sweep (when due, own transaction): parks aggregates whose hold expired (dead letter
+   ``version_gap``, flushed before that commit) and drains held events that became contiguous.
 
 Per-aggregate order holds because a partition is processed in offset order and a cut stops
 the rest of its partition; across partitions/topics the version guard keeps order.
@@ -301,8 +308,12 @@ class BatchProcessor:
             return False  # a message being retried: go straight to per-message savepoints
         counters: dict[str, int] = {}
         try:
-            with conn.pipeline() as pipeline, conn.transaction():
-                self._fast(conn, pipeline, items, counters)
+            if self.settings.pipeline_handlers:
+                with conn.pipeline() as pipeline, conn.transaction():
+                    self._fast(conn, pipeline, items, counters)
+            else:
+                with conn.transaction():
+                    self._fast(conn, None, items, counters)
         except _Ineligible:
             return False
         except Exception as e:
@@ -323,7 +334,8 @@ class BatchProcessor:
 
     def _fast(self, conn: Any, pipeline: Any, items: list[_Item], counters: dict[str, int]) -> None:
         """Round trip 1: inbox + guard reads. Round trip 2: inbox/guard writes (one statement)
-        and the handlers' statements, pipelined. Then COMMIT. Raises _Ineligible to bail out."""
+        and the handlers' statements, pipelined (``pipeline`` None: not pipelined). Then COMMIT.
+        Raises _Ineligible to bail out."""
         known_cur = query_known(conn, self.consumer, [it.env.event_id for it in items])
         guards_cur = query_guards(conn, self.consumer, {it.key for it in items})
         known = read_known(known_cur)
@@ -366,19 +378,9 @@ class BatchProcessor:
             # Pipeline mode: handler statements are sent without waiting for each result;
             # errors surface at the next sync. A psycopg error may thus show up in a later
             # handler, so only non-database exceptions are attributed to an item.
-            for run, hs in self._runs(apply):
-                if len(run) > 1 or (hs and hs[0].batch):
-                    self._run_batch(conn, run, hs)
-                    continue
-                it = run[0]
-                try:
-                    unknown += self._run_handlers(conn, it.rec, it.env)
-                except psycopg.Error:
-                    raise
-                except Exception as e:
-                    self._fast_failure = (id(it.rec), e)
-                    raise
-            pipeline.sync()
+            unknown = self._fast_handlers(conn, apply)
+            if pipeline is not None:
+                pipeline.sync()
             check_recorded(recorded)
         counters.update(applied=len(apply), dup=dup, stale=stale, unknown=unknown)
 
@@ -491,6 +493,23 @@ class BatchProcessor:
                         self.consumer, it.key[0], it.key[1], version - 1, version)
         self.stats.applied += 1
         self.stats.unknown_type += unknown
+
+    def _fast_handlers(self, conn: Any, apply: list[_Item]) -> int:
+        """Run the handlers of ``apply`` in order; returns how many events had none."""
+        unknown = 0
+        for run, hs in self._runs(apply):
+            if len(run) > 1 or (hs and hs[0].batch):
+                self._run_batch(conn, run, hs)
+                continue
+            it = run[0]
+            try:
+                unknown += self._run_handlers(conn, it.rec, it.env)
+            except psycopg.Error:
+                raise
+            except Exception as e:
+                self._fast_failure = (id(it.rec), e)
+                raise
+        return unknown
 
     def _runs(self, apply: list[_Item]) -> list[tuple[list[_Item], tuple[Any, ...]]]:
         """Split ``apply`` into runs: consecutive events whose handlers are all batch handlers

@@ -70,6 +70,12 @@ class ConsumerSettings:
         mode: LIVE or REPLAY.
         fast_path: try each batch as set-based SQL without savepoints first, falling back to
             a savepoint per message when anything fails.
+        pipeline_handlers: on the fast path, run handlers in psycopg pipeline mode (statements
+            are sent without waiting for each result). Handlers then must read results with
+            ``RETURNING`` + ``fetchone()`` rather than ``cursor.rowcount`` (-1 until the sync),
+            and a database error they catch may surface later instead — the batch is then
+            redone message by message without pipeline. Switch off for handlers that cannot
+            live with that.
         dlq_topic / redrive_topic: default ``<consumer>.dlq`` / ``<consumer>.redrive``.
         ensure_topics: create the DLQ and re-drive topics at start if missing.
         ensure_schema: create the inbox/guard/held tables at start if missing.
@@ -87,6 +93,7 @@ class ConsumerSettings:
     strict_types: bool = False
     mode: ProcessingMode = ProcessingMode.LIVE
     fast_path: bool = True
+    pipeline_handlers: bool = True
     dlq_topic: str | None = None
     redrive_topic: str | None = None
     ensure_topics: bool = True

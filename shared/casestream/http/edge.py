@@ -1,0 +1,117 @@
+"""The HTTP edge of a service in one place: which middlewares, in which order, with what limits.
+
+``edge_middleware(policy, counters)`` returns starlette ``Middleware`` entries, outermost
+first:
+
+1. :class:`~casestream.http.shedding.LoadShedMiddleware` — refuse past the in-flight limit
+   before doing any work (503 + ``Retry-After``);
+2. :class:`~casestream.http.deadline.DeadlineMiddleware` — the request's deadline starts;
+3. :class:`~casestream.http.authn.BearerAuthMiddleware` — 401 without a valid token;
+4. :class:`~casestream.http.ratelimit.RateLimitMiddleware` — 429 per tenant / client.
+
+Routes then check roles (``requires`` / ``Principal.require``) and scope every read and
+write to ``principal.tenant_id``.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from starlette.middleware import Middleware
+
+from casestream.auth import AuthSettings, TokenVerifier
+from casestream.errors import ConfigError
+from casestream.http.authn import PUBLIC_PATHS, BearerAuthMiddleware
+from casestream.http.counters import EdgeCounters
+from casestream.http.deadline import DeadlineMiddleware
+from casestream.http.ratelimit import RateLimit, RateLimiter, RateLimitMiddleware
+from casestream.http.shedding import PROBE_PATHS, LoadShedMiddleware
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class EdgePolicy:
+    """Limits and credentials of one service's HTTP edge.
+
+    Attributes:
+        verifier: bearer token verification.
+        max_in_flight: concurrent requests per process before shedding (>= 1).
+        per_tenant, per_client: token-bucket limits (None = unlimited).
+        deadline_s: budget of every request for its outgoing calls, seconds.
+        retry_after_s: ``Retry-After`` of a shed answer, seconds.
+        public_paths: served without a token (probes, OpenAPI document).
+    """
+
+    verifier: TokenVerifier
+    max_in_flight: int = 64
+    per_tenant: RateLimit | None = None
+    per_client: RateLimit | None = None
+    deadline_s: float = 5.0
+    retry_after_s: int = 1
+    public_paths: frozenset[str] = field(default=PUBLIC_PATHS)
+
+
+def edge_middleware(policy: EdgePolicy, counters: EdgeCounters | None = None) -> list[Middleware]:
+    """The middlewares of ``policy`` in order (module docstring); ``counters`` are shared."""
+    counters = counters if counters is not None else EdgeCounters()
+    stack = [
+        Middleware(LoadShedMiddleware, max_in_flight=policy.max_in_flight,
+                   retry_after_s=policy.retry_after_s, exempt_paths=PROBE_PATHS,
+                   counters=counters),
+        Middleware(DeadlineMiddleware, budget_s=policy.deadline_s),
+        Middleware(BearerAuthMiddleware, verifier=policy.verifier,
+                   public_paths=policy.public_paths, counters=counters),
+    ]
+    if policy.per_tenant is not None or policy.per_client is not None:
+        limiter = RateLimiter(per_tenant=policy.per_tenant, per_client=policy.per_client)
+        stack.append(Middleware(RateLimitMiddleware, limiter=limiter, counters=counters))
+    return stack
+
+
+class EdgeSettings(Protocol):
+    """The settings fields a service declares for its edge (case and audit settings do)."""
+
+    @property
+    def auth(self) -> AuthSettings: ...
+    @property
+    def auto_register_schemas(self) -> bool: ...
+    @property
+    def max_in_flight(self) -> int: ...
+    @property
+    def rate_tenant_per_s(self) -> float: ...
+    @property
+    def rate_tenant_burst(self) -> int: ...
+    @property
+    def rate_client_per_s(self) -> float: ...
+    @property
+    def rate_client_burst(self) -> int: ...
+    @property
+    def request_deadline_s(self) -> float: ...
+
+
+def edge_policy(settings: EdgeSettings, service: str) -> EdgePolicy:
+    """Build the edge policy of ``service`` from its settings.
+
+    The public development key (``casestream.auth.DEV_JWT_KEY``) is refused when
+    ``CASESTREAM_AUTO_REGISTER_SCHEMAS`` is false (the production setting) and logged as
+    a warning otherwise.
+
+    Raises:
+        ConfigError: unusable key, or the development key in production.
+    """
+    if settings.auth.uses_dev_key:
+        if not settings.auto_register_schemas:
+            raise ConfigError(f"{service}: CASESTREAM_AUTH_JWT_KEY is the public development "
+                              "key; set a real key (or CASESTREAM_AUTH_JWT_KEY_FILE) in production")
+        log.warning("%s: bearer tokens are verified with the public development key "
+                    "(set CASESTREAM_AUTH_JWT_KEY for anything but local use)", service)
+    return EdgePolicy(
+        verifier=TokenVerifier(settings.auth), max_in_flight=settings.max_in_flight,
+        per_tenant=RateLimit(rate_per_s=settings.rate_tenant_per_s,
+                             burst=settings.rate_tenant_burst),
+        per_client=RateLimit(rate_per_s=settings.rate_client_per_s,
+                             burst=settings.rate_client_burst),
+        deadline_s=settings.request_deadline_s)

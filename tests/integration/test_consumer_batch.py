@@ -1,0 +1,208 @@
+"""BatchProcessor against the real PostgreSQL (no Kafka): type policy, replay mode, first-seen
+policy, batch handlers, fast-path fallback and attempt counting, held-event deduplication.
+
+Records are built from events encoded by the real ``EnvelopeCodec``; dead letters go to an
+in-memory sink so the assertions can look at them directly.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import psycopg
+import pytest
+
+from casestream.consumer import BatchProcessor, ConsumerSettings, Record, RetryPolicy
+from casestream.consumer.testing import (
+    EffectsProjection,
+    close_codec,
+    database_dsn,
+    headers_of,
+    make_event,
+    real_codec,
+)
+from casestream.dlq import MemoryDeadLetters
+from casestream.errors import RetryableError
+from casestream.guard import FirstSeenPolicy
+from casestream.handlers import HandlerContext, HandlerKind, HandlerRegistry
+from casestream.inbox import ensure_schema
+from casestream.processing import ProcessingMode
+
+pytestmark = pytest.mark.integration
+
+SUBMITTED = {"title": "t", "severity": 3, "evidence_count": 1, "reporter_email": "r@example.org",
+             "submitted_by": "officer-1"}
+
+
+@pytest.fixture(scope="module")
+def codec(registry_url: str) -> Iterator[Any]:
+    c = real_codec(registry_url, fallback=True)
+    yield c
+    close_codec(c)
+
+
+@pytest.fixture
+def world(pg_url: str) -> Iterator[tuple[Any, EffectsProjection, str]]:
+    dsn = database_dsn(pg_url)
+    projection = EffectsProjection(f"effects_{uuid.uuid4().hex[:10]}")
+    conn = psycopg.connect(dsn, autocommit=True)
+    ensure_schema(conn)
+    conn.execute(projection.ddl())
+    yield conn, projection, f"test.batch-{uuid.uuid4().hex[:10]}"
+    conn.execute(f"DROP TABLE IF EXISTS {projection.table}")
+    conn.close()
+
+
+def _records(codec: Any, events: Sequence[Any], partition: int = 0, start: int = 0) -> list[Record]:
+    return [Record(topic="t", partition=partition, offset=start + i, key=e.aggregate_id.encode(),
+                   value=codec.encode(e), headers=tuple(headers_of(e)), timestamp_ms=1_700_000_000_000)
+            for i, e in enumerate(events)]
+
+
+def _processor(name: str, registry: HandlerRegistry, codec: Any, **settings: Any) -> BatchProcessor:
+    base: dict[str, Any] = dict(retry=RetryPolicy(max_attempts=3, base_s=0.01, max_s=0.02))
+    base.update(settings)
+    return BatchProcessor(consumer=name, handlers=registry, decoder=codec,
+                          dead_letters=MemoryDeadLetters(), settings=ConsumerSettings(**base))
+
+
+def _guard(conn: Any, name: str, agg: str) -> tuple[str, int] | None:
+    row = conn.execute("SELECT state, last_version FROM consumer_version_guard"
+                       " WHERE consumer = %s AND aggregate_id = %s", (name, agg)).fetchone()
+    return (row[0], row[1]) if row else None
+
+
+def test_unknown_types_are_recorded_and_counted_or_dead_lettered_in_strict_mode(
+        world: Any, codec: Any) -> None:
+    conn, projection, name = world
+    registry = projection.register(HandlerRegistry())
+    evs = [make_event("U", 1), make_event("U", 2, event_type="CaseSubmitted", payload=SUBMITTED),
+           make_event("U", 3)]
+    lenient = _processor(name, registry, codec)
+    result = lenient.process(conn, _records(codec, evs))
+    assert result.fast and lenient.stats.unknown_type == 1 and lenient.stats.applied == 3
+    assert [r[2] for r in projection.rows(conn)] == [1, 3]
+    assert _guard(conn, name, "U") == ("flowing", 3)  # the unhandled v2 was recorded too
+
+    strict = _processor(name + "-strict", registry, codec, strict_types=True)
+    strict.process(conn, _records(codec, [make_event("S", 1, event_type="CaseSubmitted",
+                                                     payload=SUBMITTED)]))
+    [dl] = strict.dead_letters.sent  # type: ignore[attr-defined]
+    assert dl.reason == "unknown_event_type" and dl.attempts == 1
+    registry.ignore("CaseSubmitted")  # declared as deliberately unhandled: no longer a dead letter
+    strict.process(conn, _records(codec, [make_event("S2", 1, event_type="CaseSubmitted",
+                                                     payload=SUBMITTED)]))
+    assert len(strict.dead_letters.sent) == 1 and strict.stats.applied == 1  # type: ignore[attr-defined]
+
+
+def test_replay_runs_projections_only_and_discards_outbox_appends(world: Any, codec: Any) -> None:
+    conn, projection, name = world
+    calls: list[str] = []
+    registry = projection.register(HandlerRegistry())
+
+    @registry.on("CaseReturned", kind=HandlerKind.PROCESS)
+    def process(ctx: HandlerContext, event: Any) -> None:
+        calls.append("process")
+        ctx.outbox.append(ctx.conn, [event])
+
+    @registry.on("CaseReturned", kind=HandlerKind.SIDE_EFFECT)
+    def side_effect(ctx: HandlerContext, event: Any) -> None:
+        calls.append("side_effect")
+
+    replay = _processor(name, registry, codec, mode=ProcessingMode.REPLAY)
+    replay.process(conn, _records(codec, [make_event("R", 1), make_event("R", 2)]))
+    assert calls == [] and len(projection.rows(conn)) == 2
+    assert replay.stats.fast_batches == 1  # no side effect runs in replay: fast path allowed
+
+    class Outbox:
+        appended = 0
+
+        def append(self, conn: Any, events: Sequence[Any]) -> None:
+            Outbox.appended += len(events)
+
+    live = BatchProcessor(consumer=name + "-live", handlers=registry, decoder=codec,
+                          dead_letters=MemoryDeadLetters(), outbox=Outbox(),
+                          settings=ConsumerSettings(mode=ProcessingMode.LIVE))
+    live.process(conn, _records(codec, [make_event("L", 1)]))
+    assert calls == ["process", "side_effect"] and Outbox.appended == 1
+    assert live.stats.fast_batches == 0  # a SIDE_EFFECT handler: one savepoint per message
+
+
+def test_first_seen_policy_strict_holds_baseline_applies(world: Any, codec: Any) -> None:
+    conn, projection, name = world
+    registry = projection.register(HandlerRegistry())
+    strict = _processor(name, registry, codec)
+    strict.process(conn, _records(codec, [make_event("F", 5)]))
+    assert strict.stats.held == 1 and projection.rows(conn) == []
+    assert _guard(conn, name, "F") == ("holding", 0)
+    baseline = _processor(name + "-b", registry, codec, first_seen=FirstSeenPolicy.BASELINE)
+    baseline.process(conn, _records(codec, [make_event("F", 5), make_event("F", 7)]))
+    assert [r[2] for r in projection.rows(conn)] == [5]  # v5 sets the baseline; v7 is a gap
+    assert _guard(conn, name + "-b", "F") == ("holding", 5)
+
+
+def test_batch_handlers_get_runs_in_order_and_single_events_after_a_failure(
+        world: Any, codec: Any) -> None:
+    conn, projection, name = world
+    calls: list[list[int]] = []
+    fail_on: set[str] = set()
+    registry = HandlerRegistry()
+
+    @registry.on_batch("CaseReturned", kind=HandlerKind.PROJECTION)
+    def project(ctx: HandlerContext, events: Sequence[Any]) -> None:
+        calls.append([e.aggregate_version for e in events])
+        assert len(ctx.positions) == len(events)
+        for e in events:
+            if e.event_id in fail_on:
+                raise RetryableError("induced")
+        with ctx.conn.cursor() as cur:
+            cur.executemany(f"INSERT INTO {projection.table} (event_id, aggregate_id,"
+                            " aggregate_version) VALUES (%s, %s, %s)",
+                            [(e.event_id, e.aggregate_id, e.aggregate_version) for e in events])
+
+    evs = [make_event("B", v) for v in (1, 2, 3)]
+    bp = _processor(name, registry, codec)
+    assert bp.process(conn, _records(codec, evs)).fast
+    assert calls == [[1, 2, 3]]
+
+    calls.clear()
+    more = [make_event("B", v) for v in (4, 5, 6)]
+    fail_on.add(more[1].event_id)
+    result = bp.process(conn, _records(codec, more, start=3))
+    assert not result.fast
+    assert calls == [[4, 5, 6], [4], [5]]  # fast try, then one by one up to the failure
+    assert result.commits == {("t", 0): 4} and result.rewinds[("t", 0)][0] == 4
+    assert [r[2] for r in projection.rows(conn)] == [1, 2, 3, 4]
+
+
+def test_fast_path_handler_failure_is_that_messages_attempt(world: Any, codec: Any) -> None:
+    conn, projection, name = world
+    registry = projection.register(HandlerRegistry())
+    ok, bad = make_event("A", 1), make_event("A", 2)
+    projection.fail[bad.event_id] = 10
+    bp = _processor(name, registry, codec)
+    records = _records(codec, [ok, bad])
+    for attempt in (1, 2, 3):
+        result = bp.process(conn, records if attempt == 1 else records[1:])
+        assert projection.calls[bad.event_id] == attempt  # one handler call per attempt
+    assert result.commits == {("t", 0): 2} and not result.rewinds  # dead-lettered on attempt 3
+    [dl] = bp.dead_letters.sent  # type: ignore[attr-defined]
+    assert dl.attempts == 3 and dl.reason == "retries_exhausted"
+    assert _guard(conn, name, "A") == ("flowing", 1)  # the dead letter left a gap
+
+
+def test_fast_path_without_pipeline_and_held_events_deduplicated(world: Any, codec: Any) -> None:
+    conn, projection, name = world
+    registry = projection.register(HandlerRegistry())
+    bp = _processor(name, registry, codec, pipeline_handlers=False)
+    assert bp.process(conn, _records(codec, [make_event("N", 1), make_event("N", 2)])).fast
+    gap = make_event("N", 4)
+    bp.process(conn, _records(codec, [gap, gap]))  # delivered twice while held
+    assert bp.stats.held == 1
+    assert conn.execute("SELECT count(*) FROM consumer_held_event WHERE consumer = %s",
+                        (name,)).fetchone()[0] == 1
+    bp.process(conn, _records(codec, [make_event("N", 3)]))
+    assert [r[2] for r in projection.rows(conn)] == [1, 2, 3, 4]
+    assert _guard(conn, name, "N") == ("flowing", 4) and bp.stats.drained == 1
