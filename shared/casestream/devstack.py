@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -76,6 +77,12 @@ class ServiceStack:
         running = self.procs.get(name)
         if running and running.popen.poll() is None:
             return
+        port = service_port(name, self.env)
+        if _port_in_use(port):
+            raise StackError(
+                f"port {port} for service {name} is already in use (another casestream stack "
+                f"running? `make infra-down` does not stop services); set "
+                f"CASESTREAM_{name.upper()}_PORT or stop that process")
         cmd = [sys.executable, "-m", f"services.{name}"]
         if self.log_dir is not None:
             self.log_dir.mkdir(parents=True, exist_ok=True)
@@ -178,6 +185,12 @@ class ServiceStack:
         except OSError:
             return ""
         return f"; last lines of {path}:\n" + "\n".join(tail)
+
+
+def _port_in_use(port: int) -> bool:
+    with socket.socket() as probe:
+        probe.settimeout(0.5)
+        return probe.connect_ex(("127.0.0.1", port)) == 0
 
 
 def _pump(name: str, proc: subprocess.Popen[bytes]) -> None:

@@ -2,7 +2,14 @@
 
 Strict mode: JSON types must match (``"3"`` is not an integer, ``true`` is not one
 either); unknown fields are rejected so a misspelt field never passes silently. Limits
-mirror the domain rules in ``services.case.domain.values`` (which check again).
+mirror the domain rules in ``services.case.domain.values`` (which check again and trim).
+
+The JSON Schemas of these models are the request schemas of ``/openapi.json``, so what
+the document allows is exactly what is accepted: lengths count the characters as sent
+(before trimming); a text must contain a character that is not blank (:data:`BLANK`, the
+union of the whitespace of Python, ECMAScript and Unicode, spelt out so every regex
+engine reads the pattern alike); NUL (U+0000) is refused everywhere (PostgreSQL text
+cannot hold it).
 """
 
 from __future__ import annotations
@@ -14,14 +21,27 @@ from pydantic import BaseModel, ConfigDict, Field, StringConstraints, Validation
 from services.case.adapters.http.problems import FieldError
 from services.case.domain import values
 
-Title = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1,
-                                         max_length=values.TITLE_MAX)]
-Summary = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1,
-                                           max_length=values.SUMMARY_MAX)]
-Email = Annotated[str, StringConstraints(strip_whitespace=True, min_length=3,
-                                         max_length=values.EMAIL_MAX,
-                                         pattern=r"^[^@\s]+@[^@\s]+\.[^@\s]+$")]
-Note = Annotated[str, StringConstraints(strip_whitespace=True, max_length=values.NOTE_MAX)]
+BLANK = (r"\t\n\x0b\x0c\r\x1c-\x1f \x85\xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f"
+         r"\u3000\ufeff")
+"""Characters that count as blank (a regex character-class body)."""
+
+TEXT_PATTERN = rf"^[^\x00]*[^{BLANK}\x00][^\x00]*$"
+"""Some non-blank character, no NUL."""
+
+NOTE_PATTERN = r"^[^\x00]*$"
+"""No NUL (a blank note means no note)."""
+
+_WORD = rf"[^@{BLANK}\x00]+"
+EMAIL_PATTERN = rf"^{_WORD}@{_WORD}\.{_WORD}$"
+"""``local@domain.tld`` without blanks (the domain's rule, ``values.check_email``)."""
+
+Title = Annotated[str, StringConstraints(min_length=1, max_length=values.TITLE_MAX,
+                                         pattern=TEXT_PATTERN)]
+Summary = Annotated[str, StringConstraints(min_length=1, max_length=values.SUMMARY_MAX,
+                                           pattern=TEXT_PATTERN)]
+Email = Annotated[str, StringConstraints(min_length=5, max_length=values.EMAIL_MAX,
+                                         pattern=EMAIL_PATTERN)]
+Note = Annotated[str, StringConstraints(max_length=values.NOTE_MAX, pattern=NOTE_PATTERN)]
 
 
 class OpenCaseBody(BaseModel):
@@ -29,8 +49,10 @@ class OpenCaseBody(BaseModel):
 
     model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
 
-    title: Title = Field(description="Short title, 1..200 characters.")
-    summary: Summary = Field(description="What the case is about, 1..500 characters.")
+    title: Title = Field(description="Short title, 1..200 characters, not blank "
+                                     "(leading/trailing blanks are trimmed).")
+    summary: Summary = Field(description="What the case is about, 1..500 characters, not blank "
+                                         "(trimmed).")
     severity: int = Field(ge=values.SEVERITY_MIN, le=values.SEVERITY_MAX,
                           description="1 (minor) .. 5 (critical).")
     evidence_count: int = Field(ge=0, le=values.AVRO_INT_MAX,
@@ -44,7 +66,8 @@ class SubmitCaseBody(BaseModel):
 
     model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
 
-    note: Note | None = Field(None, description="Optional submission note, <= 1000 characters.")
+    note: Note | None = Field(None, description="Optional submission note, <= 1000 characters; "
+                                                "blank means none.")
 
 
 def field_errors(error: ValidationError) -> list[FieldError]:
@@ -62,4 +85,11 @@ def _message(item: Any) -> str:
         return "field required"
     if kind == "extra_forbidden":
         return "unknown field"
+    if kind == "string_pattern_mismatch":
+        field = str(item["loc"][-1]) if item["loc"] else ""
+        if field == "reporter_email":
+            return "must be an e-mail address like name@example.org"
+        if field == "note":
+            return "must not contain NUL characters"
+        return "must contain a non-blank character and no NUL characters"
     return str(item["msg"])

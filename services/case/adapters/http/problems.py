@@ -9,12 +9,16 @@ with its traceback server-side, never sent to the client).
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from starlette.responses import JSONResponse
 
+from casestream.auth import AccessDenied, InvalidToken
 from casestream.errors import ConcurrencyError
+from casestream.http.authn import forbidden, unauthorized
+from casestream.http.deadline import DeadlineExceeded
 
 from services.case.application.errors import (
     IdempotencyConflict,
@@ -42,6 +46,10 @@ TITLES: dict[str, str] = {
     "payload_too_large": "Request body too large",
     "unsupported_media_type": "Unsupported media type",
     "service_unavailable": "Service temporarily unavailable",
+    "deadline_exceeded": "Request deadline exceeded",
+    "unauthorized": "Authentication required",
+    "invalid_token": "Invalid bearer token",
+    "forbidden": "Operation not allowed for this role",
     "internal_error": "Internal server error",
 }
 
@@ -122,7 +130,22 @@ def problem_for(exc: Exception) -> Problem | None:
         case StorageUnavailable():
             return Problem(status=503, code="service_unavailable",
                            detail="storage is unavailable; retry later", headers={"Retry-After": "1"})
+        case DeadlineExceeded():
+            return Problem(status=503, code="deadline_exceeded",
+                           detail="the request ran out of time; retry later",
+                           headers={"Retry-After": "1"})
+        case InvalidToken():
+            return _from_response(401, exc.reason, unauthorized(exc))
+        case AccessDenied():
+            return _from_response(403, str(exc), forbidden(exc))
     return None
+
+
+def _from_response(status: int, detail: str, response: JSONResponse) -> Problem:
+    """A Problem with the code and headers of a shared-edge answer (casestream.http.authn)."""
+    code = json.loads(response.body)["code"]
+    headers = {k: v for k, v in response.headers.items() if k.lower() == "www-authenticate"}
+    return Problem(status=status, code=code, detail=detail, headers=headers)
 
 
 INTERNAL_ERROR = Problem(status=500, code="internal_error",

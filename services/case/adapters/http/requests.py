@@ -1,11 +1,14 @@
-"""Reading requests safely: bounded JSON bodies, required headers, If-Match, traceparent.
+"""Reading requests safely: bounded JSON bodies, Idempotency-Key, If-Match, traceparent.
 
 Rules: a body larger than the limit -> 413 (checked on Content-Length and while
 streaming); a non-empty body whose Content-Type is not JSON (``application/json`` or
 ``*/*+json``) -> 415; malformed JSON -> 400 ``malformed_json`` with the position; a JSON
-value that is not an object -> 400. Tenant header: ``X-Tenant-Id`` required, 1..64 of
-``[A-Za-z0-9._:-]``; actor ``X-Actor-Id`` optional (default ``anonymous``), 1..128
-printable characters; ``Idempotency-Key`` 1..255 printable ASCII characters.
+value that is not an object -> 400. ``Idempotency-Key``: 1..255 printable ASCII
+characters, no blank at either end (:data:`KEY_PATTERN`); ``If-Match``: ``*`` or an ETag
+of this API (:data:`IF_MATCH_PATTERN`). The same patterns are in ``/openapi.json``.
+
+Tenant and actor are not read from headers: they come from the bearer token
+(``casestream.http.principal_of``).
 """
 
 from __future__ import annotations
@@ -19,16 +22,14 @@ from starlette.requests import Request
 from services.case.adapters.http.problems import FieldError, Problem, validation
 from services.case.application.idempotency import KEY_MAX
 
-TENANT_HEADER = "X-Tenant-Id"
-ACTOR_HEADER = "X-Actor-Id"
 IDEMPOTENCY_HEADER = "Idempotency-Key"
-DEFAULT_ACTOR = "anonymous"
 
-_TENANT = re.compile(r"^[A-Za-z0-9._:-]{1,64}$")
-_ACTOR = re.compile(r"^[\x21-\x7e][\x20-\x7e]{0,127}$")
-_KEY = re.compile(rf"^[\x20-\x7e]{{1,{KEY_MAX}}}$")
+KEY_PATTERN = rf"^[\x21-\x7e](?:[\x20-\x7e]{{0,{KEY_MAX - 2}}}[\x21-\x7e])?$"
+IF_MATCH_PATTERN = r'^(?:\*|(?:W/)?"[0-9]{1,18}")$'
+
+_KEY = re.compile(KEY_PATTERN)
+_IF_MATCH = re.compile(IF_MATCH_PATTERN)
 _TRACEPARENT = re.compile(r"^[0-9a-f]{2}-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}$")
-_ETAG = re.compile(r'^(?:W/)?"?(\d{1,18})"?$')
 
 
 async def read_json_object(request: Request, *, limit: int, required: bool) -> dict[str, Any]:
@@ -76,26 +77,6 @@ def _too_large(limit: int) -> Problem:
                    detail=f"the request body exceeds {limit} bytes")
 
 
-def tenant_of(request: Request) -> str:
-    """Return the ``X-Tenant-Id`` header. Raises Problem 400 if missing or malformed."""
-    value = request.headers.get(TENANT_HEADER)
-    if value is None or not value.strip():
-        raise validation(TENANT_HEADER, "header is required", code="missing_header")
-    if not _TENANT.match(value):
-        raise validation(TENANT_HEADER, "must be 1..64 characters of A-Z a-z 0-9 . _ : -")
-    return value
-
-
-def actor_of(request: Request) -> str:
-    """Return ``X-Actor-Id`` or ``anonymous``. Raises Problem 400 if malformed."""
-    value = request.headers.get(ACTOR_HEADER)
-    if value is None or value == "":
-        return DEFAULT_ACTOR
-    if not _ACTOR.match(value):
-        raise validation(ACTOR_HEADER, "must be 1..128 printable ASCII characters")
-    return value.strip()
-
-
 def idempotency_key_of(request: Request, *, required: bool) -> str | None:
     """Return the ``Idempotency-Key`` header (None if absent and optional).
 
@@ -108,8 +89,9 @@ def idempotency_key_of(request: Request, *, required: bool) -> str | None:
             raise validation(IDEMPOTENCY_HEADER, "header is required for this operation",
                              code="missing_idempotency_key")
         return None
-    if not _KEY.match(value):
-        raise validation(IDEMPOTENCY_HEADER, f"must be 1..{KEY_MAX} printable ASCII characters")
+    if not _KEY.fullmatch(value):
+        raise validation(IDEMPOTENCY_HEADER, f"must be 1..{KEY_MAX} printable ASCII characters, "
+                                             "not starting or ending with a space")
     return value
 
 
@@ -120,12 +102,14 @@ def if_match_version(request: Request) -> int | None:
         Problem: 400 if the header is not one of those forms.
     """
     value = request.headers.get("if-match")
-    if value is None or value.strip() == "*":
+    if value is None:
         return None
-    match = _ETAG.match(value.strip())
-    if not match:
-        raise validation("If-Match", 'must be an ETag of this API, e.g. "3"')
-    return int(match.group(1))
+    value = value.strip()
+    if not _IF_MATCH.fullmatch(value):
+        raise validation("If-Match", 'must be * or an ETag of this API, e.g. "3"')
+    if value == "*":
+        return None
+    return int(value.removeprefix("W/").strip('"'))
 
 
 def traceparent_of(request: Request) -> str | None:
