@@ -4,7 +4,8 @@
 append-only triggers, timeline projection), prepares the codec, and returns a
 :class:`~casestream.service.ServiceProcess`:
 
-- HTTP: ``GET /audit/cases/{id}`` + ``/healthz`` ``/readyz``;
+- HTTP: ``GET /audit/cases/{id}`` + ``/healthz`` ``/readyz``, behind the shared edge
+  (bearer tokens, load shedding, rate limits, request deadlines: ``casestream.http``);
 - worker ``consumer``: consumer ``audit.journal`` on the four event topics, one
   ``PROJECTION`` handler per catalog event type.
 
@@ -25,6 +26,8 @@ from casestream.consumer.runtime import ConsumerRuntime
 from casestream.consumer.settings import ConsumerSettings
 from casestream.db import apply_migrations
 from casestream.errors import ConfigError
+from casestream.http.edge import edge_policy
+from casestream.http.pgdeadline import DeadlinePool
 from casestream.registry import ConfluentSchemaRegistry
 from casestream.service import ServiceProcess, configure_logging
 from casestream.upcasters import default_upcasters
@@ -52,6 +55,7 @@ def build(settings: AuditSettings | None = None) -> ServiceProcess:
     """
     settings = settings or AuditSettings()
     configure_logging(NAME, settings.log_level)
+    edge = edge_policy(settings, NAME)
     try:
         apply_migrations(settings.dsn, migrations())
     except psycopg.OperationalError as e:
@@ -80,6 +84,7 @@ def build(settings: AuditSettings | None = None) -> ServiceProcess:
         if not consumer.ready.is_set():
             raise RuntimeError("consumer has no partition assignment yet")
 
-    return ServiceProcess(name=NAME, app=build_app(PgTimelineReader(pool)), host=settings.host,
+    reader = PgTimelineReader(DeadlinePool(pool))
+    return ServiceProcess(name=NAME, app=build_app(reader, edge=edge), host=settings.host,
                           port=settings.port, workers={"consumer": consumer.run},
                           readiness={"postgres": database_ready, "consumer": consumer_ready})

@@ -4,7 +4,9 @@
 ``migrations/*.sql``), prepares the codec (registers schemas in development, looks ids up
 in production), and returns a :class:`~casestream.service.ServiceProcess`:
 
-- HTTP: the case API (``services.case.adapters.http.app``) + ``/healthz`` ``/readyz``;
+- HTTP: the case API (``services.case.adapters.http.app``) + ``/healthz`` ``/readyz``,
+  behind the shared edge (bearer tokens, load shedding, rate limits, request deadlines:
+  ``casestream.http``); HTTP use cases draw connections through ``DeadlinePool``;
 - worker ``consumer``: consumer ``case.saga-requests`` on ``outbox.event.saga``;
 - worker ``relay``: the outbox relay of the case database (off when Debezium publishes);
 - worker ``idempotency-purge``: deletes expired idempotency records periodically.
@@ -30,6 +32,8 @@ from casestream.consumer.settings import ConsumerSettings
 from casestream.db import Migration, apply_migrations
 from casestream.errors import ConfigError
 from casestream.handlers import HandlerRegistry
+from casestream.http.edge import edge_policy
+from casestream.http.pgdeadline import DeadlinePool
 from casestream.kafka_config import producer_config
 from casestream.outbox import OUTBOX_MIGRATION, OutboxWriter
 from casestream.registry import ConfluentSchemaRegistry
@@ -101,6 +105,7 @@ def build(settings: CaseSettings | None = None) -> ServiceProcess:
     """
     settings = settings or CaseSettings()
     configure_logging(NAME, settings.log_level)
+    edge = edge_policy(settings, NAME)
     _migrate(settings.dsn)
     catalog = load_catalog()
     codec = EnvelopeCodec(catalog, ConfluentSchemaRegistry(settings.registry_url),
@@ -112,7 +117,8 @@ def build(settings: CaseSettings | None = None) -> ServiceProcess:
         timeout=settings.pool_timeout_s, open=True, name="case",
         kwargs={"application_name": NAME})
     writer = OutboxWriter(codec)
-    service = CaseService(uow=PgUnitOfWork.factory(pool, writer.append), clock=SystemClock(),
+    service = CaseService(uow=PgUnitOfWork.factory(DeadlinePool(pool), writer.append),
+                          clock=SystemClock(),
                           new_id=lambda: str(uuid.uuid4()),
                           idempotency_ttl=timedelta(seconds=settings.idempotency_ttl_s))
 
@@ -142,6 +148,7 @@ def build(settings: CaseSettings | None = None) -> ServiceProcess:
                             name="case.relay")
         workers["relay"] = relay.run
 
-    return ServiceProcess(name=NAME, app=build_app(service, max_body_bytes=settings.max_body_bytes),
+    app = build_app(service, edge=edge, max_body_bytes=settings.max_body_bytes)
+    return ServiceProcess(name=NAME, app=app,
                           host=settings.host, port=settings.port, workers=workers,
                           readiness=readiness)

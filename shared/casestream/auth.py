@@ -276,6 +276,14 @@ def dev_token(tenant: str, roles: Iterable[str] = (ROLE_OFFICER,), *,
                       client_id=client_id)
 
 
+def bearer_headers(tenant: str, roles: Iterable[str] = (ROLE_OFFICER,), *,
+                   subject: str = "dev-officer", settings: AuthSettings | None = None,
+                   client_id: str | None = None) -> dict[str, str]:
+    """``{"Authorization": "Bearer <dev_token(...)>"}`` — for tests, the demo and scripts."""
+    token = dev_token(tenant, roles, subject=subject, settings=settings, client_id=client_id)
+    return {"Authorization": f"Bearer {token}"}
+
+
 def _prepare_key(key: str, algorithm: str, *, private: bool = False) -> Any:
     """Parse and check ``key`` for ``algorithm`` once (PEM parsed, HMAC length checked)."""
     try:

@@ -101,7 +101,15 @@ def audit_url(path: str = "") -> str:
 
 
 def headers(tenant: str, **extra: str) -> dict[str, str]:
-    return {"X-Tenant-Id": tenant, "X-Actor-Id": "demo-officer", **extra}
+    """Request headers acting as officer ``demo-officer`` of ``tenant``, plus ``extra``.
+
+    The bearer token is minted locally (HS256, microseconds) with the key the services
+    verify with: ``CASESTREAM_AUTH_*``, by default the development key (``casestream.auth``).
+    """
+    from casestream.auth import ROLE_OFFICER, dev_token
+
+    token = dev_token(tenant, (ROLE_OFFICER,), subject="demo-officer")
+    return {"Authorization": f"Bearer {token}", **extra}
 
 
 def open_and_submit(client: httpx.Client, spec: CaseSpec) -> CaseRun:

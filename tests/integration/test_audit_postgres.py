@@ -20,6 +20,7 @@ from psycopg_pool import ConnectionPool
 from starlette.testclient import TestClient
 from test_case_support import database_url_for, memory_codec, record_of, schema_dsn_for
 
+from casestream.auth import AuthSettings, TokenVerifier, bearer_headers
 from casestream.codec import EnvelopeCodec
 from casestream.consumer.batch import BatchProcessor
 from casestream.consumer.records import Record
@@ -27,6 +28,7 @@ from casestream.consumer.settings import ConsumerSettings
 from casestream.db import apply_migrations
 from casestream.dlq import MemoryDeadLetters
 from casestream.envelope import Envelope, new_event
+from casestream.http import EdgePolicy
 from casestream.inbox import ensure_schema
 from casestream.processing import ProcessingMode
 from services.audit.adapters.handlers import CONSUMER, build_registry
@@ -172,8 +174,9 @@ def test_journal_is_append_only(dsn: str, recorded: tuple[str, list[Envelope]]) 
 def test_timeline_api_in_order_tenant_scoped(pool: ConnectionPool[Any],
                                              recorded: tuple[str, list[Envelope]]) -> None:
     case_id, events = recorded
-    with TestClient(build_app(PgTimelineReader(pool))) as client:
-        response = client.get(f"/audit/cases/{case_id}", headers={"X-Tenant-Id": TENANT})
+    edge = EdgePolicy(verifier=TokenVerifier(AuthSettings()))
+    with TestClient(build_app(PgTimelineReader(pool), edge=edge)) as client:
+        response = client.get(f"/audit/cases/{case_id}", headers=bearer_headers(TENANT))
         assert response.status_code == 200, response.text
         body = response.json()
         assert body["case_id"] == case_id
@@ -191,12 +194,12 @@ def test_timeline_api_in_order_tenant_scoped(pool: ConnectionPool[Any],
         assert body["freshness"]["projection_last_applied_at"] is not None
         assert not any("r@example.org" in e["summary"] for e in body["events"])
 
-        other = client.get(f"/audit/cases/{case_id}", headers={"X-Tenant-Id": "tenant-y"})
+        other = client.get(f"/audit/cases/{case_id}", headers=bearer_headers("tenant-y"))
         assert other.status_code == 404 and other.json()["code"] == "case_not_found"
-        missing = client.get(f"/audit/cases/{case_id}")
-        assert missing.status_code == 400 and missing.json()["errors"][0]["field"] == "X-Tenant-Id"
+        missing = client.get(f"/audit/cases/{case_id}", headers={"X-Tenant-Id": TENANT})
+        assert missing.status_code == 401 and missing.json()["code"] == "unauthorized"
         assert client.get(f"/audit/cases/{uuid.uuid4()}",
-                          headers={"X-Tenant-Id": TENANT}).status_code == 404
+                          headers=bearer_headers(TENANT)).status_code == 404
 
 
 def test_event_without_case_is_journaled_only(dsn: str, codec: EnvelopeCodec) -> None:

@@ -7,8 +7,10 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from starlette.testclient import TestClient
 
+from casestream.auth import AuthSettings, TokenVerifier, bearer_headers
 from casestream.envelope import new_event
 from casestream.handlers import HandlerKind
+from casestream.http import EdgePolicy
 from casestream.processing import ProcessingMode
 from services.audit.adapters.handlers import build_registry
 from services.audit.adapters.http import build_app
@@ -22,6 +24,8 @@ from services.audit.application import (
 from services.audit.domain import KNOWN_EVENT_TYPES, JournalEntry, TimelineNotFound
 
 pytestmark = pytest.mark.unit
+
+EDGE = EdgePolicy(verifier=TokenVerifier(AuthSettings()))
 
 T0 = datetime(2025, 6, 1, tzinfo=UTC)
 
@@ -98,8 +102,8 @@ def test_registry_declares_projections_for_every_event_type() -> None:
 def test_http_timeline() -> None:
     journal = MemoryJournal()
     record_event(journal, saga_event(seconds=5))
-    with TestClient(build_app(journal)) as client:
-        ok = client.get("/audit/cases/c-1", headers={"X-Tenant-Id": "t1"})
+    with TestClient(build_app(journal, edge=EDGE)) as client:
+        ok = client.get("/audit/cases/c-1", headers=bearer_headers("t1"))
         assert ok.status_code == 200
         body = ok.json()
         assert body["case_id"] == "c-1" and len(body["events"]) == 1
@@ -108,14 +112,14 @@ def test_http_timeline() -> None:
                                           "published_at", "source", "summary"}
         assert body["freshness"] == {"case_last_applied_at": T0.isoformat(),
                                      "projection_last_applied_at": T0.isoformat()}
-        for headers, status, code in [({"X-Tenant-Id": "t2"}, 404, "case_not_found"),
-                                      ({}, 400, "missing_header"),
-                                      ({"X-Tenant-Id": "bad tenant"}, 400, "validation_error")]:
+        for headers, status, code in [(bearer_headers("t2"), 404, "case_not_found"),
+                                      ({"X-Tenant-Id": "t1"}, 401, "unauthorized"),
+                                      ({"Authorization": "Bearer x.y.z"}, 401, "invalid_token")]:
             response = client.get("/audit/cases/c-1", headers=headers)
             assert response.status_code == status
             assert response.headers["content-type"] == "application/problem+json"
             assert response.json()["code"] == code
-        assert client.post("/audit/cases/c-1").status_code == 405
+        assert client.post("/audit/cases/c-1", headers=bearer_headers("t1")).status_code == 405
 
 
 def test_http_store_failure_is_a_503_without_details() -> None:
@@ -123,7 +127,7 @@ def test_http_store_failure_is_a_503_without_details() -> None:
         def timeline(self, tenant_id: str, case_id: str) -> CaseTimeline | None:
             raise RuntimeError("connection to server at 10.0.0.1 failed: password=secret")
 
-    with TestClient(build_app(Broken())) as client:
-        response = client.get("/audit/cases/c-1", headers={"X-Tenant-Id": "t1"})
+    with TestClient(build_app(Broken(), edge=EDGE)) as client:
+        response = client.get("/audit/cases/c-1", headers=bearer_headers("t1"))
     assert response.status_code == 503 and response.json()["code"] == "service_unavailable"
     assert "secret" not in response.text and "10.0.0.1" not in response.text

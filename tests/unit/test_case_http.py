@@ -2,7 +2,8 @@
 
 Covers the contract of issue 2 / 8 that does not need a database: problem details for
 malformed input (field named), required headers, 404/405/413/415/412, idempotent replay
-header, ETag, OpenAPI document.
+header, ETag, OpenAPI document. Requests carry bearer tokens minted with the development
+key (``casestream.auth.bearer_headers``); auth itself is tested in ``test_http_*.py``.
 """
 
 from __future__ import annotations
@@ -15,13 +16,16 @@ from typing import Any
 import pytest
 from starlette.testclient import TestClient
 
+from casestream.auth import AuthSettings, TokenVerifier, bearer_headers
+from casestream.http import EdgePolicy
 from services.case.adapters.http.app import build_app
 from services.case.adapters.memory import InMemoryStore, InMemoryUnitOfWork
 from services.case.application import CaseService
 
 pytestmark = pytest.mark.unit
 
-H = {"X-Tenant-Id": "tenant-a", "X-Actor-Id": "officer-1"}
+H = bearer_headers("tenant-a", subject="officer-1")
+OTHER_TENANT = bearer_headers("tenant-b", subject="officer-9")
 BODY: dict[str, Any] = {"title": "Unlicensed trading", "summary": "Stall without licence",
                         "severity": 4, "evidence_count": 2,
                         "reporter_email": "inspector@example.org"}
@@ -43,7 +47,9 @@ def client(store: InMemoryStore) -> TestClient:
     service = CaseService(uow=lambda: InMemoryUnitOfWork(store), clock=Clock(),
                           new_id=lambda: str(uuid.UUID(int=next(counter))),
                           idempotency_ttl=timedelta(hours=1))
-    return TestClient(build_app(service, max_body_bytes=2048), raise_server_exceptions=False)
+    edge = EdgePolicy(verifier=TokenVerifier(AuthSettings()))
+    return TestClient(build_app(service, edge=edge, max_body_bytes=2048),
+                      raise_server_exceptions=False)
 
 
 def open_case(client: TestClient, **overrides: Any) -> dict[str, Any]:
@@ -76,9 +82,12 @@ class TestOpen:
         assert response.headers["etag"] == '"1"'
         assert [e.event_type for e in store.outbox] == ["CaseOpened"]
 
-    def test_actor_defaults_to_anonymous(self, client: TestClient) -> None:
-        response = client.post("/cases", json=BODY, headers={"X-Tenant-Id": "t"})
-        assert response.status_code == 201 and response.json()["opened_by"] == "anonymous"
+    def test_actor_and_tenant_come_from_the_token(self, client: TestClient) -> None:
+        response = client.post("/cases", json=BODY, headers={
+            **bearer_headers("t", subject="alice"), "X-Tenant-Id": "tenant-a",
+            "X-Actor-Id": "mallory"})
+        assert response.status_code == 201
+        assert response.json()["opened_by"] == "alice" and response.json()["tenant_id"] == "t"
 
     @pytest.mark.parametrize(("change", "field"), [
         ({"title": ""}, "title"),
@@ -125,13 +134,10 @@ class TestOpen:
     def test_empty_body(self, client: TestClient) -> None:
         assert_problem(client.post("/cases", headers=H), 400, "validation_error", "body")
 
-    def test_missing_tenant(self, client: TestClient) -> None:
-        response = client.post("/cases", json=BODY, headers={"X-Actor-Id": "a"})
-        assert_problem(response, 400, "missing_header", "X-Tenant-Id")
-
-    def test_malformed_tenant(self, client: TestClient) -> None:
-        response = client.post("/cases", json=BODY, headers={"X-Tenant-Id": "a b/c"})
-        assert_problem(response, 400, "validation_error", "X-Tenant-Id")
+    def test_no_token(self, client: TestClient, store: InMemoryStore) -> None:
+        response = client.post("/cases", json=BODY, headers={"X-Tenant-Id": "tenant-a"})
+        assert_problem(response, 401, "unauthorized")
+        assert store.outbox == []
 
     def test_wrong_content_type(self, client: TestClient) -> None:
         response = client.post("/cases", content=b"title=x", headers={
@@ -205,7 +211,7 @@ class TestSubmit:
     def test_other_tenant_cannot_submit(self, client: TestClient) -> None:
         case = open_case(client)
         response = client.post(f"/cases/{case['id']}/submit",
-                               headers={"X-Tenant-Id": "tenant-b", "Idempotency-Key": "k"})
+                               headers={**OTHER_TENANT, "Idempotency-Key": "k"})
         assert_problem(response, 404, "case_not_found")
 
     def test_unknown_field_in_submit_body(self, client: TestClient) -> None:
@@ -220,9 +226,9 @@ class TestRead:
         case = open_case(client)
         mine = client.get(f"/cases/{case['id']}", headers=H)
         assert mine.status_code == 200 and mine.json() == case and mine.headers["etag"] == '"1"'
-        assert_problem(client.get(f"/cases/{case['id']}", headers={"X-Tenant-Id": "tenant-b"}),
+        assert_problem(client.get(f"/cases/{case['id']}", headers=OTHER_TENANT),
                        404, "case_not_found")
-        assert_problem(client.get(f"/cases/{case['id']}"), 400, "missing_header", "X-Tenant-Id")
+        assert_problem(client.get(f"/cases/{case['id']}"), 401, "unauthorized")
 
     def test_unknown_route_and_method(self, client: TestClient) -> None:
         assert_problem(client.get("/nothing", headers=H), 404, "not_found")

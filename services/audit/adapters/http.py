@@ -1,15 +1,18 @@
 """The audit service's HTTP API (starlette).
 
-``GET /audit/cases/{case_id}`` with ``X-Tenant-Id`` -> 200::
+``GET /audit/cases/{case_id}`` with a bearer token (role officer or supervisor) -> 200::
 
     {"case_id": "...", "events": [{"event_id", "event_type", "event_version",
       "aggregate_type", "aggregate_version", "occurred_at", "published_at", "source",
       "summary"}, ...],
      "freshness": {"case_last_applied_at": "...", "projection_last_applied_at": "..."}}
 
-Events are ordered by occurred_at, then aggregate_version, then event id. Unknown case
-or another tenant's case -> 404; missing tenant header -> 400. Errors are RFC 9457
-``application/problem+json`` with a stable ``code``; nothing internal reaches the client.
+Events are ordered by occurred_at, then aggregate_version, then event id. The tenant is
+the token's ``tenant`` claim: an unknown case or another tenant's case -> 404 (existence
+never leaks). The shared edge (``casestream.http.edge``) answers 401 (no/invalid token),
+429 (rate limit) and 503 (overload) first; a route-level 403 for a token without a
+reading role. Errors are RFC 9457 ``application/problem+json`` with a stable ``code``;
+nothing internal reaches the client.
 """
 
 from __future__ import annotations
@@ -28,6 +31,9 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from casestream.auth import ROLE_OFFICER, ROLE_SUPERVISOR
+from casestream.http import EdgeCounters, EdgePolicy, edge_middleware, principal_of, requires
+from casestream.http.deadline import DeadlineExceeded
 from services.audit.application.ports import TimelineReader
 from services.audit.application.service import case_timeline
 from services.audit.application.views import CaseTimeline
@@ -36,8 +42,8 @@ from services.audit.domain.errors import TimelineNotFound
 log = logging.getLogger(__name__)
 
 PROBLEM_JSON = "application/problem+json"
-TENANT_HEADER = "X-Tenant-Id"
-_TENANT = re.compile(r"^[A-Za-z0-9._:-]{1,64}$")
+READ_ROLES = (ROLE_OFFICER, ROLE_SUPERVISOR)
+_CASE_ID = re.compile(r"[\x21-\x7e]{1,128}")
 
 
 def problem(status: int, code: str, title: str, detail: str, *,
@@ -74,28 +80,38 @@ def timeline_json(timeline: CaseTimeline) -> dict[str, Any]:
     }
 
 
-def build_app(reader: TimelineReader) -> Starlette:
-    """Return the audit API over a timeline reader."""
+def _case_id(raw: str) -> str | None:
+    """``raw`` if it can be a case id (1..128 printable ASCII characters), else None.
 
+    Case ids are UUIDs; anything else is simply not found, and never reaches the
+    database (PostgreSQL text cannot hold NUL).
+    """
+    return raw if _CASE_ID.fullmatch(raw) else None
+
+
+def build_app(reader: TimelineReader, *, edge: EdgePolicy) -> Starlette:
+    """Return the audit API over a timeline reader, behind the shared edge.
+
+    ``app.state.counters`` holds the edge's :class:`~casestream.http.EdgeCounters`.
+    """
+
+    @requires(*READ_ROLES)
     async def get_timeline(request: Request) -> Response:
         path = request.url.path
-        tenant = request.headers.get(TENANT_HEADER)
-        if not tenant:
-            return problem(400, "missing_header", "Required header missing",
-                           f"{TENANT_HEADER}: header is required",
-                           errors=[{"field": TENANT_HEADER, "message": "header is required"}],
-                           instance=path)
-        if not _TENANT.match(tenant):
-            msg = "must be 1..64 characters of A-Z a-z 0-9 . _ : -"
-            return problem(400, "validation_error", "Request validation failed",
-                           f"{TENANT_HEADER}: {msg}",
-                           errors=[{"field": TENANT_HEADER, "message": msg}], instance=path)
-        case_id = request.path_params["case_id"]
+        tenant = principal_of(request).tenant_id
+        case_id = _case_id(request.path_params["case_id"])
+        if case_id is None:
+            return problem(404, "case_not_found", "Case not found",
+                           "no audit timeline for this case id", instance=path)
         try:
             timeline = await run_in_threadpool(case_timeline, reader, tenant, case_id)
         except TimelineNotFound:
             return problem(404, "case_not_found", "Case not found",
                            f"no audit timeline for case {case_id}", instance=path)
+        except DeadlineExceeded:
+            return problem(503, "deadline_exceeded", "Request deadline exceeded",
+                           "the request ran out of time; retry later", instance=path,
+                           headers={"Retry-After": "1"})
         except Exception:  # noqa: BLE001 - error boundary: log, answer without details
             log.exception("unhandled error on GET %s", path)
             return problem(503, "service_unavailable", "Service temporarily unavailable",
@@ -112,5 +128,9 @@ def build_app(reader: TimelineReader) -> Starlette:
                        headers=dict(exc.headers) if exc.headers else None)
 
     handler: Callable[[Request], Awaitable[Response]] = get_timeline
-    return Starlette(routes=[Route("/audit/cases/{case_id}", handler, methods=["GET"])],
-                     exception_handlers={HTTPException: http_error})
+    counters = EdgeCounters()
+    app = Starlette(routes=[Route("/audit/cases/{case_id}", handler, methods=["GET"])],
+                    middleware=edge_middleware(edge, counters),
+                    exception_handlers={HTTPException: http_error})
+    app.state.counters = counters
+    return app

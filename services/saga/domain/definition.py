@@ -134,12 +134,15 @@ class State:
         kind: see :class:`StateKind`.
         step: the step run (and awaited) in this state; exactly the ACTIVE states have one.
         emits: events announced on entering this state (e.g. ``SagaCompleted``).
+        alert: entering this state needs an operator's attention at once (the orchestrator
+            logs it at ERROR and counts it, e.g. COMPENSATION_FAILED).
     """
 
     name: str
     kind: StateKind = StateKind.ACTIVE
     step: str | None = None
     emits: tuple[Request, ...] = ()
+    alert: bool = False
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -151,6 +154,9 @@ class Transition:
         on: reply event type, :data:`DEADLINE` or :data:`RESOLVE`.
         record: saga data key <- field of the trigger (event payload or operator input).
         assign: constants written into the saga data (after ``record``).
+        emits: events announced when this transition is taken, before the target state's
+            action and announcements (e.g. ``SagaResolved`` on an operator's resolve);
+            their payloads read the saga data after ``record`` and ``assign``.
     """
 
     source: str
@@ -158,6 +164,7 @@ class Transition:
     target: str
     record: FieldMap = ()
     assign: Mapping[str, object] = field(default_factory=dict)
+    emits: tuple[Request, ...] = ()
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "assign", MappingProxyType(dict(self.assign)))
@@ -214,7 +221,38 @@ class SagaDefinition:
         """Every event type the saga can emit (step actions and state announcements)."""
         types = {s.action.event_type for s in self.steps}
         types.update(r.event_type for st in self.states for r in st.emits)
+        types.update(r.event_type for t in self.transitions for r in t.emits)
         return frozenset(types)
+
+    def requests(self) -> tuple[Request, ...]:
+        """Every request the saga can emit: step actions, state and transition announcements."""
+        return (tuple(s.action for s in self.steps) + tuple(r for st in self.states for r in st.emits)
+                + tuple(r for t in self.transitions for r in t.emits))
+
+    def compensation_states(self) -> frozenset[str]:
+        """States in which compensation has begun: those running a compensation step and
+        every state reachable from them (e.g. COMPENSATING, COMPENSATED, COMPENSATION_FAILED)."""
+        comp_steps = {s.compensation for s in self.steps if s.compensation}
+        found = {st.name for st in self.states if st.step in comp_steps}
+        frontier = list(found)
+        while frontier:
+            here = frontier.pop()
+            for t in self.transitions:
+                if t.source == here and t.target not in found:
+                    found.add(t.target)
+                    frontier.append(t.target)
+        return frozenset(found)
+
+    def success_triggers(self) -> frozenset[str]:
+        """Reply event types that report a *compensable* step's success: the triggers that
+        leave a state running a compensable step for a state where compensation has not
+        begun (e.g. ViolationDetermined, NoViolationFound)."""
+        comp = self.compensation_states()
+        compensable = {s.name for s in self.steps if s.kind is StepKind.COMPENSABLE}
+        states = {st.name for st in self.states if st.step in compensable}
+        return frozenset(t.on for t in self.transitions
+                         if t.source in states and t.target not in comp
+                         and not t.on.startswith("@"))
 
     def is_final(self, state: str) -> bool:
         """True if a saga in ``state`` waits for no participant (TERMINAL or PARKED)."""
@@ -377,3 +415,12 @@ def _data_problems(d: SagaDefinition, edges: list[Transition]) -> Iterable[str]:
             if missing:
                 yield (f"state {st.name}: {req.event_type} needs saga data {', '.join(missing)} "
                        "which some path into the state does not provide")
+    for t in edges:
+        if t.source not in available:
+            continue
+        out = available[t.source] | {k for k, _ in t.record} | set(t.assign)
+        for req in t.emits:
+            missing = sorted({src for _, src in req.payload} - out)
+            if missing:
+                yield (f"transition {t.source} --{t.on}--> {t.target}: {req.event_type} needs "
+                       f"saga data {', '.join(missing)} which some path does not provide")

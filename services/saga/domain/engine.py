@@ -8,7 +8,9 @@ emit, and a history entry) and never mutating anything:
 - :func:`apply_event` — a reply (or an operator :data:`RESOLVE`): if the definition
   whitelists ``(state, event_type)`` the transition is taken, otherwise the event is
   *ignored* and only recorded (a late reply after a deadline fired or after completion, a
-  duplicate, or a reply meant for another step never drives a step).
+  duplicate, or a reply meant for another step never drives a step); a compensable step's
+  success arriving after compensation began is recorded as *late* (the compensation already
+  issued undoes its effect — e.g. a decision made after the case was sent back).
 - :func:`fire_deadline` — the current step's deadline passed: the action is re-issued
   while its :class:`RetryPolicy` allows (disposition RETRIED), then the state's
   :data:`DEADLINE` transition is taken.
@@ -46,6 +48,8 @@ class Disposition(enum.Enum):
     TRANSITIONED = "transitioned"  # a whitelisted transition was taken
     RETRIED = "retried"  # a deadline passed and the step's action was issued again
     IGNORED = "ignored"  # not whitelisted in the current state: recorded, nothing else
+    LATE = "late"  # a compensable step's success after compensation began: recorded only,
+    #               its effect is undone by the compensation already issued (nothing else)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -138,8 +142,8 @@ class Outcome:
 
     @property
     def changed(self) -> bool:
-        """True unless the trigger was ignored."""
-        return self.history.disposition is not Disposition.IGNORED
+        """True unless the trigger was ignored or recorded as late."""
+        return self.history.disposition not in (Disposition.IGNORED, Disposition.LATE)
 
 
 def _pick(fmap: FieldMap, source: Mapping[str, Any], what: str) -> dict[str, Any]:
@@ -158,11 +162,16 @@ def _emit(req: Request, data: Mapping[str, Any], seq: int) -> Emission:
 
 
 def _enter(d: SagaDefinition, saga: SagaInstance, target: str, data: Mapping[str, Any],
-           now: datetime, *, event_id: str | None) -> tuple[SagaInstance, tuple[Emission, ...]]:
-    """Enter ``target``: issue its step's action (attempt 1) and its announcements."""
+           now: datetime, *, event_id: str | None,
+           announce: tuple[Request, ...] = ()) -> tuple[SagaInstance, tuple[Emission, ...]]:
+    """Enter ``target``: emit the transition's ``announce``, then issue the state's step's
+    action (attempt 1) and its announcements."""
     state = d.state(target)
     seq = saga.event_seq
     emissions: list[Emission] = []
+    for req in announce:
+        seq += 1
+        emissions.append(_emit(req, data, seq))
     step_name, attempts, deadline_at = None, 0, None
     if state.kind is StateKind.ACTIVE and state.step is not None:
         step = d.step(state.step)
@@ -213,6 +222,14 @@ def apply_event(d: SagaDefinition, saga: SagaInstance, *, event_type: str,
         KeyError: the transition records a field the payload lacks (a contract breach).
     """
     t = d.transition(saga.state, event_type)
+    if (t is None and event_type in d.success_triggers()
+            and saga.state in d.compensation_states()):
+        note = (f"late {event_type} after compensation began (state {saga.state}): recorded; "
+                "its effect is undone by the compensation already issued")
+        entry = HistoryEntry(at=now, trigger=event_type, event_id=event_id,
+                             from_state=saga.state, to_state=saga.state,
+                             disposition=Disposition.LATE, note=note)
+        return Outcome(saga=saga, emissions=(), history=entry)
     if t is None or event_type == DEADLINE:
         note = f"{event_type} is not expected in state {saga.state}"
         if d.is_final(saga.state):
@@ -222,7 +239,7 @@ def apply_event(d: SagaDefinition, saga: SagaInstance, *, event_type: str,
                              disposition=Disposition.IGNORED, note=note)
         return Outcome(saga=saga, emissions=(), history=entry)
     data = {**saga.data, **_pick(t.record, payload, f"{event_type} payload"), **t.assign}
-    new, emissions = _enter(d, saga, t.target, data, now, event_id=event_id)
+    new, emissions = _enter(d, saga, t.target, data, now, event_id=event_id, announce=t.emits)
     note = str(payload.get("reason", "")) if event_type == RESOLVE else ""
     entry = HistoryEntry(at=now, trigger=event_type, event_id=event_id, from_state=saga.state,
                          to_state=t.target, disposition=Disposition.TRANSITIONED, note=note)
@@ -267,7 +284,7 @@ def fire_deadline(d: SagaDefinition, saga: SagaInstance, *, now: datetime) -> Ou
     t = d.transition(saga.state, DEADLINE)
     assert t is not None  # guaranteed by validate(): every deadline has a DEADLINE transition
     data = {**saga.data, **t.assign}
-    new, emissions = _enter(d, saga, t.target, data, now, event_id=None)
+    new, emissions = _enter(d, saga, t.target, data, now, event_id=None, announce=t.emits)
     entry = HistoryEntry(at=now, trigger=DEADLINE, event_id=None, from_state=saga.state,
                          to_state=t.target, disposition=Disposition.TRANSITIONED,
                          note=f"{step.name}: deadline passed after {saga.attempts} attempt(s)")

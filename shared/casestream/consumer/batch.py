@@ -47,7 +47,7 @@ from casestream.consumer.records import ConsumerStats, EnvelopeDecoder, Record
 from casestream.consumer.settings import ConsumerSettings
 from casestream.dlq import H_ACCEPT_GAP, DeadLetter, DeadLetterSink
 from casestream.errors import PoisonMessageError
-from casestream.guard import AggregateState, FirstSeenPolicy, Verdict, decide
+from casestream.guard import AggregateState, Verdict, decide
 from casestream.handlers import DiscardingOutbox, HandlerContext, HandlerRegistry, OutboxAppender
 from casestream.inbox import (
     GuardRow,
@@ -107,6 +107,24 @@ class _Item:
         return InboxEntry(event_id=e.event_id, event_type=e.event_type,
                           aggregate_type=e.aggregate_type, aggregate_id=e.aggregate_id,
                           aggregate_version=e.aggregate_version)
+
+
+@dataclass(frozen=True, slots=True)
+class Decoded:
+    """A batch after decoding: (record, envelope or None, decode error or None) in order."""
+
+    entries: list[tuple[Record, Any, BaseException | None]]
+
+    @property
+    def records(self) -> list[Record]:
+        return [e[0] for e in self.entries]
+
+    def without(self, drop: Any) -> Decoded:
+        """The entries whose record does not satisfy ``drop(record)``."""
+        return Decoded([e for e in self.entries if not drop(e[0])])
+
+    def __len__(self) -> int:
+        return len(self.entries)
 
 
 @dataclass(slots=True)
@@ -175,8 +193,26 @@ class BatchProcessor:
 
     # ------------------------------------------------------------------ public
 
-    def process(self, conn: Any, records: Sequence[Record], *, sweep: bool = False) -> BatchResult:
-        """Apply ``records`` (one poll batch, offset order per partition) in one transaction.
+    def decode(self, records: Sequence[Record]) -> Decoded:
+        """Decode ``records`` without side effects (no counters, no attempts): the runtime calls
+        this on its main thread for the next batch while the current one is in the database."""
+        out: list[tuple[Record, Any, BaseException | None]] = []
+        decode = self.decoder.decode
+        for rec in records:
+            if rec.value is None:
+                out.append((rec, None, PoisonMessageError("message has no value",
+                                                          reason="empty_value")))
+                continue
+            try:
+                out.append((rec, decode(rec.value, published_at=rec.published_at), None))
+            except Exception as e:  # noqa: BLE001 - classified in process()
+                out.append((rec, None, e))
+        return Decoded(out)
+
+    def process(self, conn: Any, records: Sequence[Record] | Decoded, *,
+                sweep: bool = False) -> BatchResult:
+        """Apply ``records`` (one poll batch, offset order per partition; or its :meth:`decode`
+        result) in one transaction.
 
         Returns the offsets to commit and the partitions to rewind. Raises only for
         batch-level failures (connection lost, dead-letter delivery failed, ...): nothing was
@@ -186,7 +222,9 @@ class BatchProcessor:
         result = BatchResult()
         dead: list[DeadLetter] = []
         self._fast_failure = None
-        items = self._decode_all(records, result, dead)
+        decoded = records if isinstance(records, Decoded) else self.decode(records)
+        records = decoded.records
+        items = self._triage(decoded, result, dead)
         try:
             if items:
                 if self.settings.fast_path and self._try_fast(conn, items):
@@ -254,23 +292,17 @@ class BatchProcessor:
 
     # ------------------------------------------------------------------ decode
 
-    def _decode_all(self, records: Sequence[Record], result: BatchResult,
-                    dead: list[DeadLetter]) -> list[_Item]:
+    def _triage(self, decoded: Decoded, result: BatchResult,
+                dead: list[DeadLetter]) -> list[_Item]:
+        """Decoded items in order; decode failures dead-lettered (poison) or cut (retryable)."""
         items: list[_Item] = []
-        decode = self.decoder.decode
-        for rec in records:
+        for rec, env, err in decoded.entries:
             tp = rec.tp
             if tp in result.rewinds:
                 continue
             result.commits[tp] = rec.offset + 1
-            if rec.value is None:
-                self._failed(rec, PoisonMessageError("message has no value", reason="empty_value"),
-                             None, result, dead)
-                continue
-            try:
-                env = decode(rec.value, published_at=rec.published_at)
-            except Exception as e:  # noqa: BLE001 - classified below
-                self._failed(rec, e, None, result, dead)
+            if err is not None:
+                self._failed(rec, err, None, result, dead)
                 continue
             items.append(_Item(rec, env))
         return items
@@ -703,4 +735,4 @@ def held_record(h: HeldEvent) -> Record:
                   value=h.value, headers=h.headers, timestamp_ms=h.timestamp_ms)
 
 
-__all__ = ["Action", "BatchProcessor", "BatchResult", "held_record", "FirstSeenPolicy"]
+__all__ = ["Action", "BatchProcessor", "BatchResult", "Decoded", "held_record"]

@@ -9,14 +9,18 @@ transaction has committed (and its dead letters are delivered), the runtime comm
 A crash between the DB commit and the offset commit redelivers the batch; the inbox and the
 version guard make that a no-op.
 
-Loop, in the main thread::
+Loop, in the main thread (one batch in the database at a time, the next one prefetched)::
 
     resume partitions whose retry backoff is over
-    records = consume(num_messages=batch_size, timeout=poll_timeout_s)
-    run BatchProcessor.process(records) in the worker thread;
-        if it takes longer than heartbeat_after_s: pause every assigned partition and keep
-        calling poll() (max.poll.interval.ms stays respected, rebalance callbacks still run)
-    commit offsets; for cut partitions: pause, seek back to the failed message, resume later
+    records = consume(num_messages=batch_size, timeout=poll_timeout_s)   # batch N+1
+    decoded = processor.decode(records)          # overlaps batch N's database work
+    wait for batch N in the worker thread; if it runs longer than heartbeat_after_s: pause every
+        assigned partition and keep calling poll() (max.poll.interval.ms stays respected,
+        rebalance callbacks still run)
+    commit batch N's offsets; for cut partitions: pause, seek back to the failed message,
+        resume after the backoff
+    drop from N+1 what a rebalance or a rewind made stale (it is fetched again), then hand
+        N+1 to the worker thread
 
 Rebalance (eager protocol, librdkafka default ``range,roundrobin``): ``on_revoke`` waits for the
 batch in flight, commits its offsets synchronously, and forgets the revoked partitions' retry
@@ -39,7 +43,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from casestream.consumer.batch import TP, BatchProcessor, BatchResult
+from casestream.consumer.batch import TP, BatchProcessor, BatchResult, Decoded
 from casestream.consumer.failures import connection_broken
 from casestream.consumer.records import ConsumerStats, EnvelopeDecoder, Record
 from casestream.consumer.settings import ConsumerSettings
@@ -116,6 +120,8 @@ class ConsumerRuntime:
         self._pending: dict[TP, int] = {}  # offsets processed but not yet committed
         self._infra_failures = 0
         self._next_sweep = 0.0
+        self._generation = 0  # bumped on revoke/lost: a prefetched batch from before is stale
+        self._flight: tuple[cf.Future[BatchResult], list[Record]] | None = None
         self.ready = threading.Event()  # set once the first assignment arrived
 
     # ------------------------------------------------------------------ lifecycle
@@ -155,10 +161,9 @@ class ConsumerRuntime:
 
     def _shutdown(self) -> None:
         try:
-            if self._inflight is not None:
-                self._inflight.result()
-        except Exception:  # noqa: BLE001 - batch failed: nothing to commit for it
-            pass
+            self._land()  # finish the batch in flight and commit it
+        except Exception:  # noqa: BLE001
+            log.exception("%s: finishing the last batch failed", self.name)
         try:
             self._commit_pending()
         finally:
@@ -180,16 +185,36 @@ class ConsumerRuntime:
     def _step(self) -> None:
         self._resume_due()
         msgs = self._consumer.consume(self.settings.batch_size, self.settings.poll_timeout_s)
+        generation = self._generation
         records = self._records(msgs)
+        decoded = self.processor.decode(records) if records else None  # type: ignore[union-attr]
+        self._land()  # batch N: wait, commit offsets, rewind cut partitions
+        if decoded is not None:
+            if generation != self._generation:
+                decoded = None  # a rebalance happened meanwhile: fetched again from the commit
+            else:
+                decoded = decoded.without(
+                    lambda r: r.tp in self._paused or r.tp not in self._assigned)
+                if not decoded:
+                    decoded = None
         now = time.monotonic()
         sweep = now >= self._next_sweep
-        if not records and not sweep:
+        if decoded is None and not sweep:
             return
         if sweep:
             self._next_sweep = now + self.settings.sweep_interval_s
-        fut = self._executor.submit(self._work, records, sweep)  # type: ignore[union-attr]
+        batch = decoded.records if decoded is not None else []
+        fut = self._executor.submit(self._work, decoded, sweep)  # type: ignore[union-attr]
         self._inflight = fut
+        self._flight = (fut, batch)
+
+    def _land(self) -> None:
+        """Wait for the batch in flight (if any) and apply its outcome to offsets."""
+        if self._flight is None:
+            return
+        fut, records = self._flight
         stray = self._await(fut)
+        self._flight = None
         self._inflight = None
         try:
             result = fut.result()
@@ -218,10 +243,13 @@ class ConsumerRuntime:
             out.append(record_from_message(m))
         return out
 
-    def _work(self, records: list[Record], sweep: bool) -> BatchResult:
+    def _work(self, decoded: Decoded | None, sweep: bool) -> BatchResult:
         conn = self._connection()
         try:
-            return self.processor.process(conn, records, sweep=sweep)  # type: ignore[union-attr]
+            if decoded is None:
+                self.processor.sweep(conn)  # type: ignore[union-attr]
+                return BatchResult()
+            return self.processor.process(conn, decoded, sweep=sweep)  # type: ignore[union-attr]
         except Exception:
             if connection_broken(conn):
                 self._release_conn()
@@ -354,6 +382,7 @@ class ConsumerRuntime:
     def _on_revoke(self, consumer: Any, partitions: list[Any]) -> None:
         revoked = {(p.topic, p.partition) for p in partitions}
         self.stats.revocations += 1
+        self._generation += 1
         log.info("%s: revoked %s", self.name, _fmt(partitions))
         self._drain_inflight(commit=True)
         self._commit_pending()
@@ -361,6 +390,7 @@ class ConsumerRuntime:
 
     def _on_lost(self, consumer: Any, partitions: list[Any]) -> None:
         lost = {(p.topic, p.partition) for p in partitions}
+        self._generation += 1
         log.warning("%s: partitions lost %s (not committing)", self.name, _fmt(partitions))
         self._drain_inflight(commit=False)
         self._forget(lost)

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable, Collection
+from dataclasses import dataclass
 from functools import wraps
 
 from starlette.datastructures import Headers
@@ -22,7 +23,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from casestream.auth import AccessDenied, InvalidToken, Principal, TokenVerifier
+from casestream.auth import AccessDenied, AuthError, InvalidToken, Principal, TokenVerifier
 from casestream.http.counters import EdgeCounters
 from casestream.http.problem import problem_response
 
@@ -52,24 +53,43 @@ def bearer_token(authorization: str | None) -> str:
     return token
 
 
+@dataclass(frozen=True, slots=True)
+class AuthAnswer:
+    """How an auth error is answered: status, problem code and title, challenge header."""
+
+    status: int
+    code: str
+    title: str
+    headers: dict[str, str]
+
+
+def answer_for(error: AuthError) -> AuthAnswer:
+    """The answer to ``error``: 401 for :class:`InvalidToken` (RFC 6750 §3: no ``error``
+    attribute when no token was sent), 403 ``insufficient_scope`` for :class:`AccessDenied`."""
+    if isinstance(error, AccessDenied):
+        return AuthAnswer(403, "forbidden", "Operation not allowed for this role",
+                          {"WWW-Authenticate": f'Bearer realm="{REALM}", error="insufficient_scope"'})
+    if isinstance(error, InvalidToken) and error.missing:
+        return AuthAnswer(401, "unauthorized", "Authentication required",
+                          {"WWW-Authenticate": f'Bearer realm="{REALM}"'})
+    reason = error.reason if isinstance(error, InvalidToken) else "invalid token"
+    return AuthAnswer(401, "invalid_token", "Invalid bearer token",
+                      {"WWW-Authenticate": f'Bearer realm="{REALM}", error="invalid_token", '
+                                           f'error_description="{reason}"'})
+
+
 def unauthorized(error: InvalidToken, instance: str | None = None) -> Response:
-    """The 401 answer for ``error`` (RFC 6750 §3: no ``error`` attribute if none was sent)."""
-    if error.missing:
-        challenge, code, title = f'Bearer realm="{REALM}"', "unauthorized", \
-            "Authentication required"
-    else:
-        challenge = (f'Bearer realm="{REALM}", error="invalid_token", '
-                     f'error_description="{error.reason}"')
-        code, title = "invalid_token", "Invalid bearer token"
-    return problem_response(401, code, title, error.reason, instance=instance,
-                            headers={"WWW-Authenticate": challenge})
+    """The 401 problem response for ``error``."""
+    a = answer_for(error)
+    return problem_response(a.status, a.code, a.title, error.reason, instance=instance,
+                            headers=a.headers)
 
 
 def forbidden(error: AccessDenied, instance: str | None = None) -> Response:
-    """The 403 answer for ``error`` (RFC 6750 §3.1 ``insufficient_scope``)."""
-    return problem_response(
-        403, "forbidden", "Operation not allowed for this role", str(error), instance=instance,
-        headers={"WWW-Authenticate": f'Bearer realm="{REALM}", error="insufficient_scope"'})
+    """The 403 problem response for ``error``."""
+    a = answer_for(error)
+    return problem_response(a.status, a.code, a.title, str(error), instance=instance,
+                            headers=a.headers)
 
 
 def principal_of(request: Request) -> Principal:

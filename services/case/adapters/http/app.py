@@ -1,14 +1,21 @@
 """The case service's HTTP API (starlette): routes, rendering, and the error boundary.
 
-Routes:
-    POST /cases                  open a case -> 201, Location, ETag; optional Idempotency-Key
-    GET  /cases/{id}             read a case (tenant-scoped; another tenant's case is 404) + ETag
-    POST /cases/{id}/submit      submit; Idempotency-Key required; optional If-Match -> 412
-    GET  /openapi.json           the OpenAPI 3.1 document
+Routes (bearer token required except for the OpenAPI document):
+    POST /cases                  role officer: open a case -> 201, Location, ETag;
+                                 optional Idempotency-Key
+    GET  /cases/{id}             role officer or supervisor: read a case + ETag
+    POST /cases/{id}/submit      role officer: submit; Idempotency-Key required;
+                                 optional If-Match -> 412
+    GET  /openapi.json           the OpenAPI 3.1 document (public)
+
+The tenant is the token's ``tenant`` claim, the actor its ``sub``, the idempotency client
+its ``client_id``; another tenant's case is 404 on every route (existence never leaks).
+The shared edge (``casestream.http.edge``) sheds load (503), authenticates (401), rate
+limits (429) and starts each request's deadline before a route runs.
 
 Use cases run in starlette's thread pool (psycopg is used synchronously). Every error is
 answered as ``application/problem+json`` (``problems.py``); a replayed idempotent response
-carries ``Idempotent-Replayed: true``.
+carries ``Idempotent-Replayed: true``. Counters: ``app.state.counters`` (``counters.py``).
 """
 
 from __future__ import annotations
@@ -29,9 +36,12 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from casestream.auth import ROLE_OFFICER, ROLE_SUPERVISOR, Principal
+from casestream.http import EdgePolicy, edge_middleware, principal_of
 from services.case.adapters.http import requests as rq
+from services.case.adapters.http.counters import CaseApiCounters
 from services.case.adapters.http.models import OpenCaseBody, SubmitCaseBody, field_errors
-from services.case.adapters.http.openapi import openapi_document
+from services.case.adapters.http.openapi import REPLAYED, openapi_document
 from services.case.adapters.http.problems import INTERNAL_ERROR, Problem, problem_for
 from services.case.application.commands import CaseView, OpenCase, SubmitCase
 from services.case.application.idempotency import (
@@ -46,7 +56,7 @@ log = logging.getLogger(__name__)
 
 OPEN_ROUTE = "POST /cases"
 SUBMIT_ROUTE = "POST /cases/{id}/submit"
-REPLAYED_HEADER = "Idempotent-Replayed"
+REPLAYED_HEADER = REPLAYED
 
 Endpoint = Callable[[Request], Awaitable[Response]]
 
@@ -89,7 +99,7 @@ def _validate(model: type[Any], data: dict[str, Any]) -> Any:
         raise Problem(status=400, code="validation_error", detail=detail, errors=errors) from None
 
 
-def _boundary(fn: Endpoint) -> Endpoint:
+def _boundary(fn: Endpoint, counters: CaseApiCounters) -> Endpoint:
     """Answer every exception as a problem; log unexpected ones with their traceback."""
 
     @wraps(fn)
@@ -104,17 +114,35 @@ def _boundary(fn: Endpoint) -> Endpoint:
             elif problem.status >= 500:
                 log.warning("%s %s -> %d: %s", request.method, request.url.path,
                             problem.status, e.__cause__ or e)
+            elif problem.code == "idempotency_conflict":
+                counters.idempotency_conflicts += 1
+            elif problem.code == "request_in_flight":
+                counters.idempotency_in_flight += 1
             return problem.response(request.url.path)
 
     return wrapper
 
 
+def _principal(request: Request, *roles: str) -> Principal:
+    """The caller, if it holds one of ``roles`` (raises InvalidToken / AccessDenied)."""
+    principal = principal_of(request)
+    principal.require(*roles)
+    return principal
+
+
 class CaseRoutes:
     """Route handlers bound to a :class:`CaseService`."""
 
-    def __init__(self, service: CaseService, *, max_body_bytes: int) -> None:
+    def __init__(self, service: CaseService, *, max_body_bytes: int,
+                 counters: CaseApiCounters) -> None:
         self._service = service
         self._limit = max_body_bytes
+        self._counters = counters
+
+    def _send(self, stored: StoredResponse, replayed: bool) -> JSONResponse:
+        if replayed:
+            self._counters.idempotency_replays += 1
+        return _send(stored, replayed)
 
     @staticmethod
     def _render(status: int, *, location: bool = False) -> Callable[[CaseView], StoredResponse]:
@@ -126,46 +154,49 @@ class CaseRoutes:
         return render
 
     @staticmethod
-    def _idempotent(request: Request, tenant: str, actor: str, route: str, key: str | None,
+    def _idempotent(request: Request, principal: Principal, route: str, key: str | None,
                     body: dict[str, Any]) -> IdempotentRequest | None:
         if key is None:
             return None
-        scope = IdempotencyScope.of(tenant_id=tenant, client_id=actor, route=route, raw_key=key)
+        scope = IdempotencyScope.of(tenant_id=principal.tenant_id, client_id=principal.client_id,
+                                    route=route, raw_key=key)
         return IdempotentRequest(scope=scope,
                                  fingerprint=fingerprint(request.method, request.url.path, body))
 
     async def open_case(self, request: Request) -> Response:
-        tenant, actor = rq.tenant_of(request), rq.actor_of(request)
+        who = _principal(request, ROLE_OFFICER)
         key = rq.idempotency_key_of(request, required=False)
         data = await rq.read_json_object(request, limit=self._limit, required=True)
         body: OpenCaseBody = _validate(OpenCaseBody, data)
-        cmd = OpenCase(tenant_id=tenant, actor_id=actor, traceparent=rq.traceparent_of(request),
-                       **body.model_dump())
-        idem = self._idempotent(request, tenant, actor, OPEN_ROUTE, key, data)
+        cmd = OpenCase(tenant_id=who.tenant_id, actor_id=who.subject,
+                       traceparent=rq.traceparent_of(request), **body.model_dump())
+        idem = self._idempotent(request, who, OPEN_ROUTE, key, data)
         stored, replayed = await run_in_threadpool(
             self._service.open_case, cmd, self._render(201, location=True), idem)
-        return _send(stored, replayed)
+        return self._send(stored, replayed)
 
     async def get_case(self, request: Request) -> Response:
-        tenant, case_id = rq.tenant_of(request), _case_id(request)
-        view = await run_in_threadpool(self._service.get_case, tenant, case_id)
+        who = _principal(request, ROLE_OFFICER, ROLE_SUPERVISOR)
+        case_id = _case_id(request)
+        view = await run_in_threadpool(self._service.get_case, who.tenant_id, case_id)
         return JSONResponse(case_json(view), headers={"ETag": etag(view.version)})
 
     async def submit_case(self, request: Request) -> Response:
-        tenant, actor = rq.tenant_of(request), rq.actor_of(request)
+        who = _principal(request, ROLE_OFFICER)
         case_id = _case_id(request)
         key = rq.idempotency_key_of(request, required=True)
         assert key is not None
         expected = rq.if_match_version(request)
         data = await rq.read_json_object(request, limit=self._limit, required=False)
         body: SubmitCaseBody = _validate(SubmitCaseBody, data)
-        cmd = SubmitCase(tenant_id=tenant, actor_id=actor, case_id=case_id, note=body.note,
-                         expected_version=expected, traceparent=rq.traceparent_of(request))
-        idem = self._idempotent(request, tenant, actor, SUBMIT_ROUTE, key, data)
+        cmd = SubmitCase(tenant_id=who.tenant_id, actor_id=who.subject, case_id=case_id,
+                         note=body.note, expected_version=expected,
+                         traceparent=rq.traceparent_of(request))
+        idem = self._idempotent(request, who, SUBMIT_ROUTE, key, data)
         assert idem is not None
         stored, replayed = await run_in_threadpool(
             self._service.submit_case, cmd, idem, self._render(200))
-        return _send(stored, replayed)
+        return self._send(stored, replayed)
 
 
 async def _openapi(_: Request) -> Response:
@@ -180,20 +211,27 @@ async def _http_error(request: Request, exc: Exception) -> Response:
                    headers=exc.headers).response(request.url.path)
 
 
-def build_app(service: CaseService, *, max_body_bytes: int = 64 * 1024) -> Starlette:
+def build_app(service: CaseService, *, edge: EdgePolicy,
+              max_body_bytes: int = 64 * 1024) -> Starlette:
     """Return the case API application.
 
     Args:
         service: the use cases.
+        edge: token verification, in-flight limit, rate limits, request deadline.
         max_body_bytes: request bodies above this size are refused with 413.
     """
-    routes = CaseRoutes(service, max_body_bytes=max_body_bytes)
-    return Starlette(
+    counters = CaseApiCounters()
+    routes = CaseRoutes(service, max_body_bytes=max_body_bytes, counters=counters)
+    app = Starlette(
         routes=[
-            Route("/cases", _boundary(routes.open_case), methods=["POST"]),
-            Route("/cases/{case_id}", _boundary(routes.get_case), methods=["GET"]),
-            Route("/cases/{case_id}/submit", _boundary(routes.submit_case), methods=["POST"]),
+            Route("/cases", _boundary(routes.open_case, counters), methods=["POST"]),
+            Route("/cases/{case_id}", _boundary(routes.get_case, counters), methods=["GET"]),
+            Route("/cases/{case_id}/submit", _boundary(routes.submit_case, counters),
+                  methods=["POST"]),
             Route("/openapi.json", _openapi, methods=["GET"]),
         ],
+        middleware=edge_middleware(edge, counters.edge),
         exception_handlers={HTTPException: _http_error},
     )
+    app.state.counters = counters
+    return app

@@ -1,7 +1,10 @@
 """The OpenAPI 3.1 document of the case API, built from the request models.
 
-Request schemas come from the pydantic models (so they cannot drift from validation);
-the case and problem schemas are written here next to the routes they describe.
+Request schemas come from the pydantic models and the header patterns from
+``requests.py`` (so they cannot drift from validation); the case and problem schemas are
+written here next to the routes they describe. Every status an operation can answer is
+listed, with the headers that always come with it; a schemathesis run against the live
+service checks this (``tests/integration/test_schemathesis_case.py``).
 """
 
 from __future__ import annotations
@@ -10,6 +13,9 @@ from functools import cache
 from typing import Any
 
 from services.case.adapters.http.models import OpenCaseBody, SubmitCaseBody
+from services.case.adapters.http.requests import IF_MATCH_PATTERN, KEY_PATTERN
+
+REPLAYED = "Idempotent-Replayed"
 
 _TS = {"type": "string", "format": "date-time"}
 _NULL_STR = {"type": ["string", "null"]}
@@ -60,73 +66,138 @@ PROBLEM_SCHEMA: dict[str, Any] = {
 }
 
 
-def _problem(description: str) -> dict[str, Any]:
-    return {"description": description, "content": {
-        "application/problem+json": {"schema": {"$ref": "#/components/schemas/Problem"}}}}
+_RETRY_AFTER = {"description": "Seconds to wait before retrying.", "required": True,
+                "schema": {"type": "string", "pattern": "^[0-9]+$"}}
+
+RATE_LIMITED_SCHEMA: dict[str, Any] = {
+    "allOf": [{"$ref": "#/components/schemas/Problem"}, {
+        "type": "object", "required": ["retry_after_seconds"],
+        "properties": {"retry_after_seconds": {"type": "integer", "minimum": 1},
+                       "limit_scope": {"type": "string", "enum": ["tenant", "client"]}}}],
+}
 
 
-def _case(description: str) -> dict[str, Any]:
-    return {"description": description,
-            "headers": {"ETag": {"schema": {"type": "string"}}},
-            "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Case"}}}}
+def _problem(description: str, *, headers: dict[str, Any] | None = None,
+             schema: str = "Problem") -> dict[str, Any]:
+    out: dict[str, Any] = {"description": description, "content": {
+        "application/problem+json": {"schema": {"$ref": f"#/components/schemas/{schema}"}}}}
+    if headers:
+        out["headers"] = headers
+    return out
 
 
-_TENANT = {"name": "X-Tenant-Id", "in": "header", "required": True,
-           "schema": {"type": "string", "pattern": "^[A-Za-z0-9._:-]{1,64}$"}}
-_ACTOR = {"name": "X-Actor-Id", "in": "header", "required": False,
-          "schema": {"type": "string", "maxLength": 128}}
+def _case(description: str, *, location: bool = False, replayable: bool = False,
+          links: dict[str, Any] | None = None) -> dict[str, Any]:
+    headers: dict[str, Any] = {"ETag": {"description": "The case version, quoted.",
+                                        "required": True, "schema": {"type": "string"}}}
+    if location:
+        headers["Location"] = {"description": "URL of the new case.", "required": True,
+                               "schema": {"type": "string"}}
+    if replayable:
+        headers[REPLAYED] = {"description": "true when this is the stored response of an earlier "
+                                            "request with the same Idempotency-Key.",
+                             "required": False, "schema": {"type": "string", "enum": ["true"]}}
+    out: dict[str, Any] = {"description": description, "headers": headers, "content": {
+        "application/json": {"schema": {"$ref": "#/components/schemas/Case"}}}}
+    if links:
+        out["links"] = links
+    return out
+
+
+def _common() -> dict[str, Any]:
+    """Answers every authenticated operation may give (shared edge, storage)."""
+    return {
+        "401": _problem("No, malformed, expired or otherwise invalid bearer token", headers={
+            "WWW-Authenticate": {"required": True, "schema": {"type": "string"}}}),
+        "403": _problem("The token has no role allowed for this operation", headers={
+            "WWW-Authenticate": {"required": True, "schema": {"type": "string"}}}),
+        "429": _problem("Rate limit of the tenant or client exceeded",
+                        headers={"Retry-After": _RETRY_AFTER}, schema="RateLimited"),
+        "503": _problem("Overloaded (in-flight limit), storage unavailable, or the request "
+                        "deadline passed; retry later", headers={"Retry-After": _RETRY_AFTER}),
+    }
+
+
 _CASE_ID = {"name": "case_id", "in": "path", "required": True,
             "schema": {"type": "string", "format": "uuid"}}
+_TRACEPARENT = {"name": "traceparent", "in": "header", "required": False,
+                "description": "W3C trace context; ignored when malformed.",
+                "schema": {"type": "string"}}
+_IF_MATCH = {"name": "If-Match", "in": "header", "required": False,
+             "description": 'The case version expected, as its ETag ("3"), or *.',
+             "schema": {"type": "string", "pattern": IF_MATCH_PATTERN}}
 
 
 def _key(required: bool) -> dict[str, Any]:
     return {"name": "Idempotency-Key", "in": "header", "required": required,
-            "schema": {"type": "string", "minLength": 1, "maxLength": 255}}
+            "description": "Unique per intended request; a retry with the same key and body "
+                           "gets the stored response (Idempotent-Replayed: true).",
+            "schema": {"type": "string", "pattern": KEY_PATTERN}}
+
+
+_CASE_LINKS = {
+    "GetCase": {"operationId": "getCase", "parameters": {"case_id": "$response.body#/id"}},
+    "SubmitCase": {"operationId": "submitCase", "parameters": {"case_id": "$response.body#/id"}},
+}
 
 
 @cache
 def openapi_document() -> dict[str, Any]:
     """Return the OpenAPI 3.1 document (built once)."""
-    bad = _problem("Invalid input (field named in errors), malformed JSON, or missing header")
+    bad = _problem("Invalid input (field named in errors) or malformed JSON")
+    in_flight = _problem("Idempotency-Key reused for a different request "
+                         "(idempotency_conflict) or still in flight (request_in_flight)")
     return {
         "openapi": "3.1.0",
-        "info": {"title": "casestream case service", "version": "1.0.0"},
+        "info": {"title": "casestream case service", "version": "1.0.0",
+                 "description": "Bearer JWT with claims tenant, roles (officer, supervisor), "
+                                "sub. Data of other tenants is never visible (404)."},
+        "security": [{"bearerAuth": []}],
         "paths": {
             "/cases": {"post": {
                 "operationId": "openCase",
-                "parameters": [_TENANT, _ACTOR, _key(False)],
+                "summary": "Open a case (role officer)",
+                "parameters": [_key(False), _TRACEPARENT],
                 "requestBody": {"required": True, "content": {"application/json": {
                     "schema": {"$ref": "#/components/schemas/OpenCaseBody"}}}},
-                "responses": {"201": _case("Case opened"), "400": bad,
-                              "409": _problem("Idempotency conflict or request in flight"),
+                "responses": {"201": _case("Case opened (or the stored response, replayed)",
+                                           location=True, replayable=True, links=_CASE_LINKS),
+                              "400": bad, "409": in_flight,
                               "413": _problem("Body too large"),
-                              "415": _problem("Not JSON")},
+                              "415": _problem("Body is not JSON"), **_common()},
             }},
             "/cases/{case_id}": {"get": {
                 "operationId": "getCase",
-                "parameters": [_CASE_ID, _TENANT],
-                "responses": {"200": _case("The case"), "400": bad,
-                              "404": _problem("No such case for this tenant")},
+                "summary": "Read a case (role officer or supervisor)",
+                "parameters": [_CASE_ID],
+                "responses": {"200": _case("The case"),
+                              "404": _problem("No such case for this tenant"), **_common()},
             }},
             "/cases/{case_id}/submit": {"post": {
                 "operationId": "submitCase",
-                "parameters": [_CASE_ID, _TENANT, _ACTOR, _key(True),
-                               {"name": "If-Match", "in": "header", "required": False,
-                                "schema": {"type": "string"}}],
+                "summary": "Submit an open case (role officer)",
+                "parameters": [_CASE_ID, _key(True), _IF_MATCH, _TRACEPARENT],
                 "requestBody": {"required": False, "content": {"application/json": {
                     "schema": {"$ref": "#/components/schemas/SubmitCaseBody"}}}},
-                "responses": {"200": _case("Case submitted (or the stored response, replayed)"),
+                "responses": {"200": _case("Case submitted (or the stored response, replayed)",
+                                           replayable=True),
                               "400": bad, "404": _problem("No such case for this tenant"),
-                              "409": _problem("Not open, idempotency conflict, in flight, "
-                                              "or concurrent modification"),
+                              "409": _problem("Case not open, Idempotency-Key conflict or in "
+                                              "flight, or concurrent modification"),
                               "412": _problem("If-Match does not match the case version"),
-                              "413": _problem("Body too large"), "415": _problem("Not JSON")},
+                              "413": _problem("Body too large"),
+                              "415": _problem("Body is not JSON"), **_common()},
             }},
         },
-        "components": {"schemas": {
-            "OpenCaseBody": OpenCaseBody.model_json_schema(),
-            "SubmitCaseBody": SubmitCaseBody.model_json_schema(),
-            "Case": CASE_SCHEMA,
-            "Problem": PROBLEM_SCHEMA,
-        }},
+        "components": {
+            "securitySchemes": {"bearerAuth": {"type": "http", "scheme": "bearer",
+                                               "bearerFormat": "JWT"}},
+            "schemas": {
+                "OpenCaseBody": OpenCaseBody.model_json_schema(),
+                "SubmitCaseBody": SubmitCaseBody.model_json_schema(),
+                "Case": CASE_SCHEMA,
+                "Problem": PROBLEM_SCHEMA,
+                "RateLimited": RATE_LIMITED_SCHEMA,
+            },
+        },
     }

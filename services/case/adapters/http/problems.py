@@ -4,20 +4,20 @@ Body: ``{"type", "title", "status", "detail", "code", "errors": [{"field", "mess
 "instance"}`` with media type ``application/problem+json``. ``code`` is stable and
 machine-readable; ``type`` is ``urn:casestream:problem:<code>``. Every exception is mapped
 here, at one boundary; anything unexpected becomes a bare 500 ``internal_error`` (logged
-with its traceback server-side, never sent to the client).
+with its traceback server-side, never sent to the client). The answers of the shared
+edge (``casestream.http``: 401, 403, 429, 503 ``overloaded``) have the same shape.
 """
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from starlette.responses import JSONResponse
 
-from casestream.auth import AccessDenied, InvalidToken
+from casestream.auth import AuthError
 from casestream.errors import ConcurrencyError
-from casestream.http.authn import forbidden, unauthorized
+from casestream.http.authn import answer_for
 from casestream.http.deadline import DeadlineExceeded
 
 from services.case.application.errors import (
@@ -134,18 +134,11 @@ def problem_for(exc: Exception) -> Problem | None:
             return Problem(status=503, code="deadline_exceeded",
                            detail="the request ran out of time; retry later",
                            headers={"Retry-After": "1"})
-        case InvalidToken():
-            return _from_response(401, exc.reason, unauthorized(exc))
-        case AccessDenied():
-            return _from_response(403, str(exc), forbidden(exc))
+        case AuthError():
+            answer = answer_for(exc)
+            return Problem(status=answer.status, code=answer.code, detail=str(exc),
+                           headers=answer.headers)
     return None
-
-
-def _from_response(status: int, detail: str, response: JSONResponse) -> Problem:
-    """A Problem with the code and headers of a shared-edge answer (casestream.http.authn)."""
-    code = json.loads(response.body)["code"]
-    headers = {k: v for k, v in response.headers.items() if k.lower() == "www-authenticate"}
-    return Problem(status=status, code=code, detail=detail, headers=headers)
 
 
 INTERNAL_ERROR = Problem(status=500, code="internal_error",

@@ -1,0 +1,255 @@
+"""Metrics: the OpenTelemetry meter provider, the instruments of issue 9, Prometheus text output.
+
+Driver module (opentelemetry-sdk metrics). One :class:`MetricsRegistry` per process: an
+SDK ``MeterProvider`` with an ``InMemoryMetricReader`` (pull: collected when ``/metrics`` is
+scraped) and :func:`render_prometheus`, which writes the collected data in the Prometheus
+text exposition format 0.0.4 (https://prometheus.io/docs/instrumenting/exposition_formats/).
+
+Names are final Prometheus names (counters already end in ``_total``). Labels are bounded:
+consumer, relay, topic, reason, state, outcome, method, status class — never ids.
+
+Observed from existing stats (``Sources``) at scrape time:
+    retry_attempts_total{consumer}, dead_letter_total{consumer},
+    dead_letter_reason_total{consumer,reason}, consumer_messages_total{consumer,outcome},
+    consumer_batches_total{consumer}, queue_lag_seconds{consumer,topic},
+    queue_lag_messages{consumer,topic}, queue_messages_inflight{consumer},
+    relay_published_total{relay}, relay_delivery_errors_total{relay}, relay_retried_total{relay},
+    relay_failed_total{relay}, relay_batches_total{relay}, outbox_pending_total{relay},
+    outbox_failed_total{relay}, outbox_oldest_pending_age_seconds{relay},
+    idempotency_replays_total, idempotency_conflicts_total, http_shed_total,
+    http_rate_limited_total, http_unauthorized_total,
+    saga_state_total{state}, compensation_total{outcome}, timeouts_total{component}
+Recorded by hooks (histograms, seconds):
+    consumer_message_duration_seconds{consumer,topic}, consumer_batch_duration_seconds{consumer},
+    relay_publish_duration_seconds{relay,topic}, http_server_duration_seconds{method,status}
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Iterator
+from typing import Any
+
+from opentelemetry.metrics import CallbackOptions, Observation
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import (
+    Gauge,
+    Histogram,
+    HistogramDataPoint,
+    InMemoryMetricReader,
+    Sum,
+)
+from opentelemetry.sdk.metrics.view import ExplicitBucketHistogramAggregation, View
+from opentelemetry.sdk.resources import Resource
+
+from casestream.telemetry.sources import Sources
+
+__all__ = ["MetricsRegistry", "render_prometheus", "CONTENT_TYPE", "METRIC_HELP"]
+
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+
+_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
+
+METRIC_HELP: dict[str, tuple[str, str]] = {
+    # name: (prometheus type, help)
+    "retry_attempts_total": ("counter", "Retryable handler failures (one per attempt)."),
+    "timeouts_total": ("counter", "Deadlines that passed (saga step deadlines fired)."),
+    "idempotency_replays_total": ("counter", "Stored idempotent responses sent again."),
+    "idempotency_conflicts_total": ("counter", "Idempotency-Key reused for a different request."),
+    "queue_lag_seconds": ("gauge", "Age of the last consumed message when polled, seconds."),
+    "queue_lag_messages": ("gauge", "Messages behind the partition high watermark."),
+    "queue_messages_inflight": ("gauge", "Messages in the batch being processed."),
+    "dead_letter_total": ("counter", "Messages written to the dead-letter topic."),
+    "dead_letter_reason_total": ("counter", "Dead letters by reason."),
+    "consumer_messages_total": ("counter", "Consumed messages by outcome."),
+    "consumer_batches_total": ("counter", "Poll batches applied."),
+    "outbox_pending_total": ("gauge", "Pending outbox rows (whole table)."),
+    "outbox_failed_total": ("gauge", "Outbox rows marked failed."),
+    "outbox_oldest_pending_age_seconds": ("gauge", "Age of the oldest pending outbox row."),
+    "relay_published_total": ("counter", "Outbox rows published (delivery confirmed)."),
+    "relay_delivery_errors_total": ("counter", "Failed delivery reports or produce errors."),
+    "relay_retried_total": ("counter", "Outbox rows rescheduled with backoff."),
+    "relay_failed_total": ("counter", "Outbox rows marked failed."),
+    "relay_batches_total": ("counter", "Relay batches."),
+    "saga_state_total": ("gauge", "Sagas by current state."),
+    "compensation_total": ("counter", "Sagas that entered compensation, by outcome."),
+    "http_shed_total": ("counter", "503 answers from load shedding."),
+    "http_rate_limited_total": ("counter", "429 answers from rate limiting."),
+    "http_unauthorized_total": ("counter", "401 answers."),
+    "consumer_message_duration_seconds": ("histogram", "Handler time per message."),
+    "consumer_batch_duration_seconds": ("histogram", "Time to apply one poll batch."),
+    "relay_publish_duration_seconds": ("histogram", "Produce call to delivery report."),
+    "http_server_duration_seconds": ("histogram", "HTTP request duration."),
+}
+
+_CONSUMER_OUTCOMES = ("applied", "duplicates", "stale", "unknown_type", "held", "drained", "parked")
+_RELAY_COUNTERS = {"relay_published_total": "published_total",
+                   "relay_delivery_errors_total": "delivery_errors_total",
+                   "relay_retried_total": "retried_total", "relay_failed_total": "failed_total",
+                   "relay_batches_total": "batches_total"}
+_RELAY_GAUGES = ("outbox_pending_total", "outbox_failed_total",
+                 "outbox_oldest_pending_age_seconds")
+_APP_COUNTERS = {"idempotency_replays_total": ("idempotency_replays",),
+                 "idempotency_conflicts_total": ("idempotency_conflicts",),
+                 "http_shed_total": ("edge", "shed"),
+                 "http_rate_limited_total": ("edge", "rate_limited"),
+                 "http_unauthorized_total": ("edge", "unauthorized")}
+
+
+class MetricsRegistry:
+    """The process's meter provider and instruments, reading ``sources`` at collection.
+
+    Attributes:
+        reader: the in-memory reader collected by :meth:`collect`.
+        sources: registered stats objects (shared with the hooks).
+    """
+
+    def __init__(self, service: str, sources: Sources) -> None:
+        self.sources = sources
+        self.reader = InMemoryMetricReader()
+        views = [View(instrument_name=n, aggregation=ExplicitBucketHistogramAggregation(_BUCKETS))
+                 for n, (kind, _) in METRIC_HELP.items() if kind == "histogram"]
+        self.provider = MeterProvider(metric_readers=[self.reader], views=views,
+                                      resource=Resource.create({"service.name": service}))
+        meter = self.provider.get_meter("casestream")
+        for name, (kind, help_) in METRIC_HELP.items():
+            if kind == "histogram":
+                setattr(self, name, meter.create_histogram(name, unit="s", description=help_))
+            elif kind == "counter":
+                meter.create_observable_counter(name, [self._callback(name)], description=help_)
+            else:
+                meter.create_observable_gauge(name, [self._callback(name)], description=help_)
+
+    def collect(self) -> Any:
+        """Collect now (runs the observable callbacks); the SDK's ``MetricsData``."""
+        return self.reader.get_metrics_data()
+
+    def record(self, histogram: str, seconds: float, labels: dict[str, str]) -> None:
+        """Record ``seconds`` in histogram ``histogram`` (a name from METRIC_HELP)."""
+        getattr(self, histogram).record(max(0.0, seconds), labels)
+
+    def shutdown(self) -> None:
+        """Stop the meter provider (idempotent)."""
+        self.provider.shutdown()
+
+    # ------------------------------------------------------------------ observations
+
+    def _callback(self, name: str):  # noqa: ANN202 - SDK callback signature
+        def observe(_: CallbackOptions) -> Iterable[Observation]:
+            try:
+                return list(self._observe(name))
+            except Exception:  # noqa: BLE001 - a broken source must not break the scrape
+                return []
+        return observe
+
+    def _observe(self, name: str) -> Iterator[Observation]:
+        s = self.sources
+        with s.lock:
+            consumers = dict(s.consumers)
+            lags = dict(s.lags)
+            relays = dict(s.relays)
+            counters = dict(s.counters)
+            gauge = s.gauges.get(name)
+        for cname, st in consumers.items():
+            lab = {"consumer": cname}
+            if name == "retry_attempts_total":
+                yield Observation(st.retries, lab)
+            elif name == "dead_letter_total":
+                yield Observation(st.dead_lettered, lab)
+            elif name == "dead_letter_reason_total":
+                for reason, n in dict(st.by_reason).items():
+                    yield Observation(n, {**lab, "reason": reason})
+            elif name == "consumer_batches_total":
+                yield Observation(st.batches, lab)
+            elif name == "consumer_messages_total":
+                for outcome in _CONSUMER_OUTCOMES:
+                    yield Observation(getattr(st, outcome), {**lab, "outcome": outcome})
+                yield Observation(st.dead_lettered, {**lab, "outcome": "dead_lettered"})
+        for cname, lag in lags.items():
+            if name == "queue_messages_inflight":
+                yield Observation(lag.inflight, {"consumer": cname})
+            elif name in ("queue_lag_seconds", "queue_lag_messages"):
+                values = lag.seconds if name == "queue_lag_seconds" else lag.messages
+                for topic, v in dict(values).items():
+                    yield Observation(v, {"consumer": cname, "topic": topic})
+        for rname, m in relays.items():
+            if name in _RELAY_COUNTERS:
+                yield Observation(getattr(m, _RELAY_COUNTERS[name]), {"relay": rname})
+            elif name in _RELAY_GAUGES:
+                yield Observation(getattr(m, name), {"relay": rname})
+        if name in _APP_COUNTERS:
+            for obj in counters.values():
+                value: Any = obj
+                for attr in _APP_COUNTERS[name]:
+                    value = getattr(value, attr, None)
+                if value is not None:
+                    yield Observation(value, {})
+        if gauge is not None:
+            for pairs, v in gauge().items():
+                yield Observation(v, dict(pairs))
+
+
+# ---------------------------------------------------------------------- exposition
+
+
+def _escape(v: str) -> str:
+    return v.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
+
+
+def _labels(attrs: Any, extra: tuple[tuple[str, str], ...] = ()) -> str:
+    pairs = [(str(k), str(v)) for k, v in sorted(dict(attrs or {}).items())] + list(extra)
+    if not pairs:
+        return ""
+    return "{" + ",".join(f'{k}="{_escape(v)}"' for k, v in pairs) + "}"
+
+
+def _num(v: float) -> str:
+    if isinstance(v, float):
+        if math.isinf(v):
+            return "+Inf" if v > 0 else "-Inf"
+        if math.isnan(v):
+            return "NaN"
+        if v.is_integer():
+            return str(int(v))
+    return repr(v) if isinstance(v, float) else str(v)
+
+
+def render_prometheus(data: Any) -> str:
+    """Prometheus text format 0.0.4 of collected ``MetricsData``.
+
+    Every metric in :data:`METRIC_HELP` gets ``# HELP``/``# TYPE`` lines even with no
+    samples yet (so operators see the full set). Histograms: cumulative ``_bucket{le=...}``,
+    ``_sum``, ``_count``.
+    """
+    samples: dict[str, list[str]] = {}
+    for rm in getattr(data, "resource_metrics", None) or []:
+        for sm in rm.scope_metrics:
+            for metric in sm.metrics:
+                out = samples.setdefault(metric.name, [])
+                d = metric.data
+                if isinstance(d, Histogram):
+                    for p in d.data_points:
+                        out.extend(_histogram_lines(metric.name, p))
+                elif isinstance(d, (Sum, Gauge)):
+                    for p in d.data_points:
+                        out.append(f"{metric.name}{_labels(p.attributes)} {_num(p.value)}")
+    lines: list[str] = []
+    names = list(METRIC_HELP) + sorted(n for n in samples if n not in METRIC_HELP)
+    for name in names:
+        kind, help_ = METRIC_HELP.get(name, ("untyped", name))
+        lines.append(f"# HELP {name} {help_}")
+        lines.append(f"# TYPE {name} {kind}")
+        lines.extend(samples.get(name, []))
+    return "\n".join(lines) + "\n"
+
+
+def _histogram_lines(name: str, p: HistogramDataPoint) -> list[str]:
+    out: list[str] = []
+    cumulative = 0
+    for bound, count in zip(p.explicit_bounds, p.bucket_counts, strict=False):
+        cumulative += count
+        out.append(f"{name}_bucket{_labels(p.attributes, (('le', _num(float(bound))),))} {cumulative}")
+    out.append(f"{name}_bucket{_labels(p.attributes, (('le', '+Inf'),))} {p.count}")
+    out.append(f"{name}_sum{_labels(p.attributes)} {_num(float(p.sum))}")
+    out.append(f"{name}_count{_labels(p.attributes)} {p.count}")
+    return out
