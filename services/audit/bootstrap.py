@@ -30,6 +30,7 @@ from casestream.http.edge import edge_policy
 from casestream.http.pgdeadline import DeadlinePool
 from casestream.registry import ConfluentSchemaRegistry
 from casestream.service import ServiceProcess, configure_logging
+from casestream.telemetry.readiness import dependency_checks
 from casestream.upcasters import default_upcasters
 from services.audit.adapters import handlers
 from services.audit.adapters.http import build_app
@@ -87,4 +88,6 @@ def build(settings: AuditSettings | None = None) -> ServiceProcess:
     reader = PgTimelineReader(DeadlinePool(pool))
     return ServiceProcess(name=NAME, app=build_app(reader, edge=edge), host=settings.host,
                           port=settings.port, workers={"consumer": consumer.run},
-                          readiness={"postgres": database_ready, "consumer": consumer_ready})
+                          readiness={"postgres": database_ready, "consumer": consumer_ready,
+                                     **dependency_checks(settings.kafka_bootstrap,
+                                                         settings.registry_url)})

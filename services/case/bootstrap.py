@@ -39,6 +39,7 @@ from casestream.outbox import OUTBOX_MIGRATION, OutboxWriter
 from casestream.registry import ConfluentSchemaRegistry
 from casestream.relay.core import OutboxRelay
 from casestream.service import ServiceProcess, Worker, configure_logging
+from casestream.telemetry.readiness import dependency_checks
 from casestream.upcasters import default_upcasters
 from services.case.adapters import saga_requests
 from services.case.adapters.http.app import build_app
@@ -131,6 +132,7 @@ def build(settings: CaseSettings | None = None) -> ServiceProcess:
             conn.execute("SELECT 1 FROM cases LIMIT 1")
 
     readiness["postgres"] = database_ready
+    readiness.update(dependency_checks(settings.kafka_bootstrap, settings.registry_url))
     if settings.consumer_enabled:
         consumer = ConsumerRuntime(saga_requests.CONSUMER, saga_requests.TOPICS,
                                    consumer_registry(service, catalog), codec, pool,

@@ -28,6 +28,7 @@ from casestream.outbox import OUTBOX_MIGRATION, OutboxWriter
 from casestream.registry import ConfluentSchemaRegistry
 from casestream.relay.core import OutboxRelay
 from casestream.service import ServiceProcess, configure_logging
+from casestream.telemetry.readiness import dependency_checks
 from casestream.upcasters import default_upcasters
 from services.decision.adapters import handlers
 from services.decision.adapters.http import build_app
@@ -107,5 +108,6 @@ def build(settings: DecisionSettings | None = None) -> ServiceProcess:
     return ServiceProcess(
         name=NAME, app=build_app(PgDecisionQueries(pool)), host=settings.host,
         port=settings.port, workers={"consumer": consumer.run, "relay": relay.run},
-        readiness={"postgres": database_ready, "consumer": consumer_ready},
+        readiness={"postgres": database_ready, "consumer": consumer_ready,
+                   **dependency_checks(settings.kafka_bootstrap, settings.registry_url)},
     )

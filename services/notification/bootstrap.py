@@ -34,6 +34,7 @@ from casestream.outbox import OUTBOX_MIGRATION, OutboxWriter
 from casestream.registry import ConfluentSchemaRegistry
 from casestream.relay.core import OutboxRelay
 from casestream.service import ServiceProcess, configure_logging
+from casestream.telemetry.readiness import dependency_checks
 from casestream.upcasters import default_upcasters
 from services.notification.adapters import handlers
 from services.notification.adapters.http import build_app
@@ -126,5 +127,6 @@ def build(settings: NotificationSettings | None = None) -> ServiceProcess:
         name=NAME, app=build_app(PgNoticeQueries(pool)), host=settings.host,
         port=settings.port,
         workers={"consumer": consumer.run, "sender": sender, "relay": relay.run},
-        readiness={"postgres": database_ready, "consumer": consumer_ready},
+        readiness={"postgres": database_ready, "consumer": consumer_ready,
+                   **dependency_checks(settings.kafka_bootstrap, settings.registry_url)},
     )

@@ -34,10 +34,12 @@ from casestream.outbox import OUTBOX_MIGRATION, OutboxWriter
 from casestream.registry import ConfluentSchemaRegistry
 from casestream.relay.core import OutboxRelay
 from casestream.service import ServiceProcess, configure_logging
+from casestream.telemetry.readiness import dependency_checks
 from casestream.upcasters import default_upcasters
 from services.saga.adapters import handlers
 from services.saga.adapters.handlers import OutboxSink
 from services.saga.adapters.http import build_app
+from services.saga.adapters.metrics_pg import register_saga_metrics
 from services.saga.adapters.postgres import PgSagaQueries, PgSagaStore
 from services.saga.adapters.scheduler import DeadlineScheduler
 from services.saga.application.contract import check_against_catalog, payload_fields
@@ -147,9 +149,13 @@ def build(settings: SagaSettings | None = None) -> ServiceProcess:
         if not consumer.ready.is_set():
             raise RuntimeError("consumer has no partition assignment yet")
 
+    register_saga_metrics(pool)  # saga_state_total, compensation_total, timeouts_total
     return ServiceProcess(
-        name=NAME, app=build_app(PgSagaQueries(pool), orchestrator, resolve),
+        name=NAME, app=build_app(PgSagaQueries(pool), orchestrator, resolve,
+                                 stuck_grace=timedelta(seconds=settings.stuck_grace_s),
+                                 clock=utc_now),
         host=settings.host, port=settings.port,
         workers={"consumer": consumer.run, "relay": relay.run, "deadlines": scheduler},
-        readiness={"postgres": database_ready, "consumer": consumer_ready},
+        readiness={"postgres": database_ready, "consumer": consumer_ready,
+                   **dependency_checks(settings.kafka_bootstrap, settings.registry_url)},
     )

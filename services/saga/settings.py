@@ -13,6 +13,7 @@ the orchestrator's own settings use the prefix ``CASESTREAM_SAGA_``:
     CASESTREAM_SAGA_SCHEDULER_BATCH         sagas claimed per deadline round (100)
     CASESTREAM_SAGA_CONSUMER_BATCH          messages per consumer transaction (200)
     CASESTREAM_SAGA_POOL_SIZE               PostgreSQL connections (6)
+    CASESTREAM_SAGA_STUCK_GRACE_S           delay past a deadline before a saga counts as stuck (60)
 """
 
 from __future__ import annotations
@@ -44,3 +45,4 @@ class SagaSettings(CommonSettings):
     scheduler_batch: int = Field(100, ge=1, validation_alias=_P + "SCHEDULER_BATCH")
     consumer_batch: int = Field(200, ge=1, validation_alias=_P + "CONSUMER_BATCH")
     pool_size: int = Field(6, ge=2, validation_alias=_P + "POOL_SIZE")
+    stuck_grace_s: float = Field(60.0, ge=0, validation_alias=_P + "STUCK_GRACE_S")

@@ -1,4 +1,4 @@
-"""EnvelopeCodec: Envelope <-> Kafka message value (Confluent wire format + Avro binary).
+"""EnvelopeCodec: Envelope <-> Kafka message value (Confluent wire format + Avro binary, by fastavro).
 
 Wire format (Confluent, "Wire format" in the Schema Registry docs)::
 
@@ -13,9 +13,16 @@ fetched from the registry once and cached), validates the envelope, then runs th
 chain to the newest version; handlers only see newest payloads. A writer newer than the
 catalog (rolling deploy) is read by Avro schema resolution into the newest known version.
 
-Hot path: every catalog schema is parsed once by fastavro and compiled to straight-line code
-(:mod:`casestream.avrocompile`); ``engine="fastavro"`` uses ``schemaless_writer/reader`` instead
-(same bytes; used as the benchmark baseline and the fallback for unsupported schemas).
+Avro itself is fastavro's (``schemaless_writer`` / ``schemaless_reader``); this module only
+frames, caches and checks. Every schema is parsed once (``fastavro.parse_schema`` in
+:meth:`EnvelopeCodec.prepare`, or on the first message of an unknown writer id) and the
+parsed form is reused on every call. fastavro's writer does not range-check ``int`` fields
+nor type-check ``boolean`` / ``float`` -> ``int``, so encode first runs
+``fastavro.validation.validate`` on the payload (the envelope fields are checked by
+:class:`~casestream.envelope.Envelope` and by the writer), and writes with
+``strict_allow_default=True`` (unknown payload keys refused; a missing field with a default
+takes it). Reading parses a view of each writer schema without ``logicalType: uuid``
+(see :func:`_read_view`): ``event_id`` comes back as the text written, not ``uuid.UUID``.
 
 Errors:
     PoisonMessageError(reason=...) on decode: ``empty``, ``too_short``, ``bad_magic_byte``,
@@ -27,18 +34,17 @@ Errors:
 
 from __future__ import annotations
 
-import io
 import struct
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
+from io import BytesIO
 from typing import Any
 
 from fastavro import parse_schema, schemaless_reader, schemaless_writer
 from fastavro.read import SchemaResolutionError
 from fastavro.validation import ValidationError, validate
 
-from casestream.avrocompile import AvroDecodeError, UnsupportedSchema, compile_schema
 from casestream.catalog import Catalog, same_schema
 from casestream.envelope import Envelope
 from casestream.errors import PoisonMessageError, SchemaError, UnknownSchemaError
@@ -66,8 +72,9 @@ ENVELOPE_FIELDS = (
     "actor_id",
     "payload",
 )
+#: What fastavro's reader raises on bytes that do not fit the writer schema (truncated: EOFError;
+#: bad union/enum index: IndexError; bad UTF-8: UnicodeDecodeError, a ValueError; ...).
 _DECODE_ERRORS = (
-    AvroDecodeError,
     IndexError,
     ValueError,
     TypeError,
@@ -102,8 +109,9 @@ class _Writer:
     subject: str
     aggregate_type: str
     topic: str
-    prefix: bytes
-    write: Callable[[Envelope, bytearray], None]
+    prefix: bytes  # 0x00 + schema id (4 bytes BE)
+    schema: Any  # fastavro-parsed composed schema of (event_type, version)
+    payload_schema: Any  # fastavro-parsed payload schema of the same version (encode validation)
 
 
 @dataclass(slots=True, kw_only=True)
@@ -115,71 +123,80 @@ class _Reader:
     read: Callable[[bytes, int], tuple[dict[str, Any], int]]  # (value, 5) -> (record, end)
 
 
-def _fastavro_writer(parsed: Any, event_type: str, version: int) -> Callable[[Envelope, bytearray], None]:
-    def write(env: Envelope, out: bytearray) -> None:
-        rec = {f: getattr(env, f) for f in ENVELOPE_FIELDS}
-        rec["event_type"], rec["event_version"] = event_type, version
-        buf = io.BytesIO()
-        schemaless_writer(buf, parsed, rec, strict=True)
-        out += buf.getvalue()
+def _read_view(schema: Any) -> Any:
+    """``schema`` without ``logicalType: uuid`` on strings, for reading (same binary encoding).
 
-    return write
+    fastavro maps a uuid string to ``uuid.UUID`` on read; :class:`Envelope` carries the text as
+    written, and ``str(UUID(text))`` costs ~15 % of a decode. The logical type is an annotation
+    on ``string`` (Avro 1.12 spec, "UUID"), so dropping it changes no byte that is read.
+    """
+    if isinstance(schema, list):
+        return [_read_view(s) for s in schema]
+    if not isinstance(schema, Mapping):
+        return schema
+    if schema.get("type") == "string" and schema.get("logicalType") == "uuid":
+        return {k: v for k, v in schema.items() if k != "logicalType"}
+    return {k: _read_view(v) if k in ("type", "fields", "items", "values") else v for k, v in schema.items()}
 
 
 def _fastavro_reader(writer: Any, reader: Any = None) -> Callable[[bytes, int], tuple[dict[str, Any], int]]:
+    """``read(value, start) -> (record, end offset)`` over ``schemaless_reader``; schemas parsed once."""
+    writer = parse_schema(_read_view(writer))
+    reader = parse_schema(_read_view(reader)) if reader is not None else None
+
     def read(value: bytes, start: int) -> tuple[dict[str, Any], int]:
-        bio = io.BytesIO(value)
+        bio = BytesIO(value)
         bio.seek(start)
-        rec = schemaless_reader(bio, writer, reader)
-        if not isinstance(rec, dict):
-            raise AvroDecodeError("not a record")
-        eid = rec.get("event_id")
-        if eid is not None and not isinstance(eid, str):  # fastavro maps logicalType uuid to UUID
-            rec["event_id"] = str(eid)
-        return rec, bio.tell()
+        return schemaless_reader(bio, writer, reader), bio.tell()
 
     return read
 
 
 class EnvelopeCodec:
-    """Encode/decode Envelopes for Kafka.
+    """Encode/decode Envelopes for Kafka (fastavro underneath).
 
     Args:
         catalog: the loaded :class:`~casestream.catalog.Catalog`.
-        registry: a :class:`~casestream.registry.SchemaRegistry` (real adapter or in-memory).
+        registry: a :class:`~casestream.registry.SchemaRegistry` (real adapter or in-memory);
+            the codec owns it from here: :meth:`close` (or ``with codec:``) closes it.
         upcasters: the :class:`~casestream.upcasting.UpcasterChain` (verified in :meth:`prepare`).
-        engine: ``"compiled"`` (default, fastest) or ``"fastavro"``.
 
-    Call :meth:`prepare` once at start-up before encode/decode.
+    Call :meth:`prepare` once at start-up before encode/decode. Thread-safe after
+    :meth:`prepare` (caches only grow; a race fetches a schema twice at worst).
     """
 
-    def __init__(
-        self,
-        catalog: Catalog,
-        registry: SchemaRegistry,
-        upcasters: UpcasterChain,
-        *,
-        engine: str = "compiled",
-    ):
-        if engine not in ("compiled", "fastavro"):
-            raise ValueError(f"engine must be 'compiled' or 'fastavro', got {engine!r}")
+    def __init__(self, catalog: Catalog, registry: SchemaRegistry, upcasters: UpcasterChain):
         self.catalog = catalog
         self.registry = registry
         self.upcasters = upcasters
-        self.engine = engine
         self._writers: dict[tuple[str, int], _Writer] = {}
         self._newest: dict[str, _Writer] = {}
         self._readers: dict[int, _Reader] = {}  # by schema id
         self._by_frame: dict[bytes, _Reader] = {}  # by the 5 frame bytes (0x00 + id): the hot-path cache
         self._local: dict[tuple[str, int], _Reader] = {}  # by (event_type, version): catalog schemas
-        self._parsed: dict[tuple[str, int], Any] = {}
-        self._payload_parsed: dict[str, Any] = {}
         self._ids: dict[tuple[str, int], int] = {}
         self._prepared = False
 
+    # -- lifecycle -------------------------------------------------------------------------
+    def close(self) -> None:
+        """Close the registry adapter (its HTTP session); a no-op for a registry without ``close``.
+
+        Cached schemas stay usable: decoding ids seen before still works, a new id then
+        raises whatever the closed registry raises.
+        """
+        close = getattr(self.registry, "close", None)
+        if close is not None:
+            close()
+
+    def __enter__(self) -> EnvelopeCodec:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
     # -- start-up --------------------------------------------------------------------------
     def prepare(self, *, auto_register: bool) -> dict[tuple[str, int], int]:
-        """Resolve the schema id of every catalog (event type, version) and build the (de)coders.
+        """Resolve the schema id of every catalog (event type, version) and parse every schema.
 
         Args:
             auto_register: True (dev/test) registers missing schemas and sets each subject's
@@ -212,8 +229,6 @@ class EnvelopeCodec:
                         f"{sv.subject} v{sv.version} is not registered; run `casestream schemas register` ({e})"
                     ) from e
         for spec in self.catalog.subjects.values():
-            newest = self.catalog.version(spec.event_type)
-            self._payload_parsed[spec.event_type] = parse_schema(dict(newest.payload))
             for v in spec.versions:
                 self._build(spec.event_type, v, ids[(spec.event_type, v)])
             self._newest[spec.event_type] = self._writers[(spec.event_type, spec.newest)]
@@ -225,22 +240,6 @@ class EnvelopeCodec:
         sv = self.catalog.version(event_type, version)
         spec = self.catalog.subject_for(event_type)
         parsed = parse_schema(dict(sv.schema))
-        self._parsed[(event_type, version)] = parsed
-        write: Callable[[Envelope, bytearray], None] | None = None
-        read: Callable[[bytes, int], tuple[dict[str, Any], int]] | None = None
-        if self.engine == "compiled":
-            try:
-                enc = compile_schema(
-                    parsed,
-                    attribute_access=True,
-                    constants={"event_type": event_type, "event_version": version},
-                )
-                write, read = enc.encode, enc.decode
-            except UnsupportedSchema:
-                pass
-        if write is None or read is None:
-            write = _fastavro_writer(parsed, event_type, version)
-            read = _fastavro_reader(parsed)
         self._writers[(event_type, version)] = _Writer(
             event_type=event_type,
             version=version,
@@ -248,10 +247,12 @@ class EnvelopeCodec:
             aggregate_type=spec.aggregate_type,
             topic=spec.topic,
             prefix=bytes([MAGIC_BYTE]) + schema_id.to_bytes(4, "big"),
-            write=write,
+            schema=parsed,
+            payload_schema=parse_schema(dict(sv.payload)),
         )
         self._readers[schema_id] = self._local[(event_type, version)] = _Reader(
-            schema_id=schema_id, event_type=event_type, version=version, newest=spec.newest, read=read
+            schema_id=schema_id, event_type=event_type, version=version, newest=spec.newest,
+            read=_fastavro_reader(sv.schema),
         )
 
     @property
@@ -288,19 +289,39 @@ class EnvelopeCodec:
             raise InvalidEventError(
                 f"{w.subject}: aggregate_type must be {w.aggregate_type!r}, got {env.aggregate_type!r}"
             )
-        out = bytearray(w.prefix)
+        payload = env.payload
+        if not validate(payload, w.payload_schema, raise_errors=False):  # int range, bool/float as int...
+            raise self._explain(env, w, None)
+        rec = {
+            "event_id": env.event_id,
+            "event_type": w.event_type,
+            "event_version": w.version,
+            "source": env.source,
+            "tenant_id": env.tenant_id,
+            "aggregate_type": env.aggregate_type,
+            "aggregate_id": env.aggregate_id,
+            "aggregate_version": env.aggregate_version,
+            "occurred_at": env.occurred_at,
+            "published_at": env.published_at,
+            "correlation_id": env.correlation_id,
+            "causation_id": env.causation_id,
+            "traceparent": env.traceparent,
+            "actor_id": env.actor_id,
+            "payload": payload,
+        }
+        out = BytesIO()
+        out.write(w.prefix)
         try:
-            w.write(env, out)
+            schemaless_writer(out, w.schema, rec, strict_allow_default=True)
         except _ENCODE_ERRORS as e:
             raise self._explain(env, w, e) from e
-        return bytes(out)
+        return out.getvalue()
 
-    def _explain(self, env: Envelope, w: _Writer, cause: Exception) -> InvalidEventError:
-        rec = {f: getattr(env, f, None) for f in ENVELOPE_FIELDS}
-        rec["event_version"] = w.version
-        detail = str(cause)
+    @staticmethod
+    def _explain(env: Envelope, w: _Writer, cause: Exception | None) -> InvalidEventError:
+        detail = str(cause) if cause is not None else "payload does not fit"
         try:
-            validate(rec, self._parsed[(w.event_type, w.version)], raise_errors=True)
+            validate(env.payload, w.payload_schema, raise_errors=True)
         except ValidationError as ve:
             detail = "; ".join(str(x) for x in ve.errors) or detail
         except Exception:  # noqa: BLE001 - best effort diagnostics only
@@ -398,7 +419,7 @@ class EnvelopeCodec:
         if reached != newest:
             raise _poison("upcast", f"{event_type} {rec['event_id']}: upcast from v{ev} reached v{reached}, not v{newest}")
         try:
-            validate(payload, self._payload_parsed[event_type], raise_errors=True)
+            validate(payload, self._newest[event_type].payload_schema, raise_errors=True)
         except ValidationError as e:
             raise _poison(
                 "validation", f"{event_type} {rec['event_id']}: payload upcast v{ev}->v{newest} invalid: {e.errors}"
@@ -423,13 +444,12 @@ class EnvelopeCodec:
                 r = _Reader(schema_id=sid, event_type=spec.event_type, version=v, newest=spec.newest, read=known.read)
                 self._readers[sid] = r
                 return r
+        newest = self._newest[spec.event_type].version
         try:
-            writer = parse_schema(schema)
+            plain = _fastavro_reader(schema)
+            resolve = _fastavro_reader(schema, self.catalog.schema(spec.event_type, newest))
         except Exception as e:  # noqa: BLE001 - fastavro raises several types for bad schemas
             raise _poison("schema_resolution", f"schema id {sid} ({subject}) does not parse: {e}") from e
-        plain = _fastavro_reader(writer)
-        newest = self._newest[spec.event_type].version
-        resolve = _fastavro_reader(writer, self._parsed[(spec.event_type, newest)])
 
         def read(value: bytes, start: int) -> tuple[dict[str, Any], int]:
             rec, end = plain(value, start)

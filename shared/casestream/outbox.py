@@ -22,7 +22,9 @@ aggregate_version   bigint       the aggregate's version after this event (>= 1)
 event_version       integer      schema version of the event type; header ``event_version``
 tenant_id           text         tenant (operability, filters in the CLI)
 correlation_id      text         header ``correlation_id``
-traceparent         text         W3C trace context; header ``traceparent``
+traceparent         text         W3C trace context of the span current at append (else the
+                                 envelope's; ``casestream.telemetry.traceparent_for_row``);
+                                 the relay sends its own child span's in header ``traceparent``
 occurred_at         timestamptz  when the fact happened (from the envelope)
 created_at          timestamptz  insert time (``now()`` of the writing transaction)
 status              text         ``pending`` | ``published`` | ``failed`` | ``discarded``
@@ -66,6 +68,8 @@ from psycopg.pq import TransactionStatus
 
 from casestream.db import Migration
 from casestream.errors import ConcurrencyError, ConfigError
+from casestream.telemetry.core import db_span
+from casestream.telemetry.tracing import traceparent_for_row
 
 __all__ = [
     "OUTBOX_DDL",
@@ -255,7 +259,8 @@ class OutboxWriter:
         if expected_version is not None:
             _check_stream_version(conn, envs, expected_version)
         rows = [self._row(env) for env in envs]
-        with conn.cursor() as cur:
+        with db_span("INSERT outbox", operation="INSERT", collection="outbox"), \
+                conn.cursor() as cur:
             cur.executemany(_INSERT, rows)
         return [r[0] for r in rows]
 
@@ -279,7 +284,7 @@ class OutboxWriter:
             event_id, env.aggregate_type, str(env.aggregate_id), env.event_type, bytes(payload),
             int(env.aggregate_version), event_version,
             getattr(env, "tenant_id", None), getattr(env, "correlation_id", None),
-            getattr(env, "traceparent", None), occurred_at,
+            traceparent_for_row(getattr(env, "traceparent", None)), occurred_at,
         )
 
 

@@ -22,7 +22,13 @@ import uvicorn
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse
+from starlette.concurrency import run_in_threadpool
 from starlette.routing import Route
+
+from casestream import telemetry
+from casestream.telemetry.http import TracingMiddleware
+from casestream.telemetry.logs import JsonFormatter
+from casestream.telemetry.settings import TelemetrySettings
 
 Worker = Callable[[threading.Event], None]
 """A long-running loop that returns soon after its stop event is set."""
@@ -54,10 +60,19 @@ class _Server(uvicorn.Server):
         self._on_signal()
 
 
-def configure_logging(service: str, level: str = "INFO") -> None:
-    """Send log records to stderr, one line each, prefixed with the service name."""
+def configure_logging(service: str, level: str = "INFO", *, json_lines: bool | None = None) -> None:
+    """Send log records to stderr, one line each.
+
+    ``json_lines`` (default: ``CASESTREAM_TELEMETRY_LOG_FORMAT``, ``json`` unless ``text``):
+    one JSON object per line (``casestream.telemetry.logs.JsonFormatter``: timestamp, level,
+    service, trace_id, correlation_id, event_id, ...); otherwise text prefixed with the
+    service name.
+    """
+    if json_lines is None:
+        json_lines = TelemetrySettings().log_format.lower() != "text"
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(
+        JsonFormatter(service) if json_lines else
         logging.Formatter(f"%(asctime)s %(levelname)s {service} %(name)s: %(message)s")
     )
     root = logging.getLogger()
@@ -81,7 +96,7 @@ def health_routes(readiness: Mapping[str, ReadinessCheck]) -> list[Route]:
         failing: dict[str, str] = {}
         for name, check in readiness.items():
             try:
-                check()
+                await run_in_threadpool(check)  # checks block (bounded by their timeouts)
             except Exception as e:  # noqa: BLE001 - any failure means "not ready"
                 failing[name] = f"{type(e).__name__}: {e}"[:300]
         if failing:
@@ -97,7 +112,10 @@ class ServiceProcess:
 
     Attributes:
         name: service name, used in logs and thread names.
-        app: the starlette application (``/healthz`` and ``/readyz`` are added to it).
+        app: the starlette application (``/healthz`` and ``/readyz`` are added to it). It is
+            served behind ``casestream.telemetry.http.TracingMiddleware``, which also answers
+            ``/metrics`` (Prometheus text, no token needed); ``app.state.counters``, if set,
+            is exported there.
         host, port: where uvicorn listens.
         workers: named worker loops, each run in its own daemon thread.
         readiness: dependency checks served at ``/readyz``.
@@ -116,10 +134,16 @@ class ServiceProcess:
 
     def run(self) -> int:
         """Serve until SIGTERM/SIGINT or a worker failure; return the exit status (0 or 1)."""
+        tel = telemetry.install(self.name)
+        counters = getattr(self.app.state, "counters", None)
+        if counters is not None:
+            telemetry.sources().add_counters(self.name, counters)
         for route in health_routes(self.readiness):
             self.app.router.routes.append(route)
         server = _Server(
-            uvicorn.Config(self.app, host=self.host, port=self.port, log_config=None,
+            uvicorn.Config(TracingMiddleware(self.app, serve_metrics=True), host=self.host,
+                           port=self.port,
+                           log_config=None,
                            access_log=False, lifespan="off"),
             on_signal=self.stop.set,
         )
@@ -141,6 +165,7 @@ class ServiceProcess:
                 if thread.is_alive():
                     log.error("worker %s did not stop within %.0f s", thread.name,
                               self.shutdown_timeout_s)
+        tel.shutdown()
         if self._failed:
             log.error("stopped because worker(s) failed: %s", ", ".join(self._failed))
             return 1

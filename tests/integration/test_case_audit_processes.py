@@ -35,6 +35,7 @@ import pytest
 from confluent_kafka import Producer
 from test_case_support import server_url
 
+from casestream.auth import bearer_headers
 from casestream.catalog import load_catalog
 from casestream.codec import EnvelopeCodec
 from casestream.envelope import Envelope, new_event
@@ -191,7 +192,7 @@ def saga_event(event_type: str, case_id: str, saga_id: str, version: int,
 
 
 def trail(audit: Service, case_id: str) -> list[str]:
-    response = httpx.get(audit.url(f"/audit/cases/{case_id}"), headers={"X-Tenant-Id": TENANT},
+    response = httpx.get(audit.url(f"/audit/cases/{case_id}"), headers=bearer_headers(TENANT),
                          timeout=5)
     if response.status_code == 404:
         return []
@@ -203,7 +204,7 @@ def test_case_journey_through_kafka_with_audit_restart(
         services: dict[str, Service], kafka: PrivateKafka, registry_url: str,
         databases: tuple[str, dict[str, str]]) -> None:
     case, audit = services["case"], services["audit"]
-    headers = {"X-Tenant-Id": TENANT, "X-Actor-Id": "officer-p"}
+    headers = bearer_headers(TENANT, subject="officer-p")
     created = httpx.post(case.url("/cases"), headers=headers, timeout=10, json={
         "title": "Unlicensed trading", "summary": "Stall without licence", "severity": 4,
         "evidence_count": 2, "reporter_email": "r@example.org"})

@@ -17,8 +17,10 @@ from psycopg_pool import ConnectionPool
 from starlette.testclient import TestClient
 from test_case_support import database_url_for, memory_codec, schema_dsn_for
 
+from casestream.auth import AuthSettings, TokenVerifier, bearer_headers
 from casestream.codec import EnvelopeCodec
 from casestream.db import apply_migrations
+from casestream.http import EdgePolicy
 from casestream.outbox import OutboxWriter
 from services.case.adapters.http.app import build_app
 from services.case.adapters.postgres import PgUnitOfWork
@@ -27,7 +29,8 @@ from services.case.bootstrap import SystemClock, migrations
 
 pytestmark = pytest.mark.integration
 
-H = {"X-Tenant-Id": "tenant-a", "X-Actor-Id": "officer-7"}
+H = bearer_headers("tenant-a", subject="officer-7")
+EDGE = EdgePolicy(verifier=TokenVerifier(AuthSettings()))
 BODY = {"title": "Late filing", "summary": "  Annual   report late  ", "severity": 2,
         "evidence_count": 0, "reporter_email": "clerk@example.org", "priority": "HIGH"}
 
@@ -50,7 +53,7 @@ def client(dsn: str, codec: EnvelopeCodec) -> Iterator[TestClient]:
         service = CaseService(uow=PgUnitOfWork.factory(pool, OutboxWriter(codec).append),
                               clock=SystemClock(), new_id=lambda: str(uuid.uuid4()),
                               idempotency_ttl=timedelta(hours=1))
-        with TestClient(build_app(service), raise_server_exceptions=False) as c:
+        with TestClient(build_app(service, edge=EDGE), raise_server_exceptions=False) as c:
             yield c
 
 
@@ -96,7 +99,7 @@ def test_open_submit_replay_conflict_read(client: TestClient, dsn: str,
     read = client.get(f"/cases/{case_id}", headers=H)
     assert read.status_code == 200 and read.json()["status"] == "submitted"
     assert read.headers["etag"] == '"2"'
-    other = client.get(f"/cases/{case_id}", headers={"X-Tenant-Id": "tenant-b"})
+    other = client.get(f"/cases/{case_id}", headers=bearer_headers("tenant-b"))
     assert other.status_code == 404 and other.json()["code"] == "case_not_found"
 
 
@@ -123,7 +126,7 @@ def test_database_down_is_a_503_problem(codec: EnvelopeCodec) -> None:
         service = CaseService(uow=PgUnitOfWork.factory(pool, OutboxWriter(codec).append),
                               clock=SystemClock(), new_id=lambda: str(uuid.uuid4()),
                               idempotency_ttl=timedelta(hours=1))
-        with TestClient(build_app(service), raise_server_exceptions=False) as c:
+        with TestClient(build_app(service, edge=EDGE), raise_server_exceptions=False) as c:
             response = c.post("/cases", json=BODY, headers=H)
     assert response.status_code == 503, response.text
     assert response.json()["code"] == "service_unavailable"

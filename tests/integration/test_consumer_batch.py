@@ -50,8 +50,11 @@ def world(pg_url: str) -> Iterator[tuple[Any, EffectsProjection, str]]:
     conn = psycopg.connect(dsn, autocommit=True)
     ensure_schema(conn)
     conn.execute(projection.ddl())
-    yield conn, projection, f"test.batch-{uuid.uuid4().hex[:10]}"
+    name = f"test.batch-{uuid.uuid4().hex[:10]}"
+    yield conn, projection, name
     conn.execute(f"DROP TABLE IF EXISTS {projection.table}")
+    for table in ("consumer_inbox", "consumer_version_guard", "consumer_held_event"):
+        conn.execute(f"DELETE FROM {table} WHERE consumer LIKE %s", (name + "%",))
     conn.close()
 
 

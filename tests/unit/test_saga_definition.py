@@ -54,7 +54,12 @@ def test_case_review_is_valid_and_covers_the_brief() -> None:
                             "NoticeIssued", "NoticeFailed", "CaseClosed", "CaseReturned"}
     assert d.emitted_event_types() == {"DecisionRequested", "NoticeRequested",
                                        "CaseCloseRequested", "CaseReturnRequested",
-                                       "SagaCompleted", "SagaCompensated"}
+                                       "SagaCompleted", "SagaCompensated",
+                                       "SagaManualReviewRequired", "SagaResolved",
+                                       "SagaCompensationFailed"}
+    assert d.compensation_states() == {"COMPENSATING", "COMPENSATED", "COMPENSATION_FAILED"}
+    assert d.success_triggers() == {"ViolationDetermined", "NoViolationFound"}
+    assert [s.name for s in d.states if s.alert] == ["COMPENSATION_FAILED"]
     assert CASE_REVIEW.step("notify").kind is StepKind.PIVOT
     assert CASE_REVIEW.step("decide").compensation == "return_case"
 
@@ -132,3 +137,13 @@ def test_every_problem_is_reported_at_once() -> None:
     d = _tiny(initial="ASK", steps=(), states=(State(name="ASK", step="ask"),), transitions=())
     problems = _problems(d)
     assert len(problems) >= 2
+
+
+def test_transition_announcement_needs_its_data_on_every_path() -> None:
+    d = case_review_saga()
+    broken = replace(d, transitions=tuple(
+        replace(t, emits=(Request(event_type="SagaResolved",
+                                  payload=fields("case_id", reason="nowhere")),))
+        if t.on == "@resolve" else t for t in d.transitions))
+    problems = _problems(broken)
+    assert any("SagaResolved needs saga data nowhere" in p for p in problems), problems

@@ -110,8 +110,12 @@ CASES = [
                                            "penalty_cents": 400_000}),)),
     Case(state=cr.AWAITING_NOTICE, trigger="NoticeFailed",
          payload={"case_id": CASE, "saga_id": SAGA, "reason": "mailbox unavailable"},
-         to=cr.MANUAL_REVIEW),
-    Case(state=cr.AWAITING_NOTICE, trigger=DEADLINE, to=cr.MANUAL_REVIEW),
+         to=cr.MANUAL_REVIEW,
+         requests=(("SagaManualReviewRequired", {"case_id": CASE,
+                                                 "reason": "mailbox unavailable"}),)),
+    Case(state=cr.AWAITING_NOTICE, trigger=DEADLINE, to=cr.MANUAL_REVIEW,
+         requests=(("SagaManualReviewRequired", {
+             "case_id": CASE, "reason": "no notice outcome before the notice deadline"}),)),
     Case(state=cr.AWAITING_CLOSE, trigger="CaseClosed",
          payload={"outcome": "violation", "penalty_cents": 400_000}, to=cr.COMPLETED,
          requests=(("SagaCompleted", {"case_id": CASE, "outcome": "violation"}),)),
@@ -119,7 +123,9 @@ CASES = [
          disposition=Disposition.RETRIED,
          requests=(("CaseCloseRequested", {"case_id": CASE, "outcome": "violation",
                                            "penalty_cents": 400_000}),)),
-    Case(state=cr.AWAITING_CLOSE, trigger=DEADLINE, attempts=3, to=cr.MANUAL_REVIEW),
+    Case(state=cr.AWAITING_CLOSE, trigger=DEADLINE, attempts=3, to=cr.MANUAL_REVIEW,
+         requests=(("SagaManualReviewRequired", {
+             "case_id": CASE, "reason": "case close not confirmed after retries"}),)),
     Case(state=cr.COMPENSATING, trigger="CaseReturned", payload={"reason": "x"},
          to=cr.COMPENSATED,
          requests=(("SagaCompensated", {"case_id": CASE,
@@ -128,10 +134,14 @@ CASES = [
          disposition=Disposition.RETRIED,
          requests=(("CaseReturnRequested", {"case_id": CASE,
                                             "reason": "decision engine rejected the case: test"}),)),
-    Case(state=cr.COMPENSATING, trigger=DEADLINE, attempts=3, to=cr.COMPENSATION_FAILED),
+    Case(state=cr.COMPENSATING, trigger=DEADLINE, attempts=3, to=cr.COMPENSATION_FAILED,
+         requests=(("SagaCompensationFailed", {
+             "case_id": CASE, "reason": "case return not confirmed after retries"}),)),
     Case(state=cr.MANUAL_REVIEW, trigger=RESOLVE, payload={"reason": "notice sent by post"},
          to=cr.AWAITING_CLOSE,
-         requests=(("CaseCloseRequested", {"case_id": CASE, "outcome": "violation",
+         requests=(("SagaResolved", {"case_id": CASE, "resolution": "close",
+                                     "reason": "notice sent by post"}),
+                   ("CaseCloseRequested", {"case_id": CASE, "outcome": "violation",
                                            "penalty_cents": 400_000}),)),
 ]
 
@@ -196,8 +206,6 @@ def test_start_without_a_required_field_fails_loudly() -> None:
 
 
 @pytest.mark.parametrize("state,trigger", [
-    (cr.COMPENSATING, "ViolationDetermined"),  # late success after the decision deadline fired
-    (cr.COMPENSATED, "NoViolationFound"),
     (cr.COMPLETED, "NoticeIssued"),  # duplicate reply after completion
     (cr.AWAITING_CLOSE, "ViolationDetermined"),  # second decision for the same saga
     (cr.AWAITING_NOTICE, "CaseClosed"),  # out of place
@@ -214,6 +222,23 @@ def test_replies_not_whitelisted_are_ignored_and_change_nothing(state: str, trig
     assert out.history.disposition is Disposition.IGNORED
     assert out.history.event_id == "late-1" and state in out.history.note
     assert not out.changed
+
+
+@pytest.mark.parametrize("state,trigger", [
+    (cr.COMPENSATING, "ViolationDetermined"),  # late success after the decision deadline fired
+    (cr.COMPENSATED, "NoViolationFound"),  # ... or after the compensation finished
+    (cr.COMPENSATION_FAILED, "ViolationDetermined"),
+])
+def test_late_success_after_compensation_began_is_recorded_as_late(state: str,
+                                                                  trigger: str) -> None:
+    saga = given(state, data=RETURN_DATA)
+    out = apply_event(CASE_REVIEW, saga, event_type=trigger,
+                      payload={"case_id": CASE, "saga_id": SAGA, "violation_code": "REG-4",
+                               "penalty_cents": 1},
+                      event_id="late-1", now=T0)
+    assert out.saga is saga and out.emissions == ()
+    assert out.history.disposition is Disposition.LATE
+    assert "compensation" in out.history.note and not out.changed
 
 
 def test_late_reply_after_completion_is_labelled_as_such() -> None:
@@ -244,7 +269,8 @@ def test_resolve_outside_manual_review_is_refused() -> None:
 def test_resolve_records_the_operator_reason() -> None:
     out = resolve(CASE_REVIEW, given(cr.MANUAL_REVIEW), input={"reason": "called the owner"},
                   now=T0)
-    assert out.saga.data["resolution"] == "called the owner"
+    assert out.saga.data["resolution_reason"] == "called the owner"
+    assert out.saga.data["resolution"] == "close"
     assert out.history.note == "called the owner"
 
 

@@ -86,3 +86,26 @@ def test_resolve_needs_a_reason_and_a_parked_saga(setup) -> None:
     assert sink.events[-1].actor_id == "op-7"
     r = client.post("/sagas/00000000-0000-4000-8000-000000000000/resolve", json={"reason": "x"})
     assert r.status_code == 404
+
+
+def test_stuck_lists_sagas_past_deadline_plus_grace(setup) -> None:
+    client, store, sink, orch, saga_id = setup
+    app_now = {"now": T0}
+    from datetime import timedelta
+
+    from services.saga.adapters.http import build_app
+    client = TestClient(build_app(store, orch, lambda *a: None, stuck_grace=timedelta(seconds=60),
+                                  clock=lambda: app_now["now"]))
+    deadline = store.get(saga_id).deadline_at  # type: ignore[union-attr]
+    app_now["now"] = deadline + timedelta(seconds=30)
+    assert client.get("/sagas/stuck").json()["count"] == 0  # within grace
+    app_now["now"] = deadline + timedelta(seconds=61)
+    body = client.get("/sagas/stuck").json()
+    assert body["count"] == 1 and body["items"][0]["saga_id"] == saga_id
+    assert client.get("/sagas/stuck?grace_s=3600").json()["count"] == 0
+    assert client.get("/sagas/stuck?grace_s=-1").status_code == 400
+    metrics = client.get("/sagas/metrics").json()
+    assert metrics["gauges"]["sagas_stuck"] == 1
+    assert metrics["gauges"]["sagas{state=AWAITING_DECISION}"] == 1
+    assert metrics["gauges"]["sagas_alerting"] == 0
+    assert metrics["counters"]["transitions_total{AWAITING_DECISION}"] == 1

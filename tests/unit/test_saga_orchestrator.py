@@ -148,8 +148,10 @@ def test_decision_deadline_compensates_and_a_late_decision_changes_nothing(world
     before = len(sink.events)
     late = orch.handle(store, sink, reply("ViolationDetermined", saga_id,
                                           {"violation_code": "REG-4", "penalty_cents": 1}))
-    assert late.disposition is Disposition.IGNORED
+    assert late.disposition is Disposition.LATE
     assert len(sink.events) == before
+    assert orch.metrics.get("late_replies_total", "ViolationDetermined") == 1
+    assert store.histories[saga_id][-1].disposition is Disposition.LATE
     assert store.get(saga_id).state == cr.COMPENSATING  # type: ignore[union-attr]
     orch.handle(store, sink, case_event("CaseReturned", {"reason": "x"}))
     assert store.get(saga_id).state == cr.COMPENSATED  # type: ignore[union-attr]
@@ -250,3 +252,56 @@ def test_service_builds_its_definition_from_settings_and_catalog() -> None:
     assert d.step("close").retry.max_attempts == 5
     assert {t for t, _ in d.step("decide").action.payload} == set(
         payload_fields(load_catalog(), "DecisionRequested"))
+
+
+def test_compensation_failing_always_ends_in_compensation_failed_with_an_alert(
+        world, caplog: pytest.LogCaptureFixture) -> None:
+    """Bounded compensation retries (3 issues), then COMPENSATION_FAILED: logged at ERROR,
+    counted, announced — never stuck in COMPENSATING."""
+    orch, store, sink, clock = world
+    saga_id = orch.handle(store, sink, submitted()).saga_id or ""
+    orch.handle(store, sink, reply("DecisionFailed", saga_id, {"reason": "engine down"}))
+    for _ in range(3):  # attempts 2 and 3 re-issue, the 3rd deadline gives up
+        clock.now += timedelta(minutes=3)
+        assert orch.fire_due(store, sink) == 1
+    saga = store.get(saga_id)
+    assert saga is not None and saga.state == cr.COMPENSATION_FAILED
+    assert saga.deadline_at is None
+    types = [e.event_type for e in sink.events]
+    assert types.count("CaseReturnRequested") == 3
+    assert types[-1] == "SagaCompensationFailed"
+    assert orch.metrics.get("alerts_total", cr.COMPENSATION_FAILED) == 1
+    alerts = [r for r in caplog.records if r.levelname == "ERROR" and "ALERT" in r.message]
+    assert len(alerts) == 1 and saga_id in alerts[0].message
+    clock.now += timedelta(hours=1)
+    assert orch.fire_due(store, sink) == 0  # nothing left to fire
+
+
+def test_compensation_confirmed_on_the_third_attempt_compensates(world) -> None:
+    orch, store, sink, clock = world
+    saga_id = orch.handle(store, sink, submitted()).saga_id or ""
+    orch.handle(store, sink, reply("DecisionFailed", saga_id, {"reason": "engine down"}))
+    for _ in range(2):
+        clock.now += timedelta(minutes=3)
+        orch.fire_due(store, sink)
+    assert store.get(saga_id).attempts == 3  # type: ignore[union-attr]
+    orch.handle(store, sink, case_event("CaseReturned", {"reason": "engine down"}))
+    assert store.get(saga_id).state == cr.COMPENSATED  # type: ignore[union-attr]
+    assert orch.metrics.get("alerts_total", cr.COMPENSATION_FAILED) == 0
+
+
+def test_manual_review_and_resolution_are_announced(world) -> None:
+    orch, store, sink, clock = world
+    saga_id = orch.handle(store, sink, submitted()).saga_id or ""
+    orch.handle(store, sink, reply("ViolationDetermined", saga_id,
+                                   {"violation_code": "REG-4", "penalty_cents": 5}))
+    orch.handle(store, sink, reply("NoticeFailed", saga_id, {"reason": "bounced"}))
+    assert sink.events[-1].event_type == "SagaManualReviewRequired"
+    assert dict(sink.events[-1].payload) == {"case_id": CASE, "reason": "bounced"}
+    orch.resolve(store, sink, saga_id, reason="sent by post", actor_id="op-1")
+    resolved, close = sink.events[-2:]
+    assert (resolved.event_type, close.event_type) == ("SagaResolved", "CaseCloseRequested")
+    assert dict(resolved.payload) == {"case_id": CASE, "resolution": "close",
+                                      "reason": "sent by post"}
+    assert resolved.actor_id == "op-1" and resolved.correlation_id == CASE
+    assert [e.aggregate_version for e in sink.events] == list(range(1, len(sink.events) + 1))

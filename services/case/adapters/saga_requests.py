@@ -8,6 +8,13 @@ outbox inside the runtime's transaction, so the inbox row, the case row and the 
 row commit together (a redelivered request finds its inbox row and does nothing; a
 second request for an already-applied change is a domain no-op).
 
+Test hook (documented, deterministic; used by the saga's integration tests): a
+``CaseReturnRequested`` whose reason contains ``[fail-compensation]`` is refused every time,
+one containing ``[fail-compensation:N]`` is refused for the first N requests of that saga
+(counted from this consumer's inbox rows). A refusal changes nothing and sends no reply, so
+the saga re-issues the request on its deadline and, after its bounded retries, ends in
+COMPENSATION_FAILED.
+
 Failures steer the runtime (casestream.handlers): a request for an unknown case, a case
 in a state that forbids it, or an invalid payload can never succeed -> PoisonMessageError
 (dead-lettered to ``case.saga-requests.dlq``); a lost optimistic race -> RetryableError.
@@ -16,6 +23,7 @@ in a state that forbids it, or an invalid payload can never succeed -> PoisonMes
 from __future__ import annotations
 
 import logging
+import re
 import uuid
 from collections.abc import Callable
 from typing import Any
@@ -33,6 +41,7 @@ from services.case.domain.errors import CaseNotFound, CaseValidationError, Inval
 CONSUMER = "case.saga-requests"
 TOPICS = ("outbox.event.saga",)
 IGNORED = ("DecisionRequested", "NoticeRequested", "SagaCompleted", "SagaCompensated")
+FAIL_COMPENSATION = re.compile(r"\[fail-compensation(?::(\d+))?\]")
 
 log = logging.getLogger(__name__)
 
@@ -75,6 +84,23 @@ def _apply(event: Envelope, action: Callable[[], bool]) -> None:
                  event.event_type, event.event_id)
 
 
+def _refuse_for_test(ctx: HandlerContext, event: Envelope) -> bool:
+    """The ``[fail-compensation(:N)]`` test hook (module docstring); True = refused."""
+    match = FAIL_COMPENSATION.search(str(event.payload.get("reason", "")))
+    if match is None:
+        return False
+    if match.group(1) is not None:
+        earlier = ctx.conn.execute(
+            """SELECT count(*) FROM consumer_inbox WHERE consumer = %s AND event_type = %s
+               AND aggregate_id = %s AND event_id <> %s""",
+            (CONSUMER, event.event_type, event.aggregate_id, event.event_id)).fetchone()[0]
+        if earlier >= int(match.group(1)):
+            return False
+    log.warning("%s %s refused by the [fail-compensation] test hook", event.event_type,
+                event.event_id)
+    return True
+
+
 def build_registry(service: CaseService) -> HandlerRegistry:
     """Return the handler registry of consumer ``case.saga-requests``."""
     registry = HandlerRegistry()
@@ -90,6 +116,8 @@ def build_registry(service: CaseService) -> HandlerRegistry:
 
     @registry.on("CaseReturnRequested", kind=HandlerKind.PROCESS)
     def return_requested(ctx: HandlerContext, event: Envelope) -> None:
+        if _refuse_for_test(ctx, event):
+            return
         uow = PgUnitOfWork.bound(ctx.conn, ctx.outbox.append)
         cmd = ReturnCase(tenant_id=event.tenant_id, case_id=_case_id(event),
                          reason=_field(event, "reason"), actor_id=event.actor_id,

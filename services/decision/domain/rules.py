@@ -5,7 +5,9 @@ Rules, applied in this order to a case's facts (severity 1..5, evidence_count >=
 1. **Test hook** — a title containing :data:`FAIL_MARKER` (``"[fail-decision]"``) is
    rejected: ``DecisionFailed`` with reason ``"decision engine rejected the case: ..."``.
    This is the documented way for tests and the demo to make a decision fail (the saga
-   then compensates by returning the case).
+   then compensates by returning the case). A ``[fail-compensation]`` or
+   ``[fail-compensation:N]`` marker in the title is copied into the reason (see
+   :data:`DOWNSTREAM_MARKER`).
 2. **Facts out of range** — severity outside 1..5 or a negative evidence count is
    rejected the same way (the engine refuses to guess).
 3. **Violation** iff ``severity >= 3`` and ``evidence_count >= 1``; then
@@ -19,6 +21,7 @@ Rules, applied in this order to a case's facts (severity 1..5, evidence_count >=
 from __future__ import annotations
 
 import enum
+import re
 from dataclasses import dataclass
 
 RULES_VERSION = "2025-01"
@@ -26,6 +29,11 @@ RULES_VERSION = "2025-01"
 
 FAIL_MARKER = "[fail-decision]"
 """A title containing this marker makes the decision fail (documented test hook)."""
+
+DOWNSTREAM_MARKER = re.compile(r"\[fail-compensation(?::\d+)?\]")
+"""Test markers of later steps copied from the title into the failure reason, so the
+saga's compensation request carries them (the case service's ``[fail-compensation(:N)]``
+hook refuses the case return)."""
 
 PENALTY_PER_POINT_CENTS = 50_000
 """Penalty per severity point and piece of evidence, in cents."""
@@ -85,8 +93,10 @@ def penalty_cents(severity: int, evidence_count: int) -> int:
 def decide(facts: CaseFacts) -> Verdict:
     """Apply the rules of this module to ``facts``; never raises."""
     if FAIL_MARKER in facts.title:
+        carried = "".join(f" {m}" for m in DOWNSTREAM_MARKER.findall(facts.title))
         return Verdict(outcome=Outcome.FAILED,
-                       reason=FAILURE_PREFIX + f"title contains the test marker {FAIL_MARKER}")
+                       reason=FAILURE_PREFIX + f"title contains the test marker {FAIL_MARKER}"
+                       + carried)
     if not 1 <= facts.severity <= 5:
         return Verdict(outcome=Outcome.FAILED,
                        reason=FAILURE_PREFIX + f"severity {facts.severity} is outside 1..5")

@@ -10,12 +10,14 @@ is poison (dead-lettered).
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from datetime import datetime
 from typing import Any
 
 from casestream.envelope import Envelope
 from casestream.errors import PoisonMessageError
 from casestream.handlers import HandlerContext, HandlerKind, HandlerRegistry
+from casestream.telemetry import traceparent_for_row
 from services.notification.adapters.postgres import PgNoticeStore
 from services.notification.application.requests import record_request
 
@@ -43,7 +45,9 @@ def register(registry: HandlerRegistry, *, clock: Callable[[], datetime],
     def on_request(ctx: HandlerContext, event: Envelope) -> None:
         try:
             with ctx.conn.transaction():
-                record_request(PgNoticeStore(ctx.conn), OutboxSink(ctx.outbox, ctx.conn), event,
+                # the notice (sent later, by the sender worker) continues this consumer's span
+                traced = replace(event, traceparent=traceparent_for_row(event.traceparent))
+                record_request(PgNoticeStore(ctx.conn), OutboxSink(ctx.outbox, ctx.conn), traced,
                                clock=clock)
         except (KeyError, ValueError, TypeError) as e:
             raise PoisonMessageError(f"{REQUEST} {event.event_id} is unreadable: {e!r}",

@@ -6,6 +6,10 @@ Routes:
     POST /sagas/{saga_id}/resolve  body ``{"reason": "..."}`` (required, non-blank); only
                                    for a saga in a PARKED state (MANUAL_REVIEW); header
                                    ``X-Actor-Id`` names the operator (default "anonymous")
+    GET  /sagas/stuck?grace_s=&limit=   sagas waiting past deadline + grace (default grace:
+                                   the service setting), oldest deadline first
+    GET  /sagas/metrics            ``{"counters": {...}, "gauges": {...}}`` (metric-ready:
+                                   counters of this process, gauges from the database)
 
 Errors are ``application/problem+json`` (RFC 9457): 400 bad input (names the field), 404
 unknown saga, 409 resolve not allowed in the saga's state or concurrent change.
@@ -16,7 +20,7 @@ from __future__ import annotations
 import json
 import uuid
 from collections.abc import Callable
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from starlette.applications import Starlette
@@ -28,6 +32,7 @@ from starlette.routing import Route
 from casestream.errors import ConcurrencyError
 from services.saga.application.orchestrator import Orchestrator
 from services.saga.application.ports import SagaQueries
+from services.saga.application.stuck import STUCK_LIMIT, find_stuck, gauges
 from services.saga.domain.engine import SagaInstance
 from services.saga.domain.errors import UnknownTrigger
 
@@ -69,10 +74,46 @@ def _valid_uuid(value: str) -> bool:
     return True
 
 
-def build_routes(queries: SagaQueries, orchestrator: Orchestrator,
-                 resolver: Resolver) -> list[Route]:
-    """The saga routes over ``queries`` (read side) and ``resolver`` (operator action)."""
+def _utc_now() -> datetime:
+    return datetime.now(UTC)
+
+
+def build_routes(queries: SagaQueries, orchestrator: Orchestrator, resolver: Resolver, *,
+                 stuck_grace: timedelta = timedelta(seconds=60),
+                 clock: Callable[[], datetime] = _utc_now) -> list[Route]:
+    """The saga routes over ``queries`` (read side) and ``resolver`` (operator action).
+
+    ``stuck_grace`` is the default grace of ``/sagas/stuck`` and of the stuck gauge.
+    """
     states = {s.name for s in orchestrator.definition.states}
+
+    def list_stuck(request: Request) -> Response:
+        try:
+            grace_s = float(request.query_params.get("grace_s", stuck_grace.total_seconds()))
+        except ValueError:
+            grace_s = -1.0
+        if not 0 <= grace_s <= 7 * 86400:
+            return problem(400, "Invalid grace", "grace_s must be a number of seconds in "
+                           "0..604800", field="grace_s")
+        try:
+            limit = int(request.query_params.get("limit", "100"))
+        except ValueError:
+            limit = -1
+        if not 1 <= limit <= STUCK_LIMIT:
+            return problem(400, "Invalid limit", f"limit must be an integer in 1..{STUCK_LIMIT}",
+                           field="limit")
+        now = clock()
+        sagas = find_stuck(queries, orchestrator.definition, now=now,
+                           grace=timedelta(seconds=grace_s), limit=limit)
+        return JSONResponse({"as_of": _iso(now), "grace_s": grace_s, "count": len(sagas),
+                             "items": [saga_json(s, orchestrator) for s in sagas]})
+
+    def metrics(request: Request) -> Response:
+        return JSONResponse({
+            "counters": orchestrator.metrics.snapshot(),
+            "gauges": dict(gauges(queries, orchestrator.definition, now=clock(),
+                                  grace=stuck_grace)),
+        })
 
     def get_saga(request: Request) -> Response:
         saga_id = request.path_params["saga_id"]
@@ -129,11 +170,16 @@ def build_routes(queries: SagaQueries, orchestrator: Orchestrator,
 
     return [
         Route("/sagas", list_sagas, methods=["GET"]),
+        Route("/sagas/stuck", list_stuck, methods=["GET"]),
+        Route("/sagas/metrics", metrics, methods=["GET"]),
         Route("/sagas/{saga_id}", get_saga, methods=["GET"]),
         Route("/sagas/{saga_id}/resolve", resolve_saga, methods=["POST"]),
     ]
 
 
-def build_app(queries: SagaQueries, orchestrator: Orchestrator, resolver: Resolver) -> Starlette:
+def build_app(queries: SagaQueries, orchestrator: Orchestrator, resolver: Resolver, *,
+              stuck_grace: timedelta = timedelta(seconds=60),
+              clock: Callable[[], datetime] = _utc_now) -> Starlette:
     """The starlette app (health routes are added by ``ServiceProcess``)."""
-    return Starlette(routes=build_routes(queries, orchestrator, resolver))
+    return Starlette(routes=build_routes(queries, orchestrator, resolver,
+                                         stuck_grace=stuck_grace, clock=clock))

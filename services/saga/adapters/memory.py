@@ -7,7 +7,7 @@ duplicate detection by (saga id, event id). ``claim_due`` does not lock (single 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 
@@ -82,6 +82,21 @@ class MemorySagaStore:
         out = [s for s in out if (state is None or s.state == state)
                and (case_id is None or s.case_id == case_id)]
         return out[:limit]
+
+
+    def stuck(self, *, states: Collection[str], older_than: datetime,
+              limit: int) -> list[SagaInstance]:
+        """Deadline criterion only (the memory store keeps no change times)."""
+        out = [s for s in self.sagas.values() if self.active[s.saga_id] and s.state in states
+               and s.deadline_at is not None and s.deadline_at < older_than]
+        out.sort(key=lambda s: s.deadline_at or older_than)
+        return out[:limit]
+
+    def count_by_state(self) -> dict[str, int]:
+        counts: dict[str, int] = {}
+        for s in self.sagas.values():
+            counts[s.state] = counts.get(s.state, 0) + 1
+        return counts
 
 
 @dataclass(slots=True)

@@ -16,6 +16,7 @@ another scheduler (or a handler's UPDATE) holds are skipped, never waited for.
 from __future__ import annotations
 
 import builtins
+from collections.abc import Collection
 from datetime import datetime
 from typing import Any
 
@@ -146,6 +147,17 @@ class PgSagaQueries:
             rows = conn.execute(
                 f"SELECT {_COLUMNS} FROM saga {where} ORDER BY created_at DESC, saga_id LIMIT %s",
                 (*params, limit)).fetchall()
+        return [_saga(r) for r in rows]
+
+    def stuck(self, *, states: Collection[str], older_than: datetime,
+              limit: int) -> builtins.list[SagaInstance]:
+        with self.pool.connection() as conn:
+            rows = conn.execute(
+                f"""SELECT {_COLUMNS} FROM saga
+                    WHERE active AND state = ANY(%s)
+                      AND (deadline_at < %s OR (deadline_at IS NULL AND updated_at < %s))
+                    ORDER BY deadline_at NULLS LAST, updated_at LIMIT %s""",
+                (builtins.list(states), older_than, older_than, limit)).fetchall()
         return [_saga(r) for r in rows]
 
     def count_by_state(self) -> dict[str, int]:

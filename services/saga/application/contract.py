@@ -26,8 +26,7 @@ def check_against_catalog(definition: SagaDefinition, catalog: Catalog,
                           aggregate_type: str = "saga") -> None:
     """Raise ConfigError naming every mismatch between ``definition`` and ``catalog``."""
     problems: list[str] = []
-    requests: list[Request] = [s.action for s in definition.steps]
-    requests += [r for st in definition.states for r in st.emits]
+    requests: list[Request] = list(definition.requests())
     for req in requests:
         try:
             spec = catalog.subject_for(req.event_type)

@@ -33,6 +33,7 @@ from datetime import datetime
 from typing import Any
 
 from casestream.envelope import Envelope, new_event
+from services.saga.application.metrics import SagaMetrics
 from services.saga.application.ports import EventSink, SagaStore
 from services.saga.domain.definition import SagaDefinition, StateKind
 from services.saga.domain.engine import (
@@ -42,6 +43,7 @@ from services.saga.domain.engine import (
     SagaInstance,
     apply_event,
     fire_deadline,
+    reissue,
     resolve,
     start_saga,
 )
@@ -82,11 +84,14 @@ class Orchestrator:
     Args:
         definition: a validated saga definition.
         clock: returns the current time (timezone-aware UTC).
+        metrics: counters to increment (see :mod:`.metrics`); a fresh set if None.
     """
 
-    def __init__(self, definition: SagaDefinition, *, clock: Callable[[], datetime]):
+    def __init__(self, definition: SagaDefinition, *, clock: Callable[[], datetime],
+                 metrics: SagaMetrics | None = None):
         self.definition = definition
         self.clock = clock
+        self.metrics = metrics if metrics is not None else SagaMetrics()
 
     # -- events ----------------------------------------------------------------------
     def handles(self) -> frozenset[str]:
@@ -143,6 +148,7 @@ class Orchestrator:
             return Handled(saga_id=saga_id, disposition=None, note="duplicate start")
         store.record(saga_id, outcome.history)
         sink.append(self._envelopes(saga, outcome, cause=event))
+        self.metrics.inc("transitions_total", saga.state)
         return Handled(saga_id=saga_id, disposition=Disposition.STARTED)
 
     def _route(self, store: SagaStore, event: Envelope) -> SagaInstance | None:
@@ -183,6 +189,21 @@ class Orchestrator:
         outcome = resolve(self.definition, saga, input={"reason": reason}, now=self.clock())
         return self._save(store, sink, saga, outcome, cause=None, actor_id=actor_id)
 
+    def reissue(self, store: SagaStore, sink: EventSink, saga_id: str, *, step: str,
+                note: str, actor_id: str = ACTOR) -> SagaInstance | None:
+        """Re-issue ``step``'s request of saga ``saga_id`` (reconciliation repair); None if
+        no such saga. The state does not change; the history records ``note``.
+
+        Raises:
+            KeyError: unknown step or missing data.
+            casestream.errors.ConcurrencyError: the saga changed concurrently.
+        """
+        saga = store.get(saga_id)
+        if saga is None:
+            return None
+        outcome = reissue(self.definition, saga, step=step, now=self.clock(), note=note)
+        return self._save(store, sink, saga, outcome, cause=None, actor_id=actor_id)
+
     # -- persistence -----------------------------------------------------------------
     def _active(self, saga: SagaInstance) -> bool:
         return self.definition.state(saga.state).kind is not StateKind.TERMINAL
@@ -195,7 +216,25 @@ class Orchestrator:
             store.update(saga, expected_version=before.version, active=self._active(saga))
             sink.append(self._envelopes(saga, outcome, cause=cause, actor_id=actor_id))
         store.record(saga.saga_id, outcome.history)
+        self._observe(before, saga, outcome)
         return saga
+
+    def _observe(self, before: SagaInstance, saga: SagaInstance, outcome: Outcome) -> None:
+        """Counters, and the alert (log at ERROR) on entering an alerting state."""
+        disposition = outcome.history.disposition
+        if disposition is Disposition.LATE:
+            self.metrics.inc("late_replies_total", outcome.history.trigger)
+            log.warning("saga %s (case %s): %s", saga.saga_id, saga.case_id,
+                        outcome.history.note)
+        elif disposition is Disposition.IGNORED:
+            self.metrics.inc("ignored_replies_total")
+        elif disposition is Disposition.TRANSITIONED and before.state != saga.state:
+            self.metrics.inc("transitions_total", saga.state)
+            if self.definition.state(saga.state).alert:
+                self.metrics.inc("alerts_total", saga.state)
+                log.error("ALERT saga %s (case %s, tenant %s) entered %s: %s; operator action "
+                          "needed", saga.saga_id, saga.case_id, saga.tenant_id, saga.state,
+                          outcome.history.note or saga.data.get("failure", ""))
 
     def _envelopes(self, saga: SagaInstance, outcome: Outcome, *, cause: Envelope | None,
                    actor_id: str = ACTOR) -> list[Envelope]:

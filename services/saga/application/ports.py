@@ -7,7 +7,7 @@ tests); the event sink is the consumer runtime's outbox appender bound to a conn
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Protocol
@@ -99,4 +99,15 @@ class SagaQueries(Protocol):
 
     def list(self, *, state: str | None, case_id: str | None, limit: int) -> list[SagaInstance]:
         """Sagas, newest first, optionally only those in ``state`` / of ``case_id``."""
+        ...
+
+    def stuck(self, *, states: Collection[str], older_than: datetime,
+              limit: int) -> list[SagaInstance]:
+        """Sagas in one of ``states`` that made no progress: their deadline passed before
+        ``older_than`` (the scheduler should have fired it), or — with no deadline — their
+        last change is older than ``older_than``. Oldest deadline first, at most ``limit``."""
+        ...
+
+    def count_by_state(self) -> dict[str, int]:
+        """``{state: number of sagas}``."""
         ...

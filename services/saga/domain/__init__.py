@@ -25,7 +25,9 @@ from services.saga.domain.engine import (
     Outcome,
     SagaInstance,
     apply_event,
+    RECONCILE,
     fire_deadline,
+    reissue,
     resolve,
     start_saga,
 )
@@ -35,5 +37,5 @@ __all__ = [
     "CASE_REVIEW", "DEADLINE", "RESOLVE", "DefinitionError", "Disposition", "Emission",
     "HistoryEntry", "Outcome", "Request", "RetryPolicy", "SagaDefinition", "SagaError",
     "SagaInstance", "State", "StateKind", "Step", "StepKind", "Transition", "UnknownTrigger",
-    "apply_event", "case_review_saga", "fields", "fire_deadline", "resolve", "start_saga",
+    "RECONCILE", "apply_event", "reissue", "case_review_saga", "fields", "fire_deadline", "resolve", "start_saga",
 ]

@@ -26,6 +26,14 @@ Steps and what undoes them:
 
 MANUAL_REVIEW is parked: an operator resolves it (``@resolve`` with a reason), which asks
 the case service to close the case with the recorded outcome.
+
+Every transition is an event on ``outbox.event.saga`` (so the audit journal sees it): the
+requests above, ``SagaCompleted`` / ``SagaCompensated`` on the happy and compensated ends,
+``SagaManualReviewRequired {case_id, reason}`` on entering MANUAL_REVIEW,
+``SagaResolved {case_id, resolution, reason}`` when an operator resolves it (resolution
+``close``), and ``SagaCompensationFailed {case_id, reason}`` on COMPENSATION_FAILED (an
+alerting state: logged at ERROR and counted by the orchestrator). A decision that arrives
+after compensation began is recorded as *late*; the case return already issued undoes it.
 """
 
 from __future__ import annotations
@@ -101,8 +109,12 @@ def case_review_saga(*, decision_deadline: timedelta = timedelta(minutes=5),
               emits=(Request(event_type="SagaCompleted", payload=fields("case_id", "outcome")),)),
         State(name=COMPENSATED, kind=StateKind.TERMINAL,
               emits=(Request(event_type="SagaCompensated", payload=fields("case_id", "reason")),)),
-        State(name=COMPENSATION_FAILED, kind=StateKind.TERMINAL),
-        State(name=MANUAL_REVIEW, kind=StateKind.PARKED),
+        State(name=COMPENSATION_FAILED, kind=StateKind.TERMINAL, alert=True,
+              emits=(Request(event_type="SagaCompensationFailed",
+                             payload=fields("case_id", reason="failure")),)),
+        State(name=MANUAL_REVIEW, kind=StateKind.PARKED,
+              emits=(Request(event_type="SagaManualReviewRequired",
+                             payload=fields("case_id", reason="review_reason")),)),
     )
     transitions = (
         Transition(source=AWAITING_DECISION, on="ViolationDetermined", target=AWAITING_NOTICE,
@@ -127,7 +139,10 @@ def case_review_saga(*, decision_deadline: timedelta = timedelta(minutes=5),
         Transition(source=COMPENSATING, on=DEADLINE, target=COMPENSATION_FAILED,
                    assign={"failure": "case return not confirmed after retries"}),
         Transition(source=MANUAL_REVIEW, on=RESOLVE, target=AWAITING_CLOSE,
-                   record=fields(resolution="reason")),
+                   record=fields(resolution_reason="reason"), assign={"resolution": "close"},
+                   emits=(Request(event_type="SagaResolved",
+                                  payload=fields("case_id", "resolution",
+                                                 reason="resolution_reason")),)),
     )
     return SagaDefinition(
         name="case-review",

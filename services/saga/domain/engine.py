@@ -289,3 +289,26 @@ def fire_deadline(d: SagaDefinition, saga: SagaInstance, *, now: datetime) -> Ou
                          to_state=t.target, disposition=Disposition.TRANSITIONED,
                          note=f"{step.name}: deadline passed after {saga.attempts} attempt(s)")
     return Outcome(saga=new, emissions=emissions, history=entry)
+
+
+RECONCILE = "@reconcile"
+"""Trigger name of a request re-issued by the reconciliation job."""
+
+
+def reissue(d: SagaDefinition, saga: SagaInstance, *, step: str, now: datetime,
+            note: str) -> Outcome:
+    """Re-issue ``step``'s action from the saga's data without changing its state (repair of
+    drift found by reconciliation, e.g. a COMPLETED saga whose case is not closed).
+
+    Disposition RETRIED, trigger :data:`RECONCILE`; the emission continues the saga's
+    aggregate versions.
+
+    Raises:
+        KeyError: unknown step, or the saga data lacks a field of its action.
+    """
+    action = d.step(step).action
+    seq = saga.event_seq + 1
+    emission = _emit(action, saga.data, seq)
+    entry = HistoryEntry(at=now, trigger=RECONCILE, event_id=None, from_state=saga.state,
+                         to_state=saga.state, disposition=Disposition.RETRIED, note=note)
+    return Outcome(saga=replace(saga, event_seq=seq), emissions=(emission,), history=entry)

@@ -26,6 +26,10 @@ The connection must be in autocommit mode (transactions are explicit).
 5. the sweep (when due, own transaction): parks aggregates whose hold expired (dead letter
    ``version_gap``, flushed before that commit) and drains held events that became contiguous.
 
+Tracing (issue 9, ``casestream.telemetry``): a per-event handler call runs in a CONSUMER span
+that is a child of the message's ``traceparent`` (so follow-up outbox rows continue the trace);
+a batch handler call runs in one span linked to every message's context.
+
 Per-aggregate order holds because a partition is processed in offset order and a cut stops
 the rest of its partition; across partitions/topics the version guard keeps order.
 """
@@ -42,6 +46,7 @@ from typing import Any
 
 import psycopg
 
+from casestream import telemetry
 from casestream.consumer.failures import FailureClass, classify, error_class, reason_of
 from casestream.consumer.records import ConsumerStats, EnvelopeDecoder, Record
 from casestream.consumer.settings import ConsumerSettings
@@ -564,8 +569,9 @@ class BatchProcessor:
                              positions=tuple((i.rec.topic, i.rec.partition, i.rec.offset)
                                              for i in run))
         events = [i.env for i in run]
-        for h in hs:
-            h.fn(ctx, events)
+        with telemetry.consume_batch_span(self.consumer, [(i.rec, i.env) for i in run]):
+            for h in hs:
+                h.fn(ctx, events)
 
     def _run_handlers(self, conn: Any, rec: Record, env: Any) -> int:
         """Run the handlers of ``env``; returns 1 if the type has none (counted as unknown)."""
@@ -575,8 +581,9 @@ class BatchProcessor:
         ctx = HandlerContext(conn=conn, outbox=self.outbox, mode=self.mode,
                              consumer=self.consumer, topic=rec.topic, partition=rec.partition,
                              offset=rec.offset, positions=((rec.topic, rec.partition, rec.offset),))
-        for h in hs:
-            h.call(ctx, env)
+        with telemetry.consume_span(self.consumer, rec, env):
+            for h in hs:
+                h.call(ctx, env)
         return 0
 
     # ------------------------------------------------------------------ held events

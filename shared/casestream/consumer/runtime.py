@@ -43,6 +43,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
+from casestream import telemetry
 from casestream.consumer.batch import TP, BatchProcessor, BatchResult, Decoded
 from casestream.consumer.failures import connection_broken
 from casestream.consumer.records import ConsumerStats, EnvelopeDecoder, Record
@@ -97,6 +98,7 @@ class ConsumerRuntime:
         self.topics = list(dict.fromkeys([*topics, self.redrive_topic]))
         self.pool = pool
         self.stats = ConsumerStats()
+        self._probe = telemetry.consumer_probe(name, self.stats)  # lag, in-flight at /metrics
         self._bootstrap = kafka_config["bootstrap.servers"]
         self._conf = {
             "group.id": name,
@@ -161,7 +163,7 @@ class ConsumerRuntime:
 
     def _shutdown(self) -> None:
         try:
-            self._land()  # finish the batch in flight and commit it
+            self._land()  # finish the batch in flight and commit it; a prefetched one is dropped
         except Exception:  # noqa: BLE001
             log.exception("%s: finishing the last batch failed", self.name)
         try:
@@ -187,8 +189,9 @@ class ConsumerRuntime:
         msgs = self._consumer.consume(self.settings.batch_size, self.settings.poll_timeout_s)
         generation = self._generation
         records = self._records(msgs)
+        self._probe.polled(records, self._consumer)
         decoded = self.processor.decode(records) if records else None  # type: ignore[union-attr]
-        self._land()  # batch N: wait, commit offsets, rewind cut partitions
+        stray = self._land()  # batch N: wait, commit offsets, rewind cut partitions
         if decoded is not None:
             if generation != self._generation:
                 decoded = None  # a rebalance happened meanwhile: fetched again from the commit
@@ -197,6 +200,11 @@ class ConsumerRuntime:
                     lambda r: r.tp in self._paused or r.tp not in self._assigned)
                 if not decoded:
                     decoded = None
+        # Messages delivered while everything was paused (after this prefetched batch, or of a
+        # partition assigned meanwhile): fetch them again, after the prefetched batch is kept.
+        for tp, off in stray.items():
+            if tp in self._assigned:
+                self._rewind(tp, off, 0.0)
         now = time.monotonic()
         sweep = now >= self._next_sweep
         if decoded is None and not sweep:
@@ -205,24 +213,31 @@ class ConsumerRuntime:
             self._next_sweep = now + self.settings.sweep_interval_s
         batch = decoded.records if decoded is not None else []
         fut = self._executor.submit(self._work, decoded, sweep)  # type: ignore[union-attr]
+        self._probe.started(len(batch))
         self._inflight = fut
         self._flight = (fut, batch)
 
-    def _land(self) -> None:
-        """Wait for the batch in flight (if any) and apply its outcome to offsets."""
+    def _land(self) -> dict[TP, int]:
+        """Wait for the batch in flight (if any) and apply its outcome to offsets.
+
+        Returns the first offsets of messages that arrived while waiting (to seek back to).
+        """
         if self._flight is None:
-            return
+            return {}
         fut, records = self._flight
         stray = self._await(fut)
         self._flight = None
         self._inflight = None
+        self._probe.finished()
         try:
             result = fut.result()
         except Exception as e:  # noqa: BLE001 - batch-level failure
             self._batch_failed(records, e)
-            return
+            failed = {r.tp for r in records}  # rewound to the batch's first offsets: earlier
+            return {tp: off for tp, off in stray.items() if tp not in failed}
         self._infra_failures = 0
-        self._finish(result, stray)
+        self._finish(result)
+        return {tp: off for tp, off in stray.items() if tp not in result.rewinds}
 
     def _records(self, msgs: list[Any]) -> list[Record]:
         from confluent_kafka import KafkaError
@@ -282,7 +297,7 @@ class ConsumerRuntime:
             self._resume([tp for tp in held if tp in self._assigned and tp not in self._paused])
         return stray
 
-    def _finish(self, result: BatchResult, stray: dict[TP, int]) -> None:
+    def _finish(self, result: BatchResult) -> None:
         for tp, off in result.commits.items():
             if tp in self._assigned:
                 self._pending[tp] = off
@@ -290,9 +305,6 @@ class ConsumerRuntime:
         for tp, (off, delay) in result.rewinds.items():
             if tp in self._assigned:
                 self._rewind(tp, off, delay)
-        for tp, off in stray.items():
-            if tp in self._assigned and tp not in result.rewinds:
-                self._rewind(tp, off, 0.0)
 
     def _batch_failed(self, records: list[Record], e: BaseException) -> None:
         self._infra_failures += 1

@@ -7,6 +7,8 @@ One batch (one thread, one confluent-kafka ``Producer``)::
            aggregates skipped                                   (store.claim)
     produce every row: topic = prefix + aggregatetype, key = aggregateid,
            value = payload, headers from columns                (idempotent, acks=all)
+           (one PRODUCER span per row, child of the row's traceparent; the header
+           ``traceparent`` carries that span — casestream.telemetry.publish_span)
     poll until every delivery report is in                      (renewing leases)
     record outcomes in ONE transaction: delivered → published/deleted,
            transient error → attempts+1, next_attempt_at = now + backoff with jitter,
@@ -55,6 +57,7 @@ from confluent_kafka import KafkaError, KafkaException, Producer
 from psycopg_pool import ConnectionPool
 
 from casestream.kafka_config import enforce_producer_guarantees
+from casestream import telemetry
 from casestream.outbox import NOTIFY_CHANNEL, headers_for
 from casestream.relay import store
 from casestream.relay.classify import classify
@@ -104,6 +107,7 @@ class OutboxRelay:
         self.name = name
         self.owner = f"{name}/{socket.gethostname()}/{os.getpid()}/{uuid.uuid4().hex[:8]}"
         self.metrics = RelayMetrics()
+        telemetry.observe_relay(name, self.metrics)  # exported at /metrics
         self._pool = pool_or_dsn if isinstance(pool_or_dsn, ConnectionPool) else None
         self._dsn = pool_or_dsn if isinstance(pool_or_dsn, str) else pool_or_dsn.conninfo
         self._producer_config = enforce_producer_guarantees(producer_config)
@@ -233,9 +237,12 @@ class OutboxRelay:
         outstanding = [0]
         purged = [False]
 
+        spans: list[Any] = [None] * n  # casestream.telemetry.PublishSpan per produced row
+
         def report(i: int) -> Callable[[KafkaError | None, Any], None]:
             def on_delivery(err: KafkaError | None, msg: Any) -> None:
                 outstanding[0] -= 1
+                spans[i].end(err)
                 if err is None:
                     ts = msg.timestamp()[1]
                     results[i] = store.Delivered(rows[i].id, ts, msg.partition(), msg.offset())
@@ -255,7 +262,8 @@ class OutboxRelay:
             agg = (row.aggregatetype, row.aggregateid)
             if agg in blocked or purged[0]:
                 continue  # stays pending, untouched (not an attempt)
-            headers = headers_for(row.id, row.type, row.event_version, row.traceparent,
+            spans[i] = telemetry.publish_span(self.name, prefix + row.aggregatetype, row)
+            headers = headers_for(row.id, row.type, row.event_version, spans[i].traceparent,
                                   row.correlation_id)
             while True:
                 try:
@@ -268,6 +276,7 @@ class OutboxRelay:
                     producer.poll(s.delivery_poll_s)
                 except KafkaException as e:
                     results[i] = e.args[0]
+                    spans[i].end(e.args[0])
                     blocked.add(agg)
                     break
         self._hook("produced")

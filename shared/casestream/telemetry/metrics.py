@@ -18,7 +18,8 @@ Observed from existing stats (``Sources``) at scrape time:
     outbox_failed_total{relay}, outbox_oldest_pending_age_seconds{relay},
     idempotency_replays_total, idempotency_conflicts_total, http_shed_total,
     http_rate_limited_total, http_unauthorized_total,
-    saga_state_total{state}, compensation_total{outcome}, timeouts_total{component}
+    saga_state_total{state}, compensation_total, timeouts_total{component}
+    (the last three from SQL registered by the saga service: ``core.observe_query``)
 Recorded by hooks (histograms, seconds):
     consumer_message_duration_seconds{consumer,topic}, consumer_batch_duration_seconds{consumer},
     relay_publish_duration_seconds{relay,topic}, http_server_duration_seconds{method,status}
@@ -72,7 +73,7 @@ METRIC_HELP: dict[str, tuple[str, str]] = {
     "relay_failed_total": ("counter", "Outbox rows marked failed."),
     "relay_batches_total": ("counter", "Relay batches."),
     "saga_state_total": ("gauge", "Sagas by current state."),
-    "compensation_total": ("counter", "Sagas that entered compensation, by outcome."),
+    "compensation_total": ("counter", "Sagas that entered compensation."),
     "http_shed_total": ("counter", "503 answers from load shedding."),
     "http_rate_limited_total": ("counter", "429 answers from rate limiting."),
     "http_unauthorized_total": ("counter", "401 answers."),

@@ -186,9 +186,16 @@ class CaseRoutes:
         case_id = _case_id(request)
         key = rq.idempotency_key_of(request, required=True)
         assert key is not None
-        expected = rq.if_match_version(request)
+        if_match = rq.if_match_of(request)
         data = await rq.read_json_object(request, limit=self._limit, required=False)
         body: SubmitCaseBody = _validate(SubmitCaseBody, data)
+        expected = None
+        if if_match is not None:
+            current = None
+            if if_match.needs_current:
+                view = await run_in_threadpool(self._service.get_case, who.tenant_id, case_id)
+                current = view.version
+            expected = if_match.expected_version(current)
         cmd = SubmitCase(tenant_id=who.tenant_id, actor_id=who.subject, case_id=case_id,
                          note=body.note, expected_version=expected,
                          traceparent=rq.traceparent_of(request))

@@ -1,7 +1,8 @@
 """Request models of the case API (pydantic, strict) and their validation errors as fields.
 
 Strict mode: JSON types must match (``"3"`` is not an integer, ``true`` is not one
-either); unknown fields are rejected so a misspelt field never passes silently. Limits
+either; ``3.0`` is, as in JSON Schema); unknown fields are rejected so a misspelt field
+never passes silently. Limits
 mirror the domain rules in ``services.case.domain.values`` (which check again and trim).
 
 The JSON Schemas of these models are the request schemas of ``/openapi.json``, so what
@@ -16,7 +17,14 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    StringConstraints,
+    ValidationError,
+)
 
 from services.case.adapters.http.problems import FieldError
 from services.case.domain import values
@@ -34,6 +42,18 @@ NOTE_PATTERN = r"^[^\x00]*$"
 _WORD = rf"[^@{BLANK}\x00]+"
 EMAIL_PATTERN = rf"^{_WORD}@{_WORD}\.{_WORD}$"
 """``local@domain.tld`` without blanks (the domain's rule, ``values.check_email``)."""
+
+
+
+def _integral(value: Any) -> Any:
+    """JSON Schema's ``integer`` (draft 2020-12 §6.1.1): ``2.0`` is the integer 2."""
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    return value
+
+
+JsonInt = Annotated[int, BeforeValidator(_integral)]
+"""An integer as JSON Schema means it (never a bool, never a string)."""
 
 Title = Annotated[str, StringConstraints(min_length=1, max_length=values.TITLE_MAX,
                                          pattern=TEXT_PATTERN)]
@@ -53,9 +73,9 @@ class OpenCaseBody(BaseModel):
                                      "(leading/trailing blanks are trimmed).")
     summary: Summary = Field(description="What the case is about, 1..500 characters, not blank "
                                          "(trimmed).")
-    severity: int = Field(ge=values.SEVERITY_MIN, le=values.SEVERITY_MAX,
+    severity: JsonInt = Field(ge=values.SEVERITY_MIN, le=values.SEVERITY_MAX,
                           description="1 (minor) .. 5 (critical).")
-    evidence_count: int = Field(ge=0, le=values.AVRO_INT_MAX,
+    evidence_count: JsonInt = Field(ge=0, le=values.AVRO_INT_MAX,
                                 description="Number of evidence items, >= 0.")
     reporter_email: Email = Field(description="E-mail of the reporter (notices go there).")
     priority: Literal["LOW", "NORMAL", "HIGH"] = Field("NORMAL", description="Default NORMAL.")

@@ -13,7 +13,7 @@ from functools import cache
 from typing import Any
 
 from services.case.adapters.http.models import OpenCaseBody, SubmitCaseBody
-from services.case.adapters.http.requests import IF_MATCH_PATTERN, KEY_PATTERN
+from services.case.adapters.http.requests import KEY_PATTERN
 
 REPLAYED = "Idempotent-Replayed"
 
@@ -124,8 +124,9 @@ _TRACEPARENT = {"name": "traceparent", "in": "header", "required": False,
                 "description": "W3C trace context; ignored when malformed.",
                 "schema": {"type": "string"}}
 _IF_MATCH = {"name": "If-Match", "in": "header", "required": False,
-             "description": 'The case version expected, as its ETag ("3"), or *.',
-             "schema": {"type": "string", "pattern": IF_MATCH_PATTERN}}
+             "description": 'ETag(s) of the case version expected ("3"), or *; RFC 9110 '
+                            "strong comparison: no match is 412.",
+             "schema": {"type": "string"}}
 
 
 def _key(required: bool) -> dict[str, Any]:

@@ -4,8 +4,8 @@ Rules: a body larger than the limit -> 413 (checked on Content-Length and while
 streaming); a non-empty body whose Content-Type is not JSON (``application/json`` or
 ``*/*+json``) -> 415; malformed JSON -> 400 ``malformed_json`` with the position; a JSON
 value that is not an object -> 400. ``Idempotency-Key``: 1..255 printable ASCII
-characters, no blank at either end (:data:`KEY_PATTERN`); ``If-Match``: ``*`` or an ETag
-of this API (:data:`IF_MATCH_PATTERN`). The same patterns are in ``/openapi.json``.
+characters, no blank at either end (:data:`KEY_PATTERN`, also in ``/openapi.json``).
+``If-Match`` follows RFC 9110 §13.1.1 (strong comparison; no match -> 412).
 
 Tenant and actor are not read from headers: they come from the bearer token
 (``casestream.http.principal_of``).
@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import re
+from dataclasses import dataclass
 from typing import Any
 
 from starlette.requests import Request
@@ -25,10 +26,9 @@ from services.case.application.idempotency import KEY_MAX
 IDEMPOTENCY_HEADER = "Idempotency-Key"
 
 KEY_PATTERN = rf"^[\x21-\x7e](?:[\x20-\x7e]{{0,{KEY_MAX - 2}}}[\x21-\x7e])?$"
-IF_MATCH_PATTERN = r'^(?:\*|(?:W/)?"[0-9]{1,18}")$'
 
 _KEY = re.compile(KEY_PATTERN)
-_IF_MATCH = re.compile(IF_MATCH_PATTERN)
+_STRONG_ETAG = re.compile(r'"([0-9]{1,18})"')
 _TRACEPARENT = re.compile(r"^[0-9a-f]{2}-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}$")
 
 
@@ -81,10 +81,11 @@ def idempotency_key_of(request: Request, *, required: bool) -> str | None:
     """Return the ``Idempotency-Key`` header (None if absent and optional).
 
     Raises:
-        Problem: 400 ``missing_idempotency_key`` if required and absent; 400 if malformed.
+        Problem: 400 ``missing_idempotency_key`` if required and absent or empty; 400
+            ``validation_error`` if malformed (an empty value sent is malformed too).
     """
     value = request.headers.get(IDEMPOTENCY_HEADER)
-    if value is None or value == "":
+    if value is None or (value == "" and required):
         if required:
             raise validation(IDEMPOTENCY_HEADER, "header is required for this operation",
                              code="missing_idempotency_key")
@@ -95,21 +96,46 @@ def idempotency_key_of(request: Request, *, required: bool) -> str | None:
     return value
 
 
-def if_match_version(request: Request) -> int | None:
-    """Return the version named by ``If-Match`` (``"3"``, ``W/"3"``), None if absent or ``*``.
+@dataclass(frozen=True, slots=True)
+class IfMatch:
+    """A parsed ``If-Match`` (RFC 9110 §13.1.1): ``*`` or the versions its strong ETags name.
 
-    Raises:
-        Problem: 400 if the header is not one of those forms.
+    Entity tags are compared strongly: a weak tag (``W/"3"``) or anything that is not an
+    ETag of this API matches nothing, so a header naming no current version fails the
+    precondition (412), as the RFC requires, rather than being a bad request.
     """
+
+    any: bool
+    versions: frozenset[int]
+
+    @property
+    def needs_current(self) -> bool:
+        """True when several tags leave a choice only the case's current version settles."""
+        return not self.any and len(self.versions) > 1
+
+    def expected_version(self, current: int | None = None) -> int | None:
+        """The version the write must find (None: no precondition; 0: none can match).
+
+        ``current`` is the case's version, read when :attr:`needs_current` (the write still
+        checks the version atomically).
+        """
+        if self.any:
+            return None
+        if len(self.versions) == 1:
+            return next(iter(self.versions))
+        return current if current is not None and current in self.versions else 0
+
+
+def if_match_of(request: Request) -> IfMatch | None:
+    """Parse ``If-Match`` (None if absent). Never raises: see :class:`IfMatch`."""
     value = request.headers.get("if-match")
     if value is None:
         return None
-    value = value.strip()
-    if not _IF_MATCH.fullmatch(value):
-        raise validation("If-Match", 'must be * or an ETag of this API, e.g. "3"')
-    if value == "*":
-        return None
-    return int(value.removeprefix("W/").strip('"'))
+    tags = [t.strip() for t in value.split(",")]
+    if "*" in tags:
+        return IfMatch(any=True, versions=frozenset())
+    versions = frozenset(int(m.group(1)) for t in tags if (m := _STRONG_ETAG.fullmatch(t)))
+    return IfMatch(any=False, versions=versions)
 
 
 def traceparent_of(request: Request) -> str | None:

@@ -1,0 +1,150 @@
+"""Case dashboard projection (``case.dashboard``): cases per status and tenant, last change.
+
+One row per case in ``case_dashboard`` (case database), maintained by PROJECTION handlers
+from ``outbox.event.case``; the per-tenant/per-status view is a ``GROUP BY`` over it
+(:func:`summary`). Live: consumer ``case.dashboard`` (wired in ``bootstrap``, see
+``/work/brief/requests-replay.md``); rebuild: ``casestream replay case.dashboard``.
+
+Idempotent per event (handover rule of ``casestream.replay.projection``): a case row is
+only replaced by a higher aggregate version (``WHERE last_version < EXCLUDED.last_version``),
+so re-applying an event already reflected changes nothing.
+
+Status from the last event: CaseOpened → open, CaseSubmitted → submitted,
+CaseClosed → closed (with outcome), CaseReturned → returned (``services.case.domain.values``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from datetime import datetime
+from typing import Any
+
+from psycopg import sql
+
+from casestream.envelope import Envelope
+from casestream.handlers import HandlerContext, HandlerKind, HandlerRegistry
+from casestream.replay.projection import ProjectionSpec, TableNames
+
+NAME = "case.dashboard"
+CONSUMER = "case.dashboard"
+TOPICS = ("outbox.event.case",)
+TABLE = "case_dashboard"
+STATUS_OF = {"CaseOpened": "open", "CaseSubmitted": "submitted", "CaseClosed": "closed",
+             "CaseReturned": "returned"}
+COLUMNS = ("case_id", "tenant_id", "status", "severity", "priority", "outcome", "opened_at",
+           "last_change", "last_event_type", "last_version")
+
+_DDL = """
+CREATE TABLE {t} (
+    case_id         text        PRIMARY KEY,
+    tenant_id       text        NOT NULL,
+    status          text        NOT NULL,
+    severity        integer,
+    priority        text,
+    outcome         text,
+    opened_at       timestamptz,
+    last_change     timestamptz NOT NULL,
+    last_event_type text        NOT NULL,
+    last_version    bigint      NOT NULL,
+    applied_at      timestamptz NOT NULL DEFAULT now()
+)
+"""
+_INDEX = "CREATE INDEX ON {t} (tenant_id, status)"
+
+_UPSERT = """
+INSERT INTO {t} AS d (case_id, tenant_id, status, severity, priority, outcome, opened_at,
+                      last_change, last_event_type, last_version)
+SELECT * FROM unnest(%s::text[], %s::text[], %s::text[], %s::int[], %s::text[], %s::text[],
+                     %s::timestamptz[], %s::timestamptz[], %s::text[], %s::bigint[])
+ON CONFLICT (case_id) DO UPDATE SET
+    status = EXCLUDED.status,
+    severity = coalesce(EXCLUDED.severity, d.severity),
+    priority = coalesce(EXCLUDED.priority, d.priority),
+    outcome = coalesce(EXCLUDED.outcome, d.outcome),
+    opened_at = coalesce(d.opened_at, EXCLUDED.opened_at),
+    last_change = EXCLUDED.last_change,
+    last_event_type = EXCLUDED.last_event_type,
+    last_version = EXCLUDED.last_version,
+    applied_at = now()
+WHERE d.last_version < EXCLUDED.last_version
+"""
+
+SUMMARY = """
+SELECT tenant_id, status, count(*) AS cases, max(last_change) AS last_change
+FROM {t} GROUP BY tenant_id, status ORDER BY tenant_id, status
+"""
+
+
+def create_tables(conn: Any, names: TableNames) -> None:
+    """Create ``names[case_dashboard]`` with its index unless it exists (index auto-named)."""
+    table = names[TABLE]
+    if conn.execute("SELECT to_regclass(%s)", (table,)).fetchone()[0] is not None:
+        return
+    conn.execute(sql.SQL(_DDL).format(t=sql.Identifier(table)))
+    conn.execute(sql.SQL(_INDEX).format(t=sql.Identifier(table)))
+
+
+def fold(events: Sequence[Envelope]) -> list[tuple[Any, ...]]:
+    """Reduce events (in order) to one row per case: the state after its last event.
+
+    Pure. Returns tuples in :data:`COLUMNS` order.
+    """
+    rows: dict[str, list[Any]] = {}
+    for e in events:
+        status = STATUS_OF.get(e.event_type)
+        if status is None:
+            continue
+        r = rows.get(e.aggregate_id)
+        if r is None:
+            r = rows[e.aggregate_id] = [e.aggregate_id, e.tenant_id, status, None, None, None,
+                                        None, None, None, None]
+        p = e.payload
+        r[2] = status
+        if "severity" in p:
+            r[3] = p["severity"]
+        if e.event_type == "CaseOpened":
+            r[4] = p.get("priority")
+            r[6] = e.occurred_at
+        elif e.event_type == "CaseClosed":
+            r[5] = p.get("outcome")
+        r[7], r[8], r[9] = e.occurred_at, e.event_type, e.aggregate_version
+    return [tuple(r) for r in rows.values()]
+
+
+def registry(names: TableNames, event_types: Iterable[str] = ()) -> HandlerRegistry:
+    """PROJECTION batch handlers writing ``names[case_dashboard]`` (one statement per run)."""
+    upsert = sql.SQL(_UPSERT).format(t=sql.Identifier(names[TABLE]))
+
+    def project(ctx: HandlerContext, events: Sequence[Envelope]) -> None:
+        rows = fold(events)
+        if rows:
+            ctx.conn.execute(upsert, [list(c) for c in zip(*rows, strict=True)])
+
+    project.__qualname__ = f"case.dashboard[{names[TABLE]}]"
+    reg = HandlerRegistry()
+    for event_type in STATUS_OF:
+        reg.add_batch(event_type, project, kind=HandlerKind.PROJECTION)
+    return reg
+
+
+def summary(conn: Any, table: str = TABLE) -> list[tuple[str, str, int, datetime]]:
+    """(tenant_id, status, cases, last change) per tenant and status."""
+    return conn.execute(sql.SQL(SUMMARY).format(t=sql.Identifier(table))).fetchall()
+
+
+def freshness(conn: Any, names: TableNames) -> datetime | None:
+    """When a row was last changed (None if empty)."""
+    return conn.execute(sql.SQL("SELECT max(applied_at) FROM {}").format(
+        sql.Identifier(names[TABLE]))).fetchone()[0]
+
+
+def _dsn() -> str:
+    from services.case.settings import CaseSettings
+
+    return CaseSettings().dsn
+
+
+PROJECTION = ProjectionSpec(
+    name=NAME, description="case dashboard (cases per status and tenant, last change)",
+    topics=TOPICS, live_consumer=CONSUMER, tables=(TABLE,), dsn=_dsn,
+    create_tables=create_tables, registry=registry, freshness=freshness)

@@ -1,0 +1,59 @@
+"""Stuck-saga detection and the orchestrator's gauges (issue 7: "never silently stuck").
+
+A saga is *stuck* when it waits for a participant (an ACTIVE state) and made no progress
+past its deadline plus a grace period — the deadline scheduler should have fired it by then
+(scheduler down, database locks, a bug) — or, for a step without a deadline, when its last
+change is older than the grace period. PARKED sagas (MANUAL_REVIEW) wait for an operator by
+design and are reported by state, not as stuck; TERMINAL sagas are finished.
+
+The gauges are computed from the database, so they are exact and survive restarts (the
+counters of :mod:`.metrics` are per process).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from datetime import datetime, timedelta
+
+from services.saga.application.ports import SagaQueries
+from services.saga.domain.definition import SagaDefinition, StateKind
+from services.saga.domain.engine import SagaInstance
+
+STUCK_LIMIT = 1000
+"""Most stuck sagas listed (and counted by :func:`gauges`: the gauge saturates there)."""
+
+
+def waiting_states(definition: SagaDefinition) -> frozenset[str]:
+    """States in which a saga waits for a participant (ACTIVE)."""
+    return frozenset(s.name for s in definition.states if s.kind is StateKind.ACTIVE)
+
+
+def find_stuck(queries: SagaQueries, definition: SagaDefinition, *, now: datetime,
+               grace: timedelta, limit: int = STUCK_LIMIT) -> list[SagaInstance]:
+    """Stuck sagas (see the module docstring), oldest deadline first, at most ``limit``.
+
+    Args:
+        now: timezone-aware current time.
+        grace: tolerated delay past a deadline (>= 0).
+    """
+    return queries.stuck(states=waiting_states(definition), older_than=now - grace,
+                         limit=min(limit, STUCK_LIMIT))
+
+
+def gauges(queries: SagaQueries, definition: SagaDefinition, *, now: datetime,
+           grace: timedelta) -> Mapping[str, int]:
+    """``{"sagas_stuck": n, "sagas_alerting": n, "sagas{state=X}": n, ...}``.
+
+    ``sagas_alerting`` counts sagas in alerting states (COMPENSATION_FAILED); every
+    declared state appears in the per-state gauges (0 if empty).
+    """
+    by_state = queries.count_by_state()
+    out: dict[str, int] = {
+        "sagas_stuck": len(find_stuck(queries, definition, now=now, grace=grace)),
+        "sagas_alerting": sum(by_state.get(s.name, 0) for s in definition.states if s.alert),
+        "sagas_parked": sum(by_state.get(s.name, 0) for s in definition.states
+                            if s.kind is StateKind.PARKED),
+    }
+    for s in definition.states:
+        out[f"sagas{{state={s.name}}}"] = by_state.get(s.name, 0)
+    return out

@@ -1,0 +1,30 @@
+"""Replay: rebuild a projection from its topics into shadow tables, swap, hand over (issue 6).
+
+Public API::
+
+    from casestream.replay import Replayer, ReplayOptions, load_projection, parse_from, parse_to
+
+    spec = load_projection("audit.timeline")
+    replayer = Replayer(spec, codec=codec, dsn=spec.dsn(), bootstrap=bootstrap,
+                        event_types=catalog.event_types, reporter=ProgressReporter(...))
+    replayer.plan(ReplayOptions(...))   # --dry-run
+    replayer.run(ReplayOptions(...))    # rebuild, swap, hand over
+
+Modules: ``projection`` (what a rebuildable projection declares; catalog by name),
+``engine`` (phases), ``applier`` (guard + REPLAY dispatch, no I/O of its own),
+``checkpoint`` (PostgreSQL checkpoint tables), ``source`` (Kafka reading), ``positions``
+(``--from``/``--to``), ``progress`` (terminal / plain progress lines), ``status``
+(``--list``), ``errors``.
+"""
+
+from casestream.replay.engine import Plan, ReplayOptions, ReplayResult, Replayer
+from casestream.replay.errors import ReplayConfigError, ReplayError, ReplayHandlerError
+from casestream.replay.positions import EndSpec, StartSpec, parse_from, parse_to
+from casestream.replay.progress import Progress, ProgressReporter
+from casestream.replay.projection import KNOWN, ProjectionSpec, load_projection, replay_handlers
+
+__all__ = [
+    "KNOWN", "EndSpec", "Plan", "Progress", "ProgressReporter", "ProjectionSpec",
+    "ReplayConfigError", "ReplayError", "ReplayHandlerError", "ReplayOptions", "ReplayResult",
+    "Replayer", "StartSpec", "load_projection", "parse_from", "parse_to", "replay_handlers",
+]

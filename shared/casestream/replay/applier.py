@@ -1,0 +1,124 @@
+"""Apply decoded events to a projection in REPLAY mode: version guard, handler dispatch.
+
+No Kafka, no I/O of its own: handlers get ``ctx.conn`` (the caller's transaction) and a
+discarding outbox. The same rules as the live runtime (``casestream.guard.decide``):
+
+- ``v <= last``   STALE — a duplicate (relay re-publish) or out-of-date copy: skipped;
+- ``v == last+1`` APPLY — handlers run, ``last = v``;
+- ``v > last+1``  GAP — in history nothing can arrive later to fill it (per-aggregate order
+  is per partition), so the replay applies it, records ``last = v`` and counts a gap
+  (the live runtime would hold, then park it; ``casestream dlq redrive --accept-gap`` is its
+  equivalent).
+
+Only handlers whose kind runs in REPLAY (``PROJECTION``) are called; events without one still
+advance the guard (an aggregate's versions count whatever the type, as in live).
+Consecutive events with the same handler functions form a *run*: a batch handler gets the
+whole run in one call (event order kept), a per-event handler is called per event.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from casestream.envelope import Envelope
+from casestream.guard import FirstSeenPolicy, Verdict, decide
+from casestream.handlers import DiscardingOutbox, HandlerContext, HandlerRegistry, RegisteredHandler
+from casestream.processing import ProcessingMode
+from casestream.replay.errors import ReplayHandlerError
+from casestream.replay.progress import Progress
+
+Position = tuple[str, int, int]
+Key = tuple[str, str]
+
+
+@dataclass(slots=True)
+class ReplayApplier:
+    """Guard state (in memory, persisted by the caller) + REPLAY dispatch for one projection."""
+
+    consumer: str
+    handlers: HandlerRegistry
+    first_seen: FirstSeenPolicy = FirstSeenPolicy.BASELINE
+    guard: dict[Key, int] = field(default_factory=dict)
+    outbox: DiscardingOutbox = field(default_factory=DiscardingOutbox)
+    _cache: dict[str, tuple[tuple[Any, ...], tuple[RegisteredHandler, ...]]] = field(
+        default_factory=dict)
+
+    def handlers_of(self, event_type: str) -> tuple[tuple[Any, ...], tuple[RegisteredHandler, ...]]:
+        """(run key, handlers) of ``event_type`` in REPLAY. The run key compares functions and
+        kinds, not event types, so one batch handler registered for several types forms one run."""
+        found = self._cache.get(event_type)
+        if found is None:
+            hs = self.handlers.handlers_for(event_type, ProcessingMode.REPLAY)
+            found = (tuple((h.fn, h.kind, h.batch) for h in hs), hs)
+            self._cache[event_type] = found
+        return found
+
+    def apply(self, conn: Any, items: Sequence[tuple[Position, Envelope]],
+              progress: Progress) -> dict[Key, int]:
+        """Decide and apply ``items`` (in partition offset order) using ``conn``.
+
+        Returns the guard rows changed (key -> new last version) for the checkpoint; the
+        in-memory guard is updated only through :meth:`commit` once the transaction commits.
+
+        Raises:
+            ReplayHandlerError: a handler raised (the caller's transaction must roll back).
+        """
+        changed: dict[Key, int] = {}
+        runs: list[tuple[tuple[Any, ...], tuple[RegisteredHandler, ...],
+                         list[tuple[Position, Envelope]]]] = []
+        guard = self.guard
+        for pos, env in items:
+            key = (env.aggregate_type, env.aggregate_id)
+            last = changed.get(key)
+            if last is None:
+                last = guard.get(key)
+            verdict = decide(last, env.aggregate_version, self.first_seen)
+            if verdict is Verdict.STALE:
+                progress.stale += 1
+                continue
+            if verdict is Verdict.GAP:
+                progress.gaps += 1
+            changed[key] = env.aggregate_version
+            run_key, hs = self.handlers_of(env.event_type)
+            if not hs:
+                progress.unhandled += 1
+                continue
+            progress.applied += 1
+            if runs and runs[-1][0] == run_key:
+                runs[-1][2].append((pos, env))
+            else:
+                runs.append((run_key, hs, [(pos, env)]))
+        for _key, hs, run in runs:
+            self._call(conn, hs, run)
+        return changed
+
+    def commit(self, changed: dict[Key, int]) -> None:
+        """Record ``changed`` in memory after its transaction committed."""
+        self.guard.update(changed)
+
+    def _call(self, conn: Any, hs: tuple[RegisteredHandler, ...],
+              run: list[tuple[Position, Envelope]]) -> None:
+        for h in hs:
+            if h.batch:
+                (t, p, o) = run[0][0]
+                ctx = HandlerContext(conn=conn, outbox=self.outbox, mode=ProcessingMode.REPLAY,
+                                     consumer=self.consumer, topic=t, partition=p, offset=o,
+                                     positions=tuple(pos for pos, _ in run))
+                self._guarded(h, ctx, [e for _, e in run], run[0][0])
+            else:
+                for (t, p, o), env in run:
+                    ctx = HandlerContext(conn=conn, outbox=self.outbox,
+                                         mode=ProcessingMode.REPLAY, consumer=self.consumer,
+                                         topic=t, partition=p, offset=o)
+                    self._guarded(h, ctx, env, (t, p, o))
+
+    @staticmethod
+    def _guarded(h: RegisteredHandler, ctx: HandlerContext, arg: Any, pos: Position) -> None:
+        try:
+            h.fn(ctx, arg)
+        except Exception as e:
+            raise ReplayHandlerError(
+                f"handler {h.name} failed at {pos[0]}[{pos[1]}]@{pos[2]}: "
+                f"{type(e).__name__}: {e}", position=pos) from e

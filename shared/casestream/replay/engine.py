@@ -1,0 +1,440 @@
+"""The replay engine: plan, rebuild into shadow tables, swap and hand over (Kafka + PostgreSQL).
+
+Phases of :meth:`Replayer.run` (rule source: issue 6, DESIGN §6):
+
+1. **start or resume** — an unfinished run of the projection with the same ``--from``/``--to``
+   and its shadow tables present is resumed from its checkpoint (offsets + guard state);
+   otherwise the shadow tables are (re)created empty and a new run recorded, in one
+   transaction. Live tables are never written before phase 3.
+2. **rebuild** — read batches from the checkpoint offsets; each batch is one transaction:
+   projection rows into the shadow tables + checkpoint offsets + changed guard rows. Killed at
+   any point, the shadow and checkpoint agree (rerun resumes) and the live tables are untouched.
+3. **swap and hand over** (``--to now`` only), once the lag is zero — one transaction:
+   ``LOCK`` the live tables ``ACCESS EXCLUSIVE`` (waits for the live consumer's in-flight batch;
+   its later batches wait for us), snapshot the high watermarks, apply every remaining event
+   below them into the shadow tables, rename shadow → live, drop the old tables, delete the
+   checkpoint, COMMIT. Every event the live consumer had applied lies below the snapshot, so
+   the new tables contain it (no loss); events the replay applied beyond the live consumer's
+   position are re-read by the live consumer after the swap and change nothing, because
+   projection writes are idempotent per event (``casestream.replay.projection``), so none is
+   applied twice. Events produced after the snapshot are applied by the live consumer only.
+
+REPLAY mode: only ``PROJECTION`` handlers run, with a discarding outbox; poison messages are
+counted and skipped (the live consumer dead-lettered them), never produced anywhere.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta, timezone
+from typing import Any
+
+import psycopg
+from psycopg import sql
+
+from casestream.errors import PoisonMessageError
+from casestream.guard import FirstSeenPolicy
+from casestream.replay import checkpoint
+from casestream.replay.applier import ReplayApplier
+from casestream.replay.errors import ReplayConfigError, ReplayError
+from casestream.replay.positions import EndSpec, StartSpec
+from casestream.replay.progress import Progress, ProgressReporter
+from casestream.replay.projection import ProjectionSpec, replay_handlers
+from casestream.replay.source import TP, KafkaSource
+
+log = logging.getLogger("casestream.replay")
+
+_LOCK_RETRY = (psycopg.errors.LockNotAvailable, psycopg.errors.DeadlockDetected,
+               psycopg.errors.SerializationFailure)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ReplayOptions:
+    """Options of one replay (see ``casestream replay --help``)."""
+
+    start: StartSpec = field(default_factory=StartSpec)
+    end: EndSpec = field(default_factory=EndSpec)
+    batch_size: int = 2000
+    restart: bool = False
+    poll_timeout_s: float = 0.5
+    lock_timeout_s: float = 10.0
+    swap_attempts: int = 5
+
+    def __post_init__(self) -> None:
+        if self.batch_size < 1:
+            raise ReplayConfigError("--batch-size must be >= 1")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PartitionPlan:
+    """What a replay reads from one partition: offsets ``[start, end)``."""
+
+    topic: str
+    partition: int
+    low: int
+    high: int
+    start: int
+    end: int
+
+    @property
+    def count(self) -> int:
+        """Messages in range (an upper bound of events: duplicates included)."""
+        return max(0, self.end - self.start)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Plan:
+    """The dry-run answer: partitions, offset ranges, message count, resume or not."""
+
+    projection: str
+    partitions: tuple[PartitionPlan, ...]
+    resume: bool
+
+    @property
+    def count(self) -> int:
+        """Messages to read in total."""
+        return sum(p.count for p in self.partitions)
+
+    def lines(self) -> list[str]:
+        """Human-readable plan."""
+        out = [f"projection {self.projection}: {'resume' if self.resume else 'new run'}, "
+               f"{self.count} events to read"]
+        out += [f"  {p.topic}[{p.partition}] offsets {p.start}..{p.end} ({p.count} events; "
+                f"watermarks {p.low}..{p.high})" for p in self.partitions]
+        return out
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ReplayResult:
+    """Outcome of :meth:`Replayer.run`."""
+
+    projection: str
+    resumed: bool
+    swapped: bool
+    read: int
+    applied: int
+    stale: int
+    gaps: int
+    poison: int
+    discarded_outbox: int
+    elapsed_s: float
+    tables: tuple[str, ...]
+
+    @property
+    def rate(self) -> float:
+        """Events read per second."""
+        return self.read / self.elapsed_s if self.elapsed_s > 0 else 0.0
+
+
+class Replayer:
+    """Rebuilds one projection.
+
+    Args:
+        spec: the projection.
+        codec: ``casestream.codec.EnvelopeCodec`` (prepared; upcasts to newest).
+        dsn: database of the projection's tables.
+        bootstrap: Kafka ``bootstrap.servers``.
+        event_types: event types to register handlers for (the catalog's).
+        reporter: progress output (None: no progress lines).
+        kafka_config: extra consumer settings.
+    """
+
+    def __init__(self, spec: ProjectionSpec, *, codec: Any, dsn: str, bootstrap: str,
+                 event_types: Iterable[str], reporter: ProgressReporter | None = None,
+                 kafka_config: dict[str, Any] | None = None) -> None:
+        self.spec = spec
+        self.codec = codec
+        self.dsn = dsn
+        self.bootstrap = bootstrap
+        self.reporter = reporter
+        self.kafka_config = kafka_config
+        self.shadow = spec.shadow_names()
+        self.handlers = replay_handlers(spec.registry(self.shadow, tuple(event_types)), spec.name)
+        self.progress = Progress()
+
+    # ------------------------------------------------------------------ plan
+
+    def plan(self, options: ReplayOptions) -> Plan:
+        """What :meth:`run` would read (no writes). Raises ReplayError if Kafka/PG fail."""
+        source = self._source()
+        try:
+            with psycopg.connect(self.dsn, autocommit=True) as conn:
+                resume, positions, _ = self._resume_state(conn, options, write=False)
+            return self._plan(source, options, resume, positions)
+        finally:
+            source.close()
+
+    def _plan(self, source: KafkaSource, options: ReplayOptions, resume: bool,
+              resumed: dict[TP, int] | None) -> Plan:
+        tps = source.partitions()
+        marks = {tp: source.watermarks(tp) for tp in tps}
+        start = self._start_offsets(source, tps, marks, options.start)
+        if resumed:
+            start.update({tp: o for tp, o in resumed.items() if tp in start})
+        if options.end.until is not None:
+            end = source.offsets_for_time(tps, options.end.until + timedelta(milliseconds=1))
+        else:
+            end = {tp: marks[tp][1] for tp in tps}
+        parts = tuple(PartitionPlan(topic=t, partition=p, low=marks[(t, p)][0],
+                                    high=marks[(t, p)][1], start=start[(t, p)],
+                                    end=max(end[(t, p)], start[(t, p)])) for t, p in tps)
+        return Plan(projection=self.spec.name, partitions=parts, resume=resume)
+
+    @staticmethod
+    def _start_offsets(source: KafkaSource, tps: list[TP], marks: dict[TP, tuple[int, int]],
+                       start: StartSpec) -> dict[TP, int]:
+        if start.at is not None:
+            return source.offsets_for_time(tps, start.at)
+        out = {tp: marks[tp][0] for tp in tps}
+        for tp, o in start.offsets.items():
+            if tp not in out:
+                raise ReplayConfigError(f"--from: {tp[0]}:{tp[1]} is not a partition of the topics")
+            out[tp] = max(o, marks[tp][0])
+        return out
+
+    # ------------------------------------------------------------------ run
+
+    def run(self, options: ReplayOptions) -> ReplayResult:
+        """Rebuild (resuming if possible); swap and hand over when ``options.end`` is now.
+
+        Raises:
+            ReplayConfigError: bad options. ReplayHandlerError: a handler failed (checkpoint
+            intact). ReplayError: Kafka/registry trouble, or the live tables stayed locked.
+        """
+        t0 = time.monotonic()
+        p = self.progress = Progress(started=t0)
+        source = self._source()
+        try:
+            with psycopg.connect(self.dsn, autocommit=True) as conn:
+                checkpoint.ensure_schema(conn)
+                with conn.transaction():
+                    self.spec.create_tables(conn, self.spec.live_names())
+                resume, resumed, guard = self._resume_state(conn, options, write=False)
+                plan = self._plan(source, options, resume, resumed)
+                if not resume:
+                    self._start_run(conn, options)
+                    guard = {}
+                applier = ReplayApplier(
+                    consumer=f"replay:{self.spec.name}", handlers=self.handlers, guard=guard,
+                    first_seen=(FirstSeenPolicy.STRICT if options.start.earliest
+                                else FirstSeenPolicy.BASELINE))
+                self._say(f"replay {self.spec.name}: {'resuming' if resume else 'starting'}; "
+                          f"{plan.count} events in range over {len(plan.partitions)} partitions")
+                positions = {(q.topic, q.partition): q.start for q in plan.partitions}
+                ends = ({(q.topic, q.partition): q.end for q in plan.partitions}
+                        if options.end.until is not None else None)
+                source.assign(positions)
+                self._rebuild(conn, source, applier, positions, ends, options)
+                swapped = False
+                if options.end.now:
+                    self._swap(conn, source, applier, positions, options)
+                    swapped = True
+                else:
+                    with conn.transaction():
+                        checkpoint.mark_built(conn, self.spec.name)
+                    self._say(f"replay {self.spec.name}: built up to {options.end.text()} in "
+                              f"{', '.join(self.shadow.values())} (not swapped)")
+        finally:
+            source.close()
+        if self.reporter:
+            self.reporter.update(p, force=True)
+        elapsed = time.monotonic() - t0
+        tables = tuple(self.spec.tables if swapped else self.shadow.values())
+        result = ReplayResult(projection=self.spec.name, resumed=resume, swapped=swapped,
+                              read=p.read, applied=p.applied, stale=p.stale, gaps=p.gaps,
+                              poison=p.poison, discarded_outbox=applier.outbox.discarded,
+                              elapsed_s=elapsed, tables=tables)
+        self._say(f"replay {self.spec.name}: done in {elapsed:.1f}s, {p.read} events "
+                  f"({result.rate:,.0f}/s), {p.applied} applied, {p.stale} stale, {p.gaps} gaps, "
+                  f"{p.poison} poison" + ("; swapped in, live consumer continues" if swapped else ""))
+        return result
+
+    def _source(self) -> KafkaSource:
+        return KafkaSource(self.bootstrap, self.spec.topics,
+                           client_id=f"casestream-replay-{self.spec.name}",
+                           config=self.kafka_config)
+
+    def _resume_state(self, conn: Any, options: ReplayOptions, *, write: bool
+                      ) -> tuple[bool, dict[TP, int] | None, dict[tuple[str, str], int]]:
+        """(resume?, checkpoint offsets, guard) — resume only an identical unfinished run."""
+        if options.restart or conn.execute("SELECT to_regclass('replay_run')").fetchone()[0] is None:
+            return False, None, {}
+        run = checkpoint.load_run(conn, self.spec.name)
+        if (run is None or run.state != "building" or run.from_spec != options.start.text()
+                or run.to_spec != options.end.text()
+                or tuple(run.shadow_tables) != tuple(self.shadow.values())
+                or not all(self._exists(conn, t) for t in self.shadow.values())):
+            return False, None, {}
+        return (True, checkpoint.load_offsets(conn, self.spec.name),
+                checkpoint.load_guard(conn, self.spec.name))
+
+    @staticmethod
+    def _exists(conn: Any, table: str) -> bool:
+        return conn.execute("SELECT to_regclass(%s)", (table,)).fetchone()[0] is not None
+
+    def _start_run(self, conn: Any, options: ReplayOptions) -> None:
+        with conn.transaction():
+            for shadow in self.shadow.values():
+                conn.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(sql.Identifier(shadow)))
+            self.spec.create_tables(conn, self.shadow)
+            checkpoint.start_run(conn, self.spec.name, str(uuid.uuid4()), options.start.text(),
+                                 options.end.text(), tuple(self.shadow.values()))
+
+    # ------------------------------------------------------------------ batches
+
+    def _decode(self, msgs: list[Any], positions: dict[TP, int], ends: dict[TP, int] | None,
+                new: dict[TP, int]) -> list[tuple[tuple[str, int, int], Any]]:
+        items = []
+        decode = self.codec.decode
+        p = self.progress
+        utc = timezone.utc
+        for m in msgs:
+            tp = (m.topic(), m.partition())
+            off = m.offset()
+            if ends is not None and off >= ends[tp]:
+                continue
+            if off < positions.get(tp, 0):
+                continue  # re-delivered after a seek
+            new[tp] = off + 1
+            p.read += 1
+            ts_type, ts = m.timestamp()
+            published = datetime.fromtimestamp(ts / 1000.0, tz=utc) if ts and ts > 0 else None
+            try:
+                env = decode(m.value(), published_at=published)
+            except PoisonMessageError as e:
+                p.poison += 1
+                log.warning("replay %s: skipping poison message %s[%d]@%d: %s",
+                            self.spec.name, tp[0], tp[1], off, e)
+                continue
+            items.append(((tp[0], tp[1], off), env))
+        return items
+
+    def _apply_batch(self, conn: Any, applier: ReplayApplier,
+                     items: list[tuple[tuple[str, int, int], Any]], new: dict[TP, int]) -> None:
+        """One transaction: shadow rows + checkpoint (offsets, guard rows)."""
+        before = self.progress.applied
+        with conn.pipeline(), conn.transaction():
+            changed = applier.apply(conn, items, self.progress)
+            checkpoint.save(conn, self.spec.name, new, changed, self.progress.applied - before)
+        applier.commit(changed)
+
+    def _rebuild(self, conn: Any, source: KafkaSource, applier: ReplayApplier,
+                 positions: dict[TP, int], ends: dict[TP, int] | None,
+                 options: ReplayOptions) -> None:
+        """Phase 2: batches until caught up (now) or every partition reached its end."""
+        p = self.progress
+        highs = {tp: source.watermarks(tp)[1] for tp in positions}
+        if ends is not None:
+            done = {tp for tp, o in positions.items() if o >= ends[tp]}
+            if done:
+                source.pause(done)
+        empty = 0
+        while True:
+            if ends is not None and all(positions[tp] >= ends[tp] for tp in positions):
+                return
+            msgs = source.consume(options.batch_size, options.poll_timeout_s)
+            if not msgs:
+                empty += 1
+                highs = {tp: source.watermarks(tp)[1] for tp in positions}
+                p.lag = self._lag(positions, ends or highs)
+                if ends is None and (p.lag == 0 or empty >= 3):
+                    return
+                if ends is not None and empty >= 3 and all(
+                        positions[tp] >= min(ends[tp], highs[tp]) for tp in positions):
+                    return
+                continue
+            empty = 0
+            new: dict[TP, int] = {}
+            items = self._decode(msgs, positions, ends, new)
+            if new:
+                self._apply_batch(conn, applier, items, new)
+                positions.update(new)
+            if ends is not None:
+                reached = [tp for tp in new if positions[tp] >= ends[tp]]
+                if reached:
+                    source.pause(reached)
+            for tp in new:
+                lo_hi = source.watermarks(tp, cached=True)
+                if lo_hi[1] > 0:
+                    highs[tp] = lo_hi[1]
+            p.lag = self._lag(positions, ends or highs)
+            if self.reporter:
+                self.reporter.update(p)
+
+    @staticmethod
+    def _lag(positions: dict[TP, int], ends: dict[TP, int]) -> int:
+        return sum(max(0, ends.get(tp, o) - o) for tp, o in positions.items())
+
+    # ------------------------------------------------------------------ swap
+
+    def _swap(self, conn: Any, source: KafkaSource, applier: ReplayApplier,
+              positions: dict[TP, int], options: ReplayOptions) -> None:
+        """Phase 3 (see module docstring); retried if the live tables cannot be locked."""
+        for attempt in range(1, options.swap_attempts + 1):
+            saved_positions = dict(positions)
+            saved_guard = dict(applier.guard)
+            saved_progress = (self.progress.read, self.progress.applied, self.progress.stale,
+                              self.progress.gaps, self.progress.poison)
+            try:
+                self._swap_once(conn, source, applier, positions, options)
+                return
+            except _LOCK_RETRY as e:
+                positions.clear()
+                positions.update(saved_positions)
+                applier.guard = saved_guard
+                p = self.progress
+                p.read, p.applied, p.stale, p.gaps, p.poison = saved_progress
+                source.assign(positions)
+                self._say(f"replay {self.spec.name}: swap attempt {attempt} could not lock the "
+                          f"live tables ({type(e).__name__}); retrying")
+                time.sleep(min(2.0, 0.2 * attempt))
+        raise ReplayError(f"replay {self.spec.name}: live tables {', '.join(self.spec.tables)} "
+                          f"stayed locked; shadow tables kept, rerun to resume")
+
+    def _swap_once(self, conn: Any, source: KafkaSource, applier: ReplayApplier,
+                   positions: dict[TP, int], options: ReplayOptions) -> None:
+        with conn.transaction():
+            conn.execute(sql.SQL("SET LOCAL lock_timeout = {}").format(
+                sql.Literal(f"{int(options.lock_timeout_s * 1000)}ms")))
+            for table in self.spec.tables:
+                conn.execute(sql.SQL("LOCK TABLE {} IN ACCESS EXCLUSIVE MODE").format(
+                    sql.Identifier(table)))
+            # Every event the live consumer applied so far is below these offsets.
+            highs = {tp: source.watermarks(tp)[1] for tp in positions}
+            empty = 0
+            while any(positions[tp] < highs[tp] for tp in positions) and empty < 3:
+                msgs = source.consume(options.batch_size, options.poll_timeout_s)
+                if not msgs:
+                    empty += 1
+                    continue
+                empty = 0
+                new: dict[TP, int] = {}
+                items = self._decode(msgs, positions, highs, new)
+                if new:
+                    before = self.progress.applied
+                    with conn.transaction():
+                        changed = applier.apply(conn, items, self.progress)
+                        checkpoint.save(conn, self.spec.name, new, changed,
+                                        self.progress.applied - before)
+                    applier.commit(changed)
+                    positions.update(new)
+            for table, shadow in self.shadow.items():
+                retired = table + "_retired"
+                conn.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(sql.Identifier(retired)))
+                conn.execute(sql.SQL("ALTER TABLE {} RENAME TO {}").format(
+                    sql.Identifier(table), sql.Identifier(retired)))
+                conn.execute(sql.SQL("ALTER TABLE {} RENAME TO {}").format(
+                    sql.Identifier(shadow), sql.Identifier(table)))
+                conn.execute(sql.SQL("DROP TABLE {}").format(sql.Identifier(retired)))
+            checkpoint.clear(conn, self.spec.name)
+        self.progress.lag = 0
+
+    def _say(self, text: str) -> None:
+        if self.reporter:
+            self.reporter.message(text)
+        else:
+            log.info("%s", text)

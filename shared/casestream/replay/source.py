@@ -1,0 +1,121 @@
+"""Kafka side of a replay: partitions, watermarks, start offsets, reading (confluent_kafka).
+
+The replay reads with ``assign`` (no group membership, no offset commits): its position is
+the checkpoint in PostgreSQL, never a Kafka consumer group, so it cannot disturb the live
+consumer group and produces nothing (no commits, no dead letters).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from datetime import datetime
+from typing import Any
+
+from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
+
+from casestream.replay.errors import ReplayError
+
+TP = tuple[str, int]
+
+
+class KafkaSource:
+    """Reads the projection's topics from given offsets.
+
+    Args:
+        bootstrap: ``bootstrap.servers``.
+        topics: topics to read.
+        client_id: shows up in broker logs (``casestream-replay-<projection>``).
+        config: extra librdkafka consumer settings.
+    """
+
+    def __init__(self, bootstrap: str, topics: Iterable[str], *, client_id: str,
+                 config: Mapping[str, Any] | None = None) -> None:
+        self.topics = tuple(topics)
+        conf: dict[str, Any] = {
+            "bootstrap.servers": bootstrap,
+            "group.id": client_id,  # required by librdkafka; never joined (assign) nor committed
+            "client.id": client_id,
+            "enable.auto.commit": False,
+            "enable.auto.offset.store": False,
+            "auto.offset.reset": "earliest",
+            "enable.partition.eof": False,
+            "fetch.min.bytes": 1,
+            "fetch.max.bytes": 64 * 1024 * 1024,
+            "max.partition.fetch.bytes": 16 * 1024 * 1024,
+            "queued.min.messages": 200000,
+            "isolation.level": "read_committed",
+        }
+        conf.update(config or {})
+        self._consumer = Consumer(conf)
+
+    def partitions(self, timeout_s: float = 10.0) -> list[TP]:
+        """Every (topic, partition) of the topics, sorted.
+
+        Raises:
+            ReplayError: a topic does not exist or the cluster does not answer.
+        """
+        out: list[TP] = []
+        try:
+            md = self._consumer.list_topics(timeout=timeout_s)
+        except KafkaException as e:
+            raise ReplayError(f"Kafka metadata unavailable: {e}") from e
+        for topic in self.topics:
+            t = md.topics.get(topic)
+            if t is None or t.error is not None:
+                raise ReplayError(f"topic {topic} does not exist"
+                                  + (f" ({t.error})" if t is not None else ""))
+            out.extend((topic, p) for p in sorted(t.partitions))
+        return out
+
+    def watermarks(self, tp: TP, *, cached: bool = False, timeout_s: float = 10.0) -> tuple[int, int]:
+        """(low, high) offsets of ``tp``; ``cached`` uses the last fetch's values (no request)."""
+        try:
+            lo, hi = self._consumer.get_watermark_offsets(TopicPartition(*tp), timeout=timeout_s,
+                                                          cached=cached)
+        except KafkaException as e:
+            raise ReplayError(f"watermarks of {tp[0]}[{tp[1]}] unavailable: {e}") from e
+        return int(lo), int(hi)
+
+    def offsets_for_time(self, tps: Iterable[TP], when: datetime,
+                         timeout_s: float = 10.0) -> dict[TP, int]:
+        """First offset with timestamp >= ``when`` per partition (its high watermark if none)."""
+        ms = int(when.timestamp() * 1000)
+        tps = list(tps)
+        query = [TopicPartition(t, p, ms) for t, p in tps]
+        try:
+            found = self._consumer.offsets_for_times(query, timeout=timeout_s)
+        except KafkaException as e:
+            raise ReplayError(f"offsets_for_times failed: {e}") from e
+        out: dict[TP, int] = {}
+        for tp in found:
+            key = (tp.topic, tp.partition)
+            out[key] = tp.offset if tp.offset >= 0 else self.watermarks(key)[1]
+        return out
+
+    def assign(self, positions: Mapping[TP, int]) -> None:
+        """Start reading each partition at its next offset."""
+        self._consumer.assign([TopicPartition(t, p, o) for (t, p), o in positions.items()])
+
+    def pause(self, tps: Iterable[TP]) -> None:
+        """Stop fetching ``tps`` (they reached their end)."""
+        self._consumer.pause([TopicPartition(t, p) for t, p in tps])
+
+    def consume(self, n: int, timeout_s: float) -> list[Any]:
+        """Up to ``n`` messages (``confluent_kafka.Message``), errors other than EOF raise.
+
+        Raises:
+            ReplayError: a fatal or partition-level error.
+        """
+        msgs = self._consumer.consume(num_messages=n, timeout=timeout_s)
+        out = []
+        for m in msgs:
+            err = m.error()
+            if err is None:
+                out.append(m)
+            elif err.code() != KafkaError._PARTITION_EOF:
+                raise ReplayError(f"Kafka error reading {m.topic()}[{m.partition()}]: {err}")
+        return out
+
+    def close(self) -> None:
+        """Leave (nothing to commit)."""
+        self._consumer.close()

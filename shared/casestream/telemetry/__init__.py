@@ -1,0 +1,44 @@
+"""Observability for casestream: traces, metrics, JSON logs (issue 9).
+
+- :mod:`~casestream.telemetry.tracing`: tracer provider from ``OTEL_*`` settings, file /
+  console / OTLP exporters, W3C ``traceparent`` helpers, and the child-span-vs-link rules;
+- :mod:`~casestream.telemetry.metrics`: the instruments and Prometheus text exposition;
+- :mod:`~casestream.telemetry.sources`: stats objects read at scrape time;
+- :mod:`~casestream.telemetry.core`: ``install()``/``current()`` and runtime hooks;
+- :mod:`~casestream.telemetry.http`: tracing middleware and the ``/metrics`` route;
+- :mod:`~casestream.telemetry.logs`: JSON log formatter and log context;
+- :mod:`~casestream.telemetry.readiness`: database / Kafka / registry readiness checks.
+"""
+
+from casestream.telemetry.core import (
+    ConsumerProbe,
+    PublishSpan,
+    Telemetry,
+    consume_batch_span,
+    consume_span,
+    consumer_probe,
+    current,
+    db_span,
+    install,
+    observe_query,
+    observe_relay,
+    publish_span,
+    sources,
+)
+from casestream.telemetry.logs import JsonFormatter, log_context, redact
+from casestream.telemetry.metrics import render_prometheus
+from casestream.telemetry.settings import TelemetrySettings
+from casestream.telemetry.tracing import (
+    context_from_traceparent,
+    current_traceparent,
+    traceparent_for_row,
+    traceparent_of,
+)
+
+__all__ = [
+    "ConsumerProbe", "JsonFormatter", "PublishSpan", "Telemetry", "TelemetrySettings",
+    "consume_batch_span", "consume_span", "consumer_probe", "context_from_traceparent",
+    "current", "current_traceparent", "db_span", "install", "log_context", "observe_query", "observe_relay",
+    "publish_span", "redact", "render_prometheus", "sources", "traceparent_for_row",
+    "traceparent_of",
+]
