@@ -276,7 +276,7 @@ def main() -> None:
     n = args.events
     codec = real_codec(args.registry_url, fallback=True)
     print(f"bench/consumer: {n} events, {args.aggregates} aggregates, {args.partitions} partitions,"
-          f" batch {args.batch_size}, codec {codec.engine} over {codec.registry_kind} registry,"
+          f" batch {args.batch_size}, EnvelopeCodec over the {codec.registry_kind} registry,"
           f" tracing hooks {'off' if args.no_tracing else 'on'}")
     evs = events(n, args.aggregates)
     create_topic(args.bootstrap, topic, args.partitions)

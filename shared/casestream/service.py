@@ -26,6 +26,7 @@ from starlette.concurrency import run_in_threadpool
 from starlette.routing import Route
 
 from casestream import telemetry
+from casestream.errors import ConfigError
 from casestream.telemetry.http import TracingMiddleware
 from casestream.telemetry.logs import JsonFormatter
 from casestream.telemetry.settings import TelemetrySettings
@@ -134,7 +135,11 @@ class ServiceProcess:
 
     def run(self) -> int:
         """Serve until SIGTERM/SIGINT or a worker failure; return the exit status (0 or 1)."""
-        tel = telemetry.install(self.name)
+        try:
+            tel = telemetry.install(self.name)  # exporters from OTEL_* / CASESTREAM_TELEMETRY_*
+        except ConfigError as e:
+            log.error("telemetry configuration: %s", e)
+            return 2
         counters = getattr(self.app.state, "counters", None)
         if counters is not None:
             telemetry.sources().add_counters(self.name, counters)

@@ -23,8 +23,10 @@ from pathlib import Path
 import httpx
 import psycopg
 import pytest
+from click.testing import CliRunner
 from confluent_kafka import Producer
 
+from casestream.cli_status import status
 from casestream.demo import CaseSpec, headers
 from casestream.devstack import SERVICE_PORTS, ServiceStack
 
@@ -213,3 +215,15 @@ def test_metrics_move_with_the_workload(observed, kafka_bootstrap: str) -> None:
                  30, "saga.orchestrator to apply")
         count = 'consumer_batch_duration_seconds_count{consumer="saga.orchestrator"}'
         assert scrape(client, "saga").get(count, 0) >= 1
+
+
+def test_status_command_shows_every_service_of_the_live_stack(observed) -> None:
+    result = CliRunner().invoke(status, [f"--url={n}={url(n, '')}" for n in SERVICES] + ["--json"])
+    assert result.exit_code == 0, result.output
+    rows = {r["service"]: r for r in map(json.loads, result.output.splitlines()[-5:])}
+    assert {n: r["ready"] for n, r in rows.items()} == {n: "ready" for n in SERVICES}
+    assert rows["saga"]["sagas"], rows["saga"]  # sagas by state, from the saga table
+    assert rows["case"]["outbox_pending"] is not None
+    assert all(r["dead_letters"] is not None for r in rows.values())
+    table = CliRunner().invoke(status, [f"--url={n}={url(n, '')}" for n in SERVICES])
+    assert table.output.splitlines()[0].startswith("SERVICE")

@@ -298,6 +298,10 @@ def test_resolve_through_the_store(dsn: str, codec: EnvelopeCodec) -> None:
                              reason="phoned the owner", actor_id="op-1")
         conn.commit()
     assert after is not None and after.state == cr.AWAITING_CLOSE and after.version == 2
-    [ev] = outbox_events(dsn, codec)
+    resolved, ev = outbox_events(dsn, codec)
+    assert resolved.event_type == "SagaResolved" and resolved.actor_id == "op-1"
+    assert dict(resolved.payload) == {"case_id": "case-1", "resolution": "close",
+                                      "reason": "phoned the owner"}
     assert ev.event_type == "CaseCloseRequested" and ev.actor_id == "op-1"
-    assert ev.aggregate_version == 2  # continues the saga's event sequence (event_seq was 1)
+    # continue the saga's event sequence (event_seq was 1)
+    assert (resolved.aggregate_version, ev.aggregate_version) == (2, 3)

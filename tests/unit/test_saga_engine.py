@@ -241,6 +241,17 @@ def test_late_success_after_compensation_began_is_recorded_as_late(state: str,
     assert "compensation" in out.history.note and not out.changed
 
 
+def test_compensation_confirmed_after_the_saga_gave_up_is_recorded_as_late() -> None:
+    saga = given(cr.COMPENSATION_FAILED, data=RETURN_DATA)
+    out = apply_event(CASE_REVIEW, saga, event_type="CaseReturned", payload={"reason": "x"},
+                      event_id="late-2", now=T0)
+    assert out.history.disposition is Disposition.LATE and not out.changed
+    assert "gave up" in out.history.note
+    dup = apply_event(CASE_REVIEW, given(cr.COMPENSATED), event_type="CaseReturned",
+                      payload={"reason": "x"}, event_id="dup-2", now=T0)
+    assert dup.history.disposition is Disposition.IGNORED  # already compensated: a duplicate
+
+
 def test_late_reply_after_completion_is_labelled_as_such() -> None:
     out = apply_event(CASE_REVIEW, given(cr.COMPLETED), event_type="CaseClosed", payload={},
                       event_id="dup", now=T0)

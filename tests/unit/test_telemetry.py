@@ -219,3 +219,11 @@ def test_metrics_are_served_in_front_of_the_apps_own_middleware(spans) -> None:
     assert client.get("/cases").status_code == 401
     scraped = client.get("/metrics")
     assert scraped.status_code == 200 and "# TYPE dead_letter_total counter" in scraped.text
+
+
+def test_a_bad_exporter_setting_stops_the_service_with_status_2(monkeypatch) -> None:
+    from casestream.service import ServiceProcess
+
+    monkeypatch.setenv("OTEL_TRACES_EXPORTER", "zipkin")
+    process = ServiceProcess(name="t", app=Starlette(), host="127.0.0.1", port=0)
+    assert process.run() == 2

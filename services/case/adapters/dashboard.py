@@ -15,6 +15,7 @@ CaseClosed → closed (with outcome), CaseReturned → returned (``services.case
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable, Sequence
 from datetime import datetime
 from typing import Any
@@ -54,8 +55,9 @@ _INDEX = "CREATE INDEX ON {t} (tenant_id, status)"
 _UPSERT = """
 INSERT INTO {t} AS d (case_id, tenant_id, status, severity, priority, outcome, opened_at,
                       last_change, last_event_type, last_version)
-SELECT * FROM unnest(%s::text[], %s::text[], %s::text[], %s::int[], %s::text[], %s::text[],
-                     %s::timestamptz[], %s::timestamptz[], %s::text[], %s::bigint[])
+SELECT r->>0, r->>1, r->>2, (r->>3)::int, r->>4, r->>5, (r->>6)::timestamptz,
+       (r->>7)::timestamptz, r->>8, (r->>9)::bigint
+FROM json_array_elements(%s::json) r
 ON CONFLICT (case_id) DO UPDATE SET
     status = EXCLUDED.status,
     severity = coalesce(EXCLUDED.severity, d.severity),
@@ -111,14 +113,20 @@ def fold(events: Sequence[Envelope]) -> list[tuple[Any, ...]]:
     return [tuple(r) for r in rows.values()]
 
 
+def _iso(value: Any) -> str:
+    if isinstance(value, datetime):
+        return value.isoformat()
+    raise TypeError(f"not JSON serialisable: {type(value).__name__}")
+
+
 def registry(names: TableNames, event_types: Iterable[str] = ()) -> HandlerRegistry:
     """PROJECTION batch handlers writing ``names[case_dashboard]`` (one statement per run)."""
     upsert = sql.SQL(_UPSERT).format(t=sql.Identifier(names[TABLE]))
 
     def project(ctx: HandlerContext, events: Sequence[Envelope]) -> None:
         rows = fold(events)
-        if rows:
-            ctx.conn.execute(upsert, [list(c) for c in zip(*rows, strict=True)])
+        if rows:  # one JSON parameter: json.dumps is C, psycopg's array adaptation is Python
+            ctx.conn.execute(upsert, (json.dumps(rows, default=_iso),))
 
     project.__qualname__ = f"case.dashboard[{names[TABLE]}]"
     reg = HandlerRegistry()

@@ -11,8 +11,9 @@ on ``outbox.event.decision`` (wiring: ``/work/brief/requests-replay.md``); rebui
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable, Sequence
-from datetime import datetime, timezone
+from datetime import date, datetime, timezone
 from typing import Any
 
 from psycopg import sql
@@ -45,8 +46,9 @@ _INDEX = "CREATE INDEX ON {t} (tenant_id, period_day)"
 _INSERT = """
 INSERT INTO {t} (event_id, tenant_id, case_id, outcome, violation_code, penalty_cents,
                  decided_at, period_day)
-SELECT * FROM unnest(%s::uuid[], %s::text[], %s::text[], %s::text[], %s::text[], %s::bigint[],
-                     %s::timestamptz[], %s::date[])
+SELECT (r->>0)::uuid, r->>1, r->>2, r->>3, r->>4, (r->>5)::bigint, (r->>6)::timestamptz,
+       (r->>7)::date
+FROM json_array_elements(%s::json) r
 ON CONFLICT (event_id) DO NOTHING
 """
 TOTALS = """
@@ -80,14 +82,20 @@ def fact(e: Envelope) -> tuple[Any, ...] | None:
             p.get("violation_code"), penalty, e.occurred_at, day)
 
 
+def _iso(value: Any) -> str:
+    if isinstance(value, (datetime, date)):
+        return value.isoformat()
+    raise TypeError(f"not JSON serialisable: {type(value).__name__}")
+
+
 def registry(names: TableNames, event_types: Iterable[str] = ()) -> HandlerRegistry:
     """PROJECTION batch handlers writing ``names[decision_statistics]``."""
     insert = sql.SQL(_INSERT).format(t=sql.Identifier(names[TABLE]))
 
     def project(ctx: HandlerContext, events: Sequence[Envelope]) -> None:
         rows = [r for r in map(fact, events) if r is not None]
-        if rows:
-            ctx.conn.execute(insert, [list(c) for c in zip(*rows, strict=True)])
+        if rows:  # one JSON parameter: json.dumps is C, psycopg's array adaptation is Python
+            ctx.conn.execute(insert, (json.dumps(rows, default=_iso),))
 
     project.__qualname__ = f"decision.statistics[{names[TABLE]}]"
     reg = HandlerRegistry()

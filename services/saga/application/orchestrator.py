@@ -15,8 +15,13 @@ Routing of an incoming event (rules of issue 7):
   case's ``CaseClosed`` / ``CaseReturned``) to the newest saga of the case (aggregate id);
 - a reply already in the saga's history is a duplicate: nothing happens (not even a
   record); a reply the saga's state does not whitelist is recorded as IGNORED (late after a
-  deadline, after completion, or out of place) and never drives a step; a reply for an
-  unknown saga is logged and dropped — nothing is dead-lettered merely for being late.
+  deadline, after completion, or out of place) and never drives a step — or as LATE when it
+  is a decision after compensation began (the compensation undoes it) or a compensation
+  confirmed after the saga gave up; a reply for an unknown saga is logged and dropped —
+  nothing is dead-lettered merely for being late.
+
+Alerts: entering an alerting state (``State.alert``: COMPENSATION_FAILED) is logged at
+ERROR (``ALERT saga ...``) and counted (``alerts_total{state}``, :mod:`.metrics`).
 
 Emitted events: aggregate ``saga``, id = saga id, consecutive aggregate versions, source
 ``saga``, correlation id = the journey's correlation id (the case's), causation id = the

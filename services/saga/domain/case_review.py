@@ -34,6 +34,8 @@ requests above, ``SagaCompleted`` / ``SagaCompensated`` on the happy and compens
 ``close``), and ``SagaCompensationFailed {case_id, reason}`` on COMPENSATION_FAILED (an
 alerting state: logged at ERROR and counted by the orchestrator). A decision that arrives
 after compensation began is recorded as *late*; the case return already issued undoes it.
+A CaseReturned arriving after the saga gave up (COMPENSATION_FAILED) is recorded as *late*
+too, so the operator handling the alert sees that the case was returned after all.
 """
 
 from __future__ import annotations

@@ -243,6 +243,23 @@ class SagaDefinition:
                     frontier.append(t.target)
         return frozenset(found)
 
+    def compensation_confirmations(self) -> frozenset[str]:
+        """Reply event types that confirm a compensation step (e.g. CaseReturned)."""
+        comp_steps = {s.compensation for s in self.steps if s.compensation}
+        states = {st.name for st in self.states if st.step in comp_steps}
+        return frozenset(t.on for t in self.transitions
+                         if t.source in states and not t.on.startswith("@"))
+
+    def compensation_abandoned_states(self) -> frozenset[str]:
+        """States where compensation began but was never confirmed and no longer runs
+        (e.g. COMPENSATION_FAILED): compensation states without a step that no
+        confirmation leads to."""
+        comp_steps = {s.compensation for s in self.steps if s.compensation}
+        runners = {st.name for st in self.states if st.step in comp_steps}
+        confirmed = {t.target for t in self.transitions
+                     if t.source in runners and not t.on.startswith("@")}
+        return frozenset(self.compensation_states() - runners - confirmed)
+
     def success_triggers(self) -> frozenset[str]:
         """Reply event types that report a *compensable* step's success: the triggers that
         leave a state running a compensable step for a state where compensation has not

@@ -48,8 +48,9 @@ class Disposition(enum.Enum):
     TRANSITIONED = "transitioned"  # a whitelisted transition was taken
     RETRIED = "retried"  # a deadline passed and the step's action was issued again
     IGNORED = "ignored"  # not whitelisted in the current state: recorded, nothing else
-    LATE = "late"  # a compensable step's success after compensation began: recorded only,
-    #               its effect is undone by the compensation already issued (nothing else)
+    LATE = "late"  # a compensable step's success after compensation began (its effect is
+    #               undone by the compensation already issued), or a compensation confirmed
+    #               after the saga gave up (COMPENSATION_FAILED): recorded only
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -222,10 +223,17 @@ def apply_event(d: SagaDefinition, saga: SagaInstance, *, event_type: str,
         KeyError: the transition records a field the payload lacks (a contract breach).
     """
     t = d.transition(saga.state, event_type)
-    if (t is None and event_type in d.success_triggers()
-            and saga.state in d.compensation_states()):
+    late = t is None and saga.state in d.compensation_states()
+    if (late and event_type in d.compensation_confirmations()
+            and saga.state in d.compensation_abandoned_states()):
+        note = (f"late {event_type}: the compensation was confirmed after the saga gave up "
+                f"(state {saga.state}); recorded for the operator")
+    elif late and event_type in d.success_triggers():
         note = (f"late {event_type} after compensation began (state {saga.state}): recorded; "
                 "its effect is undone by the compensation already issued")
+    else:
+        late = False
+    if late:
         entry = HistoryEntry(at=now, trigger=event_type, event_id=event_id,
                              from_state=saga.state, to_state=saga.state,
                              disposition=Disposition.LATE, note=note)

@@ -700,7 +700,12 @@ class BatchProcessor:
         delay = policy.delay(a.count)
         log.warning("%s: %s[%d]@%d failed (attempt %d/%d, retry in %.2f s): %s: %s",
                     self.consumer, rec.topic, rec.partition, rec.offset, a.count,
-                    policy.max_attempts, delay, type(e).__name__, e)
+                    policy.max_attempts, delay, type(e).__name__, e,
+                    extra={"consumer": self.consumer, "attempt": a.count,
+                           "event_id": getattr(env, "event_id", None),
+                           "correlation_id": getattr(env, "correlation_id", None),
+                           "aggregate_id": getattr(env, "aggregate_id", None),
+                           "failure_class": fc.name.lower()})
         result.cut(rec.tp, rec.offset, delay)
 
     def _single_commit_failure(self, conn: Any, rec: Record, e: BaseException) -> BatchResult:
@@ -732,7 +737,10 @@ class BatchProcessor:
             self.stats.count_reason(dl.reason)
             log.warning("%s: dead-lettered %s[%d]@%d reason=%s attempts=%d: %s", self.consumer,
                         dl.record.topic, dl.record.partition, dl.record.offset, dl.reason,
-                        dl.attempts, dl.message[:200])
+                        dl.attempts, dl.message[:200],
+                        extra={"consumer": self.consumer, "event_id": dl.event_id,
+                               "correlation_id": dl.correlation_id, "attempt": dl.attempts,
+                               "failure_class": dl.reason})  # JSON log fields (telemetry.logs)
         self.dead_letters.flush()
 
 

@@ -76,7 +76,8 @@ class ConsumerRuntime:
             ``<name>.dlq`` with the same bootstrap servers).
 
     Raises:
-        ConfigError: auto-commit requested, no bootstrap servers, or no topics.
+        ConfigError: auto-commit requested, no bootstrap servers, no topics, or a cooperative
+            assignment strategy (only the eager protocol is implemented and tested).
     """
 
     def __init__(self, name: str, topics: Sequence[str], handlers: HandlerRegistry,
@@ -91,6 +92,9 @@ class ConsumerRuntime:
                               "(offsets are committed after the database transaction)")
         if "bootstrap.servers" not in kafka_config:
             raise ConfigError(f"consumer {name}: kafka_config needs bootstrap.servers")
+        if "cooperative" in str(kafka_config.get("partition.assignment.strategy", "")):
+            raise ConfigError(f"consumer {name}: only the eager rebalance protocol is supported"
+                              " (partition.assignment.strategy range/roundrobin)")
         self.name = name
         self.settings = settings or ConsumerSettings()
         self.dlq_topic = self.settings.dlq_topic_for(name)

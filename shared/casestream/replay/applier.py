@@ -33,6 +33,15 @@ Position = tuple[str, int, int]
 Key = tuple[str, str]
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Planned:
+    """One batch decided: handler runs to execute, guard rows changed, events applied."""
+
+    runs: list[tuple[tuple[RegisteredHandler, ...], list[tuple[Position, Envelope]]]]
+    changed: dict[Key, int]
+    applied: int
+
+
 @dataclass(slots=True)
 class ReplayApplier:
     """Guard state (in memory, persisted by the caller) + REPLAY dispatch for one projection."""
@@ -65,10 +74,17 @@ class ReplayApplier:
         Raises:
             ReplayHandlerError: a handler raised (the caller's transaction must roll back).
         """
+        planned = self.decide(items, progress)
+        self.execute(conn, planned)
+        return planned.changed
+
+    def decide(self, items: Sequence[tuple[Position, Envelope]], progress: Progress) -> Planned:
+        """The guard verdicts and handler runs of ``items`` (no I/O, guard not modified)."""
         changed: dict[Key, int] = {}
         runs: list[tuple[tuple[Any, ...], tuple[RegisteredHandler, ...],
                          list[tuple[Position, Envelope]]]] = []
         guard = self.guard
+        applied = 0
         for pos, env in items:
             key = (env.aggregate_type, env.aggregate_id)
             last = changed.get(key)
@@ -85,14 +101,19 @@ class ReplayApplier:
             if not hs:
                 progress.unhandled += 1
                 continue
-            progress.applied += 1
+            applied += 1
             if runs and runs[-1][0] == run_key:
                 runs[-1][2].append((pos, env))
             else:
                 runs.append((run_key, hs, [(pos, env)]))
-        for _key, hs, run in runs:
+        progress.applied += applied
+        return Planned(runs=[(hs, run) for _k, hs, run in runs], changed=changed,
+                       applied=applied)
+
+    def execute(self, conn: Any, planned: Planned) -> None:
+        """Run the handlers of ``planned`` on ``conn`` (the caller's transaction)."""
+        for hs, run in planned.runs:
             self._call(conn, hs, run)
-        return changed
 
     def commit(self, changed: dict[Key, int]) -> None:
         """Record ``changed`` in memory after its transaction committed."""

@@ -14,6 +14,7 @@ After a swap the run's rows are deleted in the swap transaction.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -124,11 +125,12 @@ def save(conn: Any, projection: str, offsets: Mapping[tuple[str, int], int],
             " SET next_offset = EXCLUDED.next_offset",
             (projection, [k[0] for k in offsets], [k[1] for k in offsets], list(offsets.values())))
     if guard:
+        # One JSON parameter instead of three arrays: json.dumps is C, array adaptation is not.
         conn.execute(
             "INSERT INTO replay_guard (projection, aggregate_type, aggregate_id, last_version)"
-            " SELECT %s, * FROM unnest(%s::text[], %s::text[], %s::bigint[])"
+            " SELECT %s, r->>0, r->>1, (r->>2)::bigint FROM json_array_elements(%s::json) r"
             " ON CONFLICT (projection, aggregate_type, aggregate_id) DO UPDATE"
             " SET last_version = EXCLUDED.last_version",
-            (projection, [k[0] for k in guard], [k[1] for k in guard], list(guard.values())))
+            (projection, json.dumps([(t, i, v) for (t, i), v in guard.items()])))
     conn.execute("UPDATE replay_run SET events_applied = events_applied + %s, updated_at = now()"
                  " WHERE projection = %s", (applied, projection))

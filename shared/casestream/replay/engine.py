@@ -25,6 +25,7 @@ counted and skipped (the live consumer dead-lettered them), never produced anywh
 
 from __future__ import annotations
 
+import concurrent.futures as cf
 import logging
 import time
 import uuid
@@ -39,7 +40,7 @@ from psycopg import sql
 from casestream.errors import PoisonMessageError
 from casestream.guard import FirstSeenPolicy
 from casestream.replay import checkpoint
-from casestream.replay.applier import ReplayApplier
+from casestream.replay.applier import Planned, ReplayApplier
 from casestream.replay.errors import ReplayConfigError, ReplayError
 from casestream.replay.positions import EndSpec, StartSpec
 from casestream.replay.progress import Progress, ProgressReporter
@@ -171,7 +172,7 @@ class Replayer:
     def _plan(self, source: KafkaSource, options: ReplayOptions, resume: bool,
               resumed: dict[TP, int] | None) -> Plan:
         tps = source.partitions()
-        marks = {tp: source.watermarks(tp) for tp in tps}
+        marks = source.watermarks_of(tps)
         start = self._start_offsets(source, tps, marks, options.start)
         if resumed:
             start.update({tp: o for tp, o in resumed.items() if tp in start})
@@ -292,6 +293,8 @@ class Replayer:
         decode = self.codec.decode
         p = self.progress
         utc = timezone.utc
+        last_ts: int | None = None
+        published: datetime | None = None
         for m in msgs:
             tp = (m.topic(), m.partition())
             off = m.offset()
@@ -301,8 +304,10 @@ class Replayer:
                 continue  # re-delivered after a seek
             new[tp] = off + 1
             p.read += 1
-            ts_type, ts = m.timestamp()
-            published = datetime.fromtimestamp(ts / 1000.0, tz=utc) if ts and ts > 0 else None
+            ts = m.timestamp()[1]
+            if ts != last_ts:  # messages produced in one linger window share a timestamp
+                last_ts = ts
+                published = datetime.fromtimestamp(ts / 1000.0, tz=utc) if ts > 0 else None
             try:
                 env = decode(m.value(), published_at=published)
             except PoisonMessageError as e:
@@ -313,21 +318,37 @@ class Replayer:
             items.append(((tp[0], tp[1], off), env))
         return items
 
-    def _apply_batch(self, conn: Any, applier: ReplayApplier,
-                     items: list[tuple[tuple[str, int, int], Any]], new: dict[TP, int]) -> None:
-        """One transaction: shadow rows + checkpoint (offsets, guard rows)."""
-        before = self.progress.applied
+    def _write(self, conn: Any, applier: ReplayApplier, planned: Planned,
+               new: dict[TP, int]) -> None:
+        """One transaction: shadow rows (handlers) + checkpoint (offsets, guard rows)."""
         with conn.pipeline(), conn.transaction():
-            changed = applier.apply(conn, items, self.progress)
-            checkpoint.save(conn, self.spec.name, new, changed, self.progress.applied - before)
-        applier.commit(changed)
+            applier.execute(conn, planned)
+            checkpoint.save(conn, self.spec.name, new, planned.changed, planned.applied)
 
     def _rebuild(self, conn: Any, source: KafkaSource, applier: ReplayApplier,
                  positions: dict[TP, int], ends: dict[TP, int] | None,
                  options: ReplayOptions) -> None:
-        """Phase 2: batches until caught up (now) or every partition reached its end."""
+        """Phase 2: batches until caught up (now) or every partition reached its end.
+
+        Two stages: this thread reads, decodes and decides batch N+1 while a writer thread
+        commits batch N (``conn`` is used by the writer only). The in-memory guard runs ahead
+        of the database by at most one batch; if a write fails the run stops (the checkpoint
+        in the database is consistent, a rerun resumes from it).
+        """
+        with cf.ThreadPoolExecutor(1, thread_name_prefix=f"replay-{self.spec.name}") as writer:
+            pending: list[cf.Future[None]] = []
+            try:
+                self._read_loop(conn, source, applier, positions, ends, options, writer, pending)
+            finally:
+                for f in pending:
+                    f.result()
+
+    def _read_loop(self, conn: Any, source: KafkaSource, applier: ReplayApplier,
+                   positions: dict[TP, int], ends: dict[TP, int] | None,
+                   options: ReplayOptions, writer: cf.ThreadPoolExecutor,
+                   pending: list[cf.Future[None]]) -> None:
         p = self.progress
-        highs = {tp: source.watermarks(tp)[1] for tp in positions}
+        highs = source.high_watermarks(positions)
         if ends is not None:
             done = {tp for tp, o in positions.items() if o >= ends[tp]}
             if done:
@@ -339,7 +360,7 @@ class Replayer:
             msgs = source.consume(options.batch_size, options.poll_timeout_s)
             if not msgs:
                 empty += 1
-                highs = {tp: source.watermarks(tp)[1] for tp in positions}
+                highs = source.high_watermarks(positions)
                 p.lag = self._lag(positions, ends or highs)
                 if ends is None and (p.lag == 0 or empty >= 3):
                     return
@@ -351,7 +372,11 @@ class Replayer:
             new: dict[TP, int] = {}
             items = self._decode(msgs, positions, ends, new)
             if new:
-                self._apply_batch(conn, applier, items, new)
+                planned = applier.decide(items, p)
+                applier.commit(planned.changed)  # ahead of the database by <= one batch
+                while pending:
+                    pending.pop().result()  # the previous batch committed (or raise)
+                pending.append(writer.submit(self._write, conn, applier, planned, new))
                 positions.update(new)
             if ends is not None:
                 reached = [tp for tp in new if positions[tp] >= ends[tp]]
@@ -404,7 +429,7 @@ class Replayer:
                 conn.execute(sql.SQL("LOCK TABLE {} IN ACCESS EXCLUSIVE MODE").format(
                     sql.Identifier(table)))
             # Every event the live consumer applied so far is below these offsets.
-            highs = {tp: source.watermarks(tp)[1] for tp in positions}
+            highs = source.high_watermarks(positions)
             empty = 0
             while any(positions[tp] < highs[tp] for tp in positions) and empty < 3:
                 msgs = source.consume(options.batch_size, options.poll_timeout_s)

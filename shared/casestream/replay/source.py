@@ -8,6 +8,7 @@ consumer group and produces nothing (no commits, no dead letters).
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime
 from typing import Any
 
@@ -75,6 +76,19 @@ class KafkaSource:
         except KafkaException as e:
             raise ReplayError(f"watermarks of {tp[0]}[{tp[1]}] unavailable: {e}") from e
         return int(lo), int(hi)
+
+    def watermarks_of(self, tps: Iterable[TP], timeout_s: float = 10.0) -> dict[TP, tuple[int, int]]:
+        """(low, high) of each partition, queried concurrently (one round trip of latency)."""
+        tps = list(tps)
+        if len(tps) <= 1:
+            return {tp: self.watermarks(tp, timeout_s=timeout_s) for tp in tps}
+        with ThreadPoolExecutor(min(16, len(tps)), thread_name_prefix="replay-hw") as pool:
+            marks = list(pool.map(lambda tp: self.watermarks(tp, timeout_s=timeout_s), tps))
+        return dict(zip(tps, marks, strict=True))
+
+    def high_watermarks(self, tps: Iterable[TP], timeout_s: float = 10.0) -> dict[TP, int]:
+        """High watermark of each partition (see :meth:`watermarks_of`)."""
+        return {tp: m[1] for tp, m in self.watermarks_of(tps, timeout_s).items()}
 
     def offsets_for_time(self, tps: Iterable[TP], when: datetime,
                          timeout_s: float = 10.0) -> dict[TP, int]:
