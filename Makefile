@@ -12,6 +12,8 @@ VENV_STAMP := $(VENV)/.casestream-installed
 INFRA := deploy/infra.sh
 # Extra arguments for pytest, e.g. make test PYTEST_ARGS="-m unit -x"
 PYTEST_ARGS ?=
+# Extra arguments for the demo, e.g. make demo DEMO_ARGS="--cases 100"
+DEMO_ARGS ?=
 # Runs a command with the CASESTREAM_* endpoints of the local infrastructure exported.
 WITH_ENV := eval "$$($(INFRA) env)" &&
 
@@ -53,9 +55,8 @@ infra-logs: ## last lines of each infrastructure log
 run: infra-up ## infrastructure + the five services in the foreground (Ctrl-C stops all)
 	@$(WITH_ENV) exec $(VENV)/bin/python -m casestream.devstack run
 
-demo: infra-up ## drive real cases through the running suite (deploy/demo.py)
-	@test -f deploy/demo.py || { echo "make: deploy/demo.py does not exist yet" >&2; exit 1; }
-	@$(WITH_ENV) $(VENV)/bin/python deploy/demo.py
+demo: infra-up ## start the five services, drive 25 cases through them, print each journey
+	@$(WITH_ENV) $(VENV)/bin/python -m casestream.demo $(DEMO_ARGS)
 
 test: venv compose infra-up ## the whole test suite against the real infrastructure (.ci/run calls this)
 	@$(WITH_ENV) { $(VENV)/bin/pytest $(PYTEST_ARGS); rc=$$?; \

@@ -132,7 +132,10 @@ def build(settings: CaseSettings | None = None) -> ServiceProcess:
             conn.execute("SELECT 1 FROM cases LIMIT 1")
 
     readiness["postgres"] = database_ready
-    readiness.update(dependency_checks(settings.kafka_bootstrap, settings.registry_url))
+    checks = dependency_checks(settings.kafka_bootstrap, settings.registry_url)
+    readiness["registry"] = checks["registry"]
+    if settings.consumer_enabled or settings.relay_enabled:
+        readiness["kafka"] = checks["kafka"]
     if settings.consumer_enabled:
         consumer = ConsumerRuntime(saga_requests.CONSUMER, saga_requests.TOPICS,
                                    consumer_registry(service, catalog), codec, pool,

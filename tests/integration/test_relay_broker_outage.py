@@ -34,7 +34,7 @@ CLASSPATH = REPO / ".local" / "kafka" / "classpath.txt"
 @pytest.fixture(scope="module")
 def private_kafka(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PrivateKafka]:
     if not CLASSPATH.is_file():
-        pytest.skip(f"Kafka jars not resolved ({CLASSPATH} missing; run deploy/infra.sh up)")
+        pytest.fail(f"Kafka jars not resolved ({CLASSPATH} missing): run `make infra-up` or `make test`")
     broker = PrivateKafka(CLASSPATH, tmp_path_factory.mktemp("private-kafka"))
     broker.start()
     yield broker

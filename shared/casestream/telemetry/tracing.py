@@ -41,7 +41,7 @@ from opentelemetry.sdk.trace.export import (
     SpanExporter,
     SpanExportResult,
 )
-from opentelemetry.trace import NonRecordingSpan, Span, SpanContext, TraceFlags
+from opentelemetry.trace import Span, SpanContext
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
 from casestream.errors import ConfigError
@@ -51,6 +51,7 @@ __all__ = [
     "build_tracer_provider",
     "context_from_traceparent",
     "current_traceparent",
+    "span_context_of",
     "span_to_dict",
     "traceparent_of",
     "traceparent_for_row",
@@ -195,10 +196,3 @@ def build_tracer_provider(service: str, exporters: Sequence[str], *, traces_file
         provider.add_span_processor(SimpleSpanProcessor(exporter))
     return provider
 
-
-def remote_span(traceparent: str | None) -> Span | None:
-    """A non-recording span standing for a remote parent (for ``trace.use_span``), or None."""
-    sc = span_context_of(traceparent)
-    if sc is None:
-        return None
-    return NonRecordingSpan(SpanContext(sc.trace_id, sc.span_id, True, TraceFlags(sc.trace_flags)))
