@@ -142,6 +142,8 @@ class HandlerRegistry:
 
     _by_type: dict[str, list[RegisteredHandler]] = field(default_factory=dict)
     _ignored: set[str] = field(default_factory=set)
+    _cache: dict[tuple[str, ProcessingMode], tuple[RegisteredHandler, ...]] = field(
+        default_factory=dict)
 
     def on(self, event_type: str, *, kind: HandlerKind) -> Callable[[Handler], Handler]:
         """Decorator registering ``fn`` for ``event_type``; returns ``fn`` unchanged.
@@ -153,6 +155,7 @@ class HandlerRegistry:
 
         def register(fn: Handler) -> Handler:
             self._by_type.setdefault(event_type, []).append(RegisteredHandler(event_type, kind, fn))
+            self._cache.clear()
             return fn
 
         return register
@@ -176,6 +179,7 @@ class HandlerRegistry:
         def register(fn: BatchHandler) -> BatchHandler:
             self._by_type.setdefault(event_type, []).append(
                 RegisteredHandler(event_type, kind, fn, batch=True))
+            self._cache.clear()
             return fn
 
         return register
@@ -197,7 +201,12 @@ class HandlerRegistry:
 
     def handlers_for(self, event_type: str, mode: ProcessingMode) -> tuple[RegisteredHandler, ...]:
         """The handlers to run for ``event_type`` in ``mode``, in registration order."""
-        return tuple(h for h in self._by_type.get(event_type, ()) if h.kind.runs_in(mode))
+        key = (event_type, mode)
+        hit = self._cache.get(key)
+        if hit is None:
+            hit = self._cache[key] = tuple(
+                h for h in self._by_type.get(event_type, ()) if h.kind.runs_in(mode))
+        return hit
 
     def knows(self, event_type: str) -> bool:
         """True if ``event_type`` has a handler (any kind) or was declared with :meth:`ignore`."""

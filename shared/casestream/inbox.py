@@ -21,6 +21,7 @@ the *same transaction* as the handlers' effects:
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -152,20 +153,22 @@ def ensure_schema(conn: Any) -> None:
 # hash join over every row of the consumer, which grows with the number of aggregates.
 # (The inbox probe ``event_id = ANY(...)`` is an index condition on the primary key already.)
 _KNOWN = "SELECT event_id FROM consumer_inbox WHERE event_id = ANY(%s) AND consumer = %s"
+# Batch parameters travel as one JSON document (json_to_recordset): the C json encoder is
+# several times cheaper in client CPU than psycopg's per-element text[] dumping.
 _GUARDS = ("SELECT k.t, k.i, g.last_version, g.state"
-           " FROM unnest(%s::text[], %s::text[]) AS k(t, i) CROSS JOIN LATERAL"
+           " FROM json_to_recordset(%s::json) AS k(t text, i text) CROSS JOIN LATERAL"
            " (SELECT last_version, state FROM consumer_version_guard"
            "  WHERE consumer = %s AND aggregate_type = k.t AND aggregate_id = k.i LIMIT 1) g")
 _RECORD_BATCH = """
 WITH inbox AS (
     INSERT INTO consumer_inbox (consumer, event_id, event_type, aggregate_type, aggregate_id,
                                 aggregate_version)
-    SELECT %(c)s, * FROM unnest(%(ids)s::text[], %(types)s::text[], %(atypes)s::text[],
-                                %(aids)s::text[], %(vers)s::bigint[])
+    SELECT %(c)s, x.e, x.t, x.a, x.i, x.v
+    FROM json_to_recordset(%(inbox)s::json) AS x(e text, t text, a text, i text, v bigint)
     RETURNING 1
 ), guard AS (
     INSERT INTO consumer_version_guard AS g (consumer, aggregate_type, aggregate_id, last_version)
-    SELECT %(c)s, * FROM unnest(%(gt)s::text[], %(gi)s::text[], %(gn)s::bigint[])
+    SELECT %(c)s, y.t, y.i, y.n FROM json_to_recordset(%(guard)s::json) AS y(t text, i text, n bigint)
     ON CONFLICT (consumer, aggregate_type, aggregate_id) DO UPDATE
     SET last_version = EXCLUDED.last_version, updated_at = now()
     WHERE g.state = 'flowing' AND g.last_version < EXCLUDED.last_version
@@ -187,8 +190,8 @@ def read_known(cur: Any) -> set[str]:
 
 def query_guards(conn: Any, consumer: str, keys: Iterable[tuple[str, str]]) -> Any:
     """Send the guard lookup for ``keys``; read it with :func:`read_guards` (pipeline-friendly)."""
-    keys = list(keys)
-    return conn.execute(_GUARDS, ([k[0] for k in keys], [k[1] for k in keys], consumer))
+    doc = json.dumps([{"t": t, "i": i} for t, i in keys])
+    return conn.execute(_GUARDS, (doc, consumer))
 
 
 def read_guards(cur: Any) -> dict[tuple[str, str], GuardRow]:
@@ -211,11 +214,9 @@ def record_batch(conn: Any, consumer: str, entries: Sequence[InboxEntry],
     """
     params = {
         "c": consumer,
-        "ids": [e.event_id for e in entries], "types": [e.event_type for e in entries],
-        "atypes": [e.aggregate_type for e in entries], "aids": [e.aggregate_id for e in entries],
-        "vers": [e.aggregate_version for e in entries],
-        "gt": [u[0] for u in updates], "gi": [u[1] for u in updates],
-        "gn": [u[3] for u in updates],
+        "inbox": json.dumps([{"e": e.event_id, "t": e.event_type, "a": e.aggregate_type,
+                              "i": e.aggregate_id, "v": e.aggregate_version} for e in entries]),
+        "guard": json.dumps([{"t": u[0], "i": u[1], "n": u[3]} for u in updates]),
     }
     cur = conn.execute(_RECORD_BATCH, params)
     return cur, (len(entries), len(updates))

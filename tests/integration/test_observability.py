@@ -4,12 +4,23 @@ from __future__ import annotations
 
 import uuid
 
+import psycopg
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.trace import SpanKind
 
+from casestream import telemetry
 from casestream.cli_status import kafka_lag
+from casestream.relay import OutboxRelay
+from casestream.relay.testing import read_topics
 from casestream.telemetry.readiness import dependency_checks
+from casestream.telemetry.settings import TelemetrySettings
+from casestream.telemetry.tracing import context_from_traceparent, traceparent_of
+from test_relay_support import (  # noqa: F401 - fixtures
+    base_dsn, bootstrap, dsn, env, run_until_idle, settings, topic_prefix, write,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -43,3 +54,37 @@ def test_kafka_lag_is_high_watermark_minus_committed_offset(kafka_bootstrap: str
         assert lags.get(f"never-{group}", 0) == 0
     finally:
         admin.delete_topics([topic])[topic].result(15)
+
+
+def test_outbox_row_and_kafka_header_continue_the_writers_trace(
+        dsn: str, bootstrap: str, topic_prefix: str) -> None:
+    """HTTP/consumer span → outbox row traceparent → relay PRODUCER span → Kafka header."""
+    exporter = InMemorySpanExporter()
+    tel = telemetry.install("obs-it", TelemetrySettings(OTEL_TRACES_EXPORTER="none"),
+                            extra_exporters=[exporter])
+    caller = "00-" + "ab" * 16 + "-" + "cd" * 8 + "-01"
+    with tel.tracer.start_as_current_span("handler", context=context_from_traceparent(caller)) as h:
+        write(dsn, [env("obs-1", 1), env("obs-2", 1)])
+        handler = traceparent_of(h)
+    with psycopg.connect(dsn) as conn:
+        stored = {tp for (tp,) in conn.execute("SELECT traceparent FROM outbox")}
+    assert stored == {handler}  # the current span's, not None
+    relay = OutboxRelay(dsn, {"bootstrap.servers": bootstrap}, settings(topic_prefix), "obs")
+    try:
+        assert run_until_idle(relay) == 2
+    finally:
+        relay.close()
+    records = read_topics(bootstrap, [topic_prefix + "case"], expected=2, timeout_s=30)
+    publish = [s for s in exporter.get_finished_spans() if s.kind is SpanKind.PRODUCER]
+    assert len(publish) == 2
+    assert {traceparent_of(s.get_span_context()) for s in publish} == {
+        r.headers["traceparent"].decode() for r in records}
+    for span in publish:
+        assert f"{span.context.trace_id:032x}" == "ab" * 16
+        assert span.parent.span_id == h.get_span_context().span_id
+        assert span.attributes["messaging.destination.name"] == topic_prefix + "case"
+    inserts = [s for s in exporter.get_finished_spans() if s.name == "INSERT outbox"]
+    assert inserts and inserts[0].attributes["db.system"] == "postgresql"
+    text = telemetry.render_prometheus(tel.metrics.collect())
+    assert 'relay_published_total{relay="obs"} 2' in text
+    assert 'relay_publish_duration_seconds_count{relay="obs",topic="%scase"} 2' % topic_prefix in text

@@ -88,3 +88,24 @@ def test_context_is_frozen() -> None:
                          consumer="audit.journal")
     with pytest.raises(AttributeError):
         ctx.consumer = "other"  # type: ignore[misc]
+
+
+def test_registration_after_a_lookup_is_seen() -> None:
+    registry = HandlerRegistry()
+    assert registry.handlers_for("CaseOpened", ProcessingMode.LIVE) == ()
+    registry.add("CaseOpened", lambda ctx, ev: None, kind=HandlerKind.PROJECTION)
+    assert len(registry.handlers_for("CaseOpened", ProcessingMode.LIVE)) == 1
+    registry.add_batch("CaseOpened", lambda ctx, evs: None, kind=HandlerKind.PROJECTION)
+    hs = registry.handlers_for("CaseOpened", ProcessingMode.LIVE)
+    assert [h.batch for h in hs] == [False, True]
+
+
+def test_batch_handlers_receive_one_event_lists_when_called_singly() -> None:
+    registry = HandlerRegistry()
+    got: list[object] = []
+    registry.add_batch("X", lambda ctx, evs: got.append(list(evs)), kind=HandlerKind.PROCESS)
+    [h] = registry.handlers_for("X", ProcessingMode.LIVE)
+    h.call(None, "event")  # type: ignore[arg-type]
+    assert got == [["event"]]
+    with pytest.raises(ValueError):
+        registry.on_batch("X", kind=HandlerKind.SIDE_EFFECT)

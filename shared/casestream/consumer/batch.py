@@ -8,7 +8,7 @@ The connection must be in autocommit mode (transactions are explicit).
 2. **fast path** (default): the whole batch in *one* transaction in psycopg pipeline mode —
    round trip 1 reads the inbox and guard rows of the batch; every record is decided in memory
    (``casestream.guard``); round trip 2 sends one statement writing all inbox rows and guard
-   rows (``unnest``, primary-key probes only) followed by the handlers' statements; then
+   rows (one JSON document, primary-key probes only) followed by the handlers' statements; then
    COMMIT. Batch handlers (``HandlerRegistry.on_batch``) get each run of consecutive events
    in one call. Taken only when every record is a plain apply / duplicate / stale on a
    flowing aggregate and no ``SIDE_EFFECT`` handler is involved. If anything raises, the
