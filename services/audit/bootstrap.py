@@ -78,7 +78,7 @@ def build(settings: AuditSettings | None = None) -> ServiceProcess:
                                ConsumerSettings(batch_size=settings.batch_size))
 
     def database_ready() -> None:
-        with pool.connection() as conn:
+        with pool.connection(timeout=2.0) as conn:  # readiness fails fast
             conn.execute("SELECT 1 FROM case_timeline LIMIT 1")
 
     def consumer_ready() -> None:

@@ -128,7 +128,7 @@ def build(settings: CaseSettings | None = None) -> ServiceProcess:
     readiness: dict[str, Callable[[], None]] = {}
 
     def database_ready() -> None:
-        with pool.connection() as conn:
+        with pool.connection(timeout=2.0) as conn:  # readiness fails fast
             conn.execute("SELECT 1 FROM cases LIMIT 1")
 
     readiness["postgres"] = database_ready

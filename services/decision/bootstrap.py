@@ -98,7 +98,7 @@ def build(settings: DecisionSettings | None = None) -> ServiceProcess:
                         name="decision.relay")
 
     def database_ready() -> None:
-        with pool.connection() as conn:
+        with pool.connection(timeout=2.0) as conn:  # readiness fails fast
             conn.execute("SELECT 1 FROM decision LIMIT 1")
 
     def consumer_ready() -> None:

@@ -116,7 +116,7 @@ def build(settings: NotificationSettings | None = None) -> ServiceProcess:
                         name="notification.relay")
 
     def database_ready() -> None:
-        with pool.connection() as conn:
+        with pool.connection(timeout=2.0) as conn:  # readiness fails fast
             conn.execute("SELECT 1 FROM notice LIMIT 1")
 
     def consumer_ready() -> None:

@@ -142,7 +142,7 @@ def build(settings: SagaSettings | None = None) -> ServiceProcess:
                                         reason=reason, actor_id=actor_id)
 
     def database_ready() -> None:
-        with pool.connection() as conn:
+        with pool.connection(timeout=2.0) as conn:  # readiness fails fast
             conn.execute("SELECT 1 FROM saga LIMIT 1")
 
     def consumer_ready() -> None:

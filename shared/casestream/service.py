@@ -121,6 +121,8 @@ class ServiceProcess:
         workers: named worker loops, each run in its own daemon thread.
         readiness: dependency checks served at ``/readyz``.
         shutdown_timeout_s: how long to wait for each worker to stop, in seconds.
+        closers: called in order after every worker has stopped (connection pools,
+            the schema registry client); a closer's failure is logged, not raised.
     """
 
     name: str
@@ -130,6 +132,7 @@ class ServiceProcess:
     workers: Mapping[str, Worker] = field(default_factory=dict)
     readiness: Mapping[str, ReadinessCheck] = field(default_factory=dict)
     shutdown_timeout_s: float = 30.0
+    closers: Sequence[Callable[[], None]] = ()
     stop: threading.Event = field(default_factory=threading.Event)
     _failed: list[str] = field(default_factory=list)
 
@@ -170,6 +173,11 @@ class ServiceProcess:
                 if thread.is_alive():
                     log.error("worker %s did not stop within %.0f s", thread.name,
                               self.shutdown_timeout_s)
+            for close in self.closers:
+                try:
+                    close()
+                except Exception:
+                    log.exception("closing %r failed", close)
         tel.shutdown()
         if self._failed:
             log.error("stopped because worker(s) failed: %s", ", ".join(self._failed))

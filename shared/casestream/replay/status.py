@@ -34,7 +34,7 @@ class ProjectionStatus:
     def lines(self) -> list[str]:
         """Human-readable block."""
         fresh = self.freshness.isoformat(timespec="seconds") if self.freshness else "empty"
-        lag = "?" if self.consumer_lag is None else str(self.consumer_lag)
+        lag = "no committed offsets" if self.consumer_lag is None else str(self.consumer_lag)
         out = [f"{self.name}  — {self.description}",
                f"    topics: {', '.join(self.topics)}",
                f"    tables: {', '.join(self.tables)}; last change: {fresh}; "
@@ -58,11 +58,12 @@ def consumer_lag(bootstrap: str, group: str, topics: tuple[str, ...]) -> int | N
                for p in md.topics[t].partitions]
         if not tps:
             return None
-        lag = 0
+        lag, seen = 0, False
         for tp in c.committed(tps, timeout=5):
             lo, hi = c.get_watermark_offsets(tp, timeout=5)
+            seen = seen or tp.offset >= 0
             lag += hi - (tp.offset if tp.offset >= 0 else lo)
-        return lag
+        return lag if seen else None
     except Exception:  # noqa: BLE001 - shown as unknown
         return None
     finally:
@@ -92,8 +93,11 @@ def project_status(bootstrap: str, dsns: Mapping[str, str] | None = None,
                     if run is not None:
                         fields["replay"] = (f"{run.state} from {run.from_spec} to {run.to_spec},"
                                             f" {run.events_applied} applied")
+        except psycopg.errors.UndefinedTable:
+            fields["error"] = (f"live table {', '.join(spec.tables)} missing (live consumer not "
+                               f"wired or service never started)")
         except Exception as e:  # noqa: BLE001
-            fields["error"] = f"{type(e).__name__}: {e}".strip()
+            fields["error"] = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
         out.append(ProjectionStatus(
             name=name, description=spec.description, topics=spec.topics, tables=spec.tables,
             live_consumer=spec.live_consumer,
