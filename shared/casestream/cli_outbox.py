@@ -145,9 +145,10 @@ def _decode(payload: bytes) -> tuple[str, Any]:
         from casestream.registry import ConfluentSchemaRegistry
         from casestream.upcasters import default_upcasters
 
-        codec = EnvelopeCodec(load_catalog(), ConfluentSchemaRegistry(_settings().registry_url),
-                              default_upcasters())
-        env = codec.decode(payload)
+        with EnvelopeCodec(load_catalog(), ConfluentSchemaRegistry(_settings().registry_url),
+                           default_upcasters()) as codec:
+            codec.prepare(auto_register=False)
+            env = codec.decode(payload)
     except Exception as e:  # noqa: BLE001 - any failure falls back to the raw bytes
         return "raw", f"(not decoded: {type(e).__name__}: {e})"
     from dataclasses import asdict, is_dataclass

@@ -275,7 +275,7 @@ def test_burst_beyond_in_flight_limit_is_503_and_deadlines_bound_the_rest(
         locker.rollback()
     for status, elapsed, code in results:
         assert status == 503 and code == "service_unavailable", results
-        assert DEADLINE_S - 0.5 < elapsed < DEADLINE_S + 1.5, results  # never past the deadline
+        assert DEADLINE_S - 0.5 < elapsed < DEADLINE_S + 2.5, results  # ends at the deadline
     after = httpx.get(url, headers=officer(tenant), timeout=5)
     assert after.status_code == 200
     assert "unhandled error" not in service.log.read_text(errors="replace")
@@ -297,8 +297,8 @@ def test_refuses_to_start_with_an_unsafe_key(env: dict[str, str], message: str) 
     assert "Traceback" not in run.stderr
 
 
-def test_threads_are_not_leaked_by_the_burst(http: httpx.Client) -> None:
-    """After the overload test the process still serves normally (no stuck slot)."""
+def test_in_flight_slots_are_all_free_again(http: httpx.Client) -> None:
+    """After the overload test every in-flight slot was given back: a full set is served."""
     headers = officer()
     case_id = open_case(http, headers)
     answers = []
@@ -314,4 +314,4 @@ def test_threads_are_not_leaked_by_the_burst(http: httpx.Client) -> None:
         t.start()
     for t in threads:
         t.join()
-    assert answers.count(200) >= 1 and set(answers) <= {200, 503}
+    assert answers == [200] * MAX_IN_FLIGHT
