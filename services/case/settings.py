@@ -13,7 +13,7 @@ case-specific ones use the ``CASESTREAM_CASE_`` prefix:
     CASESTREAM_CASE_RELAY_ENABLED       run the outbox relay in this process (default true;
                                         false when Debezium publishes the outbox)
     CASESTREAM_CASE_CONSUMER_ENABLED    run consumer ``case.saga-requests`` (default true)
-    CASESTREAM_CASE_MAX_IN_FLIGHT       concurrent HTTP requests before shedding with 503 (default 64)
+    CASESTREAM_CASE_MAX_IN_FLIGHT       HTTP requests in flight before shedding with 503 (default 32)
     CASESTREAM_CASE_RATE_TENANT_PER_S / _RATE_TENANT_BURST   per-tenant token bucket (400/s, 800)
     CASESTREAM_CASE_RATE_CLIENT_PER_S / _RATE_CLIENT_BURST   per-client token bucket (100/s, 200)
     CASESTREAM_CASE_REQUEST_DEADLINE_S  budget of a request's database calls, seconds (default 5)
@@ -57,7 +57,7 @@ class CaseSettings(CommonSettings):
     pool_timeout_s: float = Field(5.0, gt=0, validation_alias=_env("pool_timeout_s"))
     relay_enabled: bool = Field(True, validation_alias=_env("relay_enabled"))
     consumer_enabled: bool = Field(True, validation_alias=_env("consumer_enabled"))
-    max_in_flight: int = Field(64, ge=1, validation_alias=_env("max_in_flight"))
+    max_in_flight: int = Field(32, ge=1, validation_alias=_env("max_in_flight"))
     rate_tenant_per_s: float = Field(400.0, gt=0, validation_alias=_env("rate_tenant_per_s"))
     rate_tenant_burst: int = Field(800, ge=1, validation_alias=_env("rate_tenant_burst"))
     rate_client_per_s: float = Field(100.0, gt=0, validation_alias=_env("rate_client_per_s"))

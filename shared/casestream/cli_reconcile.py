@@ -75,17 +75,24 @@ def _dsn(pg_url: str, db: str) -> str:
 
 def submitted_without_saga(case_conn: Any, saga_conn: Any, *, older_than: datetime,
                            limit: int) -> list[tuple[str, str]]:
-    """``[(case_id, tenant_id)]`` of cases submitted before ``older_than`` with no saga."""
+    """``[(case_id, tenant_id)]`` of cases submitted before ``older_than`` with no saga for
+    that submission: no active saga and none started at or after the case's ``submitted_at``
+    (a case returned and submitted again needs a new saga)."""
     rows = case_conn.execute(
-        """SELECT id::text, tenant_id FROM cases WHERE status = 'submitted'
-           AND coalesce(submitted_at, updated_at) < %s ORDER BY submitted_at LIMIT %s""",
-        (older_than, limit)).fetchall()
+        """SELECT id::text, tenant_id, coalesce(submitted_at, updated_at) FROM cases
+           WHERE status = 'submitted' AND coalesce(submitted_at, updated_at) < %s
+           ORDER BY 3 LIMIT %s""", (older_than, limit)).fetchall()
     if not rows:
         return []
-    have = {r[0] for r in saga_conn.execute(
-        "SELECT DISTINCT case_id FROM saga WHERE case_id = ANY(%s)",
-        ([r[0] for r in rows],)).fetchall()}
-    return [(r[0], r[1]) for r in rows if r[0] not in have]
+    sagas = {r[0]: (r[1], r[2]) for r in saga_conn.execute(
+        """SELECT case_id, max(created_at), bool_or(active) FROM saga
+           WHERE case_id = ANY(%s) GROUP BY case_id""", ([r[0] for r in rows],)).fetchall()}
+    out = []
+    for case_id, tenant, submitted_at in rows:
+        newest, active = sagas.get(case_id, (None, False))
+        if not active and (newest is None or newest < submitted_at):
+            out.append((case_id, tenant))
+    return out
 
 
 def completed_not_closed(case_conn: Any, saga_conn: Any, *, older_than: datetime,

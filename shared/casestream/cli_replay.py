@@ -60,13 +60,13 @@ def replay(projection: str | None, list_: bool, from_: str, to: str, dry_run: bo
     except ReplayError as e:
         raise click.UsageError(str(e)) from e
     codec = _codec(settings)
-    from casestream.catalog import load_catalog
-
-    replayer = Replayer(spec, codec=codec, dsn=dsn or spec.dsn(),
-                        bootstrap=settings.kafka_bootstrap,
-                        event_types=load_catalog().event_types,
-                        reporter=ProgressReporter(spec.name, sys.stderr))
     try:
+        from casestream.catalog import load_catalog
+
+        replayer = Replayer(spec, codec=codec, dsn=dsn or spec.dsn(),
+                            bootstrap=settings.kafka_bootstrap,
+                            event_types=load_catalog().event_types,
+                            reporter=ProgressReporter(spec.name, sys.stderr))
         if dry_run:
             for line in replayer.plan(options).lines():
                 click.echo(line)
@@ -74,6 +74,10 @@ def replay(projection: str | None, list_: bool, from_: str, to: str, dry_run: bo
         result = replayer.run(options)
     except ReplayError as e:
         raise click.ClickException(str(e)) from e
+    finally:
+        close = getattr(getattr(codec, "registry", None), "close", None)
+        if close is not None:
+            close()
     click.echo(f"{result.projection}: {result.read} events read, {result.applied} applied, "
                f"{result.rate:,.0f} events/s, "
                + ("swapped in" if result.swapped else f"built in {', '.join(result.tables)}"))

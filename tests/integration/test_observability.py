@@ -1,9 +1,13 @@
-"""Integration: readiness checks and consumer-lag reading against the real Kafka and registry."""
+"""Integration: readiness, consumer lag, and trace propagation through the outbox and relay,
+against the real Kafka, PostgreSQL and schema registry (issue 9)."""
 
 from __future__ import annotations
 
+import os
+import time
 import uuid
 
+import httpx
 import psycopg
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
@@ -13,6 +17,7 @@ from opentelemetry.trace import SpanKind
 
 from casestream import telemetry
 from casestream.cli_status import kafka_lag
+from casestream.devstack import ServiceStack
 from casestream.relay import OutboxRelay
 from casestream.relay.testing import read_topics
 from casestream.telemetry.readiness import dependency_checks
@@ -88,3 +93,38 @@ def test_outbox_row_and_kafka_header_continue_the_writers_trace(
     text = telemetry.render_prometheus(tel.metrics.collect())
     assert 'relay_published_total{relay="obs"} 2' in text
     assert 'relay_publish_duration_seconds_count{relay="obs",topic="%scase"} 2' % topic_prefix in text
+
+
+def test_readyz_of_a_service_process_names_the_dependency_that_is_down(
+        tmp_path, pg_url: str, registry_url: str) -> None:
+    """The audit service with an unreachable Kafka: alive, not ready, says 'kafka', quickly."""
+    with psycopg.connect(f"{pg_url}/postgres", autocommit=True) as conn:
+        conn.execute('DROP DATABASE IF EXISTS "obs_ready_audit" WITH (FORCE)')
+        conn.execute('CREATE DATABASE "obs_ready_audit"')
+    env = dict(os.environ, CASESTREAM_PG_URL=pg_url, CASESTREAM_REGISTRY_URL=registry_url,
+               CASESTREAM_KAFKA_BOOTSTRAP="127.0.0.1:1", CASESTREAM_AUDIT_PORT="18310",
+               CASESTREAM_AUDIT_DATABASE="obs_ready_audit")
+    stack = ServiceStack(env=env, log_dir=tmp_path)
+    stack.start("audit")
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            assert stack.procs["audit"].popen.poll() is None, (tmp_path / "audit.log").read_text()
+            try:
+                if httpx.get("http://127.0.0.1:18310/healthz", timeout=1).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            assert time.monotonic() < deadline, "audit never answered /healthz"
+            time.sleep(0.3)
+        started = time.monotonic()
+        answer = httpx.get("http://127.0.0.1:18310/readyz", timeout=15)
+        assert time.monotonic() - started < 6.0
+        assert answer.status_code == 503
+        failing = answer.json()["failing"]
+        assert "kafka" in failing and "127.0.0.1:1" in failing["kafka"]
+        assert "postgres" not in failing and "registry" not in failing
+    finally:
+        stack.stop("audit")
+        with psycopg.connect(f"{pg_url}/postgres", autocommit=True) as conn:
+            conn.execute('DROP DATABASE IF EXISTS "obs_ready_audit" WITH (FORCE)')

@@ -180,3 +180,22 @@ def test_outbox_rows_pending_too_long_are_reported_per_database_and_cli_exit_sta
     result = CliRunner().invoke(reconcile, ["--threshold-s", "3600"], env=env)
     assert result.exit_code == 0, result.output
     assert "0 finding(s)" in result.output
+
+
+def test_resubmitted_case_whose_only_saga_is_older_is_flagged(
+        pg_url: str, registry_url: str, dbs: dict[str, str], codec: EnvelopeCodec) -> None:
+    case_id = plant_submitted_case(pg_url, dbs, codec)
+    kw = dict(pg_url=pg_url, databases=dbs, threshold=timedelta(seconds=60),
+              registry_url=registry_url, now=LATER)
+    run_reconcile(repair=True, **kw)
+    [(saga_id, _)] = saga_rows(pg_url, dbs, case_id)
+    assert not [f for f in run_reconcile(repair=False, **kw) if f.subject == case_id]
+    with psycopg.connect(f"{pg_url}/{dbs['saga']}") as conn:  # that saga ended long ago
+        conn.execute("""UPDATE saga SET state = 'COMPENSATED', active = false, step = NULL,
+                        deadline_at = NULL, created_at = now() - interval '1 day'
+                        WHERE saga_id = %s::uuid""", (saga_id,))
+    assert not [f for f in run_reconcile(repair=False, **kw) if f.subject == case_id]
+    with psycopg.connect(f"{pg_url}/{dbs['case']}") as conn:  # returned, then submitted again
+        conn.execute("UPDATE cases SET submitted_at = now() WHERE id = %s", (case_id,))
+    found = [f for f in run_reconcile(repair=False, **kw) if f.subject == case_id]
+    assert [f.kind for f in found] == ["submitted-without-saga"]

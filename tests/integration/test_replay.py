@@ -444,3 +444,13 @@ def test_to_time_builds_shadow_without_swapping(world: World) -> None:
     assert not result.swapped and result.read == len(decisions)
     assert _count(world.dsn, "decision_statistics_shadow") == len(decisions)
     assert _count(world.dsn, "decision_statistics") == 0  # live (empty) untouched
+
+
+def test_a_second_replay_of_the_same_projection_is_refused_while_one_runs(world: World) -> None:
+    from casestream.replay import ReplayError
+
+    dash = world.spec("case.dashboard")
+    with psycopg.connect(world.dsn, autocommit=True) as holder:
+        holder.execute("SELECT pg_advisory_lock(hashtext('casestream.replay:case.dashboard'))")
+        with pytest.raises(ReplayError, match="another replay"):
+            world.replayer(dash).run(ReplayOptions())

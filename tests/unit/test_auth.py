@@ -222,7 +222,8 @@ class TestTokenCommand:
         header = CliRunner().invoke(token_command, ["--tenant", "t", "--header"]).output
         assert header.startswith("Authorization: Bearer ")
 
-    @pytest.mark.parametrize("args", [["--tenant", "bad tenant"], ["--tenant", "t", "--role", "admin"],
+    @pytest.mark.parametrize("args", [["--tenant", "bad tenant"],
+                                      ["--tenant", "t", "--role", "admin"],
                                       ["--role", "officer"], ["--tenant", "t", "--subject", ""]])
     def test_bad_arguments(self, args: list[str]) -> None:
         assert CliRunner().invoke(token_command, args).exit_code == 2

@@ -67,8 +67,9 @@ def answer_for(error: AuthError) -> AuthAnswer:
     """The answer to ``error``: 401 for :class:`InvalidToken` (RFC 6750 §3: no ``error``
     attribute when no token was sent), 403 ``insufficient_scope`` for :class:`AccessDenied`."""
     if isinstance(error, AccessDenied):
+        challenge = f'Bearer realm="{REALM}", error="insufficient_scope"'
         return AuthAnswer(403, "forbidden", "Operation not allowed for this role",
-                          {"WWW-Authenticate": f'Bearer realm="{REALM}", error="insufficient_scope"'})
+                          {"WWW-Authenticate": challenge})
     if isinstance(error, InvalidToken) and error.missing:
         return AuthAnswer(401, "unauthorized", "Authentication required",
                           {"WWW-Authenticate": f'Bearer realm="{REALM}"'})

@@ -38,7 +38,8 @@ class EdgePolicy:
 
     Attributes:
         verifier: bearer token verification.
-        max_in_flight: concurrent requests per process before shedding (>= 1).
+        max_in_flight: concurrent requests per process before shedding (>= 1); keep it
+            below starlette's thread pool (40) so no admitted request queues for a thread.
         per_tenant, per_client: token-bucket limits (None = unlimited).
         deadline_s: budget of every request for its outgoing calls, seconds.
         retry_after_s: ``Retry-After`` of a shed answer, seconds.
@@ -46,7 +47,7 @@ class EdgePolicy:
     """
 
     verifier: TokenVerifier
-    max_in_flight: int = 64
+    max_in_flight: int = 32
     per_tenant: RateLimit | None = None
     per_client: RateLimit | None = None
     deadline_s: float = 5.0

@@ -164,7 +164,7 @@ class Replayer:
         source = self._source()
         try:
             with psycopg.connect(self.dsn, autocommit=True) as conn:
-                resume, positions, _ = self._resume_state(conn, options, write=False)
+                resume, positions, _ = self._resume_state(conn, options)
             return self._plan(source, options, resume, positions)
         finally:
             source.close()
@@ -206,15 +206,24 @@ class Replayer:
             ReplayConfigError: bad options. ReplayHandlerError: a handler failed (checkpoint
             intact). ReplayError: Kafka/registry trouble, or the live tables stayed locked.
         """
+        try:
+            return self._run(options)
+        except psycopg.Error as e:
+            raise ReplayError(f"replay {self.spec.name}: database error "
+                              f"({type(e).__name__}: {e}); live tables untouched unless the "
+                              f"swap committed, rerun resumes from the checkpoint") from e
+
+    def _run(self, options: ReplayOptions) -> ReplayResult:
         t0 = time.monotonic()
         p = self.progress = Progress(started=t0)
         source = self._source()
         try:
             with psycopg.connect(self.dsn, autocommit=True) as conn:
+                self._exclusive(conn)
                 checkpoint.ensure_schema(conn)
                 with conn.transaction():
                     self.spec.create_tables(conn, self.spec.live_names())
-                resume, resumed, guard = self._resume_state(conn, options, write=False)
+                resume, resumed, guard = self._resume_state(conn, options)
                 plan = self._plan(source, options, resume, resumed)
                 if not resume:
                     self._start_run(conn, options)
@@ -254,12 +263,24 @@ class Replayer:
                   f"{p.poison} poison" + ("; swapped in, live consumer continues" if swapped else ""))
         return result
 
+    def _exclusive(self, conn: Any) -> None:
+        """One replay per projection and database: a session advisory lock (released when the
+        connection closes, also when the process is killed).
+
+        Raises:
+            ReplayError: another replay of this projection is running.
+        """
+        got = conn.execute("SELECT pg_try_advisory_lock(hashtext(%s))",
+                           (f"casestream.replay:{self.spec.name}",)).fetchone()[0]
+        if not got:
+            raise ReplayError(f"another replay of {self.spec.name} is running on this database")
+
     def _source(self) -> KafkaSource:
         return KafkaSource(self.bootstrap, self.spec.topics,
                            client_id=f"casestream-replay-{self.spec.name}",
                            config=self.kafka_config)
 
-    def _resume_state(self, conn: Any, options: ReplayOptions, *, write: bool
+    def _resume_state(self, conn: Any, options: ReplayOptions
                       ) -> tuple[bool, dict[TP, int] | None, dict[tuple[str, str], int]]:
         """(resume?, checkpoint offsets, guard) — resume only an identical unfinished run."""
         if options.restart or conn.execute("SELECT to_regclass('replay_run')").fetchone()[0] is None:
