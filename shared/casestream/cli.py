@@ -6,6 +6,7 @@ load Kafka or PostgreSQL drivers it does not need::
     casestream schemas check|register   schema catalog and compatibility (CI)
     casestream outbox status|show|redrive   outbox rows pending / failed per service
     casestream dlq list|show|redrive     dead-lettered messages per consumer
+    casestream status                    consumer lag, outbox, dead letters, sagas per service
 """
 
 from __future__ import annotations
@@ -18,6 +19,8 @@ _GROUPS: dict[str, tuple[str, str, str]] = {
     "schemas": ("casestream.cli_schemas", "schemas", "Check and register the Avro schema catalog."),
     "outbox": ("casestream.cli_outbox", "outbox", "Inspect and re-drive transactional outbox rows."),
     "dlq": ("casestream.cli_dlq", "dlq", "List, show and re-drive dead-lettered messages."),
+    "status": ("casestream.cli_status", "status",
+               "Per-service table: consumer lag, outbox, dead letters, sagas."),
 }
 
 

@@ -194,6 +194,9 @@ def test_resubmitted_case_whose_only_saga_is_older_is_flagged(
         conn.execute("""UPDATE saga SET state = 'COMPENSATED', active = false, step = NULL,
                         deadline_at = NULL, created_at = now() - interval '1 day'
                         WHERE saga_id = %s::uuid""", (saga_id,))
+    with psycopg.connect(f"{pg_url}/{dbs['case']}") as conn:  # ... for a submission before it
+        conn.execute("UPDATE cases SET submitted_at = now() - interval '2 days' WHERE id = %s",
+                     (case_id,))
     assert not [f for f in run_reconcile(repair=False, **kw) if f.subject == case_id]
     with psycopg.connect(f"{pg_url}/{dbs['case']}") as conn:  # returned, then submitted again
         conn.execute("UPDATE cases SET submitted_at = now() WHERE id = %s", (case_id,))
