@@ -159,14 +159,16 @@ _GUARDS = ("SELECT k.t, k.i, g.last_version, g.state"
            " FROM json_to_recordset(%s::json) AS k(t text, i text) CROSS JOIN LATERAL"
            " (SELECT last_version, state FROM consumer_version_guard"
            "  WHERE consumer = %s AND aggregate_type = k.t AND aggregate_id = k.i LIMIT 1) g")
-_RECORD_BATCH = """
-WITH inbox AS (
-    INSERT INTO consumer_inbox (consumer, event_id, event_type, aggregate_type, aggregate_id,
-                                aggregate_version)
-    SELECT %(c)s, x.e, x.t, x.a, x.i, x.v
-    FROM json_to_recordset(%(inbox)s::json) AS x(e text, t text, a text, i text, v bigint)
-    RETURNING 1
-), guard AS (
+_CLAIM = """
+INSERT INTO consumer_inbox (consumer, event_id, event_type, aggregate_type, aggregate_id,
+                            aggregate_version)
+SELECT %s, x.e, x.t, x.a, x.i, x.v
+FROM json_to_recordset(%s::json) AS x(e text, t text, a text, i text, v bigint)
+ON CONFLICT DO NOTHING
+RETURNING event_id
+"""
+_ADVANCE = """
+WITH guard AS (
     INSERT INTO consumer_version_guard AS g (consumer, aggregate_type, aggregate_id, last_version)
     SELECT %(c)s, y.t, y.i, y.n FROM json_to_recordset(%(guard)s::json) AS y(t text, i text, n bigint)
     ON CONFLICT (consumer, aggregate_type, aggregate_id) DO UPDATE
@@ -174,7 +176,7 @@ WITH inbox AS (
     WHERE g.state = 'flowing' AND g.last_version < EXCLUDED.last_version
     RETURNING 1
 )
-SELECT (SELECT count(*) FROM inbox), (SELECT count(*) FROM guard)
+SELECT count(*) FROM guard
 """
 
 
@@ -199,36 +201,44 @@ def read_guards(cur: Any) -> dict[tuple[str, str], GuardRow]:
     return {(t, i): GuardRow(v, AggregateState(s)) for t, i, v, s in cur.fetchall()}
 
 
-def record_batch(conn: Any, consumer: str, entries: Sequence[InboxEntry],
-                 updates: Sequence[tuple[str, str, int | None, int]]
-                 ) -> tuple[Any, tuple[int, int]]:
-    """Send one statement inserting the inbox rows and creating/advancing the guard rows.
+def claim_inbox(conn: Any, consumer: str, entries: Sequence[InboxEntry]) -> Any:
+    """Send one statement inserting inbox rows for ``entries`` where absent; read the ids it
+    inserted with :func:`read_claimed` — the others were already recorded (duplicates).
 
-    ``updates`` = (aggregate_type, aggregate_id, expected, new) as in :func:`advance_guards`.
-    The guard write is a monotonic upsert, one primary-key probe per aggregate: it succeeds only
-    where the row is ``flowing`` and below ``new``; every row must be written, else
-    :func:`check_recorded` raises. Exact ``expected`` matching is not needed here: two
-    transactions applying the same events conflict on the inbox primary key (no ``ON
-    CONFLICT`` there: the loser fails with ``UniqueViolation`` and its effects roll back).
-    Returns (cursor, expected counts); check after the (pipeline) sync.
+    ``ON CONFLICT DO NOTHING``: a row another transaction is inserting concurrently makes this
+    statement wait for it; if that transaction commits, the event counts as a duplicate here,
+    if it rolls back, the row is ours. Used by the batch fast path, whose transaction is rolled
+    back as a whole if any event of the batch needs per-message handling.
     """
-    params = {
-        "c": consumer,
-        "inbox": json.dumps([{"e": e.event_id, "t": e.event_type, "a": e.aggregate_type,
-                              "i": e.aggregate_id, "v": e.aggregate_version} for e in entries]),
-        "guard": json.dumps([{"t": u[0], "i": u[1], "n": u[3]} for u in updates]),
-    }
-    cur = conn.execute(_RECORD_BATCH, params)
-    return cur, (len(entries), len(updates))
+    doc = json.dumps([{"e": e.event_id, "t": e.event_type, "a": e.aggregate_type,
+                       "i": e.aggregate_id, "v": e.aggregate_version} for e in entries])
+    return conn.execute(_CLAIM, (consumer, doc))
 
 
-def check_recorded(sent: tuple[Any, tuple[int, int]]) -> None:
-    """Verify a :func:`record_batch` result. Raises GuardConflict if a guard row did not match."""
+def read_claimed(cur: Any) -> set[str]:
+    """Result of :func:`claim_inbox`: the event ids newly recorded."""
+    return {r[0] for r in cur.fetchall()}
+
+
+def advance_batch(conn: Any, consumer: str,
+                  updates: Sequence[tuple[str, str, int | None, int]]) -> tuple[Any, int]:
+    """Send one statement creating/advancing guard rows: a monotonic upsert, one primary-key
+    probe per aggregate, that writes a row only where it is ``flowing`` and below the new
+    version. ``updates`` = (aggregate_type, aggregate_id, expected, new) as in
+    :func:`advance_guards` (``expected`` is not compared here: two transactions applying the
+    same events conflict on the inbox primary key). Returns (cursor, rows expected) for
+    :func:`check_advanced`, to call after the (pipeline) sync.
+    """
+    doc = json.dumps([{"t": u[0], "i": u[1], "n": u[3]} for u in updates])
+    return conn.execute(_ADVANCE, {"c": consumer, "guard": doc}), len(updates)
+
+
+def check_advanced(sent: tuple[Any, int]) -> None:
+    """Verify an :func:`advance_batch` result. Raises GuardConflict if a row was not written."""
     cur, want = sent
-    got = tuple(cur.fetchone())
+    got = cur.fetchone()[0]
     if got != want:
-        raise GuardConflict(f"guard rows changed concurrently (inbox rows, guard rows written:"
-                            f" {got} != {want})")
+        raise GuardConflict(f"guard rows changed concurrently ({got} of {want} written)")
 
 
 def known_event_ids(conn: Any, consumer: str, event_ids: Sequence[str]) -> set[str]:

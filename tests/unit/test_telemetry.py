@@ -8,6 +8,7 @@ import re
 from types import SimpleNamespace
 
 import pytest
+from prometheus_client import REGISTRY, generate_latest
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind
 from starlette.applications import Starlette
@@ -21,8 +22,10 @@ from casestream.errors import ConfigError
 from casestream.relay.metrics import RelayMetrics
 from casestream.telemetry.http import TracingMiddleware, metrics_route
 from casestream.telemetry.logs import JsonFormatter, log_context
+from casestream.telemetry.metrics import METRIC_HELP, MetricsRegistry, render_prometheus
 from casestream.telemetry.readiness import kafka_check, registry_check
 from casestream.telemetry.settings import TelemetrySettings
+from casestream.telemetry.sources import Sources
 from casestream.telemetry.tracing import (
     build_tracer_provider,
     context_from_traceparent,
@@ -133,18 +136,63 @@ def test_metrics_render_existing_stats_in_prometheus_text(spans) -> None:
     assert 'relay_published_total{relay="unit.relay"} 4' in text
     assert 'outbox_pending_total{relay="unit.relay"} 2' in text
     assert 'outbox_oldest_pending_age_seconds{relay="unit.relay"} 1.5' in text
-    assert ('consumer_message_duration_seconds_bucket{consumer="unit.consumer",topic="t",le="0.025"} 1'
+    assert ('consumer_message_duration_seconds_bucket{consumer="unit.consumer",le="0.025",topic="t"} 1'
             in text)
     assert 'consumer_message_duration_seconds_count{consumer="unit.consumer",topic="t"} 1' in text
-    for name in ("timeouts_total", "idempotency_replays_total", "idempotency_conflicts_total",
-                 "saga_state_total", "compensation_total", "queue_lag_messages"):
-        assert f"# TYPE {name} " in text
+    assert "# TYPE queue_lag_messages gauge" in text
+    assert "# TYPE consumer_message_duration_seconds histogram" in text
+    assert "otel_scope" not in text and "target_info" not in text  # only our bounded labels
     stats.dead_lettered += 1
     probe.finished()
     text = telemetry.render_prometheus(tel.metrics.collect())
     assert 'dead_letter_total{consumer="unit.consumer"} 2' in text
     assert 'queue_messages_inflight{consumer="unit.consumer"} 0' in text
     assert "consumer_batch_duration_seconds_count" in text
+
+
+def test_every_name_of_issue_9_is_exposed_unchanged_by_the_exporter() -> None:
+    """Counters keep one ``_total``, ``*_seconds`` instruments (unit ``s``) get no second
+    suffix, gauges named ``*_total`` stay gauges; families appear once they have a sample."""
+    sources = Sources()
+    stats = ConsumerStats(retries=1)
+    stats.count_reason("poison")
+    lag = sources.add_consumer("c", stats)
+    lag.seconds["t"], lag.messages["t"] = 0.5, 3
+    sources.add_relay("r", RelayMetrics(outbox_oldest_pending_age_seconds=2.0))
+    sources.add_counters("app", SimpleNamespace(
+        idempotency_replays=1, idempotency_conflicts=0,
+        edge=SimpleNamespace(shed=0, rate_limited=0, unauthorized=0)))
+    for name in ("saga_state_total", "compensation_total", "timeouts_total"):
+        sources.add_gauge(name, lambda: {(("state", "COMPLETED"),): 1.0})
+    registry = MetricsRegistry("unit", sources)
+    try:
+        for name in METRIC_HELP:
+            if METRIC_HELP[name][0] == "histogram":
+                registry.record(name, 0.1, {"consumer": "c"})
+        text = render_prometheus(registry.collect())
+    finally:
+        registry.shutdown()
+    typed = dict(re.findall(r"^# TYPE (\S+) (\S+)$", text, re.MULTILINE))
+    assert typed == {name: kind for name, (kind, _) in METRIC_HELP.items()}
+    assert "idempotency_replays_total 1.0" in text.splitlines()
+
+
+def test_registries_do_not_share_prometheus_state() -> None:
+    """Each MetricsRegistry has its own CollectorRegistry: two at once do not collide,
+    shutdown removes the reader, and the global REGISTRY is not touched."""
+    one, two = Sources(), Sources()
+    one.add_consumer("one", ConsumerStats(dead_lettered=1))
+    two.add_consumer("two", ConsumerStats(dead_lettered=2))
+    first, second = MetricsRegistry("a", one), MetricsRegistry("b", two)
+    try:
+        assert 'dead_letter_total{consumer="one"} 1.0' in first.exposition().decode()
+        text = second.exposition().decode()
+        assert 'dead_letter_total{consumer="two"} 2.0' in text and '"one"' not in text
+        assert "dead_letter_total" not in generate_latest(REGISTRY).decode()
+    finally:
+        first.shutdown()
+    assert first.exposition() == b""
+    second.shutdown()
 
 
 def test_http_middleware_continues_the_callers_trace_and_metrics_route_serves_text(spans) -> None:
@@ -215,6 +263,7 @@ def test_metrics_are_served_in_front_of_the_apps_own_middleware(spans) -> None:
     async def deny(scope, receive, send):  # an app whose edge refuses everything
         await PlainTextResponse("no token", status_code=401)(scope, receive, send)
 
+    telemetry.consumer_probe("unit.edge", ConsumerStats())
     client = TestClient(TracingMiddleware(deny, serve_metrics=True))
     assert client.get("/cases").status_code == 401
     scraped = client.get("/metrics")

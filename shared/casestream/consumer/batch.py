@@ -6,10 +6,11 @@ The connection must be in autocommit mode (transactions are explicit).
 
 1. decode every record (``EnvelopeDecoder``); poison → dead letter at once;
 2. **fast path** (default): the whole batch in *one* transaction in psycopg pipeline mode —
-   round trip 1 reads the inbox and guard rows of the batch; every record is decided in memory
-   (``casestream.guard``); round trip 2 sends one statement writing all inbox rows and guard
-   rows (one JSON document, primary-key probes only) followed by the handlers' statements; then
-   COMMIT. Batch handlers (``HandlerRegistry.on_batch``) get each run of consecutive events
+   round trip 1 inserts the batch's inbox rows where absent (``ON CONFLICT DO NOTHING
+   RETURNING``: what comes back is new, the rest are duplicates) and reads its guard rows;
+   every record is decided in memory (``casestream.guard``); round trip 2 sends one statement
+   advancing the guard rows followed by the handlers' statements; then COMMIT. Batch
+   parameters travel as one JSON document and every row access is a primary-key probe. Batch handlers (``HandlerRegistry.on_batch``) get each run of consecutive events
    in one call. Taken only when every record is a plain apply / duplicate / stale on a
    flowing aggregate and no ``SIDE_EFFECT`` handler is involved. If anything raises, the
    transaction rolls back and the batch is redone on the slow path (a non-database exception
@@ -58,18 +59,18 @@ from casestream.inbox import (
     GuardRow,
     HeldEvent,
     InboxEntry,
+    advance_batch,
     advance_guards,
-    check_recorded,
+    check_advanced,
+    claim_inbox,
     held_events,
     hold,
     insert_inbox,
     known_event_ids,
     load_guards,
     query_guards,
-    query_known,
+    read_claimed,
     read_guards,
-    read_known,
-    record_batch,
     record_held_failure,
     release_held,
     set_last_version,
@@ -373,9 +374,10 @@ class BatchProcessor:
         """Round trip 1: inbox + guard reads. Round trip 2: inbox/guard writes (one statement)
         and the handlers' statements, pipelined (``pipeline`` None: not pipelined). Then COMMIT.
         Raises _Ineligible to bail out."""
-        known_cur = query_known(conn, self.consumer, [it.env.event_id for it in items])
+        claim_cur = claim_inbox(conn, self.consumer, [it.entry() for it in items])
         guards_cur = query_guards(conn, self.consumer, {it.key for it in items})
-        known = read_known(known_cur)
+        claimed = read_claimed(claim_cur)
+        known = {it.env.event_id for it in items} - claimed  # recorded before this batch
         start = read_guards(guards_cur)
         guards = {k: GuardRow(g.last_version, g.state, g.exists) for k, g in start.items()}
         seen: set[str] = set()
@@ -411,14 +413,14 @@ class BatchProcessor:
                     updates.append((key[0], key[1], None, g.last_version))
                 elif g.last_version != s.last_version:
                     updates.append((key[0], key[1], s.last_version, g.last_version))
-            recorded = record_batch(conn, self.consumer, [it.entry() for it in apply], updates)
+            recorded = advance_batch(conn, self.consumer, updates)
             # Pipeline mode: handler statements are sent without waiting for each result;
             # errors surface at the next sync. A psycopg error may thus show up in a later
             # handler, so only non-database exceptions are attributed to an item.
             unknown = self._fast_handlers(conn, apply)
             if pipeline is not None:
                 pipeline.sync()
-            check_recorded(recorded)
+            check_advanced(recorded)
         counters.update(applied=len(apply), dup=dup, stale=stale, unknown=unknown)
 
     # ------------------------------------------------------------------ slow path

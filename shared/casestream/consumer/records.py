@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, NamedTuple, Protocol
 
 if TYPE_CHECKING:  # pragma: no cover
     from casestream.envelope import Envelope
@@ -28,9 +28,8 @@ class EnvelopeDecoder(Protocol):
     def decode(self, value: bytes, *, published_at: datetime | None = None) -> Envelope: ...
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Record:
-    """One consumed message.
+class Record(NamedTuple):
+    """One consumed message (a NamedTuple: immutable and cheap to build on the hot path).
 
     Attributes:
         topic, partition, offset: position in Kafka.

@@ -17,10 +17,9 @@ Loop, in the main thread (one batch in the database at a time, the next one pref
     wait for batch N in the worker thread; if it runs longer than heartbeat_after_s: pause every
         assigned partition and keep calling poll() (max.poll.interval.ms stays respected,
         rebalance callbacks still run)
-    commit batch N's offsets; for cut partitions: pause, seek back to the failed message,
-        resume after the backoff
-    drop from N+1 what a rebalance or a rewind made stale (it is fetched again), then hand
-        N+1 to the worker thread
+    for cut partitions: pause, seek back to the failed message, resume after the backoff
+    drop from N+1 what a rebalance or a rewind made stale (it is fetched again), hand N+1 to
+        the worker thread, then commit batch N's offsets (synchronously, while N+1 runs)
 
 Rebalance (eager protocol, librdkafka default ``range,roundrobin``): ``on_revoke`` waits for the
 batch in flight, commits its offsets synchronously, and forgets the revoked partitions' retry
@@ -211,15 +210,17 @@ class ConsumerRuntime:
                 self._rewind(tp, off, 0.0)
         now = time.monotonic()
         sweep = now >= self._next_sweep
-        if decoded is None and not sweep:
-            return
-        if sweep:
-            self._next_sweep = now + self.settings.sweep_interval_s
-        batch = decoded.records if decoded is not None else []
-        fut = self._executor.submit(self._work, decoded, sweep)  # type: ignore[union-attr]
-        self._probe.started(len(batch))
-        self._inflight = fut
-        self._flight = (fut, batch)
+        if decoded is not None or sweep:
+            if sweep:
+                self._next_sweep = now + self.settings.sweep_interval_s
+            batch = decoded.records if decoded is not None else []
+            fut = self._executor.submit(self._work, decoded, sweep)  # type: ignore[union-attr]
+            self._probe.started(len(batch))
+            self._inflight = fut
+            self._flight = (fut, batch)
+        # Batch N's offsets: its transaction has committed; committing them while batch N+1
+        # is in the database keeps the worker busy (order is kept: one commit at a time).
+        self._commit_pending()
 
     def _land(self) -> dict[TP, int]:
         """Wait for the batch in flight (if any) and apply its outcome to offsets.
@@ -305,7 +306,6 @@ class ConsumerRuntime:
         for tp, off in result.commits.items():
             if tp in self._assigned:
                 self._pending[tp] = off
-        self._commit_pending()
         for tp, (off, delay) in result.rewinds.items():
             if tp in self._assigned:
                 self._rewind(tp, off, delay)

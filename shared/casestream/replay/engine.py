@@ -49,8 +49,12 @@ from casestream.replay.source import TP, KafkaSource
 
 log = logging.getLogger("casestream.replay")
 
+class _CatchUpTimeout(ReplayError):
+    """The locked catch-up did not reach the high watermarks in time (swap rolled back)."""
+
+
 _LOCK_RETRY = (psycopg.errors.LockNotAvailable, psycopg.errors.DeadlockDetected,
-               psycopg.errors.SerializationFailure)
+               psycopg.errors.SerializationFailure, _CatchUpTimeout)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -63,6 +67,7 @@ class ReplayOptions:
     restart: bool = False
     poll_timeout_s: float = 0.5
     lock_timeout_s: float = 10.0
+    catch_up_timeout_s: float = 30.0
     swap_attempts: int = 5
 
     def __post_init__(self) -> None:
@@ -451,13 +456,19 @@ class Replayer:
                     sql.Identifier(table)))
             # Every event the live consumer applied so far is below these offsets.
             highs = source.high_watermarks(positions)
-            empty = 0
-            while any(positions[tp] < highs[tp] for tp in positions) and empty < 3:
+            deadline = time.monotonic() + options.catch_up_timeout_s
+            while any(positions[tp] < highs[tp] for tp in positions):
+                if time.monotonic() > deadline:
+                    raise _CatchUpTimeout(f"still below the high watermarks after "
+                                          f"{options.catch_up_timeout_s:.0f}s")
                 msgs = source.consume(options.batch_size, options.poll_timeout_s)
                 if not msgs:
-                    empty += 1
+                    # only non-data records (transaction markers) may be left below a high
+                    # watermark: the client's fetch position moves past them
+                    for tp, at in source.positions(positions).items():
+                        if at > positions[tp]:
+                            positions[tp] = min(at, highs[tp])
                     continue
-                empty = 0
                 new: dict[TP, int] = {}
                 items = self._decode(msgs, positions, highs, new)
                 if new:

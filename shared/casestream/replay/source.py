@@ -110,6 +110,11 @@ class KafkaSource:
         """Start reading each partition at its next offset."""
         self._consumer.assign([TopicPartition(t, p, o) for (t, p), o in positions.items()])
 
+    def positions(self, tps: Iterable[TP]) -> dict[TP, int]:
+        """The client's next fetch offset per partition (past control records); absent if unknown."""
+        found = self._consumer.position([TopicPartition(t, p) for t, p in tps])
+        return {(tp.topic, tp.partition): tp.offset for tp in found if tp.offset >= 0}
+
     def pause(self, tps: Iterable[TP]) -> None:
         """Stop fetching ``tps`` (they reached their end)."""
         self._consumer.pause([TopicPartition(t, p) for t, p in tps])

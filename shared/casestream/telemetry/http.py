@@ -19,7 +19,7 @@ from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from casestream.telemetry.core import current
-from casestream.telemetry.metrics import CONTENT_TYPE, render_prometheus
+from casestream.telemetry.metrics import CONTENT_TYPE
 from casestream.telemetry.tracing import context_from_traceparent
 
 __all__ = ["TracingMiddleware", "metrics_route", "UNTRACED_PATHS"]
@@ -86,10 +86,11 @@ def _route_template(scope: Scope) -> str | None:
 
 
 def metrics_route() -> Route:
-    """``GET /metrics``: this process's metrics in Prometheus text format 0.0.4."""
+    """``GET /metrics``: this process's metrics in Prometheus text format 0.0.4
+    (``prometheus_client.generate_latest``). A plain function, so Starlette runs it in its
+    thread pool: the scrape-time callbacks (SQL gauges) do not block the event loop."""
 
-    async def metrics(_: Request) -> Response:
-        tel = current()
-        return Response(render_prometheus(tel.metrics.collect()), media_type=CONTENT_TYPE)
+    def metrics(_: Request) -> Response:
+        return Response(current().metrics.exposition(), media_type=CONTENT_TYPE)
 
     return Route("/metrics", metrics)

@@ -1,11 +1,21 @@
-"""Metrics: the OpenTelemetry meter provider, the instruments of issue 9, Prometheus text output.
+"""Metrics: the OpenTelemetry meter provider, the instruments of issue 9, Prometheus exposition.
 
-Driver module (opentelemetry-sdk metrics). One :class:`MetricsRegistry` per process: an
-SDK ``MeterProvider`` with an ``InMemoryMetricReader`` (pull: collected when ``/metrics`` is
-scraped) and :func:`render_prometheus`, which writes the collected data in the Prometheus
-text exposition format 0.0.4 (https://prometheus.io/docs/instrumenting/exposition_formats/).
+Driver module (opentelemetry-sdk metrics, opentelemetry-exporter-prometheus,
+prometheus-client). One :class:`MetricsRegistry` per process: an SDK ``MeterProvider`` whose
+``PrometheusMetricReader`` feeds a ``prometheus_client.CollectorRegistry`` of its own (pull:
+the SDK collects, running the observable callbacks, when that registry is scraped), and
+``/metrics`` is ``prometheus_client.generate_latest`` of it — the Prometheus text exposition
+format 0.0.4 (https://prometheus.io/docs/instrumenting/exposition_formats/). Nothing is
+rendered by hand. Only metrics with at least one sample are exposed (the exporter's rule): a
+family whose source is not registered in this process (e.g. ``saga_state_total`` outside the
+saga service) is absent, not zero.
 
-Names are final Prometheus names (counters already end in ``_total``). Labels are bounded:
+Names in :data:`METRIC_HELP` are the final Prometheus names, and the exporter keeps them as
+they are: counters already end in ``_total`` (prometheus-client strips and re-adds it);
+instruments named ``*_seconds`` carry the unit ``s``, which maps to the suffix ``_seconds``
+they already have; gauges named ``*_total`` (outbox_pending_total, saga_state_total) are
+exported unchanged. The reader runs without scope labels (``otel_scope_*``) and without
+``target_info``, so each sample carries exactly the labels below. Labels are bounded:
 consumer, relay, topic, reason, state, outcome, method, status class — never ids.
 
 Observed from existing stats (``Sources``) at scrape time:
@@ -27,27 +37,24 @@ Recorded by hooks (histograms, seconds):
 
 from __future__ import annotations
 
-import math
+import threading
 from collections.abc import Iterable, Iterator
 from typing import Any
 
+from opentelemetry.exporter.prometheus import PrometheusMetricReader
 from opentelemetry.metrics import CallbackOptions, Observation
 from opentelemetry.sdk.metrics import MeterProvider
-from opentelemetry.sdk.metrics.export import (
-    Gauge,
-    Histogram,
-    HistogramDataPoint,
-    InMemoryMetricReader,
-    Sum,
-)
 from opentelemetry.sdk.metrics.view import ExplicitBucketHistogramAggregation, View
 from opentelemetry.sdk.resources import Resource
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4
 
 from casestream.telemetry.sources import Sources
 
 __all__ = ["MetricsRegistry", "render_prometheus", "CONTENT_TYPE", "METRIC_HELP"]
 
-CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+CONTENT_TYPE = CONTENT_TYPE_PLAIN_0_0_4
+"""``text/plain; version=0.0.4; charset=utf-8``: the format ``generate_latest`` writes."""
 
 _BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
 
@@ -101,36 +108,53 @@ class MetricsRegistry:
     """The process's meter provider and instruments, reading ``sources`` at collection.
 
     Attributes:
-        reader: the in-memory reader collected by :meth:`collect`.
+        registry: this instance's ``prometheus_client.CollectorRegistry`` (never the global
+            ``REGISTRY``, so several instances can live in one process, e.g. in tests).
+        reader: the ``PrometheusMetricReader`` registered in ``registry``; unregistered by
+            :meth:`shutdown`.
         sources: registered stats objects (shared with the hooks).
     """
 
     def __init__(self, service: str, sources: Sources) -> None:
         self.sources = sources
-        self.reader = InMemoryMetricReader()
+        self.registry = CollectorRegistry(auto_describe=False)
+        self.reader = PrometheusMetricReader(disable_target_info=True, scope_info_enabled=False,
+                                             registry=self.registry)
+        self._scrape = threading.Lock()
         views = [View(instrument_name=n, aggregation=ExplicitBucketHistogramAggregation(_BUCKETS))
                  for n, (kind, _) in METRIC_HELP.items() if kind == "histogram"]
         self.provider = MeterProvider(metric_readers=[self.reader], views=views,
                                       resource=Resource.create({"service.name": service}))
         meter = self.provider.get_meter("casestream")
         for name, (kind, help_) in METRIC_HELP.items():
+            unit = "s" if name.endswith("_seconds") else ""
             if kind == "histogram":
-                setattr(self, name, meter.create_histogram(name, unit="s", description=help_))
+                setattr(self, name, meter.create_histogram(name, unit=unit, description=help_))
             elif kind == "counter":
-                meter.create_observable_counter(name, [self._callback(name)], description=help_)
+                meter.create_observable_counter(name, [self._callback(name)], unit=unit,
+                                                description=help_)
             else:
-                meter.create_observable_gauge(name, [self._callback(name)], description=help_)
+                meter.create_observable_gauge(name, [self._callback(name)], unit=unit,
+                                              description=help_)
 
-    def collect(self) -> Any:
-        """Collect now (runs the observable callbacks); the SDK's ``MetricsData``."""
-        return self.reader.get_metrics_data()
+    def exposition(self) -> bytes:
+        """Collect now (runs the observable callbacks) and return the Prometheus text 0.0.4
+        (UTF-8, media type :data:`CONTENT_TYPE`). Scrapes are serialised: the exporter's
+        collector queues one SDK collection per scrape and drains the whole queue."""
+        with self._scrape:
+            return generate_latest(self.registry)
+
+    def collect(self) -> CollectorRegistry:
+        """The ``prometheus_client`` registry to scrape (:func:`render_prometheus`,
+        ``generate_latest``); scraping it runs the SDK collection."""
+        return self.registry
 
     def record(self, histogram: str, seconds: float, labels: dict[str, str]) -> None:
         """Record ``seconds`` in histogram ``histogram`` (a name from METRIC_HELP)."""
         getattr(self, histogram).record(max(0.0, seconds), labels)
 
     def shutdown(self) -> None:
-        """Stop the meter provider (idempotent)."""
+        """Stop the meter provider; its reader leaves ``registry`` (idempotent)."""
         self.provider.shutdown()
 
     # ------------------------------------------------------------------ observations
@@ -190,67 +214,8 @@ class MetricsRegistry:
                 yield Observation(v, dict(pairs))
 
 
-# ---------------------------------------------------------------------- exposition
-
-
-def _escape(v: str) -> str:
-    return v.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
-
-
-def _labels(attrs: Any, extra: tuple[tuple[str, str], ...] = ()) -> str:
-    pairs = [(str(k), str(v)) for k, v in sorted(dict(attrs or {}).items())] + list(extra)
-    if not pairs:
-        return ""
-    return "{" + ",".join(f'{k}="{_escape(v)}"' for k, v in pairs) + "}"
-
-
-def _num(v: float) -> str:
-    if isinstance(v, float):
-        if math.isinf(v):
-            return "+Inf" if v > 0 else "-Inf"
-        if math.isnan(v):
-            return "NaN"
-        if v.is_integer():
-            return str(int(v))
-    return repr(v) if isinstance(v, float) else str(v)
-
-
-def render_prometheus(data: Any) -> str:
-    """Prometheus text format 0.0.4 of collected ``MetricsData``.
-
-    Every metric in :data:`METRIC_HELP` gets ``# HELP``/``# TYPE`` lines even with no
-    samples yet (so operators see the full set). Histograms: cumulative ``_bucket{le=...}``,
-    ``_sum``, ``_count``.
-    """
-    samples: dict[str, list[str]] = {}
-    for rm in getattr(data, "resource_metrics", None) or []:
-        for sm in rm.scope_metrics:
-            for metric in sm.metrics:
-                out = samples.setdefault(metric.name, [])
-                d = metric.data
-                if isinstance(d, Histogram):
-                    for p in d.data_points:
-                        out.extend(_histogram_lines(metric.name, p))
-                elif isinstance(d, (Sum, Gauge)):
-                    for p in d.data_points:
-                        out.append(f"{metric.name}{_labels(p.attributes)} {_num(p.value)}")
-    lines: list[str] = []
-    names = list(METRIC_HELP) + sorted(n for n in samples if n not in METRIC_HELP)
-    for name in names:
-        kind, help_ = METRIC_HELP.get(name, ("untyped", name))
-        lines.append(f"# HELP {name} {help_}")
-        lines.append(f"# TYPE {name} {kind}")
-        lines.extend(samples.get(name, []))
-    return "\n".join(lines) + "\n"
-
-
-def _histogram_lines(name: str, p: HistogramDataPoint) -> list[str]:
-    out: list[str] = []
-    cumulative = 0
-    for bound, count in zip(p.explicit_bounds, p.bucket_counts, strict=False):
-        cumulative += count
-        out.append(f"{name}_bucket{_labels(p.attributes, (('le', _num(float(bound))),))} {cumulative}")
-    out.append(f"{name}_bucket{_labels(p.attributes, (('le', '+Inf'),))} {p.count}")
-    out.append(f"{name}_sum{_labels(p.attributes)} {_num(float(p.sum))}")
-    out.append(f"{name}_count{_labels(p.attributes)} {p.count}")
-    return out
+def render_prometheus(registry: CollectorRegistry) -> str:
+    """Prometheus text format 0.0.4 of ``registry`` (``MetricsRegistry.collect()``), by
+    ``prometheus_client.generate_latest``. Histograms: cumulative ``_bucket{le=...}``,
+    ``_sum``, ``_count``; values as Go floats (``3.0``)."""
+    return generate_latest(registry).decode("utf-8")
