@@ -6,6 +6,7 @@ load Kafka or PostgreSQL drivers it does not need::
     casestream schemas check|register   schema catalog and compatibility (CI)
     casestream outbox status|show|redrive   outbox rows pending / failed per service
     casestream dlq list|show|redrive     dead-lettered messages per consumer
+    casestream reconcile [--repair]      drift between cases, sagas and outboxes
     casestream status                    consumer lag, outbox, dead letters, sagas per service
 """
 
@@ -19,6 +20,10 @@ _GROUPS: dict[str, tuple[str, str, str]] = {
     "schemas": ("casestream.cli_schemas", "schemas", "Check and register the Avro schema catalog."),
     "outbox": ("casestream.cli_outbox", "outbox", "Inspect and re-drive transactional outbox rows."),
     "dlq": ("casestream.cli_dlq", "dlq", "List, show and re-drive dead-lettered messages."),
+    # The reconciliation job knows the services' tables and repairs through the saga
+    # service's own code, so it lives with that service; the CLI only mounts it.
+    "reconcile": ("services.saga.adapters.cli_reconcile", "reconcile",
+                  "Find and repair drift between cases, sagas and outboxes."),
     "status": ("casestream.cli_status", "status",
                "Per-service table: consumer lag, outbox, dead letters, sagas."),
 }

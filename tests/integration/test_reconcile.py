@@ -16,7 +16,7 @@ import pytest
 from click.testing import CliRunner
 
 from casestream.catalog import load_catalog
-from casestream.cli_reconcile import SERVICES, reconcile, run_reconcile
+from services.saga.adapters.cli_reconcile import SERVICES, reconcile, run_reconcile
 from casestream.codec import EnvelopeCodec
 from casestream.db import apply_migrations
 from casestream.envelope import new_event
