@@ -20,6 +20,7 @@ import pytest
 from casestream.demo import (
     FINAL_CASE_STATES,
     CaseRun,
+    audit_url,
     case_mix,
     case_url,
     check_trail,
@@ -76,7 +77,7 @@ def test_cases_reach_final_states_with_complete_trails_and_one_notice(
         wait_final(client, runs, timeout_s=180)
 
         timeline = client.get(
-            f"http://127.0.0.1:18102/audit/cases/{runs[5].case_id}", headers=headers("tenant-a")
+            audit_url(f"/audit/cases/{runs[5].case_id}"), headers=headers("tenant-a")
         ).json()["events"]
         case_versions = [e["aggregate_version"] for e in timeline if e["aggregate_type"] == "case"]
         assert case_versions == sorted(case_versions) and len(case_versions) >= 3
