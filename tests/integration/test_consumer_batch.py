@@ -209,3 +209,19 @@ def test_fast_path_without_pipeline_and_held_events_deduplicated(world: Any, cod
     bp.process(conn, _records(codec, [make_event("N", 3)]))
     assert [r[2] for r in projection.rows(conn)] == [1, 2, 3, 4]
     assert _guard(conn, name, "N") == ("flowing", 4) and bp.stats.drained == 1
+
+
+def test_a_stale_guard_cache_never_causes_a_wrong_effect(world: Any, codec: Any) -> None:
+    conn, projection, name = world
+    registry = projection.register(HandlerRegistry())
+    one, two = _processor(name, registry, codec), _processor(name, registry, codec)
+    e = [make_event("C", v) for v in range(1, 6)]
+    assert one.process(conn, _records(codec, e[:3])).fast  # one caches C at v3
+    assert two.process(conn, _records(codec, [e[3]])).fast  # another instance records v4
+    copy4 = make_event("C", 4)  # a second event claiming version 4 (stale by now)
+    one.process(conn, _records(codec, [copy4]))
+    assert one.stats.stale == 1 and one.stats.applied == 3  # the conditional upsert caught it
+    one.process(conn, _records(codec, [e[3], e[4]]))  # v4 again (duplicate) and v5
+    assert one.stats.duplicates == 1 and one.stats.applied == 4
+    assert [r[0] for r in projection.rows(conn)] == [x.event_id for x in e]
+    assert _guard(conn, name, "C") == ("flowing", 5)

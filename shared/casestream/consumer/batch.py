@@ -196,6 +196,9 @@ class BatchProcessor:
         # (id of the record whose handler raised on the fast path, the exception): that call is
         # the message's attempt, so the slow path does not call the handler a second time.
         self._fast_failure: tuple[int, BaseException] | None = None
+        # aggregate -> last version, for rows this processor committed as 'flowing' on the fast
+        # path (see ConsumerSettings.guard_cache_size for why staleness is harmless)
+        self._guard_cache: dict[tuple[str, str], int] = {}
 
     # ------------------------------------------------------------------ public
 
@@ -281,7 +284,9 @@ class BatchProcessor:
             self._send(dead)
 
     def forget(self, tps: Sequence[TP]) -> None:
-        """Drop in-memory attempt counts of partitions no longer assigned."""
+        """Drop in-memory attempt counts of partitions no longer assigned, and the guard cache
+        (another instance may own those aggregates now)."""
+        self._guard_cache.clear()
         gone = set(tps)
         for pos in [p for p in self._attempts if (p[0], p[1]) in gone]:
             del self._attempts[pos]
@@ -344,7 +349,7 @@ class BatchProcessor:
         if self._attempts and any(
                 (it.rec.topic, it.rec.partition, it.rec.offset) in self._attempts for it in items):
             return False  # a message being retried: go straight to per-message savepoints
-        counters: dict[str, int] = {}
+        counters: dict[str, Any] = {}
         try:
             if self.settings.pipeline_handlers:
                 with conn.pipeline() as pipeline, conn.transaction():
@@ -353,13 +358,16 @@ class BatchProcessor:
                 with conn.transaction():
                     self._fast(conn, None, items, counters)
         except _Ineligible:
+            self._uncache(items)
             return False
         except Exception as e:
+            self._uncache(items)
             if classify(e, conn) is FailureClass.INFRA:
                 raise
             log.debug("%s: fast path failed (%s: %s); redoing batch with savepoints",
                       self.consumer, type(e).__name__, e)
             return False
+        self._cache_guards(counters["guards"])
         st = self.stats
         st.applied += counters["applied"]
         st.duplicates += counters["dup"]
@@ -374,11 +382,16 @@ class BatchProcessor:
         """Round trip 1: inbox + guard reads. Round trip 2: inbox/guard writes (one statement)
         and the handlers' statements, pipelined (``pipeline`` None: not pipelined). Then COMMIT.
         Raises _Ineligible to bail out."""
+        keys = {it.key for it in items}
+        cache = self._guard_cache
+        start = {k: GuardRow(cache[k], AggregateState.FLOWING) for k in keys if k in cache}
+        missing = keys - start.keys() if start else keys
         claim_cur = claim_inbox(conn, self.consumer, [it.entry() for it in items])
-        guards_cur = query_guards(conn, self.consumer, {it.key for it in items})
+        guards_cur = query_guards(conn, self.consumer, missing) if missing else None
         claimed = read_claimed(claim_cur)
         known = {it.env.event_id for it in items} - claimed  # recorded before this batch
-        start = read_guards(guards_cur)
+        if guards_cur is not None:
+            start.update(read_guards(guards_cur))
         guards = {k: GuardRow(g.last_version, g.state, g.exists) for k, g in start.items()}
         seen: set[str] = set()
         apply: list[_Item] = []
@@ -421,12 +434,13 @@ class BatchProcessor:
             if pipeline is not None:
                 pipeline.sync()
             check_advanced(recorded)
-        counters.update(applied=len(apply), dup=dup, stale=stale, unknown=unknown)
+        counters.update(applied=len(apply), dup=dup, stale=stale, unknown=unknown, guards=guards)
 
     # ------------------------------------------------------------------ slow path
 
     def _slow(self, conn: Any, items: list[_Item], result: BatchResult,
               dead: list[DeadLetter], t0: float) -> None:
+        self._uncache(items)
         known = known_event_ids(conn, self.consumer, [it.env.event_id for it in items])
         guards = load_guards(conn, self.consumer, {it.key for it in items})
         seen: set[str] = set()
@@ -532,6 +546,23 @@ class BatchProcessor:
                         self.consumer, it.key[0], it.key[1], version - 1, version)
         self.stats.applied += 1
         self.stats.unknown_type += unknown
+
+    def _cache_guards(self, guards: dict[tuple[str, str], GuardRow]) -> None:
+        """Remember the guard rows a committed fast-path batch left flowing."""
+        limit = self.settings.guard_cache_size
+        if limit <= 0:
+            return
+        cache = self._guard_cache
+        if len(cache) + len(guards) > limit:
+            cache.clear()  # crude but bounded; refilled from the database on the next batches
+        for key, g in guards.items():
+            if g.state is AggregateState.FLOWING:
+                cache[key] = g.last_version
+
+    def _uncache(self, items: Sequence[_Item]) -> None:
+        if self._guard_cache:
+            for it in items:
+                self._guard_cache.pop(it.key, None)
 
     def _fast_handlers(self, conn: Any, apply: list[_Item]) -> int:
         """Run the handlers of ``apply`` in order; returns how many events had none."""
@@ -654,6 +685,7 @@ class BatchProcessor:
     def _sweep(self, conn: Any, dead: list[DeadLetter]) -> None:
         for w in waiting_aggregates(conn, self.consumer):
             key = (w.aggregate_type, w.aggregate_id)
+            self._guard_cache.pop(key, None)
             if w.first_held is None:
                 set_state(conn, self.consumer, key, AggregateState.FLOWING)
                 continue

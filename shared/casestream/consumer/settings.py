@@ -76,6 +76,10 @@ class ConsumerSettings:
             and a database error they catch may surface later instead — the batch is then
             redone message by message without pipeline. Switch off for handlers that cannot
             live with that.
+        guard_cache_size: how many guard rows (aggregates) the fast path keeps in memory after
+            committing them, to skip reading them again (0 = off). Safe when stale: the inbox
+            claim decides duplicates and the guard upsert is conditional, so a stale entry only
+            sends the batch to the savepoint path.
         dlq_topic / redrive_topic: default ``<consumer>.dlq`` / ``<consumer>.redrive``.
         ensure_topics: create the DLQ and re-drive topics at start if missing.
         ensure_schema: create the inbox/guard/held tables at start if missing.
@@ -94,6 +98,7 @@ class ConsumerSettings:
     mode: ProcessingMode = ProcessingMode.LIVE
     fast_path: bool = True
     pipeline_handlers: bool = True
+    guard_cache_size: int = 100_000
     dlq_topic: str | None = None
     redrive_topic: str | None = None
     ensure_topics: bool = True
