@@ -19,7 +19,7 @@ Usage::
 
     eval "$(deploy/infra.sh env)"
     .venv/bin/python bench/replay.py [--events 200000] [--batch-size 2000]
-        [--projection case.dashboard|audit.timeline|decision.statistics] [--keep]
+        [--projection case.dashboard|audit.timeline|decision.statistics] [--workers N] [--keep]
 """
 
 from __future__ import annotations
@@ -159,6 +159,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--events", type=int, default=200_000)
     ap.add_argument("--batch-size", type=int, default=2000)
     ap.add_argument("--partitions", type=int, default=4)
+    ap.add_argument("--workers", type=int, default=1, help="replay worker processes")
     ap.add_argument("--projection", default="case.dashboard",
                     choices=["case.dashboard", "audit.timeline", "decision.statistics"])
     ap.add_argument("--pg-url", default=os.environ.get("CASESTREAM_PG_URL",
@@ -193,10 +194,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"B2 (raw consume + fastavro decode): {b2_rate:,.0f} events/s ({b2:.1f}s)")
         r = Replayer(spec, codec=codec, dsn=dsn, bootstrap=bootstrap,
                      event_types=load_catalog().event_types)
-        result = r.run(ReplayOptions(batch_size=a.batch_size))
+        result = r.run(ReplayOptions(batch_size=a.batch_size, workers=a.workers))
         with psycopg.connect(dsn) as conn:
             rows = conn.execute(f"SELECT count(*) FROM {spec.tables[0]}").fetchone()[0]
-        print(f"replay {a.projection}: {result.read} events, {result.applied} applied, "
+        print(f"replay {a.projection} (workers={a.workers}): {result.read} events, {result.applied} applied, "
               f"{rows} rows, swapped={result.swapped}: {result.rate:,.0f} events/s "
               f"({result.elapsed_s:.1f}s)")
         print(f"ratio replay / B2 = {result.rate / b2_rate:.2f}   "

@@ -7,6 +7,7 @@ load Kafka or PostgreSQL drivers it does not need::
     casestream outbox status|show|redrive   outbox rows pending / failed per service
     casestream dlq list|show|redrive     dead-lettered messages per consumer
     casestream reconcile [--repair]      drift between cases, sagas and outboxes
+    casestream token --tenant T --role R  mint a local bearer token (JWT)
     casestream status                    consumer lag, outbox, dead letters, sagas per service
 """
 
@@ -24,6 +25,8 @@ _GROUPS: dict[str, tuple[str, str, str]] = {
     # service's own code, so it lives with that service; the CLI only mounts it.
     "reconcile": ("services.saga.adapters.cli_reconcile", "reconcile",
                   "Find and repair drift between cases, sagas and outboxes."),
+    "token": ("casestream.cli_token", "token",
+              "Mint a local bearer token (JWT) for a tenant and roles."),
     "status": ("casestream.cli_status", "status",
                "Per-service table: consumer lag, outbox, dead letters, sagas."),
 }

@@ -2,7 +2,7 @@
 
     casestream replay --list
     casestream replay <projection> [--from earliest|<ISO time>|<topic:partition:offset,...>]
-                      [--to now|<ISO time>] [--dry-run] [--batch-size N] [--restart]
+                      [--to now|<ISO time>] [--dry-run] [--batch-size N] [--workers N] [--restart]
                       [--dsn URL]
 
 Endpoints from ``CASESTREAM_*`` (``CommonSettings``); the projection's database from its
@@ -27,10 +27,12 @@ import click
 @click.option("--dry-run", is_flag=True, help="Print topics, partitions, offset ranges, count.")
 @click.option("--batch-size", type=click.IntRange(min=1), default=2000, show_default=True,
               help="Events per transaction.")
+@click.option("--workers", type=click.IntRange(min=1), default=1, show_default=True,
+              help="Worker processes for the bulk (partitions are split between them).")
 @click.option("--restart", is_flag=True, help="Start over even if an unfinished run exists.")
 @click.option("--dsn", default=None, help="Database URL of the projection (default: service's).")
 def replay(projection: str | None, list_: bool, from_: str, to: str, dry_run: bool,
-           batch_size: int, restart: bool, dsn: str | None) -> None:
+           batch_size: int, workers: int, restart: bool, dsn: str | None) -> None:
     """Rebuild PROJECTION into shadow tables in REPLAY mode, swap and hand over to live."""
     from casestream.replay import (
         ProgressReporter,
@@ -56,7 +58,7 @@ def replay(projection: str | None, list_: bool, from_: str, to: str, dry_run: bo
     try:
         spec = load_projection(projection)
         options = ReplayOptions(start=parse_from(from_, spec.topics), end=parse_to(to),
-                                batch_size=batch_size, restart=restart)
+                                batch_size=batch_size, restart=restart, workers=workers)
     except ReplayError as e:
         raise click.UsageError(str(e)) from e
     codec = _codec(settings)

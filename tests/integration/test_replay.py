@@ -132,7 +132,7 @@ def test_rebuilt_projections_equal_live_row_for_row(world: World) -> None:
     live_stats = table_rows(world.dsn, "decision_statistics", "event_id")
     assert len(live_dash) == 60 and len(live_stats) == 45
 
-    r1 = world.replayer(dash).run(ReplayOptions(batch_size=37))
+    r1 = world.replayer(dash).run(ReplayOptions(batch_size=37, workers=2))  # forked workers
     r2 = world.replayer(stats).run(ReplayOptions(batch_size=7))
     assert r1.swapped and r2.swapped and r1.read == len(cases) and r2.read == len(decisions)
     assert table_rows(world.dsn, "case_dashboard", "case_id") == live_dash

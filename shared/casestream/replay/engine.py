@@ -69,10 +69,13 @@ class ReplayOptions:
     lock_timeout_s: float = 10.0
     catch_up_timeout_s: float = 30.0
     swap_attempts: int = 5
+    workers: int = 1
 
     def __post_init__(self) -> None:
         if self.batch_size < 1:
             raise ReplayConfigError("--batch-size must be >= 1")
+        if self.workers < 1:
+            raise ReplayConfigError("--workers must be >= 1")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -242,6 +245,8 @@ class Replayer:
                 positions = {(q.topic, q.partition): q.start for q in plan.partitions}
                 ends = ({(q.topic, q.partition): q.end for q in plan.partitions}
                         if options.end.until is not None else None)
+                if options.workers > 1 and len(positions) > 1:
+                    self._parallel(conn, source, applier, positions, ends, options)
                 source.assign(positions)
                 self._rebuild(conn, source, applier, positions, ends, options)
                 swapped = False
@@ -267,6 +272,26 @@ class Replayer:
                   f"({result.rate:,.0f}/s), {p.applied} applied, {p.stale} stale, {p.gaps} gaps, "
                   f"{p.poison} poison" + ("; swapped in, live consumer continues" if swapped else ""))
         return result
+
+    def _parallel(self, conn: Any, source: KafkaSource, applier: ReplayApplier,
+                  positions: dict[TP, int], ends: dict[TP, int] | None,
+                  options: ReplayOptions) -> None:
+        """The bulk in worker processes (``casestream.replay.parallel``), then reload the
+        checkpoint they wrote as a resume would."""
+        from casestream.replay.parallel import run_workers
+
+        targets = ends if ends is not None else source.high_watermarks(positions)
+        done = run_workers(self, options, positions, targets, applier.first_seen, options.workers)
+        p = self.progress
+        p.read += done.read
+        p.applied += done.applied
+        p.stale += done.stale
+        p.gaps += done.gaps
+        p.poison += done.poison
+        p.unhandled += done.unhandled
+        saved = checkpoint.load_offsets(conn, self.spec.name)
+        positions.update({tp: o for tp, o in saved.items() if tp in positions})
+        applier.guard = checkpoint.load_guard(conn, self.spec.name)
 
     def _exclusive(self, conn: Any) -> None:
         """One replay per projection and database: a session advisory lock (released when the

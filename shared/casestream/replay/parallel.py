@@ -1,0 +1,134 @@
+"""Partition-parallel rebuild: the bulk of a replay split over worker processes (``--workers``).
+
+Why it is sound: events of one aggregate share a key, so they live in one partition; a worker
+owning a set of partitions owns their aggregates' guard rows and checkpoint rows outright, and
+the shadow rows of different workers never collide (different cases / event ids). Each worker
+is the ordinary phase-2 loop (``Replayer._rebuild``) on its partitions, up to the high
+watermarks the parent snapshotted, each batch one transaction with its checkpoint.
+
+The parent then reloads offsets and guard rows from the checkpoint — exactly what a resume
+does — and runs the rest (tail, locked catch-up, swap) alone. Workers are forked (the spec,
+handlers and prepared codec are inherited, nothing is pickled), use their own Kafka client and
+PostgreSQL connection, never touch the parent's, and leave with ``os._exit``. Each asks the
+kernel to SIGKILL it when the parent dies (``PR_SET_PDEATHSIG``), so a killed replay leaves no
+orphan writing into the shadow tables; its open transaction rolls back.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import multiprocessing
+import os
+import signal
+import sys
+import time
+import traceback
+from typing import TYPE_CHECKING, Any
+
+import psycopg
+
+from casestream.replay import checkpoint
+from casestream.replay.applier import ReplayApplier
+from casestream.replay.errors import ReplayError
+from casestream.replay.progress import Progress
+
+if TYPE_CHECKING:  # pragma: no cover
+    from casestream.replay.engine import ReplayOptions, Replayer
+
+TP = tuple[str, int]
+_PR_SET_PDEATHSIG = 1
+
+
+def split(tps: list[TP], workers: int) -> list[list[TP]]:
+    """Partitions dealt round-robin to at most ``workers`` non-empty groups (pure)."""
+    groups = [sorted(tps)[i::workers] for i in range(max(1, workers))]
+    return [g for g in groups if g]
+
+
+def run_workers(replayer: Replayer, options: ReplayOptions, positions: dict[TP, int],
+                ends: dict[TP, int], first_seen: Any, workers: int) -> Progress:
+    """Rebuild ``positions`` up to ``ends`` in ``workers`` forked processes; their counters.
+
+    Raises:
+        ReplayError: a worker failed (its last batch rolled back; the checkpoint is consistent).
+    """
+    ctx = multiprocessing.get_context("fork")
+    queue = ctx.SimpleQueue()
+    procs = []
+    for group in split([tp for tp in positions if positions[tp] < ends[tp]], workers):
+        proc = ctx.Process(target=_worker, name=f"replay-{replayer.spec.name}-{len(procs)}",
+                           args=(replayer, {tp: positions[tp] for tp in group},
+                                 {tp: ends[tp] for tp in group}, first_seen, options, queue))
+        proc.start()
+        procs.append(proc)
+    total = Progress()
+    try:
+        while any(p.is_alive() for p in procs):
+            for p in procs:
+                p.join(0.5)
+            if replayer.reporter:
+                replayer.progress.lag = max(0, sum(ends.values()) - sum(positions.values())
+                                            - _applied(replayer))
+                replayer.reporter.update(replayer.progress)
+    finally:
+        for p in procs:
+            if p.is_alive():
+                p.kill()
+                p.join(5)
+    failed = [p.name for p in procs if p.exitcode != 0]
+    if failed:
+        raise ReplayError(f"replay worker(s) {', '.join(failed)} failed; rerun resumes")
+    while not queue.empty():
+        read, applied, stale, gaps, poison, unhandled = queue.get()
+        total.read += read
+        total.applied += applied
+        total.stale += stale
+        total.gaps += gaps
+        total.poison += poison
+        total.unhandled += unhandled
+    return total
+
+
+def _applied(replayer: Replayer) -> int:
+    try:
+        with psycopg.connect(replayer.dsn, autocommit=True, connect_timeout=2) as conn:
+            row = conn.execute("SELECT events_applied FROM replay_run WHERE projection = %s",
+                               (replayer.spec.name,)).fetchone()
+            return row[0] if row else 0
+    except psycopg.Error:
+        return 0
+
+
+def _die_with_parent() -> None:
+    try:
+        ctypes.CDLL(None).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+    except (OSError, AttributeError):  # not Linux: the parent's kill() in finally still applies
+        pass
+    if os.getppid() == 1:  # the parent died before prctl took effect
+        os._exit(1)
+
+
+def _worker(replayer: Replayer, positions: dict[TP, int], ends: dict[TP, int],
+            first_seen: Any, options: ReplayOptions, queue: Any) -> None:
+    code = 1
+    try:
+        _die_with_parent()
+        replayer.reporter = None
+        replayer.progress = p = Progress(started=time.monotonic())
+        source = replayer._source()
+        try:
+            with psycopg.connect(replayer.dsn, autocommit=True) as conn:
+                applier = ReplayApplier(consumer=f"replay:{replayer.spec.name}",
+                                        handlers=replayer.handlers, first_seen=first_seen,
+                                        guard=checkpoint.load_guard(conn, replayer.spec.name))
+                source.assign(positions)
+                replayer._rebuild(conn, source, applier, dict(positions), ends, options)
+        finally:
+            source.close()
+        queue.put((p.read, p.applied, p.stale, p.gaps, p.poison, p.unhandled))
+        code = 0
+    except BaseException:  # noqa: BLE001 - reported on stderr, exit status tells the parent
+        traceback.print_exc()
+    finally:
+        sys.stderr.flush()
+        os._exit(code)
