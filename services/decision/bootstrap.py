@@ -4,7 +4,9 @@
 ``migrations/*.sql``), prepares the codec, and returns a
 :class:`~casestream.service.ServiceProcess` with two workers: the consumer runtime
 ``decision.requests`` on ``outbox.event.saga`` and the outbox relay of the decision
-database. HTTP: ``GET /decisions/{case_id}`` plus ``/healthz``/``/readyz``.
+database. HTTP: ``GET /decisions/{case_id}`` plus ``/healthz``/``/readyz``, behind the
+shared edge (bearer tokens, tenant scoping, load shedding, rate limits, request deadlines:
+``casestream.http``; reads through ``DeadlinePool``).
 """
 
 from __future__ import annotations
@@ -23,6 +25,8 @@ from casestream.consumer.settings import ConsumerSettings
 from casestream.db import apply_migrations
 from casestream.errors import ConfigError
 from casestream.handlers import HandlerRegistry
+from casestream.http.edge import edge_policy
+from casestream.http.pgdeadline import DeadlinePool
 from casestream.kafka_config import producer_config
 from casestream.outbox import OUTBOX_MIGRATION, OutboxWriter
 from casestream.registry import ConfluentSchemaRegistry
@@ -71,6 +75,7 @@ def build(settings: DecisionSettings | None = None) -> ServiceProcess:
     """
     settings = settings or read_settings()
     configure_logging(NAME, settings.log_level)
+    edge = edge_policy(settings, NAME)
     dsn = settings.database_url(settings.database)
     try:
         apply_migrations(dsn, migrations())
@@ -106,8 +111,10 @@ def build(settings: DecisionSettings | None = None) -> ServiceProcess:
             raise RuntimeError("consumer has no partition assignment yet")
 
     return ServiceProcess(
-        name=NAME, app=build_app(PgDecisionQueries(pool)), host=settings.host,
+        name=NAME, app=build_app(PgDecisionQueries(DeadlinePool(pool)), edge=edge),
+        host=settings.host,
         port=settings.port, workers={"consumer": consumer.run, "relay": relay.run},
         readiness={"postgres": database_ready, "consumer": consumer_ready,
                    **dependency_checks(settings.kafka_bootstrap, settings.registry_url)},
+        closers=[codec.close, pool.close],
     )

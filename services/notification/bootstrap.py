@@ -9,7 +9,9 @@
 - ``sender``: :class:`SenderWorker` (SMTP to CASESTREAM_SMTP_HOST:PORT, bounded retries);
 - ``relay``: the outbox relay of the notification database.
 
-HTTP: ``/notices`` routes plus ``/healthz``/``/readyz`` (PostgreSQL, consumer assignment;
+HTTP: ``/notices`` routes behind the shared edge (bearer tokens, tenant scoping, load
+shedding, rate limits, request deadlines: ``casestream.http``; reads through
+``DeadlinePool``) plus ``/healthz``/``/readyz`` (PostgreSQL, consumer assignment;
 SMTP is deliberately not a readiness condition: notices wait as pending while it is down).
 """
 
@@ -29,6 +31,8 @@ from casestream.consumer.settings import ConsumerSettings
 from casestream.db import apply_migrations
 from casestream.errors import ConfigError
 from casestream.handlers import HandlerRegistry
+from casestream.http.edge import edge_policy
+from casestream.http.pgdeadline import DeadlinePool
 from casestream.kafka_config import producer_config
 from casestream.outbox import OUTBOX_MIGRATION, OutboxWriter
 from casestream.registry import ConfluentSchemaRegistry
@@ -87,6 +91,7 @@ def build(settings: NotificationSettings | None = None) -> ServiceProcess:
     """
     settings = settings or read_settings()
     configure_logging(NAME, settings.log_level)
+    edge = edge_policy(settings, NAME)
     dsn = settings.database_url(settings.database)
     try:
         apply_migrations(dsn, migrations())
@@ -124,9 +129,11 @@ def build(settings: NotificationSettings | None = None) -> ServiceProcess:
             raise RuntimeError("consumer has no partition assignment yet")
 
     return ServiceProcess(
-        name=NAME, app=build_app(PgNoticeQueries(pool)), host=settings.host,
+        name=NAME, app=build_app(PgNoticeQueries(DeadlinePool(pool)), edge=edge),
+        host=settings.host,
         port=settings.port,
         workers={"consumer": consumer.run, "sender": sender, "relay": relay.run},
         readiness={"postgres": database_ready, "consumer": consumer_ready,
                    **dependency_checks(settings.kafka_bootstrap, settings.registry_url)},
+        closers=[codec.close, pool.close],
     )

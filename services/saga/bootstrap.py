@@ -10,7 +10,10 @@ returns a :class:`~casestream.service.ServiceProcess` with three workers:
 - ``relay``: the :class:`~casestream.relay.core.OutboxRelay` of the saga database;
 - ``deadlines``: the :class:`DeadlineScheduler`.
 
-HTTP: ``/sagas`` routes (:mod:`services.saga.adapters.http`) plus ``/healthz``/``/readyz``.
+HTTP: ``/sagas`` routes (:mod:`services.saga.adapters.http`) plus ``/healthz``/``/readyz``,
+behind the shared edge (bearer tokens, load shedding, rate limits, request deadlines:
+``casestream.http``); the HTTP read side and the resolve use case draw connections through
+``DeadlinePool``, the workers use the plain pool.
 """
 
 from __future__ import annotations
@@ -29,6 +32,8 @@ from casestream.consumer.settings import ConsumerSettings
 from casestream.db import apply_migrations
 from casestream.errors import ConfigError
 from casestream.handlers import HandlerRegistry
+from casestream.http.edge import edge_policy
+from casestream.http.pgdeadline import DeadlinePool
 from casestream.kafka_config import producer_config
 from casestream.outbox import OUTBOX_MIGRATION, OutboxWriter
 from casestream.registry import ConfluentSchemaRegistry
@@ -107,6 +112,7 @@ def build(settings: SagaSettings | None = None) -> ServiceProcess:
     """
     settings = settings or read_settings()
     configure_logging(NAME, settings.log_level)
+    edge = edge_policy(settings, NAME)
     dsn = settings.database_url(settings.database)
     try:
         apply_migrations(dsn, migrations())
@@ -136,10 +142,13 @@ def build(settings: SagaSettings | None = None) -> ServiceProcess:
                                   interval_s=settings.scheduler_interval_s,
                                   batch=settings.scheduler_batch)
 
-    def resolve(saga_id: str, reason: str, actor_id: str) -> SagaInstance | None:
-        with pool.connection() as conn, conn.transaction():
+    http_pool = DeadlinePool(pool)  # request paths: never wait past the request deadline
+
+    def resolve(saga_id: str, *, reason: str, actor_id: str,
+                tenant_id: str) -> SagaInstance | None:
+        with http_pool.connection() as conn, conn.transaction():
             return orchestrator.resolve(PgSagaStore(conn), OutboxSink(outbox, conn), saga_id,
-                                        reason=reason, actor_id=actor_id)
+                                        reason=reason, actor_id=actor_id, tenant_id=tenant_id)
 
     def database_ready() -> None:
         with pool.connection(timeout=2.0) as conn:  # readiness fails fast
@@ -151,11 +160,12 @@ def build(settings: SagaSettings | None = None) -> ServiceProcess:
 
     register_saga_metrics(pool)  # saga_state_total, compensation_total, timeouts_total
     return ServiceProcess(
-        name=NAME, app=build_app(PgSagaQueries(pool), orchestrator, resolve,
+        name=NAME, app=build_app(PgSagaQueries(http_pool), orchestrator, resolve, edge=edge,
                                  stuck_grace=timedelta(seconds=settings.stuck_grace_s),
                                  clock=utc_now),
         host=settings.host, port=settings.port,
         workers={"consumer": consumer.run, "relay": relay.run, "deadlines": scheduler},
         readiness={"postgres": database_ready, "consumer": consumer_ready,
                    **dependency_checks(settings.kafka_bootstrap, settings.registry_url)},
+        closers=[codec.close, pool.close],
     )

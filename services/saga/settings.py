@@ -14,13 +14,20 @@ the orchestrator's own settings use the prefix ``CASESTREAM_SAGA_``:
     CASESTREAM_SAGA_CONSUMER_BATCH          messages per consumer transaction (200)
     CASESTREAM_SAGA_POOL_SIZE               PostgreSQL connections (6)
     CASESTREAM_SAGA_STUCK_GRACE_S           delay past a deadline before a saga counts as stuck (60)
+    CASESTREAM_SAGA_MAX_IN_FLIGHT           HTTP requests in flight before shedding with 503 (32)
+    CASESTREAM_SAGA_RATE_TENANT_PER_S / _RATE_TENANT_BURST  per-tenant token bucket (400/s, 800)
+    CASESTREAM_SAGA_RATE_CLIENT_PER_S / _RATE_CLIENT_BURST  per-client token bucket (100/s, 200)
+    CASESTREAM_SAGA_REQUEST_DEADLINE_S      budget of a request's database calls, seconds (5)
+
+Bearer tokens are verified per ``casestream.auth.AuthSettings`` (``CASESTREAM_AUTH_*``).
 """
 
 from __future__ import annotations
 
-from pydantic import Field
+from pydantic import AliasChoices, Field
 from pydantic_settings import SettingsConfigDict
 
+from casestream.auth import AuthSettings
 from casestream.settings import CommonSettings
 
 _P = "CASESTREAM_SAGA_"
@@ -46,3 +53,11 @@ class SagaSettings(CommonSettings):
     consumer_batch: int = Field(200, ge=1, validation_alias=_P + "CONSUMER_BATCH")
     pool_size: int = Field(6, ge=2, validation_alias=_P + "POOL_SIZE")
     stuck_grace_s: float = Field(60.0, ge=0, validation_alias=_P + "STUCK_GRACE_S")
+    max_in_flight: int = Field(32, ge=1, validation_alias=_P + "MAX_IN_FLIGHT")
+    rate_tenant_per_s: float = Field(400.0, gt=0, validation_alias=_P + "RATE_TENANT_PER_S")
+    rate_tenant_burst: int = Field(800, ge=1, validation_alias=_P + "RATE_TENANT_BURST")
+    rate_client_per_s: float = Field(100.0, gt=0, validation_alias=_P + "RATE_CLIENT_PER_S")
+    rate_client_burst: int = Field(200, ge=1, validation_alias=_P + "RATE_CLIENT_BURST")
+    request_deadline_s: float = Field(5.0, gt=0, validation_alias=_P + "REQUEST_DEADLINE_S")
+    auth: AuthSettings = Field(default_factory=AuthSettings,
+                               validation_alias=AliasChoices(_P + "AUTH"))

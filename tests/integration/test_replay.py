@@ -253,8 +253,9 @@ def _count(dsn: str, table: str) -> int:
         return conn.execute(f"SELECT count(*) FROM {table}").fetchone()[0]
 
 
+@pytest.mark.parametrize("workers", [1, 2])
 def test_sigkill_mid_replay_leaves_live_untouched_and_rerun_resumes(
-        world: World, registry_url: str) -> None:
+        world: World, registry_url: str, workers: int) -> None:
     cases, decisions = history(120)
     world.produce(cases, decisions)
     dash = world.spec("case.dashboard")
@@ -266,7 +267,8 @@ def test_sigkill_mid_replay_leaves_live_untouched_and_rerun_resumes(
     live = table_rows(world.dsn, "case_dashboard", "case_id")
     args = [sys.executable, str(SUPPORT), "--projection", "case.dashboard", "--dsn", world.dsn,
             "--bootstrap", world.bootstrap, "--topic", world.case_topic,
-            "--consumer", dash.live_consumer, "--batch-size", "10", "--slow-ms", "50"]
+            "--consumer", dash.live_consumer, "--batch-size", "10", "--slow-ms", "50",
+            "--workers", str(workers)]
     if getattr(world.codec, "registry_kind", None) == "registry":
         args += ["--registry-url", registry_url]
     child = subprocess.Popen(args, cwd=Path(__file__).parents[2], env=os.environ.copy())
@@ -279,7 +281,10 @@ def test_sigkill_mid_replay_leaves_live_untouched_and_rerun_resumes(
             child.kill()
     assert child.returncode == -signal.SIGKILL
     assert table_rows(world.dsn, "case_dashboard", "case_id") == live  # live untouched
+    time.sleep(1.0)
     checkpointed = _applied_so_far(world.dsn, "case.dashboard")
+    time.sleep(1.5)
+    assert _applied_so_far(world.dsn, "case.dashboard") == checkpointed  # no orphan writes on
     assert 0 < checkpointed < len(cases)
     # the shadow holds exactly what the checkpoint says was applied (same transaction)
     with psycopg.connect(world.dsn) as conn:

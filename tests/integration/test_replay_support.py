@@ -4,7 +4,8 @@ specs pointed at private topics, a live projection consumer, and a subprocess re
 Run as a script (the SIGKILL test)::
 
     python tests/integration/test_replay_support.py --projection case.dashboard --dsn DSN \
-        --bootstrap B --topic T [--registry-url U | --memory] --batch-size N --slow-ms MS
+        --bootstrap B --topic T --consumer C [--registry-url U] --batch-size N --slow-ms MS \
+        [--workers N]
 """
 
 from __future__ import annotations
@@ -165,6 +166,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--registry-url")
     ap.add_argument("--batch-size", type=int, default=10)
     ap.add_argument("--slow-ms", type=int, default=0)
+    ap.add_argument("--workers", type=int, default=1)
     a = ap.parse_args(argv)
     spec = private_spec(load_projection(a.projection), a.topic, a.dsn, a.consumer)
     base_registry = spec.registry
@@ -182,7 +184,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     codec = real_codec(a.registry_url, fallback=a.registry_url is None)
     r = Replayer(spec, codec=codec, dsn=a.dsn, bootstrap=a.bootstrap,
                  event_types=load_catalog().event_types)
-    r.run(ReplayOptions(batch_size=a.batch_size))
+    r.run(ReplayOptions(batch_size=a.batch_size, workers=a.workers))
     return 0
 
 

@@ -15,7 +15,9 @@ Covers issue 7's list: happy paths; decision failure -> COMPENSATED; decision ti
 late success -> stays COMPENSATED; notice failure -> MANUAL_REVIEW then resolved;
 compensation failing twice then succeeding; compensation failing always ->
 COMPENSATION_FAILED (alert); duplicate replies; 200 concurrent sagas reach a terminal state;
-orchestrator killed mid-run and restarted -> all sagas finish.
+orchestrator killed mid-run and restarted -> all sagas finish. And issue 8 on the live
+saga, decision and notification APIs: bearer tokens required, only a supervisor resolves
+(as the token's subject), another tenant's saga / decision / notice is a 404 everywhere.
 """
 
 from __future__ import annotations
@@ -49,6 +51,11 @@ TOPICS = ["outbox.event.case", "outbox.event.saga", "outbox.event.decision",
           "outbox.event.notice"]
 SERVICES = ("case", "audit", "saga", "decision", "notification")
 TENANT = "tenant-saga-proc"
+OTHER_TENANT = "tenant-saga-proc-other"
+READER = bearer_headers(TENANT, subject="officer-saga")
+SUPERVISOR = bearer_headers(TENANT, ("supervisor",), subject="supervisor-1")
+OTHER_READER = bearer_headers(OTHER_TENANT, subject="officer-other")
+OTHER_SUPERVISOR = bearer_headers(OTHER_TENANT, ("supervisor",), subject="supervisor-other")
 TERMINAL = {"COMPLETED", "COMPENSATED", "COMPENSATION_FAILED"}
 DECISION_DEADLINE_S = 20
 RETURN_DEADLINE_S = 8
@@ -97,6 +104,10 @@ def stack(kafka: PrivateKafka, databases: dict[str, str], pg_url: str, registry_
            "CASESTREAM_SAGA_STUCK_GRACE_S": "30",
            "CASESTREAM_CASE_RATE_TENANT_PER_S": "10000", "CASESTREAM_CASE_RATE_TENANT_BURST": "10000",
            "CASESTREAM_CASE_RATE_CLIENT_PER_S": "10000", "CASESTREAM_CASE_RATE_CLIENT_BURST": "10000"}
+    for name in ("SAGA", "DECISION", "NOTIFICATION"):
+        for limit in ("RATE_TENANT_PER_S", "RATE_TENANT_BURST", "RATE_CLIENT_PER_S",
+                      "RATE_CLIENT_BURST"):
+            env[f"CASESTREAM_{name}_{limit}"] = "10000"
     for name in SERVICES:
         env[f"CASESTREAM_{name.upper()}_DATABASE"] = databases[name]
         env[f"CASESTREAM_{name.upper()}_PORT"] = str(free_port())
@@ -145,10 +156,16 @@ def submit(stack: ServiceStack, title: str, *, severity: int = 4, evidence: int 
 
 
 def saga_of(stack: ServiceStack, case_id: str) -> dict[str, Any] | None:
-    items = httpx.get(url(stack, "saga", f"/sagas?case_id={case_id}"), timeout=10).json()["items"]
+    listed = httpx.get(url(stack, "saga", f"/sagas?case_id={case_id}"), headers=READER,
+                       timeout=10)
+    assert listed.status_code == 200, listed.text
+    items = listed.json()["items"]
     if not items:
         return None
-    return httpx.get(url(stack, "saga", f"/sagas/{items[0]['saga_id']}"), timeout=10).json()
+    got = httpx.get(url(stack, "saga", f"/sagas/{items[0]['saga_id']}"), headers=READER,
+                    timeout=10)
+    assert got.status_code == 200, got.text
+    return got.json()
 
 
 def wait_state(stack: ServiceStack, case_id: str, states: set[str],
@@ -187,6 +204,22 @@ def saga_outbox(pg_url: str, databases: dict[str, str], saga_id: str) -> list[tu
             "ORDER BY aggregate_version", (saga_id,))]
 
 
+def saga_outbox_actors(stack: ServiceStack, saga_id: str) -> list[tuple[str, int, str, str]]:
+    """``[(type, aggregate_version, correlation_id, actor_id)]`` of the saga's events."""
+    registry = ConfluentSchemaRegistry(stack.env["CASESTREAM_REGISTRY_URL"])
+    try:
+        codec = EnvelopeCodec(load_catalog(), registry, default_upcasters())
+        codec.prepare(auto_register=False)
+        dsn = f"{stack.env['CASESTREAM_PG_URL']}/{stack.env['CASESTREAM_SAGA_DATABASE']}"
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            rows = conn.execute("SELECT payload FROM outbox WHERE aggregateid = %s "
+                                "ORDER BY aggregate_version", (saga_id,)).fetchall()
+        envs = [codec.decode(bytes(r[0])) for r in rows]
+    finally:
+        registry.close()
+    return [(e.event_type, e.aggregate_version, e.correlation_id, e.actor_id) for e in envs]
+
+
 def triggers(saga: dict[str, Any]) -> list[tuple[str, str, str]]:
     return [(h["trigger"], h["disposition"], h["to_state"]) for h in saga["history"]]
 
@@ -213,6 +246,44 @@ def test_happy_paths_complete_and_every_transition_reaches_the_audit_trail(
                 "SagaCompleted"]
     wait_for(lambda: sorted(audit_trail(stack, violation)) == sorted(expected), 60,
              "complete audit trail of the violation case")
+
+
+def test_saga_decision_and_notice_apis_need_a_token_and_hide_other_tenants(
+        stack: ServiceStack) -> None:
+    case_id = submit(stack, "Tenant isolation", severity=4, evidence=2)
+    saga_id = wait_state(stack, case_id, {"COMPLETED"})["saga_id"]
+    own = {("saga", f"/sagas/{saga_id}"), ("decision", f"/decisions/{case_id}"),
+           ("notification", f"/notices/{case_id}")}
+    for service, path in sorted(own):
+        assert httpx.get(url(stack, service, path), timeout=10).status_code == 401
+        assert httpx.get(url(stack, service, path), headers=READER,
+                         timeout=10).status_code == 200
+        other = httpx.get(url(stack, service, path), headers=OTHER_READER, timeout=10)
+        assert other.status_code == 404, (service, other.text)
+        assert other.headers["content-type"] == "application/problem+json"
+    for service, path in [("saga", "/sagas"), ("saga", "/sagas/stuck"),
+                          ("saga", "/sagas/metrics"), ("notification", "/notices")]:
+        assert httpx.get(url(stack, service, path), timeout=10).status_code == 401
+    # lists and gauges filter on the tenant in SQL: the other tenant sees none of ours
+    assert httpx.get(url(stack, "saga", f"/sagas?case_id={case_id}"), headers=OTHER_READER,
+                     timeout=10).json()["count"] == 0
+    theirs = httpx.get(url(stack, "saga", "/sagas?limit=1000"), headers=OTHER_READER,
+                       timeout=10).json()
+    assert {s["tenant_id"] for s in theirs["items"]} <= {OTHER_TENANT}
+    ours = httpx.get(url(stack, "saga", "/sagas?limit=1000"), headers=READER, timeout=10).json()
+    assert saga_id in {s["saga_id"] for s in ours["items"]}
+    gauges = httpx.get(url(stack, "saga", "/sagas/metrics"), headers=OTHER_READER,
+                       timeout=10).json()["gauges"]
+    assert gauges["sagas{state=COMPLETED}"] == 0
+    notices = httpx.get(url(stack, "notification", "/notices?limit=1000"),
+                        headers=OTHER_READER, timeout=10).json()
+    assert notices["count"] == 0
+    notices = httpx.get(url(stack, "notification", "/notices?limit=1000"), headers=READER,
+                        timeout=10).json()
+    assert case_id in {n["case_id"] for n in notices["items"]}
+    resolve = httpx.post(url(stack, "saga", f"/sagas/{saga_id}/resolve"),
+                         json={"reason": "x"}, headers=OTHER_SUPERVISOR, timeout=10)
+    assert resolve.status_code == 404  # not 409: the completed saga's existence stays hidden
 
 
 def test_decision_failure_compensates(stack: ServiceStack) -> None:
@@ -246,13 +317,14 @@ def test_compensation_failing_always_ends_in_compensation_failed_with_an_alert(
     assert case_status(stack, case_id) == "submitted"
     types = [e[0] for e in saga_outbox(pg_url, databases, saga["saga_id"])]
     assert types == ["DecisionRequested"] + ["CaseReturnRequested"] * 3 + ["SagaCompensationFailed"]
-    metrics = httpx.get(url(stack, "saga", "/sagas/metrics"), timeout=10).json()
+    metrics = httpx.get(url(stack, "saga", "/sagas/metrics"), headers=READER, timeout=10).json()
     assert metrics["counters"]["alerts_total{COMPENSATION_FAILED}"] >= 1
     assert metrics["gauges"]["sagas_alerting"] >= 1
     assert stack.log_dir is not None
     log = (stack.log_dir / "saga.log").read_text(errors="replace")
     assert f"ALERT saga {saga['saga_id']}" in log
-    stuck = httpx.get(url(stack, "saga", "/sagas/stuck?grace_s=0"), timeout=10).json()
+    stuck = httpx.get(url(stack, "saga", "/sagas/stuck?grace_s=0"), headers=READER,
+                      timeout=10).json()
     assert saga["saga_id"] not in {s["saga_id"] for s in stuck["items"]}
     wait_for(lambda: "SagaCompensationFailed" in audit_trail(stack, case_id), 60,
              "SagaCompensationFailed audited")
@@ -263,22 +335,32 @@ def test_notice_failure_goes_to_manual_review_then_resolved(stack: ServiceStack)
     saga = wait_state(stack, case_id, {"MANUAL_REVIEW"})
     saga_id = saga["saga_id"]
     assert saga["data"]["review_reason"]
-    listed = httpx.get(url(stack, "saga", "/sagas?state=MANUAL_REVIEW"), timeout=10).json()
+    listed = httpx.get(url(stack, "saga", "/sagas?state=MANUAL_REVIEW"), headers=READER,
+                       timeout=10).json()
     assert saga_id in {s["saga_id"] for s in listed["items"]}
-    missing = httpx.post(url(stack, "saga", f"/sagas/{saga_id}/resolve"), json={}, timeout=10)
+    resolve_url = url(stack, "saga", f"/sagas/{saga_id}/resolve")
+    body = {"reason": "notice delivered by registered post"}
+    assert httpx.post(resolve_url, json=body, timeout=10).status_code == 401
+    officer = httpx.post(resolve_url, json=body, headers=READER, timeout=10)
+    assert officer.status_code == 403 and officer.json()["code"] == "forbidden"
+    other = httpx.post(resolve_url, json=body, headers=OTHER_SUPERVISOR, timeout=10)
+    assert other.status_code == 404, other.text  # another tenant: not found, not 409/200
+    missing = httpx.post(resolve_url, json={}, headers=SUPERVISOR, timeout=10)
     assert missing.status_code == 400
-    done = httpx.post(url(stack, "saga", f"/sagas/{saga_id}/resolve"),
-                      json={"reason": "notice delivered by registered post"},
-                      headers={"X-Actor-Id": "supervisor-1"}, timeout=10)
+    assert wait_state(stack, case_id, {"MANUAL_REVIEW"})["state"] == "MANUAL_REVIEW"
+    done = httpx.post(resolve_url, json=body, headers=SUPERVISOR, timeout=10)
     assert done.status_code == 200, done.text
     saga = wait_state(stack, case_id, {"COMPLETED"})
     assert case_status(stack, case_id) == "closed"
     assert ("@resolve", "transitioned", "AWAITING_CLOSE") in triggers(saga)
-    again = httpx.post(url(stack, "saga", f"/sagas/{saga_id}/resolve"),
-                       json={"reason": "twice"}, timeout=10)
+    again = httpx.post(resolve_url, json={"reason": "twice"}, headers=SUPERVISOR, timeout=10)
     assert again.status_code == 409
+    assert httpx.post(resolve_url, json={"reason": "twice"}, headers=OTHER_SUPERVISOR,
+                      timeout=10).status_code == 404
     wait_for(lambda: {"SagaManualReviewRequired", "SagaResolved", "SagaCompleted"}
              <= set(audit_trail(stack, case_id)), 60, "manual review and resolution audited")
+    assert any(e[0] == "SagaResolved" and e[3] == "supervisor-1"
+               for e in saga_outbox_actors(stack, saga_id))  # the actor is the token's sub
 
 
 def test_duplicate_replies_are_no_ops(stack: ServiceStack, kafka: PrivateKafka, pg_url: str,

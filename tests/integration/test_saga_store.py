@@ -232,8 +232,12 @@ def test_journey_commits_saga_history_and_outbox_together(dsn: str, codec: Envel
         history = PgSagaQueries(pool).history(saga_id)
         assert [(h.entry.trigger, h.entry.to_state) for h in history] == [
             ("CaseSubmitted", cr.AWAITING_DECISION), ("NoViolationFound", cr.AWAITING_CLOSE)]
-        assert [s.saga_id for s in PgSagaQueries(pool).list(state=cr.AWAITING_CLOSE,
-                                                            case_id=None, limit=10)] == [saga_id]
+        queries = PgSagaQueries(pool)
+        assert [s.saga_id for s in queries.list(tenant_id=start.tenant_id, state=cr.AWAITING_CLOSE,
+                                                case_id=None, limit=10)] == [saga_id]
+        assert queries.list(tenant_id="another-tenant", state=None, case_id=None, limit=10) == []
+        assert queries.count_by_state(tenant_id="another-tenant") == {}
+        assert queries.count_by_state(tenant_id=start.tenant_id) == {cr.AWAITING_CLOSE: 1}
 
 
 def test_handler_gives_up_after_repeated_conflicts(dsn: str, codec: EnvelopeCodec) -> None:
@@ -294,8 +298,11 @@ def test_resolve_through_the_store(dsn: str, codec: EnvelopeCodec) -> None:
     with psycopg.connect(dsn) as conn:
         PgSagaStore(conn).insert(s, started_by="x", active=True)
         conn.commit()
+        # another tenant's supervisor: treated as unknown, before any state check
+        assert orch.resolve(PgSagaStore(conn), OutboxSink(outbox, conn), s.saga_id,
+                            reason="x", actor_id="op-9", tenant_id="tenant-b") is None
         after = orch.resolve(PgSagaStore(conn), OutboxSink(outbox, conn), s.saga_id,
-                             reason="phoned the owner", actor_id="op-1")
+                             reason="phoned the owner", actor_id="op-1", tenant_id="tenant-a")
         conn.commit()
     assert after is not None and after.state == cr.AWAITING_CLOSE and after.version == 2
     resolved, ev = outbox_events(dsn, codec)

@@ -84,16 +84,22 @@ def test_stuck_late_and_alert_on_postgres(dsn: str) -> None:
         queries = PgSagaQueries(pool)
         deadline = T0 + timedelta(minutes=5)
         assert find_stuck(queries, definition, now=deadline + timedelta(seconds=30),
-                          grace=timedelta(seconds=60)) == []
+                          grace=timedelta(seconds=60), tenant_id="t") == []
         stuck = find_stuck(queries, definition, now=deadline + timedelta(seconds=61),
-                           grace=timedelta(seconds=60))
+                           grace=timedelta(seconds=60), tenant_id="t")
         assert {s.saga_id for s in stuck} == set(ids)
+        # tenant scoping happens in SQL: another tenant sees none; None means every tenant
+        assert find_stuck(queries, definition, now=deadline + timedelta(seconds=61),
+                          grace=timedelta(seconds=60), tenant_id="t-other") == []
+        assert {s.saga_id for s in find_stuck(
+            queries, definition, now=deadline + timedelta(seconds=61),
+            grace=timedelta(seconds=60), tenant_id=None)} >= set(ids)
         # the scheduler fires: compensation for both; nothing is stuck any more
         clock.now = deadline
         with pool.connection() as conn:
             assert orch.fire_due(PgSagaStore(conn), OutboxSink(outbox, conn)) == 2
         assert find_stuck(queries, definition, now=deadline + timedelta(seconds=61),
-                          grace=timedelta(seconds=60)) == []
+                          grace=timedelta(seconds=60), tenant_id="t") == []
         # a late decision for the first saga is recorded as late (new disposition stored)
         with pool.connection() as conn:
             store = PgSagaStore(conn)
@@ -109,8 +115,11 @@ def test_stuck_late_and_alert_on_postgres(dsn: str) -> None:
             with pool.connection() as conn:
                 orch.fire_due(PgSagaStore(conn), OutboxSink(outbox, conn))
         assert {s.state for s in (queries.get(i) for i in ids) if s} == {cr.COMPENSATION_FAILED}
-        g = gauges(queries, definition, now=clock.now, grace=timedelta(seconds=60))
+        g = gauges(queries, definition, now=clock.now, grace=timedelta(seconds=60),
+                   tenant_id="t")
         assert g["sagas_alerting"] == 2 and g["sagas_stuck"] == 0
+        assert gauges(queries, definition, now=clock.now, grace=timedelta(seconds=60),
+                      tenant_id="t-other")["sagas_alerting"] == 0
         assert orch.metrics.get("alerts_total", cr.COMPENSATION_FAILED) == 2
         with pool.connection() as conn:
             types = [r[0] for r in conn.execute(

@@ -305,3 +305,14 @@ def test_manual_review_and_resolution_are_announced(world) -> None:
                                       "reason": "sent by post"}
     assert resolved.actor_id == "op-1" and resolved.correlation_id == CASE
     assert [e.aggregate_version for e in sink.events] == list(range(1, len(sink.events) + 1))
+
+
+def test_resolve_for_another_tenant_is_unknown_before_any_state_check(world) -> None:
+    orch, store, sink, _ = world
+    saga_id = orch.handle(store, sink, submitted()).saga_id or ""
+    tenant = store.get(saga_id).tenant_id  # type: ignore[union-attr]
+    # not resolvable in its state, but another tenant learns nothing: None, not UnknownTrigger
+    assert orch.resolve(store, sink, saga_id, reason="x", actor_id="op",
+                        tenant_id=tenant + "-other") is None
+    with pytest.raises(UnknownTrigger):
+        orch.resolve(store, sink, saga_id, reason="x", actor_id="op", tenant_id=tenant)

@@ -1,20 +1,27 @@
 """Replay registration of the audit case timeline (projection ``audit.timeline``).
 
-Rebuilds ``case_timeline`` from the four event topics with the audit service's own handlers
-(``handlers.build_registry``) pointed at the shadow table and without the journal
-(``AuditTables(journal=None, ...)``: the append-only journal is never rewritten). The shadow
-is created ``LIKE case_timeline INCLUDING ALL``; timeline inserts are ``ON CONFLICT
-(event_id) DO NOTHING``, which is what makes the handover to the live ``audit.journal``
-consumer exact (see ``casestream.replay.engine``).
+Rebuilds ``case_timeline`` from the four event topics into a shadow table created ``LIKE
+case_timeline INCLUDING ALL``; the append-only journal is never rewritten. The rows are the
+live handler's: each event goes through the audit service's own ``entry_from`` (case id and
+summary derivation), and the timeline columns are written as ``apply_entry`` writes them — but
+as one ``INSERT ... SELECT FROM json_array_elements`` per run of events instead of one statement
+per event (:func:`batch_registry`, used by replays). ``handlers.build_registry(AuditTables(
+journal=None, ...))`` is the per-event equivalent. Inserts are ``ON CONFLICT (event_id) DO
+NOTHING``, which is what makes the handover to the live ``audit.journal`` consumer exact (see
+``casestream.replay.engine``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import json
+from collections.abc import Iterable, Sequence
 from datetime import datetime
 from typing import Any
 
-from casestream.handlers import HandlerRegistry
+from psycopg import sql
+
+from casestream.envelope import Envelope
+from casestream.handlers import HandlerContext, HandlerKind, HandlerRegistry
 from casestream.replay.projection import ProjectionSpec, TableNames
 
 from services.audit.adapters import handlers
@@ -24,6 +31,7 @@ from services.audit.adapters.projection import (
     create_shadow_timeline,
     projection_freshness,
 )
+from services.audit.application.service import entry_from
 from services.audit.domain.entries import KNOWN_EVENT_TYPES
 
 
@@ -41,9 +49,51 @@ def create_tables(conn: Any, names: TableNames) -> None:
 
 
 def registry(names: TableNames, event_types: Iterable[str]) -> HandlerRegistry:
-    """The audit handlers writing only the timeline table ``names[case_timeline]``."""
+    """The audit handlers writing only the timeline table ``names[case_timeline]`` (per event)."""
     tables = AuditTables(journal=None, timeline=names[LIVE_TIMELINE])
     return handlers.build_registry(tables, event_types={*KNOWN_EVENT_TYPES, *event_types})
+
+
+_BATCH_INSERT = """
+INSERT INTO {t} (event_id, tenant_id, case_id, event_type, event_version, aggregate_type,
+                 aggregate_version, occurred_at, published_at, source, summary)
+SELECT (r->>0)::uuid, r->>1, r->>2, r->>3, (r->>4)::int, r->>5, (r->>6)::bigint,
+       (r->>7)::timestamptz, (r->>8)::timestamptz, r->>9, r->>10
+FROM json_array_elements(%s::json) r
+ON CONFLICT (event_id) DO NOTHING
+"""
+
+
+def _iso(value: Any) -> str:
+    if isinstance(value, datetime):
+        return value.isoformat()
+    raise TypeError(f"not JSON serialisable: {type(value).__name__}")
+
+
+def timeline_row(event: Envelope) -> tuple[Any, ...] | None:
+    """The timeline row of ``event`` (TIMELINE_COLUMNS order), None if it has no case."""
+    e = entry_from(event)
+    if e.case_id is None:
+        return None
+    return (e.event_id, e.tenant_id, e.case_id, e.event_type, e.event_version,
+            e.aggregate_type, e.aggregate_version, e.occurred_at, e.published_at, e.source,
+            e.summary)
+
+
+def batch_registry(names: TableNames, event_types: Iterable[str]) -> HandlerRegistry:
+    """One PROJECTION batch handler for every event type writing ``names[case_timeline]``."""
+    insert = sql.SQL(_BATCH_INSERT).format(t=sql.Identifier(names[LIVE_TIMELINE]))
+
+    def project(ctx: HandlerContext, events: Sequence[Envelope]) -> None:
+        rows = [r for r in map(timeline_row, events) if r is not None]
+        if rows:
+            ctx.conn.execute(insert, (json.dumps(rows, default=_iso),))
+
+    project.__qualname__ = f"audit.timeline[{names[LIVE_TIMELINE]}]"
+    reg = HandlerRegistry()
+    for event_type in sorted({*KNOWN_EVENT_TYPES, *event_types}):
+        reg.add_batch(event_type, project, kind=HandlerKind.PROJECTION)
+    return reg
 
 
 def freshness(conn: Any, names: TableNames) -> datetime | None:
@@ -59,6 +109,6 @@ PROJECTION = ProjectionSpec(
     tables=(LIVE_TIMELINE,),
     dsn=_dsn,
     create_tables=create_tables,
-    registry=registry,
+    registry=batch_registry,
     freshness=freshness,
 )

@@ -1,25 +1,50 @@
-"""HTTP API of the decision service (starlette).
+"""HTTP API of the decision service (starlette), behind the shared edge.
 
-Routes:
-    GET /decisions/{case_id}   the stored decision of a case (404 if none yet)
+Routes (bearer token with role ``officer`` or ``supervisor``):
+    GET /decisions/{case_id}   the stored decision of a case
 
-Errors are ``application/problem+json`` (RFC 9457).
+The tenant is the token's ``tenant`` claim (issue 8): a case without a decision and
+another tenant's decision get the same 404 (existence never leaks). The shared edge
+(``casestream.http.edge``) answers 401 (no/invalid token), 429 (rate limit) and 503
+(overload) first; a route-level 403 for a token without a reading role; 503 with
+``Retry-After`` when the request deadline passes or the database cannot be reached.
+Errors are ``application/problem+json`` (RFC 9457) with a stable ``code``.
 """
 
 from __future__ import annotations
 
+import logging
+import re
+from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
 
 from starlette.applications import Starlette
+from starlette.concurrency import run_in_threadpool
+from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from casestream.auth import ROLE_OFFICER, ROLE_SUPERVISOR
+from casestream.http import (
+    EdgeCounters,
+    EdgePolicy,
+    edge_middleware,
+    principal_of,
+    problem_response,
+    requires,
+)
+from casestream.http.deadline import DeadlineExceeded
 from services.decision.domain.decision import Decision
+
+log = logging.getLogger(__name__)
+
+READ_ROLES = (ROLE_OFFICER, ROLE_SUPERVISOR)
+_CASE_ID = re.compile(r"[\x21-\x7e]{1,128}")
 
 
 class DecisionQueries(Protocol):
-    """Read side: the decision of a case, or None."""
+    """Read side: the decision of a case (any tenant), or None."""
 
     def get(self, case_id: str) -> Decision | None: ...
 
@@ -33,16 +58,45 @@ def decision_json(d: Decision) -> dict[str, Any]:
             "request_event_id": d.request_event_id, "version": d.version}
 
 
-def build_app(queries: DecisionQueries) -> Starlette:
-    """The starlette app (health routes are added by ``ServiceProcess``)."""
+def build_app(queries: DecisionQueries, *, edge: EdgePolicy) -> Starlette:
+    """The starlette app behind the shared edge (health routes are added by
+    ``ServiceProcess``). ``app.state.counters`` holds the edge's counters."""
 
-    def get_decision(request: Request) -> Response:
+    @requires(*READ_ROLES)
+    async def get_decision(request: Request) -> Response:
+        path, tenant = request.url.path, principal_of(request).tenant_id
         case_id = request.path_params["case_id"]
-        decision = queries.get(case_id)
-        if decision is None:
-            return JSONResponse({"type": "about:blank", "title": "Decision not found",
-                                 "status": 404, "detail": f"no decision for case {case_id}"},
-                                status_code=404, media_type="application/problem+json")
+        not_found = problem_response(404, "decision_not_found", "Decision not found",
+                                     f"no decision for case {case_id}", instance=path)
+        if not _CASE_ID.fullmatch(case_id):  # never reaches the database (no NUL in text)
+            return not_found
+        try:
+            decision = await run_in_threadpool(queries.get, case_id)
+        except DeadlineExceeded:
+            return problem_response(503, "deadline_exceeded", "Request deadline exceeded",
+                                    "the request ran out of time; retry later", instance=path,
+                                    headers={"Retry-After": "1"})
+        except Exception:  # noqa: BLE001 - error boundary: log, answer without details
+            log.exception("unhandled error on GET %s", path)
+            return problem_response(503, "service_unavailable", "Service temporarily unavailable",
+                                    "the decision store could not be read; retry later",
+                                    instance=path, headers={"Retry-After": "1"})
+        if decision is None or decision.tenant_id != tenant:
+            return not_found
         return JSONResponse(decision_json(decision))
 
-    return Starlette(routes=[Route("/decisions/{case_id}", get_decision, methods=["GET"])])
+    async def http_error(request: Request, exc: Exception) -> Response:
+        assert isinstance(exc, HTTPException)
+        code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code, "http_error")
+        return problem_response(exc.status_code, code, str(exc.detail),
+                                f"{request.method} {request.url.path}: {exc.detail}",
+                                instance=request.url.path,
+                                headers=dict(exc.headers) if exc.headers else None)
+
+    handler: Callable[[Request, Exception], Awaitable[Response]] = http_error
+    counters = EdgeCounters()
+    app = Starlette(routes=[Route("/decisions/{case_id}", get_decision, methods=["GET"])],
+                    middleware=edge_middleware(edge, counters),
+                    exception_handlers={HTTPException: handler})
+    app.state.counters = counters
+    return app

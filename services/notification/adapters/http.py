@@ -1,36 +1,61 @@
-"""HTTP API of the notification service (starlette).
+"""HTTP API of the notification service (starlette), behind the shared edge.
 
-Routes:
-    GET /notices/{case_id}     the notice of a case (404 if none)
-    GET /notices?status=&limit=  newest first; status pending|sent|failed; limit 1..1000
+Routes (bearer token with role ``officer`` or ``supervisor``):
+    GET /notices/{case_id}     the notice of a case
+    GET /notices?status=&limit=  the tenant's notices, newest first; status
+                               pending|sent|failed; limit 1..1000 (default 100)
 
-Errors are ``application/problem+json`` (RFC 9457).
+The tenant is the token's ``tenant`` claim (issue 8): a case without a notice and another
+tenant's notice get the same 404 (existence never leaks); the list filters on the tenant
+in SQL before its limit. The shared edge (``casestream.http.edge``) answers 401 (no/invalid
+token), 429 (rate limit) and 503 (overload) first; a route-level 403 for a token without a
+reading role; 503 with ``Retry-After`` when the request deadline passes or the database
+cannot be reached. Errors are ``application/problem+json`` (RFC 9457) with a stable ``code``.
 """
 
 from __future__ import annotations
 
-from typing import Any, Protocol
+import logging
+import re
+from collections.abc import Awaitable, Callable
+from typing import Any, Protocol, TypeVar
 
 from starlette.applications import Starlette
+from starlette.concurrency import run_in_threadpool
+from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from casestream.auth import ROLE_OFFICER, ROLE_SUPERVISOR
+from casestream.http import (
+    EdgeCounters,
+    EdgePolicy,
+    edge_middleware,
+    principal_of,
+    problem_response,
+    requires,
+)
+from casestream.http.deadline import DeadlineExceeded
 from services.notification.domain.notice import Notice, NoticeStatus
+
+log = logging.getLogger(__name__)
+
+READ_ROLES = (ROLE_OFFICER, ROLE_SUPERVISOR)
+_CASE_ID = re.compile(r"[\x21-\x7e]{1,128}")
+T = TypeVar("T")
 
 
 class NoticeQueries(Protocol):
     """Read side of notices."""
 
-    def get(self, case_id: str) -> Notice | None: ...
+    def get(self, case_id: str) -> Notice | None:
+        """The notice of ``case_id`` (any tenant), or None."""
+        ...
 
-    def list(self, *, status: str | None, limit: int) -> list[Notice]: ...
-
-
-def _problem(status: int, title: str, detail: str, **extra: Any) -> JSONResponse:
-    return JSONResponse({"type": "about:blank", "title": title, "status": status,
-                         "detail": detail, **extra},
-                        status_code=status, media_type="application/problem+json")
+    def list(self, *, tenant_id: str, status: str | None, limit: int) -> list[Notice]:
+        """Notices of ``tenant_id`` (filtered before ``limit``), newest first."""
+        ...
 
 
 def notice_json(n: Notice) -> dict[str, Any]:
@@ -43,31 +68,77 @@ def notice_json(n: Notice) -> dict[str, Any]:
             "version": n.version, "created_at": n.created_at.isoformat()}
 
 
-def build_app(queries: NoticeQueries) -> Starlette:
-    """The starlette app (health routes are added by ``ServiceProcess``)."""
+async def _read(request: Request, work: Callable[[], T]) -> T | Response:
+    """Run ``work`` in the thread pool; a passed deadline or storage trouble -> 503."""
+    path = request.url.path
+    try:
+        return await run_in_threadpool(work)
+    except DeadlineExceeded:
+        return problem_response(503, "deadline_exceeded", "Request deadline exceeded",
+                                "the request ran out of time; retry later", instance=path,
+                                headers={"Retry-After": "1"})
+    except Exception:  # noqa: BLE001 - error boundary: log, answer without details
+        log.exception("unhandled error on GET %s", path)
+        return problem_response(503, "service_unavailable", "Service temporarily unavailable",
+                                "the notice store could not be read; retry later",
+                                instance=path, headers={"Retry-After": "1"})
+
+
+def build_app(queries: NoticeQueries, *, edge: EdgePolicy) -> Starlette:
+    """The starlette app behind the shared edge (health routes are added by
+    ``ServiceProcess``). ``app.state.counters`` holds the edge's counters."""
     statuses = {s.value for s in NoticeStatus}
 
-    def get_notice(request: Request) -> Response:
+    @requires(*READ_ROLES)
+    async def get_notice(request: Request) -> Response:
+        path, tenant = request.url.path, principal_of(request).tenant_id
         case_id = request.path_params["case_id"]
-        notice = queries.get(case_id)
-        if notice is None:
-            return _problem(404, "Notice not found", f"no notice for case {case_id}")
+        not_found = problem_response(404, "notice_not_found", "Notice not found",
+                                     f"no notice for case {case_id}", instance=path)
+        if not _CASE_ID.fullmatch(case_id):  # never reaches the database (no NUL in text)
+            return not_found
+        notice = await _read(request, lambda: queries.get(case_id))
+        if isinstance(notice, Response):
+            return notice
+        if notice is None or notice.tenant_id != tenant:
+            return not_found
         return JSONResponse(notice_json(notice))
 
-    def list_notices(request: Request) -> Response:
+    @requires(*READ_ROLES)
+    async def list_notices(request: Request) -> Response:
+        path, tenant = request.url.path, principal_of(request).tenant_id
         status = request.query_params.get("status")
         if status is not None and status not in statuses:
-            return _problem(400, "Invalid status", f"status must be one of {sorted(statuses)}",
-                            field="status")
+            return problem_response(400, "invalid_status", "Invalid status",
+                                    f"status must be one of {sorted(statuses)}", instance=path,
+                                    extra={"field": "status"})
         try:
             limit = int(request.query_params.get("limit", "100"))
         except ValueError:
             limit = -1
         if not 1 <= limit <= 1000:
-            return _problem(400, "Invalid limit", "limit must be an integer in 1..1000",
-                            field="limit")
-        notices = queries.list(status=status, limit=limit)
+            return problem_response(400, "invalid_limit", "Invalid limit",
+                                    "limit must be an integer in 1..1000", instance=path,
+                                    extra={"field": "limit"})
+        notices = await _read(request, lambda: queries.list(tenant_id=tenant, status=status,
+                                                            limit=limit))
+        if isinstance(notices, Response):
+            return notices
         return JSONResponse({"items": [notice_json(n) for n in notices], "count": len(notices)})
 
-    return Starlette(routes=[Route("/notices", list_notices, methods=["GET"]),
-                             Route("/notices/{case_id}", get_notice, methods=["GET"])])
+    async def http_error(request: Request, exc: Exception) -> Response:
+        assert isinstance(exc, HTTPException)
+        code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code, "http_error")
+        return problem_response(exc.status_code, code, str(exc.detail),
+                                f"{request.method} {request.url.path}: {exc.detail}",
+                                instance=request.url.path,
+                                headers=dict(exc.headers) if exc.headers else None)
+
+    handler: Callable[[Request, Exception], Awaitable[Response]] = http_error
+    counters = EdgeCounters()
+    app = Starlette(routes=[Route("/notices", list_notices, methods=["GET"]),
+                            Route("/notices/{case_id}", get_notice, methods=["GET"])],
+                    middleware=edge_middleware(edge, counters),
+                    exception_handlers={HTTPException: handler})
+    app.state.counters = counters
+    return app

@@ -92,8 +92,11 @@ class PgNoticeQueries:
         with self.pool.connection() as conn:
             return PgNoticeStore(conn).get(case_id)
 
-    def list(self, *, status: str | None, limit: int) -> list[Notice]:
-        where, params = ("WHERE status = %s", [status]) if status else ("", [])
+    def list(self, *, tenant_id: str, status: str | None, limit: int) -> list[Notice]:
+        """Notices of ``tenant_id`` (filtered before the limit), newest first."""
+        where, params = "WHERE tenant_id = %s", [tenant_id]
+        if status:
+            where, params = where + " AND status = %s", [*params, status]
         with self.pool.connection() as conn:
             rows = conn.execute(
                 f"SELECT {_COLUMNS} FROM notice {where} ORDER BY created_at DESC LIMIT %s",

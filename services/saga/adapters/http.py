@@ -1,49 +1,92 @@
-"""HTTP API of the saga-orchestrator (starlette; sync endpoints run in the threadpool).
+"""HTTP API of the saga-orchestrator (starlette), behind the shared edge.
 
-Routes:
+Every route needs a bearer token (``casestream.http.edge``: 401 without a valid one, 429
+past the rate limits, 503 when shedding load) and sees only the sagas of the token's
+``tenant`` (issue 8): another tenant's saga is answered exactly like an unknown one (404,
+existence never leaks), and list queries filter on the tenant in SQL before their limit.
+
+Routes (roles ``officer`` or ``supervisor`` unless said):
     GET  /sagas/{saga_id}          state, data, current deadline, history (oldest first)
     GET  /sagas?state=&case_id=&limit=   newest first (limit 1..1000, default 100)
-    POST /sagas/{saga_id}/resolve  body ``{"reason": "..."}`` (required, non-blank); only
-                                   for a saga in a PARKED state (MANUAL_REVIEW); header
-                                   ``X-Actor-Id`` names the operator (default "anonymous")
-    GET  /sagas/stuck?grace_s=&limit=   sagas waiting past deadline + grace (default grace:
-                                   the service setting), oldest deadline first
-    GET  /sagas/metrics            ``{"counters": {...}, "gauges": {...}}`` (metric-ready:
-                                   counters of this process, gauges from the database)
+    POST /sagas/{saga_id}/resolve  role ``supervisor`` only (officer -> 403); body
+                                   ``{"reason": "..."}`` (required, non-blank); only for a
+                                   saga in a PARKED state (MANUAL_REVIEW); the operator
+                                   recorded on the events is the token's ``sub``
+    GET  /sagas/stuck?grace_s=&limit=   the tenant's sagas waiting past deadline + grace
+                                   (default grace: the service setting), oldest deadline first
+    GET  /sagas/metrics            ``{"counters": {...}, "gauges": {...}}``: gauges from the
+                                   database, of the caller's tenant; counters of this process
+                                   (all tenants, no ids: the numbers ``/metrics`` publishes)
 
-Errors are ``application/problem+json`` (RFC 9457): 400 bad input (names the field), 404
-unknown saga, 409 resolve not allowed in the saga's state or concurrent change.
+Errors are ``application/problem+json`` (RFC 9457, stable ``code``): 400 bad input (names
+the field), 401/403 from the edge and role checks, 404 unknown saga (or another tenant's),
+409 resolve not allowed in the saga's state or concurrent change, 503 (``Retry-After``)
+when the request deadline passes or the database cannot be reached.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import uuid
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, Protocol, TypeVar
 
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
+from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from casestream.auth import ROLE_OFFICER, ROLE_SUPERVISOR
 from casestream.errors import ConcurrencyError
+from casestream.http import (
+    EdgeCounters,
+    EdgePolicy,
+    edge_middleware,
+    principal_of,
+    problem_response,
+    requires,
+)
+from casestream.http.deadline import DeadlineExceeded
 from services.saga.application.orchestrator import Orchestrator
 from services.saga.application.ports import SagaQueries
 from services.saga.application.stuck import STUCK_LIMIT, find_stuck, gauges
 from services.saga.domain.engine import SagaInstance
 from services.saga.domain.errors import UnknownTrigger
 
-Resolver = Callable[[str, str, str], SagaInstance | None]
-"""``(saga_id, reason, actor_id) -> saga after resolving, or None if unknown``."""
+log = logging.getLogger(__name__)
+
+READ_ROLES = (ROLE_OFFICER, ROLE_SUPERVISOR)
+RESOLVE_ROLES = (ROLE_SUPERVISOR,)
+T = TypeVar("T")
 
 
-def problem(status: int, title: str, detail: str, **extra: Any) -> JSONResponse:
-    """An RFC 9457 problem response."""
-    body = {"type": "about:blank", "title": title, "status": status, "detail": detail, **extra}
-    return JSONResponse(body, status_code=status, media_type="application/problem+json")
+class Resolver(Protocol):
+    """Resolves a PARKED saga in one unit of work (``Orchestrator.resolve``)."""
+
+    def __call__(self, saga_id: str, *, reason: str, actor_id: str,
+                 tenant_id: str) -> SagaInstance | None:
+        """The saga after resolving, or None if unknown or of another tenant.
+
+        Raises:
+            UnknownTrigger: not in a resolvable state. ConcurrencyError: concurrent change.
+        """
+        ...
+
+
+def problem(status: int, code: str, title: str, detail: str, *, instance: str | None = None,
+            headers: dict[str, str] | None = None, **extra: Any) -> JSONResponse:
+    """An RFC 9457 problem response (the shared edge's shape; ``extra`` adds members)."""
+    return problem_response(status, code, title, detail, instance=instance, headers=headers,
+                            extra=extra)
+
+
+def _not_found(saga_id: str, path: str) -> JSONResponse:
+    """The one 404 for an unknown saga and for another tenant's saga."""
+    return problem(404, "saga_not_found", "Saga not found", f"no saga {saga_id}", instance=path)
 
 
 def _iso(value: datetime | None) -> str | None:
@@ -78,94 +121,150 @@ def _utc_now() -> datetime:
     return datetime.now(UTC)
 
 
+async def _guarded(request: Request, work: Callable[[], T]) -> T | Response:
+    """Run ``work`` in the thread pool; storage trouble and a passed deadline become 503."""
+    try:
+        return await run_in_threadpool(work)
+    except DeadlineExceeded:
+        return problem(503, "deadline_exceeded", "Request deadline exceeded",
+                       "the request ran out of time; retry later", instance=request.url.path,
+                       headers={"Retry-After": "1"})
+    except (UnknownTrigger, ConcurrencyError):
+        raise
+    except Exception:  # noqa: BLE001 - error boundary: log, answer without details
+        log.exception("unhandled error on %s %s", request.method, request.url.path)
+        return problem(503, "service_unavailable", "Service temporarily unavailable",
+                       "the saga store could not be reached; retry later",
+                       instance=request.url.path, headers={"Retry-After": "1"})
+
+
 def build_routes(queries: SagaQueries, orchestrator: Orchestrator, resolver: Resolver, *,
                  stuck_grace: timedelta = timedelta(seconds=60),
                  clock: Callable[[], datetime] = _utc_now) -> list[Route]:
     """The saga routes over ``queries`` (read side) and ``resolver`` (operator action).
 
-    ``stuck_grace`` is the default grace of ``/sagas/stuck`` and of the stuck gauge.
+    ``stuck_grace`` is the default grace of ``/sagas/stuck`` and of the stuck gauge. The
+    routes expect the edge's principal (``casestream.http.principal_of``).
     """
     states = {s.name for s in orchestrator.definition.states}
+    definition = orchestrator.definition
 
-    def list_stuck(request: Request) -> Response:
+    @requires(*READ_ROLES)
+    async def list_stuck(request: Request) -> Response:
+        path, tenant = request.url.path, principal_of(request).tenant_id
         try:
             grace_s = float(request.query_params.get("grace_s", stuck_grace.total_seconds()))
         except ValueError:
             grace_s = -1.0
         if not 0 <= grace_s <= 7 * 86400:
-            return problem(400, "Invalid grace", "grace_s must be a number of seconds in "
-                           "0..604800", field="grace_s")
+            return problem(400, "invalid_grace", "Invalid grace", "grace_s must be a number of "
+                           "seconds in 0..604800", instance=path, field="grace_s")
         try:
             limit = int(request.query_params.get("limit", "100"))
         except ValueError:
             limit = -1
         if not 1 <= limit <= STUCK_LIMIT:
-            return problem(400, "Invalid limit", f"limit must be an integer in 1..{STUCK_LIMIT}",
+            return problem(400, "invalid_limit", "Invalid limit",
+                           f"limit must be an integer in 1..{STUCK_LIMIT}", instance=path,
                            field="limit")
         now = clock()
-        sagas = find_stuck(queries, orchestrator.definition, now=now,
-                           grace=timedelta(seconds=grace_s), limit=limit)
+        sagas = await _guarded(request, lambda: find_stuck(
+            queries, definition, now=now, grace=timedelta(seconds=grace_s), tenant_id=tenant,
+            limit=limit))
+        if isinstance(sagas, Response):
+            return sagas
         return JSONResponse({"as_of": _iso(now), "grace_s": grace_s, "count": len(sagas),
                              "items": [saga_json(s, orchestrator) for s in sagas]})
 
-    def metrics(request: Request) -> Response:
-        return JSONResponse({
-            "counters": orchestrator.metrics.snapshot(),
-            "gauges": dict(gauges(queries, orchestrator.definition, now=clock(),
-                                  grace=stuck_grace)),
-        })
+    @requires(*READ_ROLES)
+    async def metrics(request: Request) -> Response:
+        tenant = principal_of(request).tenant_id
+        g = await _guarded(request, lambda: dict(gauges(queries, definition, now=clock(),
+                                                        grace=stuck_grace, tenant_id=tenant)))
+        if isinstance(g, Response):
+            return g
+        return JSONResponse({"counters": orchestrator.metrics.snapshot(), "gauges": g})
 
-    def get_saga(request: Request) -> Response:
+    @requires(*READ_ROLES)
+    async def get_saga(request: Request) -> Response:
+        path, tenant = request.url.path, principal_of(request).tenant_id
         saga_id = request.path_params["saga_id"]
         if not _valid_uuid(saga_id):
-            return problem(400, "Invalid saga id", f"{saga_id!r} is not a UUID", field="saga_id")
-        saga = queries.get(saga_id)
-        if saga is None:
-            return problem(404, "Saga not found", f"no saga {saga_id}")
-        history = [{"seq": r.seq, "at": _iso(r.entry.at), "trigger": r.entry.trigger,
-                    "event_id": r.entry.event_id, "from_state": r.entry.from_state,
-                    "to_state": r.entry.to_state, "disposition": r.entry.disposition.value,
-                    "note": r.entry.note} for r in queries.history(saga_id)]
-        return JSONResponse({**saga_json(saga, orchestrator), "history": history})
+            return problem(400, "invalid_saga_id", "Invalid saga id",
+                           f"{saga_id!r} is not a UUID", instance=path, field="saga_id")
 
-    def list_sagas(request: Request) -> Response:
+        def read() -> dict[str, Any] | None:
+            saga = queries.get(saga_id)
+            if saga is None or saga.tenant_id != tenant:
+                return None  # history is read only for the caller's own saga
+            history = [{"seq": r.seq, "at": _iso(r.entry.at), "trigger": r.entry.trigger,
+                        "event_id": r.entry.event_id, "from_state": r.entry.from_state,
+                        "to_state": r.entry.to_state,
+                        "disposition": r.entry.disposition.value, "note": r.entry.note}
+                       for r in queries.history(saga_id)]
+            return {**saga_json(saga, orchestrator), "history": history}
+
+        body = await _guarded(request, read)
+        if isinstance(body, Response):
+            return body
+        if body is None:
+            return _not_found(saga_id, path)
+        return JSONResponse(body)
+
+    @requires(*READ_ROLES)
+    async def list_sagas(request: Request) -> Response:
+        path, tenant = request.url.path, principal_of(request).tenant_id
         state = request.query_params.get("state")
         if state is not None and state not in states:
-            return problem(400, "Invalid state", f"state must be one of {sorted(states)}",
+            return problem(400, "invalid_state", "Invalid state",
+                           f"state must be one of {sorted(states)}", instance=path,
                            field="state")
         try:
             limit = int(request.query_params.get("limit", "100"))
         except ValueError:
             limit = -1
         if not 1 <= limit <= 1000:
-            return problem(400, "Invalid limit", "limit must be an integer in 1..1000",
-                           field="limit")
+            return problem(400, "invalid_limit", "Invalid limit",
+                           "limit must be an integer in 1..1000", instance=path, field="limit")
         case_id = request.query_params.get("case_id")
-        sagas = queries.list(state=state, case_id=case_id, limit=limit)
+        sagas = await _guarded(request, lambda: queries.list(
+            tenant_id=tenant, state=state, case_id=case_id, limit=limit))
+        if isinstance(sagas, Response):
+            return sagas
         return JSONResponse({"items": [saga_json(s, orchestrator) for s in sagas],
                              "count": len(sagas)})
 
+    @requires(*RESOLVE_ROLES)
     async def resolve_saga(request: Request) -> Response:
+        path, principal = request.url.path, principal_of(request)
         saga_id = request.path_params["saga_id"]
         if not _valid_uuid(saga_id):
-            return problem(400, "Invalid saga id", f"{saga_id!r} is not a UUID", field="saga_id")
+            return problem(400, "invalid_saga_id", "Invalid saga id",
+                           f"{saga_id!r} is not a UUID", instance=path, field="saga_id")
         try:
             body = json.loads(await request.body() or b"null")
         except ValueError:
-            return problem(400, "Malformed JSON", "the body is not valid JSON")
+            return problem(400, "malformed_json", "Malformed JSON", "the body is not valid JSON",
+                           instance=path)
         reason = body.get("reason") if isinstance(body, dict) else None
         if not isinstance(reason, str) or not reason.strip():
-            return problem(400, "Missing reason", "reason (non-blank string) is required",
+            return problem(400, "missing_reason", "Missing reason",
+                           "reason (non-blank string) is required", instance=path,
                            field="reason")
-        actor = request.headers.get("X-Actor-Id", "anonymous")
         try:
-            saga = await run_in_threadpool(resolver, saga_id, reason.strip(), actor)
+            saga = await _guarded(request, lambda: resolver(
+                saga_id, reason=reason.strip(), actor_id=principal.subject,
+                tenant_id=principal.tenant_id))
         except UnknownTrigger as e:
-            return problem(409, "Saga cannot be resolved", str(e), state=e.state)
+            return problem(409, "saga_not_resolvable", "Saga cannot be resolved", str(e),
+                           instance=path, state=e.state)
         except ConcurrencyError as e:
-            return problem(409, "Concurrent change", str(e))
-        if saga is None:
-            return problem(404, "Saga not found", f"no saga {saga_id}")
+            return problem(409, "concurrent_change", "Concurrent change", str(e),
+                           instance=path)
+        if isinstance(saga, Response):
+            return saga
+        if saga is None:  # unknown, or another tenant's: checked before any state check
+            return _not_found(saga_id, path)
         return JSONResponse(saga_json(saga, orchestrator))
 
     return [
@@ -178,8 +277,24 @@ def build_routes(queries: SagaQueries, orchestrator: Orchestrator, resolver: Res
 
 
 def build_app(queries: SagaQueries, orchestrator: Orchestrator, resolver: Resolver, *,
-              stuck_grace: timedelta = timedelta(seconds=60),
+              edge: EdgePolicy, stuck_grace: timedelta = timedelta(seconds=60),
               clock: Callable[[], datetime] = _utc_now) -> Starlette:
-    """The starlette app (health routes are added by ``ServiceProcess``)."""
-    return Starlette(routes=build_routes(queries, orchestrator, resolver,
-                                         stuck_grace=stuck_grace, clock=clock))
+    """The starlette app behind the shared edge (health routes are added by
+    ``ServiceProcess``). ``app.state.counters`` holds the edge's counters."""
+
+    async def http_error(request: Request, exc: Exception) -> Response:
+        assert isinstance(exc, HTTPException)
+        code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code, "http_error")
+        return problem(exc.status_code, code, str(exc.detail),
+                       f"{request.method} {request.url.path}: {exc.detail}",
+                       instance=request.url.path,
+                       headers=dict(exc.headers) if exc.headers else None)
+
+    handler: Callable[[Request, Exception], Awaitable[Response]] = http_error
+    counters = EdgeCounters()
+    app = Starlette(routes=build_routes(queries, orchestrator, resolver,
+                                        stuck_grace=stuck_grace, clock=clock),
+                    middleware=edge_middleware(edge, counters),
+                    exception_handlers={HTTPException: handler})
+    app.state.counters = counters
+    return app

@@ -77,25 +77,28 @@ class MemorySagaStore:
     def history(self, saga_id: str) -> list[HistoryRecord]:
         return [HistoryRecord(seq=i + 1, entry=e) for i, e in enumerate(self.histories.get(saga_id, ()))]
 
-    def list(self, *, state: str | None, case_id: str | None, limit: int) -> list[SagaInstance]:
+    def list(self, *, tenant_id: str | None, state: str | None, case_id: str | None,
+             limit: int) -> list[SagaInstance]:
         out = [self.sagas[i] for i in reversed(self.order)]
-        out = [s for s in out if (state is None or s.state == state)
+        out = [s for s in out if (tenant_id is None or s.tenant_id == tenant_id)
+               and (state is None or s.state == state)
                and (case_id is None or s.case_id == case_id)]
         return out[:limit]
 
-
-    def stuck(self, *, states: Collection[str], older_than: datetime,
+    def stuck(self, *, tenant_id: str | None, states: Collection[str], older_than: datetime,
               limit: int) -> list[SagaInstance]:
         """Deadline criterion only (the memory store keeps no change times)."""
         out = [s for s in self.sagas.values() if self.active[s.saga_id] and s.state in states
+               and (tenant_id is None or s.tenant_id == tenant_id)
                and s.deadline_at is not None and s.deadline_at < older_than]
         out.sort(key=lambda s: s.deadline_at or older_than)
         return out[:limit]
 
-    def count_by_state(self) -> dict[str, int]:
+    def count_by_state(self, *, tenant_id: str | None) -> dict[str, int]:
         counts: dict[str, int] = {}
         for s in self.sagas.values():
-            counts[s.state] = counts.get(s.state, 0) + 1
+            if tenant_id is None or s.tenant_id == tenant_id:
+                counts[s.state] = counts.get(s.state, 0) + 1
         return counts
 
 

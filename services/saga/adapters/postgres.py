@@ -133,9 +133,13 @@ class PgSagaQueries:
             at=r[1], trigger=r[2], event_id=r[3], from_state=r[4], to_state=r[5],
             disposition=Disposition(r[6]), note=r[7])) for r in rows]
 
-    def list(self, *, state: str | None, case_id: str | None,
+    def list(self, *, tenant_id: str | None, state: str | None, case_id: str | None,
              limit: int) -> builtins.list[SagaInstance]:
-        clauses, params = [], []
+        clauses: builtins.list[str] = []
+        params: builtins.list[Any] = []
+        if tenant_id is not None:
+            clauses.append("tenant_id = %s")
+            params.append(tenant_id)
         if state is not None:
             clauses.append("state = %s")
             params.append(state)
@@ -149,19 +153,23 @@ class PgSagaQueries:
                 (*params, limit)).fetchall()
         return [_saga(r) for r in rows]
 
-    def stuck(self, *, states: Collection[str], older_than: datetime,
+    def stuck(self, *, tenant_id: str | None, states: Collection[str], older_than: datetime,
               limit: int) -> builtins.list[SagaInstance]:
         with self.pool.connection() as conn:
             rows = conn.execute(
                 f"""SELECT {_COLUMNS} FROM saga
                     WHERE active AND state = ANY(%s)
+                      AND (%s::text IS NULL OR tenant_id = %s)
                       AND (deadline_at < %s OR (deadline_at IS NULL AND updated_at < %s))
                     ORDER BY deadline_at NULLS LAST, updated_at LIMIT %s""",
-                (builtins.list(states), older_than, older_than, limit)).fetchall()
+                (builtins.list(states), tenant_id, tenant_id, older_than, older_than,
+                 limit)).fetchall()
         return [_saga(r) for r in rows]
 
-    def count_by_state(self) -> dict[str, int]:
-        """``{state: number of sagas}`` (for the list endpoint's summary)."""
+    def count_by_state(self, *, tenant_id: str | None) -> dict[str, int]:
+        """``{state: number of sagas}`` of ``tenant_id`` (None: every tenant)."""
         with self.pool.connection() as conn:
-            rows = conn.execute("SELECT state, count(*) FROM saga GROUP BY state").fetchall()
+            rows = conn.execute(
+                "SELECT state, count(*) FROM saga WHERE (%s::text IS NULL OR tenant_id = %s) "
+                "GROUP BY state", (tenant_id, tenant_id)).fetchall()
         return {r[0]: r[1] for r in rows}

@@ -181,15 +181,18 @@ class Orchestrator:
 
     # -- operator --------------------------------------------------------------------
     def resolve(self, store: SagaStore, sink: EventSink, saga_id: str, *,
-                reason: str, actor_id: str) -> SagaInstance | None:
+                reason: str, actor_id: str, tenant_id: str | None = None) -> SagaInstance | None:
         """Resolve a PARKED saga with the operator's ``reason``; None if no such saga.
+
+        With ``tenant_id``, a saga of another tenant is treated as unknown (None) before
+        its state is looked at, so a caller learns nothing about it (issue 8).
 
         Raises:
             UnknownTrigger: the saga is not in a state that can be resolved.
             casestream.errors.ConcurrencyError: the saga changed concurrently.
         """
         saga = store.get(saga_id)
-        if saga is None:
+        if saga is None or (tenant_id is not None and saga.tenant_id != tenant_id):
             return None
         outcome = resolve(self.definition, saga, input={"reason": reason}, now=self.clock())
         return self._save(store, sink, saga, outcome, cause=None, actor_id=actor_id)

@@ -87,7 +87,12 @@ class HistoryRecord:
 
 
 class SagaQueries(Protocol):
-    """Read side for the HTTP API (outside any handler transaction)."""
+    """Read side for the HTTP API (outside any handler transaction).
+
+    ``tenant_id`` scopes a query to one tenant's sagas (the HTTP API always passes the
+    caller's tenant; the filter is applied before any limit); None means every tenant
+    (operations tooling only).
+    """
 
     def get(self, saga_id: str) -> SagaInstance | None:
         """The saga ``saga_id``, or None."""
@@ -97,17 +102,19 @@ class SagaQueries(Protocol):
         """The saga's history, oldest first."""
         ...
 
-    def list(self, *, state: str | None, case_id: str | None, limit: int) -> list[SagaInstance]:
-        """Sagas, newest first, optionally only those in ``state`` / of ``case_id``."""
+    def list(self, *, tenant_id: str | None, state: str | None, case_id: str | None,
+             limit: int) -> list[SagaInstance]:
+        """Sagas of ``tenant_id``, newest first, optionally only those in ``state`` / of
+        ``case_id``; at most ``limit``."""
         ...
 
-    def stuck(self, *, states: Collection[str], older_than: datetime,
+    def stuck(self, *, tenant_id: str | None, states: Collection[str], older_than: datetime,
               limit: int) -> list[SagaInstance]:
         """Sagas in one of ``states`` that made no progress: their deadline passed before
         ``older_than`` (the scheduler should have fired it), or — with no deadline — their
         last change is older than ``older_than``. Oldest deadline first, at most ``limit``."""
         ...
 
-    def count_by_state(self) -> dict[str, int]:
-        """``{state: number of sagas}``."""
+    def count_by_state(self, *, tenant_id: str | None) -> dict[str, int]:
+        """``{state: number of sagas}`` of ``tenant_id``."""
         ...

@@ -29,27 +29,31 @@ def waiting_states(definition: SagaDefinition) -> frozenset[str]:
 
 
 def find_stuck(queries: SagaQueries, definition: SagaDefinition, *, now: datetime,
-               grace: timedelta, limit: int = STUCK_LIMIT) -> list[SagaInstance]:
-    """Stuck sagas (see the module docstring), oldest deadline first, at most ``limit``.
+               grace: timedelta, tenant_id: str | None,
+               limit: int = STUCK_LIMIT) -> list[SagaInstance]:
+    """Stuck sagas (see the module docstring) of ``tenant_id`` (None: every tenant),
+    oldest deadline first, at most ``limit``.
 
     Args:
         now: timezone-aware current time.
         grace: tolerated delay past a deadline (>= 0).
     """
-    return queries.stuck(states=waiting_states(definition), older_than=now - grace,
-                         limit=min(limit, STUCK_LIMIT))
+    return queries.stuck(tenant_id=tenant_id, states=waiting_states(definition),
+                         older_than=now - grace, limit=min(limit, STUCK_LIMIT))
 
 
 def gauges(queries: SagaQueries, definition: SagaDefinition, *, now: datetime,
-           grace: timedelta) -> Mapping[str, int]:
+           grace: timedelta, tenant_id: str | None) -> Mapping[str, int]:
     """``{"sagas_stuck": n, "sagas_alerting": n, "sagas{state=X}": n, ...}``.
 
     ``sagas_alerting`` counts sagas in alerting states (COMPENSATION_FAILED); every
-    declared state appears in the per-state gauges (0 if empty).
+    declared state appears in the per-state gauges (0 if empty). Only sagas of
+    ``tenant_id`` are counted (None: every tenant).
     """
-    by_state = queries.count_by_state()
+    by_state = queries.count_by_state(tenant_id=tenant_id)
     out: dict[str, int] = {
-        "sagas_stuck": len(find_stuck(queries, definition, now=now, grace=grace)),
+        "sagas_stuck": len(find_stuck(queries, definition, now=now, grace=grace,
+                                      tenant_id=tenant_id)),
         "sagas_alerting": sum(by_state.get(s.name, 0) for s in definition.states if s.alert),
         "sagas_parked": sum(by_state.get(s.name, 0) for s in definition.states
                             if s.kind is StateKind.PARKED),

@@ -17,13 +17,13 @@ the decoder port). Tables: ``casestream.inbox``; dead letters: ``casestream.dlq`
 rule: ``casestream.guard``.
 """
 
-from casestream.consumer.batch import BatchProcessor, BatchResult
+from casestream.consumer.batch import BatchProcessor, BatchResult, Decoded
 from casestream.consumer.failures import FailureClass, classify
 from casestream.consumer.records import ConsumerStats, EnvelopeDecoder, Record
 from casestream.consumer.runtime import ConsumerRuntime, ensure_topics
 from casestream.consumer.settings import ConsumerSettings, RetryPolicy
 
 __all__ = [
-    "BatchProcessor", "BatchResult", "ConsumerRuntime", "ConsumerSettings", "ConsumerStats",
+    "BatchProcessor", "BatchResult", "ConsumerRuntime", "Decoded", "ConsumerSettings", "ConsumerStats",
     "EnvelopeDecoder", "FailureClass", "Record", "RetryPolicy", "classify", "ensure_topics",
 ]
