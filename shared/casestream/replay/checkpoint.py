@@ -9,7 +9,8 @@ checkpoint and the shadow tables agree and a rerun resumes exactly there::
     replay_offset  (projection, topic, partition) -> next_offset
     replay_guard   (projection, aggregate_type, aggregate_id) -> last_version
 
-After a swap the run's rows are deleted in the swap transaction.
+The swap transaction deletes the run row (so nothing can resume a swapped run); the offsets and
+guard rows are deleted right after, and again by the next run's start.
 """
 
 from __future__ import annotations
@@ -92,6 +93,11 @@ def clear(conn: Any, projection: str) -> None:
     """Delete the run, offsets and guard rows of ``projection`` (caller's transaction)."""
     for table in ("replay_run", "replay_offset", "replay_guard"):
         conn.execute(f"DELETE FROM {table} WHERE projection = %s", (projection,))
+
+
+def finish(conn: Any, projection: str) -> None:
+    """Delete the run row (in the swap transaction): its offsets/guard rows are then inert."""
+    conn.execute("DELETE FROM replay_run WHERE projection = %s", (projection,))
 
 
 def mark_built(conn: Any, projection: str) -> None:

@@ -110,6 +110,8 @@ def _die_with_parent() -> None:
 
 def _worker(replayer: Replayer, positions: dict[TP, int], ends: dict[TP, int],
             first_seen: Any, options: ReplayOptions, queue: Any) -> None:
+    from casestream.replay.engine import fast_commits
+
     code = 1
     try:
         _die_with_parent()
@@ -118,6 +120,7 @@ def _worker(replayer: Replayer, positions: dict[TP, int], ends: dict[TP, int],
         source = replayer._source()
         try:
             with psycopg.connect(replayer.dsn, autocommit=True) as conn:
+                fast_commits(conn)
                 applier = ReplayApplier(consumer=f"replay:{replayer.spec.name}",
                                         handlers=replayer.handlers, first_seen=first_seen,
                                         guard=checkpoint.load_guard(conn, replayer.spec.name))

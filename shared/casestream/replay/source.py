@@ -48,6 +48,10 @@ class KafkaSource:
         }
         conf.update(config or {})
         self._consumer = Consumer(conf)
+        # Offset queries go through a second, idle client: on the reading client they queue
+        # behind in-flight fetches (fetch.wait.max.ms) and took ~0.5-2 s each under load.
+        self._meta = Consumer({"bootstrap.servers": bootstrap, "group.id": client_id,
+                               "client.id": f"{client_id}-meta", "enable.auto.commit": False})
 
     def partitions(self, timeout_s: float = 10.0) -> list[TP]:
         """Every (topic, partition) of the topics, sorted.
@@ -57,7 +61,7 @@ class KafkaSource:
         """
         out: list[TP] = []
         try:
-            md = self._consumer.list_topics(timeout=timeout_s)
+            md = self._meta.list_topics(timeout=timeout_s)
         except KafkaException as e:
             raise ReplayError(f"Kafka metadata unavailable: {e}") from e
         for topic in self.topics:
@@ -70,9 +74,10 @@ class KafkaSource:
 
     def watermarks(self, tp: TP, *, cached: bool = False, timeout_s: float = 10.0) -> tuple[int, int]:
         """(low, high) offsets of ``tp``; ``cached`` uses the last fetch's values (no request)."""
+        client = self._consumer if cached else self._meta
         try:
-            lo, hi = self._consumer.get_watermark_offsets(TopicPartition(*tp), timeout=timeout_s,
-                                                          cached=cached)
+            lo, hi = client.get_watermark_offsets(TopicPartition(*tp), timeout=timeout_s,
+                                                  cached=cached)
         except KafkaException as e:
             raise ReplayError(f"watermarks of {tp[0]}[{tp[1]}] unavailable: {e}") from e
         return int(lo), int(hi)
@@ -97,7 +102,7 @@ class KafkaSource:
         tps = list(tps)
         query = [TopicPartition(t, p, ms) for t, p in tps]
         try:
-            found = self._consumer.offsets_for_times(query, timeout=timeout_s)
+            found = self._meta.offsets_for_times(query, timeout=timeout_s)
         except KafkaException as e:
             raise ReplayError(f"offsets_for_times failed: {e}") from e
         out: dict[TP, int] = {}
@@ -138,3 +143,4 @@ class KafkaSource:
     def close(self) -> None:
         """Leave (nothing to commit)."""
         self._consumer.close()
+        self._meta.close()
