@@ -74,7 +74,7 @@ def build(settings: AuditSettings | None = None) -> ServiceProcess:
         kwargs={"application_name": NAME})
     registry = handlers.build_registry(event_types={*KNOWN_EVENT_TYPES, *catalog.event_types})
     consumer = ConsumerRuntime(handlers.CONSUMER, handlers.TOPICS, registry, codec, pool,
-                               {"bootstrap.servers": settings.kafka_bootstrap},
+                               settings.consumer_config(),
                                ConsumerSettings(batch_size=settings.batch_size))
 
     def database_ready() -> None:

@@ -139,7 +139,7 @@ def build(settings: CaseSettings | None = None) -> ServiceProcess:
     if settings.consumer_enabled:
         consumer = ConsumerRuntime(saga_requests.CONSUMER, saga_requests.TOPICS,
                                    consumer_registry(service, catalog), codec, pool,
-                                   {"bootstrap.servers": settings.kafka_bootstrap},
+                                   settings.consumer_config(),
                                    ConsumerSettings(), outbox=writer)
         workers["consumer"] = consumer.run
 

@@ -95,7 +95,7 @@ def build(settings: DecisionSettings | None = None) -> ServiceProcess:
     registry = handlers.register(HandlerRegistry(), Decider(clock=utc_now),
                                  also_known=topic_types)
     consumer = ConsumerRuntime(handlers.CONSUMER, handlers.TOPICS, registry, codec, pool,
-                               {"bootstrap.servers": settings.kafka_bootstrap},
+                               settings.consumer_config(),
                                ConsumerSettings(batch_size=settings.consumer_batch),
                                outbox=outbox)
     relay = OutboxRelay(pool, producer_config(settings.kafka_bootstrap,

@@ -110,7 +110,7 @@ def build(settings: NotificationSettings | None = None) -> ServiceProcess:
                    if catalog.subject_for(t).topic in handlers.TOPICS]
     registry = handlers.register(HandlerRegistry(), clock=utc_now, also_known=topic_types)
     consumer = ConsumerRuntime(handlers.CONSUMER, handlers.TOPICS, registry, codec, pool,
-                               {"bootstrap.servers": settings.kafka_bootstrap},
+                               settings.consumer_config(),
                                ConsumerSettings(batch_size=settings.consumer_batch),
                                outbox=outbox)
     mailer = SmtpMailer(settings.smtp_host, settings.smtp_port, timeout_s=settings.smtp_timeout_s)

@@ -133,7 +133,7 @@ def build(settings: SagaSettings | None = None) -> ServiceProcess:
                    if catalog.subject_for(t).topic in handlers.TOPICS]
     registry = handlers.register(HandlerRegistry(), orchestrator, also_known=topic_types)
     consumer = ConsumerRuntime(handlers.CONSUMER, handlers.TOPICS, registry, codec, pool,
-                               {"bootstrap.servers": settings.kafka_bootstrap},
+                               settings.consumer_config(),
                                ConsumerSettings(batch_size=settings.consumer_batch),
                                outbox=outbox)
     relay = OutboxRelay(pool, producer_config(settings.kafka_bootstrap, client_id="saga.relay"),

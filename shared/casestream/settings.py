@@ -23,6 +23,9 @@ class CommonSettings(BaseSettings):
             ``false`` and services only look ids up, failing at start if one is missing.
         LOG_LEVEL: Python logging level name.
         SMTP_HOST / SMTP_PORT: the SMTP server notices are sent through.
+        KAFKA_SESSION_TIMEOUT_MS: consumers' ``session.timeout.ms`` (librdkafka default 45000):
+            how long a crashed consumer keeps its partitions before the group rebalances.
+            The broker bounds it (``group.min.session.timeout.ms``, 6000 by default).
     """
 
     model_config = SettingsConfigDict(env_prefix="CASESTREAM_", frozen=True, extra="ignore")
@@ -34,6 +37,17 @@ class CommonSettings(BaseSettings):
     log_level: str = "INFO"
     smtp_host: str = "127.0.0.1"
     smtp_port: int = 12525
+    kafka_session_timeout_ms: int = 45000
+
+    def consumer_config(self) -> dict[str, object]:
+        """librdkafka consumer settings common to every consumer runtime of a service:
+        ``bootstrap.servers``, ``session.timeout.ms`` and ``heartbeat.interval.ms`` (a third
+        of the session timeout, capped at 3000 ms, Kafka's default)."""
+        return {
+            "bootstrap.servers": self.kafka_bootstrap,
+            "session.timeout.ms": self.kafka_session_timeout_ms,
+            "heartbeat.interval.ms": min(3000, self.kafka_session_timeout_ms // 3),
+        }
 
     def database_url(self, database: str) -> str:
         """Return ``pg_url`` joined with ``database`` (``postgresql://…/<database>``).

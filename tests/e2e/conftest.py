@@ -15,5 +15,7 @@ def infra_env(kafka_bootstrap: str, registry_url: str, pg_url: str) -> dict[str,
         CASESTREAM_KAFKA_BOOTSTRAP=kafka_bootstrap,
         CASESTREAM_REGISTRY_URL=registry_url,
         CASESTREAM_PG_URL=pg_url,
+        # a killed consumer's partitions move on after 6 s, not librdkafka's 45 s
+        CASESTREAM_KAFKA_SESSION_TIMEOUT_MS="6000",
     )
     return env

@@ -22,6 +22,7 @@ from casestream.demo import (
     CaseRun,
     audit_url,
     case_mix,
+    case_status,
     case_url,
     check_trail,
     headers,
@@ -33,9 +34,11 @@ from casestream.devstack import ServiceStack
 pytestmark = pytest.mark.e2e
 
 
-@pytest.fixture()
-def stack(tmp_path: Path, infra_env: dict[str, str]) -> ServiceStack:
-    services = ServiceStack(env=infra_env, log_dir=tmp_path / "logs")
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory: pytest.TempPathFactory, infra_env: dict[str, str]) -> ServiceStack:
+    """One stack for the module: every test drives its own new cases, so they share it;
+    the kill tests restart their victim, and the next test finds all five running."""
+    services = ServiceStack(env=infra_env, log_dir=tmp_path_factory.mktemp("e2e") / "logs")
     try:
         services.start_all()
         yield services
@@ -116,7 +119,9 @@ def test_killing_a_service_mid_flow_loses_and_doubles_nothing(
     with httpx.Client(timeout=10.0) as client:
         runs = [open_and_submit(client, spec) for spec in case_mix(10)]
         time.sleep(0.5)  # let some journeys start, so the kill lands mid-flow
+        in_flight = [r for r in runs if case_status(client, r) not in FINAL_CASE_STATES]
         stack.kill(victim)
+        assert in_flight, "every journey had finished before the kill: not a mid-flow kill"
         time.sleep(1.0)
         stack.start(victim)
         stack.wait_ready([victim])

@@ -116,3 +116,11 @@ def test_sigterm_stops_workers_and_exits_zero(tmp_path) -> None:
     out, _ = proc.communicate(timeout=20)
     assert proc.returncode == 0
     assert "worker flushed" in out
+
+
+def test_consumer_config_carries_the_session_timeout(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("CASESTREAM_KAFKA_SESSION_TIMEOUT_MS", "6000")
+    config = CommonSettings().consumer_config()
+    assert config["session.timeout.ms"] == 6000
+    assert config["heartbeat.interval.ms"] == 2000
+    assert config["bootstrap.servers"] == CommonSettings().kafka_bootstrap
