@@ -90,4 +90,5 @@ def build(settings: AuditSettings | None = None) -> ServiceProcess:
                           port=settings.port, workers={"consumer": consumer.run},
                           readiness={"postgres": database_ready, "consumer": consumer_ready,
                                      **dependency_checks(settings.kafka_bootstrap,
-                                                         settings.registry_url)})
+                                                         settings.registry_url)},
+                          closers=[codec.close, pool.close])

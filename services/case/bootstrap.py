@@ -41,7 +41,7 @@ from casestream.relay.core import OutboxRelay
 from casestream.service import ServiceProcess, Worker, configure_logging
 from casestream.telemetry.readiness import dependency_checks
 from casestream.upcasters import default_upcasters
-from services.case.adapters import saga_requests
+from services.case.adapters import dashboard, saga_requests
 from services.case.adapters.http.app import build_app
 from services.case.adapters.postgres import PgUnitOfWork
 from services.case.application.service import CaseService
@@ -148,6 +148,15 @@ def build(settings: CaseSettings | None = None) -> ServiceProcess:
                 raise RuntimeError("consumer has no partition assignment yet")
 
         readiness["consumer"] = consumer_ready
+
+        # the case dashboard read model (rebuildable with `casestream replay case.dashboard`)
+        with pool.connection() as conn:
+            dashboard.create_tables(conn, dashboard.PROJECTION.live_names())
+        dashboard_consumer = ConsumerRuntime(
+            dashboard.CONSUMER, dashboard.TOPICS,
+            dashboard.registry(dashboard.PROJECTION.live_names(), catalog.event_types),
+            codec, pool, settings.consumer_config(), ConsumerSettings(batch_size=500))
+        workers["dashboard"] = dashboard_consumer.run
     if settings.relay_enabled:
         relay = OutboxRelay(pool, producer_config(settings.kafka_bootstrap, client_id="case.relay"),
                             name="case.relay")
@@ -156,4 +165,4 @@ def build(settings: CaseSettings | None = None) -> ServiceProcess:
     app = build_app(service, edge=edge, max_body_bytes=settings.max_body_bytes)
     return ServiceProcess(name=NAME, app=app,
                           host=settings.host, port=settings.port, workers=workers,
-                          readiness=readiness)
+                          readiness=readiness, closers=[codec.close, pool.close])

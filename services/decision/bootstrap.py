@@ -34,7 +34,7 @@ from casestream.relay.core import OutboxRelay
 from casestream.service import ServiceProcess, configure_logging
 from casestream.telemetry.readiness import dependency_checks
 from casestream.upcasters import default_upcasters
-from services.decision.adapters import handlers
+from services.decision.adapters import handlers, statistics
 from services.decision.adapters.http import build_app
 from services.decision.adapters.postgres import PgDecisionQueries
 from services.decision.application.decide import Decider
@@ -98,6 +98,13 @@ def build(settings: DecisionSettings | None = None) -> ServiceProcess:
                                settings.consumer_config(),
                                ConsumerSettings(batch_size=settings.consumer_batch),
                                outbox=outbox)
+    # decision statistics read model (rebuildable with `casestream replay decision.statistics`)
+    with pool.connection() as conn:
+        statistics.create_tables(conn, statistics.PROJECTION.live_names())
+    stats_consumer = ConsumerRuntime(
+        statistics.CONSUMER, statistics.TOPICS,
+        statistics.registry(statistics.PROJECTION.live_names(), catalog.event_types),
+        codec, pool, settings.consumer_config(), ConsumerSettings(batch_size=500))
     relay = OutboxRelay(pool, producer_config(settings.kafka_bootstrap,
                                               client_id="decision.relay"),
                         name="decision.relay")
@@ -113,7 +120,8 @@ def build(settings: DecisionSettings | None = None) -> ServiceProcess:
     return ServiceProcess(
         name=NAME, app=build_app(PgDecisionQueries(DeadlinePool(pool)), edge=edge),
         host=settings.host,
-        port=settings.port, workers={"consumer": consumer.run, "relay": relay.run},
+        port=settings.port, workers={"consumer": consumer.run, "statistics": stats_consumer.run,
+                                            "relay": relay.run},
         readiness={"postgres": database_ready, "consumer": consumer_ready,
                    **dependency_checks(settings.kafka_bootstrap, settings.registry_url)},
         closers=[codec.close, pool.close],

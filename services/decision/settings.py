@@ -36,7 +36,7 @@ class DecisionSettings(CommonSettings):
     port: int = Field(18104, ge=1, le=65535, validation_alias=_P + "PORT")
     database: str = Field("decision", validation_alias=_P + "DATABASE")
     consumer_batch: int = Field(200, ge=1, validation_alias=_P + "CONSUMER_BATCH")
-    pool_size: int = Field(4, ge=2, validation_alias=_P + "POOL_SIZE")
+    pool_size: int = Field(5, ge=3, validation_alias=_P + "POOL_SIZE")
     max_in_flight: int = Field(32, ge=1, validation_alias=_P + "MAX_IN_FLIGHT")
     rate_tenant_per_s: float = Field(400.0, gt=0, validation_alias=_P + "RATE_TENANT_PER_S")
     rate_tenant_burst: int = Field(800, ge=1, validation_alias=_P + "RATE_TENANT_BURST")

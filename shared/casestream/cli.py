@@ -25,6 +25,8 @@ _GROUPS: dict[str, tuple[str, str, str]] = {
     # service's own code, so it lives with that service; the CLI only mounts it.
     "reconcile": ("services.saga.adapters.cli_reconcile", "reconcile",
                   "Find and repair drift between cases, sagas and outboxes."),
+    "replay": ("casestream.cli_replay", "replay",
+               "Rebuild a projection from the topics (shadow tables, swap, hand over)."),
     "token": ("casestream.cli_token", "token",
               "Mint a local bearer token (JWT) for a tenant and roles."),
     "status": ("casestream.cli_status", "status",
