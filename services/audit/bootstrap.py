@@ -17,21 +17,16 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import psycopg
 from psycopg_pool import ConnectionPool
 
+from casestream import wiring
 from casestream.catalog import load_catalog
-from casestream.codec import EnvelopeCodec
 from casestream.consumer.runtime import ConsumerRuntime
 from casestream.consumer.settings import ConsumerSettings
-from casestream.db import apply_migrations
-from casestream.errors import ConfigError
 from casestream.http.edge import edge_policy
 from casestream.http.pgdeadline import DeadlinePool
-from casestream.registry import ConfluentSchemaRegistry
 from casestream.service import ServiceProcess, configure_logging
 from casestream.telemetry.readiness import dependency_checks
-from casestream.upcasters import default_upcasters
 from services.audit.adapters import handlers
 from services.audit.adapters.http import build_app
 from services.audit.adapters.postgres import PgTimelineReader
@@ -57,15 +52,9 @@ def build(settings: AuditSettings | None = None) -> ServiceProcess:
     settings = settings or AuditSettings()
     configure_logging(NAME, settings.log_level)
     edge = edge_policy(settings, NAME)
-    try:
-        apply_migrations(settings.dsn, migrations())
-    except psycopg.OperationalError as e:
-        raise ConfigError(f"cannot reach PostgreSQL for the audit service at {settings.dsn} "
-                          f"(CASESTREAM_PG_URL / CASESTREAM_AUDIT_DATABASE): {e}") from e
+    wiring.migrate(settings.dsn, migrations(), service=NAME)
     catalog = load_catalog()
-    codec = EnvelopeCodec(catalog, ConfluentSchemaRegistry(settings.registry_url),
-                          default_upcasters())
-    codec.prepare(auto_register=settings.auto_register_schemas)
+    codec = wiring.prepared_codec(settings, catalog)
 
     pool: ConnectionPool[Any] = ConnectionPool(
         settings.dsn, min_size=settings.pool_min, max_size=max(settings.pool_min + 1,
@@ -77,13 +66,9 @@ def build(settings: AuditSettings | None = None) -> ServiceProcess:
                                settings.consumer_config(),
                                ConsumerSettings(batch_size=settings.batch_size))
 
-    def database_ready() -> None:
-        with pool.connection(timeout=2.0) as conn:  # readiness fails fast
-            conn.execute("SELECT 1 FROM case_timeline LIMIT 1")
+    database_ready = wiring.database_ready(pool, "case_timeline")
 
-    def consumer_ready() -> None:
-        if not consumer.ready.is_set():
-            raise RuntimeError("consumer has no partition assignment yet")
+    consumer_ready = wiring.consumer_ready(consumer)
 
     reader = PgTimelineReader(DeadlinePool(pool))
     return ServiceProcess(name=NAME, app=build_app(reader, edge=edge), host=settings.host,

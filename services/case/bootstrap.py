@@ -22,25 +22,21 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-import psycopg
 from psycopg_pool import ConnectionPool
 
+from casestream import wiring
 from casestream.catalog import Catalog, load_catalog
-from casestream.codec import EnvelopeCodec
 from casestream.consumer.runtime import ConsumerRuntime
 from casestream.consumer.settings import ConsumerSettings
-from casestream.db import Migration, apply_migrations
-from casestream.errors import ConfigError
+from casestream.db import Migration
 from casestream.handlers import HandlerRegistry
 from casestream.http.edge import edge_policy
 from casestream.http.pgdeadline import DeadlinePool
 from casestream.kafka_config import producer_config
 from casestream.outbox import OUTBOX_MIGRATION, OutboxWriter
-from casestream.registry import ConfluentSchemaRegistry
 from casestream.relay.core import OutboxRelay
 from casestream.service import ServiceProcess, Worker, configure_logging
 from casestream.telemetry.readiness import dependency_checks
-from casestream.upcasters import default_upcasters
 from services.case.adapters import dashboard, saga_requests
 from services.case.adapters.http.app import build_app
 from services.case.adapters.postgres import PgUnitOfWork
@@ -90,11 +86,7 @@ def purge_worker(service: CaseService, interval_s: float) -> Worker:
 
 
 def _migrate(dsn: str) -> None:
-    try:
-        apply_migrations(dsn, migrations())
-    except psycopg.OperationalError as e:
-        raise ConfigError(f"cannot reach PostgreSQL for the case service at {dsn} "
-                          f"(CASESTREAM_PG_URL / CASESTREAM_CASE_DATABASE): {e}") from e
+    wiring.migrate(dsn, migrations(), service=NAME)
 
 
 def build(settings: CaseSettings | None = None) -> ServiceProcess:
@@ -107,11 +99,9 @@ def build(settings: CaseSettings | None = None) -> ServiceProcess:
     settings = settings or CaseSettings()
     configure_logging(NAME, settings.log_level)
     edge = edge_policy(settings, NAME)
-    _migrate(settings.dsn)
+    wiring.migrate(settings.dsn, migrations(), service=NAME)
     catalog = load_catalog()
-    codec = EnvelopeCodec(catalog, ConfluentSchemaRegistry(settings.registry_url),
-                          default_upcasters())
-    codec.prepare(auto_register=settings.auto_register_schemas)
+    codec = wiring.prepared_codec(settings, catalog)
 
     pool: ConnectionPool[Any] = ConnectionPool(
         settings.dsn, min_size=settings.pool_min, max_size=max(settings.pool_min, settings.pool_max),
@@ -127,9 +117,7 @@ def build(settings: CaseSettings | None = None) -> ServiceProcess:
         "idempotency-purge": purge_worker(service, settings.purge_interval_s)}
     readiness: dict[str, Callable[[], None]] = {}
 
-    def database_ready() -> None:
-        with pool.connection(timeout=2.0) as conn:  # readiness fails fast
-            conn.execute("SELECT 1 FROM cases LIMIT 1")
+    database_ready = wiring.database_ready(pool, "cases")
 
     readiness["postgres"] = database_ready
     checks = dependency_checks(settings.kafka_bootstrap, settings.registry_url)
@@ -143,9 +131,7 @@ def build(settings: CaseSettings | None = None) -> ServiceProcess:
                                    ConsumerSettings(), outbox=writer)
         workers["consumer"] = consumer.run
 
-        def consumer_ready() -> None:
-            if not consumer.ready.is_set():
-                raise RuntimeError("consumer has no partition assignment yet")
+        consumer_ready = wiring.consumer_ready(consumer)
 
         readiness["consumer"] = consumer_ready
 

@@ -14,26 +14,22 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from pathlib import Path
 
-import psycopg
 from psycopg_pool import ConnectionPool
 from pydantic import ValidationError
 
+from casestream import wiring
 from casestream.catalog import load_catalog
-from casestream.codec import EnvelopeCodec
 from casestream.consumer.runtime import ConsumerRuntime
 from casestream.consumer.settings import ConsumerSettings
-from casestream.db import apply_migrations
 from casestream.errors import ConfigError
 from casestream.handlers import HandlerRegistry
 from casestream.http.edge import edge_policy
 from casestream.http.pgdeadline import DeadlinePool
 from casestream.kafka_config import producer_config
 from casestream.outbox import OUTBOX_MIGRATION, OutboxWriter
-from casestream.registry import ConfluentSchemaRegistry
 from casestream.relay.core import OutboxRelay
 from casestream.service import ServiceProcess, configure_logging
 from casestream.telemetry.readiness import dependency_checks
-from casestream.upcasters import default_upcasters
 from services.decision.adapters import handlers, statistics
 from services.decision.adapters.http import build_app
 from services.decision.adapters.postgres import PgDecisionQueries
@@ -77,15 +73,9 @@ def build(settings: DecisionSettings | None = None) -> ServiceProcess:
     configure_logging(NAME, settings.log_level)
     edge = edge_policy(settings, NAME)
     dsn = settings.database_url(settings.database)
-    try:
-        apply_migrations(dsn, migrations())
-    except psycopg.OperationalError as e:
-        raise ConfigError(f"cannot reach PostgreSQL for the decision service at {dsn} "
-                          f"(CASESTREAM_PG_URL, CASESTREAM_DECISION_DATABASE): {e}") from e
+    wiring.migrate(dsn, migrations(), service=NAME)
     catalog = load_catalog()
-    codec = EnvelopeCodec(catalog, ConfluentSchemaRegistry(settings.registry_url),
-                          default_upcasters())
-    codec.prepare(auto_register=settings.auto_register_schemas)
+    codec = wiring.prepared_codec(settings, catalog)
 
     pool = ConnectionPool(dsn, min_size=2, max_size=settings.pool_size, open=True,
                           kwargs={"application_name": NAME})
@@ -109,13 +99,9 @@ def build(settings: DecisionSettings | None = None) -> ServiceProcess:
                                               client_id="decision.relay"),
                         name="decision.relay")
 
-    def database_ready() -> None:
-        with pool.connection(timeout=2.0) as conn:  # readiness fails fast
-            conn.execute("SELECT 1 FROM decision LIMIT 1")
+    database_ready = wiring.database_ready(pool, "decision")
 
-    def consumer_ready() -> None:
-        if not consumer.ready.is_set():
-            raise RuntimeError("consumer has no partition assignment yet")
+    consumer_ready = wiring.consumer_ready(consumer)
 
     return ServiceProcess(
         name=NAME, app=build_app(PgDecisionQueries(DeadlinePool(pool)), edge=edge),

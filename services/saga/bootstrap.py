@@ -21,26 +21,22 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-import psycopg
 from psycopg_pool import ConnectionPool
 from pydantic import ValidationError
 
+from casestream import wiring
 from casestream.catalog import Catalog, load_catalog
-from casestream.codec import EnvelopeCodec
 from casestream.consumer.runtime import ConsumerRuntime
 from casestream.consumer.settings import ConsumerSettings
-from casestream.db import apply_migrations
 from casestream.errors import ConfigError
 from casestream.handlers import HandlerRegistry
 from casestream.http.edge import edge_policy
 from casestream.http.pgdeadline import DeadlinePool
 from casestream.kafka_config import producer_config
 from casestream.outbox import OUTBOX_MIGRATION, OutboxWriter
-from casestream.registry import ConfluentSchemaRegistry
 from casestream.relay.core import OutboxRelay
 from casestream.service import ServiceProcess, configure_logging
 from casestream.telemetry.readiness import dependency_checks
-from casestream.upcasters import default_upcasters
 from services.saga.adapters import handlers
 from services.saga.adapters.handlers import OutboxSink
 from services.saga.adapters.http import build_app
@@ -114,15 +110,9 @@ def build(settings: SagaSettings | None = None) -> ServiceProcess:
     configure_logging(NAME, settings.log_level)
     edge = edge_policy(settings, NAME)
     dsn = settings.database_url(settings.database)
-    try:
-        apply_migrations(dsn, migrations())
-    except psycopg.OperationalError as e:
-        raise ConfigError(f"cannot reach PostgreSQL for the saga service at {dsn} "
-                          f"(CASESTREAM_PG_URL, CASESTREAM_SAGA_DATABASE): {e}") from e
+    wiring.migrate(dsn, migrations(), service=NAME)
     catalog = load_catalog()
-    codec = EnvelopeCodec(catalog, ConfluentSchemaRegistry(settings.registry_url),
-                          default_upcasters())
-    codec.prepare(auto_register=settings.auto_register_schemas)
+    codec = wiring.prepared_codec(settings, catalog)
     definition = definition_from(settings, catalog)
     orchestrator = Orchestrator(definition, clock=utc_now)
 
@@ -150,13 +140,9 @@ def build(settings: SagaSettings | None = None) -> ServiceProcess:
             return orchestrator.resolve(PgSagaStore(conn), OutboxSink(outbox, conn), saga_id,
                                         reason=reason, actor_id=actor_id, tenant_id=tenant_id)
 
-    def database_ready() -> None:
-        with pool.connection(timeout=2.0) as conn:  # readiness fails fast
-            conn.execute("SELECT 1 FROM saga LIMIT 1")
+    database_ready = wiring.database_ready(pool, "saga")
 
-    def consumer_ready() -> None:
-        if not consumer.ready.is_set():
-            raise RuntimeError("consumer has no partition assignment yet")
+    consumer_ready = wiring.consumer_ready(consumer)
 
     register_saga_metrics(pool)  # saga_state_total, compensation_total, timeouts_total
     return ServiceProcess(
