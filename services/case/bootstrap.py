@@ -85,10 +85,6 @@ def purge_worker(service: CaseService, interval_s: float) -> Worker:
     return run
 
 
-def _migrate(dsn: str) -> None:
-    wiring.migrate(dsn, migrations(), service=NAME)
-
-
 def build(settings: CaseSettings | None = None) -> ServiceProcess:
     """Build the case service process (see the module docstring).
 
