@@ -121,6 +121,8 @@ class ServiceProcess:
         workers: named worker loops, each run in its own daemon thread.
         readiness: dependency checks served at ``/readyz``.
         shutdown_timeout_s: how long to wait for each worker to stop, in seconds.
+        http_drain_s: seconds uvicorn waits for requests in flight at shutdown before it
+            closes their connections (uvicorn's ``timeout_graceful_shutdown``).
         closers: called in order after every worker has stopped (connection pools,
             the schema registry client); a closer's failure is logged, not raised.
     """
@@ -133,6 +135,7 @@ class ServiceProcess:
     readiness: Mapping[str, ReadinessCheck] = field(default_factory=dict)
     shutdown_timeout_s: float = 30.0
     closers: Sequence[Callable[[], None]] = ()
+    http_drain_s: float = 5.0
     stop: threading.Event = field(default_factory=threading.Event)
     _failed: list[str] = field(default_factory=list)
 
@@ -152,7 +155,8 @@ class ServiceProcess:
             uvicorn.Config(TracingMiddleware(self.app, serve_metrics=True), host=self.host,
                            port=self.port,
                            log_config=None,
-                           access_log=False, lifespan="off"),
+                           access_log=False, lifespan="off",
+                           timeout_graceful_shutdown=self.http_drain_s),
             on_signal=self.stop.set,
         )
         threads = [
