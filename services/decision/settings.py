@@ -29,8 +29,7 @@ _P = "CASESTREAM_DECISION_"
 class DecisionSettings(CommonSettings):
     """Frozen settings of the decision service (see the module docstring for variables)."""
 
-    model_config = SettingsConfigDict(env_prefix="CASESTREAM_", frozen=True, extra="ignore",
-                                      populate_by_name=True)
+    model_config = SettingsConfigDict(env_prefix="CASESTREAM_", frozen=True, extra="ignore")
 
     host: str = Field("127.0.0.1", validation_alias=_P + "HOST")
     port: int = Field(18104, ge=1, le=65535, validation_alias=_P + "PORT")

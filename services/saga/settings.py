@@ -36,8 +36,7 @@ _P = "CASESTREAM_SAGA_"
 class SagaSettings(CommonSettings):
     """Frozen settings of the saga-orchestrator (see the module docstring for variables)."""
 
-    model_config = SettingsConfigDict(env_prefix="CASESTREAM_", frozen=True, extra="ignore",
-                                      populate_by_name=True)
+    model_config = SettingsConfigDict(env_prefix="CASESTREAM_", frozen=True, extra="ignore")
 
     host: str = Field("127.0.0.1", validation_alias=_P + "HOST")
     port: int = Field(18103, validation_alias=_P + "PORT")

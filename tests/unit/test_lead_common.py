@@ -124,3 +124,23 @@ def test_consumer_config_carries_the_session_timeout(monkeypatch: pytest.MonkeyP
     assert config["session.timeout.ms"] == 6000
     assert config["heartbeat.interval.ms"] == 2000
     assert config["bootstrap.servers"] == CommonSettings().kafka_bootstrap
+
+
+@pytest.mark.parametrize("module, cls", [
+    ("services.case.settings", "CaseSettings"), ("services.audit.settings", "AuditSettings"),
+    ("services.saga.settings", "SagaSettings"), ("services.decision.settings", "DecisionSettings"),
+    ("services.notification.settings", "NotificationSettings")])
+def test_a_service_setting_is_read_only_from_its_own_prefix(
+    monkeypatch: pytest.MonkeyPatch, module: str, cls: str
+) -> None:
+    import importlib
+
+    settings_cls = getattr(importlib.import_module(module), cls)
+    monkeypatch.setenv("CASESTREAM_PORT", "1234")
+    monkeypatch.setenv("CASESTREAM_DATABASE", "somebody_elses")
+    settings = settings_cls()
+    assert settings.port != 1234
+    assert settings.database != "somebody_elses"
+    service = module.split(".")[1].upper()
+    monkeypatch.setenv(f"CASESTREAM_{service}_PORT", "1234")
+    assert settings_cls().port == 1234

@@ -246,7 +246,7 @@ def test_service_builds_its_definition_from_settings_and_catalog() -> None:
     from services.saga.bootstrap import definition_from
     from services.saga.settings import SagaSettings
 
-    settings = SagaSettings(decision_deadline_s=7, close_attempts=5)
+    settings = SagaSettings(CASESTREAM_SAGA_DECISION_DEADLINE_S=7, CASESTREAM_SAGA_CLOSE_ATTEMPTS=5)
     d = definition_from(settings, load_catalog())
     assert d.step("decide").deadline == timedelta(seconds=7)
     assert d.step("close").retry.max_attempts == 5
