@@ -21,7 +21,7 @@ import logging
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from opentelemetry import trace
@@ -56,11 +56,12 @@ class Telemetry:
     service: str
     tracer_provider: TracerProvider
     metrics: MetricsRegistry
+    tracer: trace.Tracer = field(init=False)
+    """The casestream tracer, made once: ``get_tracer`` builds a new Tracer (and its
+    instrumentation scope) on every call, about 80 µs — too much per message."""
 
-    @property
-    def tracer(self) -> trace.Tracer:
-        """The casestream tracer."""
-        return self.tracer_provider.get_tracer("casestream")
+    def __post_init__(self) -> None:
+        self.tracer = self.tracer_provider.get_tracer("casestream")
 
     def shutdown(self) -> None:
         """Flush and stop exporters (called when the service stops)."""
