@@ -22,7 +22,7 @@ from casestream.errors import ConfigError
 from casestream.relay.metrics import RelayMetrics
 from casestream.telemetry.http import TracingMiddleware, metrics_route
 from casestream.telemetry.logs import JsonFormatter, log_context
-from casestream.telemetry.metrics import METRIC_HELP, MetricsRegistry, render_prometheus
+from casestream.telemetry.metrics import HISTOGRAM_LABELS, METRIC_HELP, MetricsRegistry, render_prometheus
 from casestream.telemetry.readiness import kafka_check, registry_check
 from casestream.telemetry.settings import TelemetrySettings
 from casestream.telemetry.sources import Sources
@@ -162,13 +162,13 @@ def test_every_name_of_issue_9_is_exposed_unchanged_by_the_exporter() -> None:
     sources.add_counters("app", SimpleNamespace(
         idempotency_replays=1, idempotency_conflicts=0,
         edge=SimpleNamespace(shed=0, rate_limited=0, unauthorized=0)))
-    for name in ("saga_state_total", "compensation_total", "timeouts_total"):
+    for name in ("saga_state_total", "compensation_total", "timeouts_total", "saga_stuck_total"):
         sources.add_gauge(name, lambda: {(("state", "COMPLETED"),): 1.0})
     registry = MetricsRegistry("unit", sources)
     try:
         for name in METRIC_HELP:
             if METRIC_HELP[name][0] == "histogram":
-                registry.record(name, 0.1, {"consumer": "c"})
+                registry.record(name, 0.1, {label: "x" for label in HISTOGRAM_LABELS[name]})
         text = render_prometheus(registry.collect())
     finally:
         registry.shutdown()
