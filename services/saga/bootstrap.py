@@ -144,7 +144,9 @@ def build(settings: SagaSettings | None = None) -> ServiceProcess:
 
     consumer_ready = wiring.consumer_ready(consumer)
 
-    register_saga_metrics(pool)  # saga_state_total, compensation_total, timeouts_total
+    # saga_state_total, compensation_total, timeouts_total, saga_stuck_total
+    register_saga_metrics(pool, definition,
+                          stuck_grace=timedelta(seconds=settings.stuck_grace_s))
     return ServiceProcess(
         name=NAME, app=build_app(PgSagaQueries(http_pool), orchestrator, resolve, edge=edge,
                                  stuck_grace=timedelta(seconds=settings.stuck_grace_s),

@@ -23,6 +23,7 @@ saga, decision and notification APIs: bearer tokens required, only a supervisor 
 from __future__ import annotations
 
 import os
+import re
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -39,9 +40,11 @@ from casestream.auth import bearer_headers
 from casestream.catalog import load_catalog
 from casestream.codec import EnvelopeCodec
 from casestream.devstack import ServiceStack
+from casestream.dlq import read_topic
 from casestream.registry import ConfluentSchemaRegistry
 from casestream.relay.testing import PrivateKafka, create_topics, free_port
 from casestream.upcasters import default_upcasters
+from services.saga.adapters.handlers import CONSUMER
 
 pytestmark = pytest.mark.integration
 
@@ -220,6 +223,38 @@ def saga_outbox_actors(stack: ServiceStack, saga_id: str) -> list[tuple[str, int
     return [(e.event_type, e.aggregate_version, e.correlation_id, e.actor_id) for e in envs]
 
 
+def journey_events(stack: ServiceStack, service: str, correlation_id: str) -> list[Any]:
+    """Decoded envelopes in ``service``'s outbox with ``correlation_id``, in outbox order."""
+    registry = ConfluentSchemaRegistry(stack.env["CASESTREAM_REGISTRY_URL"])
+    try:
+        codec = EnvelopeCodec(load_catalog(), registry, default_upcasters())
+        codec.prepare(auto_register=False)
+        dsn = (f"{stack.env['CASESTREAM_PG_URL']}/"
+               f"{stack.env[f'CASESTREAM_{service.upper()}_DATABASE']}")
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            rows = conn.execute("SELECT payload FROM outbox WHERE correlation_id = %s "
+                                "ORDER BY seq", (correlation_id,)).fetchall()
+        return [codec.decode(bytes(r[0])) for r in rows]
+    finally:
+        registry.close()
+
+
+def saga_dead_letter_total(stack: ServiceStack) -> float:
+    """``dead_letter_total{consumer="saga.orchestrator"}`` from the saga service's /metrics."""
+    text = httpx.get(url(stack, "saga", "/metrics"), timeout=10).text
+    found = re.search(r'^dead_letter_total\{consumer="saga\.orchestrator"\} (\S+)$', text,
+                      re.MULTILINE)
+    assert found is not None, "dead_letter_total of saga.orchestrator missing from /metrics"
+    return float(found.group(1))
+
+
+def saga_dead_letters_of(kafka: PrivateKafka, case_id: str) -> list[Any]:
+    """Messages on the saga consumer's dead-letter topic that belong to ``case_id``."""
+    return [r for r in read_topic(kafka.bootstrap, f"{CONSUMER}.dlq")
+            if r.key == case_id.encode()
+            or dict(r.headers).get("correlation_id") == case_id.encode()]
+
+
 def triggers(saga: dict[str, Any]) -> list[tuple[str, str, str]]:
     return [(h["trigger"], h["disposition"], h["to_state"]) for h in saga["history"]]
 
@@ -241,6 +276,18 @@ def test_happy_paths_complete_and_every_transition_reaches_the_audit_trail(
                                       "CaseCloseRequested", "SagaCompleted"]
     assert [e[1] for e in events] == [1, 2, 3, 4]
     assert {e[2] for e in events} == {violation}  # correlation id = case id, end to end
+    # every saga event: correlation = the case's correlation id (the case id, set at
+    # CaseOpened) and causation = the id of the participant's event that caused it
+    by_type = {e.event_type: e for service in ("case", "decision", "notification")
+               for e in journey_events(stack, service, violation)}
+    assert by_type["CaseOpened"].correlation_id == violation
+    saga_events = journey_events(stack, "saga", violation)
+    assert [e.event_type for e in saga_events] == [e[0] for e in events]
+    causes = {"DecisionRequested": "CaseSubmitted", "NoticeRequested": "ViolationDetermined",
+              "CaseCloseRequested": "NoticeIssued", "SagaCompleted": "CaseClosed"}
+    for e in saga_events:
+        assert e.correlation_id == violation, e.event_type
+        assert e.causation_id == by_type[causes[e.event_type]].event_id, e.event_type
     expected = ["CaseOpened", "CaseSubmitted", "DecisionRequested", "ViolationDetermined",
                 "NoticeRequested", "NoticeIssued", "CaseCloseRequested", "CaseClosed",
                 "SagaCompleted"]
@@ -393,7 +440,12 @@ def test_duplicate_replies_are_no_ops(stack: ServiceStack, kafka: PrivateKafka, 
 
 
 def test_decision_timeout_then_late_success_stays_compensated(
-        stack: ServiceStack, pg_url: str, databases: dict[str, str]) -> None:
+        stack: ServiceStack, kafka: PrivateKafka, pg_url: str,
+        databases: dict[str, str]) -> None:
+    """The decision arrives after its deadline fired and compensation began: recorded on
+    the saga as late, no forward step, and not an error — the saga consumer dead-letters
+    nothing for it (its dead-letter topic and dead_letter_total at /metrics)."""
+    dead_letters_before = saga_dead_letter_total(stack)
     assert stack.stop("decision") == 0
     try:
         case_id = submit(stack, "Slow decision", severity=4, evidence=1)
@@ -412,6 +464,11 @@ def test_decision_timeout_then_late_success_stays_compensated(
     assert case_status(stack, case_id) == "returned"
     types = [e[0] for e in saga_outbox(pg_url, databases, saga["saga_id"])]
     assert "NoticeRequested" not in types and types[-1] == "SagaCompensated"
+    [late] = [h for h in saga["history"] if h["disposition"] == "late"]
+    assert late["trigger"] in ("ViolationDetermined", "NoViolationFound")
+    # the late reply is processed, not dead-lettered
+    assert saga_dead_letters_of(kafka, case_id) == []
+    assert saga_dead_letter_total(stack) == dead_letters_before
 
 
 def _wait_all_terminal(pg_url: str, databases: dict[str, str], case_ids: list[str],

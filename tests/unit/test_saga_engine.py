@@ -321,3 +321,33 @@ def test_whole_violation_journey_numbers_events_consecutively() -> None:
                                                "CaseCloseRequested", "SagaCompleted"]
     assert [e.aggregate_version for e in emitted] == [1, 2, 3, 4]
     assert saga.last_event_id == "e-CaseClosed"
+
+
+REPLY_CASES = [c for c in CASES if c.trigger not in (DEADLINE, RESOLVE)
+               and c.disposition is Disposition.TRANSITIONED]
+"""Every transition a participant's reply drives (not deadlines, not the operator)."""
+
+
+@pytest.mark.parametrize("attempts", [1, 2])
+@pytest.mark.parametrize("case", REPLY_CASES, ids=Case.id)
+def test_same_reply_twice_with_different_event_ids_transitions_once(case: Case,
+                                                                    attempts: int) -> None:
+    """Given a saga awaiting a step (attempt 1, or a re-issued attempt 2 of the same
+    request), when the participant emits its reply twice as two distinct events (new event
+    id, same saga, same step, same payload: the inbox cannot tell them apart), expect one
+    transition with its requests, then an IGNORED no-op: same saga object, no emission, no
+    new deadline, recorded under the second event id."""
+    saga = given(case.state, attempts=attempts)
+    first = apply_event(CASE_REVIEW, saga, event_type=case.trigger, payload=case.payload,
+                        event_id="reply-1", now=T0)
+    assert first.history.disposition is Disposition.TRANSITIONED
+    assert first.saga.state == case.to
+    assert [e.event_type for e in first.emissions] == [r[0] for r in case.requests]
+    again = apply_event(CASE_REVIEW, first.saga, event_type=case.trigger, payload=case.payload,
+                        event_id="reply-2", now=T0 + timedelta(seconds=1))
+    assert again.saga is first.saga
+    assert again.emissions == ()
+    assert not again.changed
+    assert again.history.disposition is Disposition.IGNORED
+    assert (again.history.event_id, again.history.from_state, again.history.to_state) == (
+        "reply-2", case.to, case.to)

@@ -316,3 +316,116 @@ def test_resolve_for_another_tenant_is_unknown_before_any_state_check(world) -> 
                         tenant_id=tenant + "-other") is None
     with pytest.raises(UnknownTrigger):
         orch.resolve(store, sink, saga_id, reason="x", actor_id="op", tenant_id=tenant)
+
+
+def test_same_reply_emitted_twice_with_new_event_ids_is_a_no_op(world) -> None:
+    """A participant that retried emits its reply twice as two distinct events (new event
+    ids, same saga and step): the inbox and ``store.seen`` cannot catch the second one, the
+    engine must: one transition, one follow-up request, the second recorded as ignored."""
+    orch, store, sink, _ = world
+    saga_id = orch.handle(store, sink, submitted()).saga_id or ""
+    first = reply("NoViolationFound", saga_id, {})
+    second = reply("NoViolationFound", saga_id, {})
+    assert first.event_id != second.event_id and first.payload == second.payload
+    assert orch.handle(store, sink, first).disposition is Disposition.TRANSITIONED
+    saga = store.get(saga_id)
+    assert saga is not None and saga.state == cr.AWAITING_CLOSE
+    again = orch.handle(store, sink, second)
+    assert again.disposition is Disposition.IGNORED
+    assert store.get(saga_id) == saga  # same state, step, attempts, deadline, version
+    assert [e.event_type for e in sink.events] == ["DecisionRequested", "CaseCloseRequested"]
+    transitions = [h for h in store.histories[saga_id]
+                   if h.disposition is Disposition.TRANSITIONED]
+    assert [h.event_id for h in transitions] == [first.event_id]
+    assert store.histories[saga_id][-1].event_id == second.event_id
+    assert orch.metrics.get("ignored_replies_total") == 1
+    # the re-issued close request answered twice (two CaseClosed events): completes once
+    orch.handle(store, sink, case_event("CaseClosed", {"outcome": "no_violation",
+                                                       "penalty_cents": None}))
+    orch.handle(store, sink, case_event("CaseClosed", {"outcome": "no_violation",
+                                                       "penalty_cents": None}, version=4))
+    assert [e.event_type for e in sink.events] == ["DecisionRequested", "CaseCloseRequested",
+                                                   "SagaCompleted"]
+
+
+@pytest.mark.parametrize("correlation", [CASE, "journey-7f3a"],
+                         ids=["case-id-as-correlation", "distinct-correlation"])
+def test_every_saga_event_carries_the_journey_correlation_and_its_cause(
+        world, correlation: str) -> None:
+    """Every event the saga emits — on every path: start, replies, operator resolve,
+    deadline retries, deadline transitions, announcements — has correlation_id = the
+    correlation id of the case's CaseSubmitted (the case id in production: see
+    services/saga/__init__.py; never the saga id) and causation_id = the id of the event
+    that caused it. Deadline- and operator-driven events have no causing event: their
+    causation is the last event that changed the saga (``last_event_id``)."""
+    orch, store, sink, clock = world
+
+    def journey_event(event_type: str, aggregate: str, case_id: str, version: int,
+                      payload: dict[str, Any]) -> Envelope:
+        return new_event(event_type=event_type, aggregate_type=aggregate, aggregate_id=case_id,
+                         aggregate_version=version, tenant_id="tenant-a", source=aggregate,
+                         actor_id="svc", correlation_id=correlation, payload=payload)
+
+    checked: list[tuple[str, str | None]] = []
+
+    def expect(cause: str, action: Any) -> None:
+        before = len(sink.events)
+        action()
+        new = sink.events[before:]
+        assert new, "the action emitted nothing"
+        for e in new:
+            checked.append((e.event_type, e.causation_id))
+            assert e.correlation_id == correlation, e.event_type
+            assert e.causation_id == cause, e.event_type
+            assert e.aggregate_type == "saga" and e.correlation_id != e.aggregate_id
+
+    def silent(action: Any) -> None:
+        before = len(sink.events)
+        action()
+        assert len(sink.events) == before
+
+    def start(case_id: str) -> tuple[Envelope, str]:
+        start_event = journey_event("CaseSubmitted", "case", case_id, 2, {
+            "title": "T", "severity": 4, "evidence_count": 1,
+            "reporter_email": "inspector@example.org", "submitted_by": "officer-7"})
+        expect(start_event.event_id, lambda: orch.handle(store, sink, start_event))
+        return start_event, saga_id_for(start_event.event_id)
+
+    # 1: violation -> notice failed -> manual review -> resolved -> close retried -> closed
+    case1 = "case-corr-1"
+    _, s1 = start(case1)
+    violation = journey_event("ViolationDetermined", "decision", case1, 1, {
+        "case_id": case1, "saga_id": s1, "violation_code": "REG-4", "penalty_cents": 5})
+    expect(violation.event_id, lambda: orch.handle(store, sink, violation))
+    failed = journey_event("NoticeFailed", "notice", case1, 1,
+                           {"case_id": case1, "saga_id": s1, "reason": "bounced"})
+    expect(failed.event_id, lambda: orch.handle(store, sink, failed))  # manual review
+    expect(failed.event_id, lambda: orch.resolve(store, sink, s1, reason="by post",
+                                                 actor_id="op-1"))
+    clock.now += timedelta(minutes=2)
+    expect(failed.event_id, lambda: orch.fire_due(store, sink))  # close re-issued
+    closed = journey_event("CaseClosed", "case", case1, 3,
+                           {"outcome": "violation", "penalty_cents": 5})
+    expect(closed.event_id, lambda: orch.handle(store, sink, closed))  # SagaCompleted
+    late = journey_event("ViolationDetermined", "decision", case1, 2, {
+        "case_id": case1, "saga_id": s1, "violation_code": "REG-4", "penalty_cents": 5})
+    silent(lambda: orch.handle(store, sink, late))
+    # 2: decision deadline -> compensation re-issued -> given up
+    case2 = "case-corr-2"
+    submitted2, _ = start(case2)
+    clock.now += timedelta(minutes=5)
+    expect(submitted2.event_id, lambda: orch.fire_due(store, sink))  # CaseReturnRequested
+    for _ in range(3):  # two re-issues, then SagaCompensationFailed
+        clock.now += timedelta(minutes=3)
+        expect(submitted2.event_id, lambda: orch.fire_due(store, sink))
+    # 3: decision failed -> compensation confirmed
+    case3 = "case-corr-3"
+    _, s3 = start(case3)
+    decision_failed = journey_event("DecisionFailed", "decision", case3, 1,
+                                    {"case_id": case3, "saga_id": s3, "reason": "engine down"})
+    expect(decision_failed.event_id, lambda: orch.handle(store, sink, decision_failed))
+    returned = journey_event("CaseReturned", "case", case3, 3, {"reason": "engine down"})
+    expect(returned.event_id, lambda: orch.handle(store, sink, returned))
+
+    assert len(checked) == len(sink.events)  # every emitted event was checked
+    assert {t for t, _ in checked} == orch.definition.emitted_event_types()  # every kind

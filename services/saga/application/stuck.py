@@ -7,7 +7,9 @@ change is older than the grace period. PARKED sagas (MANUAL_REVIEW) wait for an 
 design and are reported by state, not as stuck; TERMINAL sagas are finished.
 
 The gauges are computed from the database, so they are exact and survive restarts (the
-counters of :mod:`.metrics` are per process).
+counters of :mod:`.metrics` are per process). Prometheus gets the stuck count as the gauge
+``saga_stuck_total`` at the service's ``GET /metrics`` (same rule, every tenant, not capped:
+``services.saga.adapters.metrics_pg``); :func:`gauges` serves the per-tenant JSON view.
 """
 
 from __future__ import annotations

@@ -35,8 +35,8 @@ Observed from existing stats (``Sources``) at scrape time:
     outbox_failed_total{relay}, outbox_oldest_pending_age_seconds{relay},
     idempotency_replays_total, idempotency_conflicts_total, http_shed_total,
     http_rate_limited_total, http_unauthorized_total,
-    saga_state_total{state}, compensation_total, timeouts_total{component}
-    (the last three from SQL registered by the saga service: ``core.observe_query``)
+    saga_state_total{state}, saga_stuck_total, compensation_total, timeouts_total{component}
+    (the last four from SQL registered by the saga service: ``core.observe_query``)
 Recorded by hooks (histograms, seconds):
     consumer_message_duration_seconds{consumer,topic}, consumer_batch_duration_seconds{consumer},
     relay_publish_duration_seconds{relay,topic}, http_server_duration_seconds{method,status}
