@@ -20,13 +20,9 @@ from typing import Any
 from psycopg_pool import ConnectionPool
 
 from casestream import wiring
-from casestream.catalog import load_catalog
-from casestream.consumer.runtime import ConsumerRuntime
-from casestream.consumer.settings import ConsumerSettings
-from casestream.http.edge import edge_policy
+from casestream.db import Migration
 from casestream.http.pgdeadline import DeadlinePool
-from casestream.service import ServiceProcess, configure_logging
-from casestream.telemetry.readiness import dependency_checks
+from casestream.service import ServiceProcess
 from services.audit.adapters import handlers
 from services.audit.adapters.http import build_app
 from services.audit.adapters.postgres import PgTimelineReader
@@ -37,9 +33,9 @@ NAME = "audit"
 MIGRATIONS = Path(__file__).parent / "migrations"
 
 
-def migrations() -> list[Path]:
-    """This service's ``migrations/*.sql`` in name order."""
-    return sorted(MIGRATIONS.glob("*.sql"))
+def migrations() -> list[Migration | Path]:
+    """This service's ``migrations/*.sql`` in name order (no outbox: it emits no events)."""
+    return wiring.service_migrations(MIGRATIONS, outbox=False)
 
 
 def build(settings: AuditSettings | None = None) -> ServiceProcess:
@@ -50,30 +46,21 @@ def build(settings: AuditSettings | None = None) -> ServiceProcess:
         casestream.errors.SchemaError / RegistryUnavailable: the codec cannot be prepared.
     """
     settings = settings or AuditSettings()
-    configure_logging(NAME, settings.log_level)
-    edge = edge_policy(settings, NAME)
-    wiring.migrate(settings.dsn, migrations(), service=NAME)
-    catalog = load_catalog()
-    codec = wiring.prepared_codec(settings, catalog)
+    base = wiring.groundwork(settings, NAME, migrations())
+    codec = base.codec
 
     pool: ConnectionPool[Any] = ConnectionPool(
         settings.dsn, min_size=settings.pool_min, max_size=max(settings.pool_min + 1,
                                                                 settings.pool_max),
         timeout=settings.pool_timeout_s, open=True, name="audit",
         kwargs={"application_name": NAME})
-    registry = handlers.build_registry(event_types={*KNOWN_EVENT_TYPES, *catalog.event_types})
-    consumer = ConsumerRuntime(handlers.CONSUMER, handlers.TOPICS, registry, codec, pool,
-                               settings.consumer_config(),
-                               ConsumerSettings(batch_size=settings.batch_size))
-
-    database_ready = wiring.database_ready(pool, "case_timeline")
-
-    consumer_ready = wiring.consumer_ready(consumer)
+    registry = handlers.build_registry(
+        event_types={*KNOWN_EVENT_TYPES, *base.catalog.event_types})
+    consumer = wiring.consumer_runtime(handlers, registry, codec, pool, settings,
+                                       batch_size=settings.batch_size)
 
     reader = PgTimelineReader(DeadlinePool(pool))
-    return ServiceProcess(name=NAME, app=build_app(reader, edge=edge), host=settings.host,
+    return ServiceProcess(name=NAME, app=build_app(reader, edge=base.edge), host=settings.host,
                           port=settings.port, workers={"consumer": consumer.run},
-                          readiness={"postgres": database_ready, "consumer": consumer_ready,
-                                     **dependency_checks(settings.kafka_bootstrap,
-                                                         settings.registry_url)},
+                          readiness=wiring.readiness(pool, "case_timeline", consumer, settings),
                           closers=[codec.close, pool.close])

@@ -18,44 +18,26 @@ Bearer tokens are verified per ``casestream.auth.AuthSettings`` (``CASESTREAM_AU
 
 from __future__ import annotations
 
-from pydantic import AliasChoices, Field
-from pydantic_settings import SettingsConfigDict
+from pydantic import Field
 
-from casestream.auth import AuthSettings
-from casestream.settings import CommonSettings
+from casestream.settings import ServiceSettings, service_config
 
 _PREFIX = "CASESTREAM_AUDIT_"
 
 
-def _env(name: str) -> AliasChoices:
-    return AliasChoices(_PREFIX + name.upper())
-
-
-class AuditSettings(CommonSettings):
+class AuditSettings(ServiceSettings):
     """Frozen settings of the audit service (see module docstring for the variables).
 
     Fields are read only from their prefixed variable (never ``CASESTREAM_PORT`` & co.);
     in code pass the variable names, e.g. ``Settings(CASESTREAM_CASE_PORT=0)``.
+    The HTTP edge fields (host, limits, deadline, auth) and ``dsn``: :class:`ServiceSettings`.
     """
 
-    model_config = SettingsConfigDict(env_prefix="CASESTREAM_", frozen=True, extra="ignore")
+    model_config = service_config(_PREFIX)
 
-    database: str = Field("audit", validation_alias=_env("database"))
-    host: str = Field("127.0.0.1", validation_alias=_env("host"))
-    port: int = Field(18102, ge=1, le=65535, validation_alias=_env("port"))
-    pool_min: int = Field(1, ge=1, validation_alias=_env("pool_min"))
-    pool_max: int = Field(8, ge=1, validation_alias=_env("pool_max"))
-    pool_timeout_s: float = Field(5.0, gt=0, validation_alias=_env("pool_timeout_s"))
-    batch_size: int = Field(500, ge=1, validation_alias=_env("batch_size"))
-    max_in_flight: int = Field(32, ge=1, validation_alias=_env("max_in_flight"))
-    rate_tenant_per_s: float = Field(400.0, gt=0, validation_alias=_env("rate_tenant_per_s"))
-    rate_tenant_burst: int = Field(800, ge=1, validation_alias=_env("rate_tenant_burst"))
-    rate_client_per_s: float = Field(100.0, gt=0, validation_alias=_env("rate_client_per_s"))
-    rate_client_burst: int = Field(200, ge=1, validation_alias=_env("rate_client_burst"))
-    request_deadline_s: float = Field(5.0, gt=0, validation_alias=_env("request_deadline_s"))
-    auth: AuthSettings = Field(default_factory=AuthSettings, validation_alias=_env("auth"))
-
-    @property
-    def dsn(self) -> str:
-        """The audit database URL."""
-        return self.database_url(self.database)
+    database: str = "audit"
+    port: int = Field(18102, ge=1, le=65535)
+    pool_min: int = Field(1, ge=1)
+    pool_max: int = Field(8, ge=1)
+    pool_timeout_s: float = Field(5.0, gt=0)
+    batch_size: int = Field(500, ge=1)

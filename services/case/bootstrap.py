@@ -25,17 +25,12 @@ from typing import Any
 from psycopg_pool import ConnectionPool
 
 from casestream import wiring
-from casestream.catalog import Catalog, load_catalog
-from casestream.consumer.runtime import ConsumerRuntime
-from casestream.consumer.settings import ConsumerSettings
+from casestream.catalog import Catalog
 from casestream.db import Migration
 from casestream.handlers import HandlerRegistry
-from casestream.http.edge import edge_policy
 from casestream.http.pgdeadline import DeadlinePool
-from casestream.kafka_config import producer_config
-from casestream.outbox import OUTBOX_MIGRATION, OutboxWriter
-from casestream.relay.core import OutboxRelay
-from casestream.service import ServiceProcess, Worker, configure_logging
+from casestream.outbox import OutboxWriter
+from casestream.service import ServiceProcess, Worker
 from casestream.telemetry.readiness import dependency_checks
 from services.case.adapters import dashboard, saga_requests
 from services.case.adapters.http.app import build_app
@@ -58,7 +53,7 @@ class SystemClock:
 
 def migrations() -> list[Migration | Path]:
     """The outbox migration, then this service's ``migrations/*.sql`` in name order."""
-    return [OUTBOX_MIGRATION, *sorted(MIGRATIONS.glob("*.sql"))]
+    return wiring.service_migrations(MIGRATIONS)
 
 
 def consumer_registry(service: CaseService, catalog: Catalog) -> HandlerRegistry:
@@ -93,11 +88,8 @@ def build(settings: CaseSettings | None = None) -> ServiceProcess:
         casestream.errors.SchemaError / RegistryUnavailable: the codec cannot be prepared.
     """
     settings = settings or CaseSettings()
-    configure_logging(NAME, settings.log_level)
-    edge = edge_policy(settings, NAME)
-    wiring.migrate(settings.dsn, migrations(), service=NAME)
-    catalog = load_catalog()
-    codec = wiring.prepared_codec(settings, catalog)
+    base = wiring.groundwork(settings, NAME, migrations())
+    catalog, codec = base.catalog, base.codec
 
     pool: ConnectionPool[Any] = ConnectionPool(
         settings.dsn, min_size=settings.pool_min, max_size=max(settings.pool_min, settings.pool_max),
@@ -113,38 +105,28 @@ def build(settings: CaseSettings | None = None) -> ServiceProcess:
         "idempotency-purge": purge_worker(service, settings.purge_interval_s)}
     readiness: dict[str, Callable[[], None]] = {}
 
-    database_ready = wiring.database_ready(pool, "cases")
-
-    readiness["postgres"] = database_ready
+    readiness["postgres"] = wiring.database_ready(pool, "cases")
     checks = dependency_checks(settings.kafka_bootstrap, settings.registry_url)
     readiness["registry"] = checks["registry"]
     if settings.consumer_enabled or settings.relay_enabled:
         readiness["kafka"] = checks["kafka"]
     if settings.consumer_enabled:
-        consumer = ConsumerRuntime(saga_requests.CONSUMER, saga_requests.TOPICS,
-                                   consumer_registry(service, catalog), codec, pool,
-                                   settings.consumer_config(),
-                                   ConsumerSettings(), outbox=writer)
+        consumer = wiring.consumer_runtime(saga_requests, consumer_registry(service, catalog),
+                                           codec, pool, settings, outbox=writer)
         workers["consumer"] = consumer.run
-
-        consumer_ready = wiring.consumer_ready(consumer)
-
-        readiness["consumer"] = consumer_ready
+        readiness["consumer"] = wiring.consumer_ready(consumer)
 
         # the case dashboard read model (rebuildable with `casestream replay case.dashboard`)
         with pool.connection() as conn:
             dashboard.create_tables(conn, dashboard.PROJECTION.live_names())
-        dashboard_consumer = ConsumerRuntime(
-            dashboard.CONSUMER, dashboard.TOPICS,
-            dashboard.registry(dashboard.PROJECTION.live_names(), catalog.event_types),
-            codec, pool, settings.consumer_config(), ConsumerSettings(batch_size=500))
+        dashboard_consumer = wiring.consumer_runtime(
+            dashboard, dashboard.registry(dashboard.PROJECTION.live_names(), catalog.event_types),
+            codec, pool, settings, batch_size=500)
         workers["dashboard"] = dashboard_consumer.run
     if settings.relay_enabled:
-        relay = OutboxRelay(pool, producer_config(settings.kafka_bootstrap, client_id="case.relay"),
-                            name="case.relay")
-        workers["relay"] = relay.run
+        workers["relay"] = wiring.outbox_relay(pool, settings, NAME).run
 
-    app = build_app(service, edge=edge, max_body_bytes=settings.max_body_bytes)
+    app = build_app(service, edge=base.edge, max_body_bytes=settings.max_body_bytes)
     return ServiceProcess(name=NAME, app=app,
                           host=settings.host, port=settings.port, workers=workers,
                           readiness=readiness, closers=[codec.close, pool.close])

@@ -24,48 +24,30 @@ algorithm, issuer, audience), read when these settings are built.
 
 from __future__ import annotations
 
-from pydantic import AliasChoices, Field
-from pydantic_settings import SettingsConfigDict
+from pydantic import Field
 
-from casestream.auth import AuthSettings
-from casestream.settings import CommonSettings
+from casestream.settings import ServiceSettings, service_config
 
 _PREFIX = "CASESTREAM_CASE_"
 
 
-def _env(name: str) -> AliasChoices:
-    return AliasChoices(_PREFIX + name.upper())
-
-
-class CaseSettings(CommonSettings):
+class CaseSettings(ServiceSettings):
     """Frozen settings of the case service (see module docstring for the variables).
 
     Fields are read only from their prefixed variable (never ``CASESTREAM_PORT`` & co.);
     in code pass the variable names, e.g. ``Settings(CASESTREAM_CASE_PORT=0)``.
+    The HTTP edge fields (host, limits, deadline, auth) and ``dsn``: :class:`ServiceSettings`.
     """
 
-    model_config = SettingsConfigDict(env_prefix="CASESTREAM_", frozen=True, extra="ignore")
+    model_config = service_config(_PREFIX)
 
-    database: str = Field("case", validation_alias=_env("database"))
-    host: str = Field("127.0.0.1", validation_alias=_env("host"))
-    port: int = Field(18101, ge=1, le=65535, validation_alias=_env("port"))
-    max_body_bytes: int = Field(64 * 1024, ge=1024, validation_alias=_env("max_body_bytes"))
-    idempotency_ttl_s: float = Field(86_400.0, gt=0, validation_alias=_env("idempotency_ttl_s"))
-    purge_interval_s: float = Field(300.0, gt=0, validation_alias=_env("purge_interval_s"))
-    pool_min: int = Field(2, ge=1, validation_alias=_env("pool_min"))
-    pool_max: int = Field(10, ge=1, validation_alias=_env("pool_max"))
-    pool_timeout_s: float = Field(5.0, gt=0, validation_alias=_env("pool_timeout_s"))
-    relay_enabled: bool = Field(True, validation_alias=_env("relay_enabled"))
-    consumer_enabled: bool = Field(True, validation_alias=_env("consumer_enabled"))
-    max_in_flight: int = Field(32, ge=1, validation_alias=_env("max_in_flight"))
-    rate_tenant_per_s: float = Field(400.0, gt=0, validation_alias=_env("rate_tenant_per_s"))
-    rate_tenant_burst: int = Field(800, ge=1, validation_alias=_env("rate_tenant_burst"))
-    rate_client_per_s: float = Field(100.0, gt=0, validation_alias=_env("rate_client_per_s"))
-    rate_client_burst: int = Field(200, ge=1, validation_alias=_env("rate_client_burst"))
-    request_deadline_s: float = Field(5.0, gt=0, validation_alias=_env("request_deadline_s"))
-    auth: AuthSettings = Field(default_factory=AuthSettings, validation_alias=_env("auth"))
-
-    @property
-    def dsn(self) -> str:
-        """The case database URL."""
-        return self.database_url(self.database)
+    database: str = "case"
+    port: int = Field(18101, ge=1, le=65535)
+    max_body_bytes: int = Field(64 * 1024, ge=1024)
+    idempotency_ttl_s: float = Field(86_400.0, gt=0)
+    purge_interval_s: float = Field(300.0, gt=0)
+    pool_min: int = Field(2, ge=1)
+    pool_max: int = Field(10, ge=1)
+    pool_timeout_s: float = Field(5.0, gt=0)
+    relay_enabled: bool = True
+    consumer_enabled: bool = True

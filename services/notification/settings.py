@@ -23,35 +23,27 @@ Bearer tokens are verified per ``casestream.auth.AuthSettings`` (``CASESTREAM_AU
 
 from __future__ import annotations
 
-from pydantic import AliasChoices, Field
-from pydantic_settings import SettingsConfigDict
+from pydantic import Field
 
-from casestream.auth import AuthSettings
-from casestream.settings import CommonSettings
+from casestream.settings import ServiceSettings, service_config
 
 _P = "CASESTREAM_NOTIFICATION_"
 
 
-class NotificationSettings(CommonSettings):
-    """Frozen settings of the notification service (see the module docstring)."""
+class NotificationSettings(ServiceSettings):
+    """Frozen settings of the notification service (see the module docstring).
 
-    model_config = SettingsConfigDict(env_prefix="CASESTREAM_", frozen=True, extra="ignore")
+    The HTTP edge fields (host, limits, deadline, auth) and ``dsn``: :class:`ServiceSettings`.
+    """
 
-    host: str = Field("127.0.0.1", validation_alias=_P + "HOST")
-    port: int = Field(18105, ge=1, le=65535, validation_alias=_P + "PORT")
-    database: str = Field("notification", validation_alias=_P + "DATABASE")
-    smtp_timeout_s: float = Field(10.0, gt=0, validation_alias=_P + "SMTP_TIMEOUT_S")
-    send_max_attempts: int = Field(5, ge=1, validation_alias=_P + "SEND_MAX_ATTEMPTS")
-    send_first_backoff_s: float = Field(1.0, gt=0, validation_alias=_P + "SEND_FIRST_BACKOFF_S")
-    send_max_backoff_s: float = Field(30.0, gt=0, validation_alias=_P + "SEND_MAX_BACKOFF_S")
-    sender_interval_s: float = Field(1.0, gt=0, validation_alias=_P + "SENDER_INTERVAL_S")
-    consumer_batch: int = Field(200, ge=1, validation_alias=_P + "CONSUMER_BATCH")
-    pool_size: int = Field(4, ge=2, validation_alias=_P + "POOL_SIZE")
-    max_in_flight: int = Field(32, ge=1, validation_alias=_P + "MAX_IN_FLIGHT")
-    rate_tenant_per_s: float = Field(400.0, gt=0, validation_alias=_P + "RATE_TENANT_PER_S")
-    rate_tenant_burst: int = Field(800, ge=1, validation_alias=_P + "RATE_TENANT_BURST")
-    rate_client_per_s: float = Field(100.0, gt=0, validation_alias=_P + "RATE_CLIENT_PER_S")
-    rate_client_burst: int = Field(200, ge=1, validation_alias=_P + "RATE_CLIENT_BURST")
-    request_deadline_s: float = Field(5.0, gt=0, validation_alias=_P + "REQUEST_DEADLINE_S")
-    auth: AuthSettings = Field(default_factory=AuthSettings,
-                               validation_alias=AliasChoices(_P + "AUTH"))
+    model_config = service_config(_P)
+
+    port: int = Field(18105, ge=1, le=65535)
+    database: str = "notification"
+    smtp_timeout_s: float = Field(10.0, gt=0)
+    send_max_attempts: int = Field(5, ge=1)
+    send_first_backoff_s: float = Field(1.0, gt=0)
+    send_max_backoff_s: float = Field(30.0, gt=0)
+    sender_interval_s: float = Field(1.0, gt=0)
+    consumer_batch: int = Field(200, ge=1)
+    pool_size: int = Field(4, ge=2)

@@ -18,25 +18,17 @@ behind the shared edge (bearer tokens, load shedding, rate limits, request deadl
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 from pathlib import Path
 
-from psycopg_pool import ConnectionPool
-from pydantic import ValidationError
-
 from casestream import wiring
-from casestream.catalog import Catalog, load_catalog
-from casestream.consumer.runtime import ConsumerRuntime
-from casestream.consumer.settings import ConsumerSettings
+from casestream.catalog import Catalog
+from casestream.db import Migration
 from casestream.errors import ConfigError
 from casestream.handlers import HandlerRegistry
-from casestream.http.edge import edge_policy
 from casestream.http.pgdeadline import DeadlinePool
-from casestream.kafka_config import producer_config
-from casestream.outbox import OUTBOX_MIGRATION, OutboxWriter
-from casestream.relay.core import OutboxRelay
-from casestream.service import ServiceProcess, configure_logging
-from casestream.telemetry.readiness import dependency_checks
+from casestream.outbox import OutboxWriter
+from casestream.service import ServiceProcess
 from services.saga.adapters import handlers
 from services.saga.adapters.handlers import OutboxSink
 from services.saga.adapters.http import build_app
@@ -55,26 +47,9 @@ NAME = "saga"
 MIGRATIONS = Path(__file__).parent / "migrations"
 
 
-def utc_now() -> datetime:
-    """The orchestrator's clock: timezone-aware UTC now."""
-    return datetime.now(UTC)
-
-
-def read_settings() -> SagaSettings:
-    """SagaSettings from the environment.
-
-    Raises:
-        ConfigError: a variable has an invalid value (the message names it).
-    """
-    try:
-        return SagaSettings()
-    except ValidationError as e:
-        raise ConfigError(f"invalid saga settings: {e}") from e
-
-
-def migrations() -> list[object]:
+def migrations() -> list[Migration | Path]:
     """The outbox migration, then this service's ``migrations/*.sql`` in name order."""
-    return [OUTBOX_MIGRATION, *sorted(MIGRATIONS.glob("*.sql"))]
+    return wiring.service_migrations(MIGRATIONS)
 
 
 def definition_from(settings: SagaSettings, catalog: Catalog) -> SagaDefinition:
@@ -106,28 +81,19 @@ def build(settings: SagaSettings | None = None) -> ServiceProcess:
         casestream.errors.CasestreamError: bad settings, unreachable database, schema or
             registry problems (``run_service`` prints them as one line, exit status 2).
     """
-    settings = settings or read_settings()
-    configure_logging(NAME, settings.log_level)
-    edge = edge_policy(settings, NAME)
-    dsn = settings.database_url(settings.database)
-    wiring.migrate(dsn, migrations(), service=NAME)
-    catalog = load_catalog()
-    codec = wiring.prepared_codec(settings, catalog)
+    settings = settings or wiring.read_settings(SagaSettings, NAME)
+    base = wiring.groundwork(settings, NAME, migrations())
+    catalog, codec = base.catalog, base.codec
     definition = definition_from(settings, catalog)
-    orchestrator = Orchestrator(definition, clock=utc_now)
+    orchestrator = Orchestrator(definition, clock=wiring.utc_now)
 
-    pool = ConnectionPool(dsn, min_size=2, max_size=settings.pool_size, open=True,
-                          kwargs={"application_name": NAME})
+    pool = wiring.connection_pool(settings.dsn, NAME, settings.pool_size)
     outbox = OutboxWriter(codec)
-    topic_types = [t for t in catalog.event_types
-                   if catalog.subject_for(t).topic in handlers.TOPICS]
-    registry = handlers.register(HandlerRegistry(), orchestrator, also_known=topic_types)
-    consumer = ConsumerRuntime(handlers.CONSUMER, handlers.TOPICS, registry, codec, pool,
-                               settings.consumer_config(),
-                               ConsumerSettings(batch_size=settings.consumer_batch),
-                               outbox=outbox)
-    relay = OutboxRelay(pool, producer_config(settings.kafka_bootstrap, client_id="saga.relay"),
-                        name="saga.relay")
+    registry = handlers.register(HandlerRegistry(), orchestrator,
+                                 also_known=wiring.event_types_on(catalog, handlers.TOPICS))
+    consumer = wiring.consumer_runtime(handlers, registry, codec, pool, settings,
+                                       batch_size=settings.consumer_batch, outbox=outbox)
+    relay = wiring.outbox_relay(pool, settings, NAME)
     scheduler = DeadlineScheduler(pool, orchestrator, outbox,
                                   interval_s=settings.scheduler_interval_s,
                                   batch=settings.scheduler_batch)
@@ -140,20 +106,14 @@ def build(settings: SagaSettings | None = None) -> ServiceProcess:
             return orchestrator.resolve(PgSagaStore(conn), OutboxSink(outbox, conn), saga_id,
                                         reason=reason, actor_id=actor_id, tenant_id=tenant_id)
 
-    database_ready = wiring.database_ready(pool, "saga")
-
-    consumer_ready = wiring.consumer_ready(consumer)
-
+    stuck_grace = timedelta(seconds=settings.stuck_grace_s)
     # saga_state_total, compensation_total, timeouts_total, saga_stuck_total
-    register_saga_metrics(pool, definition,
-                          stuck_grace=timedelta(seconds=settings.stuck_grace_s))
+    register_saga_metrics(pool, definition, stuck_grace=stuck_grace)
     return ServiceProcess(
-        name=NAME, app=build_app(PgSagaQueries(http_pool), orchestrator, resolve, edge=edge,
-                                 stuck_grace=timedelta(seconds=settings.stuck_grace_s),
-                                 clock=utc_now),
+        name=NAME, app=build_app(PgSagaQueries(http_pool), orchestrator, resolve, edge=base.edge,
+                                 stuck_grace=stuck_grace, clock=wiring.utc_now),
         host=settings.host, port=settings.port,
         workers={"consumer": consumer.run, "relay": relay.run, "deadlines": scheduler},
-        readiness={"postgres": database_ready, "consumer": consumer_ready,
-                   **dependency_checks(settings.kafka_bootstrap, settings.registry_url)},
+        readiness=wiring.readiness(pool, "saga", consumer, settings),
         closers=[codec.close, pool.close],
     )

@@ -24,39 +24,31 @@ Bearer tokens are verified per ``casestream.auth.AuthSettings`` (``CASESTREAM_AU
 
 from __future__ import annotations
 
-from pydantic import AliasChoices, Field
-from pydantic_settings import SettingsConfigDict
+from pydantic import Field
 
-from casestream.auth import AuthSettings
-from casestream.settings import CommonSettings
+from casestream.settings import ServiceSettings, service_config
 
 _P = "CASESTREAM_SAGA_"
 
 
-class SagaSettings(CommonSettings):
-    """Frozen settings of the saga-orchestrator (see the module docstring for variables)."""
+class SagaSettings(ServiceSettings):
+    """Frozen settings of the saga-orchestrator (see the module docstring for variables).
 
-    model_config = SettingsConfigDict(env_prefix="CASESTREAM_", frozen=True, extra="ignore")
+    The HTTP edge fields (host, limits, deadline, auth) and ``dsn``: :class:`ServiceSettings`.
+    """
 
-    host: str = Field("127.0.0.1", validation_alias=_P + "HOST")
-    port: int = Field(18103, validation_alias=_P + "PORT")
-    database: str = Field("saga", validation_alias=_P + "DATABASE")
-    decision_deadline_s: float = Field(300.0, gt=0, validation_alias=_P + "DECISION_DEADLINE_S")
-    notice_deadline_s: float = Field(900.0, gt=0, validation_alias=_P + "NOTICE_DEADLINE_S")
-    close_deadline_s: float = Field(120.0, gt=0, validation_alias=_P + "CLOSE_DEADLINE_S")
-    close_attempts: int = Field(3, ge=1, validation_alias=_P + "CLOSE_ATTEMPTS")
-    return_deadline_s: float = Field(120.0, gt=0, validation_alias=_P + "RETURN_DEADLINE_S")
-    return_attempts: int = Field(3, ge=1, validation_alias=_P + "RETURN_ATTEMPTS")
-    scheduler_interval_s: float = Field(1.0, gt=0, validation_alias=_P + "SCHEDULER_INTERVAL_S")
-    scheduler_batch: int = Field(100, ge=1, validation_alias=_P + "SCHEDULER_BATCH")
-    consumer_batch: int = Field(200, ge=1, validation_alias=_P + "CONSUMER_BATCH")
-    pool_size: int = Field(6, ge=2, validation_alias=_P + "POOL_SIZE")
-    stuck_grace_s: float = Field(60.0, ge=0, validation_alias=_P + "STUCK_GRACE_S")
-    max_in_flight: int = Field(32, ge=1, validation_alias=_P + "MAX_IN_FLIGHT")
-    rate_tenant_per_s: float = Field(400.0, gt=0, validation_alias=_P + "RATE_TENANT_PER_S")
-    rate_tenant_burst: int = Field(800, ge=1, validation_alias=_P + "RATE_TENANT_BURST")
-    rate_client_per_s: float = Field(100.0, gt=0, validation_alias=_P + "RATE_CLIENT_PER_S")
-    rate_client_burst: int = Field(200, ge=1, validation_alias=_P + "RATE_CLIENT_BURST")
-    request_deadline_s: float = Field(5.0, gt=0, validation_alias=_P + "REQUEST_DEADLINE_S")
-    auth: AuthSettings = Field(default_factory=AuthSettings,
-                               validation_alias=AliasChoices(_P + "AUTH"))
+    model_config = service_config(_P)
+
+    port: int = 18103
+    database: str = "saga"
+    decision_deadline_s: float = Field(300.0, gt=0)
+    notice_deadline_s: float = Field(900.0, gt=0)
+    close_deadline_s: float = Field(120.0, gt=0)
+    close_attempts: int = Field(3, ge=1)
+    return_deadline_s: float = Field(120.0, gt=0)
+    return_attempts: int = Field(3, ge=1)
+    scheduler_interval_s: float = Field(1.0, gt=0)
+    scheduler_batch: int = Field(100, ge=1)
+    consumer_batch: int = Field(200, ge=1)
+    pool_size: int = Field(6, ge=2)
+    stuck_grace_s: float = Field(60.0, ge=0)

@@ -1,14 +1,17 @@
 """Settings shared by every casestream service, read once from ``CASESTREAM_*`` variables.
 
-Each service subclasses :class:`CommonSettings` in its own ``settings.py`` with its own
-prefix (``CASESTREAM_CASE_``, ...). Nothing else in the suite reads ``os.environ``:
+Each service subclasses :class:`ServiceSettings` (CommonSettings plus the HTTP edge and
+the service's database) in its own ``settings.py`` with its own prefix
+(``CASESTREAM_CASE_``, ...; :func:`service_config`). Nothing else in the suite reads ``os.environ``:
 settings objects are built once in a service's bootstrap and passed down.
 """
 
 from __future__ import annotations
 
+from pydantic import AliasChoices, AliasGenerator, Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from casestream.auth import AuthSettings
 from casestream.errors import ConfigError
 
 
@@ -58,3 +61,65 @@ class CommonSettings(BaseSettings):
         if not database:
             raise ConfigError("database name is empty")
         return f"{self.pg_url.rstrip('/')}/{database}"
+
+
+def _service_alias(prefix: str) -> AliasGenerator:
+    """Read each field of a service's settings from ``<prefix><FIELD>``; CommonSettings'
+    fields keep their ``CASESTREAM_<FIELD>`` name (the generator leaves them unaliased)."""
+
+    def alias(name: str) -> AliasChoices | None:
+        return None if name in CommonSettings.model_fields else AliasChoices(prefix + name.upper())
+
+    return AliasGenerator(validation_alias=alias)
+
+
+def service_config(prefix: str) -> SettingsConfigDict:
+    """The ``model_config`` of a service's settings class, e.g. ``"CASESTREAM_SAGA_"``.
+
+    Every field the service declares, and those of :class:`ServiceSettings`, is read only
+    from ``<prefix><FIELD>``: never ``CASESTREAM_PORT`` & co., and in code it is passed by
+    variable name (``DecisionSettings(CASESTREAM_DECISION_PORT=0)``). CommonSettings'
+    fields keep their ``CASESTREAM_<FIELD>`` variables.
+    """
+    return SettingsConfigDict(env_prefix="CASESTREAM_", frozen=True, extra="ignore",
+                              alias_generator=_service_alias(prefix))
+
+
+class ServiceSettings(CommonSettings):
+    """The HTTP edge every service runs, and its own database; subclass it per service with
+    ``model_config = service_config("CASESTREAM_<SERVICE>_")`` and declare ``database``
+    (and ``port``: defaults and bounds differ per service).
+
+    Environment variables (``<prefix>`` = the service's, e.g. ``CASESTREAM_AUDIT_``):
+        <prefix>HOST: HTTP listen address (default ``127.0.0.1``).
+        <prefix>MAX_IN_FLIGHT: requests in flight before shedding with 503 (>= 1, default 32).
+        <prefix>RATE_TENANT_PER_S / _RATE_TENANT_BURST: per-tenant token bucket, requests
+            per second (> 0) / bucket size (>= 1) (default 400/s, 800).
+        <prefix>RATE_CLIENT_PER_S / _RATE_CLIENT_BURST: per-client token bucket (100/s, 200).
+        <prefix>REQUEST_DEADLINE_S: budget of a request's database calls, seconds (> 0,
+            default 5).
+        <prefix>AUTH: bearer-token settings as JSON; normally left unset, so that
+            ``casestream.auth.AuthSettings`` reads ``CASESTREAM_AUTH_*`` itself.
+
+    A class used without ``service_config`` reads these without a service prefix, which no
+    service wants, so it is a base only.
+    """
+
+    database: str
+    host: str = "127.0.0.1"
+    max_in_flight: int = Field(32, ge=1)
+    rate_tenant_per_s: float = Field(400.0, gt=0)
+    rate_tenant_burst: int = Field(800, ge=1)
+    rate_client_per_s: float = Field(100.0, gt=0)
+    rate_client_burst: int = Field(200, ge=1)
+    request_deadline_s: float = Field(5.0, gt=0)
+    auth: AuthSettings = Field(default_factory=AuthSettings)
+
+    @property
+    def dsn(self) -> str:
+        """The service database's URL, ``<pg_url>/<database>``.
+
+        Raises:
+            ConfigError: if ``database`` is empty.
+        """
+        return self.database_url(self.database)

@@ -1,26 +1,43 @@
 """Building blocks every service's ``bootstrap.py`` wires the same way.
 
 Each service keeps one bootstrap module — the only place that builds adapters — but the
-steps all five share live here once: migrate the service's database, prepare the codec
-against the registry, and the readiness checks served at ``/readyz``.
+steps they share live here once: read the settings, migrate the service's database,
+prepare the codec against the registry (:func:`groundwork` does these in order), the
+connection pool, consumer runtime and outbox relay of a service, and the readiness checks
+served at ``/readyz``.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 import psycopg
+from psycopg_pool import ConnectionPool
+from pydantic import ValidationError
 
-from casestream.catalog import Catalog
+from casestream.catalog import Catalog, load_catalog
 from casestream.codec import EnvelopeCodec
+from casestream.consumer.runtime import ConsumerRuntime
+from casestream.consumer.settings import ConsumerSettings
 from casestream.db import Migration, apply_migrations
+from casestream.envelope import Envelope
 from casestream.errors import ConfigError
+from casestream.handlers import HandlerRegistry
+from casestream.http.edge import EdgePolicy, edge_policy
+from casestream.kafka_config import producer_config
+from casestream.outbox import OUTBOX_MIGRATION, OutboxWriter
 from casestream.registry import ConfluentSchemaRegistry
-from casestream.service import ReadinessCheck
-from casestream.settings import CommonSettings
+from casestream.relay.core import OutboxRelay
+from casestream.service import ReadinessCheck, configure_logging
+from casestream.settings import CommonSettings, ServiceSettings
+from casestream.telemetry.readiness import dependency_checks
 from casestream.upcasters import default_upcasters
+
+S = TypeVar("S", bound=CommonSettings)
 
 
 class _Pool(Protocol):
@@ -30,6 +47,21 @@ class _Pool(Protocol):
 class _Assignable(Protocol):
     @property
     def ready(self) -> Any: ...
+
+
+class OutboxSink:
+    """The ``EventSink`` handlers hand to their application layer: ``outbox`` (an
+    :class:`~casestream.outbox.OutboxWriter`, or the runtime's ``ctx.outbox``) bound to
+    ``conn``, so the events commit in the caller's transaction."""
+
+    def __init__(self, outbox: Any, conn: Any):
+        self.outbox = outbox
+        self.conn = conn
+
+    def append(self, events: Sequence[Envelope]) -> None:
+        """Append ``events`` to the outbox on the bound connection (none: no-op)."""
+        if events:
+            self.outbox.append(self.conn, list(events))
 
 
 def migrate(dsn: str, migrations: Sequence[Migration | Path], *, service: str) -> None:
@@ -80,3 +112,109 @@ def consumer_ready(consumer: _Assignable) -> ReadinessCheck:
             raise RuntimeError("consumer has no partition assignment yet")
 
     return check
+
+
+def utc_now() -> datetime:
+    """Timezone-aware UTC now: the clock services hand to their application layer."""
+    return datetime.now(UTC)
+
+
+def read_settings(settings_class: type[S], service: str) -> S:
+    """``settings_class()`` read from the environment.
+
+    Raises:
+        ConfigError: a variable has an invalid value (the message names it).
+    """
+    try:
+        return settings_class()
+    except ValidationError as e:
+        raise ConfigError(f"invalid {service} settings: {e}") from e
+
+
+def service_migrations(folder: Path, *, outbox: bool = True) -> list[Migration | Path]:
+    """The outbox migration (unless ``outbox=False``: a service that emits no events),
+    then ``folder/*.sql`` in name order."""
+    own: list[Migration | Path] = sorted(folder.glob("*.sql"))
+    return [OUTBOX_MIGRATION, *own] if outbox else own
+
+
+@dataclass(frozen=True, slots=True)
+class Groundwork:
+    """What every service's ``build()`` starts from (see :func:`groundwork`).
+
+    Attributes:
+        edge: the HTTP edge policy (``casestream.http.edge_policy``).
+        catalog: the event catalog.
+        codec: the prepared codec; the caller closes it (``closers=[codec.close]``).
+    """
+
+    edge: EdgePolicy
+    catalog: Catalog
+    codec: EnvelopeCodec
+
+
+def groundwork(settings: ServiceSettings, service: str,
+               migrations: Sequence[Migration | Path]) -> Groundwork:
+    """Configure logging, build the edge policy, migrate ``settings.dsn``, load the catalog
+    and prepare the codec — in this order, so a bad key is reported before the database
+    is touched.
+
+    Raises:
+        ConfigError: unusable bearer key, invalid settings or unreachable PostgreSQL.
+        casestream.errors.SchemaError, RegistryUnavailable: see :func:`prepared_codec`.
+    """
+    configure_logging(service, settings.log_level)
+    edge = edge_policy(settings, service)
+    migrate(settings.dsn, migrations, service=service)
+    catalog = load_catalog()
+    return Groundwork(edge=edge, catalog=catalog, codec=prepared_codec(settings, catalog))
+
+
+def connection_pool(dsn: str, service: str, max_size: int) -> ConnectionPool[Any]:
+    """An open pool of 2..``max_size`` connections to ``dsn``, named after ``service`` in
+    ``pg_stat_activity``. The caller closes it (``closers=[pool.close]``)."""
+    return ConnectionPool(dsn, min_size=2, max_size=max_size, open=True,
+                          kwargs={"application_name": service})
+
+
+def event_types_on(catalog: Catalog, topics: Sequence[str]) -> list[str]:
+    """The catalog's event types published on any of ``topics`` (catalog order)."""
+    return [t for t in catalog.event_types if catalog.subject_for(t).topic in topics]
+
+
+class _HandlersModule(Protocol):
+    CONSUMER: str
+    TOPICS: tuple[str, ...]
+
+
+def consumer_runtime(handlers: _HandlersModule, registry: HandlerRegistry,
+                     codec: EnvelopeCodec, pool: ConnectionPool[Any], settings: CommonSettings,
+                     *, batch_size: int | None = None,
+                     outbox: OutboxWriter | None = None) -> ConsumerRuntime:
+    """The consumer runtime ``handlers.CONSUMER`` on ``handlers.TOPICS`` (a service's
+    ``adapters/handlers`` module), committing ``batch_size`` events per transaction
+    (None: :class:`ConsumerSettings`' default); ``outbox`` for handlers that emit events.
+
+    Raises:
+        ConfigError: see :class:`~casestream.consumer.runtime.ConsumerRuntime`.
+    """
+    batching = ConsumerSettings() if batch_size is None else ConsumerSettings(batch_size=batch_size)
+    return ConsumerRuntime(handlers.CONSUMER, handlers.TOPICS, registry, codec, pool,
+                           settings.consumer_config(), batching, outbox=outbox)
+
+
+def outbox_relay(pool: ConnectionPool[Any], settings: CommonSettings,
+                 service: str) -> OutboxRelay:
+    """The outbox relay of ``service``'s database, named and Kafka client id
+    ``<service>.relay``."""
+    name = f"{service}.relay"
+    return OutboxRelay(pool, producer_config(settings.kafka_bootstrap, client_id=name),
+                       name=name)
+
+
+def readiness(pool: _Pool, table: str, consumer: _Assignable,
+              settings: CommonSettings) -> dict[str, ReadinessCheck]:
+    """``/readyz`` checks of a service with one consumer: ``postgres`` (reads ``table``),
+    ``consumer`` (has an assignment), ``kafka`` and ``registry`` (reachable)."""
+    return {"postgres": database_ready(pool, table), "consumer": consumer_ready(consumer),
+            **dependency_checks(settings.kafka_bootstrap, settings.registry_url)}

@@ -8,20 +8,15 @@ from __future__ import annotations
 
 import threading
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable
 from datetime import UTC, datetime
 
 import psycopg
 import pytest
-from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
-from casestream.catalog import load_catalog
 from casestream.codec import EnvelopeCodec
-from casestream.db import apply_migrations
 from casestream.envelope import Envelope, new_event
 from casestream.outbox import OutboxWriter
-from casestream.registry import InMemoryRegistry
-from casestream.upcasters import default_upcasters
 from services.decision.adapters.handlers import OutboxSink
 from services.decision.adapters.postgres import PgDecisionStore
 from services.decision.application.decide import Decider
@@ -32,26 +27,8 @@ pytestmark = pytest.mark.integration
 
 
 @pytest.fixture
-def dsn(pg_url: str) -> Iterator[str]:
-    base = make_conninfo(pg_url, dbname="casestream_test")
-    schema = f"decision_t_{uuid.uuid4().hex[:10]}"
-    with psycopg.connect(base, autocommit=True) as conn:
-        conn.execute(f'CREATE SCHEMA "{schema}"')
-    options = (conninfo_to_dict(base).get("options") or "") + f" -csearch_path={schema}"
-    scoped = make_conninfo(base, options=options.strip())
-    try:
-        apply_migrations(scoped, migrations())
-        yield scoped
-    finally:
-        with psycopg.connect(base, autocommit=True) as conn:
-            conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
-
-
-@pytest.fixture(scope="module")
-def codec() -> EnvelopeCodec:
-    c = EnvelopeCodec(load_catalog(), InMemoryRegistry(), default_upcasters())
-    c.prepare(auto_register=True)
-    return c
+def dsn(private_schema: Callable[..., str]) -> str:
+    return private_schema("decision_t", migrations())
 
 
 def request(case_id: str, *, severity: int = 4, evidence: int = 2) -> Envelope:

@@ -20,7 +20,7 @@ import socket
 import threading
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
 from email.message import EmailMessage
 from pathlib import Path
@@ -29,16 +29,11 @@ from types import ModuleType
 import psycopg
 import pytest
 from aiosmtpd.controller import Controller
-from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from psycopg_pool import ConnectionPool
 
-from casestream.catalog import load_catalog
 from casestream.codec import EnvelopeCodec
-from casestream.db import apply_migrations
 from casestream.envelope import Envelope, new_event
 from casestream.outbox import OutboxWriter
-from casestream.registry import InMemoryRegistry
-from casestream.upcasters import default_upcasters
 from services.notification.adapters.handlers import OutboxSink
 from services.notification.adapters.postgres import PgNoticeStore
 from services.notification.adapters.sender_worker import SenderWorker
@@ -55,20 +50,9 @@ REPO = Path(__file__).resolve().parents[2]  # the repository root (deploy/smtp_s
 
 # -- fixtures ----------------------------------------------------------------------------
 @pytest.fixture
-def dsn(pg_url: str) -> Iterator[str]:
+def dsn(private_schema: Callable[..., str]) -> str:
     """A fresh schema in ``casestream_test`` with the notification migrations applied."""
-    base = make_conninfo(pg_url, dbname="casestream_test")
-    schema = f"notif_t_{uuid.uuid4().hex[:10]}"
-    with psycopg.connect(base, autocommit=True) as conn:
-        conn.execute(f'CREATE SCHEMA "{schema}"')
-    options = (conninfo_to_dict(base).get("options") or "") + f" -csearch_path={schema}"
-    scoped = make_conninfo(base, options=options.strip())
-    try:
-        apply_migrations(scoped, migrations())
-        yield scoped
-    finally:
-        with psycopg.connect(base, autocommit=True) as conn:
-            conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+    return private_schema("notif_t", migrations())
 
 
 def _sink_module() -> ModuleType:
@@ -108,13 +92,6 @@ def sink(tmp_path: Path) -> Iterator[Sink]:
         yield s
     finally:
         s.controller.stop()
-
-
-@pytest.fixture(scope="module")
-def codec() -> EnvelopeCodec:
-    c = EnvelopeCodec(load_catalog(), InMemoryRegistry(), default_upcasters())
-    c.prepare(auto_register=True)
-    return c
 
 
 def requested(case_id: str, *, email_to: str = "owner@example.org") -> Envelope:

@@ -11,24 +11,20 @@ from __future__ import annotations
 
 import threading
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import psycopg
 import pytest
-from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from psycopg_pool import ConnectionPool
 
 from casestream.catalog import load_catalog
 from casestream.codec import EnvelopeCodec
-from casestream.db import apply_migrations
 from casestream.envelope import Envelope, new_event
 from casestream.errors import ConcurrencyError, RetryableError
 from casestream.outbox import OutboxWriter
-from casestream.registry import InMemoryRegistry
-from casestream.upcasters import default_upcasters
 from services.saga.adapters.handlers import OutboxSink, handle_in_savepoint
 from services.saga.adapters.postgres import PgSagaQueries, PgSagaStore
 from services.saga.adapters.scheduler import DeadlineScheduler
@@ -45,27 +41,9 @@ T0 = datetime.now(UTC).replace(microsecond=0)
 
 # -- fixtures ----------------------------------------------------------------------------
 @pytest.fixture
-def dsn(pg_url: str) -> Iterator[str]:
+def dsn(private_schema: Callable[..., str]) -> str:
     """A fresh schema in ``casestream_test`` with the saga migrations applied."""
-    base = make_conninfo(pg_url, dbname="casestream_test")
-    schema = f"saga_t_{uuid.uuid4().hex[:10]}"
-    with psycopg.connect(base, autocommit=True) as conn:
-        conn.execute(f'CREATE SCHEMA "{schema}"')
-    options = (conninfo_to_dict(base).get("options") or "") + f" -csearch_path={schema}"
-    scoped = make_conninfo(base, options=options.strip())
-    try:
-        apply_migrations(scoped, migrations())
-        yield scoped
-    finally:
-        with psycopg.connect(base, autocommit=True) as conn:
-            conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
-
-
-@pytest.fixture(scope="module")
-def codec() -> EnvelopeCodec:
-    c = EnvelopeCodec(load_catalog(), InMemoryRegistry(), default_upcasters())
-    c.prepare(auto_register=True)
-    return c
+    return private_schema("saga_t", migrations())
 
 
 def definition(**deadlines: timedelta):

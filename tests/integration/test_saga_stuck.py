@@ -6,21 +6,17 @@ Own schema in ``casestream_test`` per test (like test_saga_store.py); in-memory 
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 
 import psycopg
 import pytest
-from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from psycopg_pool import ConnectionPool
 
 from casestream.catalog import load_catalog
 from casestream.codec import EnvelopeCodec
-from casestream.db import apply_migrations
 from casestream.envelope import new_event
 from casestream.outbox import OutboxWriter
-from casestream.registry import InMemoryRegistry
-from casestream.upcasters import default_upcasters
 from services.saga.adapters.handlers import OutboxSink
 from services.saga.adapters.postgres import PgSagaQueries, PgSagaStore
 from services.saga.application.contract import payload_fields
@@ -36,19 +32,8 @@ T0 = datetime.now(UTC).replace(microsecond=0)
 
 
 @pytest.fixture
-def dsn(pg_url: str) -> Iterator[str]:
-    base = make_conninfo(pg_url, dbname="casestream_test")
-    schema = f"saga_s_{uuid.uuid4().hex[:10]}"
-    with psycopg.connect(base, autocommit=True) as conn:
-        conn.execute(f'CREATE SCHEMA "{schema}"')
-    options = (conninfo_to_dict(base).get("options") or "") + f" -csearch_path={schema}"
-    scoped = make_conninfo(base, options=options.strip())
-    try:
-        apply_migrations(scoped, migrations())
-        yield scoped
-    finally:
-        with psycopg.connect(base, autocommit=True) as conn:
-            conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+def dsn(private_schema: Callable[..., str]) -> str:
+    return private_schema("saga_s", migrations())
 
 
 class Clock:
@@ -66,9 +51,7 @@ def event(event_type: str, aggregate_type: str, aggregate_id: str, payload: dict
                      source=aggregate_type, actor_id="a", correlation_id="c", payload=payload)
 
 
-def test_stuck_late_and_alert_on_postgres(dsn: str) -> None:
-    codec = EnvelopeCodec(load_catalog(), InMemoryRegistry(), default_upcasters())
-    codec.prepare(auto_register=True)
+def test_stuck_late_and_alert_on_postgres(dsn: str, codec: EnvelopeCodec) -> None:
     outbox = OutboxWriter(codec)
     definition = case_review_saga(
         decision_request_fields=payload_fields(load_catalog(), "DecisionRequested"))

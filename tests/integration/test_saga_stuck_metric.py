@@ -10,26 +10,22 @@ The saga metrics are registered exactly as ``bootstrap.build`` does
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
 
 import psycopg
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
-from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from psycopg_pool import ConnectionPool
 from starlette.applications import Starlette
 from starlette.testclient import TestClient
 
 from casestream.catalog import load_catalog
 from casestream.codec import EnvelopeCodec
-from casestream.db import apply_migrations
 from casestream.envelope import new_event
 from casestream.outbox import OutboxWriter
-from casestream.registry import InMemoryRegistry
 from casestream.telemetry import sources
 from casestream.telemetry.http import TracingMiddleware
-from casestream.upcasters import default_upcasters
 from services.saga.adapters.handlers import OutboxSink
 from services.saga.adapters.metrics_pg import register_saga_metrics, stuck_query
 from services.saga.adapters.postgres import PgSagaQueries, PgSagaStore
@@ -47,19 +43,8 @@ SAGA_METRICS = ("saga_state_total", "compensation_total", "timeouts_total", "sag
 
 
 @pytest.fixture
-def dsn(pg_url: str) -> Iterator[str]:
-    base = make_conninfo(pg_url, dbname="casestream_test")
-    schema = f"saga_m_{uuid.uuid4().hex[:10]}"
-    with psycopg.connect(base, autocommit=True) as conn:
-        conn.execute(f'CREATE SCHEMA "{schema}"')
-    options = (conninfo_to_dict(base).get("options") or "") + f" -csearch_path={schema}"
-    scoped = make_conninfo(base, options=options.strip())
-    try:
-        apply_migrations(scoped, migrations())
-        yield scoped
-    finally:
-        with psycopg.connect(base, autocommit=True) as conn:
-            conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+def dsn(private_schema: Callable[..., str]) -> str:
+    return private_schema("saga_m", migrations())
 
 
 @pytest.fixture
@@ -126,14 +111,12 @@ def test_stuck_query_rejects_non_identifier_states_and_negative_grace() -> None:
 
 
 def test_saga_stuck_total_at_metrics_counts_stuck_sagas_and_drops_to_zero_when_resolved(
-        dsn: str, own_saga_gauges: None) -> None:
+        dsn: str, own_saga_gauges: None, codec: EnvelopeCodec) -> None:
     """Stuck = waiting for a participant with no progress past deadline + grace. Counted:
     sagas whose decision deadline passed more than the grace ago. Not counted: a deadline
     not yet due, a deadline passed but still within the grace, a PARKED saga (MANUAL_REVIEW)
     and a finished one. Firing the overdue deadlines (what the scheduler does) brings the
     gauge back to 0; it never disappears."""
-    codec = EnvelopeCodec(load_catalog(), InMemoryRegistry(), default_upcasters())
-    codec.prepare(auto_register=True)
     outbox = OutboxWriter(codec)
     definition = case_review_saga(
         decision_request_fields=payload_fields(load_catalog(), "DecisionRequested"))

@@ -20,20 +20,17 @@ from __future__ import annotations
 import dataclasses
 import logging
 import re
-from collections.abc import Awaitable, Callable
 from datetime import datetime
 from typing import Any
 
 from starlette.applications import Starlette
-from starlette.concurrency import run_in_threadpool
-from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from casestream.auth import ROLE_OFFICER, ROLE_SUPERVISOR
-from casestream.http import EdgeCounters, EdgePolicy, edge_middleware, principal_of, requires
-from casestream.http.deadline import DeadlineExceeded
+from casestream.http import EdgePolicy, principal_of, problem_response, requires
+from casestream.http.app import edge_app, guarded
 from services.audit.application.ports import TimelineReader
 from services.audit.application.service import case_timeline
 from services.audit.application.views import CaseTimeline
@@ -41,21 +38,8 @@ from services.audit.domain.errors import TimelineNotFound
 
 log = logging.getLogger(__name__)
 
-PROBLEM_JSON = "application/problem+json"
 READ_ROLES = (ROLE_OFFICER, ROLE_SUPERVISOR)
 _CASE_ID = re.compile(r"[\x21-\x7e]{1,128}")
-
-
-def problem(status: int, code: str, title: str, detail: str, *,
-            errors: list[dict[str, str]] | None = None, instance: str | None = None,
-            headers: dict[str, str] | None = None) -> JSONResponse:
-    """An RFC 9457 problem response."""
-    body: dict[str, Any] = {"type": f"urn:casestream:problem:{code}", "title": title,
-                            "status": status, "detail": detail, "code": code,
-                            "errors": errors or []}
-    if instance:
-        body["instance"] = instance
-    return JSONResponse(body, status_code=status, media_type=PROBLEM_JSON, headers=headers)
 
 
 def _iso(value: datetime | None) -> str | None:
@@ -101,36 +85,17 @@ def build_app(reader: TimelineReader, *, edge: EdgePolicy) -> Starlette:
         tenant = principal_of(request).tenant_id
         case_id = _case_id(request.path_params["case_id"])
         if case_id is None:
-            return problem(404, "case_not_found", "Case not found",
-                           "no audit timeline for this case id", instance=path)
+            return problem_response(404, "case_not_found", "Case not found",
+                                    "no audit timeline for this case id", instance=path)
         try:
-            timeline = await run_in_threadpool(case_timeline, reader, tenant, case_id)
+            timeline = await guarded(request, lambda: case_timeline(reader, tenant, case_id),
+                                     log=log, passthrough=(TimelineNotFound,),
+                                     unavailable="the audit store could not be read; retry later")
         except TimelineNotFound:
-            return problem(404, "case_not_found", "Case not found",
-                           f"no audit timeline for case {case_id}", instance=path)
-        except DeadlineExceeded:
-            return problem(503, "deadline_exceeded", "Request deadline exceeded",
-                           "the request ran out of time; retry later", instance=path,
-                           headers={"Retry-After": "1"})
-        except Exception:  # noqa: BLE001 - error boundary: log, answer without details
-            log.exception("unhandled error on GET %s", path)
-            return problem(503, "service_unavailable", "Service temporarily unavailable",
-                           "the audit store could not be read; retry later", instance=path,
-                           headers={"Retry-After": "1"})
+            return problem_response(404, "case_not_found", "Case not found",
+                                    f"no audit timeline for case {case_id}", instance=path)
+        if isinstance(timeline, Response):
+            return timeline
         return JSONResponse(timeline_json(timeline))
 
-    async def http_error(request: Request, exc: Exception) -> Response:
-        assert isinstance(exc, HTTPException)
-        code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code, "http_error")
-        return problem(exc.status_code, code, str(exc.detail),
-                       f"{request.method} {request.url.path}: {exc.detail}",
-                       instance=request.url.path,
-                       headers=dict(exc.headers) if exc.headers else None)
-
-    handler: Callable[[Request], Awaitable[Response]] = get_timeline
-    counters = EdgeCounters()
-    app = Starlette(routes=[Route("/audit/cases/{case_id}", handler, methods=["GET"])],
-                    middleware=edge_middleware(edge, counters),
-                    exception_handlers={HTTPException: http_error})
-    app.state.counters = counters
-    return app
+    return edge_app([Route("/audit/cases/{case_id}", get_timeline, methods=["GET"])], edge)

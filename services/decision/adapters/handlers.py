@@ -10,29 +10,17 @@ retried (RetryableError); a request the rules cannot read is poison (dead-letter
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
 
 from casestream.envelope import Envelope
 from casestream.errors import ConcurrencyError, PoisonMessageError, RetryableError
 from casestream.handlers import HandlerContext, HandlerKind, HandlerRegistry
+from casestream.wiring import OutboxSink
 from services.decision.adapters.postgres import PgDecisionStore
 from services.decision.application.decide import Decider
 
 CONSUMER = "decision.requests"
 TOPICS = ("outbox.event.saga",)
 REQUEST = "DecisionRequested"
-
-
-class OutboxSink:
-    """EventSink over the runtime's outbox appender bound to one connection."""
-
-    def __init__(self, outbox: Any, conn: Any):
-        self.outbox = outbox
-        self.conn = conn
-
-    def append(self, events: Sequence[Envelope]) -> None:
-        if events:
-            self.outbox.append(self.conn, list(events))
 
 
 def register(registry: HandlerRegistry, decider: Decider, *,

@@ -15,26 +15,16 @@ from __future__ import annotations
 
 import logging
 import re
-from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
 
 from starlette.applications import Starlette
-from starlette.concurrency import run_in_threadpool
-from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from casestream.auth import ROLE_OFFICER, ROLE_SUPERVISOR
-from casestream.http import (
-    EdgeCounters,
-    EdgePolicy,
-    edge_middleware,
-    principal_of,
-    problem_response,
-    requires,
-)
-from casestream.http.deadline import DeadlineExceeded
+from casestream.http import EdgePolicy, principal_of, problem_response, requires
+from casestream.http.app import edge_app, guarded
 from services.decision.domain.decision import Decision
 
 log = logging.getLogger(__name__)
@@ -70,33 +60,12 @@ def build_app(queries: DecisionQueries, *, edge: EdgePolicy) -> Starlette:
                                      f"no decision for case {case_id}", instance=path)
         if not _CASE_ID.fullmatch(case_id):  # never reaches the database (no NUL in text)
             return not_found
-        try:
-            decision = await run_in_threadpool(queries.get, case_id)
-        except DeadlineExceeded:
-            return problem_response(503, "deadline_exceeded", "Request deadline exceeded",
-                                    "the request ran out of time; retry later", instance=path,
-                                    headers={"Retry-After": "1"})
-        except Exception:  # noqa: BLE001 - error boundary: log, answer without details
-            log.exception("unhandled error on GET %s", path)
-            return problem_response(503, "service_unavailable", "Service temporarily unavailable",
-                                    "the decision store could not be read; retry later",
-                                    instance=path, headers={"Retry-After": "1"})
+        decision = await guarded(request, lambda: queries.get(case_id), log=log,
+                                 unavailable="the decision store could not be read; retry later")
+        if isinstance(decision, Response):
+            return decision
         if decision is None or decision.tenant_id != tenant:
             return not_found
         return JSONResponse(decision_json(decision))
 
-    async def http_error(request: Request, exc: Exception) -> Response:
-        assert isinstance(exc, HTTPException)
-        code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code, "http_error")
-        return problem_response(exc.status_code, code, str(exc.detail),
-                                f"{request.method} {request.url.path}: {exc.detail}",
-                                instance=request.url.path,
-                                headers=dict(exc.headers) if exc.headers else None)
-
-    handler: Callable[[Request, Exception], Awaitable[Response]] = http_error
-    counters = EdgeCounters()
-    app = Starlette(routes=[Route("/decisions/{case_id}", get_decision, methods=["GET"])],
-                    middleware=edge_middleware(edge, counters),
-                    exception_handlers={HTTPException: handler})
-    app.state.counters = counters
-    return app
+    return edge_app([Route("/decisions/{case_id}", get_decision, methods=["GET"])], edge)

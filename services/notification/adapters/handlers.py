@@ -12,30 +12,18 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 from datetime import datetime
-from typing import Any
 
 from casestream.envelope import Envelope
 from casestream.errors import PoisonMessageError
 from casestream.handlers import HandlerContext, HandlerKind, HandlerRegistry
 from casestream.telemetry import traceparent_for_row
+from casestream.wiring import OutboxSink
 from services.notification.adapters.postgres import PgNoticeStore
 from services.notification.application.requests import record_request
 
 CONSUMER = "notification.requests"
 TOPICS = ("outbox.event.saga",)
 REQUEST = "NoticeRequested"
-
-
-class OutboxSink:
-    """EventSink over an outbox appender (``append(conn, events)``) bound to one connection."""
-
-    def __init__(self, outbox: Any, conn: Any):
-        self.outbox = outbox
-        self.conn = conn
-
-    def append(self, events: Sequence[Envelope]) -> None:
-        if events:
-            self.outbox.append(self.conn, list(events))
 
 
 def register(registry: HandlerRegistry, *, clock: Callable[[], datetime],

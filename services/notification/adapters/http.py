@@ -17,26 +17,17 @@ from __future__ import annotations
 
 import logging
 import re
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from typing import Any, Protocol, TypeVar
 
 from starlette.applications import Starlette
-from starlette.concurrency import run_in_threadpool
-from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from casestream.auth import ROLE_OFFICER, ROLE_SUPERVISOR
-from casestream.http import (
-    EdgeCounters,
-    EdgePolicy,
-    edge_middleware,
-    principal_of,
-    problem_response,
-    requires,
-)
-from casestream.http.deadline import DeadlineExceeded
+from casestream.http import EdgePolicy, principal_of, problem_response, requires
+from casestream.http.app import edge_app, guarded
 from services.notification.domain.notice import Notice, NoticeStatus
 
 log = logging.getLogger(__name__)
@@ -70,18 +61,8 @@ def notice_json(n: Notice) -> dict[str, Any]:
 
 async def _read(request: Request, work: Callable[[], T]) -> T | Response:
     """Run ``work`` in the thread pool; a passed deadline or storage trouble -> 503."""
-    path = request.url.path
-    try:
-        return await run_in_threadpool(work)
-    except DeadlineExceeded:
-        return problem_response(503, "deadline_exceeded", "Request deadline exceeded",
-                                "the request ran out of time; retry later", instance=path,
-                                headers={"Retry-After": "1"})
-    except Exception:  # noqa: BLE001 - error boundary: log, answer without details
-        log.exception("unhandled error on GET %s", path)
-        return problem_response(503, "service_unavailable", "Service temporarily unavailable",
-                                "the notice store could not be read; retry later",
-                                instance=path, headers={"Retry-After": "1"})
+    return await guarded(request, work, log=log,
+                         unavailable="the notice store could not be read; retry later")
 
 
 def build_app(queries: NoticeQueries, *, edge: EdgePolicy) -> Starlette:
@@ -126,19 +107,5 @@ def build_app(queries: NoticeQueries, *, edge: EdgePolicy) -> Starlette:
             return notices
         return JSONResponse({"items": [notice_json(n) for n in notices], "count": len(notices)})
 
-    async def http_error(request: Request, exc: Exception) -> Response:
-        assert isinstance(exc, HTTPException)
-        code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code, "http_error")
-        return problem_response(exc.status_code, code, str(exc.detail),
-                                f"{request.method} {request.url.path}: {exc.detail}",
-                                instance=request.url.path,
-                                headers=dict(exc.headers) if exc.headers else None)
-
-    handler: Callable[[Request, Exception], Awaitable[Response]] = http_error
-    counters = EdgeCounters()
-    app = Starlette(routes=[Route("/notices", list_notices, methods=["GET"]),
-                            Route("/notices/{case_id}", get_notice, methods=["GET"])],
-                    middleware=edge_middleware(edge, counters),
-                    exception_handlers={HTTPException: handler})
-    app.state.counters = counters
-    return app
+    return edge_app([Route("/notices", list_notices, methods=["GET"]),
+                     Route("/notices/{case_id}", get_notice, methods=["GET"])], edge)

@@ -16,12 +16,13 @@ definition cannot read (a contract breach) is a :class:`~casestream.errors.Poiso
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from typing import Any
 
 from casestream.envelope import Envelope
 from casestream.errors import ConcurrencyError, PoisonMessageError, RetryableError
 from casestream.handlers import HandlerContext, HandlerKind, HandlerRegistry
+from casestream.wiring import OutboxSink
 from services.saga.adapters.postgres import PgSagaStore
 from services.saga.application.orchestrator import Handled, Orchestrator
 
@@ -29,18 +30,6 @@ log = logging.getLogger(__name__)
 
 CONSUMER = "saga.orchestrator"
 TOPICS = ("outbox.event.case", "outbox.event.decision", "outbox.event.notice")
-
-
-class OutboxSink:
-    """:class:`~services.saga.application.ports.EventSink` over the runtime's outbox appender."""
-
-    def __init__(self, outbox: Any, conn: Any):
-        self.outbox = outbox
-        self.conn = conn
-
-    def append(self, events: Sequence[Envelope]) -> None:
-        if events:
-            self.outbox.append(self.conn, list(events))
 
 
 def handle_in_savepoint(orchestrator: Orchestrator, conn: Any, outbox: Any, event: Envelope, *,

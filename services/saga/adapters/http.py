@@ -29,28 +29,19 @@ from __future__ import annotations
 import json
 import logging
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any, Protocol, TypeVar
 
 from starlette.applications import Starlette
-from starlette.concurrency import run_in_threadpool
-from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from casestream.auth import ROLE_OFFICER, ROLE_SUPERVISOR
 from casestream.errors import ConcurrencyError
-from casestream.http import (
-    EdgeCounters,
-    EdgePolicy,
-    edge_middleware,
-    principal_of,
-    problem_response,
-    requires,
-)
-from casestream.http.deadline import DeadlineExceeded
+from casestream.http import EdgePolicy, principal_of, problem_response, requires
+from casestream.http.app import edge_app, guarded
 from services.saga.application.orchestrator import Orchestrator
 from services.saga.application.ports import SagaQueries
 from services.saga.application.stuck import STUCK_LIMIT, find_stuck, gauges
@@ -122,20 +113,10 @@ def _utc_now() -> datetime:
 
 
 async def _guarded(request: Request, work: Callable[[], T]) -> T | Response:
-    """Run ``work`` in the thread pool; storage trouble and a passed deadline become 503."""
-    try:
-        return await run_in_threadpool(work)
-    except DeadlineExceeded:
-        return problem(503, "deadline_exceeded", "Request deadline exceeded",
-                       "the request ran out of time; retry later", instance=request.url.path,
-                       headers={"Retry-After": "1"})
-    except (UnknownTrigger, ConcurrencyError):
-        raise
-    except Exception:  # noqa: BLE001 - error boundary: log, answer without details
-        log.exception("unhandled error on %s %s", request.method, request.url.path)
-        return problem(503, "service_unavailable", "Service temporarily unavailable",
-                       "the saga store could not be reached; retry later",
-                       instance=request.url.path, headers={"Retry-After": "1"})
+    """Run ``work`` in the thread pool; storage trouble and a passed deadline become 503
+    (the resolve route answers UnknownTrigger and ConcurrencyError itself)."""
+    return await guarded(request, work, log=log, passthrough=(UnknownTrigger, ConcurrencyError),
+                         unavailable="the saga store could not be reached; retry later")
 
 
 def build_routes(queries: SagaQueries, orchestrator: Orchestrator, resolver: Resolver, *,
@@ -282,19 +263,5 @@ def build_app(queries: SagaQueries, orchestrator: Orchestrator, resolver: Resolv
     """The starlette app behind the shared edge (health routes are added by
     ``ServiceProcess``). ``app.state.counters`` holds the edge's counters."""
 
-    async def http_error(request: Request, exc: Exception) -> Response:
-        assert isinstance(exc, HTTPException)
-        code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code, "http_error")
-        return problem(exc.status_code, code, str(exc.detail),
-                       f"{request.method} {request.url.path}: {exc.detail}",
-                       instance=request.url.path,
-                       headers=dict(exc.headers) if exc.headers else None)
-
-    handler: Callable[[Request, Exception], Awaitable[Response]] = http_error
-    counters = EdgeCounters()
-    app = Starlette(routes=build_routes(queries, orchestrator, resolver,
-                                        stuck_grace=stuck_grace, clock=clock),
-                    middleware=edge_middleware(edge, counters),
-                    exception_handlers={HTTPException: handler})
-    app.state.counters = counters
-    return app
+    return edge_app(build_routes(queries, orchestrator, resolver, stuck_grace=stuck_grace,
+                                 clock=clock), edge)

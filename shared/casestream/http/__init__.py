@@ -2,8 +2,9 @@
 
 Bearer-token authentication and role checks (``authn``), load shedding (``shedding``),
 per-tenant and per-client rate limiting (``ratelimit``), request deadlines (``deadline``,
-and ``pgdeadline`` for PostgreSQL), problem+json answers (``problem``), counters, and
-``edge`` which assembles them in order for a service's app.
+and ``pgdeadline`` for PostgreSQL), problem+json answers (``problem``), counters,
+``edge`` which assembles them in order for a service's app, and ``app`` (imported on its
+own: the app behind the edge, its 404/405 handler, the 503 guard around blocking reads).
 """
 
 from casestream.http.authn import (

@@ -73,7 +73,7 @@ def edge_middleware(policy: EdgePolicy, counters: EdgeCounters | None = None) ->
 
 
 class EdgeSettings(Protocol):
-    """The settings fields a service declares for its edge (case and audit settings do)."""
+    """The settings fields a service's edge reads (``casestream.settings.ServiceSettings``)."""
 
     @property
     def auth(self) -> AuthSettings: ...
