@@ -135,10 +135,12 @@ class _SagaRepairs:
         from casestream.outbox import OutboxWriter
         from casestream.registry import ConfluentSchemaRegistry
         from casestream.upcasters import default_upcasters
-        from services.saga.bootstrap import definition_from, read_settings, utc_now
+        from casestream.wiring import read_settings, utc_now
         from services.saga.application.orchestrator import Orchestrator
+        from services.saga.bootstrap import NAME, definition_from
+        from services.saga.settings import SagaSettings
 
-        settings = read_settings()
+        settings = read_settings(SagaSettings, NAME)
         catalog = load_catalog()
         self.registry = ConfluentSchemaRegistry(registry_url or settings.registry_url)
         self.codec = EnvelopeCodec(catalog, self.registry, default_upcasters())
