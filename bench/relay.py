@@ -11,10 +11,11 @@ Issue 3 / DESIGN §8. In one run, on the real PostgreSQL and Kafka of ``deploy/i
   identical copy of the table, without Kafka;
 * **relay**: ``OutboxRelay.run_once`` until the table is drained;
 * ratios relay/B1, relay/B5, relay/min(B1, B5) (target >= 15,000 events/s and >= 0.5);
-* **latency**: a relay thread idle on LISTEN; a writer commits R events/s (default 1,000)
-  one event per transaction for S seconds; a consumer (``fetch.wait.max.ms=1``) records
-  the arrival of each; latency = arrival - commit returned. p50/p99/max in ms (target p99
-  <= 50 ms).
+* **latency**: a relay thread idle on LISTEN; a writer process commits R events/s (default
+  1,000) one event per transaction for S seconds; a consumer process (``fetch.wait.max.ms=1``)
+  records the arrival of each; latency = arrival - commit returned (both CLOCK_MONOTONIC).
+  p50/p99/max in ms (target p99 <= 50 ms). Writers and reader run in their own processes so
+  they do not take the relay's GIL.
 
 Usage: ``python bench/relay.py [--events 100000] [--aggregates 1000] [--payload 300]
 [--batch-size 1000] [--retention-s 3600|0] [--rate 1000] [--seconds 10]``.
@@ -25,12 +26,14 @@ from __future__ import annotations
 
 import argparse
 import json
+import multiprocessing
 import os
 import random
 import statistics
 import threading
 import time
 import uuid
+from typing import Any
 
 import psycopg
 from confluent_kafka import Consumer, Producer, TopicPartition
@@ -125,7 +128,69 @@ def bench_relay(dsn: str, prefix: str, batch: int, retention: float, n: int) -> 
     return counted / elapsed, snap
 
 
+def _latency_consumer(topic: str, ready: Any, stop: Any, out: Any) -> None:
+    """Child process: record the arrival time (CLOCK_MONOTONIC, shared by all processes on
+    Linux) of every message on ``topic`` from now on; send {event id: arrival} at ``stop``."""
+    consumer = Consumer({"bootstrap.servers": KAFKA, "group.id": f"lat-{uuid.uuid4().hex}",
+                         "enable.auto.commit": False, "fetch.wait.max.ms": 1,
+                         "fetch.min.bytes": 1, "auto.offset.reset": "latest"})
+    md = consumer.list_topics(topic, timeout=10)
+    parts = list(md.topics[topic].partitions)
+    wm = [consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1] for p in parts]
+    consumer.assign([TopicPartition(topic, p, o) for p, o in zip(parts, wm)])
+    arrivals: dict[str, float] = {}
+    consumer.consume(1, 0.5)  # fetch sessions up before the writers start
+    ready.set()
+    while not stop.is_set():
+        for m in consumer.consume(500, 0.002):  # returns at 500 msgs or timeout: keep it short
+            if not m.error():
+                arrivals[dict(m.headers())["id"].decode()] = time.monotonic()
+    consumer.close()
+    out.put(arrivals)
+
+
+def _latency_writers(dsn: str, rate: float, seconds: float, out: Any) -> None:
+    """Child process: 4 connections commit ``rate`` events/s in total, one event per
+    transaction, for ``seconds``; send ({event id: commit returned}, achieved rate)."""
+    committed: dict[str, float] = {}
+    n = int(rate * seconds)
+    writers = 4  # one commit per event: several connections reach the rate
+    done_rates: list[float] = []
+
+    def write_share(w: int) -> None:
+        writer = OutboxWriter(JsonCodec())
+        share = n // writers
+        interval = writers / rate
+        versions: dict[str, int] = {}
+        rng = random.Random(w)
+        with psycopg.connect(dsn) as conn:
+            start = time.perf_counter() + w * interval / writers
+            for i in range(share):
+                delay = start + i * interval - time.perf_counter()
+                if delay > 0:
+                    time.sleep(delay)
+                agg = f"lat-{w}-{rng.randrange(250)}"
+                versions[agg] = versions.get(agg, 0) + 1
+                e = FakeEnvelope(aggregate_type="case", aggregate_id=agg,
+                                 aggregate_version=versions[agg], payload_size=300)
+                with conn.transaction():
+                    writer.append(conn, [e])
+                committed[e.event_id] = time.monotonic()
+            done_rates.append(share / (time.perf_counter() - start))
+
+    threads = [threading.Thread(target=write_share, args=(w,)) for w in range(writers)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    out.put((committed, sum(done_rates)))
+
+
 def bench_latency(base: str, prefix: str, rate: float, seconds: float) -> dict:
+    """Relay thread in this process; writers and the consumer in two child processes, so
+    the load generator and the clock-reader do not compete with the relay for this
+    process's GIL (as they would not in production)."""
+    ctx = multiprocessing.get_context("spawn")
     with isolated_schema(base, prefix="bench_lat") as dsn:
         topic = prefix + "case"
         relay = OutboxRelay(dsn, producer_config(KAFKA, client_id="bench-lat"),
@@ -133,66 +198,22 @@ def bench_latency(base: str, prefix: str, rate: float, seconds: float) -> dict:
         stop = threading.Event()
         rt = threading.Thread(target=relay.run, args=(stop,), daemon=True)
         rt.start()
-        consumer = Consumer({"bootstrap.servers": KAFKA, "group.id": f"lat-{uuid.uuid4().hex}",
-                             "enable.auto.commit": False, "fetch.wait.max.ms": 1,
-                             "fetch.min.bytes": 1, "auto.offset.reset": "latest"})
-        md = consumer.list_topics(topic, timeout=10)
-        parts = list(md.topics[topic].partitions)
-        wm = [consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1] for p in parts]
-        consumer.assign([TopicPartition(topic, p, o) for p, o in zip(parts, wm)])
-        arrivals: dict[str, float] = {}
-        cstop = threading.Event()
-
-        def consume() -> None:
-            while not cstop.is_set():
-                for m in consumer.consume(500, 0.002):  # returns at 500 msgs or timeout: keep it short
-                    if not m.error():
-                        arrivals[dict(m.headers())["id"].decode()] = time.perf_counter()
-
-        ct = threading.Thread(target=consume, daemon=True)
-        ct.start()
-        time.sleep(2.0)
-        committed: dict[str, float] = {}
-        n = int(rate * seconds)
-        writers = 4  # one commit per event: several connections reach the rate
-        done_rates: list[float] = []
-
-        def write_share(w: int) -> None:
-            writer = OutboxWriter(JsonCodec())
-            share = n // writers
-            interval = writers / rate
-            versions: dict[str, int] = {}
-            rng = random.Random(w)
-            with psycopg.connect(dsn) as conn:
-                start = time.perf_counter() + w * interval / writers
-                for i in range(share):
-                    delay = start + i * interval - time.perf_counter()
-                    if delay > 0:
-                        time.sleep(delay)
-                    agg = f"lat-{w}-{rng.randrange(250)}"
-                    versions[agg] = versions.get(agg, 0) + 1
-                    e = FakeEnvelope(aggregate_type="case", aggregate_id=agg,
-                                     aggregate_version=versions[agg], payload_size=300)
-                    with conn.transaction():
-                        writer.append(conn, [e])
-                    committed[e.event_id] = time.perf_counter()
-                done_rates.append(share / (time.perf_counter() - start))
-
-        threads = [threading.Thread(target=write_share, args=(w,)) for w in range(writers)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
-        achieved = sum(done_rates)
-        n = len(committed)
-        deadline = time.monotonic() + 30
-        while len(arrivals) < n and time.monotonic() < deadline:
-            time.sleep(0.1)
+        ready, cstop, arrivals_q, commits_q = ctx.Event(), ctx.Event(), ctx.Queue(), ctx.Queue()
+        cp = ctx.Process(target=_latency_consumer, args=(topic, ready, cstop, arrivals_q))
+        cp.start()
+        ready.wait(30)
+        time.sleep(1.0)
+        wp = ctx.Process(target=_latency_writers, args=(dsn, rate, seconds, commits_q))
+        wp.start()
+        committed, achieved = commits_q.get(timeout=seconds * 5 + 60)
+        wp.join()
+        time.sleep(2.0)  # the last events' way to the consumer
         cstop.set()
-        ct.join()
-        consumer.close()
+        arrivals = arrivals_q.get(timeout=60)
+        cp.join()
         stop.set()
         rt.join(30)
+        n = len(committed)
         lat = sorted((arrivals[k] - t) * 1000 for k, t in committed.items() if k in arrivals)
         q = statistics.quantiles(lat, n=100) if len(lat) > 1 else [0.0] * 99
         return {"relay_batches": relay.metrics.batches_total,
