@@ -12,8 +12,8 @@ In one run, on the same events already on a private topic (4 partitions):
 - **B2** — raw consume (``assign``, no group) + ``fastavro.schemaless_reader`` decode with
   each message's writer schema; no database.
 
-Prints events/s of both and the ratio. Target (issue 6, 2 cores): replay >= 20,000 events/s
-and >= 0.4 x B2.
+Prints events/s of both, the ratio and the load average (1, 5, 15 min) at the end. Target
+(issue 6, 2 cores): replay >= 20,000 events/s and >= 0.4 x B2.
 
 Usage::
 
@@ -159,7 +159,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--events", type=int, default=200_000)
     ap.add_argument("--batch-size", type=int, default=2000)
     ap.add_argument("--partitions", type=int, default=4)
-    ap.add_argument("--workers", type=int, default=1, help="replay worker processes")
+    ap.add_argument("--workers", type=int, default=min(2, os.cpu_count() or 1),
+                    help="replay worker processes (default: as `casestream replay`, 2 on 2+ cores)")
     ap.add_argument("--projection", default="case.dashboard",
                     choices=["case.dashboard", "audit.timeline", "decision.statistics"])
     ap.add_argument("--pg-url", default=os.environ.get("CASESTREAM_PG_URL",
@@ -201,7 +202,8 @@ def main(argv: list[str] | None = None) -> int:
               f"{rows} rows, swapped={result.swapped}: {result.rate:,.0f} events/s "
               f"({result.elapsed_s:.1f}s)")
         print(f"ratio replay / B2 = {result.rate / b2_rate:.2f}   "
-              f"(targets: >= 20,000 events/s, >= 0.4 x B2)")
+              f"(targets: >= 20,000 events/s, >= 0.4 x B2)   "
+              f"load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     finally:
         close_codec(codec)
         if not a.keep:

@@ -12,6 +12,7 @@ Exit status: 0 done, 1 replay failed (checkpoint kept: rerun resumes), 2 bad usa
 
 from __future__ import annotations
 
+import os
 import sys
 
 import click
@@ -27,8 +28,10 @@ import click
 @click.option("--dry-run", is_flag=True, help="Print topics, partitions, offset ranges, count.")
 @click.option("--batch-size", type=click.IntRange(min=1), default=2000, show_default=True,
               help="Events per transaction.")
-@click.option("--workers", type=click.IntRange(min=1), default=1, show_default=True,
-              help="Worker processes for the bulk (partitions are split between them).")
+@click.option("--workers", type=click.IntRange(min=1), default=min(2, os.cpu_count() or 1),
+              show_default=True,
+              help="Worker processes for the bulk (partitions are split between them; 1 = in "
+                   "this process). Two use a second core for decoding: ~1.5x on 2 cores.")
 @click.option("--restart", is_flag=True, help="Start over even if an unfinished run exists.")
 @click.option("--dsn", default=None, help="Database URL of the projection (default: service's).")
 def replay(projection: str | None, list_: bool, from_: str, to: str, dry_run: bool,

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from datetime import UTC, datetime
 from typing import Any
 
@@ -66,6 +66,28 @@ class Envelope:
                 f"aggregate_version: must be an integer >= 1, got {self.aggregate_version!r}")
         if self.occurred_at.tzinfo is None:
             raise EnvelopeError("occurred_at: must be timezone-aware (UTC)")
+
+
+def _compile_trusted() -> Any:
+    """Build :func:`envelope_from_trusted_record` (one slot store per field, unrolled)."""
+    names = [f.name for f in fields(Envelope)]
+    src = "def envelope_from_trusted_record(rec):\n    e = _new(Envelope)\n"
+    src += "".join(f"    _set_{n}(e, rec[{n!r}])\n" for n in names) + "    return e\n"
+    ns: dict[str, Any] = {"_new": object.__new__, "Envelope": Envelope}
+    ns.update({f"_set_{n}": Envelope.__dict__[n].__set__ for n in names})
+    exec(compile(src, "<casestream.envelope trusted>", "exec"), ns)
+    return ns["envelope_from_trusted_record"]
+
+
+#: ``envelope_from_trusted_record(rec) -> Envelope`` — the decoder's constructor.
+#:
+#: ``rec`` is a mapping with exactly one key per :class:`Envelope` field (a record read with a
+#: catalog schema: every envelope field present and of its Avro type). Unlike ``Envelope(**rec)``
+#: it does *not* run ``__post_init__``: the caller must already have checked what that checks
+#: (non-empty ids, versions >= 1, aware ``occurred_at``); ``casestream.codec`` does, and uses
+#: ``Envelope(**rec)`` whenever a check fails so that the error names the field. ~2.5x cheaper
+#: (no keyword parsing, no validation pass). Raises KeyError if a field is missing.
+envelope_from_trusted_record = _compile_trusted()
 
 
 def new_event(

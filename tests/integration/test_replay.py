@@ -35,7 +35,7 @@ from casestream.consumer.testing import (
     wait_until,
 )
 from casestream.handlers import HandlerKind
-from casestream.replay import ReplayOptions, Replayer, load_projection, parse_to
+from casestream.replay import ReplayOptions, Replayer, checkpoint, load_projection, parse_to
 from tests.integration.test_replay_support import (
     history,
     journey,
@@ -290,8 +290,7 @@ def test_sigkill_mid_replay_leaves_live_untouched_and_rerun_resumes(
     with psycopg.connect(world.dsn) as conn:
         shadow_versions = conn.execute(
             "SELECT coalesce(sum(last_version), 0) FROM case_dashboard_shadow").fetchone()[0]
-        guard_versions = conn.execute(
-            "SELECT coalesce(sum(last_version), 0) FROM replay_guard").fetchone()[0]
+        guard_versions = sum(checkpoint.load_guard(conn, "case.dashboard").values())
     assert shadow_versions == guard_versions
     result = world.replayer(dash).run(ReplayOptions(batch_size=50))
     assert result.resumed and result.swapped and result.read < len(cases)

@@ -2,13 +2,14 @@
 
 Rebuilds ``case_timeline`` from the four event topics into a shadow table created ``LIKE
 case_timeline INCLUDING ALL``; the append-only journal is never rewritten. The rows are the
-live handler's: each event goes through the audit service's own ``entry_from`` (case id and
-summary derivation), and the timeline columns are written as ``apply_entry`` writes them — but
-as one ``INSERT ... SELECT FROM json_array_elements`` per run of events instead of one statement
-per event (:func:`batch_registry`, used by replays). ``handlers.build_registry(AuditTables(
-journal=None, ...))`` is the per-event equivalent. Inserts are ``ON CONFLICT (event_id) DO
-NOTHING``, which is what makes the handover to the live ``audit.journal`` consumer exact (see
-``casestream.replay.engine``).
+live handler's: each event's case id and summary come from the audit service's own rules
+(``case_id_of``, ``summarize``, as in ``entry_from``), and the timeline columns are written as
+``apply_entry`` writes them — but as one ``INSERT ... SELECT FROM jsonb_array_elements`` per
+run of events instead of one statement per event (:func:`batch_registry`, used by replays;
+``jsonb`` rather than ``json``: see ``casestream.replay.projection.jsonb_batch_sql``).
+``handlers.build_registry(AuditTables(journal=None, ...))`` is the per-event equivalent.
+Inserts are ``ON CONFLICT (event_id) DO NOTHING``, which is what makes the handover to the
+live ``audit.journal`` consumer exact (see ``casestream.replay.engine``).
 """
 
 from __future__ import annotations
@@ -31,8 +32,7 @@ from services.audit.adapters.projection import (
     create_shadow_timeline,
     projection_freshness,
 )
-from services.audit.application.service import entry_from
-from services.audit.domain.entries import KNOWN_EVENT_TYPES
+from services.audit.domain.entries import KNOWN_EVENT_TYPES, case_id_of, summarize
 
 
 def _dsn() -> str:
@@ -59,7 +59,7 @@ INSERT INTO {t} (event_id, tenant_id, case_id, event_type, event_version, aggreg
                  aggregate_version, occurred_at, published_at, source, summary)
 SELECT (r->>0)::uuid, r->>1, r->>2, r->>3, (r->>4)::int, r->>5, (r->>6)::bigint,
        (r->>7)::timestamptz, (r->>8)::timestamptz, r->>9, r->>10
-FROM json_array_elements(%s::json) r
+FROM jsonb_array_elements(%s::jsonb) r
 ON CONFLICT (event_id) DO NOTHING
 """
 
@@ -71,13 +71,20 @@ def _iso(value: Any) -> str:
 
 
 def timeline_row(event: Envelope) -> tuple[Any, ...] | None:
-    """The timeline row of ``event`` (TIMELINE_COLUMNS order), None if it has no case."""
-    e = entry_from(event)
-    if e.case_id is None:
+    """The timeline row of ``event`` (TIMELINE_COLUMNS order), None if it has no case.
+
+    The columns of ``entry_from(event)`` without building the whole journal entry (the
+    journal-only fields and a payload copy): case id and summary come from the same domain
+    rules ``entry_from`` applies (``case_id_of``, ``summarize``).
+    """
+    payload = event.payload
+    case_id = case_id_of(event.aggregate_type, str(event.aggregate_id), payload)
+    if case_id is None:
         return None
-    return (e.event_id, e.tenant_id, e.case_id, e.event_type, e.event_version,
-            e.aggregate_type, e.aggregate_version, e.occurred_at, e.published_at, e.source,
-            e.summary)
+    return (str(event.event_id), event.tenant_id, case_id, event.event_type,
+            event.event_version, event.aggregate_type, event.aggregate_version,
+            event.occurred_at, event.published_at, event.source,
+            summarize(event.event_type, event.event_version, payload))
 
 
 def batch_registry(names: TableNames, event_types: Iterable[str]) -> HandlerRegistry:

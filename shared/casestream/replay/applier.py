@@ -79,35 +79,54 @@ class ReplayApplier:
         return planned.changed
 
     def decide(self, items: Sequence[tuple[Position, Envelope]], progress: Progress) -> Planned:
-        """The guard verdicts and handler runs of ``items`` (no I/O, guard not modified)."""
+        """The guard verdicts and handler runs of ``items`` (no I/O, guard not modified).
+
+        Verdicts are ``casestream.guard.decide``'s; the common cases (next version of a known
+        aggregate, first event of a new one) are decided inline, the rest by ``decide`` itself.
+        """
         changed: dict[Key, int] = {}
         runs: list[tuple[tuple[Any, ...], tuple[RegisteredHandler, ...],
                          list[tuple[Position, Envelope]]]] = []
         guard = self.guard
-        applied = 0
-        for pos, env in items:
+        policy = self.first_seen
+        baseline = policy is FirstSeenPolicy.BASELINE
+        cache = self._cache
+        applied = stale = gaps = unhandled = 0
+        run_key: Any = None
+        run: list[tuple[Position, Envelope]] = []
+        for item in items:
+            env = item[1]
             key = (env.aggregate_type, env.aggregate_id)
+            v = env.aggregate_version
             last = changed.get(key)
             if last is None:
                 last = guard.get(key)
-            verdict = decide(last, env.aggregate_version, self.first_seen)
-            if verdict is Verdict.STALE:
-                progress.stale += 1
-                continue
-            if verdict is Verdict.GAP:
-                progress.gaps += 1
-            changed[key] = env.aggregate_version
-            run_key, hs = self.handlers_of(env.event_type)
-            if not hs:
-                progress.unhandled += 1
+            if not (v >= 1 and (v == last + 1 if last is not None else (baseline or v == 1))):
+                verdict = decide(last, v, policy)
+                if verdict is Verdict.STALE:
+                    stale += 1
+                    continue
+                if verdict is Verdict.GAP:
+                    gaps += 1
+            changed[key] = v
+            found = cache.get(env.event_type)
+            if found is None:
+                found = self.handlers_of(env.event_type)
+            if not found[1]:
+                unhandled += 1
                 continue
             applied += 1
-            if runs and runs[-1][0] == run_key:
-                runs[-1][2].append((pos, env))
+            if found[0] == run_key and runs:
+                run.append(item)
             else:
-                runs.append((run_key, hs, [(pos, env)]))
+                run_key = found[0]
+                run = [item]
+                runs.append((run_key, found[1], run))
         progress.applied += applied
-        return Planned(runs=[(hs, run) for _k, hs, run in runs], changed=changed,
+        progress.stale += stale
+        progress.gaps += gaps
+        progress.unhandled += unhandled
+        return Planned(runs=[(hs, r) for _k, hs, r in runs], changed=changed,
                        applied=applied)
 
     def execute(self, conn: Any, planned: Planned) -> None:

@@ -6,8 +6,21 @@ checkpoint and the shadow tables agree and a rerun resumes exactly there::
     replay_run     (projection PK, run_id, from_spec, to_spec, state, shadow_tables,
                     events_applied, started_at, updated_at)
                    state: 'building' (shadow being filled) | 'built' (--to time, not swapped)
+                   deferred_indexes: ``CREATE INDEX`` statements of the shadow tables'
+                   secondary indexes, dropped for the rebuild (see :func:`defer_indexes`)
     replay_offset  (projection, topic, partition) -> next_offset
-    replay_guard   (projection, aggregate_type, aggregate_id) -> last_version
+    replay_guard_batch (projection, seq) -> entries: the guard rows one batch changed, as JSON
+                   text ``[[aggregate_type, aggregate_id, last_version], ...]``; the guard is
+                   these folded in ``seq`` order
+    replay_guard   (projection, aggregate_type, aggregate_id) -> last_version: guard rows of
+                   runs checkpointed before replay_guard_batch existed (read first, never
+                   written any more)
+
+Why one row per batch: upserting each changed guard row into a B-tree keyed by text cost
+PostgreSQL ~20 µs per row, up to one row per event (every decision is its own aggregate) —
+the largest share of a replay's database time (bench/README.md, "Replay"); one JSON text row
+per batch costs ~1 ms per 2,000 entries. The price is paid on resume: :func:`load_guard`
+folds every batch row (a few MB per million events).
 
 The swap transaction deletes the run row (so nothing can resume a swapped run); the offsets and
 guard rows are deleted right after, and again by the next run's start.
@@ -20,6 +33,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from psycopg import sql
+
 DDL = """
 CREATE TABLE IF NOT EXISTS replay_run (
     projection     text        PRIMARY KEY,
@@ -30,7 +45,8 @@ CREATE TABLE IF NOT EXISTS replay_run (
     shadow_tables  text[]      NOT NULL,
     events_applied bigint      NOT NULL DEFAULT 0,
     started_at     timestamptz NOT NULL DEFAULT now(),
-    updated_at     timestamptz NOT NULL DEFAULT now()
+    updated_at     timestamptz NOT NULL DEFAULT now(),
+    deferred_indexes text[]    NOT NULL DEFAULT '{}'
 );
 CREATE TABLE IF NOT EXISTS replay_offset (
     projection  text    NOT NULL,
@@ -45,6 +61,12 @@ CREATE TABLE IF NOT EXISTS replay_guard (
     aggregate_id   text   NOT NULL,
     last_version   bigint NOT NULL,
     PRIMARY KEY (projection, aggregate_type, aggregate_id)
+);
+CREATE TABLE IF NOT EXISTS replay_guard_batch (
+    projection text   NOT NULL,
+    seq        bigint GENERATED ALWAYS AS IDENTITY,
+    entries    text   NOT NULL,
+    PRIMARY KEY (projection, seq)
 );
 """
 
@@ -66,6 +88,12 @@ def ensure_schema(conn: Any) -> None:
     with conn.transaction():
         conn.execute("SELECT pg_advisory_xact_lock(hashtext('casestream.replay.ddl'))")
         conn.execute(DDL)
+        if conn.execute("SELECT 1 FROM information_schema.columns WHERE table_name = 'replay_run'"
+                        " AND column_name = 'deferred_indexes'"
+                        " AND table_schema = current_schema()").fetchone() is None:
+            # tables created before index deferral existed
+            conn.execute("ALTER TABLE replay_run ADD COLUMN deferred_indexes text[] NOT NULL"
+                         " DEFAULT '{}'")
 
 
 def load_run(conn: Any, projection: str) -> RunRow | None:
@@ -89,9 +117,57 @@ def start_run(conn: Any, projection: str, run_id: str, from_spec: str, to_spec: 
         (projection, run_id, from_spec, to_spec, list(shadow_tables)))
 
 
+_SECONDARY_INDEXES = """
+SELECT c.relname, pg_get_indexdef(i.indexrelid)
+FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid
+WHERE i.indrelid = to_regclass(%s) AND NOT i.indisunique AND NOT i.indisprimary
+  AND NOT EXISTS (SELECT 1 FROM pg_constraint k WHERE k.conindid = i.indexrelid)
+ORDER BY c.relname
+"""
+
+
+def defer_indexes(conn: Any, projection: str, tables: tuple[str, ...]) -> list[str]:
+    """Drop the secondary indexes of the (new, empty) shadow ``tables`` until
+    :func:`restore_indexes`; their ``CREATE INDEX`` statements are kept in the run row.
+
+    Secondary = not unique, not primary, not backing a constraint: nothing a write relies on
+    (``ON CONFLICT`` needs unique indexes, which stay). Maintaining them row by row cost
+    PostgreSQL a quarter to a third of the insert time (bench/README.md, "Replay"); one
+    ``CREATE INDEX`` over the finished table is cheaper. Caller's transaction, after
+    :func:`start_run`.
+
+    Returns:
+        The deferred ``CREATE INDEX`` statements (``pg_get_indexdef``), in name order.
+    """
+    deferred: list[str] = []
+    for table in tables:
+        for name, definition in conn.execute(_SECONDARY_INDEXES, (table,)).fetchall():
+            conn.execute(sql.SQL("DROP INDEX {}").format(sql.Identifier(name)))
+            deferred.append(definition)
+    if deferred:
+        conn.execute("UPDATE replay_run SET deferred_indexes = %s WHERE projection = %s",
+                     (deferred, projection))
+    return deferred
+
+
+def restore_indexes(conn: Any, projection: str) -> int:
+    """Create the indexes :func:`defer_indexes` dropped and forget them (caller's transaction,
+    before the shadow tables are marked built or swapped in). Returns how many were created;
+    0 when nothing is deferred (also for runs started before deferral existed)."""
+    row = conn.execute("SELECT deferred_indexes FROM replay_run WHERE projection = %s",
+                       (projection,)).fetchone()
+    deferred = list(row[0]) if row else []
+    for definition in deferred:
+        conn.execute(definition)
+    if deferred:
+        conn.execute("UPDATE replay_run SET deferred_indexes = '{}' WHERE projection = %s",
+                     (projection,))
+    return len(deferred)
+
+
 def clear(conn: Any, projection: str) -> None:
     """Delete the run, offsets and guard rows of ``projection`` (caller's transaction)."""
-    for table in ("replay_run", "replay_offset", "replay_guard"):
+    for table in ("replay_run", "replay_offset", "replay_guard", "replay_guard_batch"):
         conn.execute(f"DELETE FROM {table} WHERE projection = %s", (projection,))
 
 
@@ -114,15 +190,30 @@ def load_offsets(conn: Any, projection: str) -> dict[tuple[str, int], int]:
 
 
 def load_guard(conn: Any, projection: str) -> dict[tuple[str, str], int]:
-    """(aggregate_type, aggregate_id) -> last version applied to the shadow tables."""
+    """(aggregate_type, aggregate_id) -> last version applied to the shadow tables.
+
+    The rows of ``replay_guard`` (older runs), then every ``replay_guard_batch`` row of
+    ``projection`` in ``seq`` order, a later entry replacing an earlier one.
+
+    Raises:
+        ValueError: a batch row is not the JSON :func:`save` writes (a corrupt checkpoint).
+    """
     cur = conn.execute("SELECT aggregate_type, aggregate_id, last_version FROM replay_guard"
                        " WHERE projection = %s", (projection,))
-    return {(t, i): v for t, i, v in cur}
+    guard = {(t, i): v for t, i, v in cur}
+    cur = conn.execute("SELECT entries FROM replay_guard_batch WHERE projection = %s"
+                       " ORDER BY seq", (projection,))
+    for (entries,) in cur:
+        guard.update(((t, i), v) for t, i, v in json.loads(entries))
+    return guard
 
 
 def save(conn: Any, projection: str, offsets: Mapping[tuple[str, int], int],
          guard: Mapping[tuple[str, str], int], applied: int) -> None:
-    """Upsert offsets and guard rows of one batch (caller's transaction, no result read)."""
+    """Record one batch (caller's transaction, no result read): upsert ``offsets``
+    ((topic, partition) -> next offset), append the changed ``guard`` rows
+    ((aggregate_type, aggregate_id) -> last version) as one ``replay_guard_batch`` row, and add
+    ``applied`` to the run's ``events_applied``."""
     if offsets:
         conn.execute(
             "INSERT INTO replay_offset (projection, topic, partition, next_offset)"
@@ -131,12 +222,7 @@ def save(conn: Any, projection: str, offsets: Mapping[tuple[str, int], int],
             " SET next_offset = EXCLUDED.next_offset",
             (projection, [k[0] for k in offsets], [k[1] for k in offsets], list(offsets.values())))
     if guard:
-        # One JSON parameter instead of three arrays: json.dumps is C, array adaptation is not.
-        conn.execute(
-            "INSERT INTO replay_guard (projection, aggregate_type, aggregate_id, last_version)"
-            " SELECT %s, r->>0, r->>1, (r->>2)::bigint FROM json_array_elements(%s::json) r"
-            " ON CONFLICT (projection, aggregate_type, aggregate_id) DO UPDATE"
-            " SET last_version = EXCLUDED.last_version",
-            (projection, json.dumps([(t, i, v) for (t, i), v in guard.items()])))
+        conn.execute("INSERT INTO replay_guard_batch (projection, entries) VALUES (%s, %s)",
+                     (projection, json.dumps([(t, i, v) for (t, i), v in guard.items()])))
     conn.execute("UPDATE replay_run SET events_applied = events_applied + %s, updated_at = now()"
                  " WHERE projection = %s", (applied, projection))

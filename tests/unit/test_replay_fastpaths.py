@@ -1,0 +1,124 @@
+"""Unit tests of the replay's fast paths: the inline guard verdicts of ``ReplayApplier.decide``
+against ``casestream.guard.decide``, the jsonb rewrite of batch statements, the relaxed GC
+threshold, and the replay registrations of the dashboard and statistics projections."""
+
+from __future__ import annotations
+
+import gc
+import random
+from typing import Any
+
+import pytest
+
+from casestream.guard import FirstSeenPolicy, Verdict, decide
+from casestream.handlers import HandlerKind, HandlerRegistry
+from casestream.processing import ProcessingMode
+from casestream.replay.applier import ReplayApplier
+from casestream.replay.engine import relaxed_gc
+from casestream.replay.progress import Progress
+from casestream.replay.projection import jsonb_batch_sql, load_projection
+from tests.unit.test_replay_unit import ev, pos
+
+pytestmark = pytest.mark.unit
+
+
+def _reference(items: list[Any], guard: dict[Any, int], policy: FirstSeenPolicy,
+               handled: set[str]) -> tuple[list[list[int]], dict[Any, int], tuple[int, ...]]:
+    """The verdicts spelled out with ``guard.decide`` for every event (the rule's source)."""
+    changed: dict[Any, int] = {}
+    runs: list[list[int]] = []
+    applied = stale = gaps = unhandled = 0
+    for _pos, e in items:
+        key = (e.aggregate_type, e.aggregate_id)
+        last = changed.get(key, guard.get(key))
+        verdict = decide(last, e.aggregate_version, policy)
+        if verdict is Verdict.STALE:
+            stale += 1
+            continue
+        gaps += verdict is Verdict.GAP
+        changed[key] = e.aggregate_version
+        if e.event_type not in handled:
+            unhandled += 1
+            continue
+        applied += 1
+        if runs:  # skipped and unhandled events do not end a run
+            runs[-1].append(e.aggregate_version)
+        else:
+            runs.append([e.aggregate_version])
+    return runs, changed, (applied, stale, gaps, unhandled)
+
+
+@pytest.mark.parametrize("policy", list(FirstSeenPolicy))
+def test_inline_verdicts_equal_guard_decide(policy: FirstSeenPolicy) -> None:
+    rnd = random.Random(policy.value)
+    reg = HandlerRegistry()
+
+    def project(ctx: Any, events: Any) -> None:
+        pass
+
+    reg.add_batch("CaseOpened", project, kind=HandlerKind.PROJECTION)  # one run key for both
+    reg.add_batch("CaseClosed", project, kind=HandlerKind.PROJECTION)
+    for _ in range(200):
+        guard = {("case", a): rnd.randint(1, 4) for a in "AB" if rnd.random() < 0.5}
+        items = [(pos(i), ev(rnd.choice(["CaseOpened", "CaseClosed", "CaseNoted"]),
+                             rnd.choice("ABC"), rnd.randint(1, 6))) for i in range(rnd.randint(0, 12))]
+        a = ReplayApplier(consumer="replay:x", handlers=reg, first_seen=policy, guard=dict(guard))
+        p = Progress()
+        planned = a.decide(items, p)
+        runs, changed, counts = _reference(items, guard, policy, {"CaseOpened", "CaseClosed"})
+        assert [[e.aggregate_version for _p, e in run] for _hs, run in planned.runs] == runs
+        assert planned.changed == changed and planned.applied == counts[0]
+        assert (p.applied, p.stale, p.gaps, p.unhandled) == counts
+        assert a.guard == guard  # decide never touches the guard
+
+
+def test_jsonb_rewrite_of_batch_statements() -> None:
+    stmt = "INSERT INTO t SELECT r->>0 FROM json_array_elements(%s::json) r ON CONFLICT DO NOTHING"
+    assert jsonb_batch_sql(stmt) == (
+        "INSERT INTO t SELECT r->>0 FROM jsonb_array_elements(%s::jsonb) r ON CONFLICT DO NOTHING")
+    assert jsonb_batch_sql("INSERT INTO t SELECT * FROM unnest(%s::text[])") is None
+    assert jsonb_batch_sql(stmt + " -- json_array_elements(%s::json)") is None
+
+
+def test_replay_registrations_use_jsonb_and_the_live_rows() -> None:
+    from services.case.adapters import dashboard, replay as case_replay
+    from services.decision.adapters import replay as decision_replay, statistics
+
+    assert case_replay._UPSERT == dashboard._UPSERT.replace(
+        "json_array_elements(%s::json)", "jsonb_array_elements(%s::jsonb)")
+    assert decision_replay._INSERT is not None and "::jsonb" in decision_replay._INSERT
+    for name, module in (("case.dashboard", case_replay), ("decision.statistics", decision_replay)):
+        spec = load_projection(name)
+        assert spec.registry is module.registry
+    assert load_projection("case.dashboard").tables == dashboard.PROJECTION.tables
+    assert load_projection("decision.statistics").create_tables is statistics.create_tables
+
+
+def test_replay_registrations_write_what_the_live_handlers_write() -> None:
+    from services.case.adapters import dashboard, replay as case_replay
+
+    class Conn:
+        def __init__(self) -> None:
+            self.calls: list[Any] = []
+
+        def execute(self, query: Any, params: Any) -> None:
+            self.calls.append(params)
+
+    events = [ev("CaseOpened", "A", 1, {"severity": 2, "priority": "LOW"}),
+              ev("CaseClosed", "A", 2, {"outcome": "violation"})]
+    live, rebuilt = Conn(), Conn()
+    names = {"case_dashboard": "case_dashboard_shadow"}
+    for reg, conn in ((dashboard.registry(names), live), (case_replay.registry(names), rebuilt)):
+        h = reg.handlers_for("CaseOpened", ProcessingMode.REPLAY)[0]
+        h.fn(type("Ctx", (), {"conn": conn})(), events)
+    assert live.calls == rebuilt.calls and len(live.calls) == 1
+
+
+def test_relaxed_gc_raises_the_young_threshold_and_restores_it() -> None:
+    before = gc.get_threshold()
+    with relaxed_gc(123_456):
+        assert gc.get_threshold() == (max(123_456, before[0]), *before[1:])
+    assert gc.get_threshold() == before
+    with pytest.raises(RuntimeError), relaxed_gc(50_000):
+        raise RuntimeError("boom")
+    assert gc.get_threshold() == before
