@@ -5,7 +5,7 @@ Issue 3 / DESIGN §8. In one run, on the real PostgreSQL and Kafka of ``deploy/i
 * fill: N events (default 100,000) over A aggregates (1,000), ~300-byte payloads, written
   with ``OutboxWriter`` in random aggregate order (not timed as relay work);
 * **B1** raw produce: a confluent-kafka loop producing the same key/value/headers with the
-  relay's producer settings (idempotence, acks=all, linger.ms=5), waiting for every
+  relay's producer settings (idempotence, acks=all, linger.ms=1), waiting for every
   delivery report;
 * **B5** claim-and-mark: the relay's claim query + outcome UPDATE/DELETE loop on an
   identical copy of the table, without Kafka;
