@@ -248,11 +248,12 @@ def saga_dead_letter_total(stack: ServiceStack) -> float:
     return float(found.group(1))
 
 
-def saga_dead_letters_of(kafka: PrivateKafka, case_id: str) -> list[Any]:
-    """Messages on the saga consumer's dead-letter topic that belong to ``case_id``."""
+def saga_dead_letters_of(kafka: PrivateKafka, case_id: str, saga_id: str) -> list[Any]:
+    """Messages on the saga consumer's dead-letter topic that belong to ``case_id``'s saga
+    ``saga_id`` (keyed by either, or correlated by the saga id, the journey's correlation id)."""
     return [r for r in read_topic(kafka.bootstrap, f"{CONSUMER}.dlq")
-            if r.key == case_id.encode()
-            or dict(r.headers).get("correlation_id") == case_id.encode()]
+            if r.key in (case_id.encode(), saga_id.encode())
+            or dict(r.headers).get("correlation_id") in (case_id.encode(), saga_id.encode())]
 
 
 def triggers(saga: dict[str, Any]) -> list[tuple[str, str, str]]:
@@ -275,18 +276,23 @@ def test_happy_paths_complete_and_every_transition_reaches_the_audit_trail(
     assert [e[0] for e in events] == ["DecisionRequested", "NoticeRequested",
                                       "CaseCloseRequested", "SagaCompleted"]
     assert [e[1] for e in events] == [1, 2, 3, 4]
-    assert {e[2] for e in events} == {violation}  # correlation id = case id, end to end
-    # every saga event: correlation = the case's correlation id (the case id, set at
-    # CaseOpened) and causation = the id of the participant's event that caused it
-    by_type = {e.event_type: e for service in ("case", "decision", "notification")
-               for e in journey_events(stack, service, violation)}
-    assert by_type["CaseOpened"].correlation_id == violation
-    saga_events = journey_events(stack, "saga", violation)
+    saga_id = v["saga_id"]
+    assert {e[2] for e in events} == {saga_id}  # correlation id = the saga id (issue 7)
+    # before the saga: the case's own correlation id (the case id); from the saga on, every
+    # event of the journey — participants' replies and CaseClosed included — carries the
+    # saga id, and each saga event's causation is the participant's event that caused it
+    before = {e.event_type: e for e in journey_events(stack, "case", violation)}
+    assert set(before) == {"CaseOpened", "CaseSubmitted"}
+    journey = {e.event_type: e for service in ("case", "decision", "notification")
+               for e in journey_events(stack, service, saga_id)}
+    assert set(journey) == {"ViolationDetermined", "NoticeIssued", "CaseClosed"}
+    by_type = before | journey
+    saga_events = journey_events(stack, "saga", saga_id)
     assert [e.event_type for e in saga_events] == [e[0] for e in events]
     causes = {"DecisionRequested": "CaseSubmitted", "NoticeRequested": "ViolationDetermined",
               "CaseCloseRequested": "NoticeIssued", "SagaCompleted": "CaseClosed"}
     for e in saga_events:
-        assert e.correlation_id == violation, e.event_type
+        assert e.correlation_id == saga_id, e.event_type
         assert e.causation_id == by_type[causes[e.event_type]].event_id, e.event_type
     expected = ["CaseOpened", "CaseSubmitted", "DecisionRequested", "ViolationDetermined",
                 "NoticeRequested", "NoticeIssued", "CaseCloseRequested", "CaseClosed",
@@ -467,7 +473,7 @@ def test_decision_timeout_then_late_success_stays_compensated(
     [late] = [h for h in saga["history"] if h["disposition"] == "late"]
     assert late["trigger"] in ("ViolationDetermined", "NoViolationFound")
     # the late reply is processed, not dead-lettered
-    assert saga_dead_letters_of(kafka, case_id) == []
+    assert saga_dead_letters_of(kafka, case_id, saga["saga_id"]) == []
     assert saga_dead_letter_total(stack) == dead_letters_before
 
 

@@ -74,7 +74,8 @@ def test_start_emits_a_decision_request_with_the_journey_ids(world) -> None:
     [req] = sink.events
     assert req.event_type == "DecisionRequested"
     assert (req.aggregate_type, req.aggregate_id, req.aggregate_version) == ("saga", saga.saga_id, 1)
-    assert (req.correlation_id, req.causation_id, req.tenant_id) == (CASE, event.event_id, "tenant-a")
+    assert (req.correlation_id, req.causation_id, req.tenant_id) == (saga.saga_id, event.event_id,
+                                                                     "tenant-a")
     assert req.traceparent == event.traceparent and req.source == "saga"
     assert req.payload["case_id"] == CASE and req.payload["severity"] == 4
 
@@ -117,7 +118,7 @@ def test_violation_journey_end_to_end(world) -> None:
     # each request is caused by the event that triggered it
     assert [e.causation_id for e in sink.events[1:]] == [
         steps[0].event_id, steps[1].event_id, steps[2].event_id, ]
-    assert {e.correlation_id for e in sink.events} == {CASE}
+    assert {e.correlation_id for e in sink.events} == {saga_id}  # the saga id (issue 7)
     assert sink.events[2].payload == {"case_id": CASE, "outcome": "violation",
                                       "penalty_cents": 400_000}
     assert not store.active[saga_id]
@@ -303,7 +304,7 @@ def test_manual_review_and_resolution_are_announced(world) -> None:
     assert (resolved.event_type, close.event_type) == ("SagaResolved", "CaseCloseRequested")
     assert dict(resolved.payload) == {"case_id": CASE, "resolution": "close",
                                       "reason": "sent by post"}
-    assert resolved.actor_id == "op-1" and resolved.correlation_id == CASE
+    assert resolved.actor_id == "op-1" and resolved.correlation_id == saga_id
     assert [e.aggregate_version for e in sink.events] == list(range(1, len(sink.events) + 1))
 
 
@@ -353,10 +354,9 @@ def test_same_reply_emitted_twice_with_new_event_ids_is_a_no_op(world) -> None:
 def test_every_saga_event_carries_the_journey_correlation_and_its_cause(
         world, correlation: str) -> None:
     """Every event the saga emits — on every path: start, replies, operator resolve,
-    deadline retries, deadline transitions, announcements — has correlation_id = the
-    correlation id of the case's CaseSubmitted (the case id in production: see
-    services/saga/__init__.py; never the saga id) and causation_id = the id of the event
-    that caused it. Deadline- and operator-driven events have no causing event: their
+    deadline retries, deadline transitions, announcements — has correlation_id = its saga
+    id (issue 7; never the CaseSubmitted's own correlation id, whatever that is) and
+    causation_id = the id of the event that caused it. Deadline- and operator-driven events have no causing event: their
     causation is the last event that changed the saga (``last_event_id``)."""
     orch, store, sink, clock = world
 
@@ -375,9 +375,9 @@ def test_every_saga_event_carries_the_journey_correlation_and_its_cause(
         assert new, "the action emitted nothing"
         for e in new:
             checked.append((e.event_type, e.causation_id))
-            assert e.correlation_id == correlation, e.event_type
+            assert e.aggregate_type == "saga" and e.correlation_id == e.aggregate_id, e.event_type
+            assert e.correlation_id != correlation, e.event_type
             assert e.causation_id == cause, e.event_type
-            assert e.aggregate_type == "saga" and e.correlation_id != e.aggregate_id
 
     def silent(action: Any) -> None:
         before = len(sink.events)

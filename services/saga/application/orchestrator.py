@@ -24,8 +24,11 @@ Alerts: entering an alerting state (``State.alert``: COMPENSATION_FAILED) is log
 ERROR (``ALERT saga ...``) and counted (``alerts_total{state}``, :mod:`.metrics`).
 
 Emitted events: aggregate ``saga``, id = saga id, consecutive aggregate versions, source
-``saga``, correlation id = the journey's correlation id (the case's), causation id = the
-triggering event (for deadline-driven requests: the event that last moved the saga).
+``saga``, correlation id = the saga id (issue 7: "the saga id is the correlation id of every
+event in that journey"; participants copy it onto their replies and the case service onto
+CaseClosed / CaseReturned), causation id = the triggering event (for the first request the
+CaseSubmitted that started the saga, which itself still carries the case's own correlation
+id; for deadline-driven requests: the event that last moved the saga).
 """
 
 from __future__ import annotations
@@ -146,7 +149,7 @@ class Orchestrator:
             return Handled(saga_id=active.saga_id, disposition=Disposition.IGNORED, note=note)
         facts: dict[str, Any] = {**event.payload, "aggregate_id": case_id}
         outcome = start_saga(self.definition, saga_id=saga_id, case_id=case_id,
-                             tenant_id=event.tenant_id, correlation_id=event.correlation_id,
+                             tenant_id=event.tenant_id, correlation_id=saga_id,
                              facts=facts, event_id=event.event_id, now=self.clock())
         saga = replace(outcome.saga, version=1)
         if not store.insert(saga, started_by=event.event_id, active=self._active(saga)):
