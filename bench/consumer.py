@@ -38,15 +38,17 @@ from datetime import UTC, datetime
 from typing import Any
 
 import psycopg
-from confluent_kafka import Consumer, Producer
+from confluent_kafka import Consumer
 from fastavro import parse_schema, schemaless_reader
 from psycopg_pool import ConnectionPool
 
 from casestream.consumer import ConsumerRuntime, ConsumerSettings
-from casestream.consumer.testing import close_codec, create_topic, headers_of, real_codec
+from casestream.consumer.testing import close_codec, create_topic, real_codec
 from casestream.envelope import Envelope
 from casestream.handlers import HandlerContext, HandlerKind, HandlerRegistry
 from casestream.inbox import ensure_schema
+
+from common import produce_all
 
 PAYLOAD = {"title": "Unlicensed waste disposal near the river",
            "summary": "Reporter saw barrels dumped behind the depot on two nights; photos attached.",
@@ -74,24 +76,6 @@ def events(n: int, aggregates: int) -> list[Envelope]:
             actor_id="officer-17", payload=PAYLOAD,
             traceparent="00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"))
     return out
-
-
-def produce_all(bootstrap: str, topic: str, codec: Any, evs: list[Envelope]) -> float:
-    p = Producer({"bootstrap.servers": bootstrap, "acks": "all", "enable.idempotence": True,
-                  "linger.ms": 5, "batch.num.messages": 10000, "partitioner": "murmur2_random"})
-    t = time.perf_counter()
-    for e in evs:
-        while True:
-            try:
-                p.produce(topic, key=e.aggregate_id.encode(), value=codec.encode(e),
-                          headers=headers_of(e))
-                break
-            except BufferError:
-                p.poll(0.05)
-        p.poll(0)
-    if p.flush(60):
-        raise SystemExit("produce: messages left undelivered")
-    return time.perf_counter() - t
 
 
 def b2_consume_decode(bootstrap: str, topic: str, n: int, codec: Any, batch: int) -> float:

@@ -37,15 +37,16 @@ from pathlib import Path
 from typing import Any
 
 import psycopg
-from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka import Consumer, TopicPartition
 from fastavro import parse_schema, schemaless_reader
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from casestream.catalog import load_catalog  # noqa: E402
-from casestream.consumer.testing import close_codec, create_topic, headers_of, real_codec  # noqa: E402
+from casestream.consumer.testing import close_codec, create_topic, real_codec  # noqa: E402
 from casestream.envelope import Envelope  # noqa: E402
 from casestream.replay import ReplayOptions, Replayer, load_projection  # noqa: E402
+from common import produce_all  # noqa: E402
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 
@@ -105,24 +106,6 @@ def decision_events(n: int) -> list[Envelope]:
             out.append(_env("NoViolationFound", "decision", cid, 1,
                             {"case_id": cid, "saga_id": str(uuid.uuid4())}, f"tenant-{i % 7}", at))
     return out
-
-
-def produce_all(bootstrap: str, topic: str, codec: Any, evs: list[Envelope]) -> float:
-    p = Producer({"bootstrap.servers": bootstrap, "acks": "all", "enable.idempotence": True,
-                  "linger.ms": 5, "batch.num.messages": 10000, "partitioner": "murmur2_random"})
-    t = time.perf_counter()
-    for e in evs:
-        while True:
-            try:
-                p.produce(topic, key=e.aggregate_id.encode(), value=codec.encode(e),
-                          headers=headers_of(e))
-                break
-            except BufferError:
-                p.poll(0.05)
-        p.poll(0)
-    if p.flush(120):
-        raise SystemExit("produce: messages left undelivered")
-    return time.perf_counter() - t
 
 
 def b2_consume_decode(bootstrap: str, topic: str, n: int, codec: Any, batch: int) -> float:
