@@ -57,7 +57,7 @@ INSERT INTO {t} AS d (case_id, tenant_id, status, severity, priority, outcome, o
                       last_change, last_event_type, last_version)
 SELECT r->>0, r->>1, r->>2, (r->>3)::int, r->>4, r->>5, (r->>6)::timestamptz,
        (r->>7)::timestamptz, r->>8, (r->>9)::bigint
-FROM json_array_elements(%s::json) r
+FROM jsonb_array_elements(%s::jsonb) r
 ON CONFLICT (case_id) DO UPDATE SET
     status = EXCLUDED.status,
     severity = coalesce(EXCLUDED.severity, d.severity),

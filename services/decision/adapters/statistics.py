@@ -48,7 +48,7 @@ INSERT INTO {t} (event_id, tenant_id, case_id, outcome, violation_code, penalty_
                  decided_at, period_day)
 SELECT (r->>0)::uuid, r->>1, r->>2, r->>3, r->>4, (r->>5)::bigint, (r->>6)::timestamptz,
        (r->>7)::date
-FROM json_array_elements(%s::json) r
+FROM jsonb_array_elements(%s::jsonb) r
 ON CONFLICT (event_id) DO NOTHING
 """
 TOTALS = """

@@ -12,8 +12,9 @@ Public API::
     runtime.run(stop)          # a ServiceProcess worker
 
 Modules: ``runtime`` (Kafka loop, offsets, rebalance), ``batch`` (one transaction per poll
-batch, no Kafka), ``settings`` (policy), ``failures`` (classification), ``records`` (values and
-the decoder port). Tables: ``casestream.inbox``; dead letters: ``casestream.dlq``; the guard
+batch, no Kafka; its steps in ``batch_model``, ``batch_dispatch``, ``batch_fast``,
+``batch_slow``, ``batch_held``, ``batch_failures``), ``settings`` (policy), ``failures``
+(classification), ``records`` (values and the decoder port). Tables: ``casestream.inbox``; dead letters: ``casestream.dlq``; the guard
 rule: ``casestream.guard``.
 """
 

@@ -31,39 +31,14 @@ from casestream.replay.errors import ReplayConfigError
 
 TableNames = Mapping[str, str]
 
-#: Projection name -> "module:attribute" of its ProjectionSpec (imported lazily). The
-#: ``adapters/replay*.py`` modules wrap the live projection modules with replay-tuned batch
-#: statements (same rows, see :func:`jsonb_batch_sql`).
+#: Projection name -> "module:attribute" of its ProjectionSpec (imported lazily). Batch
+#: statements read their one JSON parameter as ``jsonb``: on ``json`` every ``r->>k``
+#: re-parses the row's text (~40-55 vs ~28 µs per row, bench/README.md "Replay").
 KNOWN: dict[str, str] = {
     "audit.timeline": "services.audit.adapters.replay:PROJECTION",
-    "case.dashboard": "services.case.adapters.replay:PROJECTION",
-    "decision.statistics": "services.decision.adapters.replay:PROJECTION",
+    "case.dashboard": "services.case.adapters.dashboard:PROJECTION",
+    "decision.statistics": "services.decision.adapters.statistics:PROJECTION",
 }
-
-_JSON_ROWS = "json_array_elements(%s::json)"
-_JSONB_ROWS = "jsonb_array_elements(%s::jsonb)"
-
-
-def jsonb_batch_sql(statement: str) -> str | None:
-    """``statement`` with its batch parameter read as ``jsonb`` instead of ``json``.
-
-    The projections pass a batch as one JSON array of row arrays and read it with
-    ``FROM json_array_elements(%s::json) r`` and ``r->>0``, ``r->>1``, ... On ``json`` every
-    ``->>`` re-parses the row's text from its start (quadratic in the number of columns: a
-    2,000-row batch of 11 columns cost PostgreSQL ~40-55 µs per row); ``jsonb`` is parsed once
-    and ``->>`` indexes it (~28 µs per row, bench/README.md "Replay"). ``->>`` returns the same
-    text for strings, integers and null, so the rows written are the same.
-
-    Args:
-        statement: SQL text containing ``json_array_elements(%s::json)`` exactly once.
-
-    Returns:
-        The rewritten text, or None when ``statement`` does not have that shape (the caller
-        keeps its original statement).
-    """
-    if statement.count(_JSON_ROWS) != 1:
-        return None
-    return statement.replace(_JSON_ROWS, _JSONB_ROWS)
 
 SHADOW_SUFFIX = "_shadow"
 

@@ -1,0 +1,107 @@
+"""Values of a batch: decoded batch, per-record item, action, result, attempt counts.
+
+Plain data used by :class:`casestream.consumer.batch.BatchProcessor` and its step modules
+(``batch_dispatch``, ``batch_fast``, ``batch_slow``, ``batch_held``, ``batch_failures``);
+no database access. Re-exported by ``casestream.consumer.batch``.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import Any
+
+from casestream.consumer.records import Record
+from casestream.inbox import HeldEvent, InboxEntry
+
+TP = tuple[str, int]
+
+
+class Action(enum.Enum):
+    """What the processor does with one decoded record."""
+
+    APPLY = "apply"
+    ACCEPT_GAP = "accept_gap"
+    HOLD = "hold"
+    DUPLICATE = "duplicate"
+    STALE = "stale"
+    UNKNOWN_STRICT = "unknown_strict"
+
+
+class _Ineligible(Exception):
+    """The batch needs per-message handling (gap, held aggregate, side effect, strict type...)."""
+
+
+@dataclass(slots=True)
+class _Item:
+    rec: Record
+    env: Any
+
+    @property
+    def key(self) -> tuple[str, str]:
+        return (self.env.aggregate_type, self.env.aggregate_id)
+
+    def entry(self) -> InboxEntry:
+        e = self.env
+        return InboxEntry(event_id=e.event_id, event_type=e.event_type,
+                          aggregate_type=e.aggregate_type, aggregate_id=e.aggregate_id,
+                          aggregate_version=e.aggregate_version)
+
+
+@dataclass(frozen=True, slots=True)
+class Decoded:
+    """A batch after decoding: (record, envelope or None, decode error or None) in order."""
+
+    entries: list[tuple[Record, Any, BaseException | None]]
+
+    @property
+    def records(self) -> list[Record]:
+        return [e[0] for e in self.entries]
+
+    def without(self, drop: Any) -> Decoded:
+        """The entries whose record does not satisfy ``drop(record)``."""
+        return Decoded([e for e in self.entries if not drop(e[0])])
+
+    def __len__(self) -> int:
+        return len(self.entries)
+
+
+@dataclass(slots=True)
+class _Attempt:
+    count: int
+    first: datetime
+    last: datetime
+
+
+@dataclass(slots=True)
+class BatchResult:
+    """What the runtime must do with offsets after the transaction committed.
+
+    commits: next offset to commit per (topic, partition) = last processed + 1, or the offset of
+        the first message not processed (cut).
+    rewinds: (topic, partition) -> (offset to seek to, seconds to keep the partition paused).
+    fast: the batch went through the fast path.
+    """
+
+    commits: dict[TP, int] = field(default_factory=dict)
+    rewinds: dict[TP, tuple[int, float]] = field(default_factory=dict)
+    fast: bool = False
+
+    def cut(self, tp: TP, offset: int, delay_s: float) -> None:
+        """Stop processing ``tp`` at ``offset``: commit up to it, rewind there after ``delay_s``."""
+        self.commits[tp] = offset
+        self.rewinds[tp] = (offset, delay_s)
+
+
+def _now() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+def held_record(h: HeldEvent) -> Record:
+    """The :class:`Record` a held event was stored from."""
+    return Record(topic=h.topic, partition=h.partition, offset=h.offset, key=h.key,
+                  value=h.value, headers=h.headers, timestamp_ms=h.timestamp_ms)
+
+
+__all__ = ["TP", "Action", "BatchResult", "Decoded", "held_record"]
