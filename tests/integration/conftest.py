@@ -6,6 +6,10 @@ Fixtures:
         ``casestream_test`` with ``migrations`` applied; dropped after the test.
     codec -> EnvelopeCodec   per module: prepared over the in-memory schema registry (for
         tests that only exercise the outbox's encoding); a module may define its own.
+    registry_codec -> EnvelopeCodec   per module: over the real registry when it takes the
+        catalog, else in memory (``casestream.consumer.testing.real_codec``).
+    consumer_harness -> (prefix) -> Harness   per test: a consumer-runtime test harness
+        (``casestream.consumer.testing.Harness``) on ``registry_codec``; closed after the test.
 """
 
 from __future__ import annotations
@@ -13,6 +17,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
+from typing import Any
 
 import psycopg
 import pytest
@@ -20,6 +25,7 @@ from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from casestream.catalog import load_catalog
 from casestream.codec import EnvelopeCodec
+from casestream.consumer.testing import Harness, close_codec, real_codec
 from casestream.db import Migration, apply_migrations
 from casestream.registry import InMemoryRegistry
 from casestream.upcasters import default_upcasters
@@ -60,3 +66,31 @@ def codec() -> EnvelopeCodec:
     c = EnvelopeCodec(load_catalog(), InMemoryRegistry(), default_upcasters())
     c.prepare(auto_register=True)
     return c
+
+
+@pytest.fixture(scope="module")
+def registry_codec(registry_url: str) -> Iterator[Any]:
+    """The real EnvelopeCodec: real registry if it takes the catalog, else an in-memory one."""
+    c = real_codec(registry_url, fallback=True)
+    yield c
+    close_codec(c)
+
+
+@pytest.fixture
+def consumer_harness(kafka_bootstrap: str, pg_url: str, registry_url: str,
+                     registry_codec: Any) -> Iterator[Callable[..., Harness]]:
+    """``consumer_harness(prefix="test.consumer")`` -> a :class:`Harness` (topics and tables named after
+    ``prefix``); every harness made is closed after the test."""
+    made: list[Harness] = []
+
+    def create(prefix: str = "test.consumer") -> Harness:
+        h = Harness.create(kafka_bootstrap, pg_url, codec=registry_codec,
+                           registry_url=registry_url, prefix=prefix)
+        made.append(h)
+        return h
+
+    try:
+        yield create
+    finally:
+        for h in made:
+            h.close()

@@ -8,7 +8,6 @@ is visible as a second row; offsets are checked with the group's committed posit
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import psycopg
@@ -16,8 +15,6 @@ import pytest
 
 from casestream.consumer import ConsumerRuntime, ConsumerSettings, RetryPolicy
 from casestream.consumer.testing import (
-    close_codec,
-    real_codec,
     Harness,
     committed,
     create_topic,
@@ -34,19 +31,9 @@ FAST_RETRY = RetryPolicy(max_attempts=5, base_s=0.05, max_s=0.2, jitter=0.2)
 Env = Harness
 
 
-@pytest.fixture(scope="module")
-def codec(registry_url: str) -> Iterator[Any]:
-    """The real EnvelopeCodec: real registry if it takes the catalog, else an in-memory one."""
-    c = real_codec(registry_url, fallback=True)
-    yield c
-    close_codec(c)
-
-
 @pytest.fixture
-def env(kafka_bootstrap: str, pg_url: str, registry_url: str, codec: Any) -> Iterator[Harness]:
-    h = Harness.create(kafka_bootstrap, pg_url, codec=codec, registry_url=registry_url)
-    yield h
-    h.close()
+def env(consumer_harness: Any) -> Harness:
+    return consumer_harness()
 
 
 def _applied(rt: ConsumerRuntime, n: int) -> bool:

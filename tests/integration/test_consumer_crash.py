@@ -13,31 +13,20 @@ import json
 import signal
 import subprocess
 import sys
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
-from casestream.consumer.testing import close_codec, real_codec, Harness, committed, create_topic, make_event, produce_events
+from casestream.consumer.testing import Harness, committed, create_topic, make_event, produce_events
 
 pytestmark = pytest.mark.integration
 
 N = 30
 
 
-@pytest.fixture(scope="module")
-def codec(registry_url: str) -> Iterator[Any]:
-    """The real EnvelopeCodec: real registry if it takes the catalog, else an in-memory one."""
-    c = real_codec(registry_url, fallback=True)
-    yield c
-    close_codec(c)
-
-
 @pytest.fixture
-def env(kafka_bootstrap: str, pg_url: str, registry_url: str, codec: Any) -> Iterator[Harness]:
-    h = Harness.create(kafka_bootstrap, pg_url, codec=codec, registry_url=registry_url, prefix="test.crash")
-    yield h
-    h.close()
+def env(consumer_harness: Any) -> Harness:
+    return consumer_harness("test.crash")
 
 
 def _child(env: Harness, *extra: str, timeout_s: float = 90) -> subprocess.CompletedProcess[str]:

@@ -8,7 +8,6 @@ missing event is lost. The CLI is exercised through click's runner.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -17,8 +16,6 @@ from click.testing import CliRunner
 from casestream.cli_dlq import dlq
 from casestream.consumer import RetryPolicy
 from casestream.consumer.testing import (
-    close_codec,
-    real_codec,
     Harness,
     committed,
     create_topic,
@@ -32,19 +29,9 @@ from casestream.dlq import read_topic, redrive
 pytestmark = pytest.mark.integration
 
 
-@pytest.fixture(scope="module")
-def codec(registry_url: str) -> Iterator[Any]:
-    """The real EnvelopeCodec: real registry if it takes the catalog, else an in-memory one."""
-    c = real_codec(registry_url, fallback=True)
-    yield c
-    close_codec(c)
-
-
 @pytest.fixture
-def env(kafka_bootstrap: str, pg_url: str, registry_url: str, codec: Any) -> Iterator[Harness]:
-    h = Harness.create(kafka_bootstrap, pg_url, codec=codec, registry_url=registry_url, prefix="test.dlq")
-    yield h
-    h.close()
+def env(consumer_harness: Any) -> Harness:
+    return consumer_harness("test.dlq")
 
 
 def _cli(env: Harness, *args: str) -> str:
