@@ -45,7 +45,7 @@ def build(settings: AuditSettings | None = None) -> ServiceProcess:
         ConfigError: the database is unreachable or a setting is invalid.
         casestream.errors.SchemaError / RegistryUnavailable: the codec cannot be prepared.
     """
-    settings = settings or AuditSettings()
+    settings = settings or wiring.read_settings(AuditSettings, NAME)
     base = wiring.groundwork(settings, NAME, migrations())
     codec = base.codec
 

@@ -87,7 +87,7 @@ def build(settings: CaseSettings | None = None) -> ServiceProcess:
         ConfigError: the database is unreachable or a setting is invalid.
         casestream.errors.SchemaError / RegistryUnavailable: the codec cannot be prepared.
     """
-    settings = settings or CaseSettings()
+    settings = settings or wiring.read_settings(CaseSettings, NAME)
     base = wiring.groundwork(settings, NAME, migrations())
     catalog, codec = base.catalog, base.codec
 

@@ -34,7 +34,28 @@ _GROUPS: dict[str, tuple[str, str, str]] = {
 }
 
 
+class ConfigurationError(click.ClickException):
+    """Bad settings (an environment variable) or configuration: one line, exit status 2."""
+
+    exit_code = 2
+
+
 class _LazyGroup(click.Group):
+    def invoke(self, ctx: click.Context) -> object:
+        # Settings are read inside the commands; a bad variable must read as one line naming
+        # it, not as a traceback (casestream.settings.settings_error).
+        from pydantic import ValidationError
+
+        from casestream.errors import ConfigError
+        from casestream.settings import describe_settings_error
+
+        try:
+            return super().invoke(ctx)
+        except ValidationError as e:
+            raise ConfigurationError(str(describe_settings_error(e))) from None
+        except ConfigError as e:
+            raise ConfigurationError(str(e)) from None
+
     def list_commands(self, ctx: click.Context) -> list[str]:
         return sorted(_GROUPS)
 

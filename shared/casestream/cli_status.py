@@ -194,7 +194,9 @@ def kafka_lag(bootstrap: str, groups: Sequence[str], timeout_s: float = 5.0) -> 
 @click.option("--no-kafka", is_flag=True, help="lag from the services' gauges only")
 @click.option("--json", "as_json", is_flag=True, help="one JSON object per service instead")
 def status(urls: tuple[str, ...], no_kafka: bool, as_json: bool) -> None:
-    """Per service: readiness, consumer lag, outbox pending and oldest age, dead letters, sagas."""
+    """Per service: readiness, consumer lag, outbox pending and oldest age, dead letters, sagas.
+
+    Exit status 0 when every service is ready, 1 when any is down or not ready (for scripts)."""
     bases = {name: f"http://127.0.0.1:{service_port(name)}" for name in SERVICE_PORTS}
     for item in urls:
         name, sep, base = item.partition("=")
@@ -219,3 +221,5 @@ def status(urls: tuple[str, ...], no_kafka: bool, as_json: bool) -> None:
             click.echo(json.dumps(asdict(row)))
     else:
         click.echo(render_table(rows))
+    if any(row.ready != "ready" for row in rows):
+        raise SystemExit(1)

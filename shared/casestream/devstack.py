@@ -25,6 +25,8 @@ from pathlib import Path
 
 import httpx
 
+from casestream.errors import ConfigError
+
 SERVICE_PORTS: Mapping[str, int] = {
     "case": 18101,
     "audit": 18102,
@@ -40,9 +42,21 @@ class StackError(RuntimeError):
 
 
 def service_port(name: str, env: Mapping[str, str] | None = None) -> int:
-    """The HTTP port of service ``name`` under ``env`` (default: this process's environment)."""
+    """The HTTP port of service ``name`` under ``env`` (default: this process's environment).
+
+    Raises:
+        ConfigError: ``CASESTREAM_<NAME>_PORT`` is not a port number (1-65535).
+    """
     env = os.environ if env is None else env
-    return int(env.get(f"CASESTREAM_{name.upper()}_PORT", SERVICE_PORTS[name]))
+    var = f"CASESTREAM_{name.upper()}_PORT"
+    raw = env.get(var, SERVICE_PORTS[name])
+    try:
+        port = int(raw)
+    except ValueError:
+        port = 0
+    if not 1 <= port <= 65535:
+        raise ConfigError(f"{var}={raw!r}: not a port number (1-65535)")
+    return port
 
 
 @dataclass(slots=True)

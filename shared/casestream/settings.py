@@ -8,7 +8,9 @@ settings objects are built once in a service's bootstrap and passed down.
 
 from __future__ import annotations
 
-from pydantic import AliasChoices, AliasGenerator, Field
+import logging
+
+from pydantic import AliasChoices, AliasGenerator, Field, ValidationError, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from casestream.auth import AuthSettings
@@ -41,6 +43,25 @@ class CommonSettings(BaseSettings):
     smtp_host: str = "127.0.0.1"
     smtp_port: int = 12525
     kafka_session_timeout_ms: int = 45000
+
+    @field_validator("log_level")
+    @classmethod
+    def _known_level(cls, value: str) -> str:
+        if not isinstance(logging.getLevelName(value.upper()), int):
+            raise ValueError("not a logging level (DEBUG, INFO, WARNING, ERROR, CRITICAL)")
+        return value.upper()
+
+    @field_validator("pg_url")
+    @classmethod
+    def _postgres_url(cls, value: str) -> str:
+        from psycopg.conninfo import conninfo_to_dict
+
+        try:
+            conninfo_to_dict(value)
+        except Exception as e:  # noqa: BLE001 - psycopg.ProgrammingError: not a connection string
+            raise ValueError("not a PostgreSQL URL (postgresql://user@host:port): "
+                             f"{str(e).strip()}") from None
+        return value
 
     def consumer_config(self) -> dict[str, object]:
         """librdkafka consumer settings common to every consumer runtime of a service:
@@ -123,3 +144,33 @@ class ServiceSettings(CommonSettings):
             ConfigError: if ``database`` is empty.
         """
         return self.database_url(self.database)
+
+
+def settings_error(error: ValidationError, settings_class: type[BaseSettings]) -> ConfigError:
+    """A :class:`ConfigError` naming the environment variable of every invalid field, e.g.
+    ``CASESTREAM_CASE_PORT='abc': Input should be a valid integer`` (one line per field).
+
+    Service fields report their alias (``<PREFIX><FIELD>``, :func:`service_config`);
+    CommonSettings' fields ``CASESTREAM_<FIELD>``.
+    """
+    prefix = str(settings_class.model_config.get("env_prefix") or "")
+    lines = []
+    for err in error.errors():
+        loc = str(err["loc"][0]) if err.get("loc") else "?"
+        var = loc if loc.isupper() else prefix + loc.upper()
+        value = err.get("input")
+        shown = f"={value!r}" if isinstance(value, (str, int, float, bool)) else ""
+        lines.append(f"{var}{shown}: {err['msg']}")
+    return ConfigError("; ".join(lines))
+
+
+def describe_settings_error(error: ValidationError) -> ConfigError:
+    """:func:`settings_error` for an error whose settings class is known only by name
+    (``error.title``, e.g. raised deep inside a command); ``CASESTREAM_`` prefix if unknown."""
+    pending: list[type] = [BaseSettings]
+    while pending:
+        cls = pending.pop()
+        if cls.__name__ == error.title and issubclass(cls, BaseSettings):
+            return settings_error(error, cls)
+        pending.extend(cls.__subclasses__())
+    return settings_error(error, CommonSettings)

@@ -33,7 +33,7 @@ from casestream.outbox import OUTBOX_MIGRATION, OutboxWriter
 from casestream.registry import ConfluentSchemaRegistry
 from casestream.relay.core import OutboxRelay
 from casestream.service import ReadinessCheck, configure_logging
-from casestream.settings import CommonSettings, ServiceSettings
+from casestream.settings import CommonSettings, ServiceSettings, settings_error
 from casestream.telemetry.readiness import dependency_checks
 from casestream.upcasters import default_upcasters
 
@@ -128,7 +128,7 @@ def read_settings(settings_class: type[S], service: str) -> S:
     try:
         return settings_class()
     except ValidationError as e:
-        raise ConfigError(f"invalid {service} settings: {e}") from e
+        raise ConfigError(f"invalid {service} settings: {settings_error(e, settings_class)}") from None
 
 
 def service_migrations(folder: Path, *, outbox: bool = True) -> list[Migration | Path]:

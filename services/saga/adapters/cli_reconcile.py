@@ -317,6 +317,9 @@ def reconcile(threshold_s: float, repair: bool, as_json: bool, limit: int, pg_ur
                                  registry_url=registry_url, limit=limit)
     except psycopg.OperationalError as e:
         raise click.ClickException(f"cannot reach the case or saga database: {e}") from e
+    except psycopg.ProgrammingError as e:  # a malformed URL or database name
+        raise click.ClickException(f"bad database URL (--pg-url / CASESTREAM_PG_URL): "
+                                   f"{str(e).strip()}") from None
     _print(findings, as_json=as_json)
     if any(not f.repaired for f in findings):
         raise SystemExit(1)
