@@ -63,8 +63,11 @@ test: venv compose infra-up ## the whole test suite against the real infrastruct
 		if [ $$rc -eq 5 ]; then echo "make test: pytest collected no tests (exit status 5); that is a failure" >&2; fi; \
 		exit $$rc; }
 
-schema-check: venv ## check schemas/ (compatibility of every subject's versions)
-	@$(WITH_ENV) $(VENV)/bin/casestream schemas check
+SCHEMA_BASE ?= origin/main
+schema-check: venv ## check schemas/: compatibility of every subject's versions; published versions unchanged against $(SCHEMA_BASE) when that ref exists
+	@against=""; if git rev-parse -q --verify "$(SCHEMA_BASE)^{commit}" >/dev/null 2>&1; then against="--against $(SCHEMA_BASE)"; \
+		else echo "schema-check: $(SCHEMA_BASE) not found, published versions not compared (set SCHEMA_BASE=<ref>)" >&2; fi; \
+	$(WITH_ENV) $(VENV)/bin/casestream schemas check $$against
 
 clean: ## stop the infrastructure, remove .local/ and .venv/
 	@if [ -x $(INFRA) ]; then $(INFRA) purge; fi

@@ -161,7 +161,7 @@ def show(ctx: click.Context, consumer: str, event_id: str | None, offset: int | 
 @click.argument("consumer")
 @click.option("--all", "all_", is_flag=True, help="Re-drive every dead letter.")
 @click.option("--event-id", "event_ids", multiple=True, help="Re-drive these event ids (repeatable).")
-@click.option("--first", type=int, help="Re-drive the first N dead letters (oldest first).")
+@click.option("--first", type=click.IntRange(min=1), help="Re-drive the first N dead letters (oldest first).")
 @click.option("--accept-gap", is_flag=True,
               help="Accept a version gap: the consumer records version-1 as seen and applies it.")
 @click.pass_context

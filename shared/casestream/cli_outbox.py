@@ -174,7 +174,7 @@ def show(event_id: str, service: str | None, dsn: str | None, raw: bool) -> None
     """Show one outbox row with its payload decoded (Avro, via the schema registry)."""
     _, url = _one(service, dsn)
     with psycopg.connect(url, autocommit=True) as conn:
-        cur = conn.execute(_SHOW, (uuid.UUID(event_id),))
+        cur = conn.execute(_SHOW, (_ids([event_id])[0],))
         row = cur.fetchone()
         names = [d.name for d in cur.description or []]
     if row is None:

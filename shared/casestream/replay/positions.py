@@ -103,14 +103,21 @@ def parse_from(text: str | None, topics: tuple[str, ...] = ()) -> StartSpec:
                                         f"({', '.join(topics)})")
             offsets[(topic, partition)] = offset
         return StartSpec(offsets=offsets)
-    return StartSpec(at=parse_time(raw))
+    try:
+        return StartSpec(at=parse_time(raw))
+    except ReplayConfigError as e:
+        raise ReplayConfigError(f"--from: {e} (earliest | ISO-8601 time, UTC if no zone | "
+                                "topic:partition:offset,...)") from None
 
 
 def parse_to(text: str | None) -> EndSpec:
     """Parse ``--to`` (``now`` or an ISO-8601 time). Raises ReplayConfigError."""
     if text is None or text.strip().lower() in ("", "now"):
         return EndSpec()
-    return EndSpec(until=parse_time(text))
+    try:
+        return EndSpec(until=parse_time(text))
+    except ReplayConfigError as e:
+        raise ReplayConfigError(f"--to: {e} (now | ISO-8601 time, UTC if no zone)") from None
 
 
 def _looks_like_time(raw: str) -> bool:
