@@ -27,6 +27,12 @@ cs_defaults() {
     : "${CASESTREAM_PYTHON:=$CS_REPO/.venv/bin/python}"
     CS_LOCAL="$CASESTREAM_LOCAL_DIR"
     CS_HOST=127.0.0.1
+    local var
+    for var in CASESTREAM_KAFKA_PORT CASESTREAM_KAFKA_CONTROLLER_PORT CASESTREAM_PG_PORT \
+               CASESTREAM_REGISTRY_PORT CASESTREAM_REGISTRY_MGMT_PORT CASESTREAM_SMTP_PORT; do
+        [[ "${!var}" =~ ^[0-9]+$ ]] && (( ${!var} >= 1 && ${!var} <= 65535 )) \
+            || die "$var='${!var}' is not a port number (1-65535)."
+    done
 }
 
 # ---------------------------------------------------------------- output

@@ -51,6 +51,7 @@ registry_up() {
     fi
     need_java 21 CASESTREAM_REGISTRY_JAVA_HOME "Apicurio Registry $REGISTRY_VERSION (built for Java 21)"
     ensure_port_free "$CASESTREAM_REGISTRY_PORT" "schema registry" CASESTREAM_REGISTRY_PORT
+    ensure_port_free "$CASESTREAM_REGISTRY_MGMT_PORT" "schema registry management" CASESTREAM_REGISTRY_MGMT_PORT
     registry_install
     log "registry: starting Apicurio Registry $REGISTRY_VERSION on $REG_BASE (storage: PostgreSQL db 'registry')"
     start_daemon "$REG_PID" "$REG_LOG" "$REG_APP" \

@@ -73,7 +73,24 @@ def _read(bootstrap: str, consumer: str) -> list[Record]:
     try:
         return read_topic(bootstrap, f"{consumer}.dlq")
     except CasestreamError as e:
-        raise click.ClickException(str(e)) from e
+        known = _dlq_consumers(bootstrap)
+        if known and consumer not in known:
+            shown = ", ".join(known[:20]) + (f" … and {len(known) - 20} more" if len(known) > 20 else "")
+            raise click.ClickException(f"no dead-letter topic {consumer}.dlq; consumers with "
+                                       f"one: {shown}") from None
+        raise click.ClickException(str(e)) from None
+
+
+def _dlq_consumers(bootstrap: str) -> list[str]:
+    """Consumer names that have a ``<consumer>.dlq`` topic (empty if Kafka does not answer)."""
+    from confluent_kafka import KafkaException
+    from confluent_kafka.admin import AdminClient
+
+    try:
+        topics = AdminClient({"bootstrap.servers": bootstrap}).list_topics(timeout=5).topics
+    except KafkaException:
+        return []
+    return sorted(t[: -len(".dlq")] for t in topics if t.endswith(".dlq"))
 
 
 def _summary(r: Record) -> dict[str, Any]:

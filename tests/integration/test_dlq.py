@@ -106,3 +106,13 @@ def test_poison_redriven_again_is_dead_lettered_again_with_its_first_position(
     assert h["dlq.redrive.count"] == b"1"
     env.one_effect_each([ok.event_id])
     assert len(read_topic(env.bootstrap, f"{env.name}.dlq")) == 2
+
+
+def test_list_of_a_consumer_without_dead_letter_topic_names_the_known_ones(env: Harness) -> None:
+    create_topic(env.bootstrap, f"{env.name}.dlq", 1)
+    missing = f"nobody-{env.name}"
+    result = CliRunner().invoke(dlq, ["--bootstrap", env.bootstrap, "list", missing],
+                                obj={"decoder": env.codec})
+    assert result.exit_code == 1, result.output
+    assert f"no dead-letter topic {missing}.dlq; consumers with one: " in result.output
+    assert "KafkaError" not in result.output and isinstance(result.exception, SystemExit)
