@@ -8,7 +8,6 @@ details when the store fails.
 from __future__ import annotations
 
 from datetime import UTC, datetime
-from typing import Any
 
 import pytest
 from starlette.testclient import TestClient
@@ -18,6 +17,7 @@ from casestream.http import EdgePolicy
 from services.decision.adapters.http import build_app
 from services.decision.domain.decision import Decision
 from services.decision.domain.rules import Outcome, Verdict
+from tests.unit.problems import problem
 
 pytestmark = pytest.mark.unit
 
@@ -51,14 +51,6 @@ def client() -> TestClient:
     app = build_app(Queries(decision("case-a", "tenant-a"), decision("case-b", "tenant-b")),
                     edge=EDGE)
     return TestClient(app, raise_server_exceptions=False)
-
-
-def problem(response: Any, status: int, code: str) -> dict[str, Any]:
-    assert response.status_code == status, response.text
-    assert response.headers["content-type"] == "application/problem+json"
-    body: dict[str, Any] = response.json()
-    assert body["code"] == code and body["status"] == status
-    return body
 
 
 def test_own_decision_is_served(client: TestClient) -> None:

@@ -9,7 +9,6 @@ filters before its limit), input validation, 503 without details when the store 
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
-from typing import Any
 
 import pytest
 from starlette.testclient import TestClient
@@ -18,6 +17,7 @@ from casestream.auth import AuthSettings, TokenVerifier, bearer_headers
 from casestream.http import EdgePolicy
 from services.notification.adapters.http import build_app
 from services.notification.domain.notice import Notice, NoticeStatus
+from tests.unit.problems import problem
 
 pytestmark = pytest.mark.unit
 
@@ -61,14 +61,6 @@ def client() -> TestClient:
             notice("case-a2", "tenant-a", status=NoticeStatus.FAILED, age_s=90),
             *(notice(f"case-b{i}", "tenant-b", age_s=i) for i in range(5))]
     return TestClient(build_app(Queries(*rows), edge=EDGE), raise_server_exceptions=False)
-
-
-def problem(response: Any, status: int, code: str) -> dict[str, Any]:
-    assert response.status_code == status, response.text
-    assert response.headers["content-type"] == "application/problem+json"
-    body: dict[str, Any] = response.json()
-    assert body["code"] == code and body["status"] == status
-    return body
 
 
 def test_own_notice_and_list_are_served(client: TestClient) -> None:

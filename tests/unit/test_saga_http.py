@@ -22,6 +22,7 @@ from services.saga.adapters.memory import MemorySagaStore, MemorySink
 from services.saga.application.orchestrator import Orchestrator
 from services.saga.domain import case_review as cr
 from services.saga.domain import case_review_saga
+from tests.unit.problems import problem
 
 pytestmark = pytest.mark.unit
 
@@ -81,14 +82,6 @@ class Setup:
 @pytest.fixture
 def setup() -> Setup:
     return Setup()
-
-
-def problem(response: Any, status: int, code: str) -> dict[str, Any]:
-    assert response.status_code == status, response.text
-    assert response.headers["content-type"] == "application/problem+json"
-    body: dict[str, Any] = response.json()
-    assert body["code"] == code and body["status"] == status
-    return body
 
 
 def test_get_saga_shows_state_deadline_and_history(setup: Setup) -> None:
