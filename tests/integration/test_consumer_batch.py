@@ -17,11 +17,9 @@ import pytest
 from casestream.consumer import BatchProcessor, ConsumerSettings, Record, RetryPolicy
 from casestream.consumer.testing import (
     EffectsProjection,
-    close_codec,
     database_dsn,
     headers_of,
     make_event,
-    real_codec,
 )
 from casestream.dlq import MemoryDeadLetters
 from casestream.errors import RetryableError
@@ -37,10 +35,9 @@ SUBMITTED = {"title": "t", "severity": 3, "evidence_count": 1, "reporter_email":
 
 
 @pytest.fixture(scope="module")
-def codec(registry_url: str) -> Iterator[Any]:
-    c = real_codec(registry_url, fallback=True)
-    yield c
-    close_codec(c)
+def codec(registry_codec: Any) -> Any:
+    """This module's codec is the real-registry one (tests/integration/conftest.py)."""
+    return registry_codec
 
 
 @pytest.fixture

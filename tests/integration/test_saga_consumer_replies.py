@@ -38,6 +38,7 @@ from casestream.envelope import Envelope, new_event
 from casestream.handlers import HandlerRegistry
 from casestream.outbox import OutboxWriter
 from casestream.registry import InMemoryRegistry
+from casestream.relay.testing import delete_topics
 from casestream.upcasters import default_upcasters
 from services.saga.adapters import handlers
 from services.saga.adapters.handlers import OutboxSink
@@ -157,17 +158,7 @@ def world(kafka_bootstrap: str, pg_url: str) -> Iterator[World]:
             thread.join(30)
         if pool is not None:
             pool.close()
-        from confluent_kafka.admin import AdminClient
-
-        admin = AdminClient({"bootstrap.servers": kafka_bootstrap})
-        existing = admin.list_topics(timeout=10).topics
-        mine = [t for t in [*topics.values(), f"{name}.dlq", f"{name}.redrive"] if t in existing]
-        if mine:
-            for f in admin.delete_topics(mine, operation_timeout=10).values():
-                try:
-                    f.result(15)
-                except Exception:  # noqa: BLE001 - best effort clean-up
-                    pass
+        delete_topics(kafka_bootstrap, [*topics.values(), f"{name}.dlq", f"{name}.redrive"])
         with psycopg.connect(base, autocommit=True) as conn:
             conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
 

@@ -12,20 +12,13 @@ from datetime import UTC, datetime
 import pytest
 from starlette.testclient import TestClient
 
-from casestream.auth import AuthSettings, TokenVerifier, bearer_headers
-from casestream.http import EdgePolicy
 from services.decision.adapters.http import build_app
 from services.decision.domain.decision import Decision
 from services.decision.domain.rules import Outcome, Verdict
-from tests.unit.problems import problem
+from tests.unit.problems import EDGE, NO_ROLE_A, OFFICER_A, OFFICER_B, SUPERVISOR_A, problem
 
 pytestmark = pytest.mark.unit
 
-EDGE = EdgePolicy(verifier=TokenVerifier(AuthSettings()))
-OFFICER_A = bearer_headers("tenant-a", subject="officer-a")
-SUPERVISOR_A = bearer_headers("tenant-a", ("supervisor",), subject="sup-a")
-OFFICER_B = bearer_headers("tenant-b", subject="officer-b")
-NO_ROLE_A = bearer_headers("tenant-a", (), subject="nobody")
 
 
 def decision(case_id: str, tenant: str) -> Decision:

@@ -13,19 +13,12 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from starlette.testclient import TestClient
 
-from casestream.auth import AuthSettings, TokenVerifier, bearer_headers
-from casestream.http import EdgePolicy
 from services.notification.adapters.http import build_app
 from services.notification.domain.notice import Notice, NoticeStatus
-from tests.unit.problems import problem
+from tests.unit.problems import EDGE, NO_ROLE_A, OFFICER_A, OFFICER_B, SUPERVISOR_A, problem
 
 pytestmark = pytest.mark.unit
 
-EDGE = EdgePolicy(verifier=TokenVerifier(AuthSettings()))
-OFFICER_A = bearer_headers("tenant-a", subject="officer-a")
-SUPERVISOR_A = bearer_headers("tenant-a", ("supervisor",), subject="sup-a")
-OFFICER_B = bearer_headers("tenant-b", subject="officer-b")
-NO_ROLE_A = bearer_headers("tenant-a", (), subject="nobody")
 T0 = datetime(2025, 1, 1, tzinfo=UTC)
 
 

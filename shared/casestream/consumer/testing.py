@@ -276,7 +276,7 @@ class Harness:
     def close(self) -> None:
         import psycopg
 
-        from confluent_kafka.admin import AdminClient
+        from casestream.relay.testing import delete_topics
 
         for _rt, thread, stop in self.runtimes:
             stop.set()
@@ -286,16 +286,7 @@ class Harness:
             conn.execute(f"DROP TABLE IF EXISTS {self.projection.table}")
             for table in ("consumer_inbox", "consumer_version_guard", "consumer_held_event"):
                 conn.execute(f"DELETE FROM {table} WHERE consumer = %s", (self.name,))
-        admin = AdminClient({"bootstrap.servers": self.bootstrap})
-        existing = admin.list_topics(timeout=10).topics
-        mine = [t for t in (self.topic, f"{self.name}.dlq", f"{self.name}.redrive")
-                if t in existing]
-        if mine:
-            for f in admin.delete_topics(mine, operation_timeout=10).values():
-                try:
-                    f.result(15)
-                except Exception:  # noqa: BLE001 - best effort clean-up
-                    pass
+        delete_topics(self.bootstrap, (self.topic, f"{self.name}.dlq", f"{self.name}.redrive"))
 
     def settings(self, **kw: Any) -> Any:
         from casestream.consumer.settings import ConsumerSettings, RetryPolicy
