@@ -207,7 +207,8 @@ def test_pending_scan_uses_the_partial_index(dsn: str) -> None:
         from casestream.relay.store import _CLAIM
 
         plan = "\n".join(r[0] for r in conn.execute(
-            "EXPLAIN " + _CLAIM, {"shards": list(range(32)), "limit": 1000, "inflight": list(range(1000))}).fetchall())
+            "EXPLAIN " + _CLAIM, {"shards": list(range(32)), "limit": 1000, "inflight": list(range(1000)),
+                                  "busy": [f"a{i}" for i in range(300)]}).fetchall())
     assert "outbox_pending_idx" in plan, plan
 
 

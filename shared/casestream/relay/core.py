@@ -19,6 +19,16 @@ When every row of a batch was delivered, its bookkeeping runs on a second connec
 marked by ``seq`` — and produced (``RelaySettings.pipeline``). A batch with any failure
 is marked synchronously before the next claim, so held-back rules always see it.
 
+Overlap (``RelaySettings.max_open_batches``, default 2, in :meth:`OutboxRelay.run`): a
+batch that was not full (no backlog) stays *open* while its reports come in, and a NOTIFY
+during that wait claims and produces the next batch at once, so a commit does not wait
+for the previous batch's broker round trip. The next claim excludes the open batches'
+rows (by ``seq``) and every row of their aggregates (by ``aggregateid``, whatever the
+type — conservative), so no batch carries a later event of an aggregate whose earlier
+event may still fail. Open batches are settled oldest first. A full batch (backlog) is
+awaited before the next claim, as without overlap: a throughput run gains nothing from
+skipping busy aggregates. ``run_once`` never overlaps.
+
 A row is published only when its delivery report has no error. A crash anywhere before
 the bookkeeping commit leaves the row pending: the next owner produces it again, with
 the same event id (the ``id`` header), so duplicates happen only around a crash.
@@ -36,7 +46,7 @@ rarer, the first ``_MSG_TIMED_OUT`` report of a batch purges the not-yet-sent me
 (they stay pending, no attempt counted).
 
 Idle: wait on ``LISTEN casestream_outbox`` (insert trigger) up to ``poll_interval_s``.
-Stop: finish the batch in hand (wait up to ``shutdown_timeout_s`` for reports), flush,
+Stop: finish the batches in hand (wait up to ``shutdown_timeout_s`` for reports), flush,
 release the leases (another instance takes over at once).
 """
 
@@ -48,19 +58,20 @@ import socket
 import threading
 import time
 import uuid
+from collections import deque
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 import psycopg
-from confluent_kafka import KafkaError, KafkaException, Producer
+from confluent_kafka import KafkaError, Producer
 from psycopg_pool import ConnectionPool
 
 from casestream.kafka_config import enforce_producer_guarantees
 from casestream import telemetry
-from casestream.outbox import NOTIFY_CHANNEL, headers_for
+from casestream.outbox import NOTIFY_CHANNEL
 from casestream.relay import store
-from casestream.relay.classify import classify
+from casestream.relay.batch import InFlightBatch
 from casestream.relay.leases import LeaseManager
 from casestream.relay.metrics import RelayMetrics
 from casestream.relay.settings import RelaySettings
@@ -72,8 +83,6 @@ log = logging.getLogger("casestream.relay")
 FaultHook = Callable[[str], None]
 """Test hook called at stages ``"claimed"``, ``"produced"``, ``"delivered"`` (all reports
 in, bookkeeping not yet done) and ``"marked"``; raising from it simulates a crash there."""
-
-_PENDING = object()
 
 
 class OutboxRelay:
@@ -126,6 +135,7 @@ class OutboxRelay:
         self._next_metrics = 0.0
         self._db_failures = 0
         self._stop = threading.Event()
+        self._open: deque[InFlightBatch] = deque()  # produced, reports outstanding or unsettled
         # Pipelined bookkeeping: one fully delivered batch may be marked on a second
         # connection while the next batch is claimed and produced (settings.pipeline).
         self._marker: ThreadPoolExecutor | None = None
@@ -148,15 +158,18 @@ class OutboxRelay:
         # (InitProducerId) are then ready before the first event commits.
         self._get_producer().poll(0)
         try:
+            self._listener()  # LISTEN before the first claim: no commit after it goes unnoticed
+        except (psycopg.OperationalError, psycopg.InterfaceError) as e:
+            self._listener_lost(e)  # opened again by the first wait
+        try:
             while not stop.is_set():
                 try:
-                    published = self._iteration()
+                    claimed = self._iteration(overlap=self.settings.max_open_batches > 1)
                     self._db_failures = 0
+                    if claimed < self.settings.batch_size:
+                        self._wait_for_work()
                 except (psycopg.OperationalError, psycopg.InterfaceError) as e:
                     self._db_error(e)
-                    continue
-                if published < self.settings.batch_size:
-                    self._idle_wait()
         finally:
             if not stop.is_set():  # an exception escapes: behave like a crash
                 self._abandon()
@@ -165,12 +178,17 @@ class OutboxRelay:
         log.info("relay %s stopped", self.name)
 
     def run_once(self) -> int:
-        """Run one iteration (lease upkeep + one batch); return rows published. For tests."""
-        return self._iteration()
+        """Run one iteration (lease upkeep + one batch, awaited and recorded); return rows
+        published. For tests and benchmarks; never overlaps batches."""
+        return self._iteration(overlap=False)
 
     def close(self) -> None:
-        """Flush the producer (``shutdown_timeout_s``), finish bookkeeping, release leases, close."""
+        """Finish open batches and bookkeeping (``shutdown_timeout_s`` for reports), flush the
+        producer, release leases, close."""
         try:
+            while self._open and self._await_reports(self._connection(), self._open[0]):
+                self._settle_reported(self._connection())
+            self._open.clear()
             self._drain_marker()
         except psycopg.Error as e:
             log.warning("relay %s: last bookkeeping failed (%s); those rows stay pending and "
@@ -196,7 +214,7 @@ class OutboxRelay:
 
     # ------------------------------------------------------------------ loop parts
 
-    def _iteration(self) -> int:
+    def _iteration(self, overlap: bool) -> int:
         conn = self._connection()
         now = time.monotonic()
         if now >= self._next_rebalance or not self._leases.valid():
@@ -205,7 +223,7 @@ class OutboxRelay:
             self._next_rebalance = self._next_renew = now + self.settings.renew_every_s
         if self._fatal is not None:
             self._restart_producer()
-        published = self._batch(conn) if self._leases.held else 0
+        published = self._cycle(conn, overlap) if self._leases.held or self._open else 0
         if now >= self._next_cleanup and self._leases.held:
             self._cleanup(conn)
             self._next_cleanup = now + self.settings.cleanup_interval_s
@@ -214,149 +232,115 @@ class OutboxRelay:
             self._next_metrics = now + self.settings.metrics_interval_s
         return published
 
-    def _batch(self, conn: psycopg.Connection) -> int:
+    def _cycle(self, conn: psycopg.Connection, overlap: bool) -> int:
+        """Settle reported batches, claim and produce one batch; return rows claimed
+        (``overlap`` False: rows published, after awaiting and settling that batch)."""
         s = self.settings
-        started = time.monotonic()
+        self._settle_reported(conn)
+        while self._open and (not overlap or len(self._open) >= s.max_open_batches
+                              or self._open[-1].full):
+            if not self._await_reports(conn, self._open[0]):
+                return 0  # stopping with reports outstanding
+            self._settle_reported(conn)
         if not self._leases.valid():
             return 0  # possibly expired: renew (next iteration) before claiming
-        in_flight: list[int] = []
-        if self._mark_future is not None:
-            if self._mark_future.done():
-                self._drain_marker()
-            else:
-                in_flight = self._mark_seqs  # still 'pending' in the table until marked
-        rows = store.claim(conn, self._leases.held, s.batch_size, in_flight=in_flight)
-        if not rows and in_flight:
-            self._drain_marker()  # idle: finish bookkeeping before reporting "nothing to do"
+        if self._mark_future is not None and self._mark_future.done():
+            self._drain_marker()
+        exclude = self._mark_seqs + [seq for b in self._open for seq in b.seqs]
+        busy = sorted({a for b in self._open for a in b.aggregate_ids})
+        rows = store.claim(conn, self._leases.held, s.batch_size, in_flight=exclude,
+                           busy_aggregates=busy)
         if not rows:
+            if self._mark_future is not None and not self._open:
+                self._drain_marker()  # idle: finish bookkeeping before reporting "nothing to do"
             return 0
         self._hook("claimed")
-        producer = self._get_producer()
-        n = len(rows)
-        results: list[Any] = [_PENDING] * n
-        outstanding = [0]
-        purged = [False]
-
-        spans: list[Any] = [None] * n  # casestream.telemetry.PublishSpan per produced row
-
-        def report(i: int) -> Callable[[KafkaError | None, Any], None]:
-            def on_delivery(err: KafkaError | None, msg: Any) -> None:
-                outstanding[0] -= 1
-                spans[i].end(err)
-                if err is None:
-                    ts = msg.timestamp()[1]
-                    results[i] = store.Delivered(rows[i].id, ts, msg.partition(), msg.offset())
-                else:
-                    results[i] = err
-                    if not purged[0] and err.code() == KafkaError._MSG_TIMED_OUT:
-                        purged[0] = True  # keep the rest of the batch from filling a gap
-                        try:
-                            producer.purge(in_queue=True, in_flight=False, blocking=False)
-                        except KafkaException:
-                            pass
-            return on_delivery
-
-        blocked: set[tuple[str, str]] = set()
-        prefix = s.topic_prefix
-        for i, row in enumerate(rows):
-            agg = (row.aggregatetype, row.aggregateid)
-            if agg in blocked or purged[0]:
-                continue  # stays pending, untouched (not an attempt)
-            spans[i] = telemetry.publish_span(self.name, prefix + row.aggregatetype, row)
-            headers = headers_for(row.id, row.type, row.event_version, spans[i].traceparent,
-                                  row.correlation_id)
-            while True:
-                try:
-                    producer.produce(prefix + row.aggregatetype, value=row.payload,
-                                     key=row.aggregateid.encode(), headers=headers,
-                                     on_delivery=report(i))
-                    outstanding[0] += 1
-                    break
-                except BufferError:  # local queue full: serve reports, then try again
-                    producer.poll(s.delivery_poll_s)
-                except KafkaException as e:
-                    results[i] = e.args[0]
-                    spans[i].end(e.args[0])
-                    blocked.add(agg)
-                    break
+        batch = InFlightBatch(rows, full=len(rows) >= s.batch_size)
+        batch.produce(self._get_producer(), self.name, s.topic_prefix, s.delivery_poll_s)
         self._hook("produced")
-        self._await_reports(conn, producer, outstanding)
-        self._hook("delivered")
-        published = self._record(conn, rows, results)
-        self._hook("marked")
-        self.metrics.batches_total += 1
-        self.metrics.last_batch_size = n
-        self.metrics.last_batch_seconds = time.monotonic() - started
-        return published
+        self._open.append(batch)
+        if overlap:
+            return len(rows)
+        self._await_reports(conn, batch)
+        self._settle_reported(conn)
+        return batch.published
 
-    def _await_reports(self, conn: psycopg.Connection, producer: Producer, outstanding: list[int]) -> None:
+    def _settle_reported(self, conn: psycopg.Connection) -> None:
+        """Record the outcomes of open batches whose reports are all in, oldest first."""
+        while self._open and self._open[0].done:
+            batch = self._open.popleft()
+            self._hook("delivered")
+            batch.published = self._record(conn, batch)
+            self._hook("marked")
+            self.metrics.batches_total += 1
+            self.metrics.last_batch_size = len(batch.rows)
+            self.metrics.last_batch_seconds = time.monotonic() - batch.started
+
+    def _await_reports(self, conn: psycopg.Connection, batch: InFlightBatch) -> bool:
+        """Serve delivery reports (renewing leases) until ``batch`` is done; False if the
+        relay is stopping and ``shutdown_timeout_s`` passed first."""
         s = self.settings
+        producer = self._get_producer()
         producer.poll(0)
         give_up_at: float | None = None
-        while outstanding[0] > 0:
+        while not batch.done:
             producer.poll(s.delivery_poll_s)
             now = time.monotonic()
-            if now >= self._next_renew:
-                try:
-                    self._leases.renew(conn)
-                except (psycopg.OperationalError, psycopg.InterfaceError) as e:
-                    log.warning("relay %s: lease renewal failed while waiting: %s", self.name, e)
-                self._next_renew = now + s.renew_every_s
+            self._renew_while_waiting(conn, now)
             if self._stop.is_set():
                 give_up_at = give_up_at or now + s.shutdown_timeout_s
                 if now >= give_up_at:
-                    log.warning("relay %s: stopping with %d delivery reports outstanding",
-                                self.name, outstanding[0])
-                    return
+                    log.warning("relay %s: stopping with delivery reports outstanding", self.name)
+                    return False
+        return True
 
-    def _record(self, conn: psycopg.Connection, rows: list[store.OutboxRow], results: list[Any]) -> int:
-        delivered: list[store.Delivered] = []
-        retry: list[tuple[str, float, str]] = []
-        failed: list[tuple[str, str]] = []
-        failed_aggs: set[tuple[str, str]] = set()
-        breaches: set[tuple[str, str]] = set()
-        policy = self.settings.retry
-        for row, res in zip(rows, results):
-            agg = (row.aggregatetype, row.aggregateid)
-            if res is _PENDING:
+    def _renew_while_waiting(self, conn: psycopg.Connection, now: float) -> None:
+        if now >= self._next_renew:
+            try:
+                self._leases.renew(conn)
+            except (psycopg.OperationalError, psycopg.InterfaceError) as e:
+                log.warning("relay %s: lease renewal failed while waiting: %s", self.name, e)
+            self._next_renew = now + self.settings.renew_every_s
+
+    def _wait_for_work(self) -> None:
+        """Between partial batches: return on a NOTIFY (claim at once, even while a batch
+        awaits its reports); settle batches as their reports come in; with nothing open,
+        the idle LISTEN wait."""
+        s = self.settings
+        while self._open and not self._stop.is_set():
+            if self._open[0].done:
+                self._settle_reported(self._connection())
                 continue
-            if isinstance(res, store.Delivered):
-                if agg in failed_aggs:
-                    breaches.add(agg)
-                delivered.append(res)
-                continue
-            c = classify(res)
-            failed_aggs.add(agg)
-            if c.code in (KafkaError._PURGE_QUEUE,):
-                continue  # never sent: stays pending, no attempt counted
-            self.metrics.delivery_errors_total += 1
-            attempts = row.attempts + 1
-            if c.retryable and not policy.exhausted(attempts):
-                retry.append((row.id, policy.delay(attempts), c.reason))
-            else:
-                reason = c.reason if not c.retryable else f"gave up after {attempts} attempts: {c.reason}"
-                failed.append((row.id, reason))
-                log.error("relay %s: outbox row %s (%s %s) failed: %s", self.name, row.id,
-                          row.aggregatetype, row.aggregateid, reason)
-        for agg in breaches:
-            log.error("relay %s: order breach on %s %s: a later event was delivered after an "
-                      "earlier one failed (message timeout)", self.name, *agg)
+            try:
+                if self._notified(s.open_wait_s):
+                    return
+            except (psycopg.OperationalError, psycopg.InterfaceError) as e:
+                self._listener_lost(e)
+                return  # claim now: polling stands in for the lost LISTEN
+            self._get_producer().poll(0)
+            self._renew_while_waiting(self._connection(), time.monotonic())
+        if not self._stop.is_set():
+            self._idle_wait()
+
+    def _record(self, conn: psycopg.Connection, batch: InFlightBatch) -> int:
+        out = batch.outcomes(self.settings.retry, self.name)
         delete = self.settings.published_retention_s == 0
         self._drain_marker()  # at most one batch in bookkeeping at a time
-        if self.settings.pipeline and len(delivered) == len(rows):
+        if self.settings.pipeline and len(out.delivered) == len(batch.rows):
             # Everything delivered: nothing can be held back by this batch, so its
-            # bookkeeping may overlap the next batch (which excludes these rows).
-            self._mark_seqs = [r.seq for r in rows]
-            self._mark_future = self._get_marker().submit(self._mark_delivered, delivered, delete)
+            # bookkeeping may overlap the next claim (which excludes these rows).
+            self._mark_seqs = batch.seqs
+            self._mark_future = self._get_marker().submit(self._mark_delivered, out.delivered, delete)
         else:
-            store.mark_outcomes(conn, delivered=delivered, retry=retry, failed=failed,
+            store.mark_outcomes(conn, delivered=out.delivered, retry=out.retry, failed=out.failed,
                                 delete_published=delete)
         m = self.metrics
-        m.published_total += len(delivered)
-        m.retried_total += len(retry)
-        m.failed_total += len(failed)
-        m.order_breaches_total += len(breaches)
-        return len(delivered)
+        m.published_total += len(out.delivered)
+        m.delivery_errors_total += out.errors
+        m.retried_total += len(out.retry)
+        m.failed_total += len(out.failed)
+        m.order_breaches_total += len(out.breaches)
+        return len(out.delivered)
 
     def _get_marker(self) -> ThreadPoolExecutor:
         if self._marker is None:
@@ -399,32 +383,39 @@ class OutboxRelay:
         timeout = min(self.settings.poll_interval_s,
                       max(0.0, self._next_rebalance - time.monotonic()))
         try:
-            listen = self._listener()
             deadline = time.monotonic() + timeout
             while not self._stop.is_set():
                 remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    return
-                # psycopg >= 3.2: Connection.notifies(timeout=, stop_after=). The generator
-                # holds the connection lock until exhausted or closed: never nest or
-                # abandon one (that deadlocks the next call).
-                gen = listen.notifies(timeout=min(remaining, 0.25), stop_after=1)
-                try:
-                    woke = any(True for _ in gen)
-                finally:
-                    gen.close()
-                if woke:
-                    drain = listen.notifies(timeout=0)  # the rest of a burst: one wake-up
-                    try:
-                        for _ in drain:
-                            pass
-                    finally:
-                        drain.close()
+                if remaining <= 0 or self._notified(min(remaining, 0.25)):
                     return
         except (psycopg.OperationalError, psycopg.InterfaceError) as e:
-            log.warning("relay %s: LISTEN connection lost: %s", self.name, e)
-            self._close_listener()
+            self._listener_lost(e)
             self._stop.wait(timeout)
+
+    def _notified(self, timeout_s: float) -> bool:
+        """Wait up to ``timeout_s`` for a NOTIFY on the LISTEN connection; True if one came
+        (the rest of a burst is drained: one wake-up). Raises the connection's psycopg errors."""
+        listen = self._listener()
+        # psycopg >= 3.2: Connection.notifies(timeout=, stop_after=). The generator holds
+        # the connection lock until exhausted or closed: never nest or abandon one (that
+        # deadlocks the next call).
+        gen = listen.notifies(timeout=timeout_s, stop_after=1)
+        try:
+            woke = any(True for _ in gen)
+        finally:
+            gen.close()
+        if woke:
+            drain = listen.notifies(timeout=0)
+            try:
+                for _ in drain:
+                    pass
+            finally:
+                drain.close()
+        return woke
+
+    def _listener_lost(self, e: Exception) -> None:
+        log.warning("relay %s: LISTEN connection lost: %s", self.name, e)
+        self._close_listener()
 
     def _cleanup(self, conn: psycopg.Connection) -> None:
         keep = self.settings.published_retention_s
@@ -449,6 +440,12 @@ class OutboxRelay:
         if self._conn is None or self._conn.closed or self._conn.broken:
             self._conn = psycopg.connect(self._dsn, autocommit=True,
                                          application_name=f"{self.name} relay")
+            # The claim must walk outbox_pending_idx in seq order (store.claim): an index
+            # scan skips the entries of rows already published once it has marked them
+            # dead, while a bitmap scan, which stale statistics make look cheaper, visits
+            # the heap for every entry left since the last VACUUM (3 ms instead of 0.3 ms
+            # after a few seconds at 1,000 events/s).
+            self._conn.execute("SET enable_bitmapscan = off")
         return self._conn
 
     def _listener(self) -> psycopg.Connection:
@@ -479,7 +476,10 @@ class OutboxRelay:
             log.debug("relay %s: producer error %s", self.name, err)
 
     def _db_error(self, e: Exception) -> None:
-        self._mark_future = None  # its rows stay pending: produced again (same ids)
+        # Open batches stay open: settled once the database is back, and excluded from
+        # claims until then, so their rows are not produced twice. The batch in
+        # bookkeeping is dropped: its rows stay pending and are produced again (same ids).
+        self._mark_future = None
         self._mark_seqs = []
         self._db_failures += 1
         self.metrics.db_errors_total += 1
@@ -495,6 +495,7 @@ class OutboxRelay:
     def _abandon(self) -> None:
         """Crash semantics: drop everything without bookkeeping or lease release."""
         self._mark_future = None
+        self._open.clear()
         self._stop_marker()
         if self._producer is not None:
             self._producer.purge()

@@ -47,6 +47,12 @@ class RelaySettings:
         delivery_poll_s: ``Producer.poll`` timeout while waiting for delivery reports.
         pipeline: mark a fully delivered batch on a second connection while the next
             batch is claimed and produced (bookkeeping overlaps Kafka round trips).
+        max_open_batches: batches produced and not yet settled at once in ``run``; with
+            2 (default) a NOTIFY that arrives while a partial batch awaits its delivery
+            reports is served at once (the later claim skips the open batches'
+            aggregates); 1 waits for every batch's reports before the next claim.
+        open_wait_s: while a batch is open, the LISTEN wait between two ``Producer.poll``
+            calls that serve its delivery reports.
     """
 
     batch_size: int = 1000
@@ -62,6 +68,8 @@ class RelaySettings:
     shutdown_timeout_s: float = 10.0
     delivery_poll_s: float = 0.05
     pipeline: bool = True
+    max_open_batches: int = 2
+    open_wait_s: float = 0.002
 
     def __post_init__(self) -> None:
         if self.batch_size < 1:
@@ -70,6 +78,10 @@ class RelaySettings:
             raise ConfigError("relay lease_s and poll_interval_s must be > 0")
         if self.renew_interval_s is not None and not 0 < self.renew_interval_s < self.lease_s:
             raise ConfigError("relay renew_interval_s must be in (0, lease_s)")
+        if self.max_open_batches < 1:
+            raise ConfigError(f"relay max_open_batches must be >= 1, got {self.max_open_batches}")
+        if self.open_wait_s <= 0:
+            raise ConfigError("relay open_wait_s must be > 0")
         if self.published_retention_s < 0:
             raise ConfigError("relay published_retention_s must be >= 0")
 

@@ -54,6 +54,7 @@ WHERE o.status = 'pending'
   AND o.next_attempt_at <= now()
   AND o.shard = ANY(%(shards)s::smallint[])
   AND o.seq <> ALL(%(inflight)s::bigint[])
+  AND o.aggregateid <> ALL(%(busy)s::text[])
   AND NOT EXISTS (
         SELECT 1 FROM outbox e
         WHERE e.aggregateid = o.aggregateid AND e.aggregatetype = o.aggregatetype
@@ -66,7 +67,8 @@ LIMIT %(limit)s
 
 
 def claim(
-    conn: psycopg.Connection, shards: Iterable[int], limit: int, *, in_flight: Sequence[int] = ()
+    conn: psycopg.Connection, shards: Iterable[int], limit: int, *, in_flight: Sequence[int] = (),
+    busy_aggregates: Sequence[str] = (),
 ) -> list[OutboxRow]:
     """Return up to ``limit`` publishable rows of ``shards``, in ``seq`` order.
 
@@ -77,16 +79,19 @@ def claim(
     table so that the planner walks ``outbox_pending_idx`` in ``seq`` order and stops
     after ``limit`` rows instead of sorting every pending row.
 
-    ``in_flight`` lists the ``seq`` of rows of the previous batch (all delivered) that
-    the bookkeeping thread is still marking, so that they are not claimed twice. It is
-    an exclusion list, not a ``seq >`` watermark: a row below the previous batch that
-    committed late must still come first for its aggregate. The statement is never
+    ``in_flight`` lists the ``seq`` of rows not to claim again: those of a delivered
+    batch the bookkeeping thread is still marking and those of open batches (produced,
+    reports outstanding). ``busy_aggregates`` lists the ``aggregateid`` of open batches:
+    none of their rows is claimed, so a later event never overtakes an earlier one that
+    may still fail. ``in_flight`` is an exclusion list, not a ``seq >`` watermark: a row
+    below the previous batch that committed late must still come first for its
+    aggregate. The statement is never
     server-prepared (``prepare=False``) so PostgreSQL plans it with the array's values
     and hashes the ``<> ALL`` list (PostgreSQL 15+).
     """
     with conn.cursor() as cur:
-        cur.execute(_CLAIM, {"shards": sorted(shards), "limit": limit, "inflight": list(in_flight)},
-                    prepare=False)
+        cur.execute(_CLAIM, {"shards": sorted(shards), "limit": limit, "inflight": list(in_flight),
+                             "busy": list(busy_aggregates)}, prepare=False)
         return [OutboxRow(*r) for r in cur.fetchall()]
 
 
