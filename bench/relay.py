@@ -12,7 +12,7 @@ Issue 3 / DESIGN §8. In one run, on the real PostgreSQL and Kafka of ``deploy/i
 * **relay**: ``OutboxRelay.run_once`` until the table is drained;
 * ratios relay/B1, relay/B5, relay/min(B1, B5) (target >= 15,000 events/s and >= 0.5);
 * **latency**: a relay thread idle on LISTEN; a writer process commits R events/s (default
-  1,000) one event per transaction for S seconds; a consumer process (``Consumer.poll``,
+  1,000) one event per transaction (an autocommit INSERT of a pre-encoded row) for S seconds; a consumer process (``Consumer.poll``,
   ``fetch.min.bytes=1``, so the broker answers a fetch as soon as a record is there) records
   the arrival of each; latency = arrival - commit returned (both CLOCK_MONOTONIC). p50/p99/max
   in ms (target p99 <= 50 ms), split at the record's CreateTime (wall clock, ms) into
