@@ -10,8 +10,10 @@ In one run, on the same 100,000 events already on a topic:
   rows and guard rows (``unnest``) and the projection upserts (``executemany``);
   **B4-copy** (``--copy``) does the inbox and projection via ``COPY`` (reported, not a target).
 
-The runtime is measured twice: with the projection as a batch handler (``on_batch``,
-``executemany`` over each run of events) and as a per-event handler (``ctx.conn.execute``).
+The runtime is measured three times: with the projection as a batch handler (``on_batch``,
+``executemany`` over each run of events), the same as a ``ConsumerGroup`` of ``--members``
+(default 2) runtimes in this process (partition-parallel: own consumer, database thread and
+connection each), and as a per-event handler (``ctx.conn.execute``).
 Rounds are interleaved (``--rounds``, default 3) because the 2-core box is shared; printed:
 events/s per round and best-of, the ratio to B2 (best) and to B4 per round. Target (issue 4):
 runtime >= 8,000 events/s and >= 0.5 x B4.
@@ -20,7 +22,7 @@ Usage::
 
     eval "$(deploy/infra.sh env)"
     .venv/bin/python bench/consumer.py [--events 100000] [--aggregates 10000] [--partitions 4]
-        [--batch-size 500] [--rounds 3] [--copy] [--no-tracing]
+        [--batch-size 500] [--rounds 3] [--members 2] [--copy] [--no-tracing]
         [--dsn postgresql://postgres@127.0.0.1:15432/casestream_test]
 """
 
@@ -42,7 +44,7 @@ from confluent_kafka import Consumer
 from fastavro import parse_schema, schemaless_reader
 from psycopg_pool import ConnectionPool
 
-from casestream.consumer import ConsumerRuntime, ConsumerSettings
+from casestream.consumer import ConsumerGroup, ConsumerRuntime, ConsumerSettings
 from casestream.consumer.testing import close_codec, create_topic, real_codec
 from casestream.envelope import Envelope
 from casestream.handlers import HandlerContext, HandlerKind, HandlerRegistry
@@ -186,8 +188,10 @@ def _row(e: Envelope) -> tuple[Any, ...]:
 
 
 def runtime_run(bootstrap: str, dsn: str, topic: str, n: int, codec: Any, table: str,
-                consumer: str, batch: int, *, batch_handler: bool) -> tuple[float, float, Any]:
-    """Run ConsumerRuntime until n events applied; returns (seconds after assignment, total, stats).
+                consumer: str, batch: int, *, batch_handler: bool,
+                members: int = 1) -> tuple[float, float, Any]:
+    """Run ConsumerRuntime (``members`` > 1: a ConsumerGroup of that many runtimes in this
+    process) until n events applied; returns (seconds after assignment, total, stats).
 
     The projection is one upsert per event: ``ctx.conn.execute`` per event (``on``), or
     ``executemany`` over the run of events (``on_batch``).
@@ -204,10 +208,11 @@ def runtime_run(bootstrap: str, dsn: str, topic: str, n: int, codec: Any, table:
         def project(ctx: HandlerContext, e: Envelope) -> None:
             ctx.conn.execute(upsert, _row(e))
 
-    pool = ConnectionPool(dsn, min_size=1, max_size=2, open=True)
-    rt = ConsumerRuntime(consumer, [topic], registry, codec, pool,
-                         {"bootstrap.servers": bootstrap},
-                         ConsumerSettings(batch_size=batch, poll_timeout_s=0.2))
+    pool = ConnectionPool(dsn, min_size=members, max_size=members + 1, open=True)
+    args = ([topic], registry, codec, pool, {"bootstrap.servers": bootstrap},
+            ConsumerSettings(batch_size=batch, poll_timeout_s=0.2))
+    rt: Any = (ConsumerRuntime(consumer, *args) if members == 1
+               else ConsumerGroup(members, consumer, *args))
     stop = threading.Event()
     t_start = time.perf_counter()
     th = threading.Thread(target=rt.run, args=(stop,), daemon=True)
@@ -239,6 +244,8 @@ def main() -> None:
                     .rstrip("/") + "/casestream_test")
     ap.add_argument("--rounds", type=int, default=3,
                     help="interleaved rounds of B2, B4 and both runtime variants (best-of/median)")
+    ap.add_argument("--members", type=int, default=2,
+                    help="members of the ConsumerGroup variant (one process, one connection each)")
     ap.add_argument("--copy", action="store_true", help="also measure the COPY variant of B4")
     ap.add_argument("--no-tracing", action="store_true",
                     help="replace the consumer's per-message tracing hooks (casestream.telemetry"
@@ -267,14 +274,14 @@ def main() -> None:
     secs = produce_all(args.bootstrap, topic, codec, evs)
     print(f"  produced in {secs:.1f} s ({n / secs:,.0f}/s); avg value {len(codec.encode(evs[0]))} B")
 
-    kinds = ("rtb", "rt", "b4", "copy")
+    kinds = ("rtb", "rtg", "rt", "b4", "copy")
     tables = {(k, r): f"bench_view_{k}_{run}_{r}" for k in kinds for r in range(args.rounds)}
     consumers = {(k, r): f"bench.{k}-{run}-{r}" for k in kinds for r in range(args.rounds)}
     with psycopg.connect(args.dsn, autocommit=True) as conn:
         ensure_schema(conn)
         for t in tables.values():
             conn.execute(projection_ddl(t))
-    rates: dict[str, list[float]] = {k: [] for k in ("b2", "b4", "copy", "rtb", "rt")}
+    rates: dict[str, list[float]] = {k: [] for k in ("b2", "b4", "copy", "rtb", "rtg", "rt")}
     try:
         for r in range(args.rounds):
             print(f"  round {r + 1}/{args.rounds} (load average {os.getloadavg()[0]:.1f}):")
@@ -285,10 +292,12 @@ def main() -> None:
             if args.copy:
                 rates["copy"].append(n / b4_copy(args.dsn, evs, tables[("copy", r)],
                                                  consumers[("copy", r)], args.batch_size))
-            for key, batch_handler in (("rtb", True), ("rt", False)):
+            for key, batch_handler, members in (("rtb", True, 1), ("rtg", True, args.members),
+                                                ("rt", False, 1)):
                 secs, _total, stats = runtime_run(args.bootstrap, args.dsn, topic, n, codec,
                                                   tables[(key, r)], consumers[(key, r)],
-                                                  args.batch_size, batch_handler=batch_handler)
+                                                  args.batch_size, batch_handler=batch_handler,
+                                                  members=members)
                 with psycopg.connect(args.dsn) as conn:
                     rows, maxv = conn.execute(
                         f"SELECT count(*), max(version) FROM {tables[(key, r)]}").fetchone()
@@ -299,12 +308,15 @@ def main() -> None:
             print(f"    B2 {rates['b2'][-1]:>8,.0f}/s   B4 {b4:>7,.0f}/s"
                   + (f"   B4-copy {rates['copy'][-1]:>7,.0f}/s" if args.copy else "")
                   + f"   runtime batch-handler {rates['rtb'][-1]:>7,.0f}/s"
-                  f" ({rates['rtb'][-1] / b4:.2f} x B4)   per-event {rates['rt'][-1]:>7,.0f}/s"
+                  f" ({rates['rtb'][-1] / b4:.2f} x B4)   same, group of {args.members}"
+                  f" {rates['rtg'][-1]:>7,.0f}/s ({rates['rtg'][-1] / b4:.2f} x B4)"
+                  f"   per-event {rates['rt'][-1]:>7,.0f}/s"
                   f" ({rates['rt'][-1] / b4:.2f} x B4)")
         best = {k: max(v) for k, v in rates.items() if v}
         print(f"  best of {args.rounds}: B2 {best['b2']:,.0f}/s, B4 {best['b4']:,.0f}/s"
               + (f", B4-copy {best['copy']:,.0f}/s" if args.copy else ""))
         for key, label in (("rtb", "batch handler (executemany)"),
+                           ("rtg", f"batch handler, ConsumerGroup of {args.members} members"),
                            ("rt", "per-event handler (execute)")):
             ratios = [a / b for a, b in zip(rates[key], rates["b4"], strict=True)]
             rate = best[key]
@@ -325,7 +337,7 @@ def main() -> None:
             from confluent_kafka.admin import AdminClient
 
             AdminClient({"bootstrap.servers": args.bootstrap}).delete_topics(
-                [topic] + [f"{consumers[(k, r)]}.{sfx}" for k in ("rt", "rtb")
+                [topic] + [f"{consumers[(k, r)]}.{sfx}" for k in ("rt", "rtb", "rtg")
                            for r in range(args.rounds) for sfx in ("dlq", "redrive")])
 
 

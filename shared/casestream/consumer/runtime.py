@@ -73,6 +73,9 @@ class ConsumerRuntime:
         outbox: appender for follow-up events (``casestream.outbox.OutboxWriter``), optional.
         dead_letters: override the dead-letter sink (default: ``KafkaDeadLetters`` on
             ``<name>.dlq`` with the same bootstrap servers).
+        metrics_name: the ``consumer`` label of this runtime's metrics (default ``name``);
+            the members of a :class:`~casestream.consumer.group.ConsumerGroup` report as
+            ``<name>#<i>`` so that their counters and lag are not mixed up.
 
     Raises:
         ConfigError: auto-commit requested, no bootstrap servers, no topics, or a cooperative
@@ -83,7 +86,8 @@ class ConsumerRuntime:
                  codec: EnvelopeDecoder, pool: Any, kafka_config: dict[str, Any],
                  settings: ConsumerSettings | None = None, *,
                  outbox: OutboxAppender | None = None,
-                 dead_letters: DeadLetterSink | None = None) -> None:
+                 dead_letters: DeadLetterSink | None = None,
+                 metrics_name: str | None = None) -> None:
         if not topics:
             raise ConfigError(f"consumer {name}: no topics to consume")
         if str(kafka_config.get("enable.auto.commit", "false")).lower() == "true":
@@ -101,7 +105,7 @@ class ConsumerRuntime:
         self.topics = list(dict.fromkeys([*topics, self.redrive_topic]))
         self.pool = pool
         self.stats = ConsumerStats()
-        self._probe = telemetry.consumer_probe(name, self.stats)  # lag, in-flight at /metrics
+        self._probe = telemetry.consumer_probe(metrics_name or name, self.stats)  # /metrics
         self._bootstrap = kafka_config["bootstrap.servers"]
         self._conf = {
             "group.id": name,

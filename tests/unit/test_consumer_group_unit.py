@@ -1,0 +1,76 @@
+"""ConsumerGroup without Kafka: configuration, summed stats, stop and failure propagation."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from casestream.consumer import ConsumerGroup
+from casestream.errors import ConfigError
+from casestream.handlers import HandlerRegistry
+
+
+def _group(n: int) -> ConsumerGroup:
+    return ConsumerGroup(n, "unit.group", ["t"], HandlerRegistry(), object(), object(),
+                         {"bootstrap.servers": "127.0.0.1:1", "client.id": "svc"})
+
+
+def test_concurrency_below_one_is_a_config_error() -> None:
+    with pytest.raises(ConfigError, match="concurrency must be >= 1, got 0"):
+        _group(0)
+
+
+def test_members_have_their_own_client_id_and_stats_and_the_group_sums_them() -> None:
+    g = _group(3)
+    assert [m._conf["client.id"] for m in g.members] == ["svc#0", "svc#1", "svc#2"]
+    assert {m._conf["group.id"] for m in g.members} == {"unit.group"}
+    for i, m in enumerate(g.members):
+        m.stats.applied = i + 1
+        m.stats.count_reason("poison")
+    assert g.stats.applied == 6
+    assert g.stats.by_reason == {"poison": 3}
+    with pytest.raises(AttributeError):
+        g.stats.no_such_counter  # noqa: B018
+
+
+def test_ready_only_when_every_member_has_an_assignment() -> None:
+    g = _group(2)
+    g.members[0].ready.set()
+    assert not g.ready.is_set() and not g.ready.wait(0.05)
+    g.members[1].ready.set()
+    assert g.ready.is_set() and g.ready.wait(0)
+
+
+def test_a_failing_member_stops_the_others_and_its_error_is_raised() -> None:
+    g = _group(2)
+    stopped = threading.Event()
+
+    def healthy(stop: threading.Event) -> None:
+        stop.wait(10)
+        stopped.set()
+
+    def broken(stop: threading.Event) -> None:
+        raise RuntimeError("broker gone")
+
+    g.members[0].run = healthy  # type: ignore[method-assign]
+    g.members[1].run = broken  # type: ignore[method-assign]
+    with pytest.raises(RuntimeError, match="broker gone"):
+        g.run(threading.Event())
+    assert stopped.is_set()
+
+
+def test_stop_ends_every_member() -> None:
+    g = _group(2)
+    ended: list[int] = []
+    for i, m in enumerate(g.members):
+        def run(stop: threading.Event, i: int = i) -> None:
+            stop.wait(10)
+            ended.append(i)
+        m.run = run  # type: ignore[method-assign]
+    stop = threading.Event()
+    t = threading.Thread(target=g.run, args=(stop,))
+    t.start()
+    stop.set()
+    t.join(5)
+    assert not t.is_alive() and sorted(ended) == [0, 1]
