@@ -31,6 +31,10 @@ class CommonSettings(BaseSettings):
         KAFKA_SESSION_TIMEOUT_MS: consumers' ``session.timeout.ms`` (librdkafka default 45000):
             how long a crashed consumer keeps its partitions before the group rebalances.
             The broker bounds it (``group.min.session.timeout.ms``, 6000 by default).
+        CONSUMER_CONCURRENCY: members of each consumer group a service process runs (default
+            1). Above 1 the partitions are consumed in parallel by a
+            :class:`~casestream.consumer.group.ConsumerGroup` (one pooled connection per
+            member: the service's ``POOL_MAX`` must leave room for them).
     """
 
     model_config = SettingsConfigDict(env_prefix="CASESTREAM_", frozen=True, extra="ignore")
@@ -43,6 +47,7 @@ class CommonSettings(BaseSettings):
     smtp_host: str = "127.0.0.1"
     smtp_port: int = 12525
     kafka_session_timeout_ms: int = 45000
+    consumer_concurrency: int = Field(1, ge=1, le=64)
 
     @field_validator("log_level")
     @classmethod

@@ -21,6 +21,7 @@ from pydantic import ValidationError
 
 from casestream.catalog import Catalog, load_catalog
 from casestream.codec import EnvelopeCodec
+from casestream.consumer.group import ConsumerGroup
 from casestream.consumer.runtime import ConsumerRuntime
 from casestream.consumer.settings import ConsumerSettings
 from casestream.db import Migration, apply_migrations
@@ -190,17 +191,21 @@ class _HandlersModule(Protocol):
 def consumer_runtime(handlers: _HandlersModule, registry: HandlerRegistry,
                      codec: EnvelopeCodec, pool: ConnectionPool[Any], settings: CommonSettings,
                      *, batch_size: int | None = None,
-                     outbox: OutboxWriter | None = None) -> ConsumerRuntime:
+                     outbox: OutboxWriter | None = None) -> ConsumerRuntime | ConsumerGroup:
     """The consumer runtime ``handlers.CONSUMER`` on ``handlers.TOPICS`` (a service's
     ``adapters/handlers`` module), committing ``batch_size`` events per transaction
     (None: :class:`ConsumerSettings`' default); ``outbox`` for handlers that emit events.
+    With ``settings.consumer_concurrency`` > 1, a :class:`ConsumerGroup` of that many
+    members (same ``run``/``ready`` surface).
 
     Raises:
         ConfigError: see :class:`~casestream.consumer.runtime.ConsumerRuntime`.
     """
     batching = ConsumerSettings() if batch_size is None else ConsumerSettings(batch_size=batch_size)
-    return ConsumerRuntime(handlers.CONSUMER, handlers.TOPICS, registry, codec, pool,
-                           settings.consumer_config(), batching, outbox=outbox)
+    args = (handlers.TOPICS, registry, codec, pool, settings.consumer_config(), batching)
+    if settings.consumer_concurrency > 1:
+        return ConsumerGroup(settings.consumer_concurrency, handlers.CONSUMER, *args, outbox=outbox)
+    return ConsumerRuntime(handlers.CONSUMER, *args, outbox=outbox)
 
 
 def outbox_relay(pool: ConnectionPool[Any], settings: CommonSettings,

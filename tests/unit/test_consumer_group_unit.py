@@ -74,3 +74,20 @@ def test_stop_ends_every_member() -> None:
     stop.set()
     t.join(5)
     assert not t.is_alive() and sorted(ended) == [0, 1]
+
+
+def test_wiring_builds_a_group_when_the_concurrency_setting_asks_for_it() -> None:
+    from types import SimpleNamespace
+
+    from casestream import wiring
+    from casestream.consumer import ConsumerRuntime
+    from casestream.settings import CommonSettings
+
+    handlers = SimpleNamespace(CONSUMER="audit.journal", TOPICS=["outbox.event.case"])
+    one = wiring.consumer_runtime(handlers, HandlerRegistry(), object(), object(), CommonSettings())
+    two = wiring.consumer_runtime(handlers, HandlerRegistry(), object(), object(),
+                                  CommonSettings(consumer_concurrency=2), batch_size=100)
+    assert isinstance(one, ConsumerRuntime)
+    assert isinstance(two, ConsumerGroup) and len(two.members) == 2
+    assert {m.settings.batch_size for m in two.members} == {100}
+    assert [m._conf["client.id"] for m in two.members] == ["audit.journal#0", "audit.journal#1"]
