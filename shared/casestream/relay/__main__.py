@@ -8,7 +8,7 @@ Usage::
 
     python -m casestream.relay --dsn postgresql://postgres@127.0.0.1:15432/case \\
         --bootstrap 127.0.0.1:19092 --name case.relay [--lease-s 10] [--batch-size 1000] \\
-        [--topic-prefix outbox.event.] [--retention-s 3600]
+        [--topic-prefix outbox.event.] [--retention-s 3600] [--max-open-batches 2]
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ import signal
 import sys
 import threading
 
+from casestream.errors import ConfigError
 from casestream.kafka_config import producer_config
 from casestream.relay import OutboxRelay, RelaySettings
 
@@ -35,13 +36,20 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--topic-prefix", default="outbox.event.", help="topic = prefix + aggregatetype")
     ap.add_argument("--retention-s", type=float, default=3600.0,
                     help="keep published rows this long (0: delete on publish)")
+    ap.add_argument("--max-open-batches", type=int, default=2,
+                    help="batches awaiting delivery reports at once (1: claim only after every "
+                         "report of the previous batch is in)")
     ap.add_argument("--log-level", default="INFO")
     args = ap.parse_args(argv)
     logging.basicConfig(level=args.log_level, stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    settings = RelaySettings(batch_size=args.batch_size, lease_s=args.lease_s,
-                             poll_interval_s=args.poll_interval_s, topic_prefix=args.topic_prefix,
-                             published_retention_s=args.retention_s)
+    try:
+        settings = RelaySettings(batch_size=args.batch_size, lease_s=args.lease_s,
+                                 poll_interval_s=args.poll_interval_s, topic_prefix=args.topic_prefix,
+                                 published_retention_s=args.retention_s,
+                                 max_open_batches=args.max_open_batches)
+    except ConfigError as e:
+        ap.error(str(e))  # usage line + message, exit status 2
     relay = OutboxRelay(args.dsn, producer_config(args.bootstrap, client_id=args.name), settings, args.name)
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):

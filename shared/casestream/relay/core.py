@@ -223,6 +223,13 @@ class OutboxRelay:
             self._next_rebalance = self._next_renew = now + self.settings.renew_every_s
         if self._fatal is not None:
             self._restart_producer()
+            self._settle_reported(conn)
+            if self._open:
+                # Their reports died with the old producer: the rows stay pending and are
+                # produced again, with the same ids.
+                log.warning("relay %s: %d open batches dropped with the failed producer",
+                            self.name, len(self._open))
+                self._open.clear()
         published = self._cycle(conn, overlap) if self._leases.held or self._open else 0
         if now >= self._next_cleanup and self._leases.held:
             self._cleanup(conn)

@@ -1,0 +1,36 @@
+"""RelaySettings validation and the standalone relay's answer to a bad option."""
+
+from __future__ import annotations
+
+import pytest
+
+from casestream.errors import ConfigError
+from casestream.relay import RelaySettings
+from casestream.relay.__main__ import main
+
+pytestmark = pytest.mark.unit
+
+
+@pytest.mark.parametrize(("kw", "message"), [
+    ({"max_open_batches": 0}, "max_open_batches must be >= 1, got 0"),
+    ({"open_wait_s": 0}, "open_wait_s must be > 0"),
+    ({"batch_size": 0}, "batch_size must be >= 1, got 0"),
+])
+def test_bad_settings_are_config_errors(kw: dict, message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        RelaySettings(**kw)
+
+
+def test_overlap_is_on_by_default() -> None:
+    assert RelaySettings().max_open_batches == 2
+
+
+def test_standalone_relay_reports_a_bad_option_in_one_line_with_exit_2(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as e:
+        main(["--dsn", "postgresql://x", "--bootstrap", "127.0.0.1:1", "--max-open-batches", "0"])
+    assert e.value.code == 2
+    err = capsys.readouterr().err
+    assert err.splitlines()[-1] == ("python -m casestream.relay: error: relay max_open_batches "
+                                    "must be >= 1, got 0")
+    assert "Traceback" not in err
