@@ -35,6 +35,9 @@ class CommonSettings(BaseSettings):
             1). Above 1 the partitions are consumed in parallel by a
             :class:`~casestream.consumer.group.ConsumerGroup` (one pooled connection per
             member: the service's ``POOL_MAX`` must leave room for them).
+        GC_FREEZE: move the objects alive after start-up out of the garbage collector's
+            reach (``gc.freeze``, default true): a full collection then skips them, see
+            :mod:`casestream.gctune`.
     """
 
     model_config = SettingsConfigDict(env_prefix="CASESTREAM_", frozen=True, extra="ignore")
@@ -48,6 +51,7 @@ class CommonSettings(BaseSettings):
     smtp_port: int = 12525
     kafka_session_timeout_ms: int = 45000
     consumer_concurrency: int = Field(1, ge=1, le=64)
+    gc_freeze: bool = True
 
     @field_validator("log_level")
     @classmethod

@@ -27,6 +27,7 @@ from casestream.consumer.settings import ConsumerSettings
 from casestream.db import Migration, apply_migrations
 from casestream.envelope import Envelope
 from casestream.errors import ConfigError
+from casestream.gctune import freeze_startup_objects
 from casestream.handlers import HandlerRegistry
 from casestream.http.edge import EdgePolicy, edge_policy
 from casestream.kafka_config import producer_config
@@ -158,7 +159,8 @@ def groundwork(settings: ServiceSettings, service: str,
                migrations: Sequence[Migration | Path]) -> Groundwork:
     """Configure logging, build the edge policy, migrate ``settings.dsn``, load the catalog
     and prepare the codec — in this order, so a bad key is reported before the database
-    is touched.
+    is touched — then freeze the start-up objects (``settings.gc_freeze``,
+    :func:`casestream.gctune.freeze_startup_objects`).
 
     Raises:
         ConfigError: unusable bearer key, invalid settings or unreachable PostgreSQL.
@@ -168,7 +170,9 @@ def groundwork(settings: ServiceSettings, service: str,
     edge = edge_policy(settings, service)
     migrate(settings.dsn, migrations, service=service)
     catalog = load_catalog()
-    return Groundwork(edge=edge, catalog=catalog, codec=prepared_codec(settings, catalog))
+    codec = prepared_codec(settings, catalog)
+    freeze_startup_objects(settings.gc_freeze)
+    return Groundwork(edge=edge, catalog=catalog, codec=codec)
 
 
 def connection_pool(dsn: str, service: str, max_size: int) -> ConnectionPool[Any]:

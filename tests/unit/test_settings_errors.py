@@ -21,6 +21,7 @@ pytestmark = pytest.mark.unit
     ("CASESTREAM_AUDIT_REQUEST_DEADLINE_S", "-1", AuditSettings, "greater than"),
     ("CASESTREAM_KAFKA_SESSION_TIMEOUT_MS", "abc", CaseSettings, "valid integer"),
     ("CASESTREAM_CONSUMER_CONCURRENCY", "0", AuditSettings, "greater than or equal to 1"),
+    ("CASESTREAM_GC_FREEZE", "sometimes", CommonSettings, "valid boolean"),
     ("CASESTREAM_AUTO_REGISTER_SCHEMAS", "maybe", CommonSettings, "valid boolean"),
     ("CASESTREAM_LOG_LEVEL", "LOUD", CommonSettings, "not a logging level"),
     ("CASESTREAM_PG_URL", "garbage", CommonSettings, "not a PostgreSQL URL"),
