@@ -138,16 +138,22 @@ def list_(ctx: click.Context, consumer: str, limit: int | None, as_json: bool) -
 
 @dlq.command("show")
 @click.argument("consumer")
+@click.argument("label", required=False)
 @click.option("--event-id", help="The dead letter whose header 'id' is this event id.")
 @click.option("--offset", type=int, help="The dead letter at this DLQ offset.")
 @click.option("--partition", type=int, default=0, show_default=True)
 @click.option("--registry-url", help="Schema registry (default CASESTREAM_REGISTRY_URL).")
 @click.pass_context
-def show(ctx: click.Context, consumer: str, event_id: str | None, offset: int | None,
-         partition: int, registry_url: str | None) -> None:
-    """Show one dead letter of CONSUMER: headers and the decoded (upcast) envelope."""
-    if (event_id is None) == (offset is None):
-        raise click.UsageError("give exactly one of --event-id or --offset")
+def show(ctx: click.Context, consumer: str, label: str | None, event_id: str | None,
+         offset: int | None, partition: int, registry_url: str | None) -> None:
+    """Show one dead letter of CONSUMER: headers and the decoded (upcast) envelope.
+
+    Pick it by LABEL, the PARTITION:OFFSET that 'dlq list' prints first on each line
+    (e.g. 0:17), or by --event-id, or by --offset (with --partition)."""
+    if sum(x is not None for x in (label, event_id, offset)) != 1:
+        raise click.UsageError("give exactly one of LABEL (PARTITION:OFFSET), --event-id or --offset")
+    if label is not None:
+        partition, offset = _parse_label(label)
     records = _read(_bootstrap(ctx, None), consumer)
     if event_id is not None:
         found = select(records, event_ids=[event_id])
@@ -172,6 +178,15 @@ def show(ctx: click.Context, consumer: str, event_id: str | None, offset: int | 
     body = asdict(env) if is_dataclass(env) else dict(vars(env))
     click.echo("envelope:")
     click.echo(json.dumps(body, indent=2, default=str))
+
+
+def _parse_label(label: str) -> tuple[int, int]:
+    """``"0:17"`` -> (0, 17); a UsageError naming the expected form otherwise."""
+    p, sep, o = label.partition(":")
+    if not sep or not p.isdigit() or not o.isdigit():
+        raise click.UsageError(f"LABEL must be PARTITION:OFFSET as 'dlq list' prints it (e.g. 0:17),"
+                               f" got {label!r}")
+    return int(p), int(o)
 
 
 @dlq.command("redrive")

@@ -58,6 +58,8 @@ def test_redrive_after_fix_is_processed_once_and_twice_is_still_once(env: Harnes
     assert bad.event_id in out and "retries_exhausted" in out and "1 dead letter(s)" in out
     shown = _cli(env, "show", env.name, "--event-id", bad.event_id)
     assert "dlq.original.offset: 0" in shown and '"aggregate_id": "K"' in shown
+    label = out.splitlines()[0].split()[0]  # PARTITION:OFFSET, as list prints it
+    assert _cli(env, "show", env.name, label) == shown
 
     env.projection.fail.clear()  # the fix is deployed
     assert "re-drove 1" in _cli(env, "redrive", env.name, "--event-id", bad.event_id)
