@@ -50,11 +50,14 @@ def replay(projection: str | None, list_: bool, from_: str, to: str, dry_run: bo
 
     settings = CommonSettings()
     if list_:
-        from casestream.replay.status import project_status
+        from casestream.replay.status import kafka_problem, project_status
 
-        for row in project_status(settings.kafka_bootstrap):
+        problem = kafka_problem(settings.kafka_bootstrap)
+        for row in project_status(settings.kafka_bootstrap, with_lag=problem is None):
             for line in row.lines():
                 click.echo(line)
+        if problem:
+            raise click.ClickException(f"{problem}; consumer lag not shown")
         return
     if not projection:
         raise click.UsageError("give a PROJECTION name or --list")

@@ -8,6 +8,7 @@ never raised.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
@@ -30,11 +31,13 @@ class ProjectionStatus:
     consumer_lag: int | None = None
     replay: str | None = None
     error: str | None = None
+    lag_known: bool = True  # False: Kafka was unreachable, lag not asked
 
     def lines(self) -> list[str]:
         """Human-readable block."""
         fresh = self.freshness.isoformat(timespec="seconds") if self.freshness else "empty"
-        lag = "no committed offsets" if self.consumer_lag is None else str(self.consumer_lag)
+        lag = ("unknown (Kafka unreachable)" if not self.lag_known
+               else "no committed offsets" if self.consumer_lag is None else str(self.consumer_lag))
         out = [f"{self.name}  — {self.description}",
                f"    topics: {', '.join(self.topics)}",
                f"    tables: {', '.join(self.tables)}; last change: {fresh}; "
@@ -46,12 +49,34 @@ class ProjectionStatus:
         return out
 
 
+# librdkafka logs every failed connection attempt to stderr (hundreds of lines in a few
+# seconds against a wrong address); the listing reports the broker's state in one line instead.
+_KAFKA_LOG = logging.getLogger("casestream.replay.status.kafka")
+_KAFKA_LOG.addHandler(logging.NullHandler())
+_KAFKA_LOG.propagate = False
+
+
+def kafka_problem(bootstrap: str, timeout_s: float = 5.0) -> str | None:
+    """None if the brokers at ``bootstrap`` answer a metadata request within ``timeout_s``
+    seconds, else one line saying why not."""
+    from confluent_kafka import KafkaException
+    from confluent_kafka.admin import AdminClient
+
+    admin = AdminClient({"bootstrap.servers": bootstrap, "logger": _KAFKA_LOG})
+    try:
+        admin.list_topics(timeout=timeout_s)
+        return None
+    except KafkaException as e:
+        return (f"Kafka at {bootstrap} (CASESTREAM_KAFKA_BOOTSTRAP) did not answer within "
+                f"{timeout_s:g} s: {e.args[0].str() if e.args else e}")
+
+
 def consumer_lag(bootstrap: str, group: str, topics: tuple[str, ...]) -> int | None:
     """Sum over partitions of high watermark - committed offset of ``group`` (None if unknown)."""
     from confluent_kafka import Consumer, TopicPartition
 
     c = Consumer({"bootstrap.servers": bootstrap, "group.id": group,
-                  "enable.auto.commit": False})
+                  "enable.auto.commit": False, "logger": _KAFKA_LOG})
     try:
         md = c.list_topics(timeout=5)
         tps = [TopicPartition(t, p) for t in topics if t in md.topics
@@ -71,8 +96,9 @@ def consumer_lag(bootstrap: str, group: str, topics: tuple[str, ...]) -> int | N
 
 
 def project_status(bootstrap: str, dsns: Mapping[str, str] | None = None,
-                   known: Mapping[str, str] = KNOWN) -> list[ProjectionStatus]:
-    """Status of every known projection; ``dsns`` overrides a projection's database URL."""
+                   known: Mapping[str, str] = KNOWN, *, with_lag: bool = True) -> list[ProjectionStatus]:
+    """Status of every known projection; ``dsns`` overrides a projection's database URL;
+    ``with_lag`` False skips the consumer lag (Kafka known to be unreachable)."""
     import psycopg
 
     out = []
@@ -101,5 +127,6 @@ def project_status(bootstrap: str, dsns: Mapping[str, str] | None = None,
         out.append(ProjectionStatus(
             name=name, description=spec.description, topics=spec.topics, tables=spec.tables,
             live_consumer=spec.live_consumer,
-            consumer_lag=consumer_lag(bootstrap, spec.live_consumer, spec.topics), **fields))
+            consumer_lag=(consumer_lag(bootstrap, spec.live_consumer, spec.topics)
+                          if with_lag else None), lag_known=with_lag, **fields))
     return out
