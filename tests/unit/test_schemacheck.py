@@ -160,7 +160,8 @@ def test_logical_type_change_in_a_new_version(tree: Path) -> None:
     add_version(tree, payload, "SagaCompleted", "saga", n=3)
     report = check_catalog(tree, subjects=["casestream.saga.SagaCompleted"])
     assert {(f.rule, f.versions, f.path) for f in report.errors} == {
-        ("logical-type-changed", "v2->v3", "payload.at")}
+        ("logical-type-changed", "v2->v3", "payload.at"),
+        ("upcaster-missing", "v1->v2", ""), ("upcaster-missing", "v2->v3", "")}
 
 
 def test_every_rule_has_a_hint_and_a_source() -> None:
@@ -340,3 +341,16 @@ def test_registry_answering_garbage_is_exit_2_one_line(tree: Path, garbage_regis
             reg.get_compatibility("x")
         with pytest.raises(RegistryUnavailable):
             reg.get_schema(1)
+
+
+def test_compatible_new_version_without_an_upcaster_fails(tree: Path) -> None:
+    v4 = json.loads((tree / "case" / "CaseOpened.v3.avsc").read_text())
+    v4["fields"].append({"name": "region", "type": "string", "default": "unknown"})  # compatible
+    add_version(tree, v4)
+    code, out, _ = run("check", "--schemas-dir", str(tree))
+    assert code == 1, out
+    assert "casestream.case.CaseOpened v3->v4" in out and "(upcaster-missing)" in out
+    assert "no upcaster CaseOpened v3->v4" in out
+    assert f"{tree}/case/CaseOpened.v4.avsc" in out
+    assert "reader-field-missing-default" not in out  # the pair itself is compatible
+    assert "upcaster-missing" in RULES

@@ -73,6 +73,11 @@ _ALL = [
          "reorder the union so the default's type comes first (e.g. [\"null\", \"string\"] with default null)"),
     Rule("invalid-default", "a field default does not match the field's type", "[spec] Complex Types: records (default)",
          "make the default a value of the field's type (JSON encoding per the spec's table)"),
+    Rule("upcaster-missing", "a version has no upcaster from the version before it",
+         "[casestream] consumers read every event as the newest version (casestream.upcasting;"
+         " UpcasterChain.verify refuses to start a service without the step)",
+         "register a step in shared/casestream/upcasters.py: @chain.register(\"<EventType>\", <N>)"
+         " turning a vN payload into vN+1 (defaults for added fields, renames)"),
     # --- history ----------------------------------------------------------------------------
     Rule("published-version-changed", "a published version file (or the envelope) changed",
          "[casestream] published versions are immutable; the registry already has the old text",

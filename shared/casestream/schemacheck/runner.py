@@ -25,7 +25,7 @@ from casestream.schemacheck.lint import lint_schema
 from casestream.schemacheck.model import CheckInputError, Finding, Report
 from casestream.schemacheck.rules import hint_for
 
-__all__ = ["check_catalog", "finding_for", "line_of", "load_for_check"]
+__all__ = ["check_catalog", "finding_for", "line_of", "load_for_check", "upcaster_findings"]
 
 
 def line_of(text: str, path: str) -> int:
@@ -66,6 +66,25 @@ def finding_for(
         line=line_of(text, path) if text else 0,
         diff=diff,
     )
+
+
+def upcaster_findings(catalog: Catalog, subjects: Iterable[str], display: str) -> list[Finding]:
+    """One ``upcaster-missing`` error per version N > 1 of ``subjects`` that casestream's
+    upcaster chain (:func:`casestream.upcasters.default_upcasters`) cannot reach from N-1."""
+    from casestream.upcasters import default_upcasters
+
+    steps = set(default_upcasters().steps())
+    out = []
+    for subject in subjects:
+        spec = catalog.subjects[subject]
+        for v in spec.versions[1:]:
+            if (spec.event_type, v - 1) not in steps:
+                out.append(finding_for(
+                    "upcaster-missing", subject=subject, versions=f"v{v - 1}->v{v}", path="",
+                    message=f"no upcaster {spec.event_type} v{v - 1}->v{v}: services refuse to "
+                            f"start and a v{v - 1} event cannot be read as v{v}",
+                    file=f"{display}/{spec.path_of(v)}"))
+    return out
 
 
 def load_for_check(schemas_dir: str | Path) -> Catalog:
@@ -204,6 +223,7 @@ def check_catalog(
         if any(f.severity == "error" for f in lint):
             continue
         report.findings.extend(sc.compat(sc.parse(), report))
+    report.findings.extend(upcaster_findings(catalog, wanted, display))
     if against:
         from casestream.schemacheck.history import compare_to_ref
 
