@@ -9,6 +9,7 @@ claim before the first batch's reports were recorded).
 
 from __future__ import annotations
 
+import json
 import time
 import uuid
 
@@ -18,7 +19,7 @@ from casestream.relay import OutboxRelay
 from casestream.relay.testing import create_topics, delete_topics, read_topics
 
 from test_relay_support import (  # noqa: F401 - fixtures
-    RelayThread, base_dsn, bootstrap, dsn, env, settings, wait_for, write,
+    RelayThread, base_dsn, bootstrap, dsn, env, settings, topic_prefix, wait_for, write,
 )
 
 
@@ -62,3 +63,60 @@ def test_a_batch_claimed_while_another_awaits_reports_skips_its_aggregates(
         assert [r.key for r in recs] == ["ov-b"]
     finally:
         delete_topics(bootstrap, [topic])
+
+
+def test_a_later_event_held_back_by_an_open_batch_is_claimed_when_that_batch_settles(
+        dsn: str, bootstrap: str, topic_prefix: str) -> None:
+    """Its NOTIFY was consumed by the claim that had to skip it: the relay must claim again
+    after settling, not sleep until the polling fallback (here 5 s)."""
+    wrote: list[float] = []
+
+    def hook(stage: str) -> None:
+        if stage == "produced" and not wrote:
+            write(dsn, [env("ov-late", 2)])
+            wrote.append(time.monotonic())
+            time.sleep(0.3)  # its NOTIFY is queued before the open batch's report is served
+
+    write(dsn, [env("ov-late", 1)])
+    relay = OutboxRelay(dsn, {"bootstrap.servers": bootstrap},
+                        settings(topic_prefix, poll_interval_s=5.0, lease_s=30.0), "late-next",
+                        fault_hook=hook)
+    rt = RelayThread(relay)
+    try:
+        wait_for(lambda: _statuses(dsn).get(("ov-late", 2)) == "published", timeout_s=20,
+                 what="ov-late v2 published")
+        took = time.monotonic() - wrote[0]
+    finally:
+        rt.close()
+    assert took < 2.0, f"v2 waited {took:.2f} s: picked up by the polling fallback"
+    recs = read_topics(bootstrap, [topic_prefix + "case"], expected=2, timeout_s=10)
+    assert len(recs) == 2 and recs[0].partition == recs[1].partition
+    ordered = sorted(recs, key=lambda r: r.offset)
+    assert [json.loads(r.value)["v"] for r in ordered] == [1, 2]
+
+
+def test_a_database_error_while_recording_keeps_the_batch_open_and_produces_nothing_twice(
+        dsn: str, bootstrap: str, topic_prefix: str) -> None:
+    """The bookkeeping of a fully delivered batch fails once (database error): the batch is
+    recorded after the reconnect, and none of its rows is produced again."""
+    failed: list[str] = []
+
+    def hook(stage: str) -> None:
+        if stage == "delivered" and not failed:
+            failed.append(stage)
+            raise psycopg.OperationalError("simulated: server closed the connection")
+
+    envs = [env(f"ov-db-{i}", 1) for i in range(5)]
+    write(dsn, envs)
+    relay = OutboxRelay(dsn, {"bootstrap.servers": bootstrap}, settings(topic_prefix),
+                        "db-error", fault_hook=hook)
+    rt = RelayThread(relay)
+    try:
+        wait_for(lambda: all(_statuses(dsn).get((e.aggregate_id, 1)) == "published" for e in envs),
+                 timeout_s=30, what="all five published")
+        time.sleep(1.0)  # a few more claims: nothing may be produced again
+    finally:
+        rt.close()
+    assert failed and relay.metrics.db_errors_total == 1
+    recs = read_topics(bootstrap, [topic_prefix + "case"], expected=5, timeout_s=10)
+    assert sorted(r.headers["id"].decode() for r in recs) == sorted(e.event_id for e in envs)

@@ -135,6 +135,8 @@ class OutboxRelay:
         self._next_metrics = 0.0
         self._db_failures = 0
         self._stop = threading.Event()
+        self._give_up_at: float | None = None  # monotonic end of the shutdown budget
+        self._claim_skipped_busy = False  # the last claim excluded open batches' aggregates
         self._open: deque[InFlightBatch] = deque()  # produced, reports outstanding or unsettled
         # Pipelined bookkeeping: one fully delivered batch may be marked on a second
         # connection while the next batch is claimed and produced (settings.pipeline).
@@ -186,8 +188,7 @@ class OutboxRelay:
         """Finish open batches and bookkeeping (``shutdown_timeout_s`` for reports), flush the
         producer, release leases, close."""
         try:
-            while self._open and self._await_reports(self._connection(), self._open[0]):
-                self._settle_reported(self._connection())
+            self._settle_all(self._connection())
             self._open.clear()
             self._drain_marker()
         except psycopg.Error as e:
@@ -195,7 +196,7 @@ class OutboxRelay:
                         "will be produced again", self.name, e)
         self._stop_marker()
         if self._producer is not None:
-            remaining = self._producer.flush(self.settings.shutdown_timeout_s)
+            remaining = self._producer.flush(self._shutdown_left())
             if remaining:
                 log.warning("relay %s: %d messages undelivered at shutdown; their rows stay "
                             "pending and will be produced again", self.name, remaining)
@@ -218,6 +219,10 @@ class OutboxRelay:
         conn = self._connection()
         now = time.monotonic()
         if now >= self._next_rebalance or not self._leases.valid():
+            # rebalance may release a shard: only with no batch open (LeaseManager.rebalance),
+            # or another instance would produce rows still in flight here a second time.
+            if not self._settle_all(conn):
+                return 0  # stopping with reports outstanding
             self._leases.rebalance(conn)
             self.metrics.shards_held = len(self._leases.held)
             self._next_rebalance = self._next_renew = now + self.settings.renew_every_s
@@ -246,7 +251,7 @@ class OutboxRelay:
         self._settle_reported(conn)
         while self._open and (not overlap or len(self._open) >= s.max_open_batches
                               or self._open[-1].full):
-            if not self._await_reports(conn, self._open[0]):
+            if not self._await_reports(self._open[0]):
                 return 0  # stopping with reports outstanding
             self._settle_reported(conn)
         if not self._leases.valid():
@@ -257,6 +262,7 @@ class OutboxRelay:
         busy = sorted({a for b in self._open for a in b.aggregate_ids})
         rows = store.claim(conn, self._leases.held, s.batch_size, in_flight=exclude,
                            busy_aggregates=busy)
+        self._claim_skipped_busy = bool(busy)
         if not rows:
             if self._mark_future is not None and not self._open:
                 self._drain_marker()  # idle: finish bookkeeping before reporting "nothing to do"
@@ -268,45 +274,61 @@ class OutboxRelay:
         self._open.append(batch)
         if overlap:
             return len(rows)
-        self._await_reports(conn, batch)
+        self._await_reports(batch)
         self._settle_reported(conn)
         return batch.published
+
+    def _settle_all(self, conn: psycopg.Connection) -> bool:
+        """Await and record every open batch; False if stopping cut the wait short."""
+        while self._open:
+            if not self._await_reports(self._open[0]):
+                return False
+            self._settle_reported(conn)
+        return True
 
     def _settle_reported(self, conn: psycopg.Connection) -> None:
         """Record the outcomes of open batches whose reports are all in, oldest first."""
         while self._open and self._open[0].done:
-            batch = self._open.popleft()
+            batch = self._open[0]
             self._hook("delivered")
+            # Removed only once recorded: after a database error the batch stays open, so
+            # its rows stay excluded from claims and are recorded when the database is back.
             batch.published = self._record(conn, batch)
+            self._open.popleft()
             self._hook("marked")
             self.metrics.batches_total += 1
             self.metrics.last_batch_size = len(batch.rows)
             self.metrics.last_batch_seconds = time.monotonic() - batch.started
 
-    def _await_reports(self, conn: psycopg.Connection, batch: InFlightBatch) -> bool:
+    def _await_reports(self, batch: InFlightBatch) -> bool:
         """Serve delivery reports (renewing leases) until ``batch`` is done; False if the
         relay is stopping and ``shutdown_timeout_s`` passed first."""
         s = self.settings
         producer = self._get_producer()
         producer.poll(0)
-        give_up_at: float | None = None
         while not batch.done:
             producer.poll(s.delivery_poll_s)
-            now = time.monotonic()
-            self._renew_while_waiting(conn, now)
-            if self._stop.is_set():
-                give_up_at = give_up_at or now + s.shutdown_timeout_s
-                if now >= give_up_at:
-                    log.warning("relay %s: stopping with delivery reports outstanding", self.name)
-                    return False
+            self._renew_while_waiting(time.monotonic())
+            if self._stop.is_set() and self._shutdown_left() <= 0:
+                log.warning("relay %s: stopping with delivery reports outstanding", self.name)
+                return False
         return True
 
-    def _renew_while_waiting(self, conn: psycopg.Connection, now: float) -> None:
+    def _shutdown_left(self) -> float:
+        """Seconds left of the one ``shutdown_timeout_s`` budget, counted from the first call
+        after stopping began (reports, bookkeeping and the final flush share it)."""
+        if self._give_up_at is None:
+            self._give_up_at = time.monotonic() + self.settings.shutdown_timeout_s
+        return max(0.0, self._give_up_at - time.monotonic())
+
+    def _renew_while_waiting(self, now: float) -> None:
         if now >= self._next_renew:
             try:
-                self._leases.renew(conn)
+                # A fresh connection if the database came back while the broker is away.
+                self._leases.renew(self._connection())
             except (psycopg.OperationalError, psycopg.InterfaceError) as e:
                 log.warning("relay %s: lease renewal failed while waiting: %s", self.name, e)
+                self._close_working_connection()
             self._next_renew = now + self.settings.renew_every_s
 
     def _wait_for_work(self) -> None:
@@ -317,6 +339,10 @@ class OutboxRelay:
         while self._open and not self._stop.is_set():
             if self._open[0].done:
                 self._settle_reported(self._connection())
+                if self._claim_skipped_busy:
+                    # The last claim left out the settled batch's aggregates; a later event of
+                    # one of them may be waiting, and its NOTIFY was already consumed.
+                    return
                 continue
             try:
                 if self._notified(s.open_wait_s):
@@ -325,7 +351,7 @@ class OutboxRelay:
                 self._listener_lost(e)
                 return  # claim now: polling stands in for the lost LISTEN
             self._get_producer().poll(0)
-            self._renew_while_waiting(self._connection(), time.monotonic())
+            self._renew_while_waiting(time.monotonic())
         if not self._stop.is_set():
             self._idle_wait()
 
@@ -520,6 +546,9 @@ class OutboxRelay:
 
     def _close_connections(self) -> None:
         self._close_listener()
+        self._close_working_connection()
+
+    def _close_working_connection(self) -> None:
         if self._conn is not None:
             try:
                 self._conn.close()
