@@ -33,8 +33,9 @@ class CommonSettings(BaseSettings):
             The broker bounds it (``group.min.session.timeout.ms``, 6000 by default).
         CONSUMER_CONCURRENCY: members of each consumer group a service process runs (default
             1). Above 1 the partitions are consumed in parallel by a
-            :class:`~casestream.consumer.group.ConsumerGroup` (one pooled connection per
-            member: the service's ``POOL_MAX`` must leave room for them).
+            :class:`~casestream.consumer.group.ConsumerGroup`, one pooled connection per
+            member and consumer (case and decision run two consumers); a service whose
+            consumers would hold its whole pool refuses to start (ConfigError).
         GC_FREEZE: move the objects alive after start-up out of the garbage collector's
             reach (``gc.freeze``, default true): a full collection then skips them, see
             :mod:`casestream.gctune`.

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
+from weakref import WeakKeyDictionary
 
 import psycopg
 from psycopg_pool import ConnectionPool
@@ -207,9 +208,35 @@ def consumer_runtime(handlers: _HandlersModule, registry: HandlerRegistry,
     """
     batching = ConsumerSettings() if batch_size is None else ConsumerSettings(batch_size=batch_size)
     args = (handlers.TOPICS, registry, codec, pool, settings.consumer_config(), batching)
+    _reserve_connections(pool, settings.consumer_concurrency, handlers.CONSUMER)
     if settings.consumer_concurrency > 1:
         return ConsumerGroup(settings.consumer_concurrency, handlers.CONSUMER, *args, outbox=outbox)
     return ConsumerRuntime(handlers.CONSUMER, *args, outbox=outbox)
+
+
+_RESERVED: WeakKeyDictionary[Any, int] = WeakKeyDictionary()  # pool -> connections held by consumers
+
+
+def _reserve_connections(pool: Any, members: int, consumer: str) -> None:
+    """Count the pooled connections ``consumer``'s members hold while they run; with more
+    than one member per consumer, refuse a pool they would leave without a free connection
+    (readiness checks and HTTP reads would then time out waiting for one).
+
+    Raises:
+        ConfigError: naming CASESTREAM_CONSUMER_CONCURRENCY and the pool's size.
+    """
+    try:
+        total = _RESERVED.get(pool, 0) + members
+        _RESERVED[pool] = total
+    except TypeError:  # not weak-referenceable (a test double): nothing to check
+        return
+    max_size = getattr(pool, "max_size", None)
+    if members > 1 and isinstance(max_size, int) and total >= max_size:
+        raise ConfigError(
+            f"CASESTREAM_CONSUMER_CONCURRENCY={members}: the consumers of this service hold "
+            f"{total} of its pool's {max_size} connections ({consumer} included), leaving none "
+            f"for readiness checks and requests; raise the service's pool size above {total} "
+            f"or lower the concurrency")
 
 
 def outbox_relay(pool: ConnectionPool[Any], settings: CommonSettings,

@@ -91,3 +91,22 @@ def test_wiring_builds_a_group_when_the_concurrency_setting_asks_for_it() -> Non
     assert isinstance(two, ConsumerGroup) and len(two.members) == 2
     assert {m.settings.batch_size for m in two.members} == {100}
     assert [m._conf["client.id"] for m in two.members] == ["audit.journal#0", "audit.journal#1"]
+
+
+def test_wiring_refuses_members_that_would_take_every_pooled_connection() -> None:
+    from types import SimpleNamespace
+
+    from casestream import wiring
+    from casestream.settings import CommonSettings
+
+    class Pool:  # what wiring reads of a psycopg_pool.ConnectionPool
+        max_size = 5
+
+    pool, two = Pool(), CommonSettings(consumer_concurrency=2)
+    first = SimpleNamespace(CONSUMER="case.saga-requests", TOPICS=["outbox.event.saga"])
+    second = SimpleNamespace(CONSUMER="case.dashboard", TOPICS=["outbox.event.case"])
+    wiring.consumer_runtime(first, HandlerRegistry(), object(), pool, two)   # 2 of 5 held
+    wiring.consumer_runtime(second, HandlerRegistry(), object(), pool, two)  # 4 of 5: one left
+    with pytest.raises(ConfigError, match=r"^CASESTREAM_CONSUMER_CONCURRENCY=2: the consumers of "
+                                          r"this service hold 6 of its pool's 5 connections"):
+        wiring.consumer_runtime(second, HandlerRegistry(), object(), pool, two)

@@ -34,3 +34,17 @@ def test_standalone_relay_reports_a_bad_option_in_one_line_with_exit_2(
     assert err.splitlines()[-1] == ("python -m casestream.relay: error: relay max_open_batches "
                                     "must be >= 1, got 0")
     assert "Traceback" not in err
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["--bootstrap", "", "--dsn", "postgresql://x"], "bootstrap.servers is empty"),
+    (["--bootstrap", "b:1", "--dsn", "not a url"], "--dsn is not a PostgreSQL URL"),
+    (["--bootstrap", "b:1", "--dsn", "postgresql://x", "--log-level", "bogus"],
+     "argument --log-level: invalid choice: 'BOGUS'"),
+])
+def test_standalone_relay_bad_values_are_usage_errors(
+        capsys: pytest.CaptureFixture[str], args: list[str], message: str) -> None:
+    with pytest.raises(SystemExit) as e:
+        main(args)
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and message in err and "Traceback" not in err

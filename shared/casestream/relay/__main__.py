@@ -19,6 +19,9 @@ import signal
 import sys
 import threading
 
+import psycopg
+from psycopg.conninfo import conninfo_to_dict
+
 from casestream.errors import ConfigError
 from casestream.kafka_config import producer_config
 from casestream.relay import OutboxRelay, RelaySettings
@@ -39,18 +42,24 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--max-open-batches", type=int, default=2,
                     help="batches awaiting delivery reports at once (1: claim only after every "
                          "report of the previous batch is in)")
-    ap.add_argument("--log-level", default="INFO")
+    ap.add_argument("--log-level", default="INFO", type=str.upper,
+                    choices=["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"])
     args = ap.parse_args(argv)
     logging.basicConfig(level=args.log_level, stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        conninfo_to_dict(args.dsn)
+    except psycopg.ProgrammingError as e:
+        ap.error(f"--dsn is not a PostgreSQL URL: {str(e).strip()}")
     try:
         settings = RelaySettings(batch_size=args.batch_size, lease_s=args.lease_s,
                                  poll_interval_s=args.poll_interval_s, topic_prefix=args.topic_prefix,
                                  published_retention_s=args.retention_s,
                                  max_open_batches=args.max_open_batches)
+        relay = OutboxRelay(args.dsn, producer_config(args.bootstrap, client_id=args.name),
+                            settings, args.name)
     except ConfigError as e:
         ap.error(str(e))  # usage line + message, exit status 2
-    relay = OutboxRelay(args.dsn, producer_config(args.bootstrap, client_id=args.name), settings, args.name)
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
