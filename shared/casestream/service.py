@@ -15,6 +15,7 @@ import logging
 import signal
 import sys
 import threading
+import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -168,15 +169,18 @@ class ServiceProcess:
             thread.start()
         log.info("%s listening on http://%s:%d with workers %s",
                  self.name, self.host, self.port, ", ".join(self.workers) or "none")
+        stuck: list[str] = []
         try:
             server.run()
         finally:
             self.stop.set()
+            deadline = time.monotonic() + self.shutdown_timeout_s  # one budget for all workers
             for thread in threads:
-                thread.join(self.shutdown_timeout_s)
+                thread.join(max(0.0, deadline - time.monotonic()))
                 if thread.is_alive():
                     log.error("worker %s did not stop within %.0f s", thread.name,
                               self.shutdown_timeout_s)
+                    stuck.append(thread.name)
             for close in self.closers:
                 try:
                     close()
@@ -185,6 +189,10 @@ class ServiceProcess:
         tel.shutdown()
         if self._failed:
             log.error("stopped because worker(s) failed: %s", ", ".join(self._failed))
+            return 1
+        if stuck:
+            log.error("stopped with worker(s) still running: %s (their unfinished work is not "
+                      "committed and will be redone)", ", ".join(stuck))
             return 1
         log.info("%s stopped cleanly", self.name)
         return 0

@@ -144,3 +144,43 @@ def test_a_service_setting_is_read_only_from_its_own_prefix(
     service = module.split(".")[1].upper()
     monkeypatch.setenv(f"CASESTREAM_{service}_PORT", "1234")
     assert settings_cls().port == 1234
+
+
+
+def test_workers_that_do_not_stop_in_time_share_one_budget_and_make_the_status_1(
+        tmp_path) -> None:
+    """SIGTERM; two workers ignore stop: the process waits ONE shutdown budget (not one per
+    worker), says which workers were left running, and does not exit 0."""
+    import signal
+    import socket
+    import subprocess
+    import sys
+    import time
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    script = tmp_path / "svc.py"
+    script.write_text(
+        "import threading\n"
+        "from starlette.applications import Starlette\n"
+        "from casestream.service import ServiceProcess\n"
+        "def deaf(stop):\n"
+        "    threading.Event().wait(60)\n"
+        f"raise SystemExit(ServiceProcess(name='t', app=Starlette(), host='127.0.0.1', port={port},"
+        " workers={'a': deaf, 'b': deaf}, shutdown_timeout_s=2.0).run())\n"
+    )
+    proc = subprocess.Popen([sys.executable, str(script)], stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        with socket.socket() as s:
+            if s.connect_ex(("127.0.0.1", port)) == 0:
+                break
+        time.sleep(0.05)
+    started = time.monotonic()
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=20)
+    assert proc.returncode == 1, err
+    assert time.monotonic() - started < 3.5  # one 2 s budget for both, not 2 s each
+    assert "stopped with worker(s) still running: t.a, t.b" in err
+    assert "stopped cleanly" not in err
