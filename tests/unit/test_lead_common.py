@@ -2,7 +2,13 @@
 
 from __future__ import annotations
 
+import signal
+import socket
+import subprocess
+import sys
 import threading
+import time
+from pathlib import Path
 
 import pytest
 from starlette.applications import Starlette
@@ -84,13 +90,11 @@ def test_summary_fails_when_one_case_is_not_final() -> None:
     assert "1/2 cases reached a final state" in line
 
 
-def test_sigterm_stops_workers_and_exits_zero(tmp_path) -> None:
-    import signal
-    import socket
-    import subprocess
-    import sys
-    import time
-
+def _sigterm_service(tmp_path: Path, workers_src: str, workers: str,
+                     shutdown_timeout_s: float = 30.0) -> tuple[int, str, str, float]:
+    """Run a ServiceProcess with ``workers`` (a dict literal over functions defined in
+    ``workers_src``) in a child process, SIGTERM it once it listens; return (exit status,
+    stdout, stderr, seconds from SIGTERM to exit)."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
@@ -99,23 +103,43 @@ def test_sigterm_stops_workers_and_exits_zero(tmp_path) -> None:
         "import threading\n"
         "from starlette.applications import Starlette\n"
         "from casestream.service import ServiceProcess\n"
-        "def worker(stop):\n"
-        "    stop.wait()\n"
-        "    print('worker flushed', flush=True)\n"
+        + workers_src +
         f"raise SystemExit(ServiceProcess(name='t', app=Starlette(), host='127.0.0.1', port={port},"
-        " workers={'w': worker}).run())\n"
+        f" workers={workers}, shutdown_timeout_s={shutdown_timeout_s}).run())\n"
     )
-    proc = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True)
+    proc = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 20
     while time.monotonic() < deadline:
         with socket.socket() as s:
             if s.connect_ex(("127.0.0.1", port)) == 0:
                 break
         time.sleep(0.05)
+    started = time.monotonic()
     proc.send_signal(signal.SIGTERM)
-    out, _ = proc.communicate(timeout=20)
-    assert proc.returncode == 0
+    out, err = proc.communicate(timeout=20)
+    return proc.returncode, out, err, time.monotonic() - started
+
+
+def test_sigterm_stops_workers_and_exits_zero(tmp_path: Path) -> None:
+    status, out, err, _ = _sigterm_service(
+        tmp_path, "def worker(stop):\n    stop.wait()\n    print('worker flushed', flush=True)\n",
+        "{'w': worker}")
+    assert status == 0, err
     assert "worker flushed" in out
+
+
+def test_workers_that_do_not_stop_in_time_share_one_budget_and_make_the_status_1(
+        tmp_path: Path) -> None:
+    """SIGTERM; two workers ignore stop: the process waits ONE shutdown budget (not one per
+    worker), says which workers were left running, and does not exit 0."""
+    status, _, err, took = _sigterm_service(
+        tmp_path, "def deaf(stop):\n    threading.Event().wait(60)\n", "{'a': deaf, 'b': deaf}",
+        shutdown_timeout_s=2.0)
+    assert status == 1, err
+    assert took < 3.5  # one 2 s budget for both, not 2 s each
+    assert "stopped with worker(s) still running: t.a, t.b" in err
+    assert "stopped cleanly" not in err
 
 
 def test_consumer_config_carries_the_session_timeout(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -144,43 +168,3 @@ def test_a_service_setting_is_read_only_from_its_own_prefix(
     service = module.split(".")[1].upper()
     monkeypatch.setenv(f"CASESTREAM_{service}_PORT", "1234")
     assert settings_cls().port == 1234
-
-
-
-def test_workers_that_do_not_stop_in_time_share_one_budget_and_make_the_status_1(
-        tmp_path) -> None:
-    """SIGTERM; two workers ignore stop: the process waits ONE shutdown budget (not one per
-    worker), says which workers were left running, and does not exit 0."""
-    import signal
-    import socket
-    import subprocess
-    import sys
-    import time
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    script = tmp_path / "svc.py"
-    script.write_text(
-        "import threading\n"
-        "from starlette.applications import Starlette\n"
-        "from casestream.service import ServiceProcess\n"
-        "def deaf(stop):\n"
-        "    threading.Event().wait(60)\n"
-        f"raise SystemExit(ServiceProcess(name='t', app=Starlette(), host='127.0.0.1', port={port},"
-        " workers={'a': deaf, 'b': deaf}, shutdown_timeout_s=2.0).run())\n"
-    )
-    proc = subprocess.Popen([sys.executable, str(script)], stderr=subprocess.PIPE, text=True)
-    deadline = time.monotonic() + 20
-    while time.monotonic() < deadline:
-        with socket.socket() as s:
-            if s.connect_ex(("127.0.0.1", port)) == 0:
-                break
-        time.sleep(0.05)
-    started = time.monotonic()
-    proc.send_signal(signal.SIGTERM)
-    _, err = proc.communicate(timeout=20)
-    assert proc.returncode == 1, err
-    assert time.monotonic() - started < 3.5  # one 2 s budget for both, not 2 s each
-    assert "stopped with worker(s) still running: t.a, t.b" in err
-    assert "stopped cleanly" not in err
