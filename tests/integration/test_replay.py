@@ -26,11 +26,9 @@ from psycopg_pool import ConnectionPool
 
 from casestream.catalog import load_catalog
 from casestream.consumer.testing import (
-    close_codec,
     create_topic,
     produce,
     produce_events,
-    real_codec,
     run_in_thread,
     wait_until,
 )
@@ -52,10 +50,9 @@ SUPPORT = Path(__file__).with_name("test_replay_support.py")
 
 
 @pytest.fixture(scope="module")
-def codec(registry_url: str) -> Iterator[Any]:
-    c = real_codec(registry_url, fallback=True)
-    yield c
-    close_codec(c)
+def codec(registry_codec: Any) -> Any:
+    """These tests decode with the real registry codec (conftest ``registry_codec``)."""
+    return registry_codec
 
 
 @dataclasses.dataclass
