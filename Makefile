@@ -53,10 +53,10 @@ infra-logs: ## last lines of each infrastructure log
 	@$(INFRA) logs
 
 run: infra-up ## infrastructure + the five services in the foreground (Ctrl-C stops all)
-	@$(WITH_ENV) exec $(VENV)/bin/python -m casestream.devstack run
+	@$(WITH_ENV) exec $(VENV)/bin/python -m casestream.service.devstack run
 
 demo: infra-up ## start the five services, drive 25 cases through them, print each journey
-	@$(WITH_ENV) $(VENV)/bin/python -m casestream.demo $(DEMO_ARGS)
+	@$(WITH_ENV) $(VENV)/bin/python -m services.demo $(DEMO_ARGS)
 
 test: venv compose infra-up ## the whole test suite against the real infrastructure (.ci/run calls this)
 	@$(WITH_ENV) { $(VENV)/bin/pytest $(PYTEST_ARGS); rc=$$?; \

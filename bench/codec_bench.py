@@ -19,10 +19,10 @@ from collections.abc import Callable
 
 from fastavro import parse_schema, schemaless_reader, schemaless_writer
 
-from casestream.catalog import load_catalog
-from casestream.codec import ENVELOPE_FIELDS, EnvelopeCodec
-from casestream.envelope import Envelope, new_event
-from casestream.registry import InMemoryRegistry
+from casestream.events.catalog import load_catalog
+from casestream.events.codec import ENVELOPE_FIELDS, EnvelopeCodec
+from casestream.events.envelope import Envelope, new_event
+from casestream.events.registry import InMemoryRegistry
 from casestream.upcasters import default_upcasters
 
 

@@ -9,8 +9,8 @@ from typing import Any
 
 from confluent_kafka import Producer
 
-from casestream.consumer.testing import headers_of
-from casestream.envelope import Envelope
+from casestream.testing.consumer import headers_of
+from casestream.events.envelope import Envelope
 
 
 def produce_all(bootstrap: str, topic: str, codec: Any, evs: Sequence[Envelope],

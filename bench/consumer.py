@@ -15,7 +15,7 @@ The runtime is measured three times: with the projection as a batch handler (``o
 (default 2) runtimes in this process (partition-parallel: own consumer, database thread and
 connection each), and as a per-event handler (``ctx.conn.execute``).
 Objects alive before the measurements (the envelopes too) are frozen, as a service freezes
-its start-up objects (``casestream.gctune``). Rounds are interleaved (``--rounds``, default 3) because the 2-core box is shared; printed:
+its start-up objects (``casestream.service.gctune``). Rounds are interleaved (``--rounds``, default 3) because the 2-core box is shared; printed:
 events/s per round and best-of, the ratio to B2 (best) and to B4 per round. Target (issue 4):
 runtime >= 8,000 events/s and >= 0.5 x B4.
 
@@ -46,11 +46,11 @@ from fastavro import parse_schema, schemaless_reader
 from psycopg_pool import ConnectionPool
 
 from casestream.consumer import ConsumerGroup, ConsumerRuntime, ConsumerSettings
-from casestream.consumer.testing import close_codec, create_topic, real_codec
-from casestream.envelope import Envelope
-from casestream.gctune import freeze_startup_objects
-from casestream.handlers import HandlerContext, HandlerKind, HandlerRegistry
-from casestream.inbox import ensure_schema
+from casestream.testing.consumer import close_codec, create_topic, real_codec
+from casestream.events.envelope import Envelope
+from casestream.service.gctune import freeze_startup_objects
+from casestream.consumer.handlers import HandlerContext, HandlerKind, HandlerRegistry
+from casestream.consumer.inbox import ensure_schema
 
 from common import produce_all
 
@@ -270,7 +270,7 @@ def main() -> None:
     codec = real_codec(args.registry_url, fallback=True)
     evs = events(n, args.aggregates)
     # The 100,000 envelopes are harness data, which no service process holds: frozen, like a
-    # service's start-up objects (casestream.gctune), so that no full collection in the
+    # service's start-up objects (casestream.service.gctune), so that no full collection in the
     # runtime under test walks them (unfrozen they cost the group of 2 ~1,000 events/s).
     frozen = freeze_startup_objects()
     print(f"bench/consumer: {n} events, {args.aggregates} aggregates, {args.partitions} partitions,"

@@ -41,12 +41,12 @@ from typing import Any
 import psycopg
 from confluent_kafka import Consumer, Producer, TopicPartition
 
-from casestream.kafka_config import producer_config
-from casestream.outbox import OutboxWriter, headers_for
-from casestream.relay import OutboxRelay, RelaySettings
-from casestream.relay import store
-from casestream.relay.leases import LeaseManager
-from casestream.relay.testing import FakeEnvelope, JsonCodec, create_topics, delete_topics, isolated_schema
+from casestream.kafka.config import producer_config
+from casestream.outbox.writer import OutboxWriter, headers_for
+from casestream.outbox.relay import OutboxRelay, RelaySettings
+from casestream.outbox.relay import store
+from casestream.outbox.relay.leases import LeaseManager
+from casestream.testing.relay import FakeEnvelope, JsonCodec, create_topics, delete_topics, isolated_schema
 
 PG = os.environ.get("CASESTREAM_BENCH_PG", "postgresql://postgres@127.0.0.1:15432/casestream_test")
 KAFKA = os.environ.get("CASESTREAM_KAFKA_BOOTSTRAP", "127.0.0.1:19092")

@@ -42,9 +42,9 @@ from fastavro import parse_schema, schemaless_reader
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from casestream.catalog import load_catalog  # noqa: E402
-from casestream.consumer.testing import close_codec, create_topic, real_codec  # noqa: E402
-from casestream.envelope import Envelope  # noqa: E402
+from casestream.events.catalog import load_catalog  # noqa: E402
+from casestream.testing.consumer import close_codec, create_topic, real_codec  # noqa: E402
+from casestream.events.envelope import Envelope  # noqa: E402
 from casestream.replay import ReplayOptions, Replayer, load_projection  # noqa: E402
 from common import produce_all  # noqa: E402
 
@@ -169,7 +169,7 @@ def main(argv: list[str] | None = None) -> int:
         spec = dataclasses.replace(spec, topics=(topic,), dsn=lambda: dsn,
                                    live_consumer=f"bench.{sfx}")
         if a.projection == "audit.timeline":
-            from casestream.db import apply_migrations
+            from casestream.migrations import apply_migrations
             from services.audit.bootstrap import migrations
 
             apply_migrations(dsn, migrations())

@@ -2,7 +2,7 @@
 
 ``build()`` reads :class:`AuditSettings`, applies ``migrations/*.sql`` (journal with its
 append-only triggers, timeline projection), prepares the codec, and returns a
-:class:`~casestream.service.ServiceProcess`:
+:class:`~casestream.service.process.ServiceProcess`:
 
 - HTTP: ``GET /audit/cases/{id}`` + ``/healthz`` ``/readyz``, behind the shared edge
   (bearer tokens, load shedding, rate limits, request deadlines: ``casestream.http``);
@@ -19,9 +19,9 @@ from typing import Any
 
 from psycopg_pool import ConnectionPool
 
-from casestream import wiring
-from casestream.db import Migration
-from casestream.http.pgdeadline import DeadlinePool
+from casestream.service import wiring
+from casestream.migrations import Migration
+from casestream.http import DeadlinePool
 from casestream.service import ServiceProcess
 from services.audit.adapters import handlers
 from services.audit.adapters.http import build_app

@@ -1,6 +1,6 @@
 """Settings of the audit service, read once from the environment in ``bootstrap``.
 
-Common endpoints come from :class:`casestream.settings.CommonSettings` (``CASESTREAM_*``);
+Common endpoints come from :class:`casestream.service.settings.CommonSettings` (``CASESTREAM_*``);
 audit-specific ones use the ``CASESTREAM_AUDIT_`` prefix:
 
     CASESTREAM_AUDIT_DATABASE           database name (default ``audit``)
@@ -13,14 +13,14 @@ audit-specific ones use the ``CASESTREAM_AUDIT_`` prefix:
     CASESTREAM_AUDIT_RATE_CLIENT_PER_S / _RATE_CLIENT_BURST  per-client token bucket (100/s, 200)
     CASESTREAM_AUDIT_REQUEST_DEADLINE_S budget of a request's database calls, seconds (default 5)
 
-Bearer tokens are verified per ``casestream.auth.AuthSettings`` (``CASESTREAM_AUTH_*``).
+Bearer tokens are verified per ``casestream.auth.tokens.AuthSettings`` (``CASESTREAM_AUTH_*``).
 """
 
 from __future__ import annotations
 
 from pydantic import Field
 
-from casestream.settings import ServiceSettings, service_config
+from casestream.service import ServiceSettings, service_config
 
 _PREFIX = "CASESTREAM_AUDIT_"
 

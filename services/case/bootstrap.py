@@ -2,7 +2,7 @@
 
 ``build()`` reads :class:`CaseSettings`, applies the migrations (outbox DDL, then
 ``migrations/*.sql``), prepares the codec (registers schemas in development, looks ids up
-in production), and returns a :class:`~casestream.service.ServiceProcess`:
+in production), and returns a :class:`~casestream.service.process.ServiceProcess`:
 
 - HTTP: the case API (``services.case.adapters.http.app``) + ``/healthz`` ``/readyz``,
   behind the shared edge (bearer tokens, load shedding, rate limits, request deadlines:
@@ -24,14 +24,14 @@ from typing import Any
 
 from psycopg_pool import ConnectionPool
 
-from casestream import wiring
-from casestream.catalog import Catalog
-from casestream.db import Migration
-from casestream.handlers import HandlerRegistry
-from casestream.http.pgdeadline import DeadlinePool
+from casestream.service import wiring
+from casestream.events import Catalog
+from casestream.migrations import Migration
+from casestream.consumer import HandlerRegistry
+from casestream.http import DeadlinePool
 from casestream.outbox import OutboxWriter
 from casestream.service import ServiceProcess, Worker
-from casestream.telemetry.readiness import dependency_checks
+from casestream.telemetry import dependency_checks
 from services.case.adapters import dashboard, saga_requests
 from services.case.adapters.http.app import build_app
 from services.case.adapters.postgres import PgUnitOfWork

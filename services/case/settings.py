@@ -1,6 +1,6 @@
 """Settings of the case service, read once from the environment in ``bootstrap``.
 
-Common endpoints come from :class:`casestream.settings.CommonSettings` (``CASESTREAM_*``);
+Common endpoints come from :class:`casestream.service.settings.CommonSettings` (``CASESTREAM_*``);
 case-specific ones use the ``CASESTREAM_CASE_`` prefix:
 
     CASESTREAM_CASE_DATABASE            database name (default ``case``)
@@ -18,7 +18,7 @@ case-specific ones use the ``CASESTREAM_CASE_`` prefix:
     CASESTREAM_CASE_RATE_CLIENT_PER_S / _RATE_CLIENT_BURST   per-client token bucket (100/s, 200)
     CASESTREAM_CASE_REQUEST_DEADLINE_S  budget of a request's database calls, seconds (default 5)
 
-Bearer tokens are verified per ``casestream.auth.AuthSettings`` (``CASESTREAM_AUTH_*``: key,
+Bearer tokens are verified per ``casestream.auth.tokens.AuthSettings`` (``CASESTREAM_AUTH_*``: key,
 algorithm, issuer, audience), read when these settings are built.
 """
 
@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from pydantic import Field
 
-from casestream.settings import ServiceSettings, service_config
+from casestream.service import ServiceSettings, service_config
 
 _PREFIX = "CASESTREAM_CASE_"
 

@@ -2,7 +2,7 @@
 
 ``build()`` reads :class:`DecisionSettings`, applies the migrations (outbox, then
 ``migrations/*.sql``), prepares the codec, and returns a
-:class:`~casestream.service.ServiceProcess` with two workers: the consumer runtime
+:class:`~casestream.service.process.ServiceProcess` with two workers: the consumer runtime
 ``decision.requests`` on ``outbox.event.saga`` and the outbox relay of the decision
 database. HTTP: ``GET /decisions/{case_id}`` plus ``/healthz``/``/readyz``, behind the
 shared edge (bearer tokens, tenant scoping, load shedding, rate limits, request deadlines:
@@ -13,10 +13,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from casestream import wiring
-from casestream.db import Migration
-from casestream.handlers import HandlerRegistry
-from casestream.http.pgdeadline import DeadlinePool
+from casestream.service import wiring
+from casestream.migrations import Migration
+from casestream.consumer import HandlerRegistry
+from casestream.http import DeadlinePool
 from casestream.outbox import OutboxWriter
 from casestream.service import ServiceProcess
 from services.decision.adapters import handlers, statistics

@@ -1,6 +1,6 @@
 """Settings of the decision service, read once from the environment in ``bootstrap``.
 
-Common endpoints come from :class:`casestream.settings.CommonSettings` (``CASESTREAM_*``);
+Common endpoints come from :class:`casestream.service.settings.CommonSettings` (``CASESTREAM_*``);
 decision-specific ones use the prefix ``CASESTREAM_DECISION_``:
 
     CASESTREAM_DECISION_HOST / _PORT      HTTP listen address (127.0.0.1:18104)
@@ -12,14 +12,14 @@ decision-specific ones use the prefix ``CASESTREAM_DECISION_``:
     CASESTREAM_DECISION_RATE_CLIENT_PER_S / _RATE_CLIENT_BURST  per client (100/s, 200)
     CASESTREAM_DECISION_REQUEST_DEADLINE_S  budget of a request's database calls, seconds (5)
 
-Bearer tokens are verified per ``casestream.auth.AuthSettings`` (``CASESTREAM_AUTH_*``).
+Bearer tokens are verified per ``casestream.auth.tokens.AuthSettings`` (``CASESTREAM_AUTH_*``).
 """
 
 from __future__ import annotations
 
 from pydantic import Field
 
-from casestream.settings import ServiceSettings, service_config
+from casestream.service import ServiceSettings, service_config
 
 _P = "CASESTREAM_DECISION_"
 

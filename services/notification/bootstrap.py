@@ -2,7 +2,7 @@
 
 ``build()`` reads :class:`NotificationSettings`, applies the migrations (outbox, then
 ``migrations/*.sql``), prepares the codec, and returns a
-:class:`~casestream.service.ServiceProcess` with three workers:
+:class:`~casestream.service.process.ServiceProcess` with three workers:
 
 - ``consumer``: consumer runtime ``notification.requests`` on ``outbox.event.saga``
   (records NoticeRequested as pending notices);
@@ -20,10 +20,10 @@ from __future__ import annotations
 from datetime import timedelta
 from pathlib import Path
 
-from casestream import wiring
-from casestream.db import Migration
-from casestream.handlers import HandlerRegistry
-from casestream.http.pgdeadline import DeadlinePool
+from casestream.service import wiring
+from casestream.migrations import Migration
+from casestream.consumer import HandlerRegistry
+from casestream.http import DeadlinePool
 from casestream.outbox import OutboxWriter
 from casestream.service import ServiceProcess
 from services.notification.adapters import handlers

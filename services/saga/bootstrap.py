@@ -3,11 +3,11 @@
 ``build()`` reads :class:`SagaSettings`, applies the migrations (outbox, then
 ``migrations/*.sql``), loads the catalog and prepares the codec (registering schemas in
 dev), builds the case-review saga from the settings and checks it against the catalog, and
-returns a :class:`~casestream.service.ServiceProcess` with three workers:
+returns a :class:`~casestream.service.process.ServiceProcess` with three workers:
 
 - ``consumer``: :class:`~casestream.consumer.runtime.ConsumerRuntime` ``saga.orchestrator``
   on ``outbox.event.case``, ``outbox.event.decision``, ``outbox.event.notice``;
-- ``relay``: the :class:`~casestream.relay.core.OutboxRelay` of the saga database;
+- ``relay``: the :class:`~casestream.outbox.relay.core.OutboxRelay` of the saga database;
 - ``deadlines``: the :class:`DeadlineScheduler`.
 
 HTTP: ``/sagas`` routes (:mod:`services.saga.adapters.http`) plus ``/healthz``/``/readyz``,
@@ -21,12 +21,12 @@ from __future__ import annotations
 from datetime import timedelta
 from pathlib import Path
 
-from casestream import wiring
-from casestream.catalog import Catalog
-from casestream.db import Migration
+from casestream.service import wiring
+from casestream.events import Catalog
+from casestream.migrations import Migration
 from casestream.errors import ConfigError
-from casestream.handlers import HandlerRegistry
-from casestream.http.pgdeadline import DeadlinePool
+from casestream.consumer import HandlerRegistry
+from casestream.http import DeadlinePool
 from casestream.outbox import OutboxWriter
 from casestream.service import ServiceProcess
 from services.saga.adapters import handlers

@@ -1,6 +1,6 @@
 """Settings of the saga-orchestrator, read once from the environment in ``bootstrap``.
 
-Common endpoints come from :class:`casestream.settings.CommonSettings` (``CASESTREAM_*``);
+Common endpoints come from :class:`casestream.service.settings.CommonSettings` (``CASESTREAM_*``);
 the orchestrator's own settings use the prefix ``CASESTREAM_SAGA_``:
 
     CASESTREAM_SAGA_HOST / _PORT            HTTP listen address (127.0.0.1:18103)
@@ -19,14 +19,14 @@ the orchestrator's own settings use the prefix ``CASESTREAM_SAGA_``:
     CASESTREAM_SAGA_RATE_CLIENT_PER_S / _RATE_CLIENT_BURST  per-client token bucket (100/s, 200)
     CASESTREAM_SAGA_REQUEST_DEADLINE_S      budget of a request's database calls, seconds (5)
 
-Bearer tokens are verified per ``casestream.auth.AuthSettings`` (``CASESTREAM_AUTH_*``).
+Bearer tokens are verified per ``casestream.auth.tokens.AuthSettings`` (``CASESTREAM_AUTH_*``).
 """
 
 from __future__ import annotations
 
 from pydantic import Field
 
-from casestream.settings import ServiceSettings, service_config
+from casestream.service import ServiceSettings, service_config
 
 _P = "CASESTREAM_SAGA_"
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from casestream.upcasting import UpcasterChain
+from casestream.events.upcasting import UpcasterChain
 
 __all__ = [
     "SUMMARY_MAX",

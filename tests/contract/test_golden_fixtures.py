@@ -16,9 +16,9 @@ import pytest
 from fastavro import parse_schema, schemaless_reader
 from fastavro.validation import validate
 
-from casestream.catalog import load_catalog
-from casestream.codec import EnvelopeCodec
-from casestream.registry import InMemoryRegistry
+from casestream.events.catalog import load_catalog
+from casestream.events.codec import EnvelopeCodec
+from casestream.events.registry import InMemoryRegistry
 from casestream.upcasters import SUMMARY_MAX, default_upcasters
 
 pytestmark = pytest.mark.contract

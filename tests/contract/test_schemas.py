@@ -9,10 +9,10 @@ import avro.schema
 import pytest
 from fastavro import parse_schema
 
-from casestream.catalog import default_schemas_dir, load_catalog, schema_text
-from casestream.codec import ENVELOPE_FIELDS, EnvelopeCodec
-from casestream.envelope import Envelope, new_event
-from casestream.registry import InMemoryRegistry
+from casestream.events.catalog import default_schemas_dir, load_catalog, schema_text
+from casestream.events.codec import ENVELOPE_FIELDS, EnvelopeCodec
+from casestream.events.envelope import Envelope, new_event
+from casestream.events.registry import InMemoryRegistry
 from casestream.schemacheck import check_catalog, lint_schema
 from casestream.upcasters import default_upcasters
 

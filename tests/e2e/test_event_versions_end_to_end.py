@@ -14,12 +14,12 @@ import httpx
 import pytest
 from confluent_kafka import Producer
 
-from casestream.catalog import load_catalog
-from casestream.codec import EnvelopeCodec
-from casestream.demo import audit_url, case_mix, headers, open_and_submit, wait_final
-from casestream.devstack import ServiceStack
-from casestream.envelope import new_event
-from casestream.registry import ConfluentSchemaRegistry
+from casestream.events.catalog import load_catalog
+from casestream.events.codec import EnvelopeCodec
+from services.demo import audit_url, case_mix, headers, open_and_submit, wait_final
+from casestream.service.devstack import ServiceStack
+from casestream.events.envelope import new_event
+from casestream.events.registry import ConfluentSchemaRegistry
 from casestream.upcasters import default_upcasters
 
 pytestmark = pytest.mark.e2e

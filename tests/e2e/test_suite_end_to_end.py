@@ -17,7 +17,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from casestream.demo import (
+from services.demo import (
     FINAL_CASE_STATES,
     CaseRun,
     audit_url,
@@ -29,7 +29,7 @@ from casestream.demo import (
     open_and_submit,
     wait_final,
 )
-from casestream.devstack import ServiceStack
+from casestream.service.devstack import ServiceStack
 
 pytestmark = pytest.mark.e2e
 

@@ -1,7 +1,7 @@
 """End-to-end observability: one case journey = one trace across the five service processes,
 and ``/metrics`` counters move as they should (issue 9).
 
-The five services run as processes (``casestream.devstack.ServiceStack``) with the file span
+The five services run as processes (``casestream.service.devstack.ServiceStack``) with the file span
 exporter (``OTEL_TRACES_EXPORTER=file``, one JSON line per span, shared by the processes),
 on their own ports (1830x) and their own databases (``obs_<service>``, recreated), so they
 do not collide with a developer's stack on the default ports and databases.
@@ -26,9 +26,9 @@ import pytest
 from click.testing import CliRunner
 from confluent_kafka import Producer
 
-from casestream.cli_status import status
-from casestream.demo import CaseSpec, headers
-from casestream.devstack import SERVICE_PORTS, ServiceStack
+from casestream.cli.status import status
+from services.demo import CaseSpec, headers
+from casestream.service.devstack import SERVICE_PORTS, ServiceStack
 
 pytestmark = pytest.mark.e2e
 

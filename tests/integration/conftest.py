@@ -7,9 +7,9 @@ Fixtures:
     codec -> EnvelopeCodec   per module: prepared over the in-memory schema registry (for
         tests that only exercise the outbox's encoding); a module may define its own.
     registry_codec -> EnvelopeCodec   per module: over the real registry when it takes the
-        catalog, else in memory (``casestream.consumer.testing.real_codec``).
+        catalog, else in memory (``casestream.testing.consumer.real_codec``).
     consumer_harness -> (prefix) -> Harness   per test: a consumer-runtime test harness
-        (``casestream.consumer.testing.Harness``) on ``registry_codec``; closed after the test.
+        (``casestream.testing.consumer.Harness``) on ``registry_codec``; closed after the test.
 """
 
 from __future__ import annotations
@@ -23,11 +23,11 @@ import psycopg
 import pytest
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
-from casestream.catalog import load_catalog
-from casestream.codec import EnvelopeCodec
-from casestream.consumer.testing import Harness, close_codec, real_codec
-from casestream.db import Migration, apply_migrations
-from casestream.registry import InMemoryRegistry
+from casestream.events.catalog import load_catalog
+from casestream.events.codec import EnvelopeCodec
+from casestream.testing.consumer import Harness, close_codec, real_codec
+from casestream.migrations import Migration, apply_migrations
+from casestream.events.registry import InMemoryRegistry
 from casestream.upcasters import default_upcasters
 
 PrivateSchema = Callable[[str, Sequence[Migration | Path]], str]

@@ -20,17 +20,17 @@ from psycopg_pool import ConnectionPool
 from starlette.testclient import TestClient
 from test_case_support import database_url_for, memory_codec, record_of, schema_dsn_for
 
-from casestream.auth import AuthSettings, TokenVerifier, bearer_headers
-from casestream.codec import EnvelopeCodec
+from casestream.auth.tokens import AuthSettings, TokenVerifier, bearer_headers
+from casestream.events.codec import EnvelopeCodec
 from casestream.consumer.batch import BatchProcessor
 from casestream.consumer.records import Record
 from casestream.consumer.settings import ConsumerSettings
-from casestream.db import apply_migrations
-from casestream.dlq import MemoryDeadLetters
-from casestream.envelope import Envelope, new_event
+from casestream.migrations import apply_migrations
+from casestream.consumer.deadletters import MemoryDeadLetters
+from casestream.events.envelope import Envelope, new_event
 from casestream.http import EdgePolicy
-from casestream.inbox import ensure_schema
-from casestream.processing import ProcessingMode
+from casestream.consumer.inbox import ensure_schema
+from casestream.consumer.processing import ProcessingMode
 from services.audit.adapters.handlers import CONSUMER, build_registry
 from services.audit.adapters.http import build_app
 from services.audit.adapters.postgres import PgTimelineReader

@@ -23,11 +23,11 @@ from psycopg_pool import ConnectionPool
 from starlette.testclient import TestClient
 from test_case_support import database_url_for, memory_codec, schema_dsn_for
 
-from casestream.auth import AuthSettings, TokenVerifier, bearer_headers
-from casestream.db import apply_migrations
+from casestream.auth.tokens import AuthSettings, TokenVerifier, bearer_headers
+from casestream.migrations import apply_migrations
 from casestream.http import EdgePolicy
 from casestream.http.pgdeadline import DeadlinePool
-from casestream.outbox import OutboxWriter
+from casestream.outbox.writer import OutboxWriter
 from services.case.adapters.http.app import build_app
 from services.case.adapters.postgres import PgUnitOfWork
 from services.case.application import CaseService

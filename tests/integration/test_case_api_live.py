@@ -26,7 +26,7 @@ import psycopg
 import pytest
 from test_case_api_support import REPO, LiveService, live_case_service
 
-from casestream.auth import AuthSettings, bearer_headers, mint_token
+from casestream.auth.tokens import AuthSettings, bearer_headers, mint_token
 
 pytestmark = pytest.mark.integration
 

@@ -28,7 +28,7 @@ import psycopg
 import pytest
 from test_case_support import server_url
 
-from casestream.relay.testing import PrivateKafka, create_topics, free_port
+from casestream.testing.relay import PrivateKafka, create_topics, free_port
 
 REPO = Path(__file__).resolve().parents[2]
 CLASSPATH = REPO / ".local" / "kafka" / "classpath.txt"

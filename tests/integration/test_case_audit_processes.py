@@ -35,12 +35,12 @@ import pytest
 from confluent_kafka import Producer
 from test_case_support import server_url
 
-from casestream.auth import bearer_headers
-from casestream.catalog import load_catalog
-from casestream.codec import EnvelopeCodec
-from casestream.envelope import Envelope, new_event
-from casestream.registry import ConfluentSchemaRegistry
-from casestream.relay.testing import PrivateKafka, create_topics, free_port
+from casestream.auth.tokens import bearer_headers
+from casestream.events.catalog import load_catalog
+from casestream.events.codec import EnvelopeCodec
+from casestream.events.envelope import Envelope, new_event
+from casestream.events.registry import ConfluentSchemaRegistry
+from casestream.testing.relay import PrivateKafka, create_topics, free_port
 from casestream.upcasters import default_upcasters
 
 pytestmark = pytest.mark.integration

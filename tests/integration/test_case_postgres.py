@@ -18,10 +18,10 @@ import pytest
 from psycopg_pool import ConnectionPool
 from test_case_support import database_url_for, memory_codec, schema_dsn_for
 
-from casestream.codec import EnvelopeCodec
-from casestream.db import apply_migrations
+from casestream.events.codec import EnvelopeCodec
+from casestream.migrations import apply_migrations
 from casestream.errors import ConcurrencyError
-from casestream.outbox import OutboxWriter
+from casestream.outbox.writer import OutboxWriter
 from services.case.adapters.postgres import PgUnitOfWork
 from services.case.application import (
     CaseService,

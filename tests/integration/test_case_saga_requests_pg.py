@@ -18,13 +18,13 @@ import pytest
 from psycopg_pool import ConnectionPool
 from test_case_support import database_url_for, memory_codec, record_of, schema_dsn_for
 
-from casestream.codec import EnvelopeCodec
+from casestream.events.codec import EnvelopeCodec
 from casestream.consumer.batch import BatchProcessor
-from casestream.db import apply_migrations
-from casestream.dlq import MemoryDeadLetters
-from casestream.envelope import Envelope, new_event
-from casestream.inbox import ensure_schema
-from casestream.outbox import OutboxWriter
+from casestream.migrations import apply_migrations
+from casestream.consumer.deadletters import MemoryDeadLetters
+from casestream.events.envelope import Envelope, new_event
+from casestream.consumer.inbox import ensure_schema
+from casestream.outbox.writer import OutboxWriter
 from services.case.adapters.postgres import PgUnitOfWork
 from services.case.adapters.saga_requests import CONSUMER
 from services.case.application import CaseService, CaseView, OpenCase, StoredResponse, SubmitCase

@@ -18,11 +18,11 @@ from urllib.parse import quote, urlsplit, urlunsplit
 import psycopg
 import pytest
 
-from casestream.catalog import load_catalog
-from casestream.codec import EnvelopeCodec
+from casestream.events.catalog import load_catalog
+from casestream.events.codec import EnvelopeCodec
 from casestream.consumer.records import Record
-from casestream.envelope import Envelope
-from casestream.registry import InMemoryRegistry
+from casestream.events.envelope import Envelope
+from casestream.events.registry import InMemoryRegistry
 from casestream.upcasters import default_upcasters
 
 TEST_DATABASE = "casestream_test"

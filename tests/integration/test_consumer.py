@@ -14,7 +14,7 @@ import psycopg
 import pytest
 
 from casestream.consumer import ConsumerRuntime, ConsumerSettings, RetryPolicy
-from casestream.consumer.testing import (
+from casestream.testing.consumer import (
     Harness,
     committed,
     create_topic,
@@ -23,7 +23,7 @@ from casestream.consumer.testing import (
     produce_events,
     wait_until,
 )
-from casestream.handlers import HandlerKind, HandlerRegistry
+from casestream.consumer.handlers import HandlerKind, HandlerRegistry
 
 pytestmark = pytest.mark.integration
 

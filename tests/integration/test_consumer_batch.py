@@ -15,18 +15,18 @@ import psycopg
 import pytest
 
 from casestream.consumer import BatchProcessor, ConsumerSettings, Record, RetryPolicy
-from casestream.consumer.testing import (
+from casestream.testing.consumer import (
     EffectsProjection,
     database_dsn,
     headers_of,
     make_event,
 )
-from casestream.dlq import MemoryDeadLetters
+from casestream.consumer.deadletters import MemoryDeadLetters
 from casestream.errors import RetryableError
-from casestream.guard import FirstSeenPolicy
-from casestream.handlers import HandlerContext, HandlerKind, HandlerRegistry
-from casestream.inbox import ensure_schema
-from casestream.processing import ProcessingMode
+from casestream.consumer.guard import FirstSeenPolicy
+from casestream.consumer.handlers import HandlerContext, HandlerKind, HandlerRegistry
+from casestream.consumer.inbox import ensure_schema
+from casestream.consumer.processing import ProcessingMode
 
 pytestmark = pytest.mark.integration
 

@@ -1,7 +1,7 @@
 """Crash safety of the consumer runtime: a consumer process is SIGKILLed at the worst moments
 and a restarted one must leave exactly one effect per event.
 
-The child is ``python -m casestream.consumer.testing`` (a real ConsumerRuntime on the real Kafka
+The child is ``python -m casestream.testing.consumer`` (a real ConsumerRuntime on the real Kafka
 and PostgreSQL): ``--kill-before-offset-commit`` kills it after the batch transaction committed
 but before the offset commit; ``--kill-in-handler-at N`` kills it inside the handler of event
 ``seq=N``, i.e. with the batch transaction open.
@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from casestream.consumer.testing import Harness, committed, create_topic, make_event, produce_events
+from casestream.testing.consumer import Harness, committed, create_topic, make_event, produce_events
 
 pytestmark = pytest.mark.integration
 
@@ -30,7 +30,7 @@ def env(consumer_harness: Any) -> Harness:
 
 
 def _child(env: Harness, *extra: str, timeout_s: float = 90) -> subprocess.CompletedProcess[str]:
-    cmd = [sys.executable, "-m", "casestream.consumer.testing", "--name", env.name,
+    cmd = [sys.executable, "-m", "casestream.testing.consumer", "--name", env.name,
            "--topic", env.topic, "--dsn", env.dsn, "--bootstrap", env.bootstrap,
            "--table", env.projection.table, "--batch-size", "10", *env.codec_args, *extra]
     return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s)

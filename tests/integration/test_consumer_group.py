@@ -9,8 +9,8 @@ import psycopg
 import pytest
 
 from casestream.consumer import ConsumerGroup
-from casestream.consumer.testing import Harness, committed, create_topic, make_event, produce_events, wait_until
-from casestream.handlers import HandlerRegistry
+from casestream.testing.consumer import Harness, committed, create_topic, make_event, produce_events, wait_until
+from casestream.consumer.handlers import HandlerRegistry
 
 pytestmark = pytest.mark.integration
 

@@ -14,9 +14,9 @@ from datetime import UTC, datetime
 import psycopg
 import pytest
 
-from casestream.codec import EnvelopeCodec
-from casestream.envelope import Envelope, new_event
-from casestream.outbox import OutboxWriter
+from casestream.events.codec import EnvelopeCodec
+from casestream.events.envelope import Envelope, new_event
+from casestream.outbox.writer import OutboxWriter
 from services.decision.adapters.handlers import OutboxSink
 from services.decision.adapters.postgres import PgDecisionStore
 from services.decision.application.decide import Decider

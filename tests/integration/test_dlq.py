@@ -13,9 +13,9 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
-from casestream.cli_dlq import dlq
+from casestream.cli.dlq import dlq
 from casestream.consumer import RetryPolicy
-from casestream.consumer.testing import (
+from casestream.testing.consumer import (
     Harness,
     committed,
     create_topic,
@@ -24,7 +24,7 @@ from casestream.consumer.testing import (
     produce_events,
     wait_until,
 )
-from casestream.dlq import read_topic, redrive
+from casestream.consumer.deadletters import read_topic, redrive
 
 pytestmark = pytest.mark.integration
 

@@ -31,9 +31,9 @@ import pytest
 from aiosmtpd.controller import Controller
 from psycopg_pool import ConnectionPool
 
-from casestream.codec import EnvelopeCodec
-from casestream.envelope import Envelope, new_event
-from casestream.outbox import OutboxWriter
+from casestream.events.codec import EnvelopeCodec
+from casestream.events.envelope import Envelope, new_event
+from casestream.outbox.writer import OutboxWriter
 from services.notification.adapters.handlers import OutboxSink
 from services.notification.adapters.postgres import PgNoticeStore
 from services.notification.adapters.sender_worker import SenderWorker

@@ -16,10 +16,10 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.trace import SpanKind
 
 from casestream import telemetry
-from casestream.cli_status import kafka_lag
-from casestream.devstack import ServiceStack
-from casestream.relay import OutboxRelay
-from casestream.relay.testing import read_topics
+from casestream.cli.status import kafka_lag
+from casestream.service.devstack import ServiceStack
+from casestream.outbox.relay import OutboxRelay
+from casestream.testing.relay import read_topics
 from casestream.telemetry.readiness import dependency_checks
 from casestream.telemetry.settings import TelemetrySettings
 from casestream.telemetry.tracing import context_from_traceparent, traceparent_of

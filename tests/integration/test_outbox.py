@@ -12,10 +12,10 @@ from urllib.parse import urlsplit, urlunsplit
 import psycopg
 import pytest
 
-from casestream.db import Migration, apply_migrations
+from casestream.migrations import Migration, apply_migrations
 from casestream.errors import ConcurrencyError, ConfigError
-from casestream.outbox import OUTBOX_MIGRATION, OutboxWriter, bump_version
-from casestream.relay.testing import FakeEnvelope, JsonCodec, isolated_schema
+from casestream.outbox.writer import OUTBOX_MIGRATION, OutboxWriter, bump_version
+from casestream.testing.relay import FakeEnvelope, JsonCodec, isolated_schema
 
 pytestmark = pytest.mark.integration
 

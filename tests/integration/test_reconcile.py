@@ -15,13 +15,13 @@ import psycopg
 import pytest
 from click.testing import CliRunner
 
-from casestream.catalog import load_catalog
+from casestream.events.catalog import load_catalog
 from services.saga.adapters.cli_reconcile import SERVICES, reconcile, run_reconcile
-from casestream.codec import EnvelopeCodec
-from casestream.db import apply_migrations
-from casestream.envelope import new_event
-from casestream.outbox import OUTBOX_MIGRATION, OutboxWriter
-from casestream.registry import ConfluentSchemaRegistry
+from casestream.events.codec import EnvelopeCodec
+from casestream.migrations import apply_migrations
+from casestream.events.envelope import new_event
+from casestream.outbox.writer import OUTBOX_MIGRATION, OutboxWriter
+from casestream.events.registry import ConfluentSchemaRegistry
 from casestream.upcasters import default_upcasters
 from services.case.bootstrap import migrations as case_migrations
 from services.saga.bootstrap import migrations as saga_migrations

@@ -16,12 +16,12 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from casestream.catalog import Catalog, default_schemas_dir, load_catalog, same_schema
-from casestream.cli_schemas import schemas
-from casestream.codec import EnvelopeCodec
-from casestream.envelope import new_event
+from casestream.events.catalog import Catalog, default_schemas_dir, load_catalog, same_schema
+from casestream.cli.schemas import schemas
+from casestream.events.codec import EnvelopeCodec
+from casestream.events.envelope import new_event
 from casestream.errors import IncompatibleSchemaError, RegistryUnavailable, SchemaError, UnknownSchemaError
-from casestream.registry import ConfluentSchemaRegistry, register_catalog
+from casestream.events.registry import ConfluentSchemaRegistry, register_catalog
 from casestream.upcasters import default_upcasters
 
 pytestmark = pytest.mark.integration

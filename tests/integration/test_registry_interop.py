@@ -23,10 +23,10 @@ from confluent_kafka.schema_registry import SchemaRegistryClient
 from confluent_kafka.schema_registry.avro import AvroDeserializer
 from confluent_kafka.serialization import MessageField, SerializationContext
 
-from casestream.catalog import Catalog, default_schemas_dir, load_catalog
-from casestream.codec import EnvelopeCodec
-from casestream.envelope import Envelope, new_event
-from casestream.registry import ConfluentSchemaRegistry
+from casestream.events.catalog import Catalog, default_schemas_dir, load_catalog
+from casestream.events.codec import EnvelopeCodec
+from casestream.events.envelope import Envelope, new_event
+from casestream.events.registry import ConfluentSchemaRegistry
 from casestream.upcasters import default_upcasters
 
 pytestmark = pytest.mark.integration

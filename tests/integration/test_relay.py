@@ -17,9 +17,9 @@ import psycopg
 import pytest
 
 from casestream.errors import ConcurrencyError
-from casestream.outbox import OutboxWriter
-from casestream.relay import OutboxRelay
-from casestream.relay.testing import FakeEnvelope, JsonCodec, read_topics
+from casestream.outbox.writer import OutboxWriter
+from casestream.outbox.relay import OutboxRelay
+from casestream.testing.relay import FakeEnvelope, JsonCodec, read_topics
 
 from test_relay_support import (  # noqa: F401 - fixtures
     RelayThread, base_dsn, bootstrap, check_order, count_status, dsn, env, run_until_idle,
@@ -128,7 +128,7 @@ def test_poison_row_fails_with_reason_and_holds_back_only_its_aggregate(
 
     from click.testing import CliRunner
 
-    from casestream.cli_outbox import outbox
+    from casestream.cli.outbox import outbox
 
     out = CliRunner().invoke(outbox, ["list", "--dsn", dsn, "--status", "failed"])
     assert out.exit_code == 0 and poison.event_id in out.output and "MSG_SIZE_TOO_LARGE" in out.output
@@ -204,7 +204,7 @@ def test_pending_scan_uses_the_partial_index(dsn: str) -> None:
         write(dsn, [env("fresh", 1)])
     with psycopg.connect(dsn) as conn:
         conn.execute("ANALYZE outbox")
-        from casestream.relay.store import _CLAIM
+        from casestream.outbox.relay.store import _CLAIM
 
         plan = "\n".join(r[0] for r in conn.execute(
             "EXPLAIN " + _CLAIM, {"shards": list(range(32)), "limit": 1000, "inflight": list(range(1000)),

@@ -18,9 +18,9 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from casestream.outbox import OutboxWriter
-from casestream.relay import OutboxRelay
-from casestream.relay.testing import JsonCodec, PrivateKafka, create_topics, read_topics
+from casestream.outbox.writer import OutboxWriter
+from casestream.outbox.relay import OutboxRelay
+from casestream.testing.relay import JsonCodec, PrivateKafka, create_topics, read_topics
 from test_relay_support import (  # noqa: F401 - fixtures
     RelayThread, base_dsn, check_order, count_status, dsn, env, settings, wait_for,
 )

@@ -16,9 +16,9 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from casestream.outbox import OutboxWriter
-from casestream.relay import OutboxRelay
-from casestream.relay.testing import JsonCodec, read_topics
+from casestream.outbox.writer import OutboxWriter
+from casestream.outbox.relay import OutboxRelay
+from casestream.testing.relay import JsonCodec, read_topics
 from test_relay_support import (  # noqa: F401 - fixtures
     RelayThread, base_dsn, bootstrap, check_order, count_status, dsn, env, settings, topic_prefix,
     wait_for,
@@ -76,7 +76,7 @@ def test_sigkilled_relay_is_taken_over_within_the_lease(
     log = open(tmp_path / "relay-a.log", "wb")  # noqa: SIM115
     env_vars = dict(os.environ, PYTHONUNBUFFERED="1")
     proc = subprocess.Popen(
-        [sys.executable, "-m", "casestream.relay", "--dsn", dsn, "--bootstrap", bootstrap,
+        [sys.executable, "-m", "casestream.outbox.relay", "--dsn", dsn, "--bootstrap", bootstrap,
          "--name", "victim", "--lease-s", str(LEASE_S), "--batch-size", "200",
          "--poll-interval-s", "0.2", "--topic-prefix", topic_prefix],
         stdout=log, stderr=subprocess.STDOUT, env=env_vars)

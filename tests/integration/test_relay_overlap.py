@@ -15,8 +15,8 @@ import uuid
 
 import psycopg
 
-from casestream.relay import OutboxRelay
-from casestream.relay.testing import create_topics, delete_topics, read_topics
+from casestream.outbox.relay import OutboxRelay
+from casestream.testing.relay import create_topics, delete_topics, read_topics
 
 from test_relay_support import (  # noqa: F401 - fixtures
     RelayThread, base_dsn, bootstrap, dsn, env, settings, topic_prefix, wait_for, write,

@@ -12,9 +12,9 @@ from urllib.parse import urlsplit, urlunsplit
 import psycopg
 import pytest
 
-from casestream.outbox import OutboxWriter
-from casestream.relay import OutboxRelay, RelaySettings
-from casestream.relay.testing import (
+from casestream.outbox.writer import OutboxWriter
+from casestream.outbox.relay import OutboxRelay, RelaySettings
+from casestream.testing.relay import (
     FakeEnvelope, JsonCodec, Record, create_topics, delete_topics, isolated_schema,
 )
 

@@ -24,15 +24,15 @@ import psycopg
 import pytest
 from psycopg_pool import ConnectionPool
 
-from casestream.catalog import load_catalog
-from casestream.consumer.testing import (
+from casestream.events.catalog import load_catalog
+from casestream.testing.consumer import (
     create_topic,
     produce,
     produce_events,
     run_in_thread,
     wait_until,
 )
-from casestream.handlers import HandlerKind
+from casestream.consumer.handlers import HandlerKind
 from casestream.replay import ReplayOptions, Replayer, checkpoint, load_projection, parse_to
 from tests.integration.test_replay_support import (
     history,
@@ -145,7 +145,7 @@ def test_rebuilt_projections_equal_live_row_for_row(world: World) -> None:
 
 
 def test_audit_timeline_rebuild_equals_live(world: World) -> None:
-    from casestream.db import apply_migrations
+    from casestream.migrations import apply_migrations
     from services.audit.adapters import handlers as audit_handlers
     from services.audit.bootstrap import migrations
 

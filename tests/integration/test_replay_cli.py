@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 from click.testing import CliRunner
 
-from casestream.cli_replay import replay
+from casestream.cli.replay import replay
 from tests.integration.test_replay_support import private_database
 
 pytestmark = pytest.mark.integration

@@ -1,6 +1,6 @@
 """Replay after 200 cases ran through the whole suite (issue 6), marked ``e2e``.
 
-The five services run as processes (``casestream.devstack.ServiceStack``) on non-default ports
+The five services run as processes (``casestream.service.devstack.ServiceStack``) on non-default ports
 with private databases (``CASESTREAM_<SVC>_PORT`` / ``_DATABASE``), on the suite's real topics.
 The case dashboard and decision statistics live consumers (not wired in the services yet, see
 ``/work/brief/requests-replay.md``) run in this process with private group ids. Then each
@@ -24,10 +24,10 @@ import psycopg
 import pytest
 from psycopg_pool import ConnectionPool
 
-from casestream.catalog import load_catalog
-from casestream.consumer.testing import close_codec, real_codec, run_in_thread, wait_until
-from casestream.demo import case_mix, open_and_submit, wait_final
-from casestream.devstack import ServiceStack
+from casestream.events.catalog import load_catalog
+from casestream.testing.consumer import close_codec, real_codec, run_in_thread, wait_until
+from services.demo import case_mix, open_and_submit, wait_final
+from casestream.service.devstack import ServiceStack
 from casestream.replay import ReplayOptions, Replayer, load_projection
 from tests.integration.test_replay_support import live_runtime, private_spec, table_rows
 

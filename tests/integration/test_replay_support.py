@@ -19,7 +19,7 @@ from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from casestream.envelope import Envelope
+from casestream.events.envelope import Envelope
 
 T0 = datetime(2026, 11, 1, 9, 0, tzinfo=UTC)
 
@@ -126,7 +126,7 @@ def private_spec(spec: Any, topics: Sequence[str], dsn: str, consumer: str) -> A
 def live_runtime(spec: Any, codec: Any, pool: Any, bootstrap: str, *, batch_size: int = 50,
                  registry: Any = None) -> Any:
     """The live consumer of ``spec`` (LIVE mode, writing the live tables)."""
-    from casestream.catalog import load_catalog
+    from casestream.events.catalog import load_catalog
     from casestream.consumer import ConsumerRuntime, ConsumerSettings
 
     reg = registry or spec.registry(spec.live_names(), load_catalog().event_types)
@@ -152,9 +152,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Subprocess replay with an optional per-batch delay (so a test can SIGKILL it mid-way)."""
     import time
 
-    from casestream.catalog import load_catalog
-    from casestream.consumer.testing import real_codec
-    from casestream.handlers import HandlerKind
+    from casestream.events.catalog import load_catalog
+    from casestream.testing.consumer import real_codec
+    from casestream.consumer.handlers import HandlerKind
     from casestream.replay import ReplayOptions, Replayer, load_projection
 
     ap = argparse.ArgumentParser()

@@ -27,18 +27,18 @@ import pytest
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from psycopg_pool import ConnectionPool
 
-from casestream.catalog import load_catalog
-from casestream.codec import EnvelopeCodec
+from casestream.events.catalog import load_catalog
+from casestream.events.codec import EnvelopeCodec
 from casestream.consumer.runtime import ConsumerRuntime
 from casestream.consumer.settings import ConsumerSettings
-from casestream.consumer.testing import create_topic, produce_events, run_in_thread, wait_until
-from casestream.db import apply_migrations
-from casestream.dlq import read_topic
-from casestream.envelope import Envelope, new_event
-from casestream.handlers import HandlerRegistry
-from casestream.outbox import OutboxWriter
-from casestream.registry import InMemoryRegistry
-from casestream.relay.testing import delete_topics
+from casestream.testing.consumer import create_topic, produce_events, run_in_thread, wait_until
+from casestream.migrations import apply_migrations
+from casestream.consumer.deadletters import read_topic
+from casestream.events.envelope import Envelope, new_event
+from casestream.consumer.handlers import HandlerRegistry
+from casestream.outbox.writer import OutboxWriter
+from casestream.events.registry import InMemoryRegistry
+from casestream.testing.relay import delete_topics
 from casestream.upcasters import default_upcasters
 from services.saga.adapters import handlers
 from services.saga.adapters.handlers import OutboxSink

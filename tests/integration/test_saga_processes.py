@@ -1,9 +1,9 @@
 """The case-review saga end to end: the five services as processes on real infrastructure.
 
-A private Kafka broker (``casestream.relay.testing.PrivateKafka``: own ports, so no other
+A private Kafka broker (``casestream.testing.relay.PrivateKafka``: own ports, so no other
 engineer's stack shares our consumer groups), five fresh databases on the shared
 PostgreSQL, the shared schema registry and SMTP sink; the services run as
-``python -m services.<name>`` through :class:`casestream.devstack.ServiceStack` on free
+``python -m services.<name>`` through :class:`casestream.service.devstack.ServiceStack` on free
 ports, with short saga deadlines. Failures are driven only by documented hooks:
 
 - title ``[fail-decision]``: the decision service reports DecisionFailed;
@@ -36,13 +36,13 @@ import psycopg
 import pytest
 from confluent_kafka import Producer
 
-from casestream.auth import bearer_headers
-from casestream.catalog import load_catalog
-from casestream.codec import EnvelopeCodec
-from casestream.devstack import ServiceStack
-from casestream.dlq import read_topic
-from casestream.registry import ConfluentSchemaRegistry
-from casestream.relay.testing import PrivateKafka, create_topics, free_port
+from casestream.auth.tokens import bearer_headers
+from casestream.events.catalog import load_catalog
+from casestream.events.codec import EnvelopeCodec
+from casestream.service.devstack import ServiceStack
+from casestream.consumer.deadletters import read_topic
+from casestream.events.registry import ConfluentSchemaRegistry
+from casestream.testing.relay import PrivateKafka, create_topics, free_port
 from casestream.upcasters import default_upcasters
 from services.saga.adapters.handlers import CONSUMER
 

@@ -20,11 +20,11 @@ import psycopg
 import pytest
 from psycopg_pool import ConnectionPool
 
-from casestream.catalog import load_catalog
-from casestream.codec import EnvelopeCodec
-from casestream.envelope import Envelope, new_event
+from casestream.events.catalog import load_catalog
+from casestream.events.codec import EnvelopeCodec
+from casestream.events.envelope import Envelope, new_event
 from casestream.errors import ConcurrencyError, RetryableError
-from casestream.outbox import OutboxWriter
+from casestream.outbox.writer import OutboxWriter
 from services.saga.adapters.handlers import OutboxSink, handle_in_savepoint
 from services.saga.adapters.postgres import PgSagaQueries, PgSagaStore
 from services.saga.adapters.scheduler import DeadlineScheduler

@@ -13,10 +13,10 @@ import psycopg
 import pytest
 from psycopg_pool import ConnectionPool
 
-from casestream.catalog import load_catalog
-from casestream.codec import EnvelopeCodec
-from casestream.envelope import new_event
-from casestream.outbox import OutboxWriter
+from casestream.events.catalog import load_catalog
+from casestream.events.codec import EnvelopeCodec
+from casestream.events.envelope import new_event
+from casestream.outbox.writer import OutboxWriter
 from services.saga.adapters.handlers import OutboxSink
 from services.saga.adapters.postgres import PgSagaQueries, PgSagaStore
 from services.saga.application.contract import payload_fields

@@ -20,10 +20,10 @@ from psycopg_pool import ConnectionPool
 from starlette.applications import Starlette
 from starlette.testclient import TestClient
 
-from casestream.catalog import load_catalog
-from casestream.codec import EnvelopeCodec
-from casestream.envelope import new_event
-from casestream.outbox import OutboxWriter
+from casestream.events.catalog import load_catalog
+from casestream.events.codec import EnvelopeCodec
+from casestream.events.envelope import new_event
+from casestream.outbox.writer import OutboxWriter
 from casestream.telemetry import sources
 from casestream.telemetry.http import TracingMiddleware
 from services.saga.adapters.handlers import OutboxSink

@@ -24,7 +24,7 @@ from pathlib import Path
 import pytest
 from test_case_api_support import LiveService, live_case_service
 
-from casestream.auth import dev_token
+from casestream.auth.tokens import dev_token
 
 pytestmark = pytest.mark.integration
 

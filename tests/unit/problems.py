@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from casestream.auth import AuthSettings, TokenVerifier, bearer_headers
+from casestream.auth.tokens import AuthSettings, TokenVerifier, bearer_headers
 from casestream.http import EdgePolicy
 
 EDGE = EdgePolicy(verifier=TokenVerifier(AuthSettings()))

@@ -7,11 +7,11 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from starlette.testclient import TestClient
 
-from casestream.auth import AuthSettings, TokenVerifier, bearer_headers
-from casestream.envelope import new_event
-from casestream.handlers import HandlerKind
+from casestream.auth.tokens import AuthSettings, TokenVerifier, bearer_headers
+from casestream.events.envelope import new_event
+from casestream.consumer.handlers import HandlerKind
 from casestream.http import EdgePolicy
-from casestream.processing import ProcessingMode
+from casestream.consumer.processing import ProcessingMode
 from services.audit.adapters.handlers import build_registry
 from services.audit.adapters.http import build_app
 from services.audit.application import (

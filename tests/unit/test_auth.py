@@ -1,4 +1,4 @@
-"""Unit tests of ``casestream.auth``: token verification, claims, keys, minting, the CLI.
+"""Unit tests of ``casestream.auth.tokens``: token verification, claims, keys, minting, the CLI.
 
 Each test names the rule it guards; every rule has a case that must be refused.
 """
@@ -18,7 +18,7 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from jwt.utils import base64url_encode
 
-from casestream.auth import (
+from casestream.auth.tokens import (
     DEV_JWT_KEY,
     AccessDenied,
     AuthSettings,
@@ -29,7 +29,7 @@ from casestream.auth import (
     dev_token,
     mint_token,
 )
-from casestream.cli_token import token as token_command
+from casestream.cli.token import token as token_command
 from casestream.errors import ConfigError
 from casestream.http.edge import edge_policy
 from services.case.settings import CaseSettings

@@ -3,7 +3,7 @@
 Covers the contract of issue 2 / 8 that does not need a database: problem details for
 malformed input (field named), required headers, 404/405/413/415/412, idempotent replay
 header, ETag, OpenAPI document. Requests carry bearer tokens minted with the development
-key (``casestream.auth.bearer_headers``); auth itself is tested in ``test_http_*.py``.
+key (``casestream.auth.tokens.bearer_headers``); auth itself is tested in ``test_http_*.py``.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 from starlette.testclient import TestClient
 
-from casestream.auth import AuthSettings, TokenVerifier, bearer_headers
+from casestream.auth.tokens import AuthSettings, TokenVerifier, bearer_headers
 from casestream.http import EdgePolicy
 from services.case.adapters.http.app import build_app
 from services.case.adapters.memory import InMemoryStore, InMemoryUnitOfWork

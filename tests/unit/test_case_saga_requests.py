@@ -8,10 +8,10 @@ from typing import Any
 
 import pytest
 
-from casestream.envelope import Envelope, new_event
+from casestream.events.envelope import Envelope, new_event
 from casestream.errors import ConcurrencyError, PoisonMessageError, RetryableError
-from casestream.handlers import DiscardingOutbox, HandlerContext, HandlerKind
-from casestream.processing import ProcessingMode
+from casestream.consumer.handlers import DiscardingOutbox, HandlerContext, HandlerKind
+from casestream.consumer.processing import ProcessingMode
 from services.case.adapters.saga_requests import IGNORED, build_registry
 from services.case.application import CloseCase, ReturnCase
 from services.case.domain import CaseNotFound, CaseValidationError, InvalidTransition

@@ -1,4 +1,4 @@
-"""Unit tests of casestream.catalog: loading, composition, lookups, and errors naming the file."""
+"""Unit tests of casestream.events.catalog: loading, composition, lookups, and errors naming the file."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from fastavro import parse_schema
 
-from casestream.catalog import (
+from casestream.events.catalog import (
     COMPATIBILITY_LEVELS,
     CatalogError,
     compose,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from click.testing import CliRunner
 
-from casestream.cli_dlq import dlq
+from casestream.cli.dlq import dlq
 
 pytestmark = pytest.mark.unit
 

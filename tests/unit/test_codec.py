@@ -1,4 +1,4 @@
-"""Unit tests of casestream.codec (EnvelopeCodec over fastavro), with the in-memory registry."""
+"""Unit tests of casestream.events.codec (EnvelopeCodec over fastavro), with the in-memory registry."""
 
 from __future__ import annotations
 
@@ -12,13 +12,13 @@ from typing import Any
 import pytest
 from fastavro import parse_schema, schemaless_reader, schemaless_writer
 
-from casestream.catalog import load_catalog
-from casestream.codec import ENVELOPE_FIELDS, EnvelopeCodec, InvalidEventError, schema_id_of
-from casestream.envelope import Envelope, new_event
+from casestream.events.catalog import load_catalog
+from casestream.events.codec import ENVELOPE_FIELDS, EnvelopeCodec, InvalidEventError, schema_id_of
+from casestream.events.envelope import Envelope, new_event
 from casestream.errors import PoisonMessageError, RegistryUnavailable, UnknownSchemaError, UpcasterChainError
-from casestream.registry import InMemoryRegistry
+from casestream.events.registry import InMemoryRegistry
 from casestream.upcasters import default_upcasters, register_saga_upcasters
-from casestream.upcasting import UpcasterChain
+from casestream.events.upcasting import UpcasterChain
 
 pytestmark = pytest.mark.unit
 

@@ -10,11 +10,11 @@ from typing import Any
 import pytest
 from fastavro import parse_schema, schemaless_writer
 
-from casestream.catalog import load_catalog
-from casestream.codec import EnvelopeCodec
-from casestream.envelope import Envelope, envelope_from_trusted_record
+from casestream.events.catalog import load_catalog
+from casestream.events.codec import EnvelopeCodec
+from casestream.events.envelope import Envelope, envelope_from_trusted_record
 from casestream.errors import PoisonMessageError
-from casestream.registry import InMemoryRegistry
+from casestream.events.registry import InMemoryRegistry
 from casestream.upcasters import default_upcasters
 from tests.unit.test_codec import ENVELOPE_FIELDS, make_env
 

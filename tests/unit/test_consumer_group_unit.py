@@ -8,7 +8,7 @@ import pytest
 
 from casestream.consumer import ConsumerGroup
 from casestream.errors import ConfigError
-from casestream.handlers import HandlerRegistry
+from casestream.consumer.handlers import HandlerRegistry
 
 
 def _group(n: int) -> ConsumerGroup:
@@ -79,9 +79,9 @@ def test_stop_ends_every_member() -> None:
 def test_wiring_builds_a_group_when_the_concurrency_setting_asks_for_it() -> None:
     from types import SimpleNamespace
 
-    from casestream import wiring
+    from casestream.service import wiring
     from casestream.consumer import ConsumerRuntime
-    from casestream.settings import CommonSettings
+    from casestream.service.settings import CommonSettings
 
     handlers = SimpleNamespace(CONSUMER="audit.journal", TOPICS=["outbox.event.case"])
     one = wiring.consumer_runtime(handlers, HandlerRegistry(), object(), object(), CommonSettings())
@@ -96,8 +96,8 @@ def test_wiring_builds_a_group_when_the_concurrency_setting_asks_for_it() -> Non
 def test_wiring_refuses_members_that_would_take_every_pooled_connection() -> None:
     from types import SimpleNamespace
 
-    from casestream import wiring
-    from casestream.settings import CommonSettings
+    from casestream.service import wiring
+    from casestream.service.settings import CommonSettings
 
     class Pool:  # what wiring reads of a psycopg_pool.ConnectionPool
         max_size = 5

@@ -6,7 +6,7 @@ from datetime import UTC, datetime
 
 import pytest
 
-from casestream.envelope import Envelope, new_event
+from casestream.events.envelope import Envelope, new_event
 from services.decision.adapters.memory import MemoryDecisionStore, MemorySink
 from services.decision.application.decide import Decider
 from services.decision.domain import Outcome

@@ -7,7 +7,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from casestream.gctune import freeze_startup_objects
+from casestream.service.gctune import freeze_startup_objects
 
 pytestmark = pytest.mark.unit
 

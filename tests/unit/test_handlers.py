@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import pytest
 
-from casestream.handlers import (
+from casestream.consumer.handlers import (
     DiscardingOutbox,
     HandlerContext,
     HandlerKind,
     HandlerRegistry,
 )
-from casestream.processing import ProcessingMode
+from casestream.consumer.processing import ProcessingMode
 
 pytestmark = pytest.mark.unit
 

@@ -10,7 +10,7 @@ from psycopg import errors as pgerr
 
 from casestream.consumer.failures import FailureClass, classify, error_class, reason_of
 from casestream.consumer.records import Record
-from casestream.dlq import DeadLetter, dead_letter_headers, redact, select
+from casestream.consumer.deadletters import DeadLetter, dead_letter_headers, redact, select
 from casestream.errors import PoisonMessageError, RegistryUnavailable, RetryableError
 
 pytestmark = pytest.mark.unit

@@ -8,7 +8,7 @@ import pytest
 
 from casestream.consumer.settings import ConsumerSettings, RetryPolicy
 from casestream.errors import ConfigError
-from casestream.guard import FirstSeenPolicy, Verdict, decide
+from casestream.consumer.guard import FirstSeenPolicy, Verdict, decide
 
 pytestmark = pytest.mark.unit
 

@@ -8,7 +8,7 @@ import pytest
 
 from casestream.consumer import ConsumerRuntime, ConsumerSettings
 from casestream.errors import ConfigError
-from casestream.handlers import HandlerRegistry
+from casestream.consumer.handlers import HandlerRegistry
 
 pytestmark = pytest.mark.unit
 

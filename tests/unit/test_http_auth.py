@@ -21,7 +21,7 @@ from starlette.responses import JSONResponse
 from starlette.routing import Route
 from starlette.testclient import TestClient
 
-from casestream.auth import AuthSettings, TokenVerifier, bearer_headers, mint_token
+from casestream.auth.tokens import AuthSettings, TokenVerifier, bearer_headers, mint_token
 from casestream.http import EdgePolicy, edge_middleware, principal_of, requires
 from services.audit.adapters.http import build_app as build_audit_app
 from services.audit.application import CaseTimeline, TimelineEvent

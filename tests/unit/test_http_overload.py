@@ -19,7 +19,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
-from casestream.auth import AuthSettings, TokenVerifier, bearer_headers
+from casestream.auth.tokens import AuthSettings, TokenVerifier, bearer_headers
 from casestream.http import (
     EdgeCounters,
     EdgePolicy,

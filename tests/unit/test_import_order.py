@@ -1,6 +1,6 @@
 """Every module of the shared library imports on its own, in a fresh interpreter.
 
-A circular import (e.g. casestream.dlq -> casestream.consumer -> ... -> casestream.dlq)
+A circular import (e.g. casestream.consumer.deadletters -> casestream.consumer -> ... -> casestream.consumer.deadletters)
 only shows when the cycle's module is the first one a program imports, so each module is
 imported first in its own process.
 """
@@ -22,7 +22,7 @@ pytestmark = pytest.mark.unit
 
 
 def test_the_library_has_modules_to_check() -> None:
-    assert "casestream.dlq" in MODULES and "casestream.consumer.batch" in MODULES
+    assert "casestream.consumer.deadletters" in MODULES and "casestream.consumer.batch" in MODULES
 
 
 def test_every_module_imports_first_in_a_fresh_interpreter() -> None:

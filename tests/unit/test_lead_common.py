@@ -14,10 +14,10 @@ import pytest
 from starlette.applications import Starlette
 from starlette.testclient import TestClient
 
-from casestream.demo import EXPECTED_TRAIL, CaseRun, case_mix, check_trail, summarize
+from services.demo import EXPECTED_TRAIL, CaseRun, case_mix, check_trail, summarize
 from casestream.errors import ConfigError
-from casestream.service import ServiceProcess, health_routes
-from casestream.settings import CommonSettings
+from casestream.service.process import ServiceProcess, health_routes
+from casestream.service.settings import CommonSettings
 
 pytestmark = pytest.mark.unit
 
@@ -102,7 +102,7 @@ def _sigterm_service(tmp_path: Path, workers_src: str, workers: str,
     script.write_text(
         "import threading\n"
         "from starlette.applications import Starlette\n"
-        "from casestream.service import ServiceProcess\n"
+        "from casestream.service.process import ServiceProcess\n"
         + workers_src +
         f"raise SystemExit(ServiceProcess(name='t', app=Starlette(), host='127.0.0.1', port={port},"
         f" workers={workers}, shutdown_timeout_s={shutdown_timeout_s}).run())\n"

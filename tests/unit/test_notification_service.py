@@ -7,7 +7,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from casestream.envelope import Envelope, new_event
+from casestream.events.envelope import Envelope, new_event
 from services.notification.adapters.memory import FakeMailer, MemoryNoticeStore, MemorySink
 from services.notification.application.requests import record_request
 from services.notification.application.sender import NoticeSender

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from casestream.errors import ConfigError
-from casestream.relay import RelaySettings
-from casestream.relay.__main__ import main
+from casestream.outbox.relay import RelaySettings
+from casestream.outbox.relay.__main__ import main
 
 pytestmark = pytest.mark.unit
 
@@ -31,7 +31,7 @@ def test_standalone_relay_reports_a_bad_option_in_one_line_with_exit_2(
         main(["--dsn", "postgresql://x", "--bootstrap", "127.0.0.1:1", "--max-open-batches", "0"])
     assert e.value.code == 2
     err = capsys.readouterr().err
-    assert err.splitlines()[-1] == ("python -m casestream.relay: error: relay max_open_batches "
+    assert err.splitlines()[-1] == ("python -m casestream.outbox.relay: error: relay max_open_batches "
                                     "must be >= 1, got 0")
     assert "Traceback" not in err
 

@@ -1,5 +1,5 @@
 """Unit tests of the replay's fast paths: the inline guard verdicts of ``ReplayApplier.decide``
-against ``casestream.guard.decide``, the jsonb rewrite of batch statements, the relaxed GC
+against ``casestream.consumer.guard.decide``, the jsonb rewrite of batch statements, the relaxed GC
 threshold, and the replay registrations of the dashboard and statistics projections."""
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
-from casestream.guard import FirstSeenPolicy, Verdict, decide
-from casestream.handlers import HandlerKind, HandlerRegistry
+from casestream.consumer.guard import FirstSeenPolicy, Verdict, decide
+from casestream.consumer.handlers import HandlerKind, HandlerRegistry
 from casestream.replay.applier import ReplayApplier
 from casestream.replay.engine import relaxed_gc
 from casestream.replay.progress import Progress

@@ -8,7 +8,7 @@ import socket
 import pytest
 from click.testing import CliRunner
 
-from casestream.cli_replay import replay
+from casestream.cli.replay import replay
 
 pytestmark = pytest.mark.unit
 

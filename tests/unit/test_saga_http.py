@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 from starlette.testclient import TestClient
 
-from casestream.auth import AuthSettings, TokenVerifier, bearer_headers
-from casestream.envelope import new_event
+from casestream.auth.tokens import AuthSettings, TokenVerifier, bearer_headers
+from casestream.events.envelope import new_event
 from casestream.http import EdgePolicy
 from services.saga.adapters.http import build_app
 from services.saga.adapters.memory import MemorySagaStore, MemorySink

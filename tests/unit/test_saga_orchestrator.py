@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from casestream.catalog import load_catalog
-from casestream.envelope import Envelope, new_event
+from casestream.events.catalog import load_catalog
+from casestream.events.envelope import Envelope, new_event
 from casestream.errors import ConcurrencyError, ConfigError
 from services.saga.adapters.memory import MemorySagaStore, MemorySink
 from services.saga.application.contract import check_against_catalog, payload_fields

@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from casestream.catalog import default_schemas_dir, load_catalog
-from casestream.cli_schemas import schemas
-from casestream.registry import InMemoryRegistry, register_catalog
+from casestream.events.catalog import default_schemas_dir, load_catalog
+from casestream.cli.schemas import schemas
+from casestream.events.registry import InMemoryRegistry, register_catalog
 from casestream.schemacheck import RULES, check_catalog, render
 
 pytestmark = pytest.mark.unit
@@ -330,7 +330,7 @@ def garbage_registry() -> Iterator[str]:
 
 def test_registry_answering_garbage_is_exit_2_one_line(tree: Path, garbage_registry: str) -> None:
     from casestream.errors import RegistryUnavailable
-    from casestream.registry import ConfluentSchemaRegistry
+    from casestream.events.registry import ConfluentSchemaRegistry
 
     code, out, err = run("check", "--schemas-dir", str(tree), "--registry", garbage_registry)
     assert code == 2 and out == "" and err.count("\n") == 1 and garbage_registry in err

@@ -6,10 +6,10 @@ from __future__ import annotations
 import pytest
 from click.testing import CliRunner
 
-from casestream import wiring
+from casestream.service import wiring
 from casestream.cli import main
 from casestream.errors import ConfigError
-from casestream.settings import CommonSettings
+from casestream.service.settings import CommonSettings
 from services.audit.settings import AuditSettings
 from services.case.settings import CaseSettings
 

@@ -19,7 +19,7 @@ from starlette.testclient import TestClient
 from casestream import telemetry
 from casestream.consumer.records import ConsumerStats, Record
 from casestream.errors import ConfigError
-from casestream.relay.metrics import RelayMetrics
+from casestream.outbox.relay.metrics import RelayMetrics
 from casestream.telemetry.http import TracingMiddleware, metrics_route
 from casestream.telemetry.logs import JsonFormatter, log_context
 from casestream.telemetry.metrics import HISTOGRAM_LABELS, METRIC_HELP, MetricsRegistry, render_prometheus
@@ -271,7 +271,7 @@ def test_metrics_are_served_in_front_of_the_apps_own_middleware(spans) -> None:
 
 
 def test_a_bad_exporter_setting_stops_the_service_with_status_2(monkeypatch) -> None:
-    from casestream.service import ServiceProcess
+    from casestream.service.process import ServiceProcess
 
     monkeypatch.setenv("OTEL_TRACES_EXPORTER", "zipkin")
     process = ServiceProcess(name="t", app=Starlette(), host="127.0.0.1", port=0)

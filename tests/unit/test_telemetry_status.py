@@ -8,9 +8,9 @@ import socket
 import pytest
 from click.testing import CliRunner
 
-from casestream.cli_status import parse_prometheus, render_table, service_status, status
+from casestream.cli.status import parse_prometheus, render_table, service_status, status
 from casestream.consumer.records import ConsumerStats
-from casestream.relay.metrics import RelayMetrics
+from casestream.outbox.relay.metrics import RelayMetrics
 from casestream.telemetry.metrics import MetricsRegistry, render_prometheus
 from casestream.telemetry.sources import Sources
 

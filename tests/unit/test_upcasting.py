@@ -1,13 +1,13 @@
-"""Unit tests of the upcaster chain (casestream.upcasting) and casestream's upcasters."""
+"""Unit tests of the upcaster chain (casestream.events.upcasting) and casestream's upcasters."""
 
 from __future__ import annotations
 
 import pytest
 
-from casestream.catalog import load_catalog
+from casestream.events.catalog import load_catalog
 from casestream.errors import UpcasterChainError
 from casestream.upcasters import SUMMARY_MAX, collapse_summary, default_upcasters
-from casestream.upcasting import UpcasterChain
+from casestream.events.upcasting import UpcasterChain
 
 pytestmark = pytest.mark.unit
 

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from casestream.envelope import Envelope
-from casestream.handlers import HandlerContext, HandlerKind, HandlerRegistry
+from casestream.events import Envelope
+from casestream.consumer import HandlerContext, HandlerKind, HandlerRegistry
 
 from services.audit.adapters.postgres import PgAuditJournal
 from services.audit.adapters.projection import AuditTables, KafkaPosition, ProjectionSql

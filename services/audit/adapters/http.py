@@ -30,7 +30,7 @@ from starlette.routing import Route
 
 from casestream.auth import ROLE_OFFICER, ROLE_SUPERVISOR
 from casestream.http import EdgePolicy, principal_of, problem_response, requires
-from casestream.http.app import edge_app, guarded
+from casestream.http import edge_app, guarded
 from services.audit.application.ports import TimelineReader
 from services.audit.application.service import case_timeline
 from services.audit.application.views import CaseTimeline

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from casestream.envelope import Envelope
+from casestream.events import Envelope
 
 from services.audit.application.ports import AuditJournal, TimelineReader
 from services.audit.application.views import CaseTimeline

@@ -22,9 +22,9 @@ from typing import Any
 
 from psycopg import sql
 
-from casestream.envelope import Envelope
-from casestream.handlers import HandlerContext, HandlerKind, HandlerRegistry
-from casestream.replay.projection import ProjectionSpec, TableNames
+from casestream.events import Envelope
+from casestream.consumer import HandlerContext, HandlerKind, HandlerRegistry
+from casestream.replay import ProjectionSpec, TableNames
 
 NAME = "case.dashboard"
 CONSUMER = "case.dashboard"

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from types import TracebackType
 
-from casestream.envelope import Envelope
+from casestream.events import Envelope
 from casestream.errors import ConcurrencyError
 
 from services.case.application.idempotency import IdempotencyRecord, IdempotencyScope

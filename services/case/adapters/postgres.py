@@ -1,7 +1,7 @@
 """PostgreSQL adapters of the case ports (psycopg 3): repository, idempotency store, unit of work.
 
 Tables: ``migrations/001_cases.sql`` (``cases``, ``idempotency_records``) and the outbox
-from ``casestream.outbox``. A :class:`PgUnitOfWork` is one transaction on a pooled
+from ``casestream.outbox.writer``. A :class:`PgUnitOfWork` is one transaction on a pooled
 connection; :meth:`PgUnitOfWork.bound` wraps a connection whose transaction belongs to
 someone else (the consumer runtime's batch) and never commits or rolls back itself.
 
@@ -26,7 +26,7 @@ from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
 from psycopg_pool import ConnectionPool, PoolTimeout
 
-from casestream.envelope import Envelope
+from casestream.events import Envelope
 from casestream.errors import ConcurrencyError
 
 from services.case.application.errors import StorageUnavailable

@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from casestream.envelope import Envelope, new_event
+from casestream.events import Envelope, new_event
 
 from services.case.domain.events import (
     CaseClosed,

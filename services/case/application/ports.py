@@ -14,7 +14,7 @@ from datetime import datetime
 from types import TracebackType
 from typing import Protocol
 
-from casestream.envelope import Envelope
+from casestream.events import Envelope
 
 from services.case.application.idempotency import IdempotencyRecord, IdempotencyScope
 from services.case.domain.case import Case

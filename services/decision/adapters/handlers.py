@@ -11,10 +11,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from casestream.envelope import Envelope
+from casestream.events import Envelope
 from casestream.errors import ConcurrencyError, PoisonMessageError, RetryableError
-from casestream.handlers import HandlerContext, HandlerKind, HandlerRegistry
-from casestream.wiring import OutboxSink
+from casestream.consumer import HandlerContext, HandlerKind, HandlerRegistry
+from casestream.service import OutboxSink
 from services.decision.adapters.postgres import PgDecisionStore
 from services.decision.application.decide import Decider
 

@@ -24,7 +24,7 @@ from starlette.routing import Route
 
 from casestream.auth import ROLE_OFFICER, ROLE_SUPERVISOR
 from casestream.http import EdgePolicy, principal_of, problem_response, requires
-from casestream.http.app import edge_app, guarded
+from casestream.http import edge_app, guarded
 from services.decision.domain.decision import Decision
 
 log = logging.getLogger(__name__)

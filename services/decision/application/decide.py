@@ -19,7 +19,7 @@ from collections.abc import Callable
 from dataclasses import replace
 from datetime import datetime
 
-from casestream.envelope import Envelope, new_event
+from casestream.events import Envelope, new_event
 from services.decision.application.ports import DecisionStore, EventSink
 from services.decision.domain.decision import Decision
 from services.decision.domain.rules import RULES_VERSION, CaseFacts, decide

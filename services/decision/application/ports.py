@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Protocol
 
-from casestream.envelope import Envelope
+from casestream.events import Envelope
 from services.decision.domain.decision import Decision
 
 

@@ -13,11 +13,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 from datetime import datetime
 
-from casestream.envelope import Envelope
+from casestream.events import Envelope
 from casestream.errors import PoisonMessageError
-from casestream.handlers import HandlerContext, HandlerKind, HandlerRegistry
+from casestream.consumer import HandlerContext, HandlerKind, HandlerRegistry
 from casestream.telemetry import traceparent_for_row
-from casestream.wiring import OutboxSink
+from casestream.service import OutboxSink
 from services.notification.adapters.postgres import PgNoticeStore
 from services.notification.application.requests import record_request
 

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from email.message import EmailMessage
 
-from casestream.envelope import Envelope
+from casestream.events import Envelope
 from services.notification.domain.errors import MailError
 from services.notification.domain.notice import Notice, NoticeStatus
 

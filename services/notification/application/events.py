@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from casestream.envelope import Envelope, new_event
+from casestream.events import Envelope, new_event
 from services.notification.domain.notice import Notice, NoticeStatus
 
 AGGREGATE_TYPE = "notice"

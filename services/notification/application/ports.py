@@ -8,7 +8,7 @@ from datetime import datetime
 from email.message import EmailMessage
 from typing import Protocol
 
-from casestream.envelope import Envelope
+from casestream.events import Envelope
 from services.notification.domain.notice import Notice
 
 

@@ -18,7 +18,7 @@ from collections.abc import Callable
 from dataclasses import replace
 from datetime import datetime
 
-from casestream.envelope import Envelope
+from casestream.events import Envelope
 from services.notification.application.events import reply_for
 from services.notification.application.ports import EventSink, NoticeStore
 from services.notification.domain.notice import Notice, NoticeStatus, message_id_for

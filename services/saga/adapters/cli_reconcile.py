@@ -130,12 +130,12 @@ class _SagaRepairs:
     """Lazily built orchestrator, codec and outbox writer (only when ``--repair`` needs them)."""
 
     def __init__(self, registry_url: str | None) -> None:
-        from casestream.catalog import load_catalog
-        from casestream.codec import EnvelopeCodec
+        from casestream.events import load_catalog
+        from casestream.events import EnvelopeCodec
         from casestream.outbox import OutboxWriter
-        from casestream.registry import ConfluentSchemaRegistry
+        from casestream.events import ConfluentSchemaRegistry
         from casestream.upcasters import default_upcasters
-        from casestream.wiring import read_settings, utc_now
+        from casestream.service import read_settings, utc_now
         from services.saga.application.orchestrator import Orchestrator
         from services.saga.bootstrap import NAME, definition_from
         from services.saga.settings import SagaSettings

@@ -19,10 +19,10 @@ import logging
 from collections.abc import Iterable
 from typing import Any
 
-from casestream.envelope import Envelope
+from casestream.events import Envelope
 from casestream.errors import ConcurrencyError, PoisonMessageError, RetryableError
-from casestream.handlers import HandlerContext, HandlerKind, HandlerRegistry
-from casestream.wiring import OutboxSink
+from casestream.consumer import HandlerContext, HandlerKind, HandlerRegistry
+from casestream.service import OutboxSink
 from services.saga.adapters.postgres import PgSagaStore
 from services.saga.application.orchestrator import Handled, Orchestrator
 

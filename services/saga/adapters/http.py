@@ -41,7 +41,7 @@ from starlette.routing import Route
 from casestream.auth import ROLE_OFFICER, ROLE_SUPERVISOR
 from casestream.errors import ConcurrencyError
 from casestream.http import EdgePolicy, principal_of, problem_response, requires
-from casestream.http.app import edge_app, guarded
+from casestream.http import edge_app, guarded
 from services.saga.application.orchestrator import Orchestrator
 from services.saga.application.ports import SagaQueries
 from services.saga.application.stuck import STUCK_LIMIT, find_stuck, gauges

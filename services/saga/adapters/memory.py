@@ -11,7 +11,7 @@ from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from casestream.envelope import Envelope
+from casestream.events import Envelope
 from casestream.errors import ConcurrencyError
 from services.saga.application.ports import HistoryRecord
 from services.saga.domain.engine import HistoryEntry, SagaInstance

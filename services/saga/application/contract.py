@@ -8,7 +8,7 @@ events the codec would refuse at the first saga.
 
 from __future__ import annotations
 
-from casestream.catalog import Catalog
+from casestream.events import Catalog
 from casestream.errors import ConfigError, UnknownSchemaError
 from services.saga.domain.definition import Request, SagaDefinition
 

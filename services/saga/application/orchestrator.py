@@ -40,7 +40,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
-from casestream.envelope import Envelope, new_event
+from casestream.events import Envelope, new_event
 from services.saga.application.metrics import SagaMetrics
 from services.saga.application.ports import EventSink, SagaStore
 from services.saga.domain.definition import SagaDefinition, StateKind

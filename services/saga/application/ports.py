@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Protocol
 
-from casestream.envelope import Envelope
+from casestream.events import Envelope
 from services.saga.domain.engine import HistoryEntry, SagaInstance
 
 

@@ -3,9 +3,8 @@
 Public API::
 
     from casestream.consumer import ConsumerRuntime, ConsumerSettings, RetryPolicy
-    from casestream.handlers import HandlerRegistry, HandlerKind, HandlerContext
-    from casestream.processing import ProcessingMode
-    from casestream.guard import FirstSeenPolicy
+    from casestream.consumer import HandlerRegistry, HandlerKind, HandlerContext
+    from casestream.consumer import ProcessingMode, FirstSeenPolicy
 
     runtime = ConsumerRuntime("audit.journal", ["outbox.event.case"], registry, codec, pool,
                               {"bootstrap.servers": settings.kafka_bootstrap}, ConsumerSettings())
@@ -16,18 +15,62 @@ Modules: ``runtime`` (Kafka loop, offsets, rebalance), ``group`` (several member
 group in one process), ``batch`` (one transaction per poll
 batch, no Kafka; its steps in ``batch_model``, ``batch_dispatch``, ``batch_fast``,
 ``batch_slow``, ``batch_held``, ``batch_failures``), ``settings`` (policy), ``failures``
-(classification), ``records`` (values and the decoder port). Tables: ``casestream.inbox``; dead letters: ``casestream.dlq``; the guard
-rule: ``casestream.guard``.
+(classification), ``records`` (values and the decoder port). Tables: ``inbox``; dead letters: ``deadletters``; the guard
+rule: ``guard``; handler registration: ``handlers``; processing modes: ``processing``.
+
+The handler, guard, processing, record and settings names import eagerly (no driver); the
+runtime, batch, inbox and dead-letter names (psycopg, confluent_kafka) are re-exported lazily.
 """
 
-from casestream.consumer.batch import BatchProcessor, BatchResult, Decoded
-from casestream.consumer.failures import FailureClass, classify
-from casestream.consumer.group import ConsumerGroup, GroupStats
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+from casestream.consumer.guard import AggregateState, FirstSeenPolicy, Verdict, decide
+from casestream.consumer.handlers import (
+    DiscardingOutbox,
+    HandlerContext,
+    HandlerKind,
+    HandlerRegistry,
+    OutboxAppender,
+    RegisteredHandler,
+)
+from casestream.consumer.processing import ProcessingMode
 from casestream.consumer.records import ConsumerStats, EnvelopeDecoder, Record
-from casestream.consumer.runtime import ConsumerRuntime, ensure_topics
 from casestream.consumer.settings import ConsumerSettings, RetryPolicy
 
-__all__ = [
-    "BatchProcessor", "BatchResult", "ConsumerGroup", "ConsumerRuntime", "Decoded", "GroupStats", "ConsumerSettings", "ConsumerStats",
-    "EnvelopeDecoder", "FailureClass", "Record", "RetryPolicy", "classify", "ensure_topics",
-]
+if TYPE_CHECKING:
+    from casestream.consumer.batch import BatchProcessor, BatchResult, Decoded
+    from casestream.consumer.deadletters import DeadLetter, DeadLetterSink, KafkaDeadLetters, MemoryDeadLetters
+    from casestream.consumer.failures import FailureClass, classify
+    from casestream.consumer.group import ConsumerGroup, GroupStats
+    from casestream.consumer.inbox import ensure_schema
+    from casestream.consumer.runtime import ConsumerRuntime, ensure_topics
+
+# Lazy: these modules import psycopg and/or confluent_kafka; the replay applier and the
+# services' application layers use only the eager names above.
+_LAZY = {
+    **{name: "casestream.consumer.batch" for name in ("BatchProcessor", "BatchResult", "Decoded")},
+    **{name: "casestream.consumer.deadletters" for name in (
+        "DeadLetter", "DeadLetterSink", "KafkaDeadLetters", "MemoryDeadLetters")},
+    **{name: "casestream.consumer.failures" for name in ("FailureClass", "classify")},
+    **{name: "casestream.consumer.group" for name in ("ConsumerGroup", "GroupStats")},
+    "ensure_schema": "casestream.consumer.inbox",
+    **{name: "casestream.consumer.runtime" for name in ("ConsumerRuntime", "ensure_topics")},
+}
+
+__all__ = sorted([
+    "AggregateState", "ConsumerSettings", "ConsumerStats", "DiscardingOutbox", "EnvelopeDecoder",
+    "FirstSeenPolicy", "HandlerContext", "HandlerKind", "HandlerRegistry", "OutboxAppender",
+    "ProcessingMode", "Record", "RegisteredHandler", "RetryPolicy", "Verdict", "decide", *_LAZY,
+])
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value

@@ -8,7 +8,7 @@ The connection must be in autocommit mode (transactions are explicit).
 2. **fast path** (default): the whole batch in *one* transaction in psycopg pipeline mode —
    round trip 1 inserts the batch's inbox rows where absent (``ON CONFLICT DO NOTHING
    RETURNING``: what comes back is new, the rest are duplicates) and reads its guard rows;
-   every record is decided in memory (``casestream.guard``); round trip 2 sends one statement
+   every record is decided in memory (``casestream.consumer.guard``); round trip 2 sends one statement
    advancing the guard rows followed by the handlers' statements; then COMMIT. Batch
    parameters travel as one JSON document and every row access is a primary-key probe. Batch handlers (``HandlerRegistry.on_batch``) get each run of consecutive events
    in one call. Taken only when every record is a plain apply / duplicate / stale on a
@@ -19,7 +19,7 @@ The connection must be in autocommit mode (transactions are explicit).
    handlers together), so one failure rolls back only its own message. A retryable failure
    *cuts* its partition: earlier messages commit, this one and later ones of the partition
    are rewound and retried after a backoff (the runtime pauses that partition only); poison
-   or exhausted attempts → dead letter. Gaps hold events (``casestream.inbox``); applying the
+   or exhausted attempts → dead letter. Gaps hold events (``casestream.consumer.inbox``); applying the
    missing version drains them in the same transaction;
 4. dead letters of the batch are flushed after the commit and *before* the caller commits
    offsets; a batch that fails as a whole raises (nothing of it committed but dead letters,
@@ -68,10 +68,10 @@ from casestream.consumer.batch_slow import SlowPathMixin
 from casestream.consumer.failures import FailureClass, classify
 from casestream.consumer.records import ConsumerStats, EnvelopeDecoder, Record
 from casestream.consumer.settings import ConsumerSettings
-from casestream.dlq import DeadLetter, DeadLetterSink
+from casestream.consumer.deadletters import DeadLetter, DeadLetterSink
 from casestream.errors import PoisonMessageError
-from casestream.handlers import DiscardingOutbox, HandlerRegistry, OutboxAppender
-from casestream.processing import ProcessingMode
+from casestream.consumer.handlers import DiscardingOutbox, HandlerRegistry, OutboxAppender
+from casestream.consumer.processing import ProcessingMode
 
 log = logging.getLogger("casestream.consumer")
 
@@ -82,8 +82,8 @@ class BatchProcessor(FastPathMixin, SlowPathMixin, HeldEventsMixin, DispatchMixi
     Args:
         consumer: inbox consumer name (= group id), e.g. ``"audit.journal"``.
         handlers: the handler registry.
-        decoder: ``EnvelopeDecoder`` (``casestream.codec.EnvelopeCodec``).
-        dead_letters: where dead letters go (``casestream.dlq.KafkaDeadLetters``).
+        decoder: ``EnvelopeDecoder`` (``casestream.events.codec.EnvelopeCodec``).
+        dead_letters: where dead letters go (``casestream.consumer.deadletters.KafkaDeadLetters``).
         settings: policy (retry, gap hold, first-seen, strict types, mode, fast path).
         outbox: appender given to handlers as ``ctx.outbox`` (REPLAY always discards).
         stats: counters to update (a fresh ``ConsumerStats`` by default).

@@ -15,11 +15,11 @@ from typing import Any
 from casestream import telemetry
 from casestream.consumer.batch_model import Action, BatchResult, Decoded, _Item
 from casestream.consumer.records import Record
-from casestream.dlq import H_ACCEPT_GAP, DeadLetter
+from casestream.consumer.deadletters import H_ACCEPT_GAP, DeadLetter
 from casestream.errors import PoisonMessageError
-from casestream.guard import Verdict, decide
-from casestream.handlers import HandlerContext
-from casestream.inbox import GuardRow
+from casestream.consumer.guard import Verdict, decide
+from casestream.consumer.handlers import HandlerContext
+from casestream.consumer.inbox import GuardRow
 
 
 class DispatchMixin:

@@ -16,7 +16,7 @@ from typing import Any
 from casestream.consumer.batch_model import BatchResult, _Attempt, _now
 from casestream.consumer.failures import FailureClass, classify, error_class, reason_of
 from casestream.consumer.records import Record
-from casestream.dlq import DeadLetter
+from casestream.consumer.deadletters import DeadLetter
 
 log = logging.getLogger("casestream.consumer")
 

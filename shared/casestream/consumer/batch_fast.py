@@ -18,8 +18,8 @@ import psycopg
 
 from casestream.consumer.batch_model import Action, _Ineligible, _Item
 from casestream.consumer.failures import FailureClass, classify
-from casestream.guard import AggregateState
-from casestream.inbox import (
+from casestream.consumer.guard import AggregateState
+from casestream.consumer.inbox import (
     GuardRow,
     advance_batch,
     check_advanced,

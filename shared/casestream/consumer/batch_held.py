@@ -14,10 +14,10 @@ from typing import Any
 
 from casestream.consumer.batch_model import _Item, _now, held_record
 from casestream.consumer.failures import FailureClass, classify
-from casestream.dlq import DeadLetter
+from casestream.consumer.deadletters import DeadLetter
 from casestream.errors import PoisonMessageError
-from casestream.guard import AggregateState
-from casestream.inbox import (
+from casestream.consumer.guard import AggregateState
+from casestream.consumer.inbox import (
     GuardRow,
     HeldEvent,
     held_events,

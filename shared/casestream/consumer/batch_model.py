@@ -13,7 +13,7 @@ from datetime import datetime, timezone
 from typing import Any
 
 from casestream.consumer.records import Record
-from casestream.inbox import HeldEvent, InboxEntry
+from casestream.consumer.inbox import HeldEvent, InboxEntry
 
 TP = tuple[str, int]
 

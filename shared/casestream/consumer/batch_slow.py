@@ -4,7 +4,7 @@ Mixed into :class:`casestream.consumer.batch.BatchProcessor` (uses its attribute
 of ``batch_dispatch``, ``batch_fast``, ``batch_held`` and ``batch_failures``): each message's
 inbox row, guard row and handlers are applied in its own savepoint so one failure rolls back
 only that message; a retryable failure cuts its partition; events behind a version gap are held
-(``casestream.inbox``), and applying the missing version drains them.
+(``casestream.consumer.inbox``), and applying the missing version drains them.
 """
 
 from __future__ import annotations
@@ -14,10 +14,10 @@ import time
 from typing import Any
 
 from casestream.consumer.batch_model import Action, BatchResult, _Item
-from casestream.dlq import DeadLetter
+from casestream.consumer.deadletters import DeadLetter
 from casestream.errors import PoisonMessageError
-from casestream.guard import AggregateState
-from casestream.inbox import (
+from casestream.consumer.guard import AggregateState
+from casestream.consumer.inbox import (
     GuardRow,
     HeldEvent,
     advance_guards,

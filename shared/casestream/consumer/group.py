@@ -26,7 +26,7 @@ from casestream.consumer.records import ConsumerStats, EnvelopeDecoder
 from casestream.consumer.runtime import ConsumerRuntime
 from casestream.consumer.settings import ConsumerSettings
 from casestream.errors import ConfigError
-from casestream.handlers import HandlerRegistry, OutboxAppender
+from casestream.consumer.handlers import HandlerRegistry, OutboxAppender
 
 __all__ = ["ConsumerGroup", "GroupStats"]
 

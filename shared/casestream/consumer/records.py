@@ -11,13 +11,13 @@ from datetime import datetime, timezone
 from typing import TYPE_CHECKING, NamedTuple, Protocol
 
 if TYPE_CHECKING:  # pragma: no cover
-    from casestream.envelope import Envelope
+    from casestream.events.envelope import Envelope
 
 Headers = tuple[tuple[str, bytes], ...]
 
 
 class EnvelopeDecoder(Protocol):
-    """Port satisfied by ``casestream.codec.EnvelopeCodec``.
+    """Port satisfied by ``casestream.events.codec.EnvelopeCodec``.
 
     ``decode`` turns a message value (Confluent wire format) into an upcast Envelope whose
     ``published_at`` is the given time; it raises ``PoisonMessageError`` for bytes that can never

@@ -30,7 +30,7 @@ counting against any message.
 
 Shutdown: when ``stop`` is set the current batch finishes and commits, pending offsets are
 committed, the consumer is closed (leaves the group) and the dead-letter producer is flushed.
-SIGTERM wiring belongs to the service (``casestream.service.ServiceProcess`` sets ``stop``).
+SIGTERM wiring belongs to the service (``casestream.service.process.ServiceProcess`` sets ``stop``).
 """
 
 from __future__ import annotations
@@ -47,10 +47,10 @@ from casestream.consumer.batch import TP, BatchProcessor, BatchResult, Decoded
 from casestream.consumer.failures import connection_broken
 from casestream.consumer.records import ConsumerStats, EnvelopeDecoder, Record
 from casestream.consumer.settings import ConsumerSettings
-from casestream.dlq import DeadLetterSink, KafkaDeadLetters, record_from_message
+from casestream.consumer.deadletters import DeadLetterSink, KafkaDeadLetters, record_from_message
 from casestream.errors import ConfigError
-from casestream.handlers import HandlerRegistry, OutboxAppender
-from casestream.inbox import ensure_schema
+from casestream.consumer.handlers import HandlerRegistry, OutboxAppender
+from casestream.consumer.inbox import ensure_schema
 
 log = logging.getLogger("casestream.consumer")
 
@@ -64,13 +64,13 @@ class ConsumerRuntime:
         name: consumer name = Kafka ``group.id`` = inbox consumer, e.g. ``"audit.journal"``.
         topics: topics to subscribe to, e.g. ``["outbox.event.case"]``.
         handlers: the HandlerRegistry.
-        codec: an ``EnvelopeDecoder`` (``casestream.codec.EnvelopeCodec``).
+        codec: an ``EnvelopeDecoder`` (``casestream.events.codec.EnvelopeCodec``).
         pool: a ``psycopg_pool.ConnectionPool`` on the service's database.
         kafka_config: librdkafka consumer settings; at least ``bootstrap.servers``.
             ``enable.auto.commit``/``enable.auto.offset.store`` are forced off; ``group.id``
             defaults to ``name``; ``auto.offset.reset`` defaults to ``earliest``.
         settings: ConsumerSettings.
-        outbox: appender for follow-up events (``casestream.outbox.OutboxWriter``), optional.
+        outbox: appender for follow-up events (``casestream.outbox.writer.OutboxWriter``), optional.
         dead_letters: override the dead-letter sink (default: ``KafkaDeadLetters`` on
             ``<name>.dlq`` with the same bootstrap servers).
         metrics_name: the ``consumer`` label of this runtime's metrics (default ``name``);

@@ -10,8 +10,8 @@ import random
 from dataclasses import dataclass, field
 
 from casestream.errors import ConfigError
-from casestream.guard import FirstSeenPolicy
-from casestream.processing import ProcessingMode
+from casestream.consumer.guard import FirstSeenPolicy
+from casestream.consumer.processing import ProcessingMode
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -64,7 +64,7 @@ class ConsumerSettings:
         gap_hold_s: how long an aggregate with a version gap is held before it is parked and its
             first held event dead-lettered with reason ``version_gap``.
         sweep_interval_s: how often held/parked aggregates are checked (deadline, drain).
-        first_seen: first-seen version policy of the guard (see ``casestream.guard``).
+        first_seen: first-seen version policy of the guard (see ``casestream.consumer.guard``).
         strict_types: dead-letter events whose type has no handler and was not ``ignore``d
             (reason ``unknown_event_type``); default: skip and count.
         mode: LIVE or REPLAY.

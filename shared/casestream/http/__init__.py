@@ -5,11 +5,19 @@ per-tenant and per-client rate limiting (``ratelimit``), request deadlines (``de
 and ``pgdeadline`` for PostgreSQL), problem+json answers (``problem``), counters,
 ``edge`` which assembles them in order for a service's app, and ``app`` (imported on its
 own: the app behind the edge, its 404/405 handler, the 503 guard around blocking reads).
+``edge_app``/``guarded`` (app) and ``DeadlinePool`` (pgdeadline: psycopg) are re-exported lazily.
 """
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
 
 from casestream.http.authn import (
     PUBLIC_PATHS,
+    AuthAnswer,
     BearerAuthMiddleware,
+    answer_for,
     forbidden,
     principal_of,
     requires,
@@ -28,10 +36,28 @@ from casestream.http.problem import PROBLEM_JSON, problem_response
 from casestream.http.ratelimit import RateLimit, RateLimiter, RateLimitMiddleware
 from casestream.http.shedding import LoadShedMiddleware
 
+if TYPE_CHECKING:
+    from casestream.http.app import edge_app, guarded
+    from casestream.http.pgdeadline import DeadlinePool
+
+# Lazy: pgdeadline imports psycopg; app is imported on its own (see above).
+_LAZY = {"edge_app": "casestream.http.app", "guarded": "casestream.http.app",
+         "DeadlinePool": "casestream.http.pgdeadline"}
+
 __all__ = [
+    "AuthAnswer", "DeadlinePool", "answer_for", "edge_app", "guarded",
     "PUBLIC_PATHS", "PROBLEM_JSON", "BearerAuthMiddleware", "Deadline", "DeadlineExceeded",
     "DeadlineMiddleware", "EdgeCounters", "EdgePolicy", "LoadShedMiddleware", "RateLimit",
     "RateLimitMiddleware", "RateLimiter", "current_deadline", "deadline_scope",
     "edge_middleware", "edge_policy", "forbidden", "principal_of", "problem_response", "requires",
     "unauthorized",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value

@@ -2,7 +2,7 @@
 
 :class:`BearerAuthMiddleware` verifies ``Authorization: Bearer <jwt>`` on every HTTP
 request except the public paths (``/healthz``, ``/readyz``, ``/openapi.json``) and puts
-the :class:`~casestream.auth.Principal` in ``scope["state"]["principal"]`` (read it with
+the :class:`~casestream.auth.tokens.Principal` in ``scope["state"]["principal"]`` (read it with
 :func:`principal_of`). No or bad token -> 401 ``unauthorized`` / ``invalid_token`` with
 ``WWW-Authenticate: Bearer realm="casestream"[, error="invalid_token", ...]``. Role checks
 are per route: :func:`requires` (decorator) or ``principal_of(request).require(...)`` +
@@ -23,7 +23,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from casestream.auth import AccessDenied, AuthError, InvalidToken, Principal, TokenVerifier
+from casestream.auth.tokens import AccessDenied, AuthError, InvalidToken, Principal, TokenVerifier
 from casestream.http.counters import EdgeCounters
 from casestream.http.problem import problem_response
 

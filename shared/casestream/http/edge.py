@@ -21,7 +21,7 @@ from typing import Protocol
 
 from starlette.middleware import Middleware
 
-from casestream.auth import AuthSettings, TokenVerifier
+from casestream.auth.tokens import AuthSettings, TokenVerifier
 from casestream.errors import ConfigError
 from casestream.http.authn import PUBLIC_PATHS, BearerAuthMiddleware
 from casestream.http.counters import EdgeCounters
@@ -73,7 +73,7 @@ def edge_middleware(policy: EdgePolicy, counters: EdgeCounters | None = None) ->
 
 
 class EdgeSettings(Protocol):
-    """The settings fields a service's edge reads (``casestream.settings.ServiceSettings``)."""
+    """The settings fields a service's edge reads (``casestream.service.settings.ServiceSettings``)."""
 
     @property
     def auth(self) -> AuthSettings: ...
@@ -96,7 +96,7 @@ class EdgeSettings(Protocol):
 def edge_policy(settings: EdgeSettings, service: str) -> EdgePolicy:
     """Build the edge policy of ``service`` from its settings.
 
-    The public development key (``casestream.auth.DEV_JWT_KEY``) is refused when
+    The public development key (``casestream.auth.tokens.DEV_JWT_KEY``) is refused when
     ``CASESTREAM_AUTO_REGISTER_SCHEMAS`` is false (the production setting) and logged as
     a warning otherwise.
 

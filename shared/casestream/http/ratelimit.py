@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from casestream.auth import Principal
+from casestream.auth.tokens import Principal
 from casestream.http.counters import EdgeCounters
 from casestream.http.problem import problem_response
 

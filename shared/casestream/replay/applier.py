@@ -1,7 +1,7 @@
 """Apply decoded events to a projection in REPLAY mode: version guard, handler dispatch.
 
 No Kafka, no I/O of its own: handlers get ``ctx.conn`` (the caller's transaction) and a
-discarding outbox. The same rules as the live runtime (``casestream.guard.decide``):
+discarding outbox. The same rules as the live runtime (``casestream.consumer.guard.decide``):
 
 - ``v <= last``   STALE — a duplicate (relay re-publish) or out-of-date copy: skipped;
 - ``v == last+1`` APPLY — handlers run, ``last = v``;
@@ -22,10 +22,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from casestream.envelope import Envelope
-from casestream.guard import FirstSeenPolicy, Verdict, decide
-from casestream.handlers import DiscardingOutbox, HandlerContext, HandlerRegistry, RegisteredHandler
-from casestream.processing import ProcessingMode
+from casestream.events.envelope import Envelope
+from casestream.consumer.guard import FirstSeenPolicy, Verdict, decide
+from casestream.consumer.handlers import DiscardingOutbox, HandlerContext, HandlerRegistry, RegisteredHandler
+from casestream.consumer.processing import ProcessingMode
 from casestream.replay.errors import ReplayHandlerError
 from casestream.replay.progress import Progress
 
@@ -81,7 +81,7 @@ class ReplayApplier:
     def decide(self, items: Sequence[tuple[Position, Envelope]], progress: Progress) -> Planned:
         """The guard verdicts and handler runs of ``items`` (no I/O, guard not modified).
 
-        Verdicts are ``casestream.guard.decide``'s; the common cases (next version of a known
+        Verdicts are ``casestream.consumer.guard.decide``'s; the common cases (next version of a known
         aggregate, first event of a new one) are decided inline, the rest by ``decide`` itself.
         """
         changed: dict[Key, int] = {}

@@ -42,7 +42,7 @@ import psycopg
 from psycopg import sql
 
 from casestream.errors import PoisonMessageError
-from casestream.guard import FirstSeenPolicy
+from casestream.consumer.guard import FirstSeenPolicy
 from casestream.replay import checkpoint
 from casestream.replay.applier import Planned, ReplayApplier
 from casestream.replay.errors import ReplayConfigError, ReplayError
@@ -182,7 +182,7 @@ class Replayer:
 
     Args:
         spec: the projection.
-        codec: ``casestream.codec.EnvelopeCodec`` (prepared; upcasts to newest).
+        codec: ``casestream.events.codec.EnvelopeCodec`` (prepared; upcasts to newest).
         dsn: database of the projection's tables.
         bootstrap: Kafka ``bootstrap.servers``.
         event_types: event types to register handlers for (the catalog's).

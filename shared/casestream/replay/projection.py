@@ -7,7 +7,7 @@ and gives three functions that take *table names* (live or shadow):
 
 - ``create_tables(conn, names)`` — create the tables ``names`` (live name → actual name) empty,
   with the projection's current DDL (so a changed handler's new column exists in the shadow);
-- ``registry(names, event_types)`` — a :class:`~casestream.handlers.HandlerRegistry` whose
+- ``registry(names, event_types)`` — a :class:`~casestream.consumer.handlers.HandlerRegistry` whose
   handlers write into ``names``; only ``PROJECTION`` handlers run in a replay;
 - ``freshness(conn, names)`` — when the tables last changed (None if empty).
 
@@ -25,8 +25,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from casestream.handlers import HandlerKind, HandlerRegistry
-from casestream.processing import ProcessingMode
+from casestream.consumer.handlers import HandlerKind, HandlerRegistry
+from casestream.consumer.processing import ProcessingMode
 from casestream.replay.errors import ReplayConfigError
 
 TableNames = Mapping[str, str]

@@ -16,7 +16,7 @@ import json
 import subprocess
 from pathlib import Path
 
-from casestream.catalog import Catalog, CatalogError, load_catalog
+from casestream.events.catalog import Catalog, CatalogError, load_catalog
 from casestream.schemacheck.model import CheckInputError, Finding
 from casestream.schemacheck.runner import finding_for
 

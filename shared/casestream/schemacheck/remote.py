@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from casestream.catalog import Catalog, same_schema
+from casestream.events.catalog import Catalog, same_schema
 from casestream.errors import RegistryUnavailable, SchemaError
 from casestream.schemacheck.compat import check_pair, pairs_for_level, parse_avro
 from casestream.schemacheck.model import CheckInputError, Finding
@@ -29,7 +29,7 @@ __all__ = ["compare_to_registry", "open_registry"]
 def open_registry(registry: Any) -> Any:
     """A SchemaRegistry from a URL (fail-fast client: 5 s timeout, no retries) or the object itself."""
     if isinstance(registry, str):
-        from casestream.registry import ConfluentSchemaRegistry
+        from casestream.events.registry import ConfluentSchemaRegistry
 
         try:
             return ConfluentSchemaRegistry(registry, timeout=5.0, max_retries=0)

@@ -74,7 +74,7 @@ _ALL = [
     Rule("invalid-default", "a field default does not match the field's type", "[spec] Complex Types: records (default)",
          "make the default a value of the field's type (JSON encoding per the spec's table)"),
     Rule("upcaster-missing", "a version has no upcaster from the version before it",
-         "[casestream] consumers read every event as the newest version (casestream.upcasting;"
+         "[casestream] consumers read every event as the newest version (casestream.events.upcasting;"
          " UpcasterChain.verify refuses to start a service without the step)",
          "register a step in shared/casestream/upcasters.py: @chain.register(\"<EventType>\", <N>)"
          " turning a vN payload into vN+1 (defaults for added fields, renames)"),

@@ -19,7 +19,7 @@ from typing import Any
 
 from fastavro import parse_schema
 
-from casestream.catalog import Catalog, CatalogError, SubjectSpec, load_catalog
+from casestream.events.catalog import Catalog, CatalogError, SubjectSpec, load_catalog
 from casestream.schemacheck.compat import check_history, parse_avro
 from casestream.schemacheck.lint import lint_schema
 from casestream.schemacheck.model import CheckInputError, Finding, Report
@@ -189,7 +189,7 @@ def check_catalog(
         schemas_dir: folder holding catalog.toml.
         subjects: restrict to these subjects (full names); unknown -> CheckInputError.
         against: a git ref; published versions there must be unchanged (:mod:`.history`).
-        registry: a registry URL or a :class:`~casestream.registry.SchemaRegistry`; the working
+        registry: a registry URL or a :class:`~casestream.events.registry.SchemaRegistry`; the working
             tree is checked against the subjects registered there (:mod:`.remote`).
         display_dir: how files are named in findings (default: ``schemas_dir`` as given).
 

@@ -7,8 +7,13 @@
 - :mod:`~casestream.telemetry.core`: ``install()``/``current()`` and runtime hooks;
 - :mod:`~casestream.telemetry.http`: tracing middleware and the ``/metrics`` route;
 - :mod:`~casestream.telemetry.logs`: JSON log formatter and log context;
-- :mod:`~casestream.telemetry.readiness`: database / Kafka / registry readiness checks.
+- :mod:`~casestream.telemetry.readiness`: database / Kafka / registry readiness checks (re-exported lazily: it imports httpx).
 """
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
 
 from casestream.telemetry.core import (
     ConsumerProbe,
@@ -35,10 +40,26 @@ from casestream.telemetry.tracing import (
     traceparent_of,
 )
 
+if TYPE_CHECKING:
+    from casestream.telemetry.readiness import DependencyDown, dependency_checks, kafka_check, registry_check
+
+_LAZY = {name: "casestream.telemetry.readiness"
+         for name in ("DependencyDown", "dependency_checks", "kafka_check", "registry_check")}
+
 __all__ = [
+    "DependencyDown", "dependency_checks", "kafka_check", "registry_check",
     "ConsumerProbe", "JsonFormatter", "PublishSpan", "Telemetry", "TelemetrySettings",
     "consume_batch_span", "consume_span", "consumer_probe", "context_from_traceparent",
     "current", "current_traceparent", "db_span", "install", "log_context", "observe_query", "observe_relay",
     "publish_span", "redact", "render_prometheus", "sources", "traceparent_for_row",
     "traceparent_of",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value

@@ -169,7 +169,7 @@ def publish_span(relay: str, topic: str, row: Any) -> PublishSpan:
     """Start the PRODUCER span ``<topic> publish`` of outbox ``row`` (child of its traceparent).
 
     ``row`` has ``id``, ``type``, ``aggregatetype``, ``aggregateid``, ``traceparent``,
-    ``correlation_id`` (``casestream.relay.store.OutboxRow``). With tracing off no span is
+    ``correlation_id`` (``casestream.outbox.relay.store.OutboxRow``). With tracing off no span is
     made (see :class:`PublishSpan`).
     """
     tel = current()

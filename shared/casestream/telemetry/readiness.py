@@ -1,7 +1,7 @@
 """Readiness checks of the shared dependencies: Kafka and the schema registry.
 
 Driver module (confluent-kafka, httpx). Each factory returns a
-``casestream.service.ReadinessCheck``: a callable that returns None when the dependency
+``casestream.service.process.ReadinessCheck``: a callable that returns None when the dependency
 answers and raises (with a message naming it) when it does not, within ``timeout_s`` —
 readiness fails fast. The database check stays in each service's bootstrap (it knows its
 own tables).

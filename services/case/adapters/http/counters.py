@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from casestream.http.counters import EdgeCounters
+from casestream.http import EdgeCounters
 
 
 @dataclass(slots=True)

@@ -17,8 +17,8 @@ from starlette.responses import JSONResponse
 
 from casestream.auth import AuthError
 from casestream.errors import ConcurrencyError
-from casestream.http.authn import answer_for
-from casestream.http.deadline import DeadlineExceeded
+from casestream.http import answer_for
+from casestream.http import DeadlineExceeded
 
 from services.case.application.errors import (
     IdempotencyConflict,

@@ -1,0 +1,217 @@
+"""``casestream dlq``: list, show (decoded) and re-drive dead-lettered messages of one consumer.
+
+::
+
+    casestream dlq list   audit.journal [--limit 50] [--json]
+    casestream dlq show   audit.journal --event-id ID | --offset N [--partition P]
+    casestream dlq redrive audit.journal --all | --event-id ID [--event-id ID ...] | --first N
+                           [--accept-gap]
+
+Dead letters live on ``<consumer>.dlq``; re-drive copies them (bytes and headers unchanged) to
+``<consumer>.redrive``, which the running consumer also reads, through the same decode,
+upcasters, version guard and inbox — re-driving twice has one effect (see ``casestream.consumer.deadletters``).
+``--accept-gap`` unparks an aggregate whose missing event is lost for good (``casestream.consumer.guard``).
+
+Endpoints default to ``CASESTREAM_KAFKA_BOOTSTRAP`` / ``CASESTREAM_REGISTRY_URL`` (CommonSettings).
+Reading never commits consumer-group offsets; the DLQ itself is never modified.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import asdict, is_dataclass
+from typing import Any
+
+import click
+
+from casestream.consumer.records import Record
+from casestream.consumer.deadletters import (
+    H_ATTEMPTS,
+    H_LAST,
+    H_MESSAGE,
+    H_OFFSET,
+    H_PARTITION,
+    H_REASON,
+    H_TOPIC,
+    read_topic,
+    redrive,
+    select,
+)
+from casestream.errors import CasestreamError
+
+Decoder = Callable[[bytes, Any], Any]
+
+
+def _settings() -> Any:
+    from casestream.service.settings import CommonSettings
+
+    return CommonSettings()
+
+
+def _bootstrap(ctx: click.Context, value: str | None) -> str:
+    return value or (ctx.obj or {}).get("bootstrap") or _settings().kafka_bootstrap
+
+
+def _decoder(ctx: click.Context, registry_url: str | None) -> Any:
+    """``ctx.obj['decoder']`` (tests) or the real EnvelopeCodec over the registry."""
+    given = (ctx.obj or {}).get("decoder")
+    if given is not None:
+        return given
+    from casestream.events.catalog import load_catalog
+    from casestream.events.codec import EnvelopeCodec
+    from casestream.events.registry import ConfluentSchemaRegistry
+    from casestream.upcasters import default_upcasters
+
+    url = registry_url or _settings().registry_url
+    codec = EnvelopeCodec(load_catalog(), ConfluentSchemaRegistry(url), default_upcasters())
+    codec.prepare(auto_register=False)
+    return codec
+
+
+def _read(bootstrap: str, consumer: str) -> list[Record]:
+    try:
+        return read_topic(bootstrap, f"{consumer}.dlq")
+    except CasestreamError as e:
+        known = _dlq_consumers(bootstrap)
+        if known and consumer not in known:
+            shown = ", ".join(known[:20]) + (f" … and {len(known) - 20} more" if len(known) > 20 else "")
+            raise click.ClickException(f"no dead-letter topic {consumer}.dlq; consumers with "
+                                       f"one: {shown}") from None
+        raise click.ClickException(str(e)) from None
+
+
+def _dlq_consumers(bootstrap: str) -> list[str]:
+    """Consumer names that have a ``<consumer>.dlq`` topic (empty if Kafka does not answer)."""
+    from confluent_kafka import KafkaException
+    from confluent_kafka.admin import AdminClient
+
+    try:
+        topics = AdminClient({"bootstrap.servers": bootstrap}).list_topics(timeout=5).topics
+    except KafkaException:
+        return []
+    return sorted(t[: -len(".dlq")] for t in topics if t.endswith(".dlq"))
+
+
+def _summary(r: Record) -> dict[str, Any]:
+    return {
+        "partition": r.partition, "offset": r.offset, "event_id": r.header("id"),
+        "type": r.header("type"), "key": r.key.decode("utf-8", "replace") if r.key else None,
+        "reason": r.header(H_REASON), "attempts": r.header(H_ATTEMPTS),
+        "last_failure": r.header(H_LAST),
+        "origin": f"{r.header(H_TOPIC)}[{r.header(H_PARTITION)}]@{r.header(H_OFFSET)}",
+        "message": r.header(H_MESSAGE),
+    }
+
+
+@click.group("dlq")
+@click.option("--bootstrap", help="Kafka bootstrap servers (default CASESTREAM_KAFKA_BOOTSTRAP).")
+@click.pass_context
+def dlq(ctx: click.Context, bootstrap: str | None) -> None:
+    """List, show and re-drive dead-lettered messages of a consumer (<consumer>.dlq)."""
+    ctx.ensure_object(dict)
+    if bootstrap:
+        ctx.obj["bootstrap"] = bootstrap
+
+
+@dlq.command("list")
+@click.argument("consumer")
+@click.option("--limit", type=int, default=None, help="Show at most N dead letters (oldest first).")
+@click.option("--json", "as_json", is_flag=True, help="One JSON object per line.")
+@click.pass_context
+def list_(ctx: click.Context, consumer: str, limit: int | None, as_json: bool) -> None:
+    """List the dead letters of CONSUMER, oldest first."""
+    records = _read(_bootstrap(ctx, None), consumer)
+    shown = records[:limit] if limit is not None else records
+    for r in shown:
+        s = _summary(r)
+        if as_json:
+            click.echo(json.dumps(s))
+        else:
+            click.echo(f"{s['partition']}:{s['offset']}  {s['event_id'] or '-'}  {s['type'] or '-'}"
+                       f"  key={s['key'] or '-'}  reason={s['reason']}  attempts={s['attempts']}"
+                       f"  last={s['last_failure']}  from={s['origin']}"
+                       f"  {(s['message'] or '')[:120]}")
+    if not as_json:
+        click.echo(f"{len(records)} dead letter(s) on {consumer}.dlq")
+
+
+@dlq.command("show")
+@click.argument("consumer")
+@click.argument("label", required=False)
+@click.option("--event-id", help="The dead letter whose header 'id' is this event id.")
+@click.option("--offset", type=int, help="The dead letter at this DLQ offset.")
+@click.option("--partition", type=int, default=0, show_default=True)
+@click.option("--registry-url", help="Schema registry (default CASESTREAM_REGISTRY_URL).")
+@click.pass_context
+def show(ctx: click.Context, consumer: str, label: str | None, event_id: str | None,
+         offset: int | None, partition: int, registry_url: str | None) -> None:
+    """Show one dead letter of CONSUMER: headers and the decoded (upcast) envelope.
+
+    Pick it by LABEL, the PARTITION:OFFSET that 'dlq list' prints first on each line
+    (e.g. 0:17), or by --event-id, or by --offset (with --partition)."""
+    if sum(x is not None for x in (label, event_id, offset)) != 1:
+        raise click.UsageError("give exactly one of LABEL (PARTITION:OFFSET), --event-id or --offset")
+    if label is not None:
+        partition, offset = _parse_label(label)
+    records = _read(_bootstrap(ctx, None), consumer)
+    if event_id is not None:
+        found = select(records, event_ids=[event_id])
+    else:
+        found = [r for r in records if r.offset == offset and r.partition == partition]
+    if not found:
+        raise click.ClickException("no such dead letter")
+    r = found[-1]
+    click.echo(f"dead letter {consumer}.dlq[{r.partition}]@{r.offset}"
+               f" key={r.key.decode('utf-8', 'replace') if r.key else None}")
+    for k, v in r.headers:
+        click.echo(f"  {k}: {v.decode('utf-8', 'replace') if v is not None else None}")
+    if r.value is None:
+        click.echo("value: <none>")
+        return
+    try:
+        env = _decoder(ctx, registry_url).decode(r.value, published_at=r.published_at)
+    except Exception as e:  # noqa: BLE001 - shown to the operator
+        click.echo(f"value ({len(r.value)} bytes) not decodable: {type(e).__name__}: {e}")
+        click.echo(f"  first bytes: {r.value[:64].hex(' ')}")
+        return
+    body = asdict(env) if is_dataclass(env) else dict(vars(env))
+    click.echo("envelope:")
+    click.echo(json.dumps(body, indent=2, default=str))
+
+
+def _parse_label(label: str) -> tuple[int, int]:
+    """``"0:17"`` -> (0, 17); a UsageError naming the expected form otherwise."""
+    p, sep, o = label.partition(":")
+    if not sep or not p.isdigit() or not o.isdigit():
+        raise click.UsageError(f"LABEL must be PARTITION:OFFSET as 'dlq list' prints it (e.g. 0:17),"
+                               f" got {label!r}")
+    return int(p), int(o)
+
+
+@dlq.command("redrive")
+@click.argument("consumer")
+@click.option("--all", "all_", is_flag=True, help="Re-drive every dead letter.")
+@click.option("--event-id", "event_ids", multiple=True, help="Re-drive these event ids (repeatable).")
+@click.option("--first", type=click.IntRange(min=1), help="Re-drive the first N dead letters (oldest first).")
+@click.option("--accept-gap", is_flag=True,
+              help="Accept a version gap: the consumer records version-1 as seen and applies it.")
+@click.pass_context
+def redrive_(ctx: click.Context, consumer: str, all_: bool, event_ids: tuple[str, ...],
+             first: int | None, accept_gap: bool) -> None:
+    """Re-drive dead letters of CONSUMER through its <consumer>.redrive topic."""
+    if sum([all_, bool(event_ids), first is not None]) != 1:
+        raise click.UsageError("give exactly one of --all, --event-id, --first")
+    bootstrap = _bootstrap(ctx, None)
+    records = _read(bootstrap, consumer)
+    chosen = select(records, event_ids=event_ids, first=first)
+    if event_ids:
+        missing = set(event_ids) - {r.header("id") for r in chosen}
+        if missing:
+            raise click.ClickException(f"not in {consumer}.dlq: {', '.join(sorted(missing))}")
+    try:
+        n = redrive(bootstrap, chosen, f"{consumer}.redrive", accept_gap=accept_gap)
+    except CasestreamError as e:
+        raise click.ClickException(str(e)) from e
+    click.echo(f"re-drove {n} dead letter(s) to {consumer}.redrive"
+               + (" (accepting version gaps)" if accept_gap else ""))

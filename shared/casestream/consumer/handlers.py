@@ -1,0 +1,231 @@
+"""Handler registry: dispatch of decoded events by event type (no if-chains).
+
+Pure module (stdlib only). Usage::
+
+    registry = HandlerRegistry()
+
+    @registry.on("CaseSubmitted", kind=HandlerKind.PROCESS)
+    def start_saga(ctx: HandlerContext, event: Envelope) -> None:
+        ctx.conn.execute("insert into saga ...", (...))
+        ctx.outbox.append(ctx.conn, [new_event(...)])
+
+    registry.ignore("CaseAssigned")   # known, deliberately not handled (matters in strict mode)
+
+    @registry.on_batch("CaseOpened", kind=HandlerKind.PROJECTION)
+    def project(ctx: HandlerContext, events: Sequence[Envelope]) -> None:
+        ctx.conn.cursor().executemany("insert ... on conflict ...", [row(e) for e in events])
+
+Handler kinds (rule source: DESIGN §6):
+
+- ``PROJECTION``  — updates a read model in the consumer's database only. Runs in LIVE and REPLAY.
+- ``PROCESS``     — changes the service's own state and may append follow-up events to the
+  outbox (sagas, decisions). Runs in LIVE only.
+- ``SIDE_EFFECT`` — talks to the outside world (SMTP, HTTP). Runs in LIVE only; the runtime
+  never runs a batch holding one of these on its fast path (each message gets its own
+  savepoint and is attempted once per delivery), see ``casestream.consumer.batch``.
+
+A handler is ``fn(ctx: HandlerContext, event: Envelope) -> None``. A *batch handler*
+(``on_batch``) is ``fn(ctx, events: Sequence[Envelope]) -> None``: on the runtime's fast path it
+is called once per run of consecutive events of the batch that have the same handlers (so the
+order of events is kept; ``ctx.positions`` gives each event's topic/partition/offset), and on the
+savepoint path with a one-event list, so a failure is still pinned to its message. Handlers of
+one run are called one after the other, each with the whole run: handlers that depend on each
+other's effects for the same event should be a single handler. It runs inside the batch
+transaction, within a savepoint of its own message; it must use ``ctx.conn`` for every database
+effect so that the effect, the inbox row and the version-guard row commit or roll back together.
+To steer the runtime it raises :class:`casestream.errors.RetryableError` (transient, retried with
+backoff, bounded) or :class:`casestream.errors.PoisonMessageError` (dead-lettered at once); any
+other exception is treated as retryable-bounded (then dead-lettered).
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Protocol
+
+from casestream.consumer.processing import ProcessingMode
+
+if TYPE_CHECKING:  # pragma: no cover - typing only
+    from casestream.events.envelope import Envelope
+
+
+class HandlerKind(enum.Enum):
+    """What a handler does; decides whether it runs in replay and on the batch fast path."""
+
+    PROJECTION = "projection"
+    PROCESS = "process"
+    SIDE_EFFECT = "side_effect"
+
+    def runs_in(self, mode: ProcessingMode) -> bool:
+        """True if handlers of this kind run in ``mode`` (REPLAY runs projections only)."""
+        return mode is ProcessingMode.LIVE or self is HandlerKind.PROJECTION
+
+
+class OutboxAppender(Protocol):
+    """Port for appending follow-up events in the caller's transaction.
+
+    Satisfied by ``casestream.outbox.writer.OutboxWriter``: ``append(conn, envelopes)`` inserts the
+    encoded events into the outbox table using ``conn`` (no commit).
+    """
+
+    def append(self, conn: Any, events: Sequence[Envelope]) -> Any: ...
+
+
+class DiscardingOutbox:
+    """Outbox used in REPLAY mode and when a consumer has no outbox: drops and counts appends."""
+
+    __slots__ = ("discarded",)
+
+    def __init__(self) -> None:
+        self.discarded = 0
+
+    def append(self, conn: Any, events: Sequence[Envelope]) -> None:
+        """Drop ``events`` (REPLAY must not emit commands, DESIGN §6); count them."""
+        self.discarded += len(events)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class HandlerContext:
+    """What a handler gets besides the event.
+
+    Attributes:
+        conn: the psycopg connection, inside the batch transaction and the message's savepoint.
+        outbox: appends follow-up events in the same transaction (``append(conn, events)``).
+        mode: LIVE or REPLAY.
+        consumer: the consumer name (= Kafka group id = inbox consumer), e.g. ``"audit.journal"``.
+        topic, partition, offset: where the message came from (for logging / audit columns);
+            for a batch handler, the first event's.
+        positions: for a batch handler, (topic, partition, offset) of each event, in order.
+    """
+
+    conn: Any
+    outbox: OutboxAppender
+    mode: ProcessingMode
+    consumer: str
+    topic: str = ""
+    partition: int = -1
+    offset: int = -1
+    positions: tuple[tuple[str, int, int], ...] = ()
+
+
+Handler = Callable[[HandlerContext, "Envelope"], None]
+BatchHandler = Callable[[HandlerContext, Sequence["Envelope"]], None]
+
+
+@dataclass(frozen=True, slots=True)
+class RegisteredHandler:
+    """One registration: the function, its kind, the event type it handles, batch or not."""
+
+    event_type: str
+    kind: HandlerKind
+    fn: Callable[..., None]
+    batch: bool = False
+
+    def call(self, ctx: HandlerContext, event: Envelope) -> None:
+        """Run the handler for one event (a batch handler gets a one-event list)."""
+        if self.batch:
+            self.fn(ctx, (event,))
+        else:
+            self.fn(ctx, event)
+
+    @property
+    def name(self) -> str:
+        """Qualified function name, for logs and DLQ headers."""
+        return getattr(self.fn, "__qualname__", repr(self.fn))
+
+
+@dataclass(slots=True)
+class HandlerRegistry:
+    """Event type -> ordered handlers. Several handlers per type run in registration order."""
+
+    _by_type: dict[str, list[RegisteredHandler]] = field(default_factory=dict)
+    _ignored: set[str] = field(default_factory=set)
+    _cache: dict[tuple[str, ProcessingMode], tuple[RegisteredHandler, ...]] = field(
+        default_factory=dict)
+
+    def on(self, event_type: str, *, kind: HandlerKind) -> Callable[[Handler], Handler]:
+        """Decorator registering ``fn`` for ``event_type``; returns ``fn`` unchanged.
+
+        Raises:
+            ValueError: ``event_type`` is empty or ``kind`` is not a HandlerKind.
+        """
+        self._check(event_type, kind)
+
+        def register(fn: Handler) -> Handler:
+            self._by_type.setdefault(event_type, []).append(RegisteredHandler(event_type, kind, fn))
+            self._cache.clear()
+            return fn
+
+        return register
+
+    def add(self, event_type: str, fn: Handler, *, kind: HandlerKind) -> None:
+        """Non-decorator form of :meth:`on`."""
+        self.on(event_type, kind=kind)(fn)
+
+    def on_batch(self, event_type: str, *,
+                 kind: HandlerKind) -> Callable[[BatchHandler], BatchHandler]:
+        """Decorator registering a batch handler ``fn(ctx, events)`` for ``event_type``.
+
+        Raises:
+            ValueError: ``event_type`` is empty, ``kind`` is not a HandlerKind, or ``kind`` is
+                ``SIDE_EFFECT`` (side effects are applied one message at a time).
+        """
+        self._check(event_type, kind)
+        if kind is HandlerKind.SIDE_EFFECT:
+            raise ValueError("SIDE_EFFECT handlers cannot be batch handlers")
+
+        def register(fn: BatchHandler) -> BatchHandler:
+            self._by_type.setdefault(event_type, []).append(
+                RegisteredHandler(event_type, kind, fn, batch=True))
+            self._cache.clear()
+            return fn
+
+        return register
+
+    def add_batch(self, event_type: str, fn: BatchHandler, *, kind: HandlerKind) -> None:
+        """Non-decorator form of :meth:`on_batch`."""
+        self.on_batch(event_type, kind=kind)(fn)
+
+    @staticmethod
+    def _check(event_type: str, kind: HandlerKind) -> None:
+        if not event_type:
+            raise ValueError("event_type must be a non-empty string")
+        if not isinstance(kind, HandlerKind):
+            raise ValueError(f"kind must be a HandlerKind, got {kind!r}")
+
+    def ignore(self, *event_types: str) -> None:
+        """Declare event types as known but deliberately unhandled (not dead-lettered in strict mode)."""
+        self._ignored.update(event_types)
+
+    def handlers_for(self, event_type: str, mode: ProcessingMode) -> tuple[RegisteredHandler, ...]:
+        """The handlers to run for ``event_type`` in ``mode``, in registration order."""
+        key = (event_type, mode)
+        hit = self._cache.get(key)
+        if hit is None:
+            hit = self._cache[key] = tuple(
+                h for h in self._by_type.get(event_type, ()) if h.kind.runs_in(mode))
+        return hit
+
+    def knows(self, event_type: str) -> bool:
+        """True if ``event_type`` has a handler (any kind) or was declared with :meth:`ignore`."""
+        return event_type in self._by_type or event_type in self._ignored
+
+    def has_side_effects(self, event_type: str, mode: ProcessingMode) -> bool:
+        """True if a ``SIDE_EFFECT`` handler would run for ``event_type`` in ``mode``."""
+        return any(h.kind is HandlerKind.SIDE_EFFECT for h in self.handlers_for(event_type, mode))
+
+    @property
+    def event_types(self) -> frozenset[str]:
+        """Every event type with at least one handler."""
+        return frozenset(self._by_type)
+
+    def merge(self, others: Iterable[HandlerRegistry]) -> HandlerRegistry:
+        """A new registry with this one's registrations followed by ``others``'."""
+        merged = HandlerRegistry()
+        for reg in (self, *others):
+            for event_type, hs in reg._by_type.items():
+                merged._by_type.setdefault(event_type, []).extend(hs)
+            merged._ignored |= reg._ignored
+        return merged

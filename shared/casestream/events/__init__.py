@@ -1,0 +1,61 @@
+"""Events: the envelope, the schema catalog, the Avro codec, the schema registry, upcasting.
+
+Public API::
+
+    from casestream.events import Envelope, new_event, load_catalog, EnvelopeCodec
+    from casestream.events import ConfluentSchemaRegistry, InMemoryRegistry, UpcasterChain
+
+Modules: ``envelope`` (the in-process event), ``catalog`` (schemas/ on disk, composed
+message schemas), ``codec`` (Confluent-framed Avro over fastavro), ``registry`` (registry
+port, Confluent/Apicurio adapter, in-memory fake), ``upcasting`` (version chains).
+The catalog, envelope and upcasting parts import neither fastavro nor a Kafka or
+PostgreSQL driver; the codec (fastavro) is re-exported lazily.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+from casestream.events.catalog import (
+    Catalog,
+    CatalogError,
+    SchemaVersion,
+    SubjectSpec,
+    default_schemas_dir,
+    load_catalog,
+    same_schema,
+    schema_text,
+)
+from casestream.events.envelope import Envelope, EnvelopeError, new_event
+from casestream.events.registry import (
+    ConfluentSchemaRegistry,
+    InMemoryRegistry,
+    SchemaRegistry,
+    register_catalog,
+)
+from casestream.events.upcasting import Upcaster, UpcasterChain, VersionCatalog
+
+if TYPE_CHECKING:
+    from casestream.events.codec import ENVELOPE_FIELDS, EnvelopeCodec, InvalidEventError, schema_id_of
+
+# Lazy: the codec imports fastavro, which the catalog-only users (schema check) skip.
+_LAZY = {name: "casestream.events.codec"
+         for name in ("ENVELOPE_FIELDS", "EnvelopeCodec", "InvalidEventError", "schema_id_of")}
+
+__all__ = [
+    "ENVELOPE_FIELDS", "Catalog", "CatalogError", "ConfluentSchemaRegistry", "Envelope",
+    "EnvelopeCodec", "EnvelopeError", "InMemoryRegistry", "InvalidEventError", "SchemaRegistry",
+    "SchemaVersion", "SubjectSpec", "Upcaster", "UpcasterChain", "VersionCatalog",
+    "default_schemas_dir", "load_catalog", "new_event", "register_catalog", "same_schema",
+    "schema_id_of", "schema_text",
+]
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value

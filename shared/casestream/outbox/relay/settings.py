@@ -1,0 +1,91 @@
+"""Relay settings: one frozen object, built by a service's bootstrap and passed in.
+
+Every duration is in seconds (suffix ``_s``); counts are rows. Defaults suit a service
+replica on this 2-core machine: 1,000-row batches, 10 s shard leases, NOTIFY wake-up with
+a 0.5 s polling fallback, published rows kept for 1 hour.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from casestream.errors import ConfigError
+from casestream.outbox.writer import DEFAULT_TOPIC_PREFIX
+from casestream.retry import RetryPolicy
+
+__all__ = ["RelaySettings"]
+
+
+def _default_retry() -> RetryPolicy:
+    return RetryPolicy(initial_delay_s=0.5, max_delay_s=60.0, multiplier=2.0, jitter=0.5,
+                       max_attempts=None)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RelaySettings:
+    """Tuning of :class:`casestream.outbox.relay.OutboxRelay`.
+
+    Attributes:
+        batch_size: rows claimed, produced and marked per batch (one UPDATE/DELETE).
+        poll_interval_s: longest idle wait when no NOTIFY arrives (polling fallback;
+            also bounds how late a row whose backoff ended is picked up).
+        lease_s: shard lease duration; a dead relay's shards are taken over after at
+            most ``lease_s + renew_interval_s``.
+        renew_interval_s: lease renewal / membership heartbeat period (default lease_s/3).
+        topic_prefix: topic = prefix + aggregatetype (Debezium ``route.topic.replacement``).
+        retry: backoff of rows after a transient delivery error (``next_attempt_at``);
+            ``retry.max_attempts`` bounds attempts, after which a row is marked failed.
+        published_retention_s: published rows are kept this long (status ``published``,
+            with partition/offset) and then deleted; ``0`` deletes a row as soon as its
+            delivery is confirmed.
+        cleanup_interval_s: how often the retention delete runs.
+        cleanup_batch: rows deleted per retention statement.
+        metrics_interval_s: how often pending/failed counts and oldest pending age are
+            refreshed from the database.
+        shutdown_timeout_s: on stop, how long to wait for outstanding delivery reports
+            before leaving the rest pending (they are re-produced by the next owner).
+        delivery_poll_s: ``Producer.poll`` timeout while waiting for delivery reports.
+        pipeline: mark a fully delivered batch on a second connection while the next
+            batch is claimed and produced (bookkeeping overlaps Kafka round trips).
+        max_open_batches: batches produced and not yet settled at once in ``run``; with
+            2 (default) a NOTIFY that arrives while a partial batch awaits its delivery
+            reports is served at once (the later claim skips the open batches'
+            aggregates); 1 waits for every batch's reports before the next claim.
+        open_wait_s: while a batch is open, the LISTEN wait between two ``Producer.poll``
+            calls that serve its delivery reports.
+    """
+
+    batch_size: int = 1000
+    poll_interval_s: float = 0.5
+    lease_s: float = 10.0
+    renew_interval_s: float | None = None
+    topic_prefix: str = DEFAULT_TOPIC_PREFIX
+    retry: RetryPolicy = field(default_factory=_default_retry)
+    published_retention_s: float = 3600.0
+    cleanup_interval_s: float = 30.0
+    cleanup_batch: int = 10_000
+    metrics_interval_s: float = 5.0
+    shutdown_timeout_s: float = 10.0
+    delivery_poll_s: float = 0.05
+    pipeline: bool = True
+    max_open_batches: int = 2
+    open_wait_s: float = 0.002
+
+    def __post_init__(self) -> None:
+        if self.batch_size < 1:
+            raise ConfigError(f"relay batch_size must be >= 1, got {self.batch_size}")
+        if self.lease_s <= 0 or self.poll_interval_s <= 0:
+            raise ConfigError("relay lease_s and poll_interval_s must be > 0")
+        if self.renew_interval_s is not None and not 0 < self.renew_interval_s < self.lease_s:
+            raise ConfigError("relay renew_interval_s must be in (0, lease_s)")
+        if self.max_open_batches < 1:
+            raise ConfigError(f"relay max_open_batches must be >= 1, got {self.max_open_batches}")
+        if self.open_wait_s <= 0:
+            raise ConfigError("relay open_wait_s must be > 0")
+        if self.published_retention_s < 0:
+            raise ConfigError("relay published_retention_s must be >= 0")
+
+    @property
+    def renew_every_s(self) -> float:
+        """Effective renewal period in seconds."""
+        return self.renew_interval_s if self.renew_interval_s is not None else self.lease_s / 3.0

@@ -1,0 +1,186 @@
+"""Settings shared by every casestream service, read once from ``CASESTREAM_*`` variables.
+
+Each service subclasses :class:`ServiceSettings` (CommonSettings plus the HTTP edge and
+the service's database) in its own ``settings.py`` with its own prefix
+(``CASESTREAM_CASE_``, ...; :func:`service_config`). Nothing else in the suite reads ``os.environ``:
+settings objects are built once in a service's bootstrap and passed down.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from pydantic import AliasChoices, AliasGenerator, Field, ValidationError, field_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from casestream.auth.tokens import AuthSettings
+from casestream.errors import ConfigError
+
+
+class CommonSettings(BaseSettings):
+    """Infrastructure endpoints every service needs.
+
+    Environment variables (prefix ``CASESTREAM_``):
+        KAFKA_BOOTSTRAP: Kafka ``bootstrap.servers``, e.g. ``127.0.0.1:19092``.
+        REGISTRY_URL: Confluent-API schema registry base URL.
+        PG_URL: PostgreSQL server URL without a database name; a service appends its own.
+        AUTO_REGISTER_SCHEMAS: register schemas at start (development); production sets
+            ``false`` and services only look ids up, failing at start if one is missing.
+        LOG_LEVEL: Python logging level name.
+        SMTP_HOST / SMTP_PORT: the SMTP server notices are sent through.
+        KAFKA_SESSION_TIMEOUT_MS: consumers' ``session.timeout.ms`` (librdkafka default 45000):
+            how long a crashed consumer keeps its partitions before the group rebalances.
+            The broker bounds it (``group.min.session.timeout.ms``, 6000 by default).
+        CONSUMER_CONCURRENCY: members of each consumer group a service process runs (default
+            1). Above 1 the partitions are consumed in parallel by a
+            :class:`~casestream.consumer.group.ConsumerGroup`, one pooled connection per
+            member and consumer (case and decision run two consumers); a service whose
+            consumers would hold its whole pool refuses to start (ConfigError).
+        GC_FREEZE: move the objects alive after start-up out of the garbage collector's
+            reach (``gc.freeze``, default true): a full collection then skips them, see
+            :mod:`casestream.service.gctune`.
+    """
+
+    model_config = SettingsConfigDict(env_prefix="CASESTREAM_", frozen=True, extra="ignore")
+
+    kafka_bootstrap: str = "127.0.0.1:19092"
+    registry_url: str = "http://127.0.0.1:18081/apis/ccompat/v7"
+    pg_url: str = "postgresql://postgres@127.0.0.1:15432"
+    auto_register_schemas: bool = True
+    log_level: str = "INFO"
+    smtp_host: str = "127.0.0.1"
+    smtp_port: int = 12525
+    kafka_session_timeout_ms: int = 45000
+    consumer_concurrency: int = Field(1, ge=1, le=64)
+    gc_freeze: bool = True
+
+    @field_validator("log_level")
+    @classmethod
+    def _known_level(cls, value: str) -> str:
+        if not isinstance(logging.getLevelName(value.upper()), int):
+            raise ValueError("not a logging level (DEBUG, INFO, WARNING, ERROR, CRITICAL)")
+        return value.upper()
+
+    @field_validator("pg_url")
+    @classmethod
+    def _postgres_url(cls, value: str) -> str:
+        from psycopg.conninfo import conninfo_to_dict
+
+        try:
+            conninfo_to_dict(value)
+        except Exception as e:  # noqa: BLE001 - psycopg.ProgrammingError: not a connection string
+            raise ValueError("not a PostgreSQL URL (postgresql://user@host:port): "
+                             f"{str(e).strip()}") from None
+        return value
+
+    def consumer_config(self) -> dict[str, object]:
+        """librdkafka consumer settings common to every consumer runtime of a service:
+        ``bootstrap.servers``, ``session.timeout.ms`` and ``heartbeat.interval.ms`` (a third
+        of the session timeout, capped at 3000 ms, Kafka's default)."""
+        return {
+            "bootstrap.servers": self.kafka_bootstrap,
+            "session.timeout.ms": self.kafka_session_timeout_ms,
+            "heartbeat.interval.ms": min(3000, self.kafka_session_timeout_ms // 3),
+        }
+
+    def database_url(self, database: str) -> str:
+        """Return ``pg_url`` joined with ``database`` (``postgresql://…/<database>``).
+
+        Raises:
+            ConfigError: if ``database`` is empty.
+        """
+        if not database:
+            raise ConfigError("database name is empty")
+        return f"{self.pg_url.rstrip('/')}/{database}"
+
+
+def _service_alias(prefix: str) -> AliasGenerator:
+    """Read each field of a service's settings from ``<prefix><FIELD>``; CommonSettings'
+    fields keep their ``CASESTREAM_<FIELD>`` name (the generator leaves them unaliased)."""
+
+    def alias(name: str) -> AliasChoices | None:
+        return None if name in CommonSettings.model_fields else AliasChoices(prefix + name.upper())
+
+    return AliasGenerator(validation_alias=alias)
+
+
+def service_config(prefix: str) -> SettingsConfigDict:
+    """The ``model_config`` of a service's settings class, e.g. ``"CASESTREAM_SAGA_"``.
+
+    Every field the service declares, and those of :class:`ServiceSettings`, is read only
+    from ``<prefix><FIELD>``: never ``CASESTREAM_PORT`` & co., and in code it is passed by
+    variable name (``DecisionSettings(CASESTREAM_DECISION_PORT=0)``). CommonSettings'
+    fields keep their ``CASESTREAM_<FIELD>`` variables.
+    """
+    return SettingsConfigDict(env_prefix="CASESTREAM_", frozen=True, extra="ignore",
+                              alias_generator=_service_alias(prefix))
+
+
+class ServiceSettings(CommonSettings):
+    """The HTTP edge every service runs, and its own database; subclass it per service with
+    ``model_config = service_config("CASESTREAM_<SERVICE>_")`` and declare ``database``
+    (and ``port``: defaults and bounds differ per service).
+
+    Environment variables (``<prefix>`` = the service's, e.g. ``CASESTREAM_AUDIT_``):
+        <prefix>HOST: HTTP listen address (default ``127.0.0.1``).
+        <prefix>MAX_IN_FLIGHT: requests in flight before shedding with 503 (>= 1, default 32).
+        <prefix>RATE_TENANT_PER_S / _RATE_TENANT_BURST: per-tenant token bucket, requests
+            per second (> 0) / bucket size (>= 1) (default 400/s, 800).
+        <prefix>RATE_CLIENT_PER_S / _RATE_CLIENT_BURST: per-client token bucket (100/s, 200).
+        <prefix>REQUEST_DEADLINE_S: budget of a request's database calls, seconds (> 0,
+            default 5).
+        <prefix>AUTH: bearer-token settings as JSON; normally left unset, so that
+            ``casestream.auth.tokens.AuthSettings`` reads ``CASESTREAM_AUTH_*`` itself.
+
+    A class used without ``service_config`` reads these without a service prefix, which no
+    service wants, so it is a base only.
+    """
+
+    database: str
+    host: str = "127.0.0.1"
+    max_in_flight: int = Field(32, ge=1)
+    rate_tenant_per_s: float = Field(400.0, gt=0)
+    rate_tenant_burst: int = Field(800, ge=1)
+    rate_client_per_s: float = Field(100.0, gt=0)
+    rate_client_burst: int = Field(200, ge=1)
+    request_deadline_s: float = Field(5.0, gt=0)
+    auth: AuthSettings = Field(default_factory=AuthSettings)
+
+    @property
+    def dsn(self) -> str:
+        """The service database's URL, ``<pg_url>/<database>``.
+
+        Raises:
+            ConfigError: if ``database`` is empty.
+        """
+        return self.database_url(self.database)
+
+
+def settings_error(error: ValidationError, settings_class: type[BaseSettings]) -> ConfigError:
+    """A :class:`ConfigError` naming the environment variable of every invalid field, e.g.
+    ``CASESTREAM_CASE_PORT='abc': Input should be a valid integer`` (one line per field).
+
+    Service fields report their alias (``<PREFIX><FIELD>``, :func:`service_config`);
+    CommonSettings' fields ``CASESTREAM_<FIELD>``.
+    """
+    prefix = str(settings_class.model_config.get("env_prefix") or "")
+    lines = []
+    for err in error.errors():
+        loc = str(err["loc"][0]) if err.get("loc") else "?"
+        var = loc if loc.isupper() else prefix + loc.upper()
+        value = err.get("input")
+        shown = f"={value!r}" if isinstance(value, (str, int, float, bool)) else ""
+        lines.append(f"{var}{shown}: {err['msg']}")
+    return ConfigError("; ".join(lines))
+
+
+def describe_settings_error(error: ValidationError) -> ConfigError:
+    """:func:`settings_error` for an error whose settings class is known only by name
+    (``error.title``, e.g. raised deep inside a command); ``CASESTREAM_`` prefix if unknown."""
+    pending: list[type] = [BaseSettings]
+    while pending:
+        cls = pending.pop()
+        if cls.__name__ == error.title and issubclass(cls, BaseSettings):
+            return settings_error(error, cls)
+        pending.extend(cls.__subclasses__())
+    return settings_error(error, CommonSettings)
