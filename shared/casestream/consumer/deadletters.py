@@ -37,12 +37,10 @@ import uuid
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
+from casestream.consumer.records import Headers, Record
 from casestream.errors import CasestreamError
-
-if TYPE_CHECKING:  # at run time imported where used: casestream.consumer imports this module
-    from casestream.consumer.records import Headers, Record
 
 DLQ_PREFIX = "dlq."
 H_TOPIC = "dlq.original.topic"
@@ -265,8 +263,6 @@ def read_topic(bootstrap: str, topic: str, *, timeout_s: float = 10.0,
 
 def record_from_message(msg: Any) -> Record:
     """Copy a ``confluent_kafka.Message`` into a :class:`Record`."""
-    from casestream.consumer.records import Record
-
     ts_type, ts = msg.timestamp()
     return Record(
         topic=msg.topic(), partition=msg.partition(), offset=msg.offset(), key=msg.key(),

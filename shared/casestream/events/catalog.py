@@ -199,7 +199,7 @@ class Catalog:
 
 
 def default_schemas_dir() -> Path:
-    """The repository's ``schemas/`` folder (``shared/casestream/../../schemas``)."""
+    """The repository's ``schemas/`` folder (``shared/casestream/events/../../../schemas``)."""
     return Path(__file__).resolve().parents[3] / "schemas"
 
 

@@ -226,3 +226,13 @@ def save(conn: Any, projection: str, offsets: Mapping[tuple[str, int], int],
                      (projection, json.dumps([(t, i, v) for (t, i), v in guard.items()])))
     conn.execute("UPDATE replay_run SET events_applied = events_applied + %s, updated_at = now()"
                  " WHERE projection = %s", (applied, projection))
+
+
+def fast_commits(conn: Any) -> None:
+    """``synchronous_commit = off`` for the rebuild batches of this session.
+
+    Safe here: a batch's shadow rows and its checkpoint are one transaction, so a database
+    crash loses them together (WAL order) and the rerun resumes from an earlier checkpoint;
+    nothing outside the database has seen them. The swap transaction sets it back on.
+    """
+    conn.execute("SET synchronous_commit = off")

@@ -44,24 +44,16 @@ from psycopg import sql
 from casestream.errors import PoisonMessageError
 from casestream.consumer.guard import FirstSeenPolicy
 from casestream.replay import checkpoint
+from casestream.replay.checkpoint import fast_commits
 from casestream.replay.applier import Planned, ReplayApplier
 from casestream.replay.errors import ReplayConfigError, ReplayError
+from casestream.replay.parallel import run_workers
 from casestream.replay.positions import EndSpec, StartSpec
 from casestream.replay.progress import Progress, ProgressReporter
 from casestream.replay.projection import ProjectionSpec, replay_handlers
 from casestream.replay.source import TP, KafkaSource
 
 log = logging.getLogger("casestream.replay")
-
-def fast_commits(conn: Any) -> None:
-    """``synchronous_commit = off`` for the rebuild batches of this session.
-
-    Safe here: a batch's shadow rows and its checkpoint are one transaction, so a database
-    crash loses them together (WAL order) and the rerun resumes from an earlier checkpoint;
-    nothing outside the database has seen them. The swap transaction sets it back on.
-    """
-    conn.execute("SET synchronous_commit = off")
-
 
 #: Generation-0 threshold of the cyclic garbage collector while a rebuild runs (default 700).
 GC_GEN0_THRESHOLD = 50_000
@@ -319,8 +311,6 @@ class Replayer:
                   options: ReplayOptions) -> None:
         """The bulk in worker processes (``casestream.replay.parallel``), then reload the
         checkpoint they wrote as a resume would."""
-        from casestream.replay.parallel import run_workers
-
         targets = ends if ends is not None else source.high_watermarks(positions)
         done = run_workers(self, options, positions, targets, applier.first_seen, options.workers)
         p = self.progress

@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 import psycopg
 
 from casestream.replay import checkpoint
+from casestream.replay.checkpoint import fast_commits
 from casestream.replay.applier import ReplayApplier
 from casestream.replay.errors import ReplayError
 from casestream.replay.progress import Progress
@@ -110,8 +111,6 @@ def _die_with_parent() -> None:
 
 def _worker(replayer: Replayer, positions: dict[TP, int], ends: dict[TP, int],
             first_seen: Any, options: ReplayOptions, queue: Any) -> None:
-    from casestream.replay.engine import fast_commits
-
     code = 1
     try:
         _die_with_parent()

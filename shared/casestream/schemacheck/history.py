@@ -17,8 +17,7 @@ import subprocess
 from pathlib import Path
 
 from casestream.events.catalog import Catalog, CatalogError, load_catalog
-from casestream.schemacheck.model import CheckInputError, Finding
-from casestream.schemacheck.runner import finding_for
+from casestream.schemacheck.model import CheckInputError, Finding, finding_for
 
 __all__ = ["compare_to_ref"]
 

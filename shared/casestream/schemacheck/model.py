@@ -9,12 +9,14 @@ down): exit 2.
 
 from __future__ import annotations
 
+import re
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from casestream.errors import SchemaError
+from casestream.schemacheck.rules import hint_for
 
-__all__ = ["EXIT_INCOMPATIBLE", "EXIT_INPUT", "EXIT_OK", "CheckInputError", "Finding", "Report"]
+__all__ = ["EXIT_INCOMPATIBLE", "EXIT_INPUT", "EXIT_OK", "CheckInputError", "Finding", "Report", "finding_for", "line_of"]
 
 EXIT_OK = 0
 EXIT_INCOMPATIBLE = 1
@@ -89,3 +91,43 @@ class Report:
     def exit_code(self) -> int:
         """0 when there is no error finding, else 1."""
         return EXIT_INCOMPATIBLE if self.errors else EXIT_OK
+
+
+def line_of(text: str, path: str) -> int:
+    """1-based line of the declaration of the last field in ``path`` inside ``text`` (1 if not found)."""
+    name = path.rsplit(".", 1)[-1] if path else ""
+    if name:
+        m = re.search(r'"name"\s*:\s*"' + re.escape(name) + '"', text)
+        if m:
+            return text.count("\n", 0, m.start()) + 1
+    return 1
+
+
+def finding_for(
+    rule: str,
+    *,
+    subject: str,
+    versions: str,
+    path: str,
+    message: str,
+    mode: str = "",
+    file: str = "",
+    text: str = "",
+    severity: str = "error",
+    hint: str | None = None,
+    diff: str = "",
+) -> Finding:
+    """Build a :class:`Finding`, filling the default hint of ``rule`` and the line of ``path`` in ``text``."""
+    return Finding(
+        rule=rule,
+        subject=subject,
+        versions=versions,
+        path=path,
+        message=message,
+        hint=hint if hint is not None else hint_for(rule),
+        mode=mode,
+        severity=severity,
+        file=file,
+        line=line_of(text, path) if text else 0,
+        diff=diff,
+    )

@@ -17,11 +17,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from casestream.events.catalog import Catalog, same_schema
 from casestream.errors import RegistryUnavailable, SchemaError
+from casestream.events.catalog import Catalog, same_schema
+from casestream.events.registry import ConfluentSchemaRegistry
 from casestream.schemacheck.compat import check_pair, pairs_for_level, parse_avro
-from casestream.schemacheck.model import CheckInputError, Finding
-from casestream.schemacheck.runner import finding_for
+from casestream.schemacheck.model import CheckInputError, Finding, finding_for
 
 __all__ = ["compare_to_registry", "open_registry"]
 
@@ -29,8 +29,6 @@ __all__ = ["compare_to_registry", "open_registry"]
 def open_registry(registry: Any) -> Any:
     """A SchemaRegistry from a URL (fail-fast client: 5 s timeout, no retries) or the object itself."""
     if isinstance(registry, str):
-        from casestream.events.registry import ConfluentSchemaRegistry
-
         try:
             return ConfluentSchemaRegistry(registry, timeout=5.0, max_retries=0)
         except RegistryUnavailable as e:

@@ -11,7 +11,6 @@ a :class:`~casestream.schemacheck.model.Report` otherwise (exit 0 or 1).
 
 from __future__ import annotations
 
-import re
 import time
 from collections.abc import Iterable
 from pathlib import Path
@@ -22,57 +21,17 @@ from fastavro import parse_schema
 from casestream.events.catalog import Catalog, CatalogError, SubjectSpec, load_catalog
 from casestream.schemacheck.compat import check_history, parse_avro
 from casestream.schemacheck.lint import lint_schema
-from casestream.schemacheck.model import CheckInputError, Finding, Report
-from casestream.schemacheck.rules import hint_for
+from casestream.schemacheck.history import compare_to_ref
+from casestream.schemacheck.model import CheckInputError, Finding, Report, finding_for, line_of
+from casestream.schemacheck.remote import compare_to_registry
+from casestream.upcasters import default_upcasters
 
 __all__ = ["check_catalog", "finding_for", "line_of", "load_for_check", "upcaster_findings"]
-
-
-def line_of(text: str, path: str) -> int:
-    """1-based line of the declaration of the last field in ``path`` inside ``text`` (1 if not found)."""
-    name = path.rsplit(".", 1)[-1] if path else ""
-    if name:
-        m = re.search(r'"name"\s*:\s*"' + re.escape(name) + '"', text)
-        if m:
-            return text.count("\n", 0, m.start()) + 1
-    return 1
-
-
-def finding_for(
-    rule: str,
-    *,
-    subject: str,
-    versions: str,
-    path: str,
-    message: str,
-    mode: str = "",
-    file: str = "",
-    text: str = "",
-    severity: str = "error",
-    hint: str | None = None,
-    diff: str = "",
-) -> Finding:
-    """Build a :class:`Finding`, filling the default hint of ``rule`` and the line of ``path`` in ``text``."""
-    return Finding(
-        rule=rule,
-        subject=subject,
-        versions=versions,
-        path=path,
-        message=message,
-        hint=hint if hint is not None else hint_for(rule),
-        mode=mode,
-        severity=severity,
-        file=file,
-        line=line_of(text, path) if text else 0,
-        diff=diff,
-    )
 
 
 def upcaster_findings(catalog: Catalog, subjects: Iterable[str], display: str) -> list[Finding]:
     """One ``upcaster-missing`` error per version N > 1 of ``subjects`` that casestream's
     upcaster chain (:func:`casestream.upcasters.default_upcasters`) cannot reach from N-1."""
-    from casestream.upcasters import default_upcasters
-
     steps = set(default_upcasters().steps())
     out = []
     for subject in subjects:
@@ -225,12 +184,8 @@ def check_catalog(
         report.findings.extend(sc.compat(sc.parse(), report))
     report.findings.extend(upcaster_findings(catalog, wanted, display))
     if against:
-        from casestream.schemacheck.history import compare_to_ref
-
         report.findings.extend(compare_to_ref(catalog, schemas_dir, against, display=display, subjects=wanted))
     if registry is not None:
-        from casestream.schemacheck.remote import compare_to_registry
-
         report.findings.extend(compare_to_registry(catalog, registry, display=display, subjects=wanted))
     report.seconds = time.perf_counter() - started
     return report
