@@ -1,0 +1,246 @@
+"""Import rules, checked on the source (AST; nothing is imported):
+
+(a) services/ (and examples/) import casestream only through package names;
+(b) each driver is imported only by the library modules that own it, and in services/ only
+    by adapters/ and bootstrap.py;
+(c) the casestream packages do not import each other in a cycle.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.unit
+
+ROOT = Path(__file__).resolve().parents[2]
+LIBRARY = ROOT / "shared" / "casestream"
+CLIENTS = [d for d in (ROOT / "services", ROOT / "examples") if d.is_dir()]
+
+
+def _module_name(path: Path) -> str:
+    base = ROOT / "shared" if path.is_relative_to(LIBRARY) else ROOT
+    parts = list(path.relative_to(base).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def _is_package(module: str) -> bool:
+    return (ROOT / "shared" / Path(*module.split(".")) / "__init__.py").is_file()
+
+
+def _is_module(module: str) -> bool:
+    rel = Path(*module.split("."))
+    return _is_package(module) or (ROOT / "shared" / rel.with_suffix(".py")).is_file()
+
+
+def _imports(path: Path) -> Iterator[tuple[str, list[str], int]]:
+    """(module, imported names, line) for every absolute import, at any nesting level."""
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
+        if isinstance(node, ast.Import):
+            for a in node.names:
+                yield a.name, [], node.lineno
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            yield node.module, [a.name for a in node.names], node.lineno
+
+
+def _files(*dirs: Path) -> list[Path]:
+    return [p for d in dirs for p in sorted(d.rglob("*.py"))]
+
+
+# -- (a) services import package names only ------------------------------------------------
+# Allowed: casestream.<package> and the root modules (casestream.errors, casestream.migrations,
+# casestream.upcasters, casestream.retry); not casestream.<package>.<module>.
+
+#: Submodules a package publishes as a namespace (listed in its ``__all__``), with the reason.
+NAMESPACE_MODULES = {
+    ("casestream.service", "wiring"): "bootstraps compose through wiring.groundwork(...), "
+                                      "wiring.consumer_runtime(...): one namespace, not 15 names",
+}
+
+
+def _submodule_uses(path: Path) -> list[str]:
+    bad = []
+    for module, names, line in _imports(path):
+        if module != "casestream" and not module.startswith("casestream."):
+            continue
+        where = f"{path.relative_to(ROOT) if path.is_relative_to(ROOT) else path}:{line}"
+        if module.count(".") > 1 and not _is_package(module):  # root modules (errors) are top-level names
+            bad.append(f"{where}: {module} is a module, import from its package")
+            continue
+        for name in names:
+            sub = f"{module}.{name}"
+            if module != "casestream" and _is_module(sub) and (module, name) not in NAMESPACE_MODULES:
+                bad.append(f"{where}: from {module} import {name} (a submodule)")
+    return bad
+
+
+def test_clients_import_casestream_through_packages_only() -> None:
+    bad = [b for p in _files(*CLIENTS) for b in _submodule_uses(p)]
+    assert not bad, "\n".join(bad)
+
+
+def test_the_client_rule_sees_a_submodule_import(tmp_path: Path) -> None:
+    probe = tmp_path / "probe.py"
+    probe.write_text("from casestream.events.codec import EnvelopeCodec\n"
+                     "from casestream.events import codec\nfrom casestream.events import Envelope\n")
+    assert len(_submodule_uses(probe)) == 2
+
+
+# -- (b) drivers are imported by their owners only ------------------------------------------
+
+#: Library modules (exact names; a trailing ".*" covers a package) allowed to import each driver.
+DRIVER_OWNERS: dict[str, set[str]] = {
+    "confluent_kafka": {
+        "casestream.kafka.*",
+        "casestream.outbox.relay.batch", "casestream.outbox.relay.classify", "casestream.outbox.relay.core",
+        "casestream.consumer.runtime", "casestream.consumer.deadletters",
+        "casestream.events.registry",            # the schema-registry client
+        "casestream.replay.source", "casestream.replay.status",
+        "casestream.telemetry.core", "casestream.telemetry.readiness",
+        "casestream.cli.dlq", "casestream.cli.status",
+        "casestream.testing.*",
+    },
+    "psycopg": {
+        "casestream.migrations",
+        "casestream.outbox.writer", "casestream.outbox.relay.__main__", "casestream.outbox.relay.core",
+        "casestream.outbox.relay.leases", "casestream.outbox.relay.store",
+        "casestream.consumer.batch_fast", "casestream.consumer.failures",
+        "casestream.http.pgdeadline",
+        "casestream.replay.checkpoint", "casestream.replay.engine", "casestream.replay.parallel",
+        "casestream.replay.status",
+        "casestream.service.settings",           # psycopg.conninfo: DSN parsing
+        "casestream.service.wiring",
+        "casestream.cli.outbox",
+        "casestream.testing.*",
+    },
+    "psycopg_pool": {
+        "casestream.http.pgdeadline", "casestream.outbox.relay.core", "casestream.service.wiring",
+        "casestream.testing.*",
+    },
+    "starlette": {"casestream.http.*", "casestream.telemetry.http", "casestream.service.process"},
+    "fastavro": {"casestream.events.codec", "casestream.schemacheck.runner"},
+    "uvicorn": {"casestream.service.process"},
+}
+#: Drivers a service may import itself (in adapters/ and bootstrap.py only); the others go
+#: through casestream.
+SERVICE_DRIVERS = {"psycopg", "psycopg_pool", "starlette"}
+
+
+def _owns(module: str, owners: set[str]) -> bool:
+    return any(module == o or (o.endswith(".*") and module.startswith(o[:-1])) for o in owners)
+
+
+def _driver_violations(paths: list[Path]) -> list[str]:
+    bad = []
+    for path in paths:
+        name = _module_name(path)
+        parts = path.relative_to(ROOT).parts
+        for module, _, line in _imports(path):
+            driver = module.split(".")[0]
+            if driver not in DRIVER_OWNERS:
+                continue
+            where = f"{path.relative_to(ROOT)}:{line}: {module}"
+            if name.startswith("casestream"):
+                if not _owns(name, DRIVER_OWNERS[driver]):
+                    bad.append(f"{where} (not an owner of {driver})")
+            elif parts[0] == "services":
+                in_edge = len(parts) > 2 and (parts[2] == "adapters" or parts[2] == "bootstrap.py")
+                if driver not in SERVICE_DRIVERS or not in_edge:
+                    bad.append(f"{where} (services import {driver} only in adapters/ and bootstrap.py)"
+                               if driver in SERVICE_DRIVERS else f"{where} (services use {driver} through casestream)")
+    return bad
+
+
+def test_drivers_are_imported_only_by_their_owners() -> None:
+    bad = _driver_violations(_files(LIBRARY, *CLIENTS))
+    assert not bad, "\n".join(bad)
+
+
+def test_every_owner_entry_still_imports_its_driver() -> None:
+    """Keeps the allowlist tight: an entry whose module no longer needs the driver goes."""
+    used: dict[str, set[str]] = {d: set() for d in DRIVER_OWNERS}
+    for path in _files(LIBRARY):
+        for module, _, _ in _imports(path):
+            if module.split(".")[0] in used:
+                used[module.split(".")[0]].add(_module_name(path))
+    stale = [f"{d}: {o}" for d, owners in DRIVER_OWNERS.items() for o in owners
+             if not o.endswith(".*") and o not in used[d]]
+    assert not stale, "allowlisted but no longer importing the driver:\n" + "\n".join(stale)
+
+
+# -- (c) no import cycle between packages ----------------------------------------------------
+
+#: Package-level edges that close a cycle today, each with its reason. Empty: there are none.
+KNOWN_CYCLE_EDGES: dict[tuple[str, str], str] = {}
+
+
+def _unit(module: str) -> str:
+    """The package (``casestream.events``) or root module (``casestream.errors``) of ``module``."""
+    parts = module.split(".")
+    return ".".join(parts[:2]) if len(parts) > 1 else module
+
+
+def package_graph() -> dict[str, set[str]]:
+    """Edges between casestream packages from every import (module level, function level and
+    TYPE_CHECKING alike). ``__main__`` modules are left out: they are entry points that
+    nothing imports (``schemacheck/__main__`` runs the CLI's ``schemas`` group)."""
+    graph: dict[str, set[str]] = {}
+    for path in _files(LIBRARY):
+        if path.name == "__main__.py":
+            continue
+        src = _unit(_module_name(path))
+        graph.setdefault(src, set())
+        for module, names, _ in _imports(path):
+            if module != "casestream" and not module.startswith("casestream."):
+                continue
+            targets = [f"{module}.{n}" for n in names] if module == "casestream" else [module]
+            for target in targets:
+                dst = _unit(target)
+                if dst != src and dst != "casestream":
+                    graph[src].add(dst)
+    for edge in KNOWN_CYCLE_EDGES:
+        graph.get(edge[0], set()).discard(edge[1])
+    return graph
+
+
+def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    state: dict[str, int] = {}
+    stack: list[str] = []
+
+    def visit(node: str) -> list[str] | None:
+        state[node] = 1
+        stack.append(node)
+        for nxt in sorted(graph.get(node, ())):
+            if state.get(nxt) == 1:
+                return stack[stack.index(nxt):] + [nxt]
+            if nxt not in state and (found := visit(nxt)):
+                return found
+        stack.pop()
+        state[node] = 2
+        return None
+
+    for node in sorted(graph):
+        if node not in state and (found := visit(node)):
+            return found
+    return None
+
+
+def test_the_graph_has_the_packages() -> None:
+    graph = package_graph()
+    assert "casestream.events" in graph["casestream.consumer"]
+    assert "casestream.outbox" in graph["casestream.service"]
+
+
+def test_packages_import_each_other_without_cycles() -> None:
+    cycle = find_cycle(package_graph())
+    assert cycle is None, "import cycle between packages: " + " -> ".join(cycle or [])
+
+
+def test_find_cycle_sees_a_cycle() -> None:
+    assert find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
+    assert find_cycle({"a": {"b"}, "b": set()}) is None
