@@ -44,6 +44,7 @@ Decoder = Callable[[bytes, Any], Any]
 
 
 def _settings() -> Any:
+    # lazy (start-up cost): loaded when this command runs, not for every CLI call
     from casestream.service.settings import CommonSettings
 
     return CommonSettings()
@@ -58,6 +59,7 @@ def _decoder(ctx: click.Context, registry_url: str | None) -> Any:
     given = (ctx.obj or {}).get("decoder")
     if given is not None:
         return given
+    # lazy (start-up cost): loaded when this command runs, not for every CLI call
     from casestream.events.catalog import load_catalog
     from casestream.events.codec import EnvelopeCodec
     from casestream.events.registry import ConfluentSchemaRegistry
@@ -83,6 +85,7 @@ def _read(bootstrap: str, consumer: str) -> list[Record]:
 
 def _dlq_consumers(bootstrap: str) -> list[str]:
     """Consumer names that have a ``<consumer>.dlq`` topic (empty if Kafka does not answer)."""
+    # lazy (start-up cost): loaded when this command runs, not for every CLI call
     from confluent_kafka import KafkaException
     from confluent_kafka.admin import AdminClient
 

@@ -44,6 +44,7 @@ class _LazyGroup(click.Group):
     def invoke(self, ctx: click.Context) -> object:
         # Settings are read inside the commands; a bad variable must read as one line naming
         # it, not as a traceback (casestream.service.settings.settings_error).
+        # lazy (start-up cost): pydantic and the settings load when a command runs, not for --help
         from pydantic import ValidationError
 
         from casestream.errors import ConfigError

@@ -34,6 +34,7 @@ SERVICES = ("case", "decision", "notification", "audit", "saga")
 
 
 def _settings() -> Any:
+    # lazy (start-up cost): loaded when this command runs, not for every CLI call
     from casestream.service.settings import CommonSettings
 
     return CommonSettings()
@@ -79,6 +80,7 @@ def outbox() -> None:
 @click.option("--json", "as_json", is_flag=True, help="one JSON object per database")
 def status(services: tuple[str, ...], dsns: tuple[str, ...], as_json: bool) -> None:
     """Pending and failed rows, oldest pending age (s), relay instances and their shards."""
+    # lazy (start-up cost): loaded when this command runs, not for every CLI call
     from casestream.outbox.relay.store import stats
 
     failures = 0
@@ -140,6 +142,7 @@ def list_rows(service: str | None, dsn: str | None, row_status: str, limit: int)
 def _decode(payload: bytes) -> tuple[str, Any]:
     """Return ("decoded", dict) via the codec, or ("raw", text) when decoding is unavailable."""
     try:
+        # lazy (start-up cost): loaded when this command runs, not for every CLI call
         from casestream.events.catalog import load_catalog
         from casestream.events.codec import EnvelopeCodec
         from casestream.events.registry import ConfluentSchemaRegistry

@@ -37,6 +37,7 @@ import click
 def replay(projection: str | None, list_: bool, from_: str, to: str, dry_run: bool,
            batch_size: int, workers: int, restart: bool, dsn: str | None) -> None:
     """Rebuild PROJECTION into shadow tables in REPLAY mode, swap and hand over to live."""
+    # lazy (start-up cost): loaded when this command runs, not for every CLI call
     from casestream.replay import (
         ProgressReporter,
         Replayer,
@@ -46,10 +47,12 @@ def replay(projection: str | None, list_: bool, from_: str, to: str, dry_run: bo
         parse_from,
         parse_to,
     )
+    # lazy (start-up cost): loaded when this command runs, not for every CLI call
     from casestream.service.settings import CommonSettings
 
     settings = CommonSettings()
     if list_:
+        # lazy (start-up cost): loaded when this command runs, not for every CLI call
         from casestream.replay.status import kafka_problem, project_status
 
         problem = kafka_problem(settings.kafka_bootstrap)
@@ -69,6 +72,7 @@ def replay(projection: str | None, list_: bool, from_: str, to: str, dry_run: bo
         raise click.UsageError(str(e)) from e
     codec = _codec(settings)
     try:
+        # lazy (start-up cost): loaded when this command runs, not for every CLI call
         from casestream.events.catalog import load_catalog
 
         replayer = Replayer(spec, codec=codec, dsn=dsn or spec.dsn(),
@@ -92,6 +96,7 @@ def replay(projection: str | None, list_: bool, from_: str, to: str, dry_run: bo
 
 
 def _codec(settings: object) -> object:
+    # lazy (start-up cost): loaded when this command runs, not for every CLI call
     from casestream.events.catalog import load_catalog
     from casestream.events.codec import EnvelopeCodec
     from casestream.events.registry import ConfluentSchemaRegistry

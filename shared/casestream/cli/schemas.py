@@ -24,6 +24,7 @@ __all__ = ["main", "schemas"]
 def _default_dir() -> str:
     if Path("schemas", "catalog.toml").is_file():
         return "schemas"
+    # lazy (start-up cost): loaded when this command runs, not for every CLI call
     from casestream.events.catalog import default_schemas_dir
 
     return str(default_schemas_dir())
@@ -87,6 +88,7 @@ def register(schemas_dir: str | None, registry: str, subjects: tuple[str, ...], 
     changes nothing. Exit 0 done, 1 catalog incompatible or registry refused, 2 bad input or
     registry down.
     """
+    # lazy (start-up cost): loaded when this command runs, not for every CLI call
     from casestream.errors import IncompatibleSchemaError, RegistryUnavailable, SchemaError
     from casestream.events.registry import ConfluentSchemaRegistry, register_catalog
     from casestream.schemacheck.runner import load_for_check

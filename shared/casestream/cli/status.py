@@ -156,6 +156,7 @@ def kafka_lag(bootstrap: str, groups: Sequence[str], timeout_s: float = 5.0) -> 
     Raises:
         RuntimeError: Kafka did not answer within ``timeout_s``.
     """
+    # lazy (start-up cost): loaded when this command runs, not for every CLI call
     from confluent_kafka import Consumer, ConsumerGroupTopicPartitions, TopicPartition
     from confluent_kafka.admin import AdminClient
 
@@ -205,6 +206,7 @@ def status(urls: tuple[str, ...], no_kafka: bool, as_json: bool) -> None:
         bases[name] = base.rstrip("/")
     lags: dict[str, float] = {}
     if not no_kafka:
+        # lazy (start-up cost): loaded when this command runs, not for every CLI call
         from casestream.service.settings import CommonSettings
 
         try:

@@ -161,6 +161,7 @@ class KafkaDeadLetters:
 
     def __init__(self, producer_config: dict[str, Any], topic: str, consumer: str,
                  *, flush_timeout_s: float = 30.0) -> None:
+        # lazy (start-up cost): confluent_kafka loads when a client is built
         from confluent_kafka import Producer
 
         conf = {"acks": "all", "enable.idempotence": True, "linger.ms": 5, **producer_config}
@@ -219,6 +220,7 @@ def read_topic(bootstrap: str, topic: str, *, timeout_s: float = 10.0,
     Raises:
         DeadLetterError: the topic does not exist or the broker did not answer within ``timeout_s``.
     """
+    # lazy (start-up cost): confluent_kafka loads when a client is built
     from confluent_kafka import Consumer, TopicPartition
 
     conf = {"bootstrap.servers": bootstrap, "group.id": f"casestream-dlq-reader-{uuid.uuid4()}",
@@ -291,6 +293,7 @@ def redrive(bootstrap: str, records: Sequence[Record], redrive_topic: str, *,
     Raises:
         DeadLetterError: a delivery failed.
     """
+    # lazy (start-up cost): confluent_kafka loads when a client is built
     from confluent_kafka import Producer
 
     stamp = iso((now or (lambda: datetime.now(timezone.utc)))())

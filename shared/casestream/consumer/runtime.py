@@ -137,6 +137,7 @@ class ConsumerRuntime:
 
     def run(self, stop: threading.Event) -> None:
         """Consume until ``stop`` is set; then finish the batch, commit, leave the group."""
+        # lazy (start-up cost): confluent_kafka loads when a client is built
         from confluent_kafka import Consumer
 
         self._prepare()
@@ -249,6 +250,7 @@ class ConsumerRuntime:
         return {tp: off for tp, off in stray.items() if tp not in result.rewinds}
 
     def _records(self, msgs: list[Any]) -> list[Record]:
+        # lazy (start-up cost): confluent_kafka loads when a client is built
         from confluent_kafka import KafkaError
 
         out: list[Record] = []
@@ -335,6 +337,7 @@ class ConsumerRuntime:
     def _commit_pending(self) -> None:
         if not self._pending or self._consumer is None:
             return
+        # lazy (start-up cost): confluent_kafka loads when a client is built
         from confluent_kafka import KafkaException, TopicPartition
 
         offsets = [TopicPartition(t, p, o) for (t, p), o in self._pending.items()]
@@ -355,6 +358,7 @@ class ConsumerRuntime:
 
     def _rewind(self, tp: TP, offset: int, delay: float) -> None:
         """Pause ``tp``, seek it to ``offset`` (pause first: librdkafka resumes from the seek)."""
+        # lazy (start-up cost): confluent_kafka loads when a client is built
         from confluent_kafka import TopicPartition
 
         self._pause([tp])
@@ -365,6 +369,7 @@ class ConsumerRuntime:
             log.warning("%s: seek %s[%d] to %d failed: %s", self.name, tp[0], tp[1], offset, e)
 
     def _pause(self, tps: list[TP]) -> None:
+        # lazy (start-up cost): confluent_kafka loads when a client is built
         from confluent_kafka import TopicPartition
 
         if tps:
@@ -374,6 +379,7 @@ class ConsumerRuntime:
                 log.warning("%s: pause failed: %s", self.name, e)
 
     def _resume(self, tps: list[TP]) -> None:
+        # lazy (start-up cost): confluent_kafka loads when a client is built
         from confluent_kafka import TopicPartition
 
         if tps:
@@ -460,6 +466,7 @@ class ConsumerRuntime:
 def ensure_topics(bootstrap: str, topics: Sequence[str], *, partitions: int = 1,
                   timeout_s: float = 15.0) -> None:
     """Create ``topics`` if missing (broker default replication factor). Idempotent."""
+    # lazy (start-up cost): confluent_kafka loads when a client is built
     from confluent_kafka import KafkaError, KafkaException
     from confluent_kafka.admin import AdminClient, NewTopic
 

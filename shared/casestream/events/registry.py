@@ -111,6 +111,7 @@ class ConfluentSchemaRegistry:
     def __init__(self, url: str, *, timeout: float = 10.0, max_retries: int = 2, client: Any = None):
         self.url = url
         if client is None:
+            # lazy (start-up cost): the registry client loads on first use; the catalog-only users skip it
             from confluent_kafka.schema_registry import SchemaRegistryClient
 
             try:
@@ -134,6 +135,7 @@ class ConfluentSchemaRegistry:
     @contextmanager
     def _translated(self, what: str) -> Iterator[None]:
         """Map driver errors to casestream.errors (the one translation boundary)."""
+        # lazy (start-up cost): the registry client loads on first use; the catalog-only users skip it
         from confluent_kafka.schema_registry.common._httpx_compat import httpx  # httpx or httpx2
         from confluent_kafka.schema_registry.error import OAuthTokenError, SchemaRegistryError
 
@@ -156,6 +158,7 @@ class ConfluentSchemaRegistry:
             raise RegistryUnavailable(f"{self.url}: {what}: unparseable registry answer: {e}") from e
 
     def _schema(self, schema: Mapping[str, Any]) -> Any:
+        # lazy (start-up cost): the registry client loads on first use; the catalog-only users skip it
         from confluent_kafka.schema_registry import Schema
 
         return Schema(schema_text(schema), "AVRO")

@@ -59,6 +59,7 @@ _KAFKA_LOG.propagate = False
 def kafka_problem(bootstrap: str, timeout_s: float = 5.0) -> str | None:
     """None if the brokers at ``bootstrap`` answer a metadata request within ``timeout_s``
     seconds, else one line saying why not."""
+    # lazy (start-up cost): drivers load only when a status probe runs
     from confluent_kafka import KafkaException
     from confluent_kafka.admin import AdminClient
 
@@ -73,6 +74,7 @@ def kafka_problem(bootstrap: str, timeout_s: float = 5.0) -> str | None:
 
 def consumer_lag(bootstrap: str, group: str, topics: tuple[str, ...]) -> int | None:
     """Sum over partitions of high watermark - committed offset of ``group`` (None if unknown)."""
+    # lazy (start-up cost): drivers load only when a status probe runs
     from confluent_kafka import Consumer, TopicPartition
 
     c = Consumer({"bootstrap.servers": bootstrap, "group.id": group,
@@ -99,6 +101,7 @@ def project_status(bootstrap: str, dsns: Mapping[str, str] | None = None,
                    known: Mapping[str, str] = KNOWN, *, with_lag: bool = True) -> list[ProjectionStatus]:
     """Status of every known projection; ``dsns`` overrides a projection's database URL;
     ``with_lag`` False skips the consumer lag (Kafka known to be unreachable)."""
+    # lazy (start-up cost): drivers load only when a status probe runs
     import psycopg
 
     out = []

@@ -27,7 +27,7 @@ from starlette.concurrency import run_in_threadpool
 from starlette.routing import Route
 
 from casestream import telemetry
-from casestream.errors import ConfigError
+from casestream.errors import CasestreamError, ConfigError
 from casestream.telemetry.http import TracingMiddleware
 from casestream.telemetry.logs import JsonFormatter
 from casestream.telemetry.settings import TelemetrySettings
@@ -213,8 +213,6 @@ def run_service(build: Callable[[], ServiceProcess]) -> None:
     Start-up errors from casestream (bad settings, missing schema ids, unreachable database)
     are printed as one line, without a traceback, and exit with status 2.
     """
-    from casestream.errors import CasestreamError
-
     try:
         process = build()
     except CasestreamError as e:

@@ -64,6 +64,7 @@ class CommonSettings(BaseSettings):
     @field_validator("pg_url")
     @classmethod
     def _postgres_url(cls, value: str) -> str:
+        # lazy (start-up cost): psycopg only when a DSN is parsed
         from psycopg.conninfo import conninfo_to_dict
 
         try:

@@ -250,6 +250,7 @@ def _behind(kafka_consumer: Any, topic: str, partition: int, offset: int) -> flo
     if kafka_consumer is None:
         return 0.0
     try:
+        # lazy (start-up cost): confluent_kafka only when consumer lag is probed
         from confluent_kafka import TopicPartition
 
         _, high = kafka_consumer.get_watermark_offsets(TopicPartition(topic, partition),

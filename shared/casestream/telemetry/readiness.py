@@ -28,6 +28,7 @@ def kafka_check(bootstrap: str, timeout_s: float = 2.0) -> Callable[[], None]:
     holder: list[object] = []
 
     def check() -> None:
+        # lazy (start-up cost): confluent_kafka only when the Kafka check runs
         from confluent_kafka.admin import AdminClient
 
         try:

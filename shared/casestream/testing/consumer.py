@@ -29,7 +29,7 @@ from dataclasses import dataclass, field, fields
 from datetime import datetime, timezone
 from typing import Any
 
-from casestream.errors import PoisonMessageError
+from casestream.errors import CasestreamError, PoisonMessageError, RetryableError
 from casestream.consumer.handlers import HandlerContext, HandlerKind, HandlerRegistry
 
 from casestream.events.envelope import Envelope
@@ -116,8 +116,6 @@ class EffectsProjection:
         return registry
 
     def handle(self, ctx: HandlerContext, event: Any) -> None:
-        from casestream.errors import RetryableError
-
         eid = event.event_id
         self.calls[eid] = self.calls.get(eid, 0) + 1
         reason = (event.payload or {}).get("reason") if isinstance(event.payload, dict) else None
@@ -153,6 +151,7 @@ def database_dsn(pg_url: str, database: str = "casestream_test") -> str:
 
 def create_topic(bootstrap: str, topic: str, partitions: int = 1) -> None:
     """Create ``topic`` with ``partitions`` (idempotent)."""
+    # lazy (start-up cost): drivers load only in the helpers that use them
     from casestream.consumer.runtime import ensure_topics
 
     ensure_topics(bootstrap, [topic], partitions=partitions)
@@ -162,6 +161,7 @@ def produce(bootstrap: str, topic: str, messages: Sequence[tuple[bytes | None, b
                                                                  Sequence[tuple[str, bytes]]]],
             *, partition: int | None = None) -> None:
     """Produce (key, value, headers) messages in order and wait for every delivery."""
+    # lazy (start-up cost): drivers load only in the helpers that use them
     from confluent_kafka import Producer
 
     p = Producer({"bootstrap.servers": bootstrap, "acks": "all", "enable.idempotence": True,
@@ -187,6 +187,7 @@ def produce_events(bootstrap: str, topic: str, codec: Any, events: Sequence[Enve
 
 def committed(bootstrap: str, group: str, topic: str, partitions: int = 1) -> dict[int, int]:
     """Committed offsets of ``group`` on ``topic`` (partition -> offset; -1001 = none)."""
+    # lazy (start-up cost): drivers load only in the helpers that use them
     from confluent_kafka import Consumer, TopicPartition
 
     c = Consumer({"bootstrap.servers": bootstrap, "group.id": group,
@@ -250,6 +251,7 @@ class Harness:
     @classmethod
     def create(cls, bootstrap: str, pg_url: str, *, codec: Any = None,
                registry_url: str | None = None, prefix: str = "test.consumer") -> "Harness":
+        # lazy (start-up cost): drivers load only in the helpers that use them
         import psycopg
         from psycopg_pool import ConnectionPool
 
@@ -274,8 +276,10 @@ class Harness:
         return ["--codec", "test"]
 
     def close(self) -> None:
+        # lazy (start-up cost): drivers load only in the helpers that use them
         import psycopg
 
+        # lazy (start-up cost): drivers load only in the helpers that use them
         from casestream.testing.relay import delete_topics
 
         for _rt, thread, stop in self.runtimes:
@@ -289,6 +293,7 @@ class Harness:
         delete_topics(self.bootstrap, (self.topic, f"{self.name}.dlq", f"{self.name}.redrive"))
 
     def settings(self, **kw: Any) -> Any:
+        # lazy (start-up cost): drivers load only in the helpers that use them
         from casestream.consumer.settings import ConsumerSettings, RetryPolicy
 
         base: dict[str, Any] = dict(batch_size=100, poll_timeout_s=0.1, sweep_interval_s=0.2,
@@ -298,6 +303,7 @@ class Harness:
         return ConsumerSettings(**base)
 
     def runtime(self, settings: Any = None, registry: HandlerRegistry | None = None) -> Any:
+        # lazy (start-up cost): drivers load only in the helpers that use them
         from casestream.consumer.runtime import ConsumerRuntime
 
         registry = registry or self.projection.register(HandlerRegistry())
@@ -320,6 +326,7 @@ class Harness:
                 assert not thread.errors, thread.errors  # type: ignore[attr-defined]
 
     def rows(self) -> list[tuple[str, str, int]]:
+        # lazy (start-up cost): drivers load only in the helpers that use them
         import psycopg
 
         with psycopg.connect(self.dsn) as conn:
@@ -334,6 +341,7 @@ class Harness:
         assert got == want, f"{len(got)} effects for {len(want)} events"
 
     def dead_letters(self, count: int, timeout_s: float = 20.0) -> list[Any]:
+        # lazy (start-up cost): drivers load only in the helpers that use them
         from casestream.consumer.deadletters import read_topic
 
         def enough() -> list[Any] | None:
@@ -346,6 +354,7 @@ class Harness:
         return wait_until(enough, timeout_s, 0.3)
 
     def guard(self, aggregate_id: str) -> tuple[str, int] | None:
+        # lazy (start-up cost): drivers load only in the helpers that use them
         import psycopg
 
         with psycopg.connect(self.dsn) as conn:
@@ -361,8 +370,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run one consumer on ``--topic`` into ``--table`` until idle for ``--idle-exit`` seconds."""
     import logging
 
+    # lazy (start-up cost): drivers load only in the helpers that use them
     from psycopg_pool import ConnectionPool
 
+    # lazy (start-up cost): drivers load only in the helpers that use them
     from casestream.consumer.runtime import ConsumerRuntime
     from casestream.consumer.settings import ConsumerSettings
 
@@ -447,9 +458,9 @@ def real_codec(registry_url: str | None, *, fallback: bool = False) -> Any:
     same codec is built over an ``InMemoryRegistry`` instead (ids are deterministic — catalog
     order — so separate processes agree on them). ``codec.registry_kind`` says which was used.
     """
+    # lazy (start-up cost): drivers load only in the helpers that use them
     from casestream.events.catalog import load_catalog
     from casestream.events.codec import EnvelopeCodec
-    from casestream.errors import CasestreamError
     from casestream.events.registry import ConfluentSchemaRegistry, InMemoryRegistry
     from casestream.upcasters import default_upcasters
 
