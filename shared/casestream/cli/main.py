@@ -14,8 +14,12 @@ load Kafka or PostgreSQL drivers it does not need::
 from __future__ import annotations
 
 import importlib
+import sys
 
 import click
+
+#: What a base install (``pip install casestream``: the schema gate only) lacks for the rest.
+SERVICE_EXTRA_HINT = "pip install 'casestream[service]'"
 
 _GROUPS: dict[str, tuple[str, str, str]] = {
     "schemas": ("casestream.cli.schemas", "schemas", "Check and register the Avro schema catalog."),
@@ -40,22 +44,33 @@ class ConfigurationError(click.ClickException):
     exit_code = 2
 
 
+def _needs_extra(cmd_name: str, e: ModuleNotFoundError) -> ConfigurationError:
+    """A third-party module missing: one line naming the extra, exit status 2."""
+    if (e.name or "").partition(".")[0] in ("casestream", "services", ""):
+        raise e
+    return ConfigurationError(f"'{cmd_name}' needs the service packages ({e.name} is not "
+                              f"installed): {SERVICE_EXTRA_HINT}")
+
+
 class _LazyGroup(click.Group):
     def invoke(self, ctx: click.Context) -> object:
         # Settings are read inside the commands; a bad variable must read as one line naming
         # it, not as a traceback (casestream.service.settings.settings_error).
-        # lazy (start-up cost): pydantic and the settings load when a command runs, not for --help
-        from pydantic import ValidationError
-
         from casestream.errors import ConfigError
-        from casestream.service.settings import describe_settings_error
 
         try:
             return super().invoke(ctx)
-        except ValidationError as e:
-            raise ConfigurationError(str(describe_settings_error(e))) from None
         except ConfigError as e:
             raise ConfigurationError(str(e)) from None
+        except ModuleNotFoundError as e:
+            raise _needs_extra(ctx.invoked_subcommand or "casestream", e) from None
+        except Exception as e:
+            pydantic = sys.modules.get("pydantic")  # not imported: e is not its ValidationError
+            if pydantic is None or not isinstance(e, pydantic.ValidationError):
+                raise
+            from casestream.service.settings import describe_settings_error
+
+            raise ConfigurationError(str(describe_settings_error(e))) from None
 
     def list_commands(self, ctx: click.Context) -> list[str]:
         return sorted(_GROUPS)
@@ -68,7 +83,7 @@ class _LazyGroup(click.Group):
             module = importlib.import_module(module_name)
         except ModuleNotFoundError as e:
             if e.name != module_name:
-                raise
+                raise _needs_extra(cmd_name, e) from None
 
             @click.command(cmd_name, help=f"{help_text} (not available in this build)")
             def unavailable() -> None:
@@ -84,6 +99,7 @@ class _LazyGroup(click.Group):
 
 
 @click.group(cls=_LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="casestream", prog_name="casestream", message="%(prog)s %(version)s")
 def main() -> None:
     """casestream: event-driven case management on Kafka.
 
@@ -91,3 +107,7 @@ def main() -> None:
     catalog in CI. Endpoints come from CASESTREAM_* environment variables
     (CASESTREAM_KAFKA_BOOTSTRAP, CASESTREAM_REGISTRY_URL, CASESTREAM_PG_URL).
     """
+
+
+if __name__ == "__main__":
+    main(prog_name="casestream")

@@ -69,6 +69,12 @@ def check(schemas_dir: str | None, against: str | None, registry: str | None, su
     except CheckInputError as e:
         _fail_input(e, verbose)
         return
+    except ModuleNotFoundError as e:  # --registry on a base install: no registry client
+        if registry is None:
+            raise
+        _fail_input(CheckInputError(f"--registry needs the service packages ({e.name} is not "
+                                    "installed): pip install 'casestream[service]'"), verbose)
+        return
     click.echo(render(report, fmt, verbose=verbose))
     sys.exit(report.exit_code)
 

@@ -199,8 +199,11 @@ class Catalog:
 
 
 def default_schemas_dir() -> Path:
-    """The repository's ``schemas/`` folder (``shared/casestream/events/../../../schemas``)."""
-    return Path(__file__).resolve().parents[3] / "schemas"
+    """The suite's schemas folder: the resource package ``services.schemas`` (the top-level
+    ``schemas/`` folder, shipped in the wheel; the checkout's folder in editable installs)."""
+    from importlib.resources import files
+
+    return Path(str(files("services.schemas")))
 
 
 def schema_text(schema: Mapping[str, Any]) -> str:

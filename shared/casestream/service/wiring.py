@@ -136,8 +136,15 @@ def read_settings(settings_class: type[S], service: str) -> S:
 
 def service_migrations(folder: Path, *, outbox: bool = True) -> list[Migration | Path]:
     """The outbox migration (unless ``outbox=False``: a service that emits no events),
-    then ``folder/*.sql`` in name order."""
+    then ``folder/*.sql`` in name order.
+
+    Raises:
+        ConfigError: ``folder`` is missing or holds no ``*.sql`` (e.g. an install without them).
+    """
     own: list[Migration | Path] = sorted(folder.glob("*.sql"))
+    if not own:
+        raise ConfigError(f"{folder.parent.name} migrations folder {folder} not found or without "
+                          "*.sql files: the installation lacks the service's migrations")
     return [OUTBOX_MIGRATION, *own] if outbox else own
 
 
