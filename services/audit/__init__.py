@@ -6,3 +6,10 @@ to, its one-line summary) <- ``application`` (record / read use cases, ports) <-
 ``adapters`` (projection SQL, PostgreSQL, HTTP, consumer handlers) <- ``bootstrap``.
 Run it with ``python -m services.audit``.
 """
+
+from casestream.service import ServiceSpec
+
+SERVICE = ServiceSpec(
+    name="audit", module="services.audit", description="append-only audit journal and case timeline",
+    settings="services.audit.settings:AuditSettings", build="services.audit.bootstrap:build",
+    consumers=('audit.journal',), outbox=False)

@@ -5,3 +5,10 @@ Layers import in one direction: ``domain`` (pure) <- ``application`` (use cases,
 <- ``adapters`` (PostgreSQL, HTTP, Kafka handlers) <- ``bootstrap`` (wiring). Run it with
 ``python -m services.case``.
 """
+
+from casestream.service import ServiceSpec
+
+SERVICE = ServiceSpec(
+    name="case", module="services.case", description="opens, submits, closes and returns cases (HTTP API)",
+    settings="services.case.settings:CaseSettings", build="services.case.bootstrap:build",
+    consumers=('case.saga-requests', 'case.dashboard'), outbox=True)

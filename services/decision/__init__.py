@@ -8,3 +8,10 @@ and answers with ``ViolationDetermined`` | ``NoViolationFound`` | ``DecisionFail
 Layers: ``domain`` (pure rules) <- ``application`` (use case, ports) <- ``adapters``
 (PostgreSQL, consumer handler, HTTP) <- ``bootstrap``. Run: ``python -m services.decision``.
 """
+
+from casestream.service import ServiceSpec
+
+SERVICE = ServiceSpec(
+    name="decision", module="services.decision", description="decides on submitted cases",
+    settings="services.decision.settings:DecisionSettings", build="services.decision.bootstrap:build",
+    consumers=('decision.requests', 'decision.statistics'), outbox=True)

@@ -11,3 +11,10 @@ or a permanent failure, marks it failed and appends ``NoticeFailed``). See
 Layers: ``domain`` (pure) <- ``application`` <- ``adapters`` (PostgreSQL, SMTP, handler,
 HTTP) <- ``bootstrap``. Run: ``python -m services.notification``.
 """
+
+from casestream.service import ServiceSpec
+
+SERVICE = ServiceSpec(
+    name="notification", module="services.notification", description="issues notices to parties (SMTP)",
+    settings="services.notification.settings:NotificationSettings", build="services.notification.bootstrap:build",
+    consumers=('notification.requests',), outbox=True)

@@ -20,3 +20,10 @@ Every transition is an event on ``outbox.event.saga`` (requests to participants,
 SagaCompleted, SagaCompensated, SagaManualReviewRequired, SagaResolved,
 SagaCompensationFailed), so the audit journal sees all of them.
 """
+
+from casestream.service import ServiceSpec
+
+SERVICE = ServiceSpec(
+    name="saga", module="services.saga", description="orchestrates the case-review saga",
+    settings="services.saga.settings:SagaSettings", build="services.saga.bootstrap:build",
+    consumers=('saga.orchestrator',), outbox=True)

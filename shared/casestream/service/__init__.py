@@ -6,6 +6,7 @@ Public API::
     from casestream.service import ServiceSettings, CommonSettings, service_config
     from casestream.service import wiring        # bootstrap helpers: wiring.groundwork(...)
     from casestream.service import ServiceStack, service_port               # dev stack
+    from casestream.service import ServiceSpec, discovery                    # what a service declares; entry points
 
 Modules: ``process`` (workers, health routes, SIGTERM), ``settings`` (``CASESTREAM_*``),
 ``wiring`` (what a bootstrap composes: pools, codec, consumer runtime, relay, readiness),
@@ -20,7 +21,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from casestream.service import wiring
+    from casestream.service import discovery, wiring
     from casestream.service.devstack import SERVICE_PORTS, ServiceStack, StackError, running_stack, service_port
     from casestream.service.gctune import freeze_startup_objects
     from casestream.service.process import ReadinessCheck, ServiceProcess, Worker, configure_logging, run_service
@@ -32,6 +33,8 @@ if TYPE_CHECKING:
         settings_error,
     )
     from casestream.service.wiring import OutboxSink, read_settings, utc_now
+    from casestream.service.spec import ServiceSpec, resolve
+    from casestream.service.discovery import command_refs, projection_refs, services
 
 _LAZY = {
     "wiring": "casestream.service.wiring",
@@ -41,6 +44,9 @@ _LAZY = {
         "CommonSettings", "ServiceSettings", "describe_settings_error", "service_config", "settings_error")},
     **{name: "casestream.service.wiring" for name in ("OutboxSink", "read_settings", "utc_now")},
     "freeze_startup_objects": "casestream.service.gctune",
+    "ServiceSpec": "casestream.service.spec", "resolve": "casestream.service.spec",
+    "discovery": "casestream.service.discovery",
+    **{name: "casestream.service.discovery" for name in ("command_refs", "projection_refs", "services")},
     **{name: "casestream.service.devstack" for name in (
         "SERVICE_PORTS", "ServiceStack", "StackError", "running_stack", "service_port")},
 }

@@ -1,0 +1,71 @@
+"""Find what installed packages contribute to the platform, through entry points.
+
+Groups (``[project.entry-points."<group>"]`` in a package's ``pyproject.toml``):
+
+    casestream.services     name = "module:SERVICE"       a :class:`ServiceSpec`
+    casestream.projections  name = "module:PROJECTION"    a rebuildable ``ProjectionSpec``
+    casestream.commands     name = "module:click_command" a ``casestream <name>`` command group
+
+Nothing is imported until asked for: ``projection_refs()`` and ``command_refs()`` give the
+references, ``services()`` loads the (light) spec objects. Entry points are read from the
+installed distributions' metadata (``importlib.metadata``), so a package is discovered once
+it is installed (``pip install -e .`` for a checkout).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from importlib.metadata import entry_points
+
+from casestream.errors import ConfigError
+from casestream.service.spec import ServiceSpec
+
+__all__ = ["SERVICES_GROUP", "PROJECTIONS_GROUP", "COMMANDS_GROUP", "services",
+           "projection_refs", "command_refs"]
+
+SERVICES_GROUP = "casestream.services"
+PROJECTIONS_GROUP = "casestream.projections"
+COMMANDS_GROUP = "casestream.commands"
+
+
+def _refs(group: str) -> dict[str, str]:
+    found: dict[str, str] = {}
+    for ep in entry_points(group=group):
+        if ep.name in found and found[ep.name] != ep.value:
+            raise ConfigError(f"entry point {group} {ep.name!r} is registered twice: "
+                              f"{found[ep.name]} and {ep.value}")
+        found[ep.name] = ep.value
+    return dict(sorted(found.items()))
+
+
+def projection_refs() -> dict[str, str]:
+    """Projection name -> ``"module:attr"`` of its ProjectionSpec, sorted by name."""
+    return _refs(PROJECTIONS_GROUP)
+
+
+def command_refs() -> dict[str, str]:
+    """Command name -> ``"module:attr"`` of its click command, sorted by name."""
+    return _refs(COMMANDS_GROUP)
+
+
+def services(refs: Mapping[str, str] | None = None) -> dict[str, ServiceSpec]:
+    """Service name -> its :class:`ServiceSpec`, sorted by name (``refs``: name -> reference,
+    default the installed ``casestream.services`` entry points).
+
+    Raises:
+        ConfigError: a reference does not resolve to a ServiceSpec, or its ``name`` differs
+            from the entry point's.
+    """
+    from casestream.service.spec import resolve
+
+    out: dict[str, ServiceSpec] = {}
+    for name, ref in (_refs(SERVICES_GROUP) if refs is None else dict(refs)).items():
+        spec = resolve(ref)
+        if not isinstance(spec, ServiceSpec):
+            raise ConfigError(f"entry point {SERVICES_GROUP} {name} = {ref}: "
+                              f"not a ServiceSpec ({type(spec).__name__})")
+        if spec.name != name:
+            raise ConfigError(f"entry point {SERVICES_GROUP} {name} = {ref}: "
+                              f"the spec is named {spec.name!r}")
+        out[name] = spec
+    return dict(sorted(out.items()))

@@ -1,0 +1,107 @@
+"""What a service declares to the platform: :class:`ServiceSpec`.
+
+A service package exports one ``ServiceSpec`` and registers it under the entry point group
+``casestream.services`` (``pyproject.toml``)::
+
+    [project.entry-points."casestream.services"]
+    watch = "watch:SERVICE"
+
+The platform's commands (``casestream status``, ``casestream outbox``, ``casestream dlq``,
+``make run``) find services only this way; the library holds no list of them. A spec is
+cheap to import: its ``build`` and ``settings`` are ``"module:attr"`` strings resolved on
+first use, so listing services loads no service code.
+"""
+
+from __future__ import annotations
+
+import importlib
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from casestream.errors import ConfigError
+
+__all__ = ["ServiceSpec", "resolve"]
+
+_NAME = re.compile(r"^[a-z][a-z0-9_]{0,30}$")
+
+
+def resolve(ref: str) -> Any:
+    """The object named by ``"package.module:attr"`` (``attr`` may be dotted).
+
+    Raises:
+        ConfigError: ``ref`` is not ``module:attr``, the module does not import, or it has
+            no such attribute (the message names ``ref``).
+    """
+    module_name, sep, attr = ref.partition(":")
+    if not sep or not module_name or not attr:
+        raise ConfigError(f"{ref!r} is not a 'module:attribute' reference")
+    try:
+        obj: Any = importlib.import_module(module_name)
+    except ImportError as e:
+        raise ConfigError(f"{ref}: module {module_name} does not import: {e}") from e
+    for part in attr.split("."):
+        try:
+            obj = getattr(obj, part)
+        except AttributeError:
+            raise ConfigError(f"{ref}: {module_name} has no attribute {attr}") from None
+    return obj
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ServiceSpec:
+    """A service as the platform sees it.
+
+    Attributes:
+        name: lowercase service name (``[a-z][a-z0-9_]*``, at most 31 characters), e.g.
+            ``"case"``: its settings read ``CASESTREAM_<NAME>_*`` variables, its processes and
+            relay are named after it.
+        module: the package run as ``python -m <module>`` (its ``__main__`` calls
+            ``run_service``).
+        settings: ``"module:Class"`` of its :class:`~casestream.service.ServiceSettings`
+            subclass (gives ``port`` and ``dsn``).
+        build: ``"module:function"``: ``build(settings | None) -> ServiceProcess``.
+        consumers: its consumer names (= Kafka group ids; dead letters on ``<name>.dlq``),
+            in the order ``casestream status`` shows them.
+        outbox: True if its database has an outbox table (it emits events).
+        description: one line for listings.
+
+    Raises:
+        ConfigError: on construction, a bad ``name``, ``module`` or reference.
+    """
+
+    name: str
+    module: str
+    settings: str
+    build: str
+    consumers: tuple[str, ...] = ()
+    outbox: bool = True
+    description: str = ""
+
+    def __post_init__(self) -> None:
+        if not _NAME.match(self.name):
+            raise ConfigError(f"service name {self.name!r}: lowercase letters, digits and _, "
+                              "starting with a letter, at most 31 characters")
+        for field, ref in (("settings", self.settings), ("build", self.build)):
+            if ref.count(":") != 1:
+                raise ConfigError(f"service {self.name}: {field}={ref!r} is not 'module:attribute'")
+        if not isinstance(self.consumers, tuple):
+            object.__setattr__(self, "consumers", tuple(self.consumers))
+
+    def settings_class(self) -> type[Any]:
+        """The service's settings class (imports its module)."""
+        return resolve(self.settings)  # type: ignore[no-any-return]
+
+    def read_settings(self) -> Any:
+        """The service's settings read from the environment.
+
+        Raises:
+            ConfigError: a variable is invalid (the message names it).
+        """
+        from casestream.service.wiring import read_settings  # settings need pydantic
+
+        return read_settings(self.settings_class(), self.name)
+
+    def builder(self) -> Any:
+        """The service's ``build`` function (imports its bootstrap module)."""
+        return resolve(self.build)
