@@ -32,12 +32,3 @@ class MemoryDecisionStore:
                                    None if current is None else current.version)
         self.decisions[case_id] = replace(current, saga_id=saga_id, version=current.version + 1)
 
-
-@dataclass(slots=True)
-class MemorySink:
-    """Collects appended events in order."""
-
-    events: list[Envelope] = field(default_factory=list)
-
-    def append(self, events: Sequence[Envelope]) -> None:
-        self.events.extend(events)

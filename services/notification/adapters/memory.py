@@ -58,12 +58,3 @@ class FakeMailer:
             raise self.failures.pop(0)
         self.sent.append(message)
 
-
-@dataclass(slots=True)
-class MemorySink:
-    """Collects appended events in order."""
-
-    events: list[Envelope] = field(default_factory=list)
-
-    def append(self, events: Sequence[Envelope]) -> None:
-        self.events.extend(events)

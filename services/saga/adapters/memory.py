@@ -101,12 +101,3 @@ class MemorySagaStore:
                 counts[s.state] = counts.get(s.state, 0) + 1
         return counts
 
-
-@dataclass(slots=True)
-class MemorySink:
-    """Collects appended events in order."""
-
-    events: list[Envelope] = field(default_factory=list)
-
-    def append(self, events: Sequence[Envelope]) -> None:
-        self.events.extend(events)
