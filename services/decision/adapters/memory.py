@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
-from casestream.events import Envelope
 from casestream.errors import ConcurrencyError
 from services.decision.domain.decision import Decision
 

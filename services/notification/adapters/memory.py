@@ -6,12 +6,10 @@ messages and can be told to fail the next attempts.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from email.message import EmailMessage
 
-from casestream.events import Envelope
 from services.notification.domain.errors import MailError
 from services.notification.domain.notice import Notice, NoticeStatus
 

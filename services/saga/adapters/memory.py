@@ -7,11 +7,10 @@ duplicate detection by (saga id, event id). ``claim_due`` does not lock (single 
 
 from __future__ import annotations
 
-from collections.abc import Collection, Sequence
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from casestream.events import Envelope
 from casestream.errors import ConcurrencyError
 from services.saga.application.ports import HistoryRecord
 from services.saga.domain.engine import HistoryEntry, SagaInstance
