@@ -115,7 +115,7 @@ DRIVER_OWNERS: dict[str, set[str]] = {
         "casestream.replay.status",
         "casestream.service.settings",           # psycopg.conninfo: DSN parsing
         "casestream.service.wiring",
-        "casestream.cli.outbox",
+        "casestream.outbox.admin",
         "casestream.testing.*",
     },
     "psycopg_pool": {

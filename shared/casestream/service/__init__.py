@@ -11,8 +11,8 @@ Public API::
 Modules: ``process`` (workers, health routes, SIGTERM), ``settings`` (``CASESTREAM_*``),
 ``wiring`` (what a bootstrap composes: pools, codec, consumer runtime, relay, readiness),
 ``gctune``, ``devstack`` (``python -m casestream.service.devstack run``). Every name is
-re-exported lazily: the process pulls uvicorn/starlette and wiring every driver, and the
-CLI's ``status`` command needs only the dev-stack ports.
+re-exported lazily: the process pulls uvicorn/starlette and wiring every driver, and listing
+services (``discovery``) loads none of it.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from casestream.service import discovery, wiring
-    from casestream.service.devstack import SERVICE_PORTS, ServiceStack, StackError, running_stack, service_port
+    from casestream.service.devstack import ServiceStack, StackError, running_stack, selected_services, service_port
     from casestream.service.gctune import freeze_startup_objects
     from casestream.service.process import ReadinessCheck, ServiceProcess, Worker, configure_logging, run_service
     from casestream.service.settings import (
@@ -48,7 +48,7 @@ _LAZY = {
     "discovery": "casestream.service.discovery",
     **{name: "casestream.service.discovery" for name in ("command_refs", "projection_refs", "services")},
     **{name: "casestream.service.devstack" for name in (
-        "SERVICE_PORTS", "ServiceStack", "StackError", "running_stack", "service_port")},
+        "ServiceStack", "StackError", "running_stack", "selected_services", "service_port")},
 }
 
 __all__ = sorted(_LAZY)
