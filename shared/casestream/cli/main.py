@@ -101,8 +101,9 @@ class _LazyGroup(click.Group):
         return sorted({*_GROUPS, *self._contributed(ctx)})
 
     def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        contributed = self._contributed(ctx)  # also says, once, which names clash
         if cmd_name not in _GROUPS:
-            ref = self._contributed(ctx).get(cmd_name)
+            ref = contributed.get(cmd_name)
             return None if ref is None else _load_contributed(cmd_name, ref)
         module_name, attr, help_text = _GROUPS[cmd_name]
         try:

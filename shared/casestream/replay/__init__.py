@@ -4,7 +4,7 @@ Public API::
 
     from casestream.replay import Replayer, ReplayOptions, load_projection, parse_from, parse_to
 
-    spec = load_projection("audit.timeline")
+    spec = load_projection("billing.ledger")
     replayer = Replayer(spec, codec=codec, dsn=spec.dsn(), bootstrap=bootstrap,
                         event_types=catalog.event_types, reporter=ProgressReporter(...))
     replayer.plan(ReplayOptions(...))   # --dry-run

@@ -47,7 +47,7 @@ class ProjectionSpec:
     """A rebuildable read model.
 
     Attributes:
-        name: projection name, e.g. ``"audit.timeline"``.
+        name: projection name, e.g. ``"billing.ledger"``.
         description: one line for ``--list``.
         topics: topics its handlers read.
         live_consumer: consumer name (= Kafka group id) maintaining the live tables.

@@ -56,7 +56,7 @@ class ServiceSpec:
 
     Attributes:
         name: lowercase service name (``[a-z][a-z0-9_]*``, at most 31 characters), e.g.
-            ``"case"``: its settings read ``CASESTREAM_<NAME>_*`` variables, its processes and
+            ``"billing"``: its settings read ``CASESTREAM_<NAME>_*`` variables, its processes and
             relay are named after it.
         module: the package run as ``python -m <module>`` (its ``__main__`` calls
             ``run_service``).
