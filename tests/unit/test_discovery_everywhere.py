@@ -248,7 +248,8 @@ def test_replay_list_and_names_come_from_discovery(
 
 def test_contributed_commands_are_listed_and_run(fake_package: None) -> None:
     help_text = CliRunner().invoke(main, ["--help"]).output
-    assert "watchx" in help_text and f"(from {PKG}.commands)" in help_text
+    assert f"Watch things. (from {PKG}.commands)" in help_text
+    assert "(from no_such_module_xyz.cli) not available" in help_text
     assert "reconcile" not in help_text  # only installed entry points: here the fake ones
     ran = CliRunner().invoke(main, ["watchx"])
     assert ran.exit_code == 0 and ran.output.endswith("watching\n")

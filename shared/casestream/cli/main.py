@@ -121,11 +121,25 @@ class _LazyGroup(click.Group):
 
     def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
         rows = [(name, _GROUPS[name][2]) for name in sorted(_GROUPS)]
-        rows += [(name, f"(from {ref.partition(':')[0]})")
-                 for name, ref in self._contributed(ctx).items()]
+        rows += [(name, _contributed_help(ref)) for name, ref in self._contributed(ctx).items()]
         rows.sort()
         with formatter.section("Commands"):
             formatter.write_dl(rows)
+
+
+def _contributed_help(ref: str) -> str:
+    """The short help of a contributed command (imports it: ``casestream --help`` only), or
+    where it comes from when it does not import."""
+    from casestream.service.spec import resolve
+
+    where = f"(from {ref.partition(':')[0]})"
+    try:
+        command = resolve(ref)
+    except Exception:  # noqa: BLE001 - listed as unavailable; running it says why
+        return f"{where} not available"
+    if not isinstance(command, click.Command):
+        return f"{where} not a click command"
+    return f"{command.get_short_help_str(limit=60)} {where}"
 
 
 def _load_contributed(cmd_name: str, ref: str) -> click.Command:
