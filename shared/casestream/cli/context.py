@@ -96,11 +96,10 @@ class CliContext:
         return self._codec
 
     def close(self) -> None:
-        """Close the codec's registry client if one was opened."""
+        """Close the codec (its registry client) if one was opened."""
         codec, self._codec = self._codec, None
-        close = getattr(getattr(codec, "registry", None), "close", None)
-        if close is not None:
-            close()
+        if codec is not None:
+            codec.close()
 
 
 def cli_context(ctx: click.Context | None = None) -> CliContext:
