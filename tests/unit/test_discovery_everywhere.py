@@ -5,8 +5,10 @@ contributed command that clashes or does not import is one line."""
 
 from __future__ import annotations
 
+import importlib
 import json
 import socket
+import sys
 import textwrap
 from importlib.metadata import EntryPoint
 from pathlib import Path
@@ -100,6 +102,8 @@ def fake_package(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     for name, text in FILES.items():
         (root / name).write_text(textwrap.dedent(text))
     monkeypatch.syspath_prepend(str(tmp_path))
+    for name in [m for m in sys.modules if m == PKG or m.startswith(PKG + ".")]:
+        monkeypatch.delitem(sys.modules, name)  # an earlier test's copy, in its own folder
 
     def entry_points(*, group: str) -> list[EntryPoint]:
         return [EntryPoint(name, value, group) for name, value in ENTRY_POINTS.get(group, {}).items()]
@@ -321,3 +325,14 @@ def test_the_commands_share_one_context_with_one_settings_object() -> None:
     assert seen[0].settings is seen[0].settings
     given = CliContext(decoder=object())
     assert given.codec() is given.decoder
+
+
+def test_a_contributed_command_missing_a_third_party_module_names_the_extra(
+        fake_package: None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / PKG / "needy.py").write_text("import no_such_driver_xyz\n")
+    importlib.invalidate_caches()
+    needy = {**ENTRY_POINTS[discovery.COMMANDS_GROUP], "needy": f"{PKG}.needy:command"}
+    monkeypatch.setitem(ENTRY_POINTS, discovery.COMMANDS_GROUP, needy)
+    result = CliRunner().invoke(main, ["needy"])
+    assert result.exit_code == 2
+    assert "'needy' needs the service packages (no_such_driver_xyz is not installed)" in result.output

@@ -146,7 +146,8 @@ def _load_contributed(cmd_name: str, ref: str) -> click.Command:
     """The click command of a ``casestream.commands`` entry point.
 
     Raises:
-        ConfigurationError: it does not import or is not a click command (one line, exit 2).
+        ConfigurationError: it does not import (a third-party module missing: naming the
+            service extra) or is not a click command (one line, exit 2).
     """
     from casestream.errors import ConfigError
     from casestream.service.spec import resolve
@@ -154,6 +155,12 @@ def _load_contributed(cmd_name: str, ref: str) -> click.Command:
     try:
         command = resolve(ref)
     except ConfigError as e:
+        missing = e.__cause__
+        own = ref.partition(":")[0]
+        if isinstance(missing, ModuleNotFoundError) and missing.name and \
+                not (own + ".").startswith(missing.name + ".") and \
+                missing.name.partition(".")[0] not in ("casestream", "services"):
+            raise _needs_extra(cmd_name, missing) from None
         raise ConfigurationError(f"command {cmd_name!r} ({ref}) is not available: "
                                  f"{str(e).splitlines()[0]}") from None
     if not isinstance(command, click.Command):
