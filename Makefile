@@ -14,6 +14,9 @@ INFRA := deploy/infra.sh
 PYTEST_ARGS ?=
 # Extra arguments for the demo, e.g. make demo DEMO_ARGS="--cases 100"
 DEMO_ARGS ?=
+# Services `make run` starts, comma-separated (default: every installed service), e.g.
+# make run SERVICES=case,audit (same as CASESTREAM_RUN_SERVICES=case,audit make run)
+SERVICES ?=
 # Runs a command with the CASESTREAM_* endpoints of the local infrastructure exported.
 WITH_ENV := eval "$$($(INFRA) env)" &&
 
@@ -53,10 +56,10 @@ infra-status: ## show what runs where
 infra-logs: ## last lines of each infrastructure log
 	@$(INFRA) logs
 
-run: infra-up ## infrastructure + the five services in the foreground (Ctrl-C stops all)
-	@$(WITH_ENV) exec $(VENV)/bin/python -m casestream.service.devstack run
+run: infra-up ## infrastructure + the installed services in the foreground (SERVICES=case,audit chooses; Ctrl-C stops all)
+	@$(WITH_ENV) exec $(VENV)/bin/python -m casestream.service.devstack run $(if $(SERVICES),--services $(SERVICES))
 
-demo: infra-up ## start the five services, drive 25 cases through them, print each journey
+demo: infra-up ## start the five suite services, drive 25 cases through them, print each journey
 	@$(WITH_ENV) $(VENV)/bin/python -m services.demo $(DEMO_ARGS)
 
 test: venv compose infra-up ## the whole test suite against the real infrastructure (.ci/run calls this)

@@ -16,7 +16,7 @@ from confluent_kafka import Producer
 
 from casestream.events.catalog import load_catalog
 from casestream.events.codec import EnvelopeCodec
-from services.demo import audit_url, case_mix, headers, open_and_submit, wait_final
+from services.demo import SUITE, audit_url, case_mix, headers, open_and_submit, wait_final
 from casestream.service.devstack import ServiceStack
 from casestream.events.envelope import new_event
 from casestream.events.registry import ConfluentSchemaRegistry
@@ -38,7 +38,7 @@ LEGACY_PAYLOADS = {
 def stack(tmp_path_factory: pytest.TempPathFactory, infra_env: dict[str, str]) -> ServiceStack:
     services = ServiceStack(env=infra_env, log_dir=tmp_path_factory.mktemp("versions") / "logs")
     try:
-        services.start_all()
+        services.start_all(list(SUITE))
         yield services
     finally:
         services.stop_all()

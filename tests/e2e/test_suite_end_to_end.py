@@ -18,6 +18,7 @@ import httpx
 import pytest
 
 from services.demo import (
+    SUITE,
     FINAL_CASE_STATES,
     CaseRun,
     audit_url,
@@ -40,7 +41,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory, infra_env: dict[str, str]) -
     the kill tests restart their victim, and the next test finds all five running."""
     services = ServiceStack(env=infra_env, log_dir=tmp_path_factory.mktemp("e2e") / "logs")
     try:
-        services.start_all()
+        services.start_all(list(SUITE))
         yield services
     finally:
         services.stop_all()

@@ -57,7 +57,7 @@ def suite(tmp_path: Path, kafka_bootstrap: str, registry_url: str, pg_url: str,
         monkeypatch.setenv(f"CASESTREAM_{s.upper()}_PORT", str(PORTS[s]))  # demo helpers' URLs
     stack = ServiceStack(env=env, log_dir=tmp_path / "logs")
     try:
-        stack.start_all()
+        stack.start_all(list(SERVICES))
         yield {"stack": stack, "dsn": {s: f"{pg_url.rstrip('/')}/{dbs[s]}" for s in SERVICES},
                "sfx": sfx, "bootstrap": kafka_bootstrap, "registry_url": registry_url}
     finally:

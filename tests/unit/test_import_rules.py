@@ -112,7 +112,7 @@ DRIVER_OWNERS: dict[str, set[str]] = {
         "casestream.replay.status",
         "casestream.service.settings",           # psycopg.conninfo: DSN parsing
         "casestream.service.builder",
-        "casestream.cli.outbox",
+        "casestream.outbox.admin",
         "casestream.testing.*",
     },
     "psycopg_pool": {

@@ -43,12 +43,13 @@ def test_a_row_from_a_services_metrics() -> None:
     assert (row.lag_messages, row.lag_seconds) == (5, 1.25)
     assert (row.outbox_pending, row.outbox_oldest_s, row.dead_letters) == (3, 7.5, 2)
     assert row.sagas == {"COMPLETED": 4, "AWAITING_DECISION": 1}
-    assert service_status("saga", saga_metrics_text(), "ready", kafka_lag=9).lag_messages == 9
+    assert service_status("saga", saga_metrics_text(), "ready",
+                          kafka_lag={"saga.orchestrator": 9}).lag_messages == 9
 
 
 def test_table_has_one_line_per_service_and_marks_unknowns() -> None:
     rows = [service_status("saga", saga_metrics_text(), "ready"),
-            service_status("audit", None, "down")]
+            service_status("audit", None, "down", consumers=("audit.journal",))]
     lines = render_table(rows).splitlines()
     assert lines[0].split()[:2] == ["SERVICE", "READY"]
     assert lines[1].split()[:8] == ["saga", "ready", "saga.orchestrator", "5", "1.2", "3", "7.5", "2"]

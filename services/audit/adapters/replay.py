@@ -6,7 +6,7 @@ live handler's: each event's case id and summary come from the audit service's o
 (``case_id_of``, ``summarize``, as in ``entry_from``), and the timeline columns are written as
 ``apply_entry`` writes them — but as one ``INSERT ... SELECT FROM jsonb_array_elements`` per
 run of events instead of one statement per event (:func:`batch_registry`, used by replays;
-``jsonb`` rather than ``json``: see ``casestream.replay.projection.KNOWN``).
+``jsonb`` rather than ``json``: see ``casestream.replay.projection``).
 ``handlers.build_registry(AuditTables(journal=None, ...))`` is the per-event equivalent.
 Inserts are ``ON CONFLICT (event_id) DO NOTHING``, which is what makes the handover to the
 live ``audit.journal`` consumer exact (see ``casestream.replay.engine``).

@@ -2,9 +2,10 @@
 
 ::
 
-    casestream dlq list   audit.journal [--limit 50] [--json]
-    casestream dlq show   audit.journal --event-id ID | --offset N [--partition P]
-    casestream dlq redrive audit.journal --all | --event-id ID [--event-id ID ...] | --first N
+    casestream dlq list   [--json]                  every consumer: dead letters on <consumer>.dlq
+    casestream dlq list   CONSUMER [--limit 50] [--json]
+    casestream dlq show   CONSUMER --event-id ID | --offset N [--partition P]
+    casestream dlq redrive CONSUMER --all | --event-id ID [--event-id ID ...] | --first N
                            [--accept-gap]
 
 Dead letters live on ``<consumer>.dlq``; re-drive copies them (bytes and headers unchanged) to
@@ -12,8 +13,12 @@ Dead letters live on ``<consumer>.dlq``; re-drive copies them (bytes and headers
 upcasters, version guard and inbox — re-driving twice has one effect (see ``casestream.consumer.deadletters``).
 ``--accept-gap`` unparks an aggregate whose missing event is lost for good (``casestream.consumer.guard``).
 
-Endpoints default to ``CASESTREAM_KAFKA_BOOTSTRAP`` / ``CASESTREAM_REGISTRY_URL`` (CommonSettings).
-Reading never commits consumer-group offsets; the DLQ itself is never modified.
+``dlq list`` without a consumer lists the consumers of the discovered services
+(``ServiceSpec.consumers``) and every other consumer with a ``<consumer>.dlq`` topic, with the
+messages on that topic (0 when it does not exist yet).
+
+Endpoints default to ``CASESTREAM_KAFKA_BOOTSTRAP`` / ``CASESTREAM_REGISTRY_URL`` (the CLI's
+shared context). Reading never commits consumer-group offsets; the DLQ itself is never modified.
 """
 
 from __future__ import annotations
@@ -25,6 +30,7 @@ from typing import Any
 
 import click
 
+from casestream.cli.context import cli_context
 from casestream.consumer.records import Record
 from casestream.consumer.deadletters import (
     H_ATTEMPTS,
@@ -43,29 +49,17 @@ from casestream.errors import CasestreamError
 Decoder = Callable[[bytes, Any], Any]
 
 
-def _settings() -> Any:
-    # lazy (start-up cost): loaded when this command runs, not for every CLI call
-    from casestream.service.settings import CommonSettings
-
-    return CommonSettings()
-
-
 def _bootstrap(ctx: click.Context, value: str | None) -> str:
-    return value or (ctx.obj or {}).get("bootstrap") or _settings().kafka_bootstrap
+    return value or cli_context(ctx).kafka_bootstrap
 
 
 def _decoder(ctx: click.Context, registry_url: str | None) -> Any:
-    """``ctx.obj['decoder']`` (tests) or the real EnvelopeCodec over the registry."""
-    given = (ctx.obj or {}).get("decoder")
-    if given is not None:
-        return given
-    # lazy (start-up cost): loaded when this command runs, not for every CLI call
-    from casestream.events.catalog import load_catalog
-    from casestream.events.codec import open_codec
-    from casestream.service.discovery import catalog_folders
-
-    url = registry_url or _settings().registry_url
-    return open_codec(load_catalog(*catalog_folders()), url, auto_register=False)
+    """The context's decoder (tests) or its codec over the registry (``--registry-url``
+    or ``CASESTREAM_REGISTRY_URL``)."""
+    context = cli_context(ctx)
+    if registry_url:
+        context.registry = registry_url
+    return context.codec()
 
 
 def _read(bootstrap: str, consumer: str) -> list[Record]:
@@ -78,6 +72,38 @@ def _read(bootstrap: str, consumer: str) -> list[Record]:
             raise click.ClickException(f"no dead-letter topic {consumer}.dlq; consumers with "
                                        f"one: {shown}") from None
         raise click.ClickException(str(e)) from None
+
+
+def _dlq_counts(bootstrap: str) -> dict[str, int]:
+    """Consumer name -> messages on its ``<consumer>.dlq`` topic (high - low watermark,
+    summed over partitions), for every such topic.
+
+    Raises:
+        click.ClickException: Kafka did not answer.
+    """
+    # lazy (start-up cost): loaded when this command runs, not for every CLI call
+    from confluent_kafka import Consumer, KafkaException, TopicPartition
+    from confluent_kafka.admin import AdminClient
+
+    try:
+        topics = AdminClient({"bootstrap.servers": bootstrap}).list_topics(timeout=5).topics
+    except KafkaException as e:
+        raise click.ClickException(f"Kafka at {bootstrap} did not answer: {e}") from None
+    probe = Consumer({"bootstrap.servers": bootstrap, "group.id": "casestream.dlq",
+                      "enable.auto.commit": False})
+    out: dict[str, int] = {}
+    try:
+        for name, meta in sorted(topics.items()):
+            if not name.endswith(".dlq"):
+                continue
+            total = 0
+            for p in meta.partitions:
+                low, high = probe.get_watermark_offsets(TopicPartition(name, p), timeout=5)
+                total += max(0, high - low)
+            out[name[: -len(".dlq")]] = total
+    finally:
+        probe.close()
+    return out
 
 
 def _dlq_consumers(bootstrap: str) -> list[str]:
@@ -109,18 +135,41 @@ def _summary(r: Record) -> dict[str, Any]:
 @click.pass_context
 def dlq(ctx: click.Context, bootstrap: str | None) -> None:
     """List, show and re-drive dead-lettered messages of a consumer (<consumer>.dlq)."""
-    ctx.ensure_object(dict)
     if bootstrap:
-        ctx.obj["bootstrap"] = bootstrap
+        cli_context(ctx).bootstrap = bootstrap
+
+
+def _overview(ctx: click.Context, as_json: bool) -> None:
+    """Every discovered consumer and every consumer with a DLQ topic, with its count."""
+    counts = _dlq_counts(_bootstrap(ctx, None))
+    discovered = [c for spec in cli_context(ctx).services().values() for c in spec.consumers]
+    names = list(dict.fromkeys([*discovered, *sorted(counts)]))
+    width = max(map(len, names), default=0)
+    for name in names:
+        note = ("" if name in counts and name in discovered
+                else "  (no dead-letter topic yet)" if name not in counts
+                else "  (not a consumer of a discovered service)")
+        if as_json:
+            click.echo(json.dumps({"consumer": name, "dead_letters": counts.get(name, 0),
+                                   "topic": f"{name}.dlq" if name in counts else None,
+                                   "discovered": name in discovered}))
+        else:
+            click.echo(f"{name:<{width}}  {counts.get(name, 0):>6}{note}")
+    if not as_json:
+        click.echo(f"{sum(counts.values())} dead letter(s) on {len(counts)} topic(s)")
 
 
 @dlq.command("list")
-@click.argument("consumer")
+@click.argument("consumer", required=False)
 @click.option("--limit", type=int, default=None, help="Show at most N dead letters (oldest first).")
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per line.")
 @click.pass_context
-def list_(ctx: click.Context, consumer: str, limit: int | None, as_json: bool) -> None:
-    """List the dead letters of CONSUMER, oldest first."""
+def list_(ctx: click.Context, consumer: str | None, limit: int | None, as_json: bool) -> None:
+    """List the dead letters of CONSUMER, oldest first; without CONSUMER, every consumer
+    (of the discovered services, or with a <consumer>.dlq topic) with its dead letters."""
+    if consumer is None:
+        _overview(ctx, as_json)
+        return
     records = _read(_bootstrap(ctx, None), consumer)
     shown = records[:limit] if limit is not None else records
     for r in shown:

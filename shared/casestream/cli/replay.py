@@ -1,12 +1,14 @@
-"""``casestream replay``: rebuild a projection from the topics (issue 6, DESIGN §6).
+"""``casestream replay``: rebuild a projection from the topics.
 
     casestream replay --list
     casestream replay <projection> [--from earliest|<ISO time>|<topic:partition:offset,...>]
                       [--to now|<ISO time>] [--dry-run] [--batch-size N] [--workers N] [--restart]
                       [--dsn URL]
 
-Endpoints from ``CASESTREAM_*`` (``CommonSettings``); the projection's database from its
-service's settings (e.g. ``CASESTREAM_AUDIT_DATABASE``) unless ``--dsn`` is given.
+Projections are the discovered ones (entry point group ``casestream.projections``); an
+unknown name is a usage error listing them. Endpoints from ``CASESTREAM_*``
+(``CommonSettings``, the CLI's shared context); the projection's database from its service's
+settings (``CASESTREAM_<SVC>_DATABASE``) unless ``--dsn`` is given.
 Exit status: 0 done, 1 replay failed (checkpoint kept: rerun resumes), 2 bad usage.
 """
 
@@ -16,6 +18,8 @@ import os
 import sys
 
 import click
+
+from casestream.cli.context import cli_context
 
 
 @click.command("replay", context_settings={"help_option_names": ["-h", "--help"]})
@@ -47,16 +51,17 @@ def replay(projection: str | None, list_: bool, from_: str, to: str, dry_run: bo
         parse_from,
         parse_to,
     )
-    # lazy (start-up cost): loaded when this command runs, not for every CLI call
-    from casestream.service.settings import CommonSettings
-
-    settings = CommonSettings()
+    context = cli_context()
+    bootstrap = context.kafka_bootstrap
     if list_:
         # lazy (start-up cost): loaded when this command runs, not for every CLI call
         from casestream.replay.status import kafka_problem, project_status
 
-        problem = kafka_problem(settings.kafka_bootstrap)
-        for row in project_status(settings.kafka_bootstrap, with_lag=problem is None):
+        problem = kafka_problem(bootstrap)
+        rows = project_status(bootstrap, with_lag=problem is None)
+        if not rows:
+            click.echo("no projections installed (entry point group casestream.projections)")
+        for row in rows:
             for line in row.lines():
                 click.echo(line)
         if problem:
@@ -70,12 +75,12 @@ def replay(projection: str | None, list_: bool, from_: str, to: str, dry_run: bo
                                 batch_size=batch_size, restart=restart, workers=workers)
     except ReplayError as e:
         raise click.UsageError(str(e)) from e
-    codec = _codec(settings)
+    codec = context.codec(auto_register=context.settings.auto_register_schemas)
     try:
         # lazy (start-up cost): loaded when this command runs, not for every CLI call
         replayer = Replayer(spec, codec=codec, dsn=dsn or spec.dsn(),
-                            bootstrap=settings.kafka_bootstrap,
-                            event_types=codec.catalog.event_types,  # type: ignore[attr-defined]
+                            bootstrap=bootstrap,
+                            event_types=codec.catalog.event_types,
                             reporter=ProgressReporter(spec.name, sys.stderr))
         if dry_run:
             for line in replayer.plan(options).lines():
@@ -85,19 +90,8 @@ def replay(projection: str | None, list_: bool, from_: str, to: str, dry_run: bo
     except ReplayError as e:
         raise click.ClickException(str(e)) from e
     finally:
-        close = getattr(getattr(codec, "registry", None), "close", None)
-        if close is not None:
-            close()
+        context.close()
     click.echo(f"{result.projection}: {result.read} events read, {result.applied} applied, "
                f"{result.rate:,.0f} events/s, "
                + ("swapped in" if result.swapped else f"built in {', '.join(result.tables)}"))
 
-
-def _codec(settings: object) -> object:
-    # lazy (start-up cost): loaded when this command runs, not for every CLI call
-    from casestream.events.catalog import load_catalog
-    from casestream.events.codec import open_codec
-    from casestream.service.discovery import catalog_folders
-
-    return open_codec(load_catalog(*catalog_folders()), settings.registry_url,  # type: ignore[attr-defined]
-                      auto_register=settings.auto_register_schemas)  # type: ignore[attr-defined]

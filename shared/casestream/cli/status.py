@@ -1,15 +1,19 @@
-"""``casestream status``: one terminal table of the live system, one row per service.
+"""``casestream status``: one terminal table of the live system, a block of lines per service.
 
-Columns: readiness (``/readyz``), consumer group, consumer lag in messages (Kafka: high
-watermark - committed offset, summed over the group's partitions; falls back to the service's
-``queue_lag_messages`` gauge when Kafka is unreachable) and in seconds (``queue_lag_seconds``),
-outbox pending rows and oldest pending age (``outbox_pending_total``,
-``outbox_oldest_pending_age_seconds``), dead letters since the process started
-(``dead_letter_total``) and sagas by state (``saga_state_total``, saga service only).
+Services are the discovered ones (entry point group ``casestream.services``). A service's
+first line has its readiness (``/readyz``), outbox pending rows and oldest pending age
+(``outbox_pending_total``, ``outbox_oldest_pending_age_seconds``) and sagas by state
+(``saga_state_total``); every consumer of the service (``ServiceSpec.consumers``, then any
+other its ``/metrics`` names) has its own line — the first on the service's line, the others
+below it with the service columns left blank — with its lag in messages (Kafka: high
+watermark - committed offset, summed over the group's partitions; the service's
+``queue_lag_messages`` gauge when Kafka is unreachable), in seconds (``queue_lag_seconds``)
+and its dead letters since the process started (``dead_letter_total``).
 
-Sources: each service's ``/metrics`` and ``/readyz`` on ``127.0.0.1:<port>`` (ports from
-``CASESTREAM_<SVC>_PORT``, as ``casestream.service.devstack``; ``--url svc=URL`` overrides) and the
-Kafka cluster of ``CASESTREAM_KAFKA_BOOTSTRAP``. A service that does not answer shows ``down``.
+Sources: each service's ``/metrics`` and ``/readyz`` on ``127.0.0.1:<port>``
+(:meth:`ServiceSpec.port`: ``CASESTREAM_<SVC>_PORT`` or the settings' default;
+``--url svc=URL`` overrides) and the Kafka cluster of ``CASESTREAM_KAFKA_BOOTSTRAP``. A
+service that does not answer shows ``down``.
 
     casestream status [--url case=http://host:port]... [--no-kafka] [--json]
 """
@@ -18,21 +22,16 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 
 import click
 import httpx
 
-from casestream.service.devstack import SERVICE_PORTS, service_port
+from casestream.cli.context import cli_context
 
-__all__ = ["status", "ServiceStatus", "parse_prometheus", "service_status", "render_table"]
-
-CONSUMER_GROUPS: Mapping[str, str] = {
-    "case": "case.saga-requests", "saga": "saga.orchestrator", "decision": "decision.requests",
-    "notification": "notification.requests", "audit": "audit.journal",
-}
-"""The consumer group of each service (BRIEF: group id = inbox consumer name)."""
+__all__ = ["status", "ServiceStatus", "ConsumerStatus", "parse_prometheus", "service_status",
+           "render_table", "service_rows"]
 
 Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
 
@@ -65,9 +64,32 @@ def _max(samples: Samples, name: str) -> float | None:
     return max(values) if values else None
 
 
+def _of(samples: Samples, consumer: str) -> Samples:
+    return {k: v for k, v in samples.items() if dict(k[1]).get("consumer") == consumer}
+
+
+def _total(values: Sequence[float | None], combine: Callable[[list[float]], float]) -> float | None:
+    known = [v for v in values if v is not None]
+    return combine(known) if known else None
+
+
+@dataclass(slots=True, kw_only=True)
+class ConsumerStatus:
+    """One consumer's line (None = unknown): lag in messages and seconds, dead letters."""
+
+    name: str
+    lag_messages: float | None = None
+    lag_seconds: float | None = None
+    dead_letters: float | None = None
+
+
 @dataclass(slots=True, kw_only=True)
 class ServiceStatus:
-    """One row of the table (None = unknown)."""
+    """One service of the table (None = unknown).
+
+    ``consumer`` (names joined by ``,``), ``lag_messages`` and ``dead_letters`` (sums) and
+    ``lag_seconds`` (maximum) summarise ``consumers``.
+    """
 
     service: str
     ready: str = "down"
@@ -78,26 +100,35 @@ class ServiceStatus:
     outbox_oldest_s: float | None = None
     dead_letters: float | None = None
     sagas: dict[str, int] = field(default_factory=dict)
+    consumers: list[ConsumerStatus] = field(default_factory=list)
 
 
 def service_status(service: str, metrics_text: str | None, ready: str,
-                   kafka_lag: float | None = None) -> ServiceStatus:
-    """Build a row from a service's ``/metrics`` text (None if unreachable), its readiness
-    word (``ready``, ``not ready: kafka``, ``down``) and the Kafka-side lag if known."""
-    row = ServiceStatus(service=service, ready=ready, consumer=CONSUMER_GROUPS.get(service, ""))
-    row.lag_messages = kafka_lag
+                   kafka_lag: Mapping[str, float] | None = None,
+                   consumers: Sequence[str] = ()) -> ServiceStatus:
+    """Build a service's row from its ``/metrics`` text (None if unreachable), its readiness
+    word (``ready``, ``not ready: kafka``, ``down``), the Kafka-side lag per consumer group
+    if known, and its declared consumers (``ServiceSpec.consumers``; consumers its metrics
+    name besides are added after them, sorted)."""
+    row = ServiceStatus(service=service, ready=ready)
+    lags = dict(kafka_lag or {})
+    s = parse_prometheus(metrics_text) if metrics_text is not None else {}
+    seen = sorted({c for (_, lab) in s if (c := dict(lab).get("consumer"))} - set(consumers))
+    for name in (*consumers, *seen):
+        mine = _of(s, name)
+        row.consumers.append(ConsumerStatus(
+            name=name,
+            lag_messages=lags[name] if name in lags else _sum(mine, "queue_lag_messages"),
+            lag_seconds=_max(mine, "queue_lag_seconds"),
+            dead_letters=_sum(mine, "dead_letter_total")))
+    row.consumer = ",".join(c.name for c in row.consumers)
+    row.lag_messages = _total([c.lag_messages for c in row.consumers], sum)
+    row.lag_seconds = _total([c.lag_seconds for c in row.consumers], max)
+    row.dead_letters = _total([c.dead_letters for c in row.consumers], sum)
     if metrics_text is None:
         return row
-    s = parse_prometheus(metrics_text)
-    consumers = sorted({dict(lab).get("consumer", "") for (n, lab) in s if n == "dead_letter_total"})
-    if consumers:
-        row.consumer = ",".join(c for c in consumers if c)
-    if row.lag_messages is None:
-        row.lag_messages = _sum(s, "queue_lag_messages")
-    row.lag_seconds = _max(s, "queue_lag_seconds")
     row.outbox_pending = _sum(s, "outbox_pending_total")
     row.outbox_oldest_s = _max(s, "outbox_oldest_pending_age_seconds")
-    row.dead_letters = _sum(s, "dead_letter_total")
     row.sagas = {dict(lab).get("state", "?"): int(v) for (n, lab), v in s.items()
                  if n == "saga_state_total"}
     return row
@@ -113,12 +144,23 @@ HEADER = ("SERVICE", "READY", "CONSUMER", "LAG MSGS", "LAG S", "OUTBOX PENDING",
           "DEAD LETTERS", "SAGAS BY STATE")
 
 
+def service_rows(r: ServiceStatus) -> list[tuple[str, ...]]:
+    """The table lines of one service: the first with the service's columns and its first
+    consumer, one more per further consumer with the service's columns blank."""
+    consumers = r.consumers or [ConsumerStatus(name="-")]
+    first, *more = consumers
+    lines = [(r.service, r.ready, first.name, _fmt(first.lag_messages), _fmt(first.lag_seconds, 1),
+              _fmt(r.outbox_pending), _fmt(r.outbox_oldest_s, 1), _fmt(first.dead_letters),
+              " ".join(f"{k}={v}" for k, v in sorted(r.sagas.items())) or "-")]
+    lines += [("", "", c.name, _fmt(c.lag_messages), _fmt(c.lag_seconds, 1), "", "",
+               _fmt(c.dead_letters), "") for c in more]
+    return lines
+
+
 def render_table(rows: Sequence[ServiceStatus]) -> str:
-    """The rows as a fixed-width text table with :data:`HEADER` (``-`` = unknown / n.a.)."""
-    cells = [HEADER] + [(
-        r.service, r.ready, r.consumer or "-", _fmt(r.lag_messages), _fmt(r.lag_seconds, 1),
-        _fmt(r.outbox_pending), _fmt(r.outbox_oldest_s, 1), _fmt(r.dead_letters),
-        " ".join(f"{k}={v}" for k, v in sorted(r.sagas.items())) or "-") for r in rows]
+    """The rows as a fixed-width text table with :data:`HEADER` (``-`` = unknown / n.a.;
+    a service with several consumers takes one line per consumer, :func:`service_rows`)."""
+    cells = [HEADER] + [line for r in rows for line in service_rows(r)]
     widths = [max(len(c[i]) for c in cells) for i in range(len(HEADER))]
     return "\n".join("  ".join(c[i].ljust(widths[i]) for i in range(len(HEADER))).rstrip()
                      for c in cells)
@@ -198,26 +240,28 @@ def status(urls: tuple[str, ...], no_kafka: bool, as_json: bool) -> None:
     """Per service: readiness, consumer lag, outbox pending and oldest age, dead letters, sagas.
 
     Exit status 0 when every service is ready, 1 when any is down or not ready (for scripts)."""
-    bases = {name: f"http://127.0.0.1:{service_port(name)}" for name in SERVICE_PORTS}
+    specs = cli_context().services()
+    bases = {name: f"http://127.0.0.1:{spec.port()}" for name, spec in specs.items()}
     for item in urls:
         name, sep, base = item.partition("=")
         if not sep or name not in bases:
-            raise click.UsageError(f"--url wants SVC=URL with SVC one of {', '.join(bases)}")
+            raise click.UsageError(f"--url wants SVC=URL with SVC one of the discovered "
+                                   f"services: {', '.join(bases) or 'none installed'}")
         bases[name] = base.rstrip("/")
     lags: dict[str, float] = {}
     if not no_kafka:
-        # lazy (start-up cost): loaded when this command runs, not for every CLI call
-        from casestream.service.settings import CommonSettings
-
+        groups = [c for spec in specs.values() for c in spec.consumers]
         try:
-            lags = kafka_lag(CommonSettings().kafka_bootstrap, list(CONSUMER_GROUPS.values()))
+            lags = kafka_lag(cli_context().kafka_bootstrap, groups)
         except RuntimeError as e:
             click.echo(f"warning: {e}; lag from the services' gauges", err=True)
     rows = []
     with httpx.Client(timeout=3.0) as client:
         for name, base in bases.items():
             rows.append(service_status(name, _metrics(client, base), _readiness(client, base),
-                                       lags.get(CONSUMER_GROUPS[name])))
+                                       lags, specs[name].consumers))
+    if not rows:
+        click.echo("no services installed (entry point group casestream.services)", err=True)
     if as_json:
         for row in rows:
             click.echo(json.dumps(asdict(row)))

@@ -6,10 +6,10 @@ Public API::
     from casestream.consumer import HandlerRegistry, HandlerKind, HandlerContext
     from casestream.consumer import ProcessingMode, FirstSeenPolicy
 
-    runtime = ConsumerRuntime("audit.journal", ["outbox.event.case"], registry, codec, pool,
+    runtime = ConsumerRuntime("billing.invoices", ["outbox.event.order"], registry, codec, pool,
                               {"bootstrap.servers": settings.kafka_bootstrap}, ConsumerSettings())
     runtime.run(stop)          # a ServiceProcess worker
-    group = ConsumerGroup(2, "audit.journal", ...)   # same arguments: 2 members, partition-parallel
+    group = ConsumerGroup(2, "billing.invoices", ...)   # same arguments: 2 members, partition-parallel
 
 Modules: ``runtime`` (Kafka loop, offsets, rebalance), ``group`` (several members of one
 group in one process), ``batch`` (one transaction per poll

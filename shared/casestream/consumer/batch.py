@@ -80,7 +80,7 @@ class BatchProcessor(FastPathMixin, SlowPathMixin, HeldEventsMixin, DispatchMixi
     """Applies batches for one consumer name. Not thread-safe: one batch at a time.
 
     Args:
-        consumer: inbox consumer name (= group id), e.g. ``"audit.journal"``.
+        consumer: inbox consumer name (= group id), e.g. ``"billing.invoices"``.
         handlers: the handler registry.
         decoder: ``EnvelopeDecoder`` (``casestream.events.codec.EnvelopeCodec``).
         dead_letters: where dead letters go (``casestream.consumer.deadletters.KafkaDeadLetters``).

@@ -9,7 +9,7 @@ added (values UTF-8):
 ``dlq.original.partition``   its partition
 ``dlq.original.offset``      its offset
 ``dlq.original.timestamp``   its Kafka timestamp, ms since the epoch ("" if none)
-``dlq.consumer``             consumer name (= group id), e.g. ``audit.journal``
+``dlq.consumer``             consumer name (= group id), e.g. ``billing.invoices``
 ``dlq.error.class``          exception class, ``module.Qualname``
 ``dlq.error.reason``         machine-readable reason: ``bad_magic_byte``, ``unknown_schema_id``,
                              ``version_gap``, ``unknown_event_type``, ``retries_exhausted`` ...

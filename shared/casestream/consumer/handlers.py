@@ -94,7 +94,7 @@ class HandlerContext:
         conn: the psycopg connection, inside the batch transaction and the message's savepoint.
         outbox: appends follow-up events in the same transaction (``append(conn, events)``).
         mode: LIVE or REPLAY.
-        consumer: the consumer name (= Kafka group id = inbox consumer), e.g. ``"audit.journal"``.
+        consumer: the consumer name (= Kafka group id = inbox consumer), e.g. ``"billing.invoices"``.
         topic, partition, offset: where the message came from (for logging / audit columns);
             for a batch handler, the first event's.
         positions: for a batch handler, (topic, partition, offset) of each event, in order.

@@ -61,8 +61,8 @@ class ConsumerRuntime:
     """Consumes ``topics`` (plus ``<name>.redrive``) as group ``name`` and applies ``handlers``.
 
     Args:
-        name: consumer name = Kafka ``group.id`` = inbox consumer, e.g. ``"audit.journal"``.
-        topics: topics to subscribe to, e.g. ``["outbox.event.case"]``.
+        name: consumer name = Kafka ``group.id`` = inbox consumer, e.g. ``"billing.invoices"``.
+        topics: topics to subscribe to, e.g. ``["outbox.event.order"]``.
         handlers: the HandlerRegistry.
         codec: an ``EnvelopeDecoder`` (``casestream.events.codec.EnvelopeCodec``).
         pool: a ``psycopg_pool.ConnectionPool`` on the service's database.

@@ -4,7 +4,7 @@ Public API::
 
     from casestream.replay import Replayer, ReplayOptions, load_projection, parse_from, parse_to
 
-    spec = load_projection("audit.timeline")
+    spec = load_projection("billing.ledger")
     replayer = Replayer(spec, codec=codec, dsn=spec.dsn(), bootstrap=bootstrap,
                         event_types=catalog.event_types, reporter=ProgressReporter(...))
     replayer.plan(ReplayOptions(...))   # --dry-run
@@ -21,10 +21,16 @@ from casestream.replay.engine import Plan, ReplayOptions, ReplayResult, Replayer
 from casestream.replay.errors import ReplayConfigError, ReplayError, ReplayHandlerError
 from casestream.replay.positions import EndSpec, StartSpec, parse_from, parse_to
 from casestream.replay.progress import Progress, ProgressReporter
-from casestream.replay.projection import KNOWN, ProjectionSpec, TableNames, load_projection, replay_handlers
+from casestream.replay.projection import (
+    ProjectionSpec,
+    TableNames,
+    known_projections,
+    load_projection,
+    replay_handlers,
+)
 
 __all__ = [
-    "KNOWN", "EndSpec", "Plan", "Progress", "ProgressReporter", "ProjectionSpec",
+    "EndSpec", "Plan", "Progress", "ProgressReporter", "ProjectionSpec",
     "ReplayConfigError", "ReplayError", "ReplayHandlerError", "ReplayOptions", "ReplayResult",
-    "Replayer", "StartSpec", "TableNames", "load_projection", "parse_from", "parse_to", "replay_handlers",
+    "Replayer", "StartSpec", "TableNames", "known_projections", "load_projection", "parse_from", "parse_to", "replay_handlers",
 ]

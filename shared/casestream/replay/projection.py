@@ -1,7 +1,9 @@
 """What a rebuildable projection declares, and the catalog of projections by name.
 
 A service makes a projection rebuildable by exposing a :class:`ProjectionSpec` in one of its
-adapter modules (``services/<svc>/adapters/...``) and listing it in :data:`KNOWN`. The spec
+modules and registering it under the entry point group ``casestream.projections``
+(``"<name>" = "module:PROJECTION"`` in its ``pyproject.toml``;
+:func:`casestream.service.discovery.projection_refs`). The spec
 names the topics, the database, the live tables and the consumer that keeps them up to date,
 and gives three functions that take *table names* (live or shadow):
 
@@ -11,7 +13,7 @@ and gives three functions that take *table names* (live or shadow):
   handlers write into ``names``; only ``PROJECTION`` handlers run in a replay;
 - ``freshness(conn, names)`` — when the tables last changed (None if empty).
 
-Handover rule (issue 6): every projection write must be idempotent per event (``ON CONFLICT
+Handover rule: every projection write must be idempotent per event (``ON CONFLICT
 (event_id) DO NOTHING`` or an aggregate-version-guarded upsert), because after the swap the
 live consumer re-reads the events between its own position and the rebuilt tables' end and
 must change nothing for them.
@@ -19,7 +21,6 @@ must change nothing for them.
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
@@ -27,18 +28,16 @@ from typing import Any
 
 from casestream.consumer.handlers import HandlerKind, HandlerRegistry
 from casestream.consumer.processing import ProcessingMode
+from casestream.errors import ConfigError
 from casestream.replay.errors import ReplayConfigError
+from casestream.service.discovery import projection_refs
+from casestream.service.spec import resolve
 
 TableNames = Mapping[str, str]
 
-#: Projection name -> "module:attribute" of its ProjectionSpec (imported lazily). Batch
-#: statements read their one JSON parameter as ``jsonb``: on ``json`` every ``r->>k``
-#: re-parses the row's text (~40-55 vs ~28 µs per row, bench/README.md "Replay").
-KNOWN: dict[str, str] = {
-    "audit.timeline": "services.audit.adapters.replay:PROJECTION",
-    "case.dashboard": "services.case.adapters.dashboard:PROJECTION",
-    "decision.statistics": "services.decision.adapters.statistics:PROJECTION",
-}
+# Writing a projection's batch statements: read their one JSON parameter as ``jsonb``; on
+# ``json`` every ``r->>k`` re-parses the row's text (~40-55 vs ~28 µs per row,
+# bench/README.md "Replay").
 
 SHADOW_SUFFIX = "_shadow"
 
@@ -48,7 +47,7 @@ class ProjectionSpec:
     """A rebuildable read model.
 
     Attributes:
-        name: projection name, e.g. ``"audit.timeline"``.
+        name: projection name, e.g. ``"billing.ledger"``.
         description: one line for ``--list``.
         topics: topics its handlers read.
         live_consumer: consumer name (= Kafka group id) maintaining the live tables.
@@ -78,17 +77,29 @@ class ProjectionSpec:
         return {t: t + SHADOW_SUFFIX for t in self.tables}
 
 
-def load_projection(name: str, known: Mapping[str, str] = KNOWN) -> ProjectionSpec:
-    """Import the spec of projection ``name``.
+def known_projections(known: Mapping[str, str] | None = None) -> dict[str, str]:
+    """Projection name -> ``"module:attr"``: ``known`` if given, else the installed
+    ``casestream.projections`` entry points, sorted by name."""
+    return dict(sorted((projection_refs() if known is None else known).items()))
+
+
+def load_projection(name: str, known: Mapping[str, str] | None = None) -> ProjectionSpec:
+    """Import the spec of projection ``name`` (``known``: name -> reference, default the
+    discovered projections, :func:`known_projections`).
 
     Raises:
-        ReplayConfigError: unknown name, or the module does not define a ProjectionSpec.
+        ReplayConfigError: unknown name (the message lists the known ones), or the module
+            does not import or define a ProjectionSpec.
     """
+    known = known_projections(known)
     target = known.get(name)
     if target is None:
-        raise ReplayConfigError(f"unknown projection {name!r}; known: {', '.join(sorted(known))}")
-    module_name, _, attr = target.partition(":")
-    spec = getattr(importlib.import_module(module_name), attr, None)
+        raise ReplayConfigError(f"unknown projection {name!r}; known: "
+                                f"{', '.join(known) or 'none installed'}")
+    try:
+        spec = resolve(target)
+    except ConfigError as e:
+        raise ReplayConfigError(str(e)) from None
     if not isinstance(spec, ProjectionSpec):
         raise ReplayConfigError(f"{target} is not a ProjectionSpec")
     if spec.name != name:

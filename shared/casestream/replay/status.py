@@ -15,7 +15,7 @@ from datetime import datetime
 from typing import Any
 
 from casestream.replay import checkpoint
-from casestream.replay.projection import KNOWN, load_projection
+from casestream.replay.projection import known_projections, load_projection
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -98,14 +98,17 @@ def consumer_lag(bootstrap: str, group: str, topics: tuple[str, ...]) -> int | N
 
 
 def project_status(bootstrap: str, dsns: Mapping[str, str] | None = None,
-                   known: Mapping[str, str] = KNOWN, *, with_lag: bool = True) -> list[ProjectionStatus]:
-    """Status of every known projection; ``dsns`` overrides a projection's database URL;
-    ``with_lag`` False skips the consumer lag (Kafka known to be unreachable)."""
+                   known: Mapping[str, str] | None = None, *,
+                   with_lag: bool = True) -> list[ProjectionStatus]:
+    """Status of every known projection (``known``: name -> reference, default the
+    discovered ones); ``dsns`` overrides a projection's database URL; ``with_lag`` False
+    skips the consumer lag (Kafka known to be unreachable)."""
     # lazy (start-up cost): drivers load only when a status probe runs
     import psycopg
 
+    known = known_projections(known)
     out = []
-    for name in sorted(known):
+    for name in known:
         try:
             spec = load_projection(name, known)
         except Exception as e:  # noqa: BLE001 - listed with its error

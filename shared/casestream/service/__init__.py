@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from casestream.service import discovery
     from casestream.service.builder import ServiceBuilder, service_migrations
-    from casestream.service.devstack import SERVICE_PORTS, ServiceStack, StackError, running_stack, service_port
+    from casestream.service.devstack import ServiceStack, StackError, running_stack, selected_services, service_port
     from casestream.service.gctune import freeze_startup_objects
     from casestream.service.process import ReadinessCheck, ServiceProcess, Worker, configure_logging, run_service
     from casestream.service.settings import (
@@ -51,7 +51,7 @@ _LAZY = {
     "discovery": "casestream.service.discovery",
     **{name: "casestream.service.discovery" for name in ("command_refs", "projection_refs", "services")},
     **{name: "casestream.service.devstack" for name in (
-        "SERVICE_PORTS", "ServiceStack", "StackError", "running_stack", "service_port")},
+        "ServiceStack", "StackError", "running_stack", "selected_services", "service_port")},
 }
 
 __all__ = sorted(_LAZY)

@@ -1,12 +1,17 @@
-"""Run the five casestream services as separate local processes.
+"""Run discovered services as separate local processes.
 
-Used by ``make run`` (foreground, logs prefixed by service, Ctrl-C stops all), by
-``make demo`` and by the end-to-end tests, which also kill and restart single services.
-Infrastructure (Kafka, PostgreSQL, registry, SMTP sink) is started separately by
-``deploy/infra.sh up``; this module only runs the services, each as
-``python -m services.<name>``, with the caller's environment.
+Services are those installed under the entry point group ``casestream.services``
+(:func:`casestream.service.discovery.services`); each runs as ``python -m <spec.module>``
+with the caller's environment, on its port (:meth:`ServiceSpec.port`:
+``CASESTREAM_<NAME>_PORT`` or its settings' default). Used by ``make run`` (foreground, logs
+prefixed by service, Ctrl-C stops all), by ``make demo`` and by the end-to-end tests, which
+also kill and restart single services. Infrastructure (Kafka, PostgreSQL, registry, SMTP
+sink) is started separately by ``deploy/infra.sh up``.
 
-    python -m casestream.service.devstack run     # foreground until Ctrl-C
+    python -m casestream.service.devstack run [--services case,audit]   # until Ctrl-C
+
+Without ``--services`` the ``CASESTREAM_RUN_SERVICES`` variable (comma-separated names)
+chooses; without either, every discovered service runs.
 """
 
 from __future__ import annotations
@@ -18,7 +23,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -26,37 +31,56 @@ from pathlib import Path
 import httpx
 
 from casestream.errors import ConfigError
+from casestream.service.discovery import services as discover_services
+from casestream.service.spec import ServiceSpec
 
-SERVICE_PORTS: Mapping[str, int] = {
-    "case": 18101,
-    "audit": 18102,
-    "saga": 18103,
-    "decision": 18104,
-    "notification": 18105,
-}
-"""Default HTTP port per service; each is overridable with CASESTREAM_<SVC>_PORT."""
+#: Comma-separated service names ``make run`` starts (default: every discovered service).
+RUN_SERVICES_VAR = "CASESTREAM_RUN_SERVICES"
 
 
 class StackError(RuntimeError):
     """A service did not become ready, or exited while it was expected to run."""
 
 
-def service_port(name: str, env: Mapping[str, str] | None = None) -> int:
-    """The HTTP port of service ``name`` under ``env`` (default: this process's environment).
+def _spec(name: str, specs: Mapping[str, ServiceSpec] | None = None) -> ServiceSpec:
+    specs = discover_services() if specs is None else specs
+    try:
+        return specs[name]
+    except KeyError:
+        raise ConfigError(f"unknown service {name!r}; discovered: "
+                          f"{', '.join(specs) or 'none installed'}") from None
+
+
+def service_port(name: str, env: Mapping[str, str] | None = None,
+                 specs: Mapping[str, ServiceSpec] | None = None) -> int:
+    """The HTTP port of discovered service ``name`` under ``env`` (default: this process's
+    environment), :meth:`ServiceSpec.port`; ``specs`` default the discovered services.
 
     Raises:
-        ConfigError: ``CASESTREAM_<NAME>_PORT`` is not a port number (1-65535).
+        ConfigError: unknown service, or ``CASESTREAM_<NAME>_PORT`` is not a port number.
     """
+    return _spec(name, specs).port(env)
+
+
+def selected_services(names: str | Sequence[str] | None = None,
+                      specs: Mapping[str, ServiceSpec] | None = None,
+                      env: Mapping[str, str] | None = None) -> list[str]:
+    """The services to run: ``names`` (comma-separated text or a sequence), else
+    :data:`RUN_SERVICES_VAR` of ``env``, else every discovered service (sorted).
+
+    Raises:
+        ConfigError: a name is not a discovered service (the message lists them).
+    """
+    specs = discover_services() if specs is None else specs
     env = os.environ if env is None else env
-    var = f"CASESTREAM_{name.upper()}_PORT"
-    raw = env.get(var, SERVICE_PORTS[name])
-    try:
-        port = int(raw)
-    except ValueError:
-        port = 0
-    if not 1 <= port <= 65535:
-        raise ConfigError(f"{var}={raw!r}: not a port number (1-65535)")
-    return port
+    chosen = env.get(RUN_SERVICES_VAR) if names is None else names
+    if chosen is None or (isinstance(chosen, str) and not chosen.strip()):
+        return list(specs)
+    wanted = [n.strip() for n in chosen.split(",")] if isinstance(chosen, str) else list(chosen)
+    wanted = [n for n in wanted if n]
+    for name in wanted:
+        _spec(name, specs)
+    return list(dict.fromkeys(wanted))
 
 
 @dataclass(slots=True)
@@ -75,12 +99,17 @@ class ServiceStack:
         log_dir: where each service's output goes (``<name>.log``), or None to print it to
             this process's stdout prefixed with ``[name]``.
         ready_timeout_s: seconds to wait for ``/readyz`` to answer 200 after a start.
+        specs: the services it may run, by name (default: the discovered ones).
     """
 
     env: Mapping[str, str] = field(default_factory=lambda: dict(os.environ))
     log_dir: Path | None = None
     ready_timeout_s: float = 90.0
     procs: dict[str, _Proc] = field(default_factory=dict)
+    specs: Mapping[str, ServiceSpec] = field(default_factory=discover_services)
+
+    def _port(self, name: str) -> int:
+        return service_port(name, self.env, self.specs)
 
     def start(self, name: str) -> None:
         """Start service ``name`` (no-op if it is running) and wait until it is ready.
@@ -91,13 +120,14 @@ class ServiceStack:
         running = self.procs.get(name)
         if running and running.popen.poll() is None:
             return
-        port = service_port(name, self.env)
+        spec = _spec(name, self.specs)
+        port = self._port(name)
         if _port_in_use(port):
             raise StackError(
                 f"port {port} for service {name} is already in use (another casestream stack "
                 f"running? `make infra-down` does not stop services); set "
                 f"CASESTREAM_{name.upper()}_PORT or stop that process")
-        cmd = [sys.executable, "-m", f"services.{name}"]
+        cmd = [sys.executable, "-m", spec.module]
         if self.log_dir is not None:
             self.log_dir.mkdir(parents=True, exist_ok=True)
             out = open(self.log_dir / f"{name}.log", "ab")  # noqa: SIM115 - child owns it
@@ -107,7 +137,8 @@ class ServiceStack:
         else:
             popen = subprocess.Popen(cmd, env=dict(self.env), stdout=subprocess.PIPE,
                                      stderr=subprocess.STDOUT)
-            pump = threading.Thread(target=_pump, args=(name, popen), daemon=True)
+            width = max(map(len, self.specs), default=len(name))
+            pump = threading.Thread(target=_pump, args=(name, popen, width), daemon=True)
             pump.start()
             self.procs[name] = _Proc(name, popen, pump)
 
@@ -127,7 +158,7 @@ class ServiceStack:
                 if proc.poll() is not None:
                     raise StackError(f"service {name} exited with status {proc.returncode}"
                                      f"{self._log_hint(name)}")
-                url = f"http://127.0.0.1:{service_port(name, self.env)}/readyz"
+                url = f"http://127.0.0.1:{self._port(name)}/readyz"
                 try:
                     if httpx.get(url, timeout=2.0).status_code == 200:
                         pending.discard(name)
@@ -142,8 +173,8 @@ class ServiceStack:
     def register_schemas(self) -> None:
         """Register the schema catalog once, explicitly, as a deployment would.
 
-        Five services each registering at start would race on a fresh registry; with the
-        catalog registered first, their start-up only looks ids up.
+        Several services each registering at start would race on a fresh registry; with
+        the catalog registered first, their start-up only looks ids up.
 
         Raises:
             StackError: ``casestream schemas register`` failed (its output is included).
@@ -156,9 +187,17 @@ class ServiceStack:
         if done.returncode != 0:
             raise StackError(f"schema registration failed: {done.stdout}{done.stderr}".strip())
 
-    def start_all(self, names: list[str] | None = None) -> None:
-        """Register the schemas, start every service (default: all five), wait until all are ready."""
-        names = list(SERVICE_PORTS) if names is None else names
+    def start_all(self, names: Sequence[str] | None = None) -> None:
+        """Register the schemas, start the named services (default: every one in ``specs``),
+        wait until all are ready.
+
+        Raises:
+            ConfigError: a name is not in ``specs``.
+            StackError: as :meth:`start` and :meth:`wait_ready`.
+        """
+        names = list(self.specs) if names is None else list(names)
+        for name in names:
+            _spec(name, self.specs)
         self.register_schemas()
         for name in names:
             self.start(name)
@@ -207,32 +246,42 @@ def _port_in_use(port: int) -> bool:
         return probe.connect_ex(("127.0.0.1", port)) == 0
 
 
-def _pump(name: str, proc: subprocess.Popen[bytes]) -> None:
+def _pump(name: str, proc: subprocess.Popen[bytes], width: int) -> None:
     assert proc.stdout is not None
-    width = max(map(len, SERVICE_PORTS))
     for raw in proc.stdout:
         sys.stdout.write(f"[{name:<{width}}] {raw.decode(errors='replace')}")
         sys.stdout.flush()
 
 
 @contextmanager
-def running_stack(**kwargs: object) -> Iterator[ServiceStack]:
-    """Context manager: all five services started and ready inside, stopped on exit."""
+def running_stack(names: Sequence[str] | None = None, **kwargs: object) -> Iterator[ServiceStack]:
+    """Context manager: the named services (default: every discovered one) started and ready
+    inside, stopped on exit; ``kwargs`` go to :class:`ServiceStack`."""
     stack = ServiceStack(**kwargs)  # type: ignore[arg-type]
     try:
-        stack.start_all()
+        stack.start_all(names)
         yield stack
     finally:
         stack.stop_all()
 
 
-def _run_foreground() -> int:
+def ready_message(names: Sequence[str]) -> str:
+    """The line ``make run`` prints once ``names`` are ready, counting them."""
+    count = "the one service" if len(names) == 1 else f"all {len(names)} services"
+    return f"{count} ready ({', '.join(names)}); Ctrl-C stops them"
+
+
+def _run_foreground(names: Sequence[str]) -> int:
     stack = ServiceStack()
     stopping = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stopping.set())
     try:
-        stack.start_all()
-        print("all five services ready; Ctrl-C stops them", flush=True)
+        if not names:
+            print("run: no services installed (entry point group casestream.services)",
+                  file=sys.stderr)
+            return 1
+        stack.start_all(names)
+        print(ready_message(names), flush=True)
         while not stopping.is_set():
             for proc in stack.procs.values():
                 if proc.popen.poll() is not None:
@@ -250,8 +299,29 @@ def _run_foreground() -> int:
     return 0
 
 
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m casestream.service.devstack run [--services a,b]``; the exit status."""
+    import argparse
+
+    parser = argparse.ArgumentParser(
+        prog="python -m casestream.service.devstack",
+        description="Run discovered casestream services as local processes until Ctrl-C.")
+    sub = parser.add_subparsers(dest="command", required=True)
+    run = sub.add_parser(
+        "run", help="start the services, print their output prefixed by name",
+        description=f"Start services in the foreground. Which: --services, else "
+                    f"{RUN_SERVICES_VAR} (comma-separated), else every discovered service "
+                    f"(entry point group casestream.services).")
+    run.add_argument("--services", metavar="NAMES", default=None,
+                     help=f"comma-separated service names (default ${RUN_SERVICES_VAR} or all)")
+    args = parser.parse_args(argv)
+    try:
+        names = selected_services(args.services)
+    except ConfigError as e:
+        print(f"run: {e}", file=sys.stderr)
+        return 2
+    return _run_foreground(names)
+
+
 if __name__ == "__main__":
-    if sys.argv[1:] != ["run"]:
-        print("usage: python -m casestream.service.devstack run", file=sys.stderr)
-        raise SystemExit(2)
-    raise SystemExit(_run_foreground())
+    raise SystemExit(main())

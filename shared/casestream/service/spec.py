@@ -14,7 +14,10 @@ first use, so listing services loads no service code.
 
 from __future__ import annotations
 
+import importlib
+import os
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -32,7 +35,7 @@ class ServiceSpec:
 
     Attributes:
         name: lowercase service name (``[a-z][a-z0-9_]*``, at most 31 characters), e.g.
-            ``"case"``: its settings read ``CASESTREAM_<NAME>_*`` variables, its processes and
+            ``"billing"``: its settings read ``CASESTREAM_<NAME>_*`` variables, its processes and
             relay are named after it.
         module: the package run as ``python -m <module>`` (its ``__main__`` calls
             ``run_service``).
@@ -79,6 +82,32 @@ class ServiceSpec:
         from casestream.service.settings import read_settings  # settings need pydantic
 
         return read_settings(self.settings_class(), self.name)
+
+    def port(self, env: Mapping[str, str] | None = None) -> int:
+        """The service's HTTP port under ``env`` (default: this process's environment):
+        ``CASESTREAM_<NAME>_PORT`` if set, else the default of its settings' ``port`` field.
+        Reads no other variable, so a caller can pass the environment of a child process.
+
+        Raises:
+            ConfigError: the variable is not a port number (1-65535), or the settings class
+                declares no ``port`` default.
+        """
+        env = os.environ if env is None else env
+        var = f"CASESTREAM_{self.name.upper()}_PORT"
+        raw: Any = env.get(var)
+        if raw is None:
+            fields = getattr(self.settings_class(), "model_fields", {})
+            raw = getattr(fields.get("port"), "default", None)
+            if not isinstance(raw, int):
+                raise ConfigError(f"service {self.name}: {self.settings} declares no default "
+                                  f"port; set {var}")
+        try:
+            port = int(raw)
+        except ValueError:
+            port = 0
+        if not 1 <= port <= 65535:
+            raise ConfigError(f"{var}={raw!r}: not a port number (1-65535)")
+        return port
 
     def builder(self) -> Any:
         """The service's ``build`` function (imports its bootstrap module)."""
