@@ -35,7 +35,7 @@ import fastavro
 import httpx
 import psycopg
 import pytest
-from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Producer, TopicPartition
 
 from casestream.auth import ROLE_OFFICER, dev_token
 from casestream.events import (
@@ -54,14 +54,18 @@ from watch.upcasters import chain
 pytestmark = pytest.mark.e2e
 
 SUITE = ["case", "saga", "decision", "notification"]
+#: Ports of this module's stack, away from the defaults another stack on the shared
+#: infrastructure may hold (``services.demo.case_url`` reads them from the environment too).
+PORTS = {"CASESTREAM_CASE_PORT": "28101", "CASESTREAM_SAGA_PORT": "28103",
+         "CASESTREAM_DECISION_PORT": "28104", "CASESTREAM_NOTIFICATION_PORT": "28105",
+         "CASESTREAM_AUDIT_PORT": "28102", "CASESTREAM_WATCH_PORT": "28111"}
 CASE_TOPIC = "outbox.event.case"
 WATCH_TOPIC = "outbox.event.watch"
 WATCHERS = ("officer-1", "officer-2")
-WATCH_PORT = "18111"
 
 
 def watch_url(path: str = "") -> str:
-    return f"http://127.0.0.1:{os.environ.get('CASESTREAM_WATCH_PORT', WATCH_PORT)}{path}"
+    return f"http://127.0.0.1:{PORTS['CASESTREAM_WATCH_PORT']}{path}"
 
 
 def officer(tenant: str, subject: str) -> dict[str, str]:
@@ -104,16 +108,25 @@ def start_watch(stack: ServiceStack, env: dict[str, str], log_dir: Path) -> subp
 
 
 @pytest.fixture(scope="module")
-def stack(tmp_path_factory: pytest.TempPathFactory, infra_env: dict[str, str],
+def env(infra_env: dict[str, str]) -> Iterator[dict[str, str]]:
+    """The infrastructure's environment with this module's ports (also set in os.environ)."""
+    with pytest.MonkeyPatch.context() as mp:
+        for name, value in PORTS.items():
+            mp.setenv(name, value)
+        yield {**infra_env, **PORTS}
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory: pytest.TempPathFactory, env: dict[str, str],
           pg_url: str) -> Iterator[ServiceStack]:
     ensure_database(pg_url, "watch")
     log_dir = tmp_path_factory.mktemp("watch-e2e") / "logs"
     log_dir.mkdir(parents=True)
-    services = ServiceStack(env=infra_env, log_dir=log_dir)
+    services = ServiceStack(env=env, log_dir=log_dir)
     own: subprocess.Popen[bytes] | None = None
     try:
         services.start_all(SUITE)
-        own = start_watch(services, infra_env, log_dir)
+        own = start_watch(services, env, log_dir)
         yield services
     finally:
         if own is not None:
@@ -161,21 +174,33 @@ def journey(stack: ServiceStack) -> Journey:
 
 # -- Kafka / registry helpers ---------------------------------------------------------------
 
-def read_topic(bootstrap: str, topic: str, keys: set[str], *, idle_s: float = 3.0) -> list[Any]:
-    """Every message of ``topic`` (from the beginning) whose key is in ``keys``."""
+def read_topic(bootstrap: str, topic: str, keys: set[str]) -> list[Any]:
+    """Every message of ``topic`` up to its current end whose key (or the part before
+    ``/``: a watch id) is in ``keys``."""
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"watch-e2e-{uuid.uuid4()}",
-                         "auto.offset.reset": "earliest", "enable.auto.commit": False})
-    consumer.subscribe([topic])
-    found, last = [], time.monotonic()
+                         "enable.auto.commit": False, "enable.partition.eof": True})
     try:
-        while time.monotonic() - last < idle_s:
+        partitions = consumer.list_topics(topic, timeout=10).topics[topic].partitions
+        ends = {p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1]
+                for p in partitions}
+        pending = {p for p, end in ends.items() if end > 0}
+        consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in pending])
+        found, deadline = [], time.monotonic() + 60
+        while pending and time.monotonic() < deadline:
             msg = consumer.poll(0.5)
-            if msg is None or msg.error():
+            if msg is None:
                 continue
-            last = time.monotonic()
-            key = (msg.key() or b"").decode()
-            if key in keys or key.split("/")[0] in keys:
-                found.append(msg)
+            if msg.error():
+                if msg.error().code() == KafkaError._PARTITION_EOF:
+                    pending.discard(msg.partition())
+                continue
+            if msg.offset() >= ends[msg.partition()] - 1:
+                pending.discard(msg.partition())
+            if msg.offset() < ends[msg.partition()]:
+                key = (msg.key() or b"").decode()
+                if key in keys or key.split("/")[0] in keys:
+                    found.append(msg)
+        assert not pending, f"{topic}: partitions {sorted(pending)} not read to the end in 60 s"
     finally:
         consumer.close()
     return found
@@ -307,6 +332,11 @@ def test_one_watch_event_per_watch_decodable_from_the_registry(
         assert schema["name"] == "acme.watch.WatchTriggered"  # the subject (full name)
         record = fastavro.schemaless_reader(io.BytesIO(msg.value()[5:]), schema)
         assert record["event_type"] == "WatchTriggered" and record["event_version"] == 2
+    with suite_codec(registry_url) as codec:
+        case_events = [codec.decode(m.value())
+                       for m in read_topic(kafka_bootstrap, CASE_TOPIC, ids)]
+    triggering = {e.aggregate_id: e for e in case_events
+                  if e.event_type in ("CaseClosed", "CaseReturned")}
     events = watch_events(kafka_bootstrap, registry_url, ids)
     by_watch = {(e.payload["case_id"], e.payload["watcher_id"]): e for e in events}
     assert len(by_watch) == len(events) == len(ids) * len(WATCHERS)
@@ -320,7 +350,9 @@ def test_one_watch_event_per_watch_decodable_from_the_registry(
             assert e.payload["final"] is closed
             if closed:
                 assert e.payload["detail"] == run.spec.expected
-            assert e.correlation_id == run.case_id and e.causation_id
+            cause = triggering[run.case_id]
+            assert (e.causation_id, e.correlation_id, e.tenant_id) == (
+                cause.event_id, cause.correlation_id, cause.tenant_id)
 
 
 def test_redelivered_and_stale_case_events_change_nothing(
@@ -357,41 +389,41 @@ def test_redelivered_and_stale_case_events_change_nothing(
     assert versions == [(w, 1) for w in WATCHERS]
 
 
-def test_replay_rebuilds_the_same_rows(journey: Journey, infra_env: dict[str, str],
+def test_replay_rebuilds_the_same_rows(journey: Journey, env: dict[str, str],
                                        pg_url: str) -> None:
     ids = {r.case_id for r in journey.runs}
     before = projection_rows(pg_url, ids)
     assert len(before) == len(ids)
-    done = cli(infra_env, "replay", "watch.cases", "--workers", "1")
+    done = cli(env, "replay", "watch.cases", "--workers", "1")
     assert done.returncode == 0, done.stdout + done.stderr
     assert projection_rows(pg_url, ids) == before
 
 
 # -- the platform's own tools know the watch service ----------------------------------------
 
-def test_status_names_the_watch_service(stack: ServiceStack, infra_env: dict[str, str]) -> None:
-    done = cli(infra_env, "status")
+def test_status_names_the_watch_service(stack: ServiceStack, env: dict[str, str]) -> None:
+    done = cli(env, "status")
     assert "watch" in done.stdout, done.stdout + done.stderr
     assert "watch.triggers" in done.stdout or "watch.cases" in done.stdout, done.stdout
 
 
 def test_outbox_status_includes_the_watch_database(stack: ServiceStack,
-                                                   infra_env: dict[str, str]) -> None:
-    done = cli(infra_env, "outbox", "status", "--service", "watch")
+                                                   env: dict[str, str]) -> None:
+    done = cli(env, "outbox", "status", "--service", "watch")
     assert done.returncode == 0, done.stdout + done.stderr
-    everything = cli(infra_env, "outbox", "status")
+    everything = cli(env, "outbox", "status")
     assert "watch" in everything.stdout, everything.stdout + everything.stderr
 
 
-def test_replay_list_names_the_projection(stack: ServiceStack, infra_env: dict[str, str]) -> None:
-    done = cli(infra_env, "replay", "--list")
+def test_replay_list_names_the_projection(stack: ServiceStack, env: dict[str, str]) -> None:
+    done = cli(env, "replay", "--list")
     assert done.returncode == 0, done.stdout + done.stderr
     assert "watch.cases" in done.stdout
 
 
-def test_dlq_list_names_the_consumers(stack: ServiceStack, infra_env: dict[str, str]) -> None:
-    one = cli(infra_env, "dlq", "list", "watch.triggers")
+def test_dlq_list_names_the_consumers(stack: ServiceStack, env: dict[str, str]) -> None:
+    one = cli(env, "dlq", "list", "watch.triggers")
     assert one.returncode == 0, one.stdout + one.stderr
-    done = cli(infra_env, "dlq", "list")
+    done = cli(env, "dlq", "list")
     assert done.returncode == 0, done.stdout + done.stderr
     assert "watch.cases" in done.stdout and "watch.triggers" in done.stdout, done.stdout
