@@ -23,7 +23,9 @@ from casestream.events.catalog import load_catalog
 from casestream.events.codec import ENVELOPE_FIELDS, EnvelopeCodec
 from casestream.events.envelope import Envelope, new_event
 from casestream.events.registry import InMemoryRegistry
-from casestream.upcasters import default_upcasters
+from services.upcasters import default_upcasters
+from services import schemas_dir
+from casestream.events import open_codec
 
 
 def _event() -> Envelope:
@@ -62,9 +64,9 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=5)
     args = ap.parse_args()
     n, repeat = args.n, args.repeat
-    catalog = load_catalog()
+    catalog = load_catalog(schemas_dir())
     env = _event()
-    codec = EnvelopeCodec(catalog, InMemoryRegistry(), default_upcasters())
+    codec = open_codec(catalog, InMemoryRegistry(), auto_register=None)
     codec.prepare(auto_register=True)
     value = codec.encode(env)
 

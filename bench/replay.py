@@ -47,6 +47,7 @@ from casestream.testing.consumer import close_codec, create_topic, real_codec  #
 from casestream.events.envelope import Envelope  # noqa: E402
 from casestream.replay import ReplayOptions, Replayer, load_projection  # noqa: E402
 from common import produce_all  # noqa: E402
+from services import schemas_dir
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 
@@ -177,7 +178,7 @@ def main(argv: list[str] | None = None) -> int:
         b2_rate = a.events / b2
         print(f"B2 (raw consume + fastavro decode): {b2_rate:,.0f} events/s ({b2:.1f}s)")
         r = Replayer(spec, codec=codec, dsn=dsn, bootstrap=bootstrap,
-                     event_types=load_catalog().event_types)
+                     event_types=load_catalog(schemas_dir()).event_types)
         result = r.run(ReplayOptions(batch_size=a.batch_size, workers=a.workers))
         with psycopg.connect(dsn) as conn:
             rows = conn.execute(f"SELECT count(*) FROM {spec.tables[0]}").fetchone()[0]

@@ -3,14 +3,24 @@
 Common endpoints come from :class:`casestream.service.settings.CommonSettings` (``CASESTREAM_*``);
 decision-specific ones use the prefix ``CASESTREAM_DECISION_``:
 
-    CASESTREAM_DECISION_HOST / _PORT      HTTP listen address (127.0.0.1:18104)
-    CASESTREAM_DECISION_DATABASE          database name on CASESTREAM_PG_URL ("decision")
-    CASESTREAM_DECISION_CONSUMER_BATCH    messages per consumer transaction (200)
-    CASESTREAM_DECISION_POOL_SIZE         PostgreSQL connections (4)
-    CASESTREAM_DECISION_MAX_IN_FLIGHT  HTTP requests in flight before shedding with 503 (32)
-    CASESTREAM_DECISION_RATE_TENANT_PER_S / _RATE_TENANT_BURST  per tenant (400/s, 800)
-    CASESTREAM_DECISION_RATE_CLIENT_PER_S / _RATE_CLIENT_BURST  per client (100/s, 200)
-    CASESTREAM_DECISION_REQUEST_DEADLINE_S  budget of a request's database calls, seconds (5)
+    .. settings-table (generated: casestream.service.settings_table; tests/unit/test_settings_tables.py)
+
+    CASESTREAM_DECISION_DATABASE             database name on CASESTREAM_PG_URL (default decision)
+    CASESTREAM_DECISION_HOST                 HTTP listen address (default 127.0.0.1)
+    CASESTREAM_DECISION_MAX_IN_FLIGHT        HTTP requests in flight before shedding with 503 (default 32)
+    CASESTREAM_DECISION_RATE_TENANT_PER_S    per-tenant token bucket, requests per second (default 400)
+    CASESTREAM_DECISION_RATE_TENANT_BURST    per-tenant token bucket size (default 800)
+    CASESTREAM_DECISION_RATE_CLIENT_PER_S    per-client token bucket, requests per second (default 100)
+    CASESTREAM_DECISION_RATE_CLIENT_BURST    per-client token bucket size (default 200)
+    CASESTREAM_DECISION_REQUEST_DEADLINE_S   budget of a request's database calls, seconds (default 5)
+    CASESTREAM_DECISION_POOL_SIZE            PostgreSQL pool size (most connections) (default 5)
+    CASESTREAM_DECISION_POOL_MIN             connections the pool keeps open (default 2)
+    CASESTREAM_DECISION_POOL_TIMEOUT_S       wait for a pooled connection, seconds (default 30)
+    CASESTREAM_DECISION_CONSUMER_BATCH_SIZE  events per consumer transaction (default 200)
+    CASESTREAM_DECISION_AUTH                 bearer-token settings as JSON; normally unset: AuthSettings reads CASESTREAM_AUTH_* (default -)
+    CASESTREAM_DECISION_PORT                 HTTP listen port (default 18104)
+
+    .. end settings-table
 
 Bearer tokens are verified per ``casestream.auth.tokens.AuthSettings`` (``CASESTREAM_AUTH_*``).
 """
@@ -32,7 +42,6 @@ class DecisionSettings(ServiceSettings):
 
     model_config = service_config(_P)
 
-    port: int = Field(18104, ge=1, le=65535)
-    database: str = "decision"
-    consumer_batch: int = Field(200, ge=1)
-    pool_size: int = Field(5, ge=3)
+    port: int = Field(18104, ge=1, le=65535, description="HTTP listen port")
+    database: str = Field("decision", description="database name on CASESTREAM_PG_URL")
+    pool_size: int = Field(5, ge=3, description="PostgreSQL pool size (most connections)")

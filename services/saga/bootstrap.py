@@ -1,9 +1,7 @@
 """Wiring of the saga-orchestrator — the only place that builds adapters.
 
-``build()`` reads :class:`SagaSettings`, applies the migrations (outbox, then
-``migrations/*.sql``), loads the catalog and prepares the codec (registering schemas in
-dev), builds the case-review saga from the settings and checks it against the catalog, and
-returns a :class:`~casestream.service.process.ServiceProcess` with three workers:
+``build()`` builds the case-review saga from the settings, checks it against the catalog,
+and returns a :class:`~casestream.service.process.ServiceProcess` with three workers:
 
 - ``consumer``: :class:`~casestream.consumer.runtime.ConsumerRuntime` ``saga.orchestrator``
   on ``outbox.event.case``, ``outbox.event.decision``, ``outbox.event.notice``;
@@ -21,16 +19,15 @@ from __future__ import annotations
 from datetime import timedelta
 from pathlib import Path
 
-from casestream.service import wiring
+from casestream.consumer import HandlerRegistry
+from casestream.errors import ConfigError
 from casestream.events import Catalog
 from casestream.migrations import Migration
-from casestream.errors import ConfigError
-from casestream.consumer import HandlerRegistry
-from casestream.http import DeadlinePool
-from casestream.outbox import OutboxWriter
-from casestream.service import ServiceProcess
+from casestream.outbox import OutboxSink
+from casestream.service import ServiceBuilder, ServiceProcess, service_migrations
+from services import schemas_dir
+from services.saga import SERVICE
 from services.saga.adapters import handlers
-from services.saga.adapters.handlers import OutboxSink
 from services.saga.adapters.http import build_app
 from services.saga.adapters.metrics_pg import register_saga_metrics
 from services.saga.adapters.postgres import PgSagaQueries, PgSagaStore
@@ -43,13 +40,13 @@ from services.saga.domain.errors import DefinitionError
 from services.saga.domain.engine import SagaInstance
 from services.saga.settings import SagaSettings
 
-NAME = "saga"
+NAME = SERVICE.name
 MIGRATIONS = Path(__file__).parent / "migrations"
 
 
 def migrations() -> list[Migration | Path]:
     """The outbox migration, then this service's ``migrations/*.sql`` in name order."""
-    return wiring.service_migrations(MIGRATIONS)
+    return service_migrations(MIGRATIONS)
 
 
 def definition_from(settings: SagaSettings, catalog: Catalog) -> SagaDefinition:
@@ -78,42 +75,26 @@ def build(settings: SagaSettings | None = None) -> ServiceProcess:
     """Build the saga-orchestrator process (see the module docstring).
 
     Raises:
-        casestream.errors.CasestreamError: bad settings, unreachable database, schema or
-            registry problems (``run_service`` prints them as one line, exit status 2).
+        casestream.errors.CasestreamError: see :class:`casestream.service.ServiceBuilder`;
+            ConfigError for a saga definition that does not match the catalog.
     """
-    settings = settings or wiring.read_settings(SagaSettings, NAME)
-    base = wiring.groundwork(settings, NAME, migrations())
-    catalog, codec = base.catalog, base.codec
-    definition = definition_from(settings, catalog)
-    orchestrator = Orchestrator(definition, clock=wiring.utc_now)
+    b = ServiceBuilder(SERVICE, settings, migrations=MIGRATIONS, schemas=schemas_dir())
+    s, outbox = b.settings, b.outbox
+    definition = definition_from(s, b.catalog)
+    orchestrator = Orchestrator(definition, clock=b.clock)
+    b.consumer(handlers.CONSUMER, handlers.TOPICS, handlers.register(HandlerRegistry(), orchestrator),
+               emits=True)
+    b.relay()
+    b.worker("deadlines", DeadlineScheduler(b.pool, orchestrator, outbox, interval_s=s.scheduler_interval_s,
+                                            batch=s.scheduler_batch))
 
-    pool = wiring.connection_pool(settings.dsn, NAME, settings.pool_size)
-    outbox = OutboxWriter(codec)
-    registry = handlers.register(HandlerRegistry(), orchestrator,
-                                 also_known=wiring.event_types_on(catalog, handlers.TOPICS))
-    consumer = wiring.consumer_runtime(handlers, registry, codec, pool, settings,
-                                       batch_size=settings.consumer_batch, outbox=outbox)
-    relay = wiring.outbox_relay(pool, settings, NAME)
-    scheduler = DeadlineScheduler(pool, orchestrator, outbox,
-                                  interval_s=settings.scheduler_interval_s,
-                                  batch=settings.scheduler_batch)
-
-    http_pool = DeadlinePool(pool)  # request paths: never wait past the request deadline
-
-    def resolve(saga_id: str, *, reason: str, actor_id: str,
-                tenant_id: str) -> SagaInstance | None:
-        with http_pool.connection() as conn, conn.transaction():
+    def resolve(saga_id: str, *, reason: str, actor_id: str, tenant_id: str) -> SagaInstance | None:
+        with b.request_pool.connection() as conn, conn.transaction():
             return orchestrator.resolve(PgSagaStore(conn), OutboxSink(outbox, conn), saga_id,
                                         reason=reason, actor_id=actor_id, tenant_id=tenant_id)
 
-    stuck_grace = timedelta(seconds=settings.stuck_grace_s)
+    stuck_grace = timedelta(seconds=s.stuck_grace_s)
     # saga_state_total, compensation_total, timeouts_total, saga_stuck_total
-    register_saga_metrics(pool, definition, stuck_grace=stuck_grace)
-    return ServiceProcess(
-        name=NAME, app=build_app(PgSagaQueries(http_pool), orchestrator, resolve, edge=base.edge,
-                                 stuck_grace=stuck_grace, clock=wiring.utc_now),
-        host=settings.host, port=settings.port,
-        workers={"consumer": consumer.run, "relay": relay.run, "deadlines": scheduler},
-        readiness=wiring.readiness(pool, "saga", consumer, settings),
-        closers=[codec.close, pool.close],
-    )
+    register_saga_metrics(b.pool, definition, stuck_grace=stuck_grace)
+    return b.build(app=build_app(PgSagaQueries(b.request_pool), orchestrator, resolve, edge=b.edge,
+                                 stuck_grace=stuck_grace, clock=b.clock), ready_table="saga")

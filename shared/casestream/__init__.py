@@ -2,9 +2,9 @@
 
 Packages (each ``__init__`` is its public API): ``events`` (envelope, catalog, codec,
 registry, upcasting), ``outbox`` (writer, ``outbox.relay``), ``consumer`` (runtime, inbox,
-guard, handlers, dead letters), ``kafka``, ``service`` (process, settings, wiring),
+guard, handlers, dead letters), ``kafka``, ``service`` (builder, process, settings),
 ``http``, ``auth``, ``telemetry``, ``replay``, ``schemacheck``, ``cli``, ``testing``.
-Root modules: ``errors`` (exception tree), ``migrations``, ``retry``, ``upcasters``.
+Root modules: ``errors`` (exception tree), ``migrations``, ``retry``, ``clock``, ``refs``.
 """
 
 from __future__ import annotations

@@ -19,20 +19,22 @@ from fastavro.validation import validate
 from casestream.events.catalog import load_catalog
 from casestream.events.codec import EnvelopeCodec
 from casestream.events.registry import InMemoryRegistry
-from casestream.upcasters import SUMMARY_MAX, default_upcasters
+from services.upcasters import SUMMARY_MAX, default_upcasters
+from services import schemas_dir
+from casestream.events import open_codec
 
 pytestmark = pytest.mark.contract
 
 HERE = Path(__file__).parent / "fixtures"
 MANIFEST = json.loads((HERE / "manifest.json").read_text())
-CATALOG = load_catalog()
+CATALOG = load_catalog(schemas_dir())
 
 
 def _codec() -> EnvelopeCodec:
     registry = InMemoryRegistry(first_id=5000)
     for m in MANIFEST.values():
         registry.add_schema(m["schema_id"], CATALOG.schema(m["event_type"], m["version"]), subject=m["subject"])
-    codec = EnvelopeCodec(CATALOG, registry, default_upcasters())
+    codec = open_codec(CATALOG, registry, auto_register=None)
     codec.prepare(auto_register=False)
     return codec
 

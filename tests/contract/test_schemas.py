@@ -9,16 +9,18 @@ import avro.schema
 import pytest
 from fastavro import parse_schema
 
-from casestream.events.catalog import default_schemas_dir, load_catalog, schema_text
+from casestream.events.catalog import load_catalog, schema_text
 from casestream.events.codec import ENVELOPE_FIELDS, EnvelopeCodec
 from casestream.events.envelope import Envelope, new_event
 from casestream.events.registry import InMemoryRegistry
 from casestream.schemacheck import check_catalog, lint_schema
-from casestream.upcasters import default_upcasters
+from services.upcasters import default_upcasters
+from services import schemas_dir
+from casestream.events import open_codec
 
 pytestmark = pytest.mark.contract
 
-CATALOG = load_catalog()
+CATALOG = load_catalog(schemas_dir())
 
 
 @pytest.mark.parametrize("sv", list(CATALOG.iter_versions()), ids=lambda sv: f"{sv.event_type}.v{sv.version}")
@@ -31,7 +33,7 @@ def test_composed_schema_parses_with_both_parsers_and_is_lint_clean(sv) -> None:
 
 
 def test_the_project_catalog_passes_its_own_check() -> None:
-    report = check_catalog(default_schemas_dir())
+    report = check_catalog(schemas_dir())
     assert report.exit_code == 0, [f.to_dict() for f in report.findings]
     assert report.findings == []
 
@@ -50,7 +52,7 @@ def test_envelope_schema_matches_the_envelope_dataclass() -> None:
 
 def test_wire_format_and_headers() -> None:
     registry = InMemoryRegistry(first_id=0x01020304)
-    codec = EnvelopeCodec(CATALOG, registry, default_upcasters())
+    codec = open_codec(CATALOG, registry, auto_register=None)
     ids = codec.prepare(auto_register=True)
     env = new_event(event_type="SagaCompleted", aggregate_type="saga", aggregate_id="s-1", aggregate_version=4,
                     payload={"case_id": "c-1", "outcome": "violation"}, tenant_id="t", source="saga",
@@ -65,7 +67,7 @@ def test_wire_format_and_headers() -> None:
 
 
 def test_schema_files_are_what_the_catalog_names() -> None:
-    root = default_schemas_dir()
+    root = schemas_dir()
     on_disk = sorted(p.relative_to(root).as_posix() for p in root.rglob("*.avsc"))
     named = sorted([sv.path for sv in CATALOG.iter_versions()] + [CATALOG.envelope_path])
     assert on_disk == named

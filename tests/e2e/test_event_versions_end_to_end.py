@@ -20,7 +20,9 @@ from services.demo import audit_url, case_mix, headers, open_and_submit, wait_fi
 from casestream.service.devstack import ServiceStack
 from casestream.events.envelope import new_event
 from casestream.events.registry import ConfluentSchemaRegistry
-from casestream.upcasters import default_upcasters
+from services.upcasters import default_upcasters
+from services import schemas_dir
+from casestream.events import open_codec
 
 pytestmark = pytest.mark.e2e
 
@@ -47,8 +49,8 @@ def produce_legacy(kafka_bootstrap: str, registry_url: str, tenant: str) -> dict
     ids: dict[int, str] = {}
     producer = Producer({"bootstrap.servers": kafka_bootstrap, "enable.idempotence": True,
                          "acks": "all"})
-    with EnvelopeCodec(load_catalog(), ConfluentSchemaRegistry(registry_url),
-                       default_upcasters()) as codec:
+    with open_codec(load_catalog(schemas_dir()), ConfluentSchemaRegistry(registry_url),
+                    auto_register=None) as codec:
         codec.prepare(auto_register=False)
         for version, payload in LEGACY_PAYLOADS.items():
             case_id = str(uuid.uuid4())

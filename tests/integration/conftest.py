@@ -28,7 +28,9 @@ from casestream.events.codec import EnvelopeCodec
 from casestream.testing.consumer import Harness, close_codec, real_codec
 from casestream.migrations import Migration, apply_migrations
 from casestream.events.registry import InMemoryRegistry
-from casestream.upcasters import default_upcasters
+from services.upcasters import default_upcasters
+from services import schemas_dir
+from casestream.events import open_codec
 
 PrivateSchema = Callable[[str, Sequence[Migration | Path]], str]
 
@@ -63,7 +65,7 @@ def private_schema(pg_url: str) -> Iterator[PrivateSchema]:
 @pytest.fixture(scope="module")
 def codec() -> EnvelopeCodec:
     """An :class:`EnvelopeCodec` prepared over :class:`InMemoryRegistry`."""
-    c = EnvelopeCodec(load_catalog(), InMemoryRegistry(), default_upcasters())
+    c = open_codec(load_catalog(schemas_dir()), InMemoryRegistry(), auto_register=None)
     c.prepare(auto_register=True)
     return c
 

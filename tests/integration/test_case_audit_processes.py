@@ -41,7 +41,9 @@ from casestream.events.codec import EnvelopeCodec
 from casestream.events.envelope import Envelope, new_event
 from casestream.events.registry import ConfluentSchemaRegistry
 from casestream.testing.relay import PrivateKafka, create_topics, free_port
-from casestream.upcasters import default_upcasters
+from services.upcasters import default_upcasters
+from services import schemas_dir
+from casestream.events import open_codec
 
 pytestmark = pytest.mark.integration
 
@@ -166,7 +168,7 @@ def services(kafka: PrivateKafka, databases: tuple[str, dict[str, str]], registr
 def saga_producer(kafka: PrivateKafka, registry_url: str) -> Iterator[Callable[[Envelope], None]]:
     """Produce saga events as the orchestrator would (real codec and registry)."""
     registry = ConfluentSchemaRegistry(registry_url)
-    codec = EnvelopeCodec(load_catalog(), registry, default_upcasters())
+    codec = open_codec(load_catalog(schemas_dir()), registry, auto_register=None)
     producer = Producer({"bootstrap.servers": kafka.bootstrap, "enable.idempotence": True,
                          "acks": "all"})
     try:

@@ -25,7 +25,8 @@ from casestream.outbox.writer import OutboxWriter
 from services.case.adapters.http.app import build_app
 from services.case.adapters.postgres import PgUnitOfWork
 from services.case.application import CaseService
-from services.case.bootstrap import SystemClock, migrations
+from casestream.clock import SystemClock
+from services.case.bootstrap import migrations
 
 pytestmark = pytest.mark.integration
 

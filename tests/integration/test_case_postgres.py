@@ -35,7 +35,8 @@ from services.case.application import (
     SubmitCase,
 )
 from services.case.application.idempotency import fingerprint
-from services.case.bootstrap import SystemClock, migrations
+from casestream.clock import SystemClock
+from services.case.bootstrap import migrations
 from services.case.domain import CaseStatus, InvalidTransition
 
 pytestmark = pytest.mark.integration

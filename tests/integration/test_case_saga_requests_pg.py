@@ -29,7 +29,8 @@ from services.case.adapters.postgres import PgUnitOfWork
 from services.case.adapters.saga_requests import CONSUMER
 from services.case.application import CaseService, CaseView, OpenCase, StoredResponse, SubmitCase
 from services.case.application.idempotency import IdempotencyScope, IdempotentRequest
-from services.case.bootstrap import SystemClock, consumer_registry, migrations
+from casestream.clock import SystemClock
+from services.case.bootstrap import consumer_registry, migrations
 
 pytestmark = pytest.mark.integration
 

@@ -23,7 +23,9 @@ from casestream.events.codec import EnvelopeCodec
 from casestream.consumer.records import Record
 from casestream.events.envelope import Envelope
 from casestream.events.registry import InMemoryRegistry
-from casestream.upcasters import default_upcasters
+from services.upcasters import default_upcasters
+from services import schemas_dir
+from casestream.events import open_codec
 
 TEST_DATABASE = "casestream_test"
 
@@ -69,7 +71,7 @@ def schema_dsn_for(url: str, prefix: str) -> Iterator[str]:
 
 def memory_codec() -> EnvelopeCodec:
     """The real codec (catalog from ``schemas/``, upcasters) over an in-memory registry."""
-    codec = EnvelopeCodec(load_catalog(), InMemoryRegistry(), default_upcasters())
+    codec = open_codec(load_catalog(schemas_dir()), InMemoryRegistry(), auto_register=None)
     codec.prepare(auto_register=True)
     return codec
 

@@ -17,7 +17,7 @@ import pytest
 from casestream.events.codec import EnvelopeCodec
 from casestream.events.envelope import Envelope, new_event
 from casestream.outbox.writer import OutboxWriter
-from services.decision.adapters.handlers import OutboxSink
+from casestream.outbox import OutboxSink
 from services.decision.adapters.postgres import PgDecisionStore
 from services.decision.application.decide import Decider
 from services.decision.bootstrap import migrations

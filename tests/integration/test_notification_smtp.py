@@ -34,7 +34,7 @@ from psycopg_pool import ConnectionPool
 from casestream.events.codec import EnvelopeCodec
 from casestream.events.envelope import Envelope, new_event
 from casestream.outbox.writer import OutboxWriter
-from services.notification.adapters.handlers import OutboxSink
+from casestream.outbox import OutboxSink
 from services.notification.adapters.postgres import PgNoticeStore
 from services.notification.adapters.sender_worker import SenderWorker
 from services.notification.adapters.smtp import SmtpMailer

@@ -22,9 +22,11 @@ from casestream.migrations import apply_migrations
 from casestream.events.envelope import new_event
 from casestream.outbox.writer import OUTBOX_MIGRATION, OutboxWriter
 from casestream.events.registry import ConfluentSchemaRegistry
-from casestream.upcasters import default_upcasters
+from services.upcasters import default_upcasters
 from services.case.bootstrap import migrations as case_migrations
 from services.saga.bootstrap import migrations as saga_migrations
+from services import schemas_dir
+from casestream.events import open_codec
 
 pytestmark = pytest.mark.integration
 
@@ -53,7 +55,7 @@ def dbs(pg_url: str) -> Iterator[dict[str, str]]:
 @pytest.fixture(scope="module")
 def codec(registry_url: str) -> Iterator[EnvelopeCodec]:
     registry = ConfluentSchemaRegistry(registry_url)
-    c = EnvelopeCodec(load_catalog(), registry, default_upcasters())
+    c = open_codec(load_catalog(schemas_dir()), registry, auto_register=None)
     try:
         c.prepare(auto_register=True)
         yield c

@@ -16,20 +16,22 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from casestream.events.catalog import Catalog, default_schemas_dir, load_catalog, same_schema
+from casestream.events.catalog import Catalog, load_catalog, same_schema
 from casestream.cli.schemas import schemas
 from casestream.events.codec import EnvelopeCodec
 from casestream.events.envelope import new_event
 from casestream.errors import IncompatibleSchemaError, RegistryUnavailable, SchemaError, UnknownSchemaError
 from casestream.events.registry import ConfluentSchemaRegistry, register_catalog
-from casestream.upcasters import default_upcasters
+from services.upcasters import default_upcasters
+from services import schemas_dir
+from casestream.events import open_codec
 
 pytestmark = pytest.mark.integration
 
 
 def isolated_schemas(dst: Path, namespace: str) -> Path:
     """Copy schemas/ to ``dst`` with every ``casestream.`` name moved to ``namespace``."""
-    shutil.copytree(default_schemas_dir(), dst)
+    shutil.copytree(schemas_dir(), dst)
     for p in [*dst.rglob("*.avsc"), dst / "catalog.toml"]:
         p.write_text(p.read_text().replace('"casestream.', f'"{namespace}.'))
     toml = dst / "catalog.toml"
@@ -120,10 +122,10 @@ def test_register_catalog_is_idempotent(catalog: Catalog, registry: ConfluentSch
 
 def test_production_codec_only_looks_up(catalog: Catalog, registry: ConfluentSchemaRegistry) -> None:
     with pytest.raises(UnknownSchemaError, match="schemas register"):
-        EnvelopeCodec(catalog, registry, default_upcasters()).prepare(auto_register=False)
+        open_codec(catalog, registry, auto_register=None).prepare(auto_register=False)
     assert not [s for s in registry.subjects() if s.startswith(catalog.namespace + ".")]
-    ids = dict(EnvelopeCodec(catalog, registry, default_upcasters()).prepare(auto_register=True))
-    prod = EnvelopeCodec(catalog, registry, default_upcasters())
+    ids = dict(open_codec(catalog, registry, auto_register=None).prepare(auto_register=True))
+    prod = open_codec(catalog, registry, auto_register=None)
     assert prod.prepare(auto_register=False) == ids
     env = new_event(event_type="CaseReturned", aggregate_type="case", aggregate_id="c-1", aggregate_version=2,
                     payload={"reason": "r"}, tenant_id="t", source="case", actor_id="a", correlation_id="c-1")
@@ -137,14 +139,14 @@ def test_consumer_fetches_unknown_writer_ids_from_the_registry(catalog: Catalog,
 
 def _fetch_by_id(catalog: Catalog, producer_registry: ConfluentSchemaRegistry,
                  consumer_registry: ConfluentSchemaRegistry) -> None:
-    producer = EnvelopeCodec(catalog, producer_registry, default_upcasters())
+    producer = open_codec(catalog, producer_registry, auto_register=None)
     producer.prepare(auto_register=True)
     v1 = new_event(event_type="CaseOpened", event_version=1, aggregate_type="case", aggregate_id="c-9",
                    aggregate_version=1, payload={"title": "t", "description": " a  b ", "severity": 1,
                                                  "evidence_count": 0, "reporter_email": "r@example.org"},
                    tenant_id="t", source="case", actor_id="a", correlation_id="c-9")
     value = producer.encode(v1)
-    consumer = EnvelopeCodec(catalog, consumer_registry, default_upcasters())
+    consumer = open_codec(catalog, consumer_registry, auto_register=None)
     consumer.prepare(auto_register=False)
     consumer._readers.clear()  # noqa: SLF001 - force the by-id fetch path
     consumer._by_frame.clear()  # noqa: SLF001

@@ -23,11 +23,13 @@ from confluent_kafka.schema_registry import SchemaRegistryClient
 from confluent_kafka.schema_registry.avro import AvroDeserializer
 from confluent_kafka.serialization import MessageField, SerializationContext
 
-from casestream.events.catalog import Catalog, default_schemas_dir, load_catalog
+from casestream.events.catalog import Catalog, load_catalog
 from casestream.events.codec import EnvelopeCodec
 from casestream.events.envelope import Envelope, new_event
 from casestream.events.registry import ConfluentSchemaRegistry
-from casestream.upcasters import default_upcasters
+from services.upcasters import default_upcasters
+from services import schemas_dir
+from casestream.events import open_codec
 
 pytestmark = pytest.mark.integration
 
@@ -38,14 +40,14 @@ OCCURRED = datetime(2026, 2, 3, 4, 5, 6, 789012, tzinfo=UTC)
 def setup(tmp_path: Path, registry_url: str) -> Iterator[tuple[Catalog, EnvelopeCodec]]:
     ns = f"itest{uuid.uuid4().hex[:10]}"
     dst = tmp_path / "schemas"
-    shutil.copytree(default_schemas_dir(), dst)
+    shutil.copytree(schemas_dir(), dst)
     for p in [*dst.rglob("*.avsc"), dst / "catalog.toml"]:
         p.write_text(p.read_text().replace('"casestream.', f'"{ns}.'))
     toml = dst / "catalog.toml"
     toml.write_text(toml.read_text().replace('namespace = "casestream"', f'namespace = "{ns}"'))
     catalog = load_catalog(dst)
     with ConfluentSchemaRegistry(registry_url) as registry:
-        codec = EnvelopeCodec(catalog, registry, default_upcasters())
+        codec = open_codec(catalog, registry, auto_register=None)
         codec.prepare(auto_register=True)
         yield catalog, codec
     with SchemaRegistryClient({"url": registry_url}) as client:

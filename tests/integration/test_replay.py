@@ -42,10 +42,11 @@ from tests.integration.test_replay_support import (
     private_spec,
     table_rows,
 )
+from services import schemas_dir
 
 pytestmark = pytest.mark.integration
 
-EVENT_TYPES = load_catalog().event_types
+EVENT_TYPES = load_catalog(schemas_dir()).event_types
 SUPPORT = Path(__file__).with_name("test_replay_support.py")
 
 

@@ -30,6 +30,7 @@ from services.demo import case_mix, open_and_submit, wait_final
 from casestream.service.devstack import ServiceStack
 from casestream.replay import ReplayOptions, Replayer, load_projection
 from tests.integration.test_replay_support import live_runtime, private_spec, table_rows
+from services import schemas_dir
 
 pytestmark = pytest.mark.e2e
 
@@ -75,7 +76,7 @@ def test_each_rebuilt_projection_equals_live_after_200_cases(
         suite: dict[str, Any], smtp_maildir: Path) -> None:
     bootstrap, dsn, sfx = suite["bootstrap"], suite["dsn"], suite["sfx"]
     codec = real_codec(suite["registry_url"], fallback=False)
-    event_types = load_catalog().event_types
+    event_types = load_catalog(schemas_dir()).event_types
     dash = private_spec(load_projection("case.dashboard"), ["outbox.event.case"], dsn["case"],
                         f"case.dashboard.e2e-{sfx}")
     stats = private_spec(load_projection("decision.statistics"), ["outbox.event.decision"],

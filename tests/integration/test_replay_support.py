@@ -20,6 +20,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from casestream.events.envelope import Envelope
+from services import schemas_dir
 
 T0 = datetime(2026, 11, 1, 9, 0, tzinfo=UTC)
 
@@ -129,7 +130,7 @@ def live_runtime(spec: Any, codec: Any, pool: Any, bootstrap: str, *, batch_size
     from casestream.events.catalog import load_catalog
     from casestream.consumer import ConsumerRuntime, ConsumerSettings
 
-    reg = registry or spec.registry(spec.live_names(), load_catalog().event_types)
+    reg = registry or spec.registry(spec.live_names(), load_catalog(schemas_dir()).event_types)
     return ConsumerRuntime(spec.live_consumer, list(spec.topics), reg, codec, pool,
                            {"bootstrap.servers": bootstrap},
                            ConsumerSettings(batch_size=batch_size, poll_timeout_s=0.1,
@@ -183,7 +184,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     spec = dataclasses.replace(spec, registry=slow_registry)
     codec = real_codec(a.registry_url, fallback=a.registry_url is None)
     r = Replayer(spec, codec=codec, dsn=a.dsn, bootstrap=a.bootstrap,
-                 event_types=load_catalog().event_types)
+                 event_types=load_catalog(schemas_dir()).event_types)
     r.run(ReplayOptions(batch_size=a.batch_size, workers=a.workers))
     return 0
 

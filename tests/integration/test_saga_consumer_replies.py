@@ -39,15 +39,17 @@ from casestream.consumer.handlers import HandlerRegistry
 from casestream.outbox.writer import OutboxWriter
 from casestream.events.registry import InMemoryRegistry
 from casestream.testing.relay import delete_topics
-from casestream.upcasters import default_upcasters
+from services.upcasters import default_upcasters
 from services.saga.adapters import handlers
-from services.saga.adapters.handlers import OutboxSink
+from casestream.outbox import OutboxSink
 from services.saga.adapters.postgres import PgSagaQueries, PgSagaStore
 from services.saga.application.contract import payload_fields
 from services.saga.application.orchestrator import Orchestrator
 from services.saga.bootstrap import migrations
 from services.saga.domain import Disposition, case_review_saga
 from services.saga.domain import case_review as cr
+from services import schemas_dir
+from casestream.events import open_codec
 
 pytestmark = pytest.mark.integration
 
@@ -128,8 +130,8 @@ def world(kafka_bootstrap: str, pg_url: str) -> Iterator[World]:
         apply_migrations(dsn, migrations())
         for topic in topics.values():
             create_topic(kafka_bootstrap, topic, 1)
-        catalog = load_catalog()
-        codec = EnvelopeCodec(catalog, InMemoryRegistry(), default_upcasters())
+        catalog = load_catalog(schemas_dir())
+        codec = open_codec(catalog, InMemoryRegistry(), auto_register=None)
         codec.prepare(auto_register=True)
         definition = case_review_saga(
             decision_request_fields=payload_fields(catalog, "DecisionRequested"))

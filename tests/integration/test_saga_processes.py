@@ -43,8 +43,10 @@ from casestream.service.devstack import ServiceStack
 from casestream.consumer.deadletters import read_topic
 from casestream.events.registry import ConfluentSchemaRegistry
 from casestream.testing.relay import PrivateKafka, create_topics, free_port
-from casestream.upcasters import default_upcasters
+from services.upcasters import default_upcasters
 from services.saga.adapters.handlers import CONSUMER
+from services import schemas_dir
+from casestream.events import open_codec
 
 pytestmark = pytest.mark.integration
 
@@ -211,7 +213,7 @@ def saga_outbox_actors(stack: ServiceStack, saga_id: str) -> list[tuple[str, int
     """``[(type, aggregate_version, correlation_id, actor_id)]`` of the saga's events."""
     registry = ConfluentSchemaRegistry(stack.env["CASESTREAM_REGISTRY_URL"])
     try:
-        codec = EnvelopeCodec(load_catalog(), registry, default_upcasters())
+        codec = open_codec(load_catalog(schemas_dir()), registry, auto_register=None)
         codec.prepare(auto_register=False)
         dsn = f"{stack.env['CASESTREAM_PG_URL']}/{stack.env['CASESTREAM_SAGA_DATABASE']}"
         with psycopg.connect(dsn, autocommit=True) as conn:
@@ -227,7 +229,7 @@ def journey_events(stack: ServiceStack, service: str, correlation_id: str) -> li
     """Decoded envelopes in ``service``'s outbox with ``correlation_id``, in outbox order."""
     registry = ConfluentSchemaRegistry(stack.env["CASESTREAM_REGISTRY_URL"])
     try:
-        codec = EnvelopeCodec(load_catalog(), registry, default_upcasters())
+        codec = open_codec(load_catalog(schemas_dir()), registry, auto_register=None)
         codec.prepare(auto_register=False)
         dsn = (f"{stack.env['CASESTREAM_PG_URL']}/"
                f"{stack.env[f'CASESTREAM_{service.upper()}_DATABASE']}")
@@ -428,7 +430,7 @@ def test_duplicate_replies_are_no_ops(stack: ServiceStack, kafka: PrivateKafka, 
     registry = ConfluentSchemaRegistry(registry_url)
     producer = Producer({"bootstrap.servers": kafka.bootstrap, "acks": "all"})
     try:
-        codec = EnvelopeCodec(load_catalog(), registry, default_upcasters())
+        codec = open_codec(load_catalog(schemas_dir()), registry, auto_register=None)
         codec.prepare(auto_register=False)  # the stack registered the catalog
         env = codec.decode(bytes(payload))
         assert env.event_type == "NoViolationFound"

@@ -25,7 +25,8 @@ from casestream.events.codec import EnvelopeCodec
 from casestream.events.envelope import Envelope, new_event
 from casestream.errors import ConcurrencyError, RetryableError
 from casestream.outbox.writer import OutboxWriter
-from services.saga.adapters.handlers import OutboxSink, handle_in_savepoint
+from casestream.outbox import OutboxSink
+from services.saga.adapters.handlers import handle_in_savepoint
 from services.saga.adapters.postgres import PgSagaQueries, PgSagaStore
 from services.saga.adapters.scheduler import DeadlineScheduler
 from services.saga.application.contract import payload_fields
@@ -33,6 +34,7 @@ from services.saga.application.orchestrator import Orchestrator
 from services.saga.bootstrap import migrations
 from services.saga.domain import Disposition, SagaInstance, case_review_saga
 from services.saga.domain import case_review as cr
+from services import schemas_dir
 
 pytestmark = pytest.mark.integration
 
@@ -49,7 +51,7 @@ def dsn(private_schema: Callable[..., str]) -> str:
 def definition(**deadlines: timedelta):
     """The case-review saga as the service builds it: request fields from the catalog."""
     return case_review_saga(
-        decision_request_fields=payload_fields(load_catalog(), "DecisionRequested"), **deadlines)
+        decision_request_fields=payload_fields(load_catalog(schemas_dir()), "DecisionRequested"), **deadlines)
 
 
 class Clock:

@@ -17,7 +17,7 @@ from casestream.events.catalog import load_catalog
 from casestream.events.codec import EnvelopeCodec
 from casestream.events.envelope import new_event
 from casestream.outbox.writer import OutboxWriter
-from services.saga.adapters.handlers import OutboxSink
+from casestream.outbox import OutboxSink
 from services.saga.adapters.postgres import PgSagaQueries, PgSagaStore
 from services.saga.application.contract import payload_fields
 from services.saga.application.orchestrator import Orchestrator
@@ -25,6 +25,7 @@ from services.saga.application.stuck import find_stuck, gauges
 from services.saga.bootstrap import migrations
 from services.saga.domain import Disposition, case_review_saga
 from services.saga.domain import case_review as cr
+from services import schemas_dir
 
 pytestmark = pytest.mark.integration
 
@@ -54,7 +55,7 @@ def event(event_type: str, aggregate_type: str, aggregate_id: str, payload: dict
 def test_stuck_late_and_alert_on_postgres(dsn: str, codec: EnvelopeCodec) -> None:
     outbox = OutboxWriter(codec)
     definition = case_review_saga(
-        decision_request_fields=payload_fields(load_catalog(), "DecisionRequested"))
+        decision_request_fields=payload_fields(load_catalog(schemas_dir()), "DecisionRequested"))
     clock = Clock()
     orch = Orchestrator(definition, clock=clock)
     case_ids = [str(uuid.uuid4()) for _ in range(2)]

@@ -26,7 +26,7 @@ from casestream.events.envelope import new_event
 from casestream.outbox.writer import OutboxWriter
 from casestream.telemetry import sources
 from casestream.telemetry.http import TracingMiddleware
-from services.saga.adapters.handlers import OutboxSink
+from casestream.outbox import OutboxSink
 from services.saga.adapters.metrics_pg import register_saga_metrics, stuck_query
 from services.saga.adapters.postgres import PgSagaQueries, PgSagaStore
 from services.saga.application.contract import payload_fields
@@ -35,6 +35,7 @@ from services.saga.application.stuck import find_stuck
 from services.saga.bootstrap import migrations
 from services.saga.domain import case_review_saga
 from services.saga.domain import case_review as cr
+from services import schemas_dir
 
 pytestmark = pytest.mark.integration
 
@@ -119,7 +120,7 @@ def test_saga_stuck_total_at_metrics_counts_stuck_sagas_and_drops_to_zero_when_r
     gauge back to 0; it never disappears."""
     outbox = OutboxWriter(codec)
     definition = case_review_saga(
-        decision_request_fields=payload_fields(load_catalog(), "DecisionRequested"))
+        decision_request_fields=payload_fields(load_catalog(schemas_dir()), "DecisionRequested"))
     decision_deadline = definition.step("decide").deadline
     assert decision_deadline is not None
     real_now = datetime.now(UTC)

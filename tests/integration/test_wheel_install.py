@@ -149,11 +149,12 @@ def test_service_extra_finds_schemas_and_migrations_in_site_packages(installed: 
     script = f"""
 import importlib, sysconfig
 from pathlib import Path
-from casestream.events.catalog import default_schemas_dir, load_catalog
+from casestream.events.catalog import load_catalog
+from services import schemas_dir
 site = Path(sysconfig.get_paths()["purelib"]).resolve()
-schemas = default_schemas_dir().resolve()
+schemas = schemas_dir().resolve()
 assert schemas.is_relative_to(site), schemas
-assert len(load_catalog().event_types) > 0
+assert len(load_catalog(schemas_dir()).event_types) > 0
 for svc in {SERVICES!r}:
     bootstrap = importlib.import_module(f"services.{{svc}}.bootstrap")
     files = [m for m in bootstrap.migrations() if isinstance(m, Path)]

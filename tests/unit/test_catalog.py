@@ -13,11 +13,11 @@ from casestream.events.catalog import (
     COMPATIBILITY_LEVELS,
     CatalogError,
     compose,
-    default_schemas_dir,
     load_catalog,
     schema_text,
 )
 from casestream.errors import UnknownSchemaError
+from services import schemas_dir
 
 pytestmark = pytest.mark.unit
 
@@ -33,12 +33,12 @@ BRIEF_EVENTS = {
 @pytest.fixture
 def tmp_schemas(tmp_path: Path) -> Path:
     dst = tmp_path / "schemas"
-    shutil.copytree(default_schemas_dir(), dst)
+    shutil.copytree(schemas_dir(), dst)
     return dst
 
 
 def test_catalog_names_every_event_of_the_brief() -> None:
-    cat = load_catalog()
+    cat = load_catalog(schemas_dir())
     expected = {f"casestream.{agg}.{et}" for agg, ets in BRIEF_EVENTS.items() for et in ets}
     assert expected <= set(cat.subjects), expected - set(cat.subjects)  # the catalog may grow beyond the brief
     for spec in cat.subjects.values():
@@ -52,7 +52,7 @@ def test_catalog_names_every_event_of_the_brief() -> None:
 
 
 def test_composed_schema_is_self_contained_and_named_after_the_subject() -> None:
-    cat = load_catalog()
+    cat = load_catalog(schemas_dir())
     for sv in cat.iter_versions():
         schema = cat.schema(sv.event_type, sv.version)
         assert f"{schema['namespace']}.{schema['name']}" == sv.subject
@@ -63,14 +63,14 @@ def test_composed_schema_is_self_contained_and_named_after_the_subject() -> None
 
 
 def test_schema_returns_a_copy() -> None:
-    cat = load_catalog()
+    cat = load_catalog(schemas_dir())
     s = cat.schema("CaseOpened")
     s["fields"].clear()
     assert cat.schema("CaseOpened")["fields"]
 
 
 def test_v3_renames_description_with_alias_and_adds_priority_default() -> None:
-    cat = load_catalog()
+    cat = load_catalog(schemas_dir())
     p3 = {f["name"]: f for f in cat.version("CaseOpened", 3).payload["fields"]}
     assert p3["summary"]["aliases"] == ["description"]
     assert "description" not in p3
@@ -80,7 +80,7 @@ def test_v3_renames_description_with_alias_and_adds_priority_default() -> None:
 
 
 def test_unknown_event_type_and_version() -> None:
-    cat = load_catalog()
+    cat = load_catalog(schemas_dir())
     with pytest.raises(UnknownSchemaError, match="Nope"):
         cat.subject_for("Nope")
     with pytest.raises(UnknownSchemaError, match="version 9"):

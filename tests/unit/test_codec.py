@@ -17,12 +17,14 @@ from casestream.events.codec import ENVELOPE_FIELDS, EnvelopeCodec, InvalidEvent
 from casestream.events.envelope import Envelope, new_event
 from casestream.errors import PoisonMessageError, RegistryUnavailable, UnknownSchemaError, UpcasterChainError
 from casestream.events.registry import InMemoryRegistry
-from casestream.upcasters import default_upcasters, register_saga_upcasters
+from services.upcasters import default_upcasters, register_saga_upcasters
 from casestream.events.upcasting import UpcasterChain
+from services import schemas_dir
+from casestream.events import open_codec
 
 pytestmark = pytest.mark.unit
 
-CATALOG = load_catalog()
+CATALOG = load_catalog(schemas_dir())
 TRACEPARENT = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
 
 
@@ -75,7 +77,7 @@ def make_env(event_type: str, version: int | None = None, *, seed: int = 1, **ov
 
 @pytest.fixture
 def codec() -> EnvelopeCodec:
-    c = EnvelopeCodec(CATALOG, InMemoryRegistry(), default_upcasters())
+    c = open_codec(CATALOG, InMemoryRegistry(), auto_register=None)
     c.prepare(auto_register=True)
     return c
 
@@ -227,11 +229,11 @@ def test_poison_when_an_upcaster_produces_an_invalid_payload() -> None:
 
 def test_writer_schema_fetched_by_id_and_cached() -> None:
     registry = InMemoryRegistry()
-    producer = EnvelopeCodec(CATALOG, registry, default_upcasters())
+    producer = open_codec(CATALOG, registry, auto_register=None)
     producer.prepare(auto_register=True)
     # the consumer's registry view: same schemas under other ids (e.g. a registry restored elsewhere)
     consumer_registry = InMemoryRegistry(first_id=100)
-    consumer = EnvelopeCodec(CATALOG, consumer_registry, default_upcasters())
+    consumer = open_codec(CATALOG, consumer_registry, auto_register=None)
     consumer.prepare(auto_register=True)
     for (et, v), sid in producer.schema_ids.items():
         consumer_registry.add_schema(sid, CATALOG.schema(et, v), subject=CATALOG.subject_for(et).subject)
@@ -245,7 +247,7 @@ def test_writer_schema_fetched_by_id_and_cached() -> None:
 def test_newer_writer_version_is_resolved_into_the_newest_known() -> None:
     """A producer already on CaseSubmitted v2 (adds an optional field) while this consumer knows v1."""
     registry = InMemoryRegistry()
-    codec = EnvelopeCodec(CATALOG, registry, default_upcasters())
+    codec = open_codec(CATALOG, registry, auto_register=None)
     codec.prepare(auto_register=True)
     v2 = CATALOG.schema("CaseSubmitted")
     v2["fields"][-1]["type"]["fields"].append({"name": "channel", "type": ["null", "string"], "default": None})
@@ -261,7 +263,7 @@ def test_newer_writer_version_is_resolved_into_the_newest_known() -> None:
 
 def test_foreign_subject_is_poison() -> None:
     registry = InMemoryRegistry()
-    codec = EnvelopeCodec(CATALOG, registry, default_upcasters())
+    codec = open_codec(CATALOG, registry, auto_register=None)
     codec.prepare(auto_register=True)
     sid = registry.register("other.Thing", {"type": "record", "name": "other.Thing", "fields": []})
     assert _reason(codec, b"\x00" + sid.to_bytes(4, "big") + b"\x00") == "unknown_subject"
@@ -269,7 +271,7 @@ def test_foreign_subject_is_poison() -> None:
 
 def test_registry_down_on_unknown_id_is_not_poison() -> None:
     registry = InMemoryRegistry()
-    codec = EnvelopeCodec(CATALOG, registry, default_upcasters())
+    codec = open_codec(CATALOG, registry, auto_register=None)
     codec.prepare(auto_register=True)
     good = codec.encode(make_env("CaseReturned"))
     registry.available = False
@@ -281,11 +283,11 @@ def test_registry_down_on_unknown_id_is_not_poison() -> None:
 def test_production_mode_only_looks_up() -> None:
     registry = InMemoryRegistry()
     with pytest.raises(UnknownSchemaError, match="casestream schemas register"):
-        EnvelopeCodec(CATALOG, registry, default_upcasters()).prepare(auto_register=False)
+        open_codec(CATALOG, registry, auto_register=None).prepare(auto_register=False)
     assert registry.calls.get("register", 0) == 0
-    EnvelopeCodec(CATALOG, registry, default_upcasters()).prepare(auto_register=True)
+    open_codec(CATALOG, registry, auto_register=None).prepare(auto_register=True)
     registered = registry.calls["register"]
-    ids = EnvelopeCodec(CATALOG, registry, default_upcasters()).prepare(auto_register=False)
+    ids = open_codec(CATALOG, registry, auto_register=None).prepare(auto_register=False)
     assert registry.calls["register"] == registered
     assert len(ids) == sum(len(s.versions) for s in CATALOG.subjects.values())
 
@@ -336,7 +338,7 @@ def test_encode_refuses_envelope_values_that_do_not_fit(codec: EnvelopeCodec, ov
 
 
 def test_unprepared_codec_refuses() -> None:
-    codec = EnvelopeCodec(CATALOG, InMemoryRegistry(), default_upcasters())
+    codec = open_codec(CATALOG, InMemoryRegistry(), auto_register=None)
     with pytest.raises(Exception, match="prepare"):
         codec.encode(make_env("CaseReturned"))
 
@@ -366,9 +368,9 @@ class _ClosingRegistry(InMemoryRegistry):
 
 def test_close_closes_the_registry_and_keeps_cached_schemas() -> None:
     registry = _ClosingRegistry()
-    with EnvelopeCodec(CATALOG, registry, default_upcasters()) as codec:
+    with open_codec(CATALOG, registry, auto_register=None) as codec:
         codec.prepare(auto_register=True)
         value = codec.encode(make_env("NoticeFailed"))
     assert registry.closed == 1
     assert codec.decode(value).event_type == "NoticeFailed"
-    EnvelopeCodec(CATALOG, InMemoryRegistry(), default_upcasters()).close()  # no close() on the registry: no-op
+    open_codec(CATALOG, InMemoryRegistry(), auto_register=None).close()  # no close() on the registry: no-op

@@ -15,12 +15,14 @@ from casestream.events.codec import EnvelopeCodec
 from casestream.events.envelope import Envelope, envelope_from_trusted_record
 from casestream.errors import PoisonMessageError
 from casestream.events.registry import InMemoryRegistry
-from casestream.upcasters import default_upcasters
+from services.upcasters import default_upcasters
 from tests.unit.test_codec import ENVELOPE_FIELDS, make_env
+from services import schemas_dir
+from casestream.events import open_codec
 
 pytestmark = pytest.mark.unit
 
-CATALOG = load_catalog()
+CATALOG = load_catalog(schemas_dir())
 
 
 def _write(schema: Any, record: dict[str, Any]) -> bytes:
@@ -31,7 +33,7 @@ def _write(schema: Any, record: dict[str, Any]) -> bytes:
 
 @pytest.fixture
 def codec() -> EnvelopeCodec:
-    c = EnvelopeCodec(CATALOG, InMemoryRegistry(), default_upcasters())
+    c = open_codec(CATALOG, InMemoryRegistry(), auto_register=None)
     c.prepare(auto_register=True)
     return c
 

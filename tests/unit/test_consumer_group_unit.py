@@ -76,37 +76,48 @@ def test_stop_ends_every_member() -> None:
     assert not t.is_alive() and sorted(ended) == [0, 1]
 
 
-def test_wiring_builds_a_group_when_the_concurrency_setting_asks_for_it() -> None:
-    from types import SimpleNamespace
+def _builder(pool: object, **settings: object):  # noqa: ANN202 - a ServiceBuilder over doubles
+    from pydantic import Field
 
-    from casestream.service import wiring
+    from casestream.events import load_catalog
+    from casestream.service import ServiceBuilder, ServiceSettings, ServiceSpec, service_config
+    from services import schemas_dir
+
+    class ProbeSettings(ServiceSettings):
+        model_config = service_config("CASESTREAM_PROBE_")
+        database: str = Field("probe", description="database")
+        port: int = Field(1, description="port")
+
+    spec = ServiceSpec(name="probe", module="probe", settings="probe:S", build="probe:build")
+    return ServiceBuilder.from_parts(spec, ProbeSettings(**settings), catalog=load_catalog(schemas_dir()),
+                                     codec=object(), pool=pool)
+
+
+def test_the_builder_runs_a_group_when_the_concurrency_setting_asks_for_it() -> None:
     from casestream.consumer import ConsumerRuntime
-    from casestream.service.settings import CommonSettings
 
-    handlers = SimpleNamespace(CONSUMER="audit.journal", TOPICS=["outbox.event.case"])
-    one = wiring.consumer_runtime(handlers, HandlerRegistry(), object(), object(), CommonSettings())
-    two = wiring.consumer_runtime(handlers, HandlerRegistry(), object(), object(),
-                                  CommonSettings(consumer_concurrency=2), batch_size=100)
+    one = _builder(object()).consumer("audit.journal", ["outbox.event.case"], HandlerRegistry())
+    two = _builder(object(), CASESTREAM_CONSUMER_CONCURRENCY=2).consumer(
+        "audit.journal", ["outbox.event.case"], HandlerRegistry(), batch_size=100)
     assert isinstance(one, ConsumerRuntime)
     assert isinstance(two, ConsumerGroup) and len(two.members) == 2
     assert {m.settings.batch_size for m in two.members} == {100}
     assert [m._conf["client.id"] for m in two.members] == ["audit.journal#0", "audit.journal#1"]
 
 
-def test_wiring_refuses_members_that_would_take_every_pooled_connection() -> None:
-    from types import SimpleNamespace
-
-    from casestream.service import wiring
-    from casestream.service.settings import CommonSettings
-
-    class Pool:  # what wiring reads of a psycopg_pool.ConnectionPool
+def test_the_builder_refuses_members_that_would_take_every_pooled_connection() -> None:
+    class Pool:  # what the builder reads of a psycopg_pool.ConnectionPool
         max_size = 5
 
-    pool, two = Pool(), CommonSettings(consumer_concurrency=2)
-    first = SimpleNamespace(CONSUMER="case.saga-requests", TOPICS=["outbox.event.saga"])
-    second = SimpleNamespace(CONSUMER="case.dashboard", TOPICS=["outbox.event.case"])
-    wiring.consumer_runtime(first, HandlerRegistry(), object(), pool, two)   # 2 of 5 held
-    wiring.consumer_runtime(second, HandlerRegistry(), object(), pool, two)  # 4 of 5: one left
+    def with_consumers(n: int):  # noqa: ANN202
+        b = _builder(Pool(), CASESTREAM_CONSUMER_CONCURRENCY=2)
+        for name, topic in [("case.saga-requests", "outbox.event.saga"),
+                            ("case.dashboard", "outbox.event.case"),
+                            ("case.extra", "outbox.event.case")][:n]:
+            b.consumer(name, [topic], HandlerRegistry())
+        return b
+
+    with_consumers(2)._check_pool()  # 4 of 5: one left
     with pytest.raises(ConfigError, match=r"^CASESTREAM_CONSUMER_CONCURRENCY=2: the consumers of "
                                           r"this service hold 6 of its pool's 5 connections"):
-        wiring.consumer_runtime(second, HandlerRegistry(), object(), pool, two)
+        with_consumers(3)._check_pool()

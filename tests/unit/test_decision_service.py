@@ -7,7 +7,8 @@ from datetime import UTC, datetime
 import pytest
 
 from casestream.events.envelope import Envelope, new_event
-from services.decision.adapters.memory import MemoryDecisionStore, MemorySink
+from casestream.testing import MemorySink
+from services.decision.adapters.memory import MemoryDecisionStore
 from services.decision.application.decide import Decider
 from services.decision.domain import Outcome
 

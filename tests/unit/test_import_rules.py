@@ -54,13 +54,10 @@ def _files(*dirs: Path) -> list[Path]:
 
 # -- (a) services import package names only ------------------------------------------------
 # Allowed: casestream.<package> and the root modules (casestream.errors, casestream.migrations,
-# casestream.upcasters, casestream.retry); not casestream.<package>.<module>.
+# casestream.clock, casestream.refs, casestream.retry); not casestream.<package>.<module>.
 
 #: Submodules a package publishes as a namespace (listed in its ``__all__``), with the reason.
-NAMESPACE_MODULES = {
-    ("casestream.service", "wiring"): "bootstraps compose through wiring.groundwork(...), "
-                                      "wiring.consumer_runtime(...): one namespace, not 15 names",
-}
+NAMESPACE_MODULES: dict[tuple[str, str], str] = {}
 
 
 def _submodule_uses(path: Path) -> list[str]:
@@ -114,12 +111,12 @@ DRIVER_OWNERS: dict[str, set[str]] = {
         "casestream.replay.checkpoint", "casestream.replay.engine", "casestream.replay.parallel",
         "casestream.replay.status",
         "casestream.service.settings",           # psycopg.conninfo: DSN parsing
-        "casestream.service.wiring",
+        "casestream.service.builder",
         "casestream.cli.outbox",
         "casestream.testing.*",
     },
     "psycopg_pool": {
-        "casestream.http.pgdeadline", "casestream.outbox.relay.core", "casestream.service.wiring",
+        "casestream.http.pgdeadline", "casestream.outbox.relay.core", "casestream.service.builder",
         "casestream.testing.*",
     },
     "starlette": {"casestream.http.*", "casestream.telemetry.http", "casestream.service.process"},

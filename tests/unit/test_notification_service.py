@@ -8,7 +8,8 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from casestream.events.envelope import Envelope, new_event
-from services.notification.adapters.memory import FakeMailer, MemoryNoticeStore, MemorySink
+from casestream.testing import MemorySink
+from services.notification.adapters.memory import FakeMailer, MemoryNoticeStore
 from services.notification.application.requests import record_request
 from services.notification.application.sender import NoticeSender
 from services.notification.domain import NoticeStatus, SendPolicy

@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from casestream.events.catalog import default_schemas_dir
 from casestream.errors import ConfigError
 from casestream.outbox import OUTBOX_MIGRATION
-from casestream.service.wiring import service_migrations
+from casestream.service import service_migrations
+from services import schemas_dir
 
 pytestmark = pytest.mark.unit
 
@@ -41,8 +41,8 @@ def test_every_package_on_disk_is_listed_in_pyproject() -> None:
 
 
 def test_the_catalog_resolves_through_the_resource_package() -> None:
-    assert default_schemas_dir() == (REPO / "schemas").resolve()
-    assert (default_schemas_dir() / "catalog.toml").is_file()
+    assert schemas_dir() == (REPO / "schemas").resolve()
+    assert (schemas_dir() / "catalog.toml").is_file()
 
 
 @pytest.mark.parametrize("service", SERVICES)

@@ -48,7 +48,7 @@ def _imports_from_packages() -> list[tuple[str, str, str, int]]:
 
 def test_there_are_packages_and_imports_to_check() -> None:
     assert {"casestream.events", "casestream.outbox", "casestream.outbox.relay", "casestream.cli"} <= set(PACKAGES)
-    assert ("casestream.events", "EnvelopeCodec") in {(p, n) for p, n, _, _ in _imports_from_packages()}
+    assert ("casestream.events", "open_codec") in {(p, n) for p, n, _, _ in _imports_from_packages()}
 
 
 @pytest.mark.parametrize("package", PACKAGES)

@@ -18,7 +18,8 @@ from casestream.auth.tokens import AuthSettings, TokenVerifier, bearer_headers
 from casestream.events.envelope import new_event
 from casestream.http import EdgePolicy
 from services.saga.adapters.http import build_app
-from services.saga.adapters.memory import MemorySagaStore, MemorySink
+from casestream.testing import MemorySink
+from services.saga.adapters.memory import MemorySagaStore
 from services.saga.application.orchestrator import Orchestrator
 from services.saga.domain import case_review as cr
 from services.saga.domain import case_review_saga

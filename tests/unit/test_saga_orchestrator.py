@@ -12,11 +12,13 @@ import pytest
 from casestream.events.catalog import load_catalog
 from casestream.events.envelope import Envelope, new_event
 from casestream.errors import ConcurrencyError, ConfigError
-from services.saga.adapters.memory import MemorySagaStore, MemorySink
+from casestream.testing import MemorySink
+from services.saga.adapters.memory import MemorySagaStore
 from services.saga.application.contract import check_against_catalog, payload_fields
 from services.saga.application.orchestrator import Orchestrator, saga_id_for
 from services.saga.domain import Disposition, UnknownTrigger, case_review_saga
 from services.saga.domain import case_review as cr
+from services import schemas_dir
 
 pytestmark = pytest.mark.unit
 
@@ -230,14 +232,14 @@ def test_resolve_manual_review_closes_the_case_and_refuses_elsewhere(world) -> N
 
 
 def test_definition_matches_the_catalog() -> None:
-    catalog = load_catalog()
+    catalog = load_catalog(schemas_dir())
     definition = case_review_saga(
         decision_request_fields=payload_fields(catalog, "DecisionRequested"))
     check_against_catalog(definition, catalog)
 
 
 def test_catalog_mismatch_stops_start_up() -> None:
-    catalog = load_catalog()
+    catalog = load_catalog(schemas_dir())
     definition = case_review_saga(decision_request_fields=("case_id", "severity"))
     with pytest.raises(ConfigError, match="DecisionRequested: the saga fills"):
         check_against_catalog(definition, catalog)
@@ -248,11 +250,11 @@ def test_service_builds_its_definition_from_settings_and_catalog() -> None:
     from services.saga.settings import SagaSettings
 
     settings = SagaSettings(CASESTREAM_SAGA_DECISION_DEADLINE_S=7, CASESTREAM_SAGA_CLOSE_ATTEMPTS=5)
-    d = definition_from(settings, load_catalog())
+    d = definition_from(settings, load_catalog(schemas_dir()))
     assert d.step("decide").deadline == timedelta(seconds=7)
     assert d.step("close").retry.max_attempts == 5
     assert {t for t, _ in d.step("decide").action.payload} == set(
-        payload_fields(load_catalog(), "DecisionRequested"))
+        payload_fields(load_catalog(schemas_dir()), "DecisionRequested"))
 
 
 def test_compensation_failing_always_ends_in_compensation_failed_with_an_alert(

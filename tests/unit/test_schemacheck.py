@@ -13,10 +13,11 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from casestream.events.catalog import default_schemas_dir, load_catalog
+from casestream.events.catalog import load_catalog
 from casestream.cli.schemas import schemas
 from casestream.events.registry import InMemoryRegistry, register_catalog
 from casestream.schemacheck import RULES, check_catalog, render
+from services import schemas_dir
 
 pytestmark = pytest.mark.unit
 
@@ -38,7 +39,7 @@ V4_BREAKING = {
 @pytest.fixture
 def tree(tmp_path: Path) -> Path:
     dst = tmp_path / "schemas"
-    shutil.copytree(default_schemas_dir(), dst)
+    shutil.copytree(schemas_dir(), dst)
     return dst
 
 
@@ -61,10 +62,10 @@ def run(*args: str) -> tuple[int, str, str]:
 
 def test_own_catalog_is_compatible_and_fast() -> None:
     started = time.perf_counter()
-    code, out, _ = run("check", "--schemas-dir", str(default_schemas_dir()))
+    code, out, _ = run("check", "--schemas-dir", str(schemas_dir()))
     assert time.perf_counter() - started < 2.0
     assert code == 0, out
-    catalog = load_catalog()
+    catalog = load_catalog(schemas_dir())
     versions = sum(len(s.versions) for s in catalog.subjects.values())
     assert f"{len(catalog.subjects)} subjects, {versions} versions" in out
 
@@ -171,7 +172,7 @@ def test_every_rule_has_a_hint_and_a_source() -> None:
 
 def test_module_entry_point_runs() -> None:
     proc = subprocess.run([sys.executable, "-m", "casestream.schemacheck", "check", "--format", "json"],
-                          capture_output=True, text=True, cwd=default_schemas_dir().parent, timeout=60)
+                          capture_output=True, text=True, cwd=schemas_dir().parent, timeout=60)
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout)["ok"] is True
 
@@ -186,7 +187,7 @@ def git(cwd: Path, *args: str) -> None:
 @pytest.fixture
 def repo(tmp_path: Path) -> Path:
     root = tmp_path / "repo"
-    shutil.copytree(default_schemas_dir(), root / "schemas")
+    shutil.copytree(schemas_dir(), root / "schemas")
     git(root, "init", "-q")
     git(root, "add", ".")
     git(root, "commit", "-q", "-m", "published")
@@ -237,7 +238,7 @@ def test_against_outside_a_repository_is_exit_2(tree: Path) -> None:
 # -- --registry and register ---------------------------------------------------------------------
 
 def test_register_catalog_is_idempotent_and_sets_levels() -> None:
-    catalog = load_catalog()
+    catalog = load_catalog(schemas_dir())
     registry = InMemoryRegistry()
     steps = register_catalog(catalog, registry)
     assert sum(s.action == "registered" for s in steps) == sum(
@@ -251,7 +252,7 @@ def test_register_catalog_is_idempotent_and_sets_levels() -> None:
 
 def test_register_dry_run_registers_nothing() -> None:
     registry = InMemoryRegistry()
-    steps = register_catalog(load_catalog(), registry, dry_run=True)
+    steps = register_catalog(load_catalog(schemas_dir()), registry, dry_run=True)
     assert {s.action for s in steps} == {"would-register", "compatibility-would-set"}
     assert registry.subjects() == []
 
@@ -295,7 +296,7 @@ def test_register_refuses_an_incompatible_catalog(tree: Path) -> None:
 
 def test_render_rejects_unknown_format() -> None:
     with pytest.raises(ValueError, match="unknown format"):
-        render(check_catalog(default_schemas_dir()), "xml")
+        render(check_catalog(schemas_dir()), "xml")
 
 
 # -- a registry that answers garbage -------------------------------------------------------------

@@ -1,12 +1,12 @@
 """A bad environment variable is one line naming the variable, never a traceback: in a
-service's start-up (``wiring.read_settings``) and in every ``casestream`` command."""
+service's start-up (``casestream.service.read_settings``) and in every ``casestream`` command."""
 
 from __future__ import annotations
 
 import pytest
 from click.testing import CliRunner
 
-from casestream.service import wiring
+from casestream.service import read_settings
 from casestream.cli import main
 from casestream.errors import ConfigError
 from casestream.service.settings import CommonSettings
@@ -31,7 +31,7 @@ def test_read_settings_names_the_variable_and_its_value(
         reason: str) -> None:
     monkeypatch.setenv(variable, value)
     with pytest.raises(ConfigError) as e:
-        wiring.read_settings(settings, "svc")
+        read_settings(settings, "svc")
     message = str(e.value)
     assert f"{variable}={value!r}" in message and reason in message
     assert "\n" not in message and e.value.__cause__ is None

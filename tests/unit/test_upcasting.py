@@ -6,8 +6,9 @@ import pytest
 
 from casestream.events.catalog import load_catalog
 from casestream.errors import UpcasterChainError
-from casestream.upcasters import SUMMARY_MAX, collapse_summary, default_upcasters
+from services.upcasters import SUMMARY_MAX, collapse_summary, default_upcasters
 from casestream.events.upcasting import UpcasterChain
+from services import schemas_dir
 
 pytestmark = pytest.mark.unit
 
@@ -16,7 +17,7 @@ V1 = {"title": "t", "description": "  many\n\n  spaces\there ", "severity": 2, "
 
 
 def test_default_chain_verifies_against_the_catalog() -> None:
-    default_upcasters().verify(load_catalog())
+    default_upcasters().verify(load_catalog(schemas_dir()))
 
 
 def test_case_opened_v1_to_newest() -> None:
@@ -52,7 +53,7 @@ def test_missing_step_fails_verification() -> None:
     chain = UpcasterChain()
     chain.add("CaseOpened", 1, lambda p: dict(p))
     with pytest.raises(UpcasterChainError, match="missing upcaster CaseOpened v2->v3"):
-        chain.verify(load_catalog())
+        chain.verify(load_catalog(schemas_dir()))
 
 
 def test_dangling_steps_fail_verification() -> None:

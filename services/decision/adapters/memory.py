@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
-from casestream.events import Envelope
 from casestream.errors import ConcurrencyError
 from services.decision.domain.decision import Decision
 
@@ -32,12 +30,3 @@ class MemoryDecisionStore:
                                    None if current is None else current.version)
         self.decisions[case_id] = replace(current, saga_id=saga_id, version=current.version + 1)
 
-
-@dataclass(slots=True)
-class MemorySink:
-    """Collects appended events in order."""
-
-    events: list[Envelope] = field(default_factory=list)
-
-    def append(self, events: Sequence[Envelope]) -> None:
-        self.events.extend(events)

@@ -17,7 +17,7 @@ from casestream.events import Envelope
 from casestream.errors import PoisonMessageError
 from casestream.consumer import HandlerContext, HandlerKind, HandlerRegistry
 from casestream.telemetry import traceparent_for_row
-from casestream.service import OutboxSink
+from casestream.outbox import OutboxSink
 from services.notification.adapters.postgres import PgNoticeStore
 from services.notification.application.requests import record_request
 

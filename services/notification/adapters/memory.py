@@ -6,12 +6,10 @@ messages and can be told to fail the next attempts.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from email.message import EmailMessage
 
-from casestream.events import Envelope
 from services.notification.domain.errors import MailError
 from services.notification.domain.notice import Notice, NoticeStatus
 
@@ -58,12 +56,3 @@ class FakeMailer:
             raise self.failures.pop(0)
         self.sent.append(message)
 
-
-@dataclass(slots=True)
-class MemorySink:
-    """Collects appended events in order."""
-
-    events: list[Envelope] = field(default_factory=list)
-
-    def append(self, events: Sequence[Envelope]) -> None:
-        self.events.extend(events)

@@ -15,7 +15,7 @@ from typing import Any
 
 import psycopg
 
-from services.notification.adapters.handlers import OutboxSink
+from casestream.outbox import OutboxSink
 from services.notification.adapters.postgres import WAKE_CHANNEL, PgNoticeStore
 from services.notification.application.ports import Mailer
 from services.notification.application.sender import NoticeSender

@@ -130,26 +130,21 @@ class _SagaRepairs:
     """Lazily built orchestrator, codec and outbox writer (only when ``--repair`` needs them)."""
 
     def __init__(self, registry_url: str | None) -> None:
-        from casestream.events import load_catalog
-        from casestream.events import EnvelopeCodec
+        from casestream.clock import SystemClock
+        from casestream.events import load_catalog, open_codec
         from casestream.outbox import OutboxWriter
-        from casestream.events import ConfluentSchemaRegistry
-        from casestream.upcasters import default_upcasters
-        from casestream.service import read_settings, utc_now
+        from casestream.service import read_settings
+        from services import schemas_dir
+        from services.saga import SERVICE
         from services.saga.application.orchestrator import Orchestrator
-        from services.saga.bootstrap import NAME, definition_from
+        from services.saga.bootstrap import definition_from
         from services.saga.settings import SagaSettings
 
-        settings = read_settings(SagaSettings, NAME)
-        catalog = load_catalog()
-        self.registry = ConfluentSchemaRegistry(registry_url or settings.registry_url)
-        self.codec = EnvelopeCodec(catalog, self.registry, default_upcasters())
-        try:
-            self.codec.prepare(auto_register=False)
-        except Exception:
-            self.registry.close()
-            raise
-        self.orchestrator = Orchestrator(definition_from(settings, catalog), clock=utc_now)
+        settings = read_settings(SagaSettings, SERVICE.name)
+        catalog = load_catalog(schemas_dir())
+        self.codec = open_codec(catalog, registry_url or settings.registry_url, auto_register=False)
+        self.registry = self.codec.registry
+        self.orchestrator = Orchestrator(definition_from(settings, catalog), clock=SystemClock())
         self.outbox = OutboxWriter(self.codec)
 
     def close(self) -> None:
@@ -157,7 +152,7 @@ class _SagaRepairs:
         self.registry.close()
 
     def _units(self, saga_conn: Any) -> tuple[Any, Any]:
-        from services.saga.adapters.handlers import OutboxSink
+        from casestream.outbox import OutboxSink
         from services.saga.adapters.postgres import PgSagaStore
 
         return PgSagaStore(saga_conn), OutboxSink(self.outbox, saga_conn)

@@ -7,11 +7,10 @@ duplicate detection by (saga id, event id). ``claim_due`` does not lock (single 
 
 from __future__ import annotations
 
-from collections.abc import Collection, Sequence
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from casestream.events import Envelope
 from casestream.errors import ConcurrencyError
 from services.saga.application.ports import HistoryRecord
 from services.saga.domain.engine import HistoryEntry, SagaInstance
@@ -101,12 +100,3 @@ class MemorySagaStore:
                 counts[s.state] = counts.get(s.state, 0) + 1
         return counts
 
-
-@dataclass(slots=True)
-class MemorySink:
-    """Collects appended events in order."""
-
-    events: list[Envelope] = field(default_factory=list)
-
-    def append(self, events: Sequence[Envelope]) -> None:
-        self.events.extend(events)

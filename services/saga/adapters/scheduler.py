@@ -18,7 +18,7 @@ import threading
 from typing import Any
 
 from casestream.outbox import OutboxWriter
-from services.saga.adapters.handlers import OutboxSink
+from casestream.outbox import OutboxSink
 from services.saga.adapters.postgres import PgSagaStore
 from services.saga.application.orchestrator import Orchestrator
 

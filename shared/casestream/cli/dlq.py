@@ -61,14 +61,11 @@ def _decoder(ctx: click.Context, registry_url: str | None) -> Any:
         return given
     # lazy (start-up cost): loaded when this command runs, not for every CLI call
     from casestream.events.catalog import load_catalog
-    from casestream.events.codec import EnvelopeCodec
-    from casestream.events.registry import ConfluentSchemaRegistry
-    from casestream.upcasters import default_upcasters
+    from casestream.events.codec import open_codec
+    from casestream.service.discovery import catalog_folders
 
     url = registry_url or _settings().registry_url
-    codec = EnvelopeCodec(load_catalog(), ConfluentSchemaRegistry(url), default_upcasters())
-    codec.prepare(auto_register=False)
-    return codec
+    return open_codec(load_catalog(*catalog_folders()), url, auto_register=False)
 
 
 def _read(bootstrap: str, consumer: str) -> list[Record]:

@@ -144,13 +144,11 @@ def _decode(payload: bytes) -> tuple[str, Any]:
     try:
         # lazy (start-up cost): loaded when this command runs, not for every CLI call
         from casestream.events.catalog import load_catalog
-        from casestream.events.codec import EnvelopeCodec
-        from casestream.events.registry import ConfluentSchemaRegistry
-        from casestream.upcasters import default_upcasters
+        from casestream.events.codec import open_codec
+        from casestream.service.discovery import catalog_folders
 
-        with EnvelopeCodec(load_catalog(), ConfluentSchemaRegistry(_settings().registry_url),
-                           default_upcasters()) as codec:
-            codec.prepare(auto_register=False)
+        with open_codec(load_catalog(*catalog_folders()), _settings().registry_url,
+                        auto_register=False) as codec:
             env = codec.decode(payload)
     except Exception as e:  # noqa: BLE001 - any failure falls back to the raw bytes
         return "raw", f"(not decoded: {type(e).__name__}: {e})"

@@ -73,11 +73,9 @@ def replay(projection: str | None, list_: bool, from_: str, to: str, dry_run: bo
     codec = _codec(settings)
     try:
         # lazy (start-up cost): loaded when this command runs, not for every CLI call
-        from casestream.events.catalog import load_catalog
-
         replayer = Replayer(spec, codec=codec, dsn=dsn or spec.dsn(),
                             bootstrap=settings.kafka_bootstrap,
-                            event_types=load_catalog().event_types,
+                            event_types=codec.catalog.event_types,  # type: ignore[attr-defined]
                             reporter=ProgressReporter(spec.name, sys.stderr))
         if dry_run:
             for line in replayer.plan(options).lines():
@@ -98,11 +96,8 @@ def replay(projection: str | None, list_: bool, from_: str, to: str, dry_run: bo
 def _codec(settings: object) -> object:
     # lazy (start-up cost): loaded when this command runs, not for every CLI call
     from casestream.events.catalog import load_catalog
-    from casestream.events.codec import EnvelopeCodec
-    from casestream.events.registry import ConfluentSchemaRegistry
-    from casestream.upcasters import default_upcasters
+    from casestream.events.codec import open_codec
+    from casestream.service.discovery import catalog_folders
 
-    codec = EnvelopeCodec(load_catalog(), ConfluentSchemaRegistry(settings.registry_url),  # type: ignore[attr-defined]
-                          default_upcasters())
-    codec.prepare(auto_register=settings.auto_register_schemas)  # type: ignore[attr-defined]
-    return codec
+    return open_codec(load_catalog(*catalog_folders()), settings.registry_url,  # type: ignore[attr-defined]
+                      auto_register=settings.auto_register_schemas)  # type: ignore[attr-defined]

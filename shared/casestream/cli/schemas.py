@@ -22,12 +22,15 @@ __all__ = ["main", "schemas"]
 
 
 def _default_dir() -> str:
+    """``./schemas`` of the current directory (a team's repository) when it holds a
+    catalog, else the first folder an installed package registers (entry point group
+    ``casestream.schemas``; the suite registers its own)."""
     if Path("schemas", "catalog.toml").is_file():
         return "schemas"
     # lazy (start-up cost): loaded when this command runs, not for every CLI call
-    from casestream.events.catalog import default_schemas_dir
+    from casestream.service.discovery import catalog_folders
 
-    return str(default_schemas_dir())
+    return str(catalog_folders()[0])
 
 
 def _fail_input(e: BaseException, verbose: bool) -> None:
@@ -44,7 +47,7 @@ def schemas() -> None:
 
 @schemas.command("check")
 @click.option("--schemas-dir", type=click.Path(file_okay=False), default=None,
-              help="Folder holding catalog.toml [default: ./schemas, else the package's].")
+              help="Folder holding catalog.toml [default: ./schemas, else the installed one's].")
 @click.option("--against", metavar="GIT_REF", default=None,
               help="Fail when a version published at this git ref changed or disappeared (shows the diff).")
 @click.option("--registry", metavar="URL", default=None,
@@ -81,7 +84,7 @@ def check(schemas_dir: str | None, against: str | None, registry: str | None, su
 
 @schemas.command("register")
 @click.option("--schemas-dir", type=click.Path(file_okay=False), default=None,
-              help="Folder holding catalog.toml [default: ./schemas, else the package's].")
+              help="Folder holding catalog.toml [default: ./schemas, else the installed one's].")
 @click.option("--registry", metavar="URL", envvar="CASESTREAM_REGISTRY_URL", required=True,
               help="Confluent-API registry URL [env CASESTREAM_REGISTRY_URL].")
 @click.option("--subject", "subjects", multiple=True, metavar="SUBJECT", help="Only this subject (repeatable).")

@@ -2,7 +2,7 @@
 
 Public API::
 
-    from casestream.events import Envelope, new_event, load_catalog, EnvelopeCodec
+    from casestream.events import Envelope, new_event, load_catalog, open_codec
     from casestream.events import ConfluentSchemaRegistry, InMemoryRegistry, UpcasterChain
 
 Modules: ``envelope`` (the in-process event), ``catalog`` (schemas/ on disk, composed
@@ -22,7 +22,6 @@ from casestream.events.catalog import (
     CatalogError,
     SchemaVersion,
     SubjectSpec,
-    default_schemas_dir,
     load_catalog,
     same_schema,
     schema_text,
@@ -37,17 +36,17 @@ from casestream.events.registry import (
 from casestream.events.upcasting import Upcaster, UpcasterChain, VersionCatalog
 
 if TYPE_CHECKING:
-    from casestream.events.codec import ENVELOPE_FIELDS, EnvelopeCodec, InvalidEventError, schema_id_of
+    from casestream.events.codec import ENVELOPE_FIELDS, EnvelopeCodec, InvalidEventError, open_codec, schema_id_of
 
 # Lazy: the codec imports fastavro, which the catalog-only users (schema check) skip.
 _LAZY = {name: "casestream.events.codec"
-         for name in ("ENVELOPE_FIELDS", "EnvelopeCodec", "InvalidEventError", "schema_id_of")}
+         for name in ("ENVELOPE_FIELDS", "EnvelopeCodec", "InvalidEventError", "open_codec", "schema_id_of")}
 
 __all__ = [
     "ENVELOPE_FIELDS", "Catalog", "CatalogError", "ConfluentSchemaRegistry", "Envelope",
     "EnvelopeCodec", "EnvelopeError", "InMemoryRegistry", "InvalidEventError", "SchemaRegistry",
     "SchemaVersion", "SubjectSpec", "Upcaster", "UpcasterChain", "VersionCatalog",
-    "default_schemas_dir", "load_catalog", "new_event", "register_catalog", "same_schema",
+    "load_catalog", "new_event", "open_codec", "register_catalog", "same_schema",
     "schema_id_of", "schema_text",
 ]
 

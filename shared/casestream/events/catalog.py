@@ -2,7 +2,8 @@
 
 Pure (stdlib ``json`` / ``tomllib`` only). Layout of the schemas folder::
 
-    schemas/catalog.toml                          subjects, compatibility, owner, topic, versions
+    schemas/catalog.toml                          subjects, compatibility, owner, topic, versions,
+                                                  [catalog] envelope, namespace, upcasters
     schemas/envelope.avsc                         envelope fields shared by every event
     schemas/<aggregate_type>/<EventType>.v<N>.avsc payload record of one version
 
@@ -12,6 +13,11 @@ subject (RecordNameStrategy, e.g. ``casestream.case.CaseOpened``) with the envel
 followed by ``payload`` (the payload record inlined). Composed schemas are self-contained
 (no references), so generic tools (Confluent ``AvroDeserializer``, ``kcat -s avro``, Kafka
 Connect) read every message without casestream code.
+
+``[catalog] upcasters = "package.module:function"`` names the catalog's upcaster chain (a
+function returning an :class:`~casestream.events.upcasting.UpcasterChain`, resolved on
+:meth:`Catalog.upcaster_chain`); without the key the chain is empty. A service reading other
+teams' events loads several folders: ``load_catalog(theirs, ours)`` (:meth:`Catalog.merge`).
 
 Errors: :class:`CatalogError` (a file missing, unreadable or structurally wrong; names the
 file), :class:`~casestream.errors.UnknownSchemaError` (event type / version not in the catalog).
@@ -29,6 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from casestream.errors import SchemaError, UnknownSchemaError
+from casestream.events.upcasting import UpcasterChain
 
 __all__ = [
     "COMPATIBILITY_LEVELS",
@@ -37,7 +44,6 @@ __all__ = [
     "SchemaVersion",
     "SubjectSpec",
     "compose",
-    "default_schemas_dir",
     "load_catalog",
     "normalize",
     "same_schema",
@@ -126,7 +132,11 @@ class Catalog:
     """The loaded catalog. Build it with :func:`load_catalog`.
 
     ``subjects`` maps subject -> :class:`SubjectSpec` in file order; ``versions`` maps
-    ``(event_type, version)`` -> :class:`SchemaVersion`.
+    ``(event_type, version)`` -> :class:`SchemaVersion`. ``upcasters`` holds the
+    ``"module:function"`` reference of each folder's upcaster chain (``[catalog] upcasters``;
+    empty: no upcasters); ``roots`` every folder the catalog was loaded from (``root`` is the
+    first; ``namespace`` and envelope are the first folder's: each subject's composed
+    schema already holds its own folder's envelope).
     """
 
     root: Path
@@ -137,6 +147,63 @@ class Catalog:
     subjects: Mapping[str, SubjectSpec]
     versions: Mapping[tuple[str, int], SchemaVersion]
     _by_type: Mapping[str, SubjectSpec] = field(repr=False)
+    upcasters: tuple[str, ...] = ()
+    roots: tuple[Path, ...] = ()
+
+    def upcaster_chain(self) -> UpcasterChain:
+        """A new chain holding the steps of every folder's ``[catalog] upcasters`` function
+        (verify it with ``chain.verify(catalog)``; the codec does at ``prepare``).
+
+        Raises:
+            ConfigError: a reference does not resolve (names it).
+            CatalogError: the function does not return an ``UpcasterChain``.
+            UpcasterChainError: two folders register the same step.
+        """
+        from casestream.refs import resolve  # lazy: only callers of the chain import its module
+
+        chain = UpcasterChain()
+        for ref in self.upcasters:
+            made = resolve(ref)()
+            if not isinstance(made, UpcasterChain):
+                raise CatalogError(f"[catalog] upcasters = {ref!r} returned {type(made).__name__}, "
+                                   "not an UpcasterChain", path=CATALOG_FILE)
+            chain.include(made)
+        return chain
+
+    @classmethod
+    def merge(cls, *catalogs: Catalog) -> Catalog:
+        """One catalog holding the subjects of every ``catalogs`` (in order).
+
+        Raises:
+            CatalogError: no catalog given, or an event type or subject appears in two of
+                them (the message names both folders).
+        """
+        if not catalogs:
+            raise CatalogError("no catalog to merge")
+        if len(catalogs) == 1:
+            return catalogs[0]
+        subjects: dict[str, SubjectSpec] = {}
+        by_type: dict[str, SubjectSpec] = {}
+        versions: dict[tuple[str, int], SchemaVersion] = {}
+        where_subject: dict[str, Path] = {}
+        where_type: dict[str, Path] = {}
+        for cat in catalogs:
+            for subject, spec in cat.subjects.items():
+                if subject in where_subject:
+                    raise CatalogError(f"subject {subject} is declared in {where_subject[subject]} "
+                                       f"and in {cat.root}")
+                if spec.event_type in where_type:
+                    raise CatalogError(f"event type {spec.event_type} is declared in "
+                                       f"{where_type[spec.event_type]} and in {cat.root}")
+                where_subject[subject] = where_type[spec.event_type] = cat.root
+                subjects[subject] = by_type[spec.event_type] = spec
+            versions.update(cat.versions)
+        first = catalogs[0]
+        return cls(root=first.root, namespace=first.namespace, envelope_path=first.envelope_path,
+                   envelope_text=first.envelope_text, envelope=first.envelope, subjects=subjects,
+                   versions=versions, _by_type=by_type,
+                   upcasters=tuple(r for c in catalogs for r in c.upcasters),
+                   roots=tuple(r for c in catalogs for r in (c.roots or (c.root,))))
 
     @property
     def event_types(self) -> tuple[str, ...]:
@@ -196,14 +263,6 @@ class Catalog:
         for spec in self.subjects.values():
             for v in spec.versions:
                 yield self.versions[(spec.event_type, v)]
-
-
-def default_schemas_dir() -> Path:
-    """The suite's schemas folder: the resource package ``services.schemas`` (the top-level
-    ``schemas/`` folder, shipped in the wheel; the checkout's folder in editable installs)."""
-    from importlib.resources import files
-
-    return Path(str(files("services.schemas")))
 
 
 def schema_text(schema: Mapping[str, Any]) -> str:
@@ -358,28 +417,34 @@ def _subject_spec(subject: str, raw: Any, namespace: str) -> SubjectSpec:
 
 
 def load_catalog(
-    schemas_dir: str | Path | None = None,
-    *,
+    *schemas_dirs: str | Path,
     read_text: ReadText | None = None,
     listing: list[str] | None = None,
 ) -> Catalog:
-    """Load and compose the catalog.
+    """Load and compose the catalog of one schemas folder, or of several merged
+    (:meth:`Catalog.merge`: other teams' events and the service's own).
 
     Args:
-        schemas_dir: the schemas folder (default :func:`default_schemas_dir`).
+        schemas_dirs: the schemas folder(s), each holding a ``catalog.toml``.
         read_text: ``relative path -> text or None if absent``; default reads files under
-            ``schemas_dir`` (the compatibility check passes a git-ref reader).
-        listing: every ``.avsc`` path (relative) present; default lists ``schemas_dir``.
+            the (single) folder (the compatibility check passes a git-ref reader).
+        listing: every ``.avsc`` path (relative) present; default lists the folder.
             A version file not named by the catalog is an error (unknown subject/version).
 
     Returns:
         :class:`Catalog`.
 
     Raises:
-        CatalogError: catalog.toml or a schema file missing, malformed, or inconsistent
-            (message names the file).
+        CatalogError: no folder given; catalog.toml or a schema file missing, malformed, or
+            inconsistent (message names the file); an event type or subject in two folders.
     """
-    root = Path(schemas_dir) if schemas_dir is not None else default_schemas_dir()
+    if not schemas_dirs:
+        raise CatalogError("no schemas folder given (load_catalog(folder, ...))")
+    if len(schemas_dirs) > 1:
+        if read_text is not None or listing is not None:
+            raise CatalogError("read_text / listing apply to one schemas folder")
+        return Catalog.merge(*(load_catalog(d) for d in schemas_dirs))
+    root = Path(schemas_dirs[0])
     if read_text is None:
         if not root.is_dir():
             raise CatalogError("schemas folder not found", path=root)
@@ -397,6 +462,10 @@ def load_catalog(
     settings = doc.get("catalog", {})
     envelope_rel = settings.get("envelope", "envelope.avsc")
     namespace = settings.get("namespace", "casestream")
+    upcasters = settings.get("upcasters", "")
+    if not isinstance(upcasters, str) or (upcasters and upcasters.count(":") != 1):
+        raise CatalogError(f"[catalog] upcasters {upcasters!r} is not a 'module:function' reference",
+                           path=CATALOG_FILE)
     if not isinstance(namespace, str) or not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*", namespace):
         raise CatalogError(f"[catalog] namespace {namespace!r} is not an Avro namespace", path=CATALOG_FILE)
     envelope_text = read_text(envelope_rel)
@@ -463,4 +532,6 @@ def load_catalog(
         subjects=subjects,
         versions=versions,
         _by_type=by_type,
+        upcasters=(upcasters,) if upcasters else (),
+        roots=(root,),
     )

@@ -55,7 +55,8 @@ from casestream.errors import PoisonMessageError, SchemaError, UnknownSchemaErro
 from casestream.events.registry import SchemaRegistry, register_catalog
 from casestream.events.upcasting import UpcasterChain
 
-__all__ = ["ENVELOPE_FIELDS", "EnvelopeCodec", "InvalidEventError", "MAGIC_BYTE", "schema_id_of"]
+__all__ = ["ENVELOPE_FIELDS", "EnvelopeCodec", "InvalidEventError", "MAGIC_BYTE", "open_codec",
+           "schema_id_of"]
 
 MAGIC_BYTE = 0
 #: Envelope attributes written on the wire, in schema order (``payload`` last).
@@ -475,3 +476,39 @@ class EnvelopeCodec:
         r = _Reader(schema_id=sid, event_type=spec.event_type, version=None, newest=newest, read=read)
         self._readers[sid] = r
         return r
+
+
+def open_codec(catalog: Catalog, registry: str | SchemaRegistry, *,
+               auto_register: bool | None) -> EnvelopeCodec:
+    """The one way to open an :class:`EnvelopeCodec`: over ``catalog`` with the catalog's own
+    upcaster chain (:meth:`Catalog.upcaster_chain`, ``[catalog] upcasters``).
+
+    Args:
+        catalog: the loaded catalog (one folder or several merged).
+        registry: a Confluent-API registry base URL (a
+            :class:`~casestream.events.registry.ConfluentSchemaRegistry` is opened on it) or
+            a :class:`~casestream.events.registry.SchemaRegistry` (e.g. ``InMemoryRegistry``).
+        auto_register: True registers missing schemas (development, tests), False only looks
+            ids up (production), both via :meth:`EnvelopeCodec.prepare`; None does not
+            prepare (a reader that decodes by the ids on the wire, e.g. dead-letter tools).
+
+    The caller closes it (``codec.close()`` or ``with``); on a failed prepare it is closed here.
+
+    Raises:
+        ConfigError / CatalogError: the catalog's upcasters reference does not resolve.
+        UpcasterChainError, UnknownSchemaError, SchemaError, RegistryUnavailable: see
+            :meth:`EnvelopeCodec.prepare`.
+    """
+    chain = catalog.upcaster_chain()
+    if isinstance(registry, str):
+        from casestream.events.registry import ConfluentSchemaRegistry
+
+        registry = ConfluentSchemaRegistry(registry)
+    codec = EnvelopeCodec(catalog, registry, chain)
+    if auto_register is not None:
+        try:
+            codec.prepare(auto_register=auto_register)
+        except BaseException:
+            codec.close()
+            raise
+    return codec

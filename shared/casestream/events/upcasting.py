@@ -75,6 +75,15 @@ class UpcasterChain:
             raise UpcasterChainError(f"{event_type}: upcaster v{from_version}->v{from_version + 1} registered twice")
         self._steps[key] = fn
 
+    def include(self, other: UpcasterChain) -> UpcasterChain:
+        """Add every step of ``other`` to this chain; returns this chain.
+
+        Raises UpcasterChainError if a step is registered on both.
+        """
+        for (event_type, from_version), fn in other._steps.items():
+            self.add(event_type, from_version, fn)
+        return self
+
     def steps(self) -> list[tuple[str, int]]:
         """Registered ``(event_type, from_version)`` keys, sorted."""
         return sorted(self._steps)

@@ -4,8 +4,10 @@ Public API::
 
     from casestream.outbox import OutboxWriter, OUTBOX_MIGRATION, headers_for, bump_version
     from casestream.outbox import OutboxRelay, RelaySettings   # the relay (Kafka producer)
+    from casestream.outbox import OutboxSink, MemorySink       # EventSink adapters
 
-Modules: ``writer`` (table DDL, :class:`OutboxWriter`, version checks) and the
+Modules: ``writer`` (table DDL, :class:`OutboxWriter`, version checks), ``sink`` (the
+``EventSink`` adapters: outbox rows in the caller's transaction, an in-memory list) and the
 ``relay`` package (publishes committed rows; ``python -m casestream.outbox.relay``).
 The relay names are re-exported lazily: the writer needs no Kafka client.
 """
@@ -28,6 +30,8 @@ from casestream.outbox.writer import (
     topic_for,
 )
 
+from casestream.outbox.sink import MemorySink, OutboxSink
+
 if TYPE_CHECKING:
     from casestream.outbox.relay import FaultHook, OutboxRelay, RelayMetrics, RelaySettings
 
@@ -36,7 +40,8 @@ _LAZY = {name: "casestream.outbox.relay" for name in ("FaultHook", "OutboxRelay"
 
 __all__ = [
     "DEFAULT_TOPIC_PREFIX", "NOTIFY_CHANNEL", "OUTBOX_DDL", "OUTBOX_MIGRATION", "OUTBOX_SHARDS",
-    "EventEncoder", "FaultHook", "OutboxRelay", "OutboxWriter", "RelayMetrics", "RelaySettings",
+    "EventEncoder", "FaultHook", "MemorySink", "OutboxRelay", "OutboxSink", "OutboxWriter",
+    "RelayMetrics", "RelaySettings",
     "bump_version", "headers_for", "topic_for",
 ]
 

@@ -76,7 +76,7 @@ _ALL = [
     Rule("upcaster-missing", "a version has no upcaster from the version before it",
          "[casestream] consumers read every event as the newest version (casestream.events.upcasting;"
          " UpcasterChain.verify refuses to start a service without the step)",
-         "register a step in shared/casestream/upcasters.py: @chain.register(\"<EventType>\", <N>)"
+         "register a step in the chain [catalog] upcasters names: @chain.register(\"<EventType>\", <N>)"
          " turning a vN payload into vN+1 (defaults for added fields, renames)"),
     # --- history ----------------------------------------------------------------------------
     Rule("published-version-changed", "a published version file (or the envelope) changed",

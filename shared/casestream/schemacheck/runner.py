@@ -24,15 +24,23 @@ from casestream.schemacheck.lint import lint_schema
 from casestream.schemacheck.history import compare_to_ref
 from casestream.schemacheck.model import CheckInputError, Finding, Report, finding_for, line_of
 from casestream.schemacheck.remote import compare_to_registry
-from casestream.upcasters import default_upcasters
+from casestream.errors import ConfigError
 
 __all__ = ["check_catalog", "finding_for", "line_of", "load_for_check", "upcaster_findings"]
 
 
 def upcaster_findings(catalog: Catalog, subjects: Iterable[str], display: str) -> list[Finding]:
-    """One ``upcaster-missing`` error per version N > 1 of ``subjects`` that casestream's
-    upcaster chain (:func:`casestream.upcasters.default_upcasters`) cannot reach from N-1."""
-    steps = set(default_upcasters().steps())
+    """One ``upcaster-missing`` error per version N > 1 of ``subjects`` that the catalog's
+    upcaster chain (``[catalog] upcasters``, :meth:`Catalog.upcaster_chain`; none: empty)
+    cannot reach from N-1 — the chain the services' codec uses.
+
+    Raises:
+        CheckInputError: the ``upcasters`` reference does not resolve (exit 2).
+    """
+    try:
+        steps = set(catalog.upcaster_chain().steps())
+    except (ConfigError, CatalogError) as e:
+        raise CheckInputError(f"[catalog] upcasters: {e}", target=f"{display}/catalog.toml") from e
     out = []
     for subject in subjects:
         spec = catalog.subjects[subject]

@@ -1,18 +1,19 @@
-"""Running a casestream service: the process, its settings, migrations wiring, dev stack.
+"""Running a casestream service: the builder, the process, its settings, the dev stack.
 
 Public API::
 
+    from casestream.service import ServiceBuilder                          # a bootstrap's build()
     from casestream.service import ServiceProcess, Worker, run_service     # process
-    from casestream.service import ServiceSettings, CommonSettings, service_config
-    from casestream.service import wiring        # bootstrap helpers: wiring.groundwork(...)
+    from casestream.service import ServiceSettings, CommonSettings, service_config, settings_table
     from casestream.service import ServiceStack, service_port               # dev stack
     from casestream.service import ServiceSpec, discovery                    # what a service declares; entry points
 
-Modules: ``process`` (workers, health routes, SIGTERM), ``settings`` (``CASESTREAM_*``),
-``wiring`` (what a bootstrap composes: pools, codec, consumer runtime, relay, readiness),
-``gctune``, ``devstack`` (``python -m casestream.service.devstack run``). Every name is
-re-exported lazily: the process pulls uvicorn/starlette and wiring every driver, and the
-CLI's ``status`` command needs only the dev-stack ports.
+Modules: ``builder`` (:class:`ServiceBuilder`: settings, logging, edge, migrations, catalog,
+codec, pool, consumers, projections, relay, readiness, closers -> ServiceProcess),
+``process`` (workers, health routes, SIGTERM), ``settings`` (``CASESTREAM_*``), ``gctune``,
+``devstack`` (``python -m casestream.service.devstack run``). Every name is re-exported
+lazily: the process pulls uvicorn/starlette and the builder every driver, and the CLI's
+``status`` command needs only the dev-stack ports.
 """
 
 from __future__ import annotations
@@ -21,7 +22,8 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from casestream.service import discovery, wiring
+    from casestream.service import discovery
+    from casestream.service.builder import ServiceBuilder, service_migrations
     from casestream.service.devstack import SERVICE_PORTS, ServiceStack, StackError, running_stack, service_port
     from casestream.service.gctune import freeze_startup_objects
     from casestream.service.process import ReadinessCheck, ServiceProcess, Worker, configure_logging, run_service
@@ -29,20 +31,21 @@ if TYPE_CHECKING:
         CommonSettings,
         ServiceSettings,
         describe_settings_error,
+        read_settings,
         service_config,
         settings_error,
+        settings_table,
     )
-    from casestream.service.wiring import OutboxSink, read_settings, utc_now
     from casestream.service.spec import ServiceSpec, resolve
     from casestream.service.discovery import command_refs, projection_refs, services
 
 _LAZY = {
-    "wiring": "casestream.service.wiring",
+    "ServiceBuilder": "casestream.service.builder", "service_migrations": "casestream.service.builder",
     **{name: "casestream.service.process" for name in (
         "ReadinessCheck", "ServiceProcess", "Worker", "configure_logging", "run_service")},
     **{name: "casestream.service.settings" for name in (
-        "CommonSettings", "ServiceSettings", "describe_settings_error", "service_config", "settings_error")},
-    **{name: "casestream.service.wiring" for name in ("OutboxSink", "read_settings", "utc_now")},
+        "CommonSettings", "ServiceSettings", "describe_settings_error", "read_settings",
+        "service_config", "settings_error", "settings_table")},
     "freeze_startup_objects": "casestream.service.gctune",
     "ServiceSpec": "casestream.service.spec", "resolve": "casestream.service.spec",
     "discovery": "casestream.service.discovery",

@@ -5,6 +5,7 @@ Groups (``[project.entry-points."<group>"]`` in a package's ``pyproject.toml``):
     casestream.services     name = "module:SERVICE"       a :class:`ServiceSpec`
     casestream.projections  name = "module:PROJECTION"    a rebuildable ``ProjectionSpec``
     casestream.commands     name = "module:click_command" a ``casestream <name>`` command group
+    casestream.schemas      name = "module:function"      a schemas folder (function -> Path)
 
 Nothing is imported until asked for: ``projection_refs()`` and ``command_refs()`` give the
 references, ``services()`` loads the (light) spec objects. Entry points are read from the
@@ -16,12 +17,14 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from importlib.metadata import entry_points
+from pathlib import Path
 
 from casestream.errors import ConfigError
+from casestream.refs import resolve
 from casestream.service.spec import ServiceSpec
 
 __all__ = ["SERVICES_GROUP", "PROJECTIONS_GROUP", "COMMANDS_GROUP", "services",
-           "projection_refs", "command_refs"]
+           "SCHEMAS_GROUP", "projection_refs", "command_refs", "schema_folders", "catalog_folders"]
 
 SERVICES_GROUP = "casestream.services"
 PROJECTIONS_GROUP = "casestream.projections"
@@ -69,3 +72,34 @@ def services(refs: Mapping[str, str] | None = None) -> dict[str, ServiceSpec]:
                               f"the spec is named {spec.name!r}")
         out[name] = spec
     return dict(sorted(out.items()))
+
+
+SCHEMAS_GROUP = "casestream.schemas"
+
+
+def schema_folders() -> list[Path]:
+    """The schemas folders installed packages register (group ``casestream.schemas``,
+    ``name = "module:function"``, the function returning the folder's ``Path``), by name.
+
+    Raises:
+        ConfigError: a reference does not resolve.
+    """
+    return [Path(resolve(ref)()) for ref in _refs(SCHEMAS_GROUP).values()]
+
+
+def catalog_folders(cwd: Path | None = None) -> list[Path]:
+    """The folders a command loads its catalog from: ``./schemas`` of ``cwd`` (default the
+    current directory: a team's repository) when it holds a ``catalog.toml``, else
+    :func:`schema_folders`.
+
+    Raises:
+        ConfigError: neither exists (the message names both places).
+    """
+    local = (cwd or Path.cwd()) / "schemas"
+    if (local / "catalog.toml").is_file():
+        return [local]
+    found = schema_folders()
+    if not found:
+        raise ConfigError(f"no schemas folder: {local} has no catalog.toml and no installed "
+                          f"package registers one (entry point group {SCHEMAS_GROUP})")
+    return found

@@ -7,7 +7,7 @@ machine — a pause for the relay's latency and the consumer's batches alike. Af
 ``gc.freeze()`` (Python 3.7+, docs "gc.freeze": "move all objects tracked by the garbage
 collector into a permanent generation") it took 0.0 ms. Objects created later are collected
 as before. Services call :func:`freeze_startup_objects` from
-:func:`casestream.service.wiring.groundwork`; ``CASESTREAM_GC_FREEZE=false`` turns it off.
+:meth:`casestream.service.ServiceBuilder.build`; ``CASESTREAM_GC_FREEZE=false`` turns it off.
 """
 
 from __future__ import annotations

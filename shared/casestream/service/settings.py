@@ -9,6 +9,7 @@ settings objects are built once in a service's bootstrap and passed down.
 from __future__ import annotations
 
 import logging
+from typing import Any, TypeVar
 
 from pydantic import AliasChoices, AliasGenerator, Field, ValidationError, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -43,16 +44,25 @@ class CommonSettings(BaseSettings):
 
     model_config = SettingsConfigDict(env_prefix="CASESTREAM_", frozen=True, extra="ignore")
 
-    kafka_bootstrap: str = "127.0.0.1:19092"
-    registry_url: str = "http://127.0.0.1:18081/apis/ccompat/v7"
-    pg_url: str = "postgresql://postgres@127.0.0.1:15432"
-    auto_register_schemas: bool = True
-    log_level: str = "INFO"
-    smtp_host: str = "127.0.0.1"
-    smtp_port: int = 12525
-    kafka_session_timeout_ms: int = 45000
-    consumer_concurrency: int = Field(1, ge=1, le=64)
-    gc_freeze: bool = True
+    kafka_bootstrap: str = Field("127.0.0.1:19092", description="Kafka `bootstrap.servers`")
+    registry_url: str = Field("http://127.0.0.1:18081/apis/ccompat/v7",
+                              description="Confluent-API schema registry base URL")
+    pg_url: str = Field("postgresql://postgres@127.0.0.1:15432",
+                        description="PostgreSQL server URL; each service appends its own database")
+    auto_register_schemas: bool = Field(
+        True, description="register schemas at start (development); `false` in production: ids "
+                          "are looked up, never registered")
+    log_level: str = Field("INFO", description="Python logging level name")
+    smtp_host: str = Field("127.0.0.1", description="SMTP server notices are sent through (notification)")
+    smtp_port: int = Field(12525, description="port of that SMTP server")
+    kafka_session_timeout_ms: int = Field(
+        45000, description="consumers' `session.timeout.ms`: how long a crashed consumer keeps "
+                           "its partitions")
+    consumer_concurrency: int = Field(
+        1, ge=1, le=64, description="group members per consumer and process (one pooled connection "
+                                    "each; a service whose consumers would hold its whole pool "
+                                    "refuses to start)")
+    gc_freeze: bool = Field(True, description="freeze the objects alive after start-up (`gc.freeze`)")
 
     @field_validator("log_level")
     @classmethod
@@ -130,6 +140,10 @@ class ServiceSettings(CommonSettings):
         <prefix>RATE_CLIENT_PER_S / _RATE_CLIENT_BURST: per-client token bucket (100/s, 200).
         <prefix>REQUEST_DEADLINE_S: budget of a request's database calls, seconds (> 0,
             default 5).
+        <prefix>POOL_SIZE / _POOL_MIN / _POOL_TIMEOUT_S: the PostgreSQL pool (most and kept
+            connections, wait for one in seconds); the one pool size name of every service.
+        <prefix>CONSUMER_BATCH_SIZE: events per consumer transaction of the service's
+            consumers (projections use their own).
         <prefix>AUTH: bearer-token settings as JSON; normally left unset, so that
             ``casestream.auth.tokens.AuthSettings`` reads ``CASESTREAM_AUTH_*`` itself.
 
@@ -137,15 +151,21 @@ class ServiceSettings(CommonSettings):
     service wants, so it is a base only.
     """
 
-    database: str
-    host: str = "127.0.0.1"
-    max_in_flight: int = Field(32, ge=1)
-    rate_tenant_per_s: float = Field(400.0, gt=0)
-    rate_tenant_burst: int = Field(800, ge=1)
-    rate_client_per_s: float = Field(100.0, gt=0)
-    rate_client_burst: int = Field(200, ge=1)
-    request_deadline_s: float = Field(5.0, gt=0)
-    auth: AuthSettings = Field(default_factory=AuthSettings)
+    database: str = Field(description="database name on CASESTREAM_PG_URL")
+    host: str = Field("127.0.0.1", description="HTTP listen address")
+    max_in_flight: int = Field(32, ge=1, description="HTTP requests in flight before shedding with 503")
+    rate_tenant_per_s: float = Field(400.0, gt=0, description="per-tenant token bucket, requests per second")
+    rate_tenant_burst: int = Field(800, ge=1, description="per-tenant token bucket size")
+    rate_client_per_s: float = Field(100.0, gt=0, description="per-client token bucket, requests per second")
+    rate_client_burst: int = Field(200, ge=1, description="per-client token bucket size")
+    request_deadline_s: float = Field(5.0, gt=0, description="budget of a request's database calls, seconds")
+    pool_size: int = Field(10, ge=2, description="PostgreSQL pool size (most connections)")
+    pool_min: int = Field(2, ge=1, description="connections the pool keeps open")
+    pool_timeout_s: float = Field(30.0, gt=0, description="wait for a pooled connection, seconds")
+    consumer_batch_size: int = Field(200, ge=1, description="events per consumer transaction")
+    auth: AuthSettings = Field(default_factory=AuthSettings,
+                               description="bearer-token settings as JSON; normally unset: "
+                                           "AuthSettings reads CASESTREAM_AUTH_*")
 
     @property
     def dsn(self) -> str:
@@ -185,3 +205,73 @@ def describe_settings_error(error: ValidationError) -> ConfigError:
             return settings_error(error, cls)
         pending.extend(cls.__subclasses__())
     return settings_error(error, CommonSettings)
+
+
+S = TypeVar("S", bound=BaseSettings)
+
+
+def read_settings(settings_class: type[S], service: str) -> S:
+    """``settings_class()`` read from the environment (once, at start-up).
+
+    Raises:
+        ConfigError: a variable has an invalid value: one line naming it.
+    """
+    try:
+        return settings_class()
+    except ValidationError as e:
+        raise ConfigError(f"invalid {service} settings: {settings_error(e, settings_class)}") from None
+
+
+def _variable(cls: type[BaseSettings], name: str) -> str:
+    if issubclass(cls, ServiceSettings) and name not in CommonSettings.model_fields:
+        gen = cls.model_config.get("alias_generator")
+        alias = gen.validation_alias(name) if gen is not None and gen.validation_alias else None
+        if isinstance(alias, AliasChoices):
+            return str(alias.choices[0])
+    return f"{cls.model_config.get('env_prefix') or ''}{name.upper()}"
+
+
+def _default(info: Any) -> str:
+    if info.default_factory is not None:
+        return "-"
+    value = info.default
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, float):
+        return f"{value:g}"
+    return str(value)
+
+
+def undocumented_fields(cls: type[BaseSettings]) -> list[str]:
+    """The fields of ``cls`` without a ``Field(description=...)`` (its table lacks them)."""
+    return [name for name, info in cls.model_fields.items() if not info.description]
+
+
+def settings_table(cls: type[BaseSettings], *, fmt: str = "text", own: bool = True) -> str:
+    """The environment variables of ``cls``, one per field: variable, default, description
+    (the ``Field(description=...)``), in declaration order.
+
+    Args:
+        cls: a settings class (a :class:`ServiceSettings` subclass, or :class:`CommonSettings`).
+        fmt: ``"text"`` (aligned lines, what a ``settings.py`` docstring holds) or
+            ``"markdown"`` (a table: ``| variable | default | meaning |``).
+        own: for a ServiceSettings subclass, leave out CommonSettings' fields (they are
+            shared: ``settings_table(CommonSettings)``).
+
+    Raises:
+        ConfigError: a field has no description (name them): every setting is documented.
+    """
+    missing = undocumented_fields(cls)
+    if missing:
+        raise ConfigError(f"{cls.__name__}: fields without Field(description=...): {', '.join(missing)}")
+    skip = CommonSettings.model_fields if own and cls is not CommonSettings else {}
+    rows = [(_variable(cls, name), _default(info), str(info.description))
+            for name, info in cls.model_fields.items() if name not in skip]
+    if fmt == "markdown":
+        lines = ["| variable | default | meaning |", "| --- | --- | --- |"]
+        lines += [f"| `{var}` | `{default}` | {desc} |" for var, default, desc in rows]
+        return "\n".join(lines)
+    if fmt != "text":
+        raise ValueError(f"fmt must be 'text' or 'markdown', not {fmt!r}")
+    width = max(len(var) for var, _, _ in rows)
+    return "\n".join(f"{var:<{width}}  {desc} (default {default})" for var, default, desc in rows)

@@ -14,38 +14,16 @@ first use, so listing services loads no service code.
 
 from __future__ import annotations
 
-import importlib
 import re
 from dataclasses import dataclass
 from typing import Any
 
 from casestream.errors import ConfigError
+from casestream.refs import resolve
 
 __all__ = ["ServiceSpec", "resolve"]
 
 _NAME = re.compile(r"^[a-z][a-z0-9_]{0,30}$")
-
-
-def resolve(ref: str) -> Any:
-    """The object named by ``"package.module:attr"`` (``attr`` may be dotted).
-
-    Raises:
-        ConfigError: ``ref`` is not ``module:attr``, the module does not import, or it has
-            no such attribute (the message names ``ref``).
-    """
-    module_name, sep, attr = ref.partition(":")
-    if not sep or not module_name or not attr:
-        raise ConfigError(f"{ref!r} is not a 'module:attribute' reference")
-    try:
-        obj: Any = importlib.import_module(module_name)
-    except ImportError as e:
-        raise ConfigError(f"{ref}: module {module_name} does not import: {e}") from e
-    for part in attr.split("."):
-        try:
-            obj = getattr(obj, part)
-        except AttributeError:
-            raise ConfigError(f"{ref}: {module_name} has no attribute {attr}") from None
-    return obj
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -98,7 +76,7 @@ class ServiceSpec:
         Raises:
             ConfigError: a variable is invalid (the message names it).
         """
-        from casestream.service.wiring import read_settings  # settings need pydantic
+        from casestream.service.settings import read_settings  # settings need pydantic
 
         return read_settings(self.settings_class(), self.name)
 

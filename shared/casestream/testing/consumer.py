@@ -451,6 +451,22 @@ def close_codec(codec: Any) -> None:
         close()
 
 
+def memory_codec(catalog: Any = None, registry: Any = None) -> Any:
+    """The one test codec: :func:`casestream.events.open_codec` over ``catalog`` (None: the
+    catalog of :func:`casestream.service.discovery.catalog_folders`) and ``registry`` (None:
+    a fresh ``InMemoryRegistry``), prepared with auto-registration."""
+    # lazy (start-up cost): drivers load only in the helpers that use them
+    from casestream.events.catalog import load_catalog
+    from casestream.events.codec import open_codec
+    from casestream.events.registry import InMemoryRegistry
+    from casestream.service.discovery import catalog_folders
+
+    if catalog is None:
+        catalog = load_catalog(*catalog_folders())
+    return open_codec(catalog, registry if registry is not None else InMemoryRegistry(),
+                      auto_register=True)
+
+
 def real_codec(registry_url: str | None, *, fallback: bool = False) -> Any:
     """The real ``EnvelopeCodec`` (catalog, upcasters) over the registry at ``registry_url``.
 
@@ -460,27 +476,22 @@ def real_codec(registry_url: str | None, *, fallback: bool = False) -> Any:
     """
     # lazy (start-up cost): drivers load only in the helpers that use them
     from casestream.events.catalog import load_catalog
-    from casestream.events.codec import EnvelopeCodec
-    from casestream.events.registry import ConfluentSchemaRegistry, InMemoryRegistry
-    from casestream.upcasters import default_upcasters
+    from casestream.events.codec import open_codec
+    from casestream.service.discovery import catalog_folders
 
-    catalog = load_catalog()
+    catalog = load_catalog(*catalog_folders())
     if registry_url:
-        registry = ConfluentSchemaRegistry(registry_url)
-        codec = EnvelopeCodec(catalog, registry, default_upcasters())
         try:
-            codec.prepare(auto_register=True)
-            codec.registry_kind = "registry"  # type: ignore[attr-defined]
+            codec = open_codec(catalog, registry_url, auto_register=True)
+            codec.registry_kind = "registry"
             return codec
         except CasestreamError:
-            registry.close()
             if not fallback:
                 raise
     elif not fallback:
         raise ValueError("registry_url is required without fallback")
-    codec = EnvelopeCodec(catalog, InMemoryRegistry(), default_upcasters())
-    codec.prepare(auto_register=True)
-    codec.registry_kind = "memory"  # type: ignore[attr-defined]
+    codec = memory_codec(catalog)
+    codec.registry_kind = "memory"
     return codec
 
 

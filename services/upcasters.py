@@ -1,4 +1,4 @@
-"""casestream's own upcasters (pure): every step from an old event version to the next.
+"""The suite's upcasters (pure): every step from an old event version to the next.
 
 ``CaseOpened``:
   * v1 -> v2: adds ``priority`` = ``"NORMAL"`` (the v2 schema's default).
@@ -10,8 +10,9 @@
 ``DecisionRequested``:
   * v1 -> v2: adds ``title`` = ``""`` (the v2 schema's default; the decision rules read it).
 
-Build the chain with :func:`default_upcasters`; the codec verifies it against the catalog at
-start-up.
+``schemas/catalog.toml`` names :func:`default_upcasters` (``[catalog] upcasters``), so the
+codec (``casestream.events.open_codec``) and ``casestream schemas check`` read this chain from
+the catalog; the codec verifies it against the catalog at start-up.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from casestream.events.upcasting import UpcasterChain
+from casestream.events import UpcasterChain
 
 __all__ = [
     "SUMMARY_MAX",

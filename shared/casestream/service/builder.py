@@ -1,0 +1,289 @@
+"""The one composition object of a casestream service: :class:`ServiceBuilder`.
+
+A service's ``bootstrap.build()`` declares what it runs — its consumers, projections, relay,
+extra workers and HTTP app — on a builder, which owns everything else, in this order:
+settings (read once, frozen), logging, the HTTP edge policy, migrations, catalog, codec,
+connection pool; then, at :meth:`ServiceBuilder.build`, the pool-size check against the
+consumers it created, the readiness checks, the closers and the
+:class:`~casestream.service.process.ServiceProcess`. Tests build services the same way
+(pass a settings object). Example::
+
+    def build(settings: DecisionSettings | None = None) -> ServiceProcess:
+        b = ServiceBuilder(SERVICE, settings, migrations=HERE / "migrations", schemas=[schemas_dir()])
+        b.consumer(handlers.CONSUMER, handlers.TOPICS, handlers.register(HandlerRegistry(), Decider(clock=b.clock)),
+                   emits=True)
+        b.projection(statistics.PROJECTION)
+        b.relay()
+        return b.build(app=build_app(PgDecisionQueries(b.request_pool), edge=b.edge), ready_table="decision")
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any, Generic, TypeVar
+
+import psycopg
+from psycopg_pool import ConnectionPool
+
+from casestream.clock import SystemClock
+from casestream.consumer.group import ConsumerGroup
+from casestream.consumer.handlers import HandlerRegistry
+from casestream.consumer.runtime import ConsumerRuntime
+from casestream.consumer.settings import ConsumerSettings
+from casestream.errors import ConfigError
+from casestream.events.catalog import Catalog, load_catalog
+from casestream.events.codec import EnvelopeCodec, open_codec
+from casestream.http.edge import EdgePolicy, edge_policy
+from casestream.http.pgdeadline import DeadlinePool
+from casestream.kafka.config import producer_config
+from casestream.migrations import Migration, apply_migrations
+from casestream.outbox.relay.core import OutboxRelay
+from casestream.outbox.writer import OUTBOX_MIGRATION, OutboxWriter
+from casestream.service.gctune import freeze_startup_objects
+from casestream.service.process import ReadinessCheck, ServiceProcess, Worker, configure_logging
+from casestream.service.settings import ServiceSettings, read_settings
+from casestream.service.spec import ServiceSpec
+from casestream.telemetry.readiness import dependency_checks
+
+__all__ = ["ServiceBuilder", "service_migrations"]
+
+S = TypeVar("S", bound=ServiceSettings)
+
+#: Events per transaction of a projection's live consumer (a projection batches its writes).
+PROJECTION_BATCH_SIZE = 500
+
+
+def service_migrations(folder: Path, *, outbox: bool = True) -> list[Migration | Path]:
+    """The outbox migration (unless ``outbox=False``: a service that emits no events),
+    then ``folder/*.sql`` in name order.
+
+    Raises:
+        ConfigError: ``folder`` is missing or holds no ``*.sql`` (e.g. an install without them).
+    """
+    own: list[Migration | Path] = sorted(Path(folder).glob("*.sql"))
+    if not own:
+        raise ConfigError(f"{Path(folder).parent.name} migrations folder {folder} not found or without "
+                          "*.sql files: the installation lacks the service's migrations")
+    return [OUTBOX_MIGRATION, *own] if outbox else own
+
+
+def _migrate(dsn: str, migrations: Sequence[Migration | Path], *, service: str) -> None:
+    try:
+        apply_migrations(dsn, list(migrations))
+    except psycopg.OperationalError as e:
+        raise ConfigError(
+            f"cannot reach PostgreSQL for the {service} service at {dsn} (CASESTREAM_PG_URL, "
+            f"CASESTREAM_{service.upper()}_DATABASE): {e}") from e
+
+
+def _database_ready(pool: Any, table: str, *, timeout_s: float = 2.0) -> ReadinessCheck:
+    def check() -> None:
+        with pool.connection(timeout=timeout_s) as conn:  # readiness fails fast
+            conn.execute(f"SELECT 1 FROM {table} LIMIT 1")  # table names are ours, not input
+
+    return check
+
+
+def _consumer_ready(consumer: Any) -> ReadinessCheck:
+    def check() -> None:
+        if not consumer.ready.is_set():
+            raise RuntimeError("consumer has no partition assignment yet")
+
+    return check
+
+
+class ServiceBuilder(Generic[S]):
+    """Compose one service process (see the module docstring).
+
+    Args:
+        spec: the service's :class:`ServiceSpec` (name, settings class, ``outbox``).
+        settings: its settings; None reads ``spec.settings_class()`` from the environment.
+        migrations: the service's migrations folder (``*.sql``, applied in name order after
+            the outbox DDL when the service has an outbox).
+        schemas: the schemas folder(s) of its catalog (other teams' and its own, merged).
+        outbox: whether its database has an outbox table (default ``spec.outbox``).
+
+    The constructor does the start-up work in order: settings, logging, edge policy,
+    migrations, catalog, codec (registering schemas when ``CASESTREAM_AUTO_REGISTER_SCHEMAS``,
+    else looking ids up), connection pool (``pool_size``/``pool_min``/``pool_timeout_s``).
+
+    Attributes:
+        spec, name, settings, clock (:class:`~casestream.clock.SystemClock`), edge, catalog,
+        codec, pool, request_pool (``DeadlinePool(pool)``: for HTTP request paths),
+        outbox (:class:`~casestream.outbox.OutboxWriter` over the codec).
+
+    Raises:
+        ConfigError: invalid settings, unusable bearer key, missing migrations, unreachable
+            PostgreSQL (one line each).
+        CatalogError, SchemaError, UpcasterChainError, RegistryUnavailable: the catalog or
+            codec cannot be prepared.
+    """
+
+    def __init__(self, spec: ServiceSpec, settings: S | None = None, *, migrations: Path,
+                 schemas: Path | Sequence[Path], outbox: bool | None = None):
+        self.spec = spec
+        self.name = spec.name
+        self.settings: S = settings if settings is not None else read_settings(spec.settings_class(), spec.name)
+        s = self.settings
+        self.clock = SystemClock()
+        configure_logging(self.name, s.log_level)
+        self.edge: EdgePolicy = edge_policy(s, self.name)
+        with_outbox = spec.outbox if outbox is None else outbox
+        _migrate(s.dsn, service_migrations(migrations, outbox=with_outbox), service=self.name)
+        folders = [schemas] if isinstance(schemas, (str, Path)) else list(schemas)
+        self.catalog: Catalog = load_catalog(*folders)
+        self.codec: EnvelopeCodec = open_codec(self.catalog, s.registry_url,
+                                               auto_register=s.auto_register_schemas)
+        try:
+            pool: ConnectionPool[Any] = ConnectionPool(
+                s.dsn, min_size=min(s.pool_min, s.pool_size), max_size=s.pool_size,
+                timeout=s.pool_timeout_s, open=True, name=self.name,
+                kwargs={"application_name": self.name})
+        except BaseException:
+            self.codec.close()
+            raise
+        self._assemble(pool, closers=[self.codec.close, pool.close])
+
+    @classmethod
+    def from_parts(cls, spec: ServiceSpec, settings: S, *, catalog: Catalog, codec: Any, pool: Any,
+                   edge: EdgePolicy | None = None) -> ServiceBuilder[S]:
+        """A builder over ready parts, skipping the start-up work (logging, edge, migrations,
+        catalog and codec preparation, pool): tests compose consumers and processes over
+        fakes this way. Closers: none but the declared ones (the caller owns the parts)."""
+        b = cls.__new__(cls)
+        b.spec, b.name, b.settings, b.clock = spec, spec.name, settings, SystemClock()
+        b.edge, b.catalog, b.codec = edge, catalog, codec  # type: ignore[assignment]
+        b._assemble(pool, closers=[])
+        return b
+
+    def _assemble(self, pool: Any, *, closers: list[Callable[[], None]]) -> None:
+        self.pool = pool
+        self._closers: list[Callable[[], None]] = closers
+        self.request_pool = DeadlinePool(pool)  # request paths: never wait past the deadline
+        self.outbox = OutboxWriter(self.codec)
+        self._workers: dict[str, Worker] = {}
+        self._readiness: dict[str, ReadinessCheck] = {}
+        self._consumers: list[tuple[str, int]] = []  # (consumer name, members holding a connection)
+        self._first_consumer: ConsumerRuntime | ConsumerGroup | None = None
+
+    # -- declarations --------------------------------------------------------------------
+    def event_types_on(self, topics: Sequence[str]) -> list[str]:
+        """The catalog's event types published on any of ``topics`` (catalog order)."""
+        return [t for t in self.catalog.event_types if self.catalog.subject_for(t).topic in topics]
+
+    def consumer(self, name: str, topics: Sequence[str], registry: HandlerRegistry, *,
+                 emits: bool = False, batch_size: int | None = None,
+                 worker: str | None = None) -> ConsumerRuntime | ConsumerGroup:
+        """Run consumer ``name`` (= Kafka group id) on ``topics`` with ``registry``'s handlers.
+
+        Every catalog event type on ``topics`` the registry neither handles nor ignores is
+        declared ignored. ``emits``: handlers append events through ``ctx.outbox``.
+        ``batch_size``: events per transaction (None: ``settings.consumer_batch_size``).
+        With ``CASESTREAM_CONSUMER_CONCURRENCY`` > 1, a :class:`ConsumerGroup` of that many
+        members. Worker name ``worker``, default ``"consumer"`` for the first consumer and
+        ``name`` for the others; the first consumer's assignment is the ``consumer``
+        readiness check.
+
+        Raises:
+            ConfigError: see :class:`~casestream.consumer.runtime.ConsumerRuntime`.
+        """
+        registry.ignore(*(t for t in self.event_types_on(topics) if not registry.knows(t)))
+        s = self.settings
+        batching = ConsumerSettings(batch_size=s.consumer_batch_size if batch_size is None else batch_size)
+        args = (tuple(topics), registry, self.codec, self.pool, s.consumer_config(), batching)
+        outbox = self.outbox if emits else None
+        runtime: ConsumerRuntime | ConsumerGroup
+        if s.consumer_concurrency > 1:
+            runtime = ConsumerGroup(s.consumer_concurrency, name, *args, outbox=outbox)
+        else:
+            runtime = ConsumerRuntime(name, *args, outbox=outbox)
+        self._consumers.append((name, s.consumer_concurrency))
+        if self._first_consumer is None:
+            self._first_consumer = runtime
+            self._readiness["consumer"] = _consumer_ready(runtime)
+        self.worker(worker or ("consumer" if len(self._consumers) == 1 else name), runtime.run)
+        return runtime
+
+    def projection(self, spec: Any, *, batch_size: int = PROJECTION_BATCH_SIZE,
+                   worker: str | None = None) -> ConsumerRuntime | ConsumerGroup:
+        """Maintain the live tables of ``spec`` (a ``casestream.replay.ProjectionSpec``):
+        create them if missing, and run its live consumer (``spec.live_consumer`` on
+        ``spec.topics``, ``batch_size`` events per transaction; worker name default: the
+        projection name's last part, e.g. ``statistics``)."""
+        names = spec.live_names()
+        with self.pool.connection() as conn:
+            spec.create_tables(conn, names)
+        return self.consumer(spec.live_consumer, spec.topics,
+                             spec.registry(names, self.catalog.event_types), batch_size=batch_size,
+                             worker=worker or spec.name.rpartition(".")[2])
+
+    def relay(self, *, worker: str = "relay") -> OutboxRelay:
+        """Run the outbox relay of the service's database (name and Kafka client id
+        ``<service>.relay``)."""
+        name = f"{self.name}.relay"
+        relay = OutboxRelay(self.pool, producer_config(self.settings.kafka_bootstrap, client_id=name),
+                            name=name)
+        self.worker(worker, relay.run)
+        return relay
+
+    def worker(self, name: str, worker: Worker) -> None:
+        """Run ``worker`` (``fn(stop: threading.Event)``) as ``name``.
+
+        Raises:
+            ConfigError: a worker of that name is declared already.
+        """
+        if name in self._workers:
+            raise ConfigError(f"{self.name}: worker {name!r} declared twice")
+        self._workers[name] = worker
+
+    def ready(self, name: str, check: ReadinessCheck) -> None:
+        """Add (or replace) readiness check ``name`` of ``/readyz``."""
+        self._readiness[name] = check
+
+    def closer(self, close: Callable[[], None]) -> None:
+        """Call ``close`` at shutdown, before the codec and the pool are closed."""
+        self._closers.insert(0, close)
+
+    # -- the process ---------------------------------------------------------------------
+    def _check_pool(self) -> None:
+        """With more than one member per consumer, refuse a pool the consumers would leave
+        without a free connection (readiness checks and HTTP reads would then time out)."""
+        total = 0
+        max_size = getattr(self.pool, "max_size", None)
+        if not isinstance(max_size, int):  # a test double without a size: nothing to check
+            return
+        for consumer, members in self._consumers:
+            total += members
+            if members > 1 and total >= max_size:
+                raise ConfigError(
+                    f"CASESTREAM_CONSUMER_CONCURRENCY={members}: the consumers of this service hold "
+                    f"{total} of its pool's {max_size} connections ({consumer} included), leaving none "
+                    f"for readiness checks and requests; raise the service's pool size above {total} "
+                    f"or lower the concurrency")
+
+    def build(self, *, app: Any, ready_table: str, kafka: bool | None = None) -> ServiceProcess:
+        """The service process: ``app`` (its Starlette app; health routes are added) and the
+        declared workers, with readiness ``postgres`` (reads ``ready_table``), ``consumer``
+        (the first consumer has an assignment, when there is one), ``kafka`` (when
+        ``kafka``; default: a consumer or the relay runs) and ``registry``; closers: the
+        declared ones, then codec and pool. Freezes the start-up objects
+        (``CASESTREAM_GC_FREEZE``).
+
+        Raises:
+            ConfigError: the consumers would hold the whole pool (names
+                CASESTREAM_CONSUMER_CONCURRENCY and the pool size).
+        """
+        self._check_pool()
+        s = self.settings
+        checks = dependency_checks(s.kafka_bootstrap, s.registry_url)
+        uses_kafka = (bool(self._consumers) or "relay" in self._workers) if kafka is None else kafka
+        readiness: dict[str, ReadinessCheck] = {"postgres": _database_ready(self.pool, ready_table)}
+        readiness.update(self._readiness)
+        if uses_kafka:
+            readiness["kafka"] = checks["kafka"]
+        readiness["registry"] = checks["registry"]
+        freeze_startup_objects(s.gc_freeze)
+        return ServiceProcess(name=self.name, app=app, host=s.host, port=s.port,
+                              workers=dict(self._workers), readiness=readiness,
+                              closers=list(self._closers))

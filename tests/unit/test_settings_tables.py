@@ -1,0 +1,81 @@
+"""The environment-variable tables in each ``services/<svc>/settings.py`` docstring and in
+README's Configuration section are :func:`casestream.service.settings_table` of the settings
+classes, and every settings field is documented (``Field(description=...)``)."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from casestream.service import CommonSettings, ServiceSettings, settings_table
+from casestream.service.settings import undocumented_fields
+from casestream.errors import ConfigError
+
+pytestmark = pytest.mark.unit
+
+ROOT = Path(__file__).resolve().parents[2]
+SERVICES = {"audit": "AuditSettings", "case": "CaseSettings", "decision": "DecisionSettings",
+            "notification": "NotificationSettings", "saga": "SagaSettings"}
+
+
+def _settings_class(svc: str) -> type[ServiceSettings]:
+    import importlib
+
+    return getattr(importlib.import_module(f"services.{svc}.settings"), SERVICES[svc])  # type: ignore[no-any-return]
+
+
+def _docstring_table(svc: str) -> str:
+    doc = _settings_class(svc).__module__
+    import importlib
+
+    text = importlib.import_module(doc).__doc__ or ""
+    m = re.search(r"\.\. settings-table[^\n]*\n\n(.*?)\n\n    \.\. end settings-table", text, re.S)
+    assert m, f"services/{svc}/settings.py: no '.. settings-table' block in the docstring"
+    return "\n".join(line[4:] for line in m.group(1).splitlines())
+
+
+@pytest.mark.parametrize("svc", sorted(SERVICES))
+def test_the_docstring_table_is_the_generated_one(svc: str) -> None:
+    expected = settings_table(_settings_class(svc))
+    assert _docstring_table(svc) == expected, (
+        f"regenerate the table in services/{svc}/settings.py:\n"
+        + "\n".join("    " + line for line in expected.splitlines()))
+
+
+def test_the_readme_table_is_the_generated_one() -> None:
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    m = re.search(r"<!-- settings-table CommonSettings[^\n]*-->\n(.*?)\n<!-- end settings-table -->", text, re.S)
+    assert m, "README.md: no settings-table block"
+    assert m.group(1) == settings_table(CommonSettings, fmt="markdown")
+
+
+def test_common_settings_are_documented() -> None:
+    assert undocumented_fields(CommonSettings) == []
+
+
+@pytest.mark.parametrize("svc", sorted(SERVICES))
+def test_every_service_field_is_documented(svc: str) -> None:
+    assert undocumented_fields(_settings_class(svc)) == []
+
+
+def test_a_field_without_a_description_fails_the_table() -> None:
+    from pydantic import Field
+
+    from casestream.service import service_config
+
+    class Probe(ServiceSettings):
+        model_config = service_config("CASESTREAM_PROBE_")
+        database: str = Field("probe", description="database")
+        port: int = 1  # undocumented
+
+    with pytest.raises(ConfigError, match="port"):
+        settings_table(Probe)
+
+
+def test_the_table_names_prefixed_variables_and_defaults() -> None:
+    table = settings_table(_settings_class("decision"))
+    assert "CASESTREAM_DECISION_POOL_SIZE" in table and "(default 5)" in table
+    assert "CASESTREAM_DECISION_CONSUMER_BATCH_SIZE" in table
+    assert "CASESTREAM_KAFKA_BOOTSTRAP" not in table
