@@ -38,18 +38,11 @@ import pytest
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Producer, TopicPartition
 
 from casestream.auth import ROLE_OFFICER, dev_token
-from casestream.events import (
-    ConfluentSchemaRegistry,
-    Envelope,
-    EnvelopeCodec,
-    load_catalog,
-    schema_id_of,
-)
+from casestream.events import Envelope, EnvelopeCodec, load_catalog, open_codec, schema_id_of
 from casestream.service import ServiceStack
-from casestream.upcasters import default_upcasters
+from services import schemas_dir
 from services.demo import CaseRun, case_mix, case_url, headers, wait_final
 from watch import SCHEMAS
-from watch.upcasters import chain
 
 pytestmark = pytest.mark.e2e
 
@@ -236,16 +229,13 @@ def wait_committed(bootstrap: str, group: str, topic: str, partition: int, offse
 
 
 def suite_codec(registry_url: str) -> EnvelopeCodec:
-    codec = EnvelopeCodec(load_catalog(), ConfluentSchemaRegistry(registry_url),
-                          default_upcasters())
-    codec.prepare(auto_register=False)
-    return codec
+    """A codec over the suite's catalog (the case team's events), ids looked up."""
+    return open_codec(load_catalog(schemas_dir()), registry_url, auto_register=False)
 
 
 def watch_codec(registry_url: str) -> EnvelopeCodec:
-    codec = EnvelopeCodec(load_catalog(SCHEMAS), ConfluentSchemaRegistry(registry_url), chain())
-    codec.prepare(auto_register=False)
-    return codec
+    """A codec over the watch team's catalog alone, ids looked up (registered by the service)."""
+    return open_codec(load_catalog(SCHEMAS), registry_url, auto_register=False)
 
 
 def projection_rows(pg_url: str, case_ids: set[str]) -> dict[str, tuple[Any, ...]]:

@@ -15,7 +15,8 @@ from casestream.http import EdgePolicy
 from watch import SERVICE
 from watch.adapters import projection, triggers
 from watch.adapters.http import build_app
-from watch.adapters.memory import FixedClock, MemorySink, MemoryWatchRepository
+from casestream.outbox import MemorySink
+from watch.adapters.memory import FixedClock, MemoryWatchRepository
 from watch.application import CaseNotWatched, case_watch, on_case_event, watch_case
 from watch.domain import CaseView
 

@@ -6,7 +6,8 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from casestream.events import EnvelopeCodec, InMemoryRegistry, load_catalog, new_event
+from casestream.events import InMemoryRegistry, load_catalog, new_event, open_codec
+from services import schemas_dir
 from watch import SCHEMAS
 from watch.domain import CaseView, Watch, apply_case_event, is_final, trigger_for, watch_id
 from watch.upcasters import chain, watch_triggered_v1_v2
@@ -81,10 +82,16 @@ class TestUpcaster:
     def test_the_chain_covers_the_catalog(self) -> None:
         chain().verify(load_catalog(SCHEMAS))
 
+    def test_the_catalog_names_the_chain_and_merges_with_the_suites(self) -> None:
+        merged = load_catalog(schemas_dir(), SCHEMAS)
+        assert {"CaseClosed", "WatchTriggered"} <= set(merged.event_types)
+        assert merged.subject_for("WatchTriggered").subject == "acme.watch.WatchTriggered"
+        steps = merged.upcaster_chain().steps()
+        assert ("WatchTriggered", 1) in steps and ("CaseOpened", 1) in steps
+
     def test_a_v1_event_on_the_wire_decodes_as_v2(self) -> None:
         catalog = load_catalog(SCHEMAS)
-        with EnvelopeCodec(catalog, InMemoryRegistry(), chain()) as codec:
-            codec.prepare(auto_register=True)
+        with open_codec(catalog, InMemoryRegistry(), auto_register=True) as codec:
             event = new_event(
                 event_type="WatchTriggered", event_version=1, aggregate_type="watch",
                 aggregate_id="c/w", aggregate_version=1, tenant_id="tenant-a", source="watch",

@@ -15,9 +15,14 @@ from pathlib import Path
 
 from casestream.service import ServiceSpec
 
-#: This team's schemas folder (``examples/watch/schemas``, shipped as package ``watch.schemas``):
-#: catalog.toml, envelope.avsc, watch/WatchTriggered.v<N>.avsc.
-SCHEMAS = Path(str(files("watch.schemas")))
+
+def schemas_dir() -> Path:
+    """This team's schemas folder (``examples/watch/schemas``, shipped as the resource package
+    ``watch.schemas``): catalog.toml, envelope.avsc, watch/WatchTriggered.v<N>.avsc."""
+    return Path(str(files("watch.schemas")))
+
+
+SCHEMAS = schemas_dir()
 
 SERVICE = ServiceSpec(
     name="watch", module="watch", description="watchlists of cases (example service)",

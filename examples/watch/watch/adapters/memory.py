@@ -1,13 +1,13 @@
-"""In-memory adapters for tests: a repository with a unit of work, an event sink, a clock."""
+"""In-memory adapters for tests: a repository that is its own unit of work, and a clock
+(the in-memory event sink is the library's ``casestream.outbox.MemorySink``)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
-from casestream.events import Envelope
 from watch.domain import CaseView, Watch
 
 
@@ -45,16 +45,6 @@ class MemoryWatchRepository:
         except BaseException:
             self.cases, self.watches = cases, watches
             raise
-
-
-@dataclass
-class MemorySink:
-    """Collects appended events."""
-
-    events: list[Envelope] = field(default_factory=list)
-
-    def append(self, events: Sequence[Envelope]) -> None:
-        self.events.extend(events)
 
 
 @dataclass

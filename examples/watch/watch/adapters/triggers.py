@@ -12,7 +12,7 @@ from collections.abc import Iterable
 
 from casestream.consumer import HandlerContext, HandlerKind, HandlerRegistry
 from casestream.events import Envelope
-from casestream.service import OutboxSink
+from casestream.outbox import OutboxSink
 from watch.adapters.postgres import PgWatchRepository
 from watch.application import on_case_event
 from watch.domain import TRIGGERS
