@@ -22,7 +22,7 @@ from __future__ import annotations
 import dataclasses
 import io
 import json
-import os
+import socket
 import subprocess
 import sys
 import time
@@ -47,14 +47,17 @@ from watch import SCHEMAS
 pytestmark = pytest.mark.e2e
 
 SUITE = ["case", "saga", "decision", "notification"]
-#: Ports of this module's stack, away from the defaults another stack on the shared
+
+
+def _free_port() -> str:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return str(probe.getsockname()[1])
+
+
+#: Ports of this module's stack: free ones, away from the defaults another stack on the shared
 #: infrastructure may hold (``services.demo.case_url`` reads them from the environment too).
-PORTS = {"CASESTREAM_CASE_PORT": "28101", "CASESTREAM_SAGA_PORT": "28103",
-         "CASESTREAM_DECISION_PORT": "28104", "CASESTREAM_NOTIFICATION_PORT": "28105",
-         "CASESTREAM_AUDIT_PORT": "28102", "CASESTREAM_WATCH_PORT": "28111"}
-CASE_TOPIC = "outbox.event.case"
-WATCH_TOPIC = "outbox.event.watch"
-WATCHERS = ("officer-1", "officer-2")
+PORTS = {f"CASESTREAM_{name.upper()}_PORT": _free_port() for name in [*SUITE, "audit", "watch"]}
 
 
 def watch_url(path: str = "") -> str:
