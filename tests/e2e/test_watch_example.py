@@ -47,6 +47,9 @@ from watch import SCHEMAS
 pytestmark = pytest.mark.e2e
 
 SUITE = ["case", "saga", "decision", "notification"]
+CASE_TOPIC = "outbox.event.case"
+WATCH_TOPIC = "outbox.event.watch"
+WATCHERS = ("officer-1", "officer-2")
 
 
 def _free_port() -> str:
