@@ -39,6 +39,7 @@ $(VENV_STAMP): pyproject.toml requirements.lock requirements-dev.lock
 	@grep -hv '^-e ' requirements.lock requirements-dev.lock > $(VENV)/requirements.txt
 	$(VENV)/bin/python -m pip install -q --disable-pip-version-check -r $(VENV)/requirements.txt
 	$(VENV)/bin/python -m pip install -q --disable-pip-version-check --no-deps -e .
+	$(VENV)/bin/python -m pip install -q --disable-pip-version-check --no-deps -e examples/watch
 	@touch $@
 
 compose: ## make `docker compose` available (builds the plugin with Go if missing; used by the contract test)

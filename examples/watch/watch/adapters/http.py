@@ -1,0 +1,96 @@
+"""The watch service's HTTP API (starlette), behind the shared edge (``casestream.http``).
+
+``PUT /watch/cases/{case_id}``: the caller (token subject) watches the case -> 201 (new) or
+200 (already watching)::
+
+    {"watch_id": "<case_id>/<watcher_id>", "case_id", "watcher_id", "version", "created_at"}
+
+``GET /watch/cases/{case_id}`` -> 200::
+
+    {"case_id", "case": {"state", "title", "aggregate_version", "updated_at"} | null,
+     "watchers": ["<subject>", ...]}
+
+The tenant is the token's ``tenant`` claim; a case nobody in the tenant watches and the
+projection does not know -> 404 ``case_not_found``. Both routes need role officer or
+supervisor (403 otherwise); the edge answers 401, 429 and 503 first. Errors are
+``application/problem+json``.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from typing import Any
+
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+from casestream.auth import ROLE_OFFICER, ROLE_SUPERVISOR
+from casestream.http import EdgePolicy, edge_app, guarded, principal_of, problem_response, requires
+from watch.application import CaseNotWatched, CaseWatch, Clock, UnitOfWork, case_watch, watch_case
+from watch.domain import Watch
+
+log = logging.getLogger(__name__)
+
+ROLES = (ROLE_OFFICER, ROLE_SUPERVISOR)
+_CASE_ID = re.compile(r"[\x21-\x2e\x30-\x7e]{1,128}")  # printable ASCII but "/"
+_UNAVAILABLE = "the watch store could not be reached; retry later"
+
+
+def watch_json(watch: Watch) -> dict[str, Any]:
+    """The JSON body of a watch."""
+    return {"watch_id": watch.id, "case_id": watch.case_id, "watcher_id": watch.watcher_id,
+            "version": watch.version, "created_at": watch.created_at.isoformat()}
+
+
+def case_watch_json(found: CaseWatch) -> dict[str, Any]:
+    """The JSON body of a case and its watchers."""
+    case = found.case
+    return {"case_id": found.case_id, "watchers": list(found.watchers),
+            "case": None if case is None else {
+                "state": case.state, "title": case.title,
+                "aggregate_version": case.aggregate_version,
+                "updated_at": case.updated_at.isoformat()}}
+
+
+def build_app(uow: UnitOfWork, clock: Clock, *, edge: EdgePolicy) -> Starlette:
+    """The watch API over ``uow`` (draw its connections through a ``DeadlinePool``)."""
+
+    def not_found(path: str, case_id: str) -> Response:
+        return problem_response(404, "case_not_found", "Case not found",
+                                f"no watched case {case_id}", instance=path)
+
+    @requires(*ROLES)
+    async def get_case(request: Request) -> Response:
+        path, case_id = request.url.path, request.path_params["case_id"]
+        if not _CASE_ID.fullmatch(case_id):
+            return not_found(path, case_id[:128])
+        tenant = principal_of(request).tenant_id
+        try:
+            found = await guarded(request, lambda: case_watch(uow, tenant_id=tenant,
+                                                               case_id=case_id),
+                                  log=log, passthrough=(CaseNotWatched,), unavailable=_UNAVAILABLE)
+        except CaseNotWatched:
+            return not_found(path, case_id)
+        if isinstance(found, Response):
+            return found
+        return JSONResponse(case_watch_json(found))
+
+    @requires(*ROLES)
+    async def put_watch(request: Request) -> Response:
+        path, case_id = request.url.path, request.path_params["case_id"]
+        if not _CASE_ID.fullmatch(case_id):
+            return not_found(path, case_id[:128])
+        principal = principal_of(request)
+        done = await guarded(request, lambda: watch_case(
+            uow, clock, tenant_id=principal.tenant_id, case_id=case_id,
+            watcher_id=principal.subject), log=log, unavailable=_UNAVAILABLE)
+        if isinstance(done, Response):
+            return done
+        watch, created = done
+        return JSONResponse(watch_json(watch), status_code=201 if created else 200)
+
+    return edge_app([Route("/watch/cases/{case_id}", get_case, methods=["GET"]),
+                     Route("/watch/cases/{case_id}", put_watch, methods=["PUT"])], edge)

@@ -1,0 +1,36 @@
+"""Consumer ``watch.triggers`` on ``outbox.event.case``: a closed or returned case fires its
+watches (``PROCESS`` handlers: live only, never in a replay).
+
+Each handler runs in the consumer's batch transaction: the watches' new versions, the
+``WatchTriggered`` outbox rows, the inbox row and the version-guard row commit together, so
+a re-delivered case event triggers nothing twice.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from casestream.consumer import HandlerContext, HandlerKind, HandlerRegistry
+from casestream.events import Envelope
+from casestream.outbox import OutboxSink
+from watch.adapters.postgres import PgWatchRepository
+from watch.application import on_case_event
+from watch.domain import TRIGGERS
+
+CONSUMER = "watch.triggers"
+TOPICS = ("outbox.event.case",)
+
+
+def fire(ctx: HandlerContext, event: Envelope) -> None:
+    """Fire the watches of ``event``'s case (see :func:`watch.application.on_case_event`)."""
+    on_case_event(PgWatchRepository(ctx.conn), OutboxSink(ctx.outbox, ctx.conn), event)
+
+
+def registry(event_types: Iterable[str] = ()) -> HandlerRegistry:
+    """PROCESS handlers for :data:`~watch.domain.TRIGGERS`; the other ``event_types`` of the
+    topic are ignored."""
+    reg = HandlerRegistry()
+    for event_type in TRIGGERS:
+        reg.add(event_type, fire, kind=HandlerKind.PROCESS)
+    reg.ignore(*(t for t in event_types if t not in TRIGGERS))
+    return reg

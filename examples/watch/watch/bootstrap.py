@@ -1,0 +1,53 @@
+"""Wiring of the watch service — the only place that builds adapters.
+
+``build()`` hands the start-up work to ``casestream.service.ServiceBuilder`` (settings,
+logging, edge, migrations, a catalog of the suite's schemas — the case team's events — and
+ours, codec, pool) and declares what the service runs:
+
+- worker ``triggers``: consumer ``watch.triggers``, appending ``WatchTriggered`` to the outbox;
+- worker ``cases``: the projection ``watch.cases`` (live consumer ``watch.cases``);
+- worker ``relay``: the outbox relay of the watch database (``CASESTREAM_WATCH_RELAY_ENABLED``);
+- HTTP: ``GET``/``PUT /watch/cases/{id}`` + ``/healthz`` ``/readyz`` behind the shared edge.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from casestream.service import ReadinessCheck, ServiceBuilder, ServiceProcess
+from services import schemas_dir
+from watch import SCHEMAS, SERVICE
+from watch.adapters import projection, triggers
+from watch.adapters.http import build_app
+from watch.adapters.postgres import PgUnitOfWork
+from watch.settings import WatchSettings
+
+MIGRATIONS = Path(__file__).parent / "migrations"
+
+
+def build(settings: WatchSettings | None = None) -> ServiceProcess:
+    """Build the watch service process (see the module docstring).
+
+    Raises:
+        casestream.errors.CasestreamError: see ``casestream.service.ServiceBuilder``.
+    """
+    b = ServiceBuilder(SERVICE, settings, migrations=MIGRATIONS, schemas=[schemas_dir(), SCHEMAS])
+    b.consumer(triggers.CONSUMER, triggers.TOPICS, triggers.registry(), emits=True,
+               worker="triggers")
+    b.ready("projection", assigned(b.projection(projection.PROJECTION)))
+    if b.settings.relay_enabled:
+        b.relay()
+    app = build_app(PgUnitOfWork(b.request_pool), b.clock, edge=b.edge)
+    return b.build(app=app, ready_table="watches")
+
+
+def assigned(consumer: Any) -> ReadinessCheck:
+    """A readiness check passing once ``consumer`` has a partition assignment (the builder
+    checks only its first consumer)."""
+
+    def check() -> None:
+        if not consumer.ready.is_set():
+            raise RuntimeError("consumer has no partition assignment yet")
+
+    return check
