@@ -4,7 +4,7 @@ A service package exports one ``ServiceSpec`` and registers it under the entry p
 ``casestream.services`` (``pyproject.toml``)::
 
     [project.entry-points."casestream.services"]
-    watch = "watch:SERVICE"
+    orders = "orders:SERVICE"
 
 The platform's commands (``casestream status``, ``casestream outbox``, ``casestream dlq``,
 ``make run``) find services only this way; the library holds no list of them. A spec is
