@@ -17,11 +17,11 @@ SMTP is deliberately not a readiness condition: notices wait as pending while it
 
 from __future__ import annotations
 
-from datetime import timedelta
 from pathlib import Path
 
 from casestream.service import wiring
 from casestream.migrations import Migration
+from casestream.retry import RetryPolicy
 from casestream.consumer import HandlerRegistry
 from casestream.http import DeadlinePool
 from casestream.outbox import OutboxWriter
@@ -32,7 +32,6 @@ from services.notification.adapters.postgres import PgNoticeQueries
 from services.notification.adapters.sender_worker import SenderWorker
 from services.notification.adapters.smtp import SmtpMailer
 from services.notification.application.sender import NoticeSender
-from services.notification.domain.retry import SendPolicy
 from services.notification.settings import NotificationSettings
 
 NAME = "notification"
@@ -44,11 +43,11 @@ def migrations() -> list[Migration | Path]:
     return wiring.service_migrations(MIGRATIONS)
 
 
-def send_policy(settings: NotificationSettings) -> SendPolicy:
-    """The bounded SMTP retry policy from the settings."""
-    return SendPolicy(max_attempts=settings.send_max_attempts,
-                      first_backoff=timedelta(seconds=settings.send_first_backoff_s),
-                      max_backoff=timedelta(seconds=settings.send_max_backoff_s))
+def send_policy(settings: NotificationSettings) -> RetryPolicy:
+    """The bounded SMTP retry policy from the settings (doubling, no jitter)."""
+    return RetryPolicy(max_attempts=settings.send_max_attempts, jitter=0.0,
+                       initial_delay_s=settings.send_first_backoff_s,
+                       max_delay_s=settings.send_max_backoff_s)
 
 
 def build(settings: NotificationSettings | None = None) -> ServiceProcess:

@@ -2,7 +2,8 @@
 
 Public API::
 
-    from casestream.consumer import ConsumerRuntime, ConsumerSettings, RetryPolicy
+    from casestream.consumer import ConsumerRuntime, ConsumerSettings
+    from casestream.retry import RetryPolicy      # ConsumerSettings(retry=...)
     from casestream.consumer import HandlerRegistry, HandlerKind, HandlerContext
     from casestream.consumer import ProcessingMode, FirstSeenPolicy
 
@@ -38,7 +39,7 @@ from casestream.consumer.handlers import (
 )
 from casestream.consumer.processing import ProcessingMode
 from casestream.consumer.records import ConsumerStats, EnvelopeDecoder, Record
-from casestream.consumer.settings import ConsumerSettings, RetryPolicy
+from casestream.consumer.settings import ConsumerSettings
 
 if TYPE_CHECKING:
     from casestream.consumer.batch import BatchProcessor, BatchResult, Decoded
@@ -63,7 +64,7 @@ _LAZY = {
 __all__ = sorted([
     "AggregateState", "ConsumerSettings", "ConsumerStats", "DiscardingOutbox", "EnvelopeDecoder",
     "FirstSeenPolicy", "HandlerContext", "HandlerKind", "HandlerRegistry", "OutboxAppender",
-    "ProcessingMode", "Record", "RegisteredHandler", "RetryPolicy", "Verdict", "decide", *_LAZY,
+    "ProcessingMode", "Record", "RegisteredHandler", "Verdict", "decide", *_LAZY,
 ])
 
 

@@ -40,13 +40,13 @@ class FailureMixin:
         a.count += 1
         a.last = now
         policy = self.settings.retry
-        if fc is FailureClass.POISON or policy.exhausted(a.count):
+        if fc is FailureClass.POISON or policy.exhausted(a.count, (now - a.first).total_seconds()):
             dead.append(self._dead_letter(rec, e, env, a.count, a.first, a.last))
             del self._attempts[pos]
             return
         self.stats.retries += 1
         delay = policy.delay(a.count)
-        log.warning("%s: %s[%d]@%d failed (attempt %d/%d, retry in %.2f s): %s: %s",
+        log.warning("%s: %s[%d]@%d failed (attempt %d/%s, retry in %.2f s): %s: %s",
                     self.consumer, rec.topic, rec.partition, rec.offset, a.count,
                     policy.max_attempts, delay, type(e).__name__, e,
                     extra={"consumer": self.consumer, "attempt": a.count,

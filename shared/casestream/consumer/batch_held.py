@@ -88,8 +88,9 @@ class HeldEventsMixin:
         attempts = record_held_failure(conn, self.consumer, h.event_id,
                                        f"{type(e).__name__}: {e}", policy.delay(h.attempts + 1))
         self.stats.retries += int(fc is FailureClass.RETRYABLE)
-        if fc is FailureClass.POISON or policy.exhausted(attempts):
-            now = _now()
+        now = _now()
+        elapsed = (now - h.first_failure).total_seconds() if h.first_failure else 0.0
+        if fc is FailureClass.POISON or policy.exhausted(attempts, elapsed):
             dead.append(self._dead_letter(held_record(h), e, env, attempts,
                                           h.first_failure or now, now, event_id=h.event_id))
             release_held(conn, self.consumer, h.event_id)

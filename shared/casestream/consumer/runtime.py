@@ -25,7 +25,7 @@ Rebalance (eager protocol, librdkafka default ``range,roundrobin``): ``on_revoke
 batch in flight, commits its offsets synchronously, and forgets the revoked partitions' retry
 state; ``on_lost`` does the same without committing (the group has already moved on).
 Batch-level failures (database down, dead-letter topic unreachable) roll the batch back, rewind
-every partition in it and retry after an exponential backoff (capped at ``retry.max_s``), without
+every partition in it and retry after an exponential backoff (capped at ``retry.max_delay_s``), without
 counting against any message.
 
 Shutdown: when ``stop`` is set the current batch finishes and commits, pending offsets are

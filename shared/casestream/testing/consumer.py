@@ -294,11 +294,12 @@ class Harness:
 
     def settings(self, **kw: Any) -> Any:
         # lazy (start-up cost): drivers load only in the helpers that use them
-        from casestream.consumer.settings import ConsumerSettings, RetryPolicy
+        from casestream.consumer.settings import ConsumerSettings
+        from casestream.retry import RetryPolicy
 
         base: dict[str, Any] = dict(batch_size=100, poll_timeout_s=0.1, sweep_interval_s=0.2,
-                                    retry=RetryPolicy(max_attempts=5, base_s=0.05, max_s=0.2,
-                                                      jitter=0.2))
+                                    retry=RetryPolicy(max_attempts=5, initial_delay_s=0.05,
+                                                      max_delay_s=0.2, jitter=0.2))
         base.update(kw)
         return ConsumerSettings(**base)
 
