@@ -13,6 +13,7 @@ from datetime import datetime, timezone
 from typing import Any
 
 from casestream.consumer.records import Record
+from casestream.errors import CasestreamError
 from casestream.consumer.inbox import HeldEvent, InboxEntry
 
 TP = tuple[str, int]
@@ -29,7 +30,7 @@ class Action(enum.Enum):
     UNKNOWN_STRICT = "unknown_strict"
 
 
-class _Ineligible(Exception):
+class _Ineligible(CasestreamError):
     """The batch needs per-message handling (gap, held aggregate, side effect, strict type...)."""
 
 

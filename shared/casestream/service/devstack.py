@@ -25,7 +25,7 @@ from pathlib import Path
 
 import httpx
 
-from casestream.errors import ConfigError
+from casestream.errors import CasestreamError, ConfigError
 
 SERVICE_PORTS: Mapping[str, int] = {
     "case": 18101,
@@ -37,7 +37,7 @@ SERVICE_PORTS: Mapping[str, int] = {
 """Default HTTP port per service; each is overridable with CASESTREAM_<SVC>_PORT."""
 
 
-class StackError(RuntimeError):
+class StackError(CasestreamError):
     """A service did not become ready, or exited while it was expected to run."""
 
 
