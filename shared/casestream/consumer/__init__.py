@@ -14,8 +14,8 @@ Public API::
 
 Modules: ``runtime`` (Kafka loop, offsets, rebalance), ``group`` (several members of one
 group in one process), ``batch`` (one transaction per poll
-batch, no Kafka; its steps in ``batch_model``, ``batch_dispatch``, ``batch_fast``,
-``batch_slow``, ``batch_held``, ``batch_failures``), ``settings`` (policy), ``failures``
+batch, no Kafka; its collaborators in ``batch_dispatch``, ``batch_fast``, ``batch_slow``,
+``batch_held``, ``batch_failures``, its values in ``batch_model``), ``settings`` (policy), ``failures``
 (classification), ``records`` (values and the decoder port). Tables: ``inbox``; dead letters: ``deadletters``; the guard
 rule: ``guard``; handler registration: ``handlers``; processing modes: ``processing``.
 

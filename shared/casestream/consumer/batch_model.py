@@ -1,7 +1,6 @@
 """Values of a batch: decoded batch, per-record item, action, result, attempt counts.
 
-Plain data used by :class:`casestream.consumer.batch.BatchProcessor` and its step modules
-(``batch_dispatch``, ``batch_fast``, ``batch_slow``, ``batch_held``, ``batch_failures``);
+Plain data shared by :class:`casestream.consumer.batch.BatchProcessor` and its collaborators;
 no database access. Re-exported by ``casestream.consumer.batch``.
 """
 
