@@ -1,4 +1,4 @@
-"""``casestream replay``: rebuild a projection from the topics (issue 6, DESIGN §6).
+"""``casestream replay``: rebuild a projection from the topics.
 
     casestream replay --list
     casestream replay <projection> [--from earliest|<ISO time>|<topic:partition:offset,...>]

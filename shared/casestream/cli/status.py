@@ -32,7 +32,7 @@ CONSUMER_GROUPS: Mapping[str, str] = {
     "case": "case.saga-requests", "saga": "saga.orchestrator", "decision": "decision.requests",
     "notification": "notification.requests", "audit": "audit.journal",
 }
-"""The consumer group of each service (BRIEF: group id = inbox consumer name)."""
+"""The consumer group of each service: the Kafka group id is the inbox's consumer name."""
 
 Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
 

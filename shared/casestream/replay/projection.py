@@ -11,7 +11,7 @@ and gives three functions that take *table names* (live or shadow):
   handlers write into ``names``; only ``PROJECTION`` handlers run in a replay;
 - ``freshness(conn, names)`` — when the tables last changed (None if empty).
 
-Handover rule (issue 6): every projection write must be idempotent per event (``ON CONFLICT
+Handover rule: every projection write must be idempotent per event (``ON CONFLICT
 (event_id) DO NOTHING`` or an aggregate-version-guarded upsert), because after the swap the
 live consumer re-reads the events between its own position and the rebuilt tables' end and
 must change nothing for them.

@@ -81,7 +81,7 @@ class FramedJsonCodec:
 
 
 def headers_of(env: Envelope) -> list[tuple[str, bytes]]:
-    """The contract headers of ``env`` (BRIEF: id, type, event_version, traceparent, correlation_id)."""
+    """The contract headers of ``env``: id, type, event_version, traceparent, correlation_id."""
     h = [("id", env.event_id.encode()), ("type", env.event_type.encode()),
          ("event_version", str(env.event_version or 1).encode()),
          ("correlation_id", env.correlation_id.encode())]
