@@ -1,4 +1,4 @@
-"""Consumer runtime benchmark (issue 4): inbox + version guard + one projection upsert per event.
+"""Consumer runtime benchmark: inbox + version guard + one projection upsert per event.
 
 In one run, on the same 100,000 events already on a topic:
 
@@ -16,7 +16,7 @@ The runtime is measured three times: with the projection as a batch handler (``o
 connection each), and as a per-event handler (``ctx.conn.execute``).
 Objects alive before the measurements (the envelopes too) are frozen, as a service freezes
 its start-up objects (``casestream.service.gctune``). Rounds are interleaved (``--rounds``, default 3) because the 2-core box is shared; printed:
-events/s per round and best-of, the ratio to B2 (best) and to B4 per round. Target (issue 4):
+events/s per round and best-of, the ratio to B2 (best) and to B4 per round. Target:
 runtime >= 8,000 events/s and >= 0.5 x B4.
 
 Usage::

@@ -1,6 +1,6 @@
 """bench/relay: outbox relay throughput and commit → topic latency, against baselines.
 
-Issue 3 / DESIGN §8. In one run, on the real PostgreSQL and Kafka of ``deploy/infra.sh``:
+In one run, on the real PostgreSQL and Kafka of ``deploy/infra.sh``:
 
 * fill: N events (default 100,000) over A aggregates (1,000), ~300-byte payloads, written
   with ``OutboxWriter`` in random aggregate order (not timed as relay work);
@@ -263,7 +263,7 @@ def bench_latency(base: str, prefix: str, rate: float, seconds: float) -> dict:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description="outbox relay benchmark (issue 3)")
+    ap = argparse.ArgumentParser(description="outbox relay benchmark")
     ap.add_argument("--events", type=int, default=100_000)
     ap.add_argument("--aggregates", type=int, default=1_000)
     ap.add_argument("--payload", type=int, default=300)

@@ -1,4 +1,4 @@
-"""Replay benchmark (issue 6): rebuild a projection from 200,000 events; B2 in the same run.
+"""Replay benchmark: rebuild a projection from 200,000 events; B2 in the same run.
 
 In one run, on the same events already on a private topic (4 partitions):
 
@@ -13,7 +13,7 @@ In one run, on the same events already on a private topic (4 partitions):
   each message's writer schema; no database.
 
 Prints events/s of both, the ratio and the load average (1, 5, 15 min) at the end. Target
-(issue 6, 2 cores): replay >= 20,000 events/s and >= 0.4 x B2.
+(2 cores): replay >= 20,000 events/s and >= 0.4 x B2.
 
 Usage::
 

@@ -8,11 +8,11 @@ edge. SMTP is deliberately not a readiness condition: notices wait as pending wh
 
 from __future__ import annotations
 
-from datetime import timedelta
 from pathlib import Path
 
 from casestream.consumer import HandlerRegistry
 from casestream.migrations import Migration
+from casestream.retry import RetryPolicy
 from casestream.service import ServiceBuilder, ServiceProcess, service_migrations
 from services import schemas_dir
 from services.notification import SERVICE
@@ -22,7 +22,6 @@ from services.notification.adapters.postgres import PgNoticeQueries
 from services.notification.adapters.sender_worker import SenderWorker
 from services.notification.adapters.smtp import SmtpMailer
 from services.notification.application.sender import NoticeSender
-from services.notification.domain.retry import SendPolicy
 from services.notification.settings import NotificationSettings
 
 MIGRATIONS = Path(__file__).parent / "migrations"
@@ -33,11 +32,11 @@ def migrations() -> list[Migration | Path]:
     return service_migrations(MIGRATIONS)
 
 
-def send_policy(settings: NotificationSettings) -> SendPolicy:
-    """The bounded SMTP retry policy from the settings."""
-    return SendPolicy(max_attempts=settings.send_max_attempts,
-                      first_backoff=timedelta(seconds=settings.send_first_backoff_s),
-                      max_backoff=timedelta(seconds=settings.send_max_backoff_s))
+def send_policy(settings: NotificationSettings) -> RetryPolicy:
+    """The bounded SMTP retry policy from the settings (doubling, no jitter)."""
+    return RetryPolicy(max_attempts=settings.send_max_attempts, jitter=0.0,
+                       initial_delay_s=settings.send_first_backoff_s,
+                       max_delay_s=settings.send_max_backoff_s)
 
 
 def build(settings: NotificationSettings | None = None) -> ServiceProcess:

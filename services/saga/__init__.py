@@ -9,7 +9,7 @@ and the case-review saga declared as data) <- ``application`` (use cases, ports)
 <- ``adapters`` (PostgreSQL store, consumer handlers, deadline scheduler, HTTP)
 <- ``bootstrap`` (wiring). Run it with ``python -m services.saga``.
 
-Correlation id (issue 7): the saga id is the correlation id of every event of the journey it
+Correlation id: the saga id is the correlation id of every event of the journey it
 drives — its requests, the participants' replies (decision, notification copy the request's),
 the case service's CaseClosed / CaseReturned, and the saga's own facts. The events before the
 saga exists (CaseOpened, CaseSubmitted) carry the case's correlation id (the case id); the

@@ -1,23 +1,46 @@
-"""The exception tree of the casestream common library.
+"""The exception tree of the casestream library.
 
-Every error the library raises derives from :class:`CasestreamError`, so a caller can
+Every exception the library defines derives from :class:`CasestreamError`, so a caller can
 catch the whole family at one boundary. Driver errors (psycopg, confluent-kafka, fastavro,
-HTTP) are translated where they are caught, with ``raise ... from e``::
+httpx) are translated where they are caught, with ``raise ... from e``. Classes defined in
+a subpackage are named with their module; the rest live here::
 
     CasestreamError
-    ├── ConfigError                 bad or missing setting; raised at start-up
-    ├── SchemaError                 a schema or catalog problem
+    ├── ConfigError                 a setting is missing or invalid; raised at start-up
+    ├── SchemaError                 a schema, catalog or upcaster problem
     │   ├── UnknownSchemaError      subject, version or schema id not known
     │   ├── IncompatibleSchemaError a version breaks its subject's compatibility mode
-    │   └── UpcasterChainError      an upcaster step is missing (raised at start-up)
-    ├── RegistryUnavailable         the schema registry did not answer or answered garbage
+    │   ├── UpcasterChainError      an upcaster step is missing (raised at start-up)
+    │   ├── CatalogError            events.catalog: catalog or schema file missing or invalid
+    │   ├── InvalidEventError       events.codec: an event to encode does not fit its schema
+    │   └── CheckInputError         schemacheck.model: a schema check's input is unusable
+    ├── EnvelopeError               events.envelope: an envelope field is invalid (a ValueError)
     ├── ConcurrencyError            optimistic aggregate-version check failed (expected != current)
-    ├── HandlerError                raised by message handlers to steer the consumer runtime
-    │   ├── RetryableError          transient: retried with backoff (serialization failure,
-    │   │                           deadlock, lost connection, timeout)
-    │   └── PoisonMessageError      never succeeds on retry: dead-lettered at once (bad
-    │                               wire format, unknown schema id, resolution or validation failure)
-    └── RelayError                  the outbox relay could not publish (classified retryable or not)
+    ├── HandlerError                steers message handling in the consumer runtime
+    │   ├── RetryableError          transient: retried with backoff, bounded, then dead-lettered
+    │   │   ├── RegistryUnavailable the schema registry did not answer or answered garbage
+    │   │   └── GuardConflict       consumer.inbox: a guard row changed under a batch
+    │   └── PoisonMessageError      never succeeds on retry: dead-lettered at once (bad wire
+    │                               format, unknown schema id, resolution or validation failure)
+    ├── DeadLetterError             consumer.deadletters: a dead-letter topic write or read failed
+    ├── OutboxDatabaseError         outbox.admin: an outbox database did not answer or a statement failed
+    │   └── NoOutboxTable           outbox.admin: the database has no outbox table
+    ├── AuthError                   auth.tokens: authentication or authorisation failed
+    │   ├── InvalidToken            auth.tokens: no usable bearer token (HTTP 401)
+    │   └── AccessDenied            auth.tokens: a required role is missing (HTTP 403)
+    ├── DeadlineExceeded            http.deadline: the request's deadline passed
+    ├── DependencyDown              telemetry.readiness: a dependency failed a readiness probe
+    ├── ReplayError                 replay.errors: a replay could not run or finish
+    │   ├── ReplayConfigError       replay.errors: bad projection, handlers or options
+    │   ├── ReplayHandlerError      replay.errors: a projection handler raised
+    │   └── _CatchUpTimeout         replay.engine: the locked catch-up ran out of time (internal)
+    ├── StackError                  service.devstack: a local service did not start or exited
+    └── _Ineligible                 consumer.batch_model: the fast path gives a batch up (internal)
+
+The consumer runtime classifies any other exception a handler raises as retryable
+(``casestream.consumer.failures``). The CLI's usage errors derive from
+``click.ClickException`` (``casestream.cli.main.ConfigurationError``), which click turns
+into exit status 2.
 """
 
 from __future__ import annotations
@@ -47,10 +70,6 @@ class UpcasterChainError(SchemaError):
     """An upcaster chain has a missing step; raised at start-up, never on an old event."""
 
 
-class RegistryUnavailable(CasestreamError):
-    """The schema registry is unreachable, timed out, or answered something unparseable."""
-
-
 class ConcurrencyError(CasestreamError):
     """Optimistic concurrency failed: the aggregate is no longer at the expected version.
 
@@ -71,11 +90,17 @@ class ConcurrencyError(CasestreamError):
 
 
 class HandlerError(CasestreamError):
-    """Raised by a message handler to tell the consumer runtime how to treat a failure."""
+    """A message-handling failure that tells the consumer runtime what to do: retry
+    (:class:`RetryableError`) or dead-letter at once (:class:`PoisonMessageError`)."""
 
 
 class RetryableError(HandlerError):
-    """A transient failure: the runtime retries with exponential backoff and jitter, bounded."""
+    """A transient failure: the runtime retries the message with the consumer's
+    :class:`casestream.retry.RetryPolicy`, then dead-letters it when the policy is exhausted."""
+
+
+class RegistryUnavailable(RetryableError):
+    """The schema registry is unreachable, timed out, or answered something unparseable."""
 
 
 class PoisonMessageError(HandlerError):
@@ -89,16 +114,3 @@ class PoisonMessageError(HandlerError):
     def __init__(self, message: str, *, reason: str = "poison"):
         super().__init__(message)
         self.reason = reason
-
-
-class RelayError(CasestreamError):
-    """The outbox relay could not publish a row.
-
-    Attributes:
-        retryable: True for transient broker errors (rescheduled with backoff), False for
-            errors that cannot succeed (e.g. MSG_SIZE_TOO_LARGE): the row is marked failed.
-    """
-
-    def __init__(self, message: str, *, retryable: bool):
-        super().__init__(message)
-        self.retryable = retryable

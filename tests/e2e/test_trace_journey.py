@@ -1,5 +1,5 @@
 """End-to-end observability: one case journey = one trace across the five service processes,
-and ``/metrics`` counters move as they should (issue 9).
+and ``/metrics`` counters move as they should.
 
 The five services run as processes (``casestream.service.devstack.ServiceStack``) with the file span
 exporter (``OTEL_TRACES_EXPORTER=file``, one JSON line per span, shared by the processes),

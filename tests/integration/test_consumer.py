@@ -13,7 +13,8 @@ from typing import Any
 import psycopg
 import pytest
 
-from casestream.consumer import ConsumerRuntime, ConsumerSettings, RetryPolicy
+from casestream.consumer import ConsumerRuntime, ConsumerSettings
+from casestream.retry import RetryPolicy
 from casestream.testing.consumer import (
     Harness,
     committed,
@@ -27,7 +28,7 @@ from casestream.consumer.handlers import HandlerKind, HandlerRegistry
 
 pytestmark = pytest.mark.integration
 
-FAST_RETRY = RetryPolicy(max_attempts=5, base_s=0.05, max_s=0.2, jitter=0.2)
+FAST_RETRY = RetryPolicy(max_attempts=5, initial_delay_s=0.05, max_delay_s=0.2, jitter=0.2)
 Env = Harness
 
 
@@ -138,8 +139,8 @@ def test_transient_failures_are_retried_then_succeed_once(env: Env) -> None:
     others = [make_event(f"O{i}", 1) for i in range(20)]
     env.projection.fail[flaky.event_id] = 3
     settings = ConsumerSettings(batch_size=100, poll_timeout_s=0.1, sweep_interval_s=0.2,
-                                retry=RetryPolicy(max_attempts=5, base_s=0.3, max_s=1.0,
-                                                  jitter=0.0))
+                                retry=RetryPolicy(max_attempts=5, initial_delay_s=0.3,
+                                                  max_delay_s=1.0, jitter=0.0))
     rt = env.start(env.runtime(settings))
     produce_events(env.bootstrap, env.topic, env.codec, [flaky, after], partition=0)
     produce_events(env.bootstrap, env.topic, env.codec, others, partition=1)
@@ -159,7 +160,7 @@ def test_always_failing_handler_ends_in_dlq_after_configured_attempts(env: Env) 
     bad, good = make_event("X", 1), make_event("Y", 1)
     env.projection.fail[bad.event_id] = 10**6
     settings = ConsumerSettings(batch_size=100, poll_timeout_s=0.1, sweep_interval_s=0.2,
-                                retry=RetryPolicy(max_attempts=3, base_s=0.05, max_s=0.1))
+                                retry=RetryPolicy(max_attempts=3, initial_delay_s=0.05, max_delay_s=0.1))
     rt = env.start(env.runtime(settings))
     produce_events(env.bootstrap, env.topic, env.codec, [bad, good])
     [dl] = env.dead_letters(1)

@@ -14,7 +14,8 @@ from typing import Any
 import psycopg
 import pytest
 
-from casestream.consumer import BatchProcessor, ConsumerSettings, Record, RetryPolicy
+from casestream.consumer import BatchProcessor, ConsumerSettings, Record
+from casestream.retry import RetryPolicy
 from casestream.testing.consumer import (
     EffectsProjection,
     database_dsn,
@@ -62,7 +63,7 @@ def _records(codec: Any, events: Sequence[Any], partition: int = 0, start: int =
 
 
 def _processor(name: str, registry: HandlerRegistry, codec: Any, **settings: Any) -> BatchProcessor:
-    base: dict[str, Any] = dict(retry=RetryPolicy(max_attempts=3, base_s=0.01, max_s=0.02))
+    base: dict[str, Any] = dict(retry=RetryPolicy(max_attempts=3, initial_delay_s=0.01, max_delay_s=0.02))
     base.update(settings)
     return BatchProcessor(consumer=name, handlers=registry, decoder=codec,
                           dead_letters=MemoryDeadLetters(), settings=ConsumerSettings(**base))

@@ -14,7 +14,7 @@ import pytest
 from click.testing import CliRunner
 
 from casestream.cli.dlq import dlq
-from casestream.consumer import RetryPolicy
+from casestream.retry import RetryPolicy
 from casestream.testing.consumer import (
     Harness,
     committed,
@@ -46,7 +46,7 @@ def test_redrive_after_fix_is_processed_once_and_twice_is_still_once(env: Harnes
     bad, follower, other = make_event("K", 1), make_event("K", 2), make_event("L", 1)
     env.projection.fail[bad.event_id] = 10**6  # "a bug" until fixed below
     rt = env.start(env.runtime(env.settings(
-        retry=RetryPolicy(max_attempts=2, base_s=0.05, max_s=0.1), gap_hold_s=60)))
+        retry=RetryPolicy(max_attempts=2, initial_delay_s=0.05, max_delay_s=0.1), gap_hold_s=60)))
     produce_events(env.bootstrap, env.topic, env.codec, [bad, follower, other])
     [dl] = env.dead_letters(1)
     assert dict(dl.headers)["dlq.error.reason"] == b"retries_exhausted"

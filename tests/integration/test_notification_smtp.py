@@ -21,7 +21,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from email.message import EmailMessage
 from pathlib import Path
 from types import ModuleType
@@ -41,7 +41,8 @@ from services.notification.adapters.smtp import SmtpMailer
 from services.notification.application.requests import record_request
 from services.notification.application.sender import NoticeSender
 from services.notification.bootstrap import migrations
-from services.notification.domain import NoticeStatus, SendPolicy, message_id_for
+from casestream.retry import RetryPolicy
+from services.notification.domain import NoticeStatus, message_id_for
 
 pytestmark = pytest.mark.integration
 
@@ -117,9 +118,8 @@ def record(dsn: str, codec: EnvelopeCodec, *events: Envelope) -> None:
 
 def worker(pool: ConnectionPool, dsn: str, codec: EnvelopeCodec, mailer: object, *,
            attempts: int = 3, interval_s: float = 0.2) -> SenderWorker:
-    sender = NoticeSender(policy=SendPolicy(max_attempts=attempts,
-                                            first_backoff=timedelta(milliseconds=50),
-                                            max_backoff=timedelta(milliseconds=100)),
+    sender = NoticeSender(policy=RetryPolicy(max_attempts=attempts, initial_delay_s=0.05,
+                                             max_delay_s=0.1, jitter=0.0),
                           clock=utc_now)
     return SenderWorker(pool, dsn, sender, mailer, OutboxWriter(codec),  # type: ignore[arg-type]
                         interval_s=interval_s)

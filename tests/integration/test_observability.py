@@ -1,5 +1,5 @@
 """Integration: readiness, consumer lag, and trace propagation through the outbox and relay,
-against the real Kafka, PostgreSQL and schema registry (issue 9)."""
+against the real Kafka, PostgreSQL and schema registry."""
 
 from __future__ import annotations
 

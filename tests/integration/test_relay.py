@@ -1,4 +1,4 @@
-"""Outbox relay guarantees against the real PostgreSQL and Kafka (issue 3).
+"""Outbox relay guarantees against the real PostgreSQL and Kafka.
 
 Every test has its own schema and topics. Each would fail if its guarantee broke: e.g. a
 sequence-watermark relay fails the late-commit test, a relay that marks rows before the

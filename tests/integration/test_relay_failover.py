@@ -1,5 +1,5 @@
 """A relay process killed with SIGKILL under load: another instance takes over its shards
-within the lease, nothing is lost, per-key order holds (issue 3, guarantee 3)."""
+within the lease, nothing is lost, per-key order holds."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Replay against the real Kafka and PostgreSQL (issue 6). Each test has its own topics,
+"""Replay against the real Kafka and PostgreSQL. Each test has its own topics,
 consumer names and database (``test_replay_support.private_database``).
 
 History: case journeys (CaseOpened in schema v1, v2 and v3, submitted, closed/returned) on a

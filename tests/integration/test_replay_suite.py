@@ -1,9 +1,9 @@
-"""Replay after 200 cases ran through the whole suite (issue 6), marked ``e2e``.
+"""Replay after 200 cases ran through the whole suite, marked ``e2e``.
 
 The five services run as processes (``casestream.service.devstack.ServiceStack``) on non-default ports
 with private databases (``CASESTREAM_<SVC>_PORT`` / ``_DATABASE``), on the suite's real topics.
-The case dashboard and decision statistics live consumers (not wired in the services yet, see
-``/work/brief/requests-replay.md``) run in this process with private group ids. Then each
+The case dashboard and decision statistics live consumers run in this process with private
+group ids. Then each
 projection is rebuilt — the audit timeline while the audit service keeps consuming — and must
 equal its live table row for row; no mail about these cases is sent during the rebuilds.
 

@@ -7,7 +7,7 @@ topics and a private consumer name (so its dead-letter topic ``<name>.dlq`` is o
 and a private PostgreSQL schema; the deadline scheduler's work is done by calling
 ``Orchestrator.fire_due`` with a controlled clock.
 
-Issue 7: a reply that arrives after the step's deadline fired (compensation began), after
+A reply that arrives after the step's deadline fired (compensation began), after
 the compensation finished, or after the saga completed is recorded on the saga's history
 and drives no forward step — and it is *not* an error: nothing is dead-lettered, nothing is
 retried. A participant that emits the same reply twice as two distinct events (new event

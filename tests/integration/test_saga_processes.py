@@ -11,12 +11,11 @@ ports, with short saga deadlines. Failures are driven only by documented hooks:
   case service refuses the case return always / N times (services/case/adapters/saga_requests.py);
 - reporter ``...@fail.invalid``: the notification service reports NoticeFailed.
 
-Covers issue 7's list: happy paths; decision failure -> COMPENSATED; decision timeout then
+Covers: happy paths; decision failure -> COMPENSATED; decision timeout then
 late success -> stays COMPENSATED; notice failure -> MANUAL_REVIEW then resolved;
 compensation failing twice then succeeding; compensation failing always ->
 COMPENSATION_FAILED (alert); duplicate replies; 200 concurrent sagas reach a terminal state;
-orchestrator killed mid-run and restarted -> all sagas finish. And issue 8 on the live
-saga, decision and notification APIs: bearer tokens required, only a supervisor resolves
+orchestrator killed mid-run and restarted -> all sagas finish. And on the live saga, decision and notification APIs: bearer tokens required, only a supervisor resolves
 (as the token's subject), another tenant's saga / decision / notice is a 404 everywhere.
 """
 
@@ -279,7 +278,7 @@ def test_happy_paths_complete_and_every_transition_reaches_the_audit_trail(
                                       "CaseCloseRequested", "SagaCompleted"]
     assert [e[1] for e in events] == [1, 2, 3, 4]
     saga_id = v["saga_id"]
-    assert {e[2] for e in events} == {saga_id}  # correlation id = the saga id (issue 7)
+    assert {e[2] for e in events} == {saga_id}  # correlation id = the saga id
     # before the saga: the case's own correlation id (the case id); from the saga on, every
     # event of the journey — participants' replies and CaseClosed included — carries the
     # saga id, and each saga event's causation is the participant's event that caused it

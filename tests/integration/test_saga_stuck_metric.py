@@ -1,5 +1,5 @@
-"""``saga_stuck_total`` at ``GET /metrics`` against the real PostgreSQL (issue 7: "never
-silently stuck", as a Prometheus gauge and not only in the JSON ``/sagas/metrics``).
+"""``saga_stuck_total`` at ``GET /metrics`` against the real PostgreSQL (no saga is
+silently stuck: a Prometheus gauge and not only in the JSON ``/sagas/metrics``).
 
 Own schema in ``casestream_test`` per test (like test_saga_stuck.py); in-memory registry.
 The saga metrics are registered exactly as ``bootstrap.build`` does

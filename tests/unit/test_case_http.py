@@ -1,6 +1,6 @@
 """Unit tests of the case HTTP API over in-memory adapters (starlette TestClient).
 
-Covers the contract of issue 2 / 8 that does not need a database: problem details for
+Covers the HTTP contract that does not need a database: problem details for
 malformed input (field named), required headers, 404/405/413/415/412, idempotent replay
 header, ETag, OpenAPI document. Requests carry bearer tokens minted with the development
 key (``casestream.auth.tokens.bearer_headers``); auth itself is tested in ``test_http_*.py``.

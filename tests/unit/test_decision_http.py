@@ -1,6 +1,6 @@
 """The decision service's HTTP API behind the shared edge (starlette TestClient).
 
-Issue 8 for ``GET /decisions/{case_id}``: 401 without / with a bad token, 403 without a
+The edge rules of ``GET /decisions/{case_id}``: 401 without / with a bad token, 403 without a
 reading role, another tenant's decision -> the same 404 as a missing one, 503 without
 details when the store fails.
 """

@@ -1,13 +1,12 @@
-"""Unit tests of the aggregate-version guard rule and the retry policy of the consumer runtime."""
+"""Unit tests of the aggregate-version guard rule and the consumer runtime's settings."""
 
 from __future__ import annotations
 
-import random
-
 import pytest
 
-from casestream.consumer.settings import ConsumerSettings, RetryPolicy
+from casestream.consumer.settings import ConsumerSettings
 from casestream.errors import ConfigError
+from casestream.retry import RetryPolicy
 from casestream.consumer.guard import FirstSeenPolicy, Verdict, decide
 
 pytestmark = pytest.mark.unit
@@ -39,28 +38,6 @@ def test_guard_rejects_versions_below_one() -> None:
         decide(None, 0, STRICT)
 
 
-def test_retry_delays_grow_exponentially_within_jitter_and_cap() -> None:
-    policy = RetryPolicy(max_attempts=5, base_s=0.1, max_s=1.0, jitter=0.5)
-    rng = random.Random(7)
-    for n, full in [(1, 0.1), (2, 0.2), (3, 0.4), (4, 0.8), (5, 1.0), (9, 1.0)]:
-        for _ in range(50):
-            d = policy.delay(n, rng)
-            assert full * 0.5 - 1e-9 <= d <= full + 1e-9
-    assert not policy.exhausted(4) and policy.exhausted(5)
-
-
-def test_retry_without_jitter_is_deterministic() -> None:
-    policy = RetryPolicy(base_s=0.5, max_s=10, jitter=0.0)
-    assert [policy.delay(n) for n in (1, 2, 3)] == [0.5, 1.0, 2.0]
-
-
-@pytest.mark.parametrize("kwargs", [dict(max_attempts=0), dict(base_s=2, max_s=1),
-                                    dict(jitter=1.5)])
-def test_retry_policy_rejects_nonsense(kwargs: dict[str, float]) -> None:
-    with pytest.raises(ConfigError):
-        RetryPolicy(**kwargs)  # type: ignore[arg-type]
-
-
 def test_settings_topic_names_and_validation() -> None:
     s = ConsumerSettings()
     assert s.dlq_topic_for("audit.journal") == "audit.journal.dlq"
@@ -68,3 +45,12 @@ def test_settings_topic_names_and_validation() -> None:
     assert ConsumerSettings(dlq_topic="x").dlq_topic_for("a") == "x"
     with pytest.raises(ConfigError):
         ConsumerSettings(batch_size=0)
+
+
+def test_default_retry_is_bounded_and_an_unbounded_one_is_refused() -> None:
+    retry = ConsumerSettings().retry
+    assert (retry.max_attempts, retry.initial_delay_s, retry.max_delay_s, retry.jitter) == (
+        5, 0.2, 30.0, 0.5)
+    with pytest.raises(ConfigError):
+        ConsumerSettings(retry=RetryPolicy())
+    assert ConsumerSettings(retry=RetryPolicy(max_elapsed_s=60)).retry.max_attempts is None

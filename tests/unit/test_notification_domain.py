@@ -9,7 +9,6 @@ import pytest
 from services.notification.domain import (
     Notice,
     NoticeStatus,
-    SendPolicy,
     compose,
     message_id_for,
     undeliverable_reason,
@@ -60,12 +59,3 @@ def test_composing_twice_gives_the_same_message_id() -> None:
     a = compose(notice(), date=T0)
     b = compose(notice(attempts=3), date=T0 + timedelta(minutes=5))
     assert a["Message-ID"] == b["Message-ID"]
-
-
-def test_send_policy_backs_off_exponentially_with_a_cap_then_gives_up() -> None:
-    p = SendPolicy(max_attempts=5, first_backoff=timedelta(seconds=1),
-                   max_backoff=timedelta(seconds=5))
-    waits = [p.next_attempt_at(n, T0) for n in range(1, 6)]
-    assert [w - T0 for w in waits[:4] if w is not None] == [
-        timedelta(seconds=1), timedelta(seconds=2), timedelta(seconds=4), timedelta(seconds=5)]
-    assert waits[4] is None

@@ -1,6 +1,6 @@
 """The notification service's HTTP API behind the shared edge (starlette TestClient).
 
-Issue 8 for ``GET /notices/{case_id}`` and ``GET /notices``: 401 without / with a bad
+The edge rules of ``GET /notices/{case_id}`` and ``GET /notices``: 401 without / with a bad
 token, 403 without a reading role, another tenant's notice -> the same 404 as a missing
 one, the list scoped to the caller's tenant (the tenant is passed to the query, which
 filters before its limit), input validation, 503 without details when the store fails.

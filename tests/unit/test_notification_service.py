@@ -12,7 +12,8 @@ from casestream.testing import MemorySink
 from services.notification.adapters.memory import FakeMailer, MemoryNoticeStore
 from services.notification.application.requests import record_request
 from services.notification.application.sender import NoticeSender
-from services.notification.domain import NoticeStatus, SendPolicy
+from casestream.retry import RetryPolicy
+from services.notification.domain import NoticeStatus
 from services.notification.domain.errors import MailError
 
 pytestmark = pytest.mark.unit
@@ -40,8 +41,8 @@ def requested(case_id: str = "case-1", *, saga_id: str = "saga-1",
 @pytest.fixture
 def world():
     clock = Clock()
-    sender = NoticeSender(policy=SendPolicy(max_attempts=3, first_backoff=timedelta(seconds=1),
-                                            max_backoff=timedelta(seconds=10)), clock=clock)
+    sender = NoticeSender(policy=RetryPolicy(max_attempts=3, initial_delay_s=1, max_delay_s=10,
+                                             jitter=0.0), clock=clock)
     return clock, sender, MemoryNoticeStore(), FakeMailer(), MemorySink()
 
 
@@ -140,3 +141,12 @@ def test_fail_invalid_recipient_fails_without_an_smtp_attempt(world) -> None:
     [ev] = sink.events
     assert ev.event_type == "NoticeFailed" and "fail.invalid" in ev.payload["reason"]
     assert ev.payload["saga_id"] == "saga-1"
+
+
+def test_send_retries_back_off_exponentially_with_a_cap_then_give_up() -> None:
+    sender = NoticeSender(policy=RetryPolicy(max_attempts=5, initial_delay_s=1, max_delay_s=5,
+                                             jitter=0.0), clock=Clock())
+    waits = [sender.next_attempt_at(n, T0) for n in range(1, 6)]
+    assert [w - T0 for w in waits[:4] if w is not None] == [
+        timedelta(seconds=1), timedelta(seconds=2), timedelta(seconds=4), timedelta(seconds=5)]
+    assert waits[4] is None

@@ -1,4 +1,4 @@
-"""Unit tests of casestream.retry: bounded exponential backoff with jitter."""
+"""Unit tests of casestream.retry: the one backoff policy (relay, consumer, notification)."""
 
 from __future__ import annotations
 
@@ -6,6 +6,7 @@ import random
 
 import pytest
 
+from casestream.errors import ConfigError
 from casestream.retry import RetryPolicy, call_with_retry
 
 pytestmark = pytest.mark.unit
@@ -46,10 +47,11 @@ def test_exhausted() -> None:
         {"multiplier": 0.5},
         {"jitter": 1.5},
         {"max_attempts": 0},
+        {"max_elapsed_s": 0},
     ],
 )
 def test_invalid_policies_rejected(kwargs: dict) -> None:
-    with pytest.raises(ValueError):
+    with pytest.raises(ConfigError):
         RetryPolicy(**kwargs)
 
 
@@ -105,3 +107,44 @@ def test_call_with_retry_gives_up_after_max_attempts() -> None:
             sleep=lambda s: None,
         )
     assert len(calls) == 4
+
+
+# -- the consumer's uses (ConsumerSettings.retry): same delays and bounds -------------------
+
+
+def test_retry_delays_grow_exponentially_within_jitter_and_cap() -> None:
+    policy = RetryPolicy(max_attempts=5, initial_delay_s=0.1, max_delay_s=1.0, jitter=0.5)
+    rng = random.Random(7)
+    for n, full in [(1, 0.1), (2, 0.2), (3, 0.4), (4, 0.8), (5, 1.0), (9, 1.0)]:
+        for _ in range(50):
+            d = policy.delay(n, rand=rng.random)
+            assert full * 0.5 - 1e-9 <= d <= full + 1e-9
+    assert not policy.exhausted(4) and policy.exhausted(5)
+
+
+def test_retry_without_jitter_is_deterministic() -> None:
+    policy = RetryPolicy(initial_delay_s=0.5, max_delay_s=10, jitter=0.0)
+    assert [policy.delay(n) for n in (1, 2, 3)] == [0.5, 1.0, 2.0]
+
+
+def test_max_elapsed_bounds_the_retries_independently_of_attempts() -> None:
+    p = RetryPolicy(max_elapsed_s=10.0)
+    assert not p.exhausted(1_000, 9.9)
+    assert p.exhausted(1, 10.0)
+    both = RetryPolicy(max_attempts=3, max_elapsed_s=10.0)
+    assert both.exhausted(3, 0.0) and both.exhausted(1, 11.0) and not both.exhausted(2, 5.0)
+    assert not RetryPolicy().bounded and p.bounded and RetryPolicy(max_attempts=1).bounded
+
+
+def test_call_with_retry_gives_up_after_max_elapsed() -> None:
+    calls: list[int] = []
+    ticks = iter([0.0, 4.0, 8.0, 12.0, 16.0])
+
+    def down() -> None:
+        calls.append(1)
+        raise ConnectionError("down")
+
+    with pytest.raises(ConnectionError):
+        call_with_retry(down, policy=RetryPolicy(max_elapsed_s=10.0), retryable=lambda e: True,
+                        sleep=lambda s: None, clock=lambda: next(ticks))
+    assert len(calls) == 4  # failures at t=0, 4, 8 retried; the one at t=12 is past 10 s

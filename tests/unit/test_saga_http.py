@@ -1,6 +1,6 @@
 """The saga HTTP API over the in-memory store (starlette TestClient), behind the shared edge.
 
-Covers the routes' behaviour and issue 8's rules for them: 401 without / with a bad token,
+Covers the routes' behaviour and the edge rules for them: 401 without / with a bad token,
 403 for an officer resolving (and for a token without a reading role), the same 404 for
 another tenant's saga on every route (before any state check on resolve), lists and
 gauges scoped to the caller's tenant, and the actor of a resolve taken from ``sub``.

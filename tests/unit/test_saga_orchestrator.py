@@ -120,7 +120,7 @@ def test_violation_journey_end_to_end(world) -> None:
     # each request is caused by the event that triggered it
     assert [e.causation_id for e in sink.events[1:]] == [
         steps[0].event_id, steps[1].event_id, steps[2].event_id, ]
-    assert {e.correlation_id for e in sink.events} == {saga_id}  # the saga id (issue 7)
+    assert {e.correlation_id for e in sink.events} == {saga_id}  # the saga id
     assert sink.events[2].payload == {"case_id": CASE, "outcome": "violation",
                                       "penalty_cents": 400_000}
     assert not store.active[saga_id]
@@ -357,7 +357,7 @@ def test_every_saga_event_carries_the_journey_correlation_and_its_cause(
         world, correlation: str) -> None:
     """Every event the saga emits — on every path: start, replies, operator resolve,
     deadline retries, deadline transitions, announcements — has correlation_id = its saga
-    id (issue 7; never the CaseSubmitted's own correlation id, whatever that is) and
+    id (never the CaseSubmitted's own correlation id, whatever that is) and
     causation_id = the id of the event that caused it. Deadline- and operator-driven events have no causing event: their
     causation is the last event that changed the saga (``last_event_id``)."""
     orch, store, sink, clock = world

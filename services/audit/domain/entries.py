@@ -1,6 +1,6 @@
 """Audit rules: which case an event belongs to, and its one-line human summary.
 
-Rules (source: team brief, audit service):
+Rules:
 - The case of an event is its ``aggregate_id`` when ``aggregate_type == "case"``, else its
   payload's ``case_id`` (saga, decision and notice events); None when neither applies
   (such events are journaled but belong to no timeline).
@@ -86,7 +86,7 @@ _SUMMARIES: dict[str, Callable[[Mapping[str, Any]], str]] = {
 }
 
 KNOWN_EVENT_TYPES: frozenset[str] = frozenset(_SUMMARIES)
-"""Every event type of the contract (team brief), i.e. what the audit journal expects."""
+"""Every event type of the event contract, i.e. what the audit journal expects."""
 
 
 def summarize(event_type: str, event_version: int, payload: Mapping[str, Any]) -> str:

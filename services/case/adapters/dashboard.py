@@ -2,8 +2,8 @@
 
 One row per case in ``case_dashboard`` (case database), maintained by PROJECTION handlers
 from ``outbox.event.case``; the per-tenant/per-status view is a ``GROUP BY`` over it
-(:func:`summary`). Live: consumer ``case.dashboard`` (wired in ``bootstrap``, see
-``/work/brief/requests-replay.md``); rebuild: ``casestream replay case.dashboard``.
+(:func:`summary`). Live: consumer ``case.dashboard`` (wired in ``bootstrap``); rebuild:
+``casestream replay case.dashboard``.
 
 Idempotent per event (handover rule of ``casestream.replay.projection``): a case row is
 only replaced by a higher aggregate version (``WHERE last_version < EXCLUDED.last_version``),

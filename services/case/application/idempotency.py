@@ -1,6 +1,6 @@
 """Idempotency keys for write endpoints: scope, request fingerprint, stored response.
 
-Rules (source: IETF draft-ietf-httpapi-idempotency-key-header; team issue 8):
+Rules (source: IETF draft-ietf-httpapi-idempotency-key-header):
 - A key is scoped by (tenant, client, route template); the raw key is never stored or
   logged, only its SHA-256 (``key_hash``).
 - The fingerprint is SHA-256 over the method, the concrete path and the canonical JSON

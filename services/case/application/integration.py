@@ -1,6 +1,6 @@
 """Map case domain events to the integration events of the team contract.
 
-Contract (source: team brief "Event contract"; schemas/case/*.avsc): aggregate ``case``,
+Contract (schemas/case/*.avsc): aggregate ``case``,
 aggregate id = case id, source ``case``, topic ``outbox.event.case``. Versions written:
 CaseOpened v3, CaseSubmitted v1, CaseClosed v1, CaseReturned v1 (pinned here, not
 "newest", so a later schema version cannot change what this code writes unnoticed).

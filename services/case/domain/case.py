@@ -1,6 +1,6 @@
 """The case aggregate: its state, its lifecycle rules, and the events it records.
 
-Lifecycle (source: team brief, case service):
+Lifecycle:
 
     OPEN --submit--> SUBMITTED --close--> CLOSED     (final)
                                --return-> RETURNED   (final; a returned case is not

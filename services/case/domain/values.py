@@ -1,6 +1,6 @@
 """Value objects of a case: status, priority, outcome, and the validated case content.
 
-Rules (source: team brief "Event contract", CaseOpened v3 / CaseSubmitted v1 schemas):
+Rules (the CaseOpened v3 / CaseSubmitted v1 schemas):
 - title: 1..200 characters after trimming.
 - summary: 1..500 characters after trimming (the CaseOpened v3 contract caps it at 500).
 - severity: integer 1..5.

@@ -3,7 +3,7 @@
 Routes (bearer token with role ``officer`` or ``supervisor``):
     GET /decisions/{case_id}   the stored decision of a case
 
-The tenant is the token's ``tenant`` claim (issue 8): a case without a decision and
+The tenant is the token's ``tenant`` claim: a case without a decision and
 another tenant's decision get the same 404 (existence never leaks). The shared edge
 (``casestream.http.edge``) answers 401 (no/invalid token), 429 (rate limit) and 503
 (overload) first; a route-level 403 for a token without a reading role; 503 with

@@ -5,7 +5,7 @@ One fact row per decision event (``ViolationDetermined``, ``NoViolationFound``,
 (``ON CONFLICT (event_id) DO NOTHING``: idempotent per event, the handover rule of
 ``casestream.replay.projection``). Totals per tenant and period (UTC day or month of
 ``occurred_at``) are a ``GROUP BY`` (:func:`totals`). Live: consumer ``decision.statistics``
-on ``outbox.event.decision`` (wiring: ``/work/brief/requests-replay.md``); rebuild:
+on ``outbox.event.decision`` (wired in ``bootstrap``); rebuild:
 ``casestream replay decision.statistics``.
 """
 

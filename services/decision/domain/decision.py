@@ -13,7 +13,7 @@ REPLY_EVENT = {
     Outcome.NO_VIOLATION: "NoViolationFound",
     Outcome.FAILED: "DecisionFailed",
 }
-"""Event type answering each outcome (team brief, decision aggregate)."""
+"""Event type answering each outcome of the decision aggregate."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

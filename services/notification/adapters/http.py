@@ -5,7 +5,7 @@ Routes (bearer token with role ``officer`` or ``supervisor``):
     GET /notices?status=&limit=  the tenant's notices, newest first; status
                                pending|sent|failed; limit 1..1000 (default 100)
 
-The tenant is the token's ``tenant`` claim (issue 8): a case without a notice and another
+The tenant is the token's ``tenant`` claim: a case without a notice and another
 tenant's notice get the same 404 (existence never leaks); the list filters on the tenant
 in SQL before its limit. The shared edge (``casestream.http.edge``) answers 401 (no/invalid
 token), 429 (rate limit) and 503 (overload) first; a route-level 403 for a token without a

@@ -7,7 +7,7 @@ One call = one unit of work (the caller's transaction):
 2. if its recipient is undeliverable (``@fail.invalid``) it FAILS at once, no SMTP;
 3. otherwise the mail (deterministic Message-ID) is sent over SMTP *while the row is locked*;
 4. success: SENT + ``NoticeIssued`` appended to the outbox; transient failure: attempts+1
-   and ``next_attempt_at`` by :class:`SendPolicy`, or FAILED + ``NoticeFailed`` once the
+   and ``next_attempt_at`` by the :class:`~casestream.retry.RetryPolicy`, or FAILED + ``NoticeFailed`` once the
    attempts are used up; permanent failure (5yz): FAILED + ``NoticeFailed`` at once;
 5. the caller commits.
 
@@ -32,7 +32,9 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from dataclasses import replace
-from datetime import datetime
+from datetime import datetime, timedelta
+
+from casestream.retry import RetryPolicy
 
 from services.notification.application.events import reply_for
 from services.notification.application.ports import EventSink, Mailer, NoticeStore
@@ -43,7 +45,6 @@ from services.notification.domain.notice import (
     compose,
     undeliverable_reason,
 )
-from services.notification.domain.retry import SendPolicy
 
 log = logging.getLogger(__name__)
 
@@ -52,11 +53,12 @@ class NoticeSender:
     """Sends due notices one per call.
 
     Args:
-        policy: the bounded retry policy for transient SMTP failures.
+        policy: backoff of transient SMTP failures; ``max_attempts`` bounds the SMTP attempts
+            of a notice (a notice records no first-failure time: ``max_elapsed_s`` is unused).
         clock: returns the current time (timezone-aware UTC).
     """
 
-    def __init__(self, *, policy: SendPolicy, clock: Callable[[], datetime]):
+    def __init__(self, *, policy: RetryPolicy, clock: Callable[[], datetime]):
         self.policy = policy
         self.clock = clock
 
@@ -82,7 +84,7 @@ class NoticeSender:
             if e.permanent:
                 return self._fail(store, sink, replace(notice, attempts=attempts),
                                   reason=f"SMTP refused the notice: {error}", now=now)
-            retry_at = self.policy.next_attempt_at(attempts, now)
+            retry_at = self.next_attempt_at(attempts, now)
             if retry_at is None:
                 return self._fail(store, sink, replace(notice, attempts=attempts),
                                   reason=f"SMTP failed {attempts} times; last error: {error}",
@@ -100,6 +102,13 @@ class NoticeSender:
         log.info("notice of case %s sent to %s as %s", sent.case_id, sent.recipient_email,
                  sent.message_id)
         return sent
+
+    def next_attempt_at(self, attempts_made: int, now: datetime) -> datetime | None:
+        """When to try again after ``attempts_made`` (>= 1) failed SMTP attempts, or None to
+        give up: ``now + policy.delay(attempts_made)`` until the policy is exhausted."""
+        if self.policy.exhausted(attempts_made):
+            return None
+        return now + timedelta(seconds=self.policy.delay(attempts_made))
 
     def _fail(self, store: NoticeStore, sink: EventSink, notice: Notice, *, reason: str,
               now: datetime) -> Notice:

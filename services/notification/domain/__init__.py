@@ -1,4 +1,4 @@
-"""Pure notification domain (stdlib only): the notice, its mail, delivery rules, retries."""
+"""Pure notification domain (stdlib only): the notice, its mail, delivery rules."""
 
 from services.notification.domain.notice import (
     FAIL_DOMAIN,
@@ -8,7 +8,6 @@ from services.notification.domain.notice import (
     message_id_for,
     undeliverable_reason,
 )
-from services.notification.domain.retry import SendPolicy
 
-__all__ = ["FAIL_DOMAIN", "Notice", "NoticeStatus", "SendPolicy", "compose", "message_id_for",
+__all__ = ["FAIL_DOMAIN", "Notice", "NoticeStatus", "compose", "message_id_for",
            "undeliverable_reason"]

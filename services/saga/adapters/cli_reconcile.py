@@ -1,5 +1,5 @@
 """``casestream reconcile``: find (and with ``--repair`` fix) drift between the case, saga and
-outbox databases (issue 7, "Operations").
+outbox databases.
 
 Checks, each against rows older than ``--threshold-s`` (default 300 s, so work in flight is
 never mistaken for drift):

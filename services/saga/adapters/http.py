@@ -2,7 +2,7 @@
 
 Every route needs a bearer token (``casestream.http.edge``: 401 without a valid one, 429
 past the rate limits, 503 when shedding load) and sees only the sagas of the token's
-``tenant`` (issue 8): another tenant's saga is answered exactly like an unknown one (404,
+``tenant``: another tenant's saga is answered exactly like an unknown one (404,
 existence never leaks), and list queries filter on the tenant in SQL before their limit.
 
 Routes (roles ``officer`` or ``supervisor`` unless said):

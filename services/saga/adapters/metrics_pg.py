@@ -1,10 +1,10 @@
-"""Saga metrics read from the saga tables at scrape time (issue 9), registered at bootstrap.
+"""Saga metrics read from the saga tables at scrape time, registered at bootstrap.
 
 Durable numbers (not in-process counters, which a restart resets):
 ``saga_state_total{state}`` sagas by current state; ``compensation_total`` sagas that ever
 entered COMPENSATING; ``timeouts_total{component="saga"}`` step deadlines that fired
 (history entries triggered by ``@deadline``, ``services.saga.domain.definition.DEADLINE``);
-``saga_stuck_total`` sagas *stuck* (issue 7, "never silently stuck"): waiting for a
+``saga_stuck_total`` sagas *stuck* (none may be stuck silently): waiting for a
 participant (an ACTIVE state of the definition) with no progress past their deadline plus
 the grace period — or, for a step without a deadline, last changed longer than the grace
 ago. The same rule as ``GET /sagas/stuck`` (:mod:`services.saga.application.stuck`,

@@ -6,7 +6,7 @@ writes sagas through a :class:`SagaStore` and appends the resulting events throu
 :class:`EventSink`, so the saga change, its history entry, its outgoing events and the
 inbox row of the triggering event commit together.
 
-Routing of an incoming event (rules of issue 7):
+Routing of an incoming event:
 
 - the definition's start event (``CaseSubmitted``) starts a saga whose id is derived from
   the event id (uuid5), so a redelivered start event finds its saga and is a no-op; a
@@ -24,9 +24,9 @@ Alerts: entering an alerting state (``State.alert``: COMPENSATION_FAILED) is log
 ERROR (``ALERT saga ...``) and counted (``alerts_total{state}``, :mod:`.metrics`).
 
 Emitted events: aggregate ``saga``, id = saga id, consecutive aggregate versions, source
-``saga``, correlation id = the saga id (issue 7: "the saga id is the correlation id of every
-event in that journey"; participants copy it onto their replies and the case service onto
-CaseClosed / CaseReturned), causation id = the triggering event (for the first request the
+``saga``, correlation id = the saga id (the correlation id of every event in that journey;
+participants copy it onto their replies and the case service onto CaseClosed /
+CaseReturned), causation id = the triggering event (for the first request the
 CaseSubmitted that started the saga, which itself still carries the case's own correlation
 id; for deadline-driven requests: the event that last moved the saga).
 """
@@ -188,7 +188,7 @@ class Orchestrator:
         """Resolve a PARKED saga with the operator's ``reason``; None if no such saga.
 
         With ``tenant_id``, a saga of another tenant is treated as unknown (None) before
-        its state is looked at, so a caller learns nothing about it (issue 8).
+        its state is looked at, so a caller learns nothing about it.
 
         Raises:
             UnknownTrigger: the saga is not in a state that can be resolved.

@@ -1,4 +1,4 @@
-"""Stuck-saga detection and the orchestrator's gauges (issue 7: "never silently stuck").
+"""Stuck-saga detection and the orchestrator's gauges: no saga is ever silently stuck.
 
 A saga is *stuck* when it waits for a participant (an ACTIVE state) and made no progress
 past its deadline plus a grace period — the deadline scheduler should have fired it by then

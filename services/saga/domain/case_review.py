@@ -1,4 +1,4 @@
-"""The case-review saga, declared as data (issue 7; event contract in the team brief).
+"""The case-review saga, declared as data (event contract: ``schemas/``).
 
 ::
 

@@ -45,7 +45,7 @@ from casestream.errors import CasestreamError, ConfigError
 ROLE_OFFICER = "officer"
 ROLE_SUPERVISOR = "supervisor"
 ROLES = frozenset({ROLE_OFFICER, ROLE_SUPERVISOR})
-"""The roles the suite knows (issue 8): officers open and submit cases, supervisors resolve."""
+"""The roles the suite knows: officers open and submit cases, supervisors resolve."""
 
 DEV_JWT_KEY = "casestream-local-development-key-never-use-in-production"
 """HS256 secret for local development, demo and tests (public by definition)."""

@@ -2,7 +2,8 @@
 
 Public API::
 
-    from casestream.consumer import ConsumerRuntime, ConsumerSettings, RetryPolicy
+    from casestream.consumer import ConsumerRuntime, ConsumerSettings
+    from casestream.retry import RetryPolicy      # ConsumerSettings(retry=...)
     from casestream.consumer import HandlerRegistry, HandlerKind, HandlerContext
     from casestream.consumer import ProcessingMode, FirstSeenPolicy
 
@@ -13,8 +14,8 @@ Public API::
 
 Modules: ``runtime`` (Kafka loop, offsets, rebalance), ``group`` (several members of one
 group in one process), ``batch`` (one transaction per poll
-batch, no Kafka; its steps in ``batch_model``, ``batch_dispatch``, ``batch_fast``,
-``batch_slow``, ``batch_held``, ``batch_failures``), ``settings`` (policy), ``failures``
+batch, no Kafka; its collaborators in ``batch_dispatch``, ``batch_fast``, ``batch_slow``,
+``batch_held``, ``batch_failures``, its values in ``batch_model``), ``settings`` (policy), ``failures``
 (classification), ``records`` (values and the decoder port). Tables: ``inbox``; dead letters: ``deadletters``; the guard
 rule: ``guard``; handler registration: ``handlers``; processing modes: ``processing``.
 
@@ -38,7 +39,7 @@ from casestream.consumer.handlers import (
 )
 from casestream.consumer.processing import ProcessingMode
 from casestream.consumer.records import ConsumerStats, EnvelopeDecoder, Record
-from casestream.consumer.settings import ConsumerSettings, RetryPolicy
+from casestream.consumer.settings import ConsumerSettings
 
 if TYPE_CHECKING:
     from casestream.consumer.batch import BatchProcessor, BatchResult, Decoded
@@ -63,7 +64,7 @@ _LAZY = {
 __all__ = sorted([
     "AggregateState", "ConsumerSettings", "ConsumerStats", "DiscardingOutbox", "EnvelopeDecoder",
     "FirstSeenPolicy", "HandlerContext", "HandlerKind", "HandlerRegistry", "OutboxAppender",
-    "ProcessingMode", "Record", "RegisteredHandler", "RetryPolicy", "Verdict", "decide", *_LAZY,
+    "ProcessingMode", "Record", "RegisteredHandler", "Verdict", "decide", *_LAZY,
 ])
 
 

@@ -27,19 +27,19 @@ The connection must be in autocommit mode (transactions are explicit).
 5. the sweep (when due, own transaction): parks aggregates whose hold expired (dead letter
    ``version_gap``, flushed before that commit) and drains held events that became contiguous.
 
-Tracing (issue 9, ``casestream.telemetry``): a per-event handler call runs in a CONSUMER span
-that is a child of the message's ``traceparent`` (so follow-up outbox rows continue the trace);
-a batch handler call runs in one span linked to every message's context.
+Tracing (``casestream.telemetry``): a per-event handler call runs in a CONSUMER span that is a
+child of the message's ``traceparent`` (so follow-up outbox rows continue the trace); a batch
+handler call runs in one span linked to every message's context.
 
 Per-aggregate order holds because a partition is processed in offset order and a cut stops
 the rest of its partition; across partitions/topics the version guard keeps order.
 
-Modules: this one holds :class:`BatchProcessor`'s public surface (``decode``, ``process``,
-``sweep``, ``forget``, ...) and re-exports the batch values of ``batch_model`` (``TP``,
-``Action``, ``Decoded``, ``BatchResult``, ``held_record``); the steps are mixins in
-``batch_dispatch`` (triage, verdicts, handler calls), ``batch_fast`` (fast path, guard cache),
-``batch_slow`` (savepoint path, holding), ``batch_held`` (draining held events, sweep) and
-``batch_failures`` (attempts, cuts, dead letters).
+:class:`BatchProcessor` holds the public surface (``decode``, ``process``, ``sweep``,
+``forget``, ...) and composes collaborators that own their state: ``Dispatcher``
+(``batch_dispatch``: verdicts, handler calls), ``FastPath`` and ``GuardCache`` (``batch_fast``),
+``MessageApplier`` and ``SavepointPath`` (``batch_slow``), ``HeldEvents`` (``batch_held``:
+draining, sweep) and ``FailureHandler`` (``batch_failures``: attempt counts, cuts, dead
+letters). The batch values live in ``batch_model`` and are re-exported here.
 """
 
 from __future__ import annotations
@@ -49,22 +49,19 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from casestream.consumer.batch_dispatch import DispatchMixin
-from casestream.consumer.batch_failures import FailureMixin
-from casestream.consumer.batch_fast import FastPathMixin
-from casestream.consumer.batch_held import HeldEventsMixin
+from casestream.consumer.batch_dispatch import Dispatcher
+from casestream.consumer.batch_failures import FailureHandler
+from casestream.consumer.batch_fast import FastPath, GuardCache
+from casestream.consumer.batch_held import HeldEvents
 from casestream.consumer.batch_model import (  # noqa: F401 - re-exported (public API)
     TP,
     Action,
     BatchResult,
     Decoded,
-    _Attempt,
-    _Ineligible,
     _Item,
-    _now,
     held_record,
 )
-from casestream.consumer.batch_slow import SlowPathMixin
+from casestream.consumer.batch_slow import MessageApplier, SavepointPath
 from casestream.consumer.failures import FailureClass, classify
 from casestream.consumer.records import ConsumerStats, EnvelopeDecoder, Record
 from casestream.consumer.settings import ConsumerSettings
@@ -76,7 +73,7 @@ from casestream.consumer.processing import ProcessingMode
 log = logging.getLogger("casestream.consumer")
 
 
-class BatchProcessor(FastPathMixin, SlowPathMixin, HeldEventsMixin, DispatchMixin, FailureMixin):
+class BatchProcessor:
     """Applies batches for one consumer name. Not thread-safe: one batch at a time.
 
     Args:
@@ -104,13 +101,23 @@ class BatchProcessor(FastPathMixin, SlowPathMixin, HeldEventsMixin, DispatchMixi
         )
         self.stats = stats or ConsumerStats()
         self.redrive_topic = self.settings.redrive_topic_for(consumer)
-        self._attempts: dict[tuple[str, int, int], _Attempt] = {}
-        # (id of the record whose handler raised on the fast path, the exception): that call is
-        # the message's attempt, so the slow path does not call the handler a second time.
-        self._fast_failure: tuple[int, BaseException] | None = None
-        # aggregate -> last version, for rows this processor committed as 'flowing' on the fast
-        # path (see ConsumerSettings.guard_cache_size for why staleness is harmless)
-        self._guard_cache: dict[tuple[str, str], int] = {}
+        s = self.settings
+        self._cache = GuardCache(s.guard_cache_size)
+        self._failures = FailureHandler(consumer=consumer, policy=s.retry, stats=self.stats,
+                                        dead_letters=dead_letters)
+        self._dispatch = Dispatcher(consumer=consumer, handlers=handlers, mode=self.mode,
+                                    outbox=self.outbox, first_seen=s.first_seen,
+                                    strict_types=s.strict_types, redrive_topic=self.redrive_topic)
+        applier = MessageApplier(consumer=consumer, dispatch=self._dispatch, stats=self.stats)
+        self._held = HeldEvents(consumer=consumer, decoder=decoder, applier=applier,
+                                failures=self._failures, cache=self._cache, stats=self.stats,
+                                policy=s.retry, gap_hold_s=s.gap_hold_s)
+        self._fast = FastPath(consumer=consumer, dispatch=self._dispatch, failures=self._failures,
+                              cache=self._cache, stats=self.stats, pipeline=s.pipeline_handlers)
+        self._slow = SavepointPath(consumer=consumer, dispatch=self._dispatch, applier=applier,
+                                   held=self._held, failures=self._failures, cache=self._cache,
+                                   stats=self.stats, max_batch_s=s.max_batch_s,
+                                   gap_hold_s=s.gap_hold_s)
 
     # ------------------------------------------------------------------ public
 
@@ -142,25 +149,26 @@ class BatchProcessor(FastPathMixin, SlowPathMixin, HeldEventsMixin, DispatchMixi
         t0 = time.monotonic()
         result = BatchResult()
         dead: list[DeadLetter] = []
-        self._fast_failure = None
         decoded = records if isinstance(records, Decoded) else self.decode(records)
         records = decoded.records
         items = self._triage(decoded, result, dead)
         try:
             if items:
-                if self.settings.fast_path and self._try_fast(conn, items):
+                fast = self.settings.fast_path
+                if fast and self._fast.try_apply(conn, items):
                     result.fast = True
                 else:
                     with conn.transaction():
-                        self._slow(conn, items, result, dead, t0)
+                        self._slow.apply(conn, items, result, dead, t0,
+                                         self._fast.handler_failure if fast else None)
         except Exception as e:
             if len(records) == 1 and items and classify(e, conn) is FailureClass.RETRYABLE:
                 # A single message whose transaction cannot commit: its own failure.
-                return self._single_commit_failure(conn, records[0], e)
+                return self._failures.single_commit_failure(conn, records[0], e)
             raise
         if result.rewinds and dead:
             dead = self._behind_cuts(records, result, dead)
-        self._send(dead)  # before the caller commits offsets past them
+        self._failures.send(dead)  # before the caller commits offsets past them
         if sweep:
             try:
                 self.sweep(conn)
@@ -173,6 +181,21 @@ class BatchProcessor(FastPathMixin, SlowPathMixin, HeldEventsMixin, DispatchMixi
             self.stats.batches += 1
             self.stats.fast_batches += int(result.fast)
         return result
+
+    def _triage(self, decoded: Decoded, result: BatchResult,
+                dead: list[DeadLetter]) -> list[_Item]:
+        """Decoded items in order; decode failures dead-lettered (poison) or cut (retryable)."""
+        items: list[_Item] = []
+        for rec, env, err in decoded.entries:
+            tp = rec.tp
+            if tp in result.rewinds:
+                continue
+            result.commits[tp] = rec.offset + 1
+            if err is not None:
+                self._failures.failed(rec, err, None, result, dead)
+                continue
+            items.append(_Item(rec, env))
+        return items
 
     @staticmethod
     def _behind_cuts(records: Sequence[Record], result: BatchResult,
@@ -192,21 +215,18 @@ class BatchProcessor(FastPathMixin, SlowPathMixin, HeldEventsMixin, DispatchMixi
         """Run the held/parked sweep on its own (one transaction)."""
         dead: list[DeadLetter] = []
         with conn.transaction():
-            self._sweep(conn, dead)
-            self._send(dead)
+            self._held.sweep(conn, dead)
+            self._failures.send(dead)
 
     def forget(self, tps: Sequence[TP]) -> None:
         """Drop in-memory attempt counts of partitions no longer assigned, and the guard cache
         (another instance may own those aggregates now)."""
-        self._guard_cache.clear()
-        gone = set(tps)
-        for pos in [p for p in self._attempts if (p[0], p[1]) in gone]:
-            del self._attempts[pos]
+        self._cache.clear()
+        self._failures.forget(tps)
 
     def attempts_of(self, rec: Record) -> int:
         """Failed attempts recorded so far for ``rec`` (0 if none)."""
-        a = self._attempts.get((rec.topic, rec.partition, rec.offset))
-        return a.count if a else 0
+        return self._failures.count(rec)
 
     @property
     def discarded_outbox(self) -> int:

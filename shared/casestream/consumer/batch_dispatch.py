@@ -1,11 +1,10 @@
-"""Triage and dispatch of one batch: decode failures, verdicts, handler calls.
+"""Verdicts and handler calls of one record (no database access of its own).
 
-Mixed into :class:`casestream.consumer.batch.BatchProcessor` (uses its ``consumer``,
-``handlers``, ``settings``, ``mode``, ``outbox`` and ``redrive_topic`` attributes and its
-``_failed`` step from ``batch_failures``): sorting decoded records into items or failures,
-deciding the :class:`~casestream.consumer.batch_model.Action` of one record (version guard,
-duplicates, re-drive ``accept-gap``, strict types), and calling its per-event or batch
-handlers inside their tracing spans.
+:class:`Dispatcher` decides the :class:`~casestream.consumer.batch_model.Action` of a decoded
+record (version guard, duplicates, re-drive ``accept-gap``, strict types), splits the records
+to apply into runs for batch handlers, and calls per-event or batch handlers inside their
+tracing spans: a per-event handler runs in a CONSUMER span that is a child of the message's
+``traceparent``, a batch handler call in one span linked to every message's context.
 """
 
 from __future__ import annotations
@@ -13,46 +12,59 @@ from __future__ import annotations
 from typing import Any
 
 from casestream import telemetry
-from casestream.consumer.batch_model import Action, BatchResult, Decoded, _Item
-from casestream.consumer.records import Record
-from casestream.consumer.deadletters import H_ACCEPT_GAP, DeadLetter
-from casestream.errors import PoisonMessageError
-from casestream.consumer.guard import Verdict, decide
-from casestream.consumer.handlers import HandlerContext
+from casestream.consumer.batch_model import Action, _Item
+from casestream.consumer.deadletters import H_ACCEPT_GAP
+from casestream.consumer.guard import FirstSeenPolicy, Verdict, decide
+from casestream.consumer.handlers import HandlerContext, HandlerRegistry, OutboxAppender
 from casestream.consumer.inbox import GuardRow
+from casestream.consumer.processing import ProcessingMode
+from casestream.consumer.records import Record
+from casestream.errors import PoisonMessageError
 
 
-class DispatchMixin:
-    """Decode triage, verdicts and handler dispatch of :class:`BatchProcessor`."""
+class Dispatcher:
+    """Verdicts and handler dispatch of one consumer.
 
-    # ------------------------------------------------------------------ decode
+    Args:
+        consumer: inbox consumer name (``HandlerContext.consumer``, span names).
+        handlers: the handler registry.
+        mode: LIVE or REPLAY (selects handlers).
+        outbox: ``HandlerContext.outbox`` of every call.
+        first_seen: first-seen version policy of the guard.
+        strict_types: an event type without a handler is ``UNKNOWN_STRICT`` (dead-lettered).
+        redrive_topic: records from this topic with ``accept-gap: true`` may close a gap.
+    """
 
-    def _triage(self, decoded: Decoded, result: BatchResult,
-                dead: list[DeadLetter]) -> list[_Item]:
-        """Decoded items in order; decode failures dead-lettered (poison) or cut (retryable)."""
-        items: list[_Item] = []
-        for rec, env, err in decoded.entries:
-            tp = rec.tp
-            if tp in result.rewinds:
-                continue
-            result.commits[tp] = rec.offset + 1
-            if err is not None:
-                self._failed(rec, err, None, result, dead)
-                continue
-            items.append(_Item(rec, env))
-        return items
+    def __init__(self, *, consumer: str, handlers: HandlerRegistry, mode: ProcessingMode,
+                 outbox: OutboxAppender, first_seen: FirstSeenPolicy, strict_types: bool,
+                 redrive_topic: str) -> None:
+        self.consumer = consumer
+        self.handlers = handlers
+        self.mode = mode
+        self.outbox = outbox
+        self.first_seen = first_seen
+        self.strict_types = strict_types
+        self.redrive_topic = redrive_topic
 
-    # ------------------------------------------------------------------ verdicts
+    def has_side_effects(self, event_type: str) -> bool:
+        """True if a ``SIDE_EFFECT`` handler takes ``event_type`` in this mode."""
+        return self.handlers.has_side_effects(event_type, self.mode)
 
-    def _action(self, item: _Item, known: set[str], seen: set[str],
-                guards: dict[tuple[str, str], GuardRow]) -> Action:
+    def action(self, item: _Item, known: set[str], seen: set[str],
+               guards: dict[tuple[str, str], GuardRow]) -> Action:
+        """What to do with ``item`` given the event ids recorded before (``known``) and in this
+        batch (``seen``) and the guard rows of the batch.
+
+        Raises:
+            PoisonMessageError: the version is not a valid aggregate version (reason ``validation``).
+        """
         env = item.env
         if env.event_id in known or env.event_id in seen:
             return Action.DUPLICATE
         g = guards.get(item.key)
         last = g.last_version if g is not None else None
         try:
-            verdict = decide(last, env.aggregate_version, self.settings.first_seen)
+            verdict = decide(last, env.aggregate_version, self.first_seen)
         except ValueError as e:
             raise PoisonMessageError(str(e), reason="validation") from e
         if verdict is Verdict.STALE:
@@ -61,11 +73,11 @@ class DispatchMixin:
             if item.rec.topic == self.redrive_topic and item.rec.header(H_ACCEPT_GAP) == "true":
                 return Action.ACCEPT_GAP
             return Action.HOLD
-        if self.settings.strict_types and not self.handlers.knows(env.event_type):
+        if self.strict_types and not self.handlers.knows(env.event_type):
             return Action.UNKNOWN_STRICT
         return Action.APPLY
 
-    def _runs(self, apply: list[_Item]) -> list[tuple[list[_Item], tuple[Any, ...]]]:
+    def runs(self, apply: list[_Item]) -> list[tuple[list[_Item], tuple[Any, ...]]]:
         """Split ``apply`` into runs: consecutive events whose handlers are all batch handlers
         and identical form one run; every other event is a run of its own. Order is kept."""
         runs: list[tuple[list[_Item], tuple[Any, ...]]] = []
@@ -78,7 +90,8 @@ class DispatchMixin:
                 runs.append(([it], hs if batchable else ()))
         return runs
 
-    def _run_batch(self, conn: Any, run: list[_Item], hs: tuple[Any, ...]) -> None:
+    def run_batch(self, conn: Any, run: list[_Item], hs: tuple[Any, ...]) -> None:
+        """Call the batch handlers ``hs`` once with the events of ``run``."""
         first = run[0].rec
         ctx = HandlerContext(conn=conn, outbox=self.outbox, mode=self.mode,
                              consumer=self.consumer, topic=first.topic,
@@ -90,7 +103,7 @@ class DispatchMixin:
             for h in hs:
                 h.fn(ctx, events)
 
-    def _run_handlers(self, conn: Any, rec: Record, env: Any) -> int:
+    def run_handlers(self, conn: Any, rec: Record, env: Any) -> int:
         """Run the handlers of ``env``; returns 1 if the type has none (counted as unknown)."""
         hs = self.handlers.handlers_for(env.event_type, self.mode)
         if not hs:

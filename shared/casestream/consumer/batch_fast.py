@@ -1,11 +1,9 @@
-"""The fast path: a whole batch in one pipelined transaction (see ``casestream.consumer.batch``).
+"""The fast path: a whole batch in one pipelined transaction, and the guard-row cache.
 
-Mixed into :class:`casestream.consumer.batch.BatchProcessor` (uses its attributes, the verdict
-and handler steps of ``batch_dispatch``): round trip 1 claims the inbox rows and reads the guard
-rows (or takes them from the processor's guard cache), every record is decided in memory, round
-trip 2 advances the guard rows and runs the handlers; :class:`_Ineligible` or any failure rolls
-back and the caller redoes the batch on the slow path (``batch_slow``). Also keeps the cache of
-guard rows committed as flowing.
+:class:`FastPath` runs round trip 1 (claim the inbox rows, read the guard rows not in the
+:class:`GuardCache`), decides every record in memory, then round trip 2 (advance the guard
+rows, run the handlers) and COMMIT. A batch that needs per-message handling, or any failure,
+rolls back and the caller redoes it on the savepoint path (``batch_slow``).
 """
 
 from __future__ import annotations
@@ -16,6 +14,8 @@ from typing import Any
 
 import psycopg
 
+from casestream.consumer.batch_dispatch import Dispatcher
+from casestream.consumer.batch_failures import FailureHandler
 from casestream.consumer.batch_model import Action, _Ineligible, _Item
 from casestream.consumer.failures import FailureClass, classify
 from casestream.consumer.guard import AggregateState
@@ -28,56 +28,119 @@ from casestream.consumer.inbox import (
     read_claimed,
     read_guards,
 )
+from casestream.consumer.records import ConsumerStats
 
 log = logging.getLogger("casestream.consumer")
 
 
-class FastPathMixin:
-    """Pipelined one-transaction batch application and the guard cache of :class:`BatchProcessor`."""
+class GuardCache:
+    """aggregate -> last version of the guard rows this consumer committed as flowing.
 
-    # ------------------------------------------------------------------ fast path
+    A stale entry is harmless: the inbox claim decides duplicates and the guard upsert is
+    conditional, so it only sends a batch to the savepoint path.
 
-    def _try_fast(self, conn: Any, items: list[_Item]) -> bool:
+    Args:
+        limit: entries kept at most (0 = off); past it the cache is emptied and refilled.
+    """
+
+    __slots__ = ("limit", "rows")
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.rows: dict[tuple[str, str], int] = {}
+
+    def remember(self, guards: dict[tuple[str, str], GuardRow]) -> None:
+        """Keep the rows of ``guards`` that are flowing (a committed batch's guard rows)."""
+        if self.limit <= 0:
+            return
+        rows = self.rows
+        if len(rows) + len(guards) > self.limit:
+            rows.clear()
+        for key, g in guards.items():
+            if g.state is AggregateState.FLOWING:
+                rows[key] = g.last_version
+
+    def drop(self, items: Sequence[_Item]) -> None:
+        """Forget the aggregates of ``items``."""
+        if self.rows:
+            for it in items:
+                self.rows.pop(it.key, None)
+
+    def discard(self, key: tuple[str, str]) -> None:
+        """Forget aggregate ``key``."""
+        self.rows.pop(key, None)
+
+    def clear(self) -> None:
+        self.rows.clear()
+
+
+class FastPath:
+    """Pipelined one-transaction application of a batch.
+
+    Args:
+        consumer: inbox consumer name.
+        dispatch: verdicts and handler calls.
+        failures: attempt counts (a batch with a message being retried is not tried here).
+        cache: guard rows known from earlier batches.
+        stats: counters to update after a commit.
+        pipeline: send the handlers' statements in psycopg pipeline mode.
+    """
+
+    def __init__(self, *, consumer: str, dispatch: Dispatcher, failures: FailureHandler,
+                 cache: GuardCache, stats: ConsumerStats, pipeline: bool) -> None:
+        self.consumer = consumer
+        self.dispatch = dispatch
+        self.failures = failures
+        self.cache = cache
+        self.stats = stats
+        self.pipeline = pipeline
+        #: (id of the record whose per-event handler raised, the exception) of the last
+        #: ``try_apply``: that call was the message's attempt, the slow path must not repeat it.
+        self.handler_failure: tuple[int, BaseException] | None = None
+
+    def try_apply(self, conn: Any, items: list[_Item]) -> bool:
         """The whole batch in one pipelined transaction; False if not eligible or it failed
-        (then rolled back: the caller redoes the batch with a savepoint per message)."""
-        if self._attempts and any(
-                (it.rec.topic, it.rec.partition, it.rec.offset) in self._attempts for it in items):
+        (then rolled back: the caller redoes the batch with a savepoint per message).
+
+        Raises:
+            the failure itself when it is an infrastructure failure.
+        """
+        self.handler_failure = None
+        if self.failures.retrying(items):
             return False  # a message being retried: go straight to per-message savepoints
         counters: dict[str, Any] = {}
         try:
-            if self.settings.pipeline_handlers:
+            if self.pipeline:
                 with conn.pipeline() as pipeline, conn.transaction():
-                    self._fast(conn, pipeline, items, counters)
+                    self._apply(conn, pipeline, items, counters)
             else:
                 with conn.transaction():
-                    self._fast(conn, None, items, counters)
+                    self._apply(conn, None, items, counters)
         except _Ineligible:
-            self._uncache(items)
+            self.cache.drop(items)
             return False
         except Exception as e:
-            self._uncache(items)
+            self.cache.drop(items)
             if classify(e, conn) is FailureClass.INFRA:
                 raise
             log.debug("%s: fast path failed (%s: %s); redoing batch with savepoints",
                       self.consumer, type(e).__name__, e)
             return False
-        self._cache_guards(counters["guards"])
+        self.cache.remember(counters["guards"])
         st = self.stats
         st.applied += counters["applied"]
         st.duplicates += counters["dup"]
         st.stale += counters["stale"]
         st.unknown_type += counters["unknown"]
-        if self._attempts:
-            for it in items:
-                self._attempts.pop((it.rec.topic, it.rec.partition, it.rec.offset), None)
+        self.failures.succeeded(items)
         return True
 
-    def _fast(self, conn: Any, pipeline: Any, items: list[_Item], counters: dict[str, int]) -> None:
+    def _apply(self, conn: Any, pipeline: Any, items: list[_Item], counters: dict[str, Any]) -> None:
         """Round trip 1: inbox + guard reads. Round trip 2: inbox/guard writes (one statement)
         and the handlers' statements, pipelined (``pipeline`` None: not pipelined). Then COMMIT.
         Raises _Ineligible to bail out."""
         keys = {it.key for it in items}
-        cache = self._guard_cache
+        cache = self.cache.rows
         start = {k: GuardRow(cache[k], AggregateState.FLOWING) for k in keys if k in cache}
         missing = keys - start.keys() if start else keys
         claim_cur = claim_inbox(conn, self.consumer, [it.entry() for it in items])
@@ -90,8 +153,10 @@ class FastPathMixin:
         seen: set[str] = set()
         apply: list[_Item] = []
         dup = stale = 0
+        action_of = self.dispatch.action
+        side_effects = self.dispatch.has_side_effects
         for it in items:
-            action = self._action(it, known, seen, guards)
+            action = action_of(it, known, seen, guards)
             if action is Action.DUPLICATE:
                 dup += 1
                 continue
@@ -103,7 +168,7 @@ class FastPathMixin:
             g = guards.get(it.key)
             if g is not None and g.state is not AggregateState.FLOWING:
                 raise _Ineligible
-            if self.handlers.has_side_effects(it.env.event_type, self.mode):
+            if side_effects(it.env.event_type):
                 raise _Ineligible
             if g is None:
                 guards[it.key] = GuardRow(it.env.aggregate_version, AggregateState.FLOWING, False)
@@ -124,42 +189,26 @@ class FastPathMixin:
             # Pipeline mode: handler statements are sent without waiting for each result;
             # errors surface at the next sync. A psycopg error may thus show up in a later
             # handler, so only non-database exceptions are attributed to an item.
-            unknown = self._fast_handlers(conn, apply)
+            unknown = self._handlers(conn, apply)
             if pipeline is not None:
                 pipeline.sync()
             check_advanced(recorded)
         counters.update(applied=len(apply), dup=dup, stale=stale, unknown=unknown, guards=guards)
 
-    def _cache_guards(self, guards: dict[tuple[str, str], GuardRow]) -> None:
-        """Remember the guard rows a committed fast-path batch left flowing."""
-        limit = self.settings.guard_cache_size
-        if limit <= 0:
-            return
-        cache = self._guard_cache
-        if len(cache) + len(guards) > limit:
-            cache.clear()  # crude but bounded; refilled from the database on the next batches
-        for key, g in guards.items():
-            if g.state is AggregateState.FLOWING:
-                cache[key] = g.last_version
-
-    def _uncache(self, items: Sequence[_Item]) -> None:
-        if self._guard_cache:
-            for it in items:
-                self._guard_cache.pop(it.key, None)
-
-    def _fast_handlers(self, conn: Any, apply: list[_Item]) -> int:
+    def _handlers(self, conn: Any, apply: list[_Item]) -> int:
         """Run the handlers of ``apply`` in order; returns how many events had none."""
         unknown = 0
-        for run, hs in self._runs(apply):
+        dispatch = self.dispatch
+        for run, hs in dispatch.runs(apply):
             if len(run) > 1 or (hs and hs[0].batch):
-                self._run_batch(conn, run, hs)
+                dispatch.run_batch(conn, run, hs)
                 continue
             it = run[0]
             try:
-                unknown += self._run_handlers(conn, it.rec, it.env)
+                unknown += dispatch.run_handlers(conn, it.rec, it.env)
             except psycopg.Error:
                 raise
             except Exception as e:
-                self._fast_failure = (id(it.rec), e)
+                self.handler_failure = (id(it.rec), e)
                 raise
         return unknown

@@ -1,9 +1,8 @@
 """Held events (version gaps): draining them when contiguous, and the held/parked sweep.
 
-Mixed into :class:`casestream.consumer.batch.BatchProcessor` (uses its attributes, ``_apply_tx``
-of ``batch_slow`` and ``_dead_letter`` of ``batch_failures``): ``_drain`` applies the held events
-of an aggregate that became contiguous, in version order; ``_held_failed`` counts a failed drain
-(dead-letters and releases the event when poison or exhausted); ``_sweep`` parks aggregates whose
+:class:`HeldEvents` applies the held events of an aggregate that became contiguous, in
+version order (``drain``); counts a failed drain in the held row (dead-letters and releases
+the event when poison or the retry policy is exhausted); and ``sweep`` parks aggregates whose
 hold expired (dead letter ``version_gap``) and drains held events that became due.
 """
 
@@ -12,10 +11,12 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from casestream.consumer.batch_failures import FailureHandler
+from casestream.consumer.batch_fast import GuardCache
 from casestream.consumer.batch_model import _Item, _now, held_record
-from casestream.consumer.failures import FailureClass, classify
+from casestream.consumer.batch_slow import MessageApplier
 from casestream.consumer.deadletters import DeadLetter
-from casestream.errors import PoisonMessageError
+from casestream.consumer.failures import FailureClass, classify
 from casestream.consumer.guard import AggregateState
 from casestream.consumer.inbox import (
     GuardRow,
@@ -26,17 +27,42 @@ from casestream.consumer.inbox import (
     set_state,
     waiting_aggregates,
 )
+from casestream.consumer.records import ConsumerStats, EnvelopeDecoder
+from casestream.errors import PoisonMessageError
+from casestream.retry import RetryPolicy
 
 log = logging.getLogger("casestream.consumer")
 
 
-class HeldEventsMixin:
-    """Held-event draining and the held/parked sweep of :class:`BatchProcessor`."""
+class HeldEvents:
+    """Held-event draining and the held/parked sweep of one consumer.
 
-    # ------------------------------------------------------------------ held events
+    Args:
+        consumer: inbox consumer name.
+        decoder: decodes the stored value of a held event.
+        applier: the one-message savepoint (releases the held row with the apply).
+        failures: classification and dead letters (attempts of held events are counted in
+            their rows, not in memory).
+        cache: guard rows cached by the fast path (dropped for swept aggregates).
+        stats: counters (``drained``, ``retries``, ``parked``).
+        policy: retry bounds and delays of failed drains.
+        gap_hold_s: hold window of an aggregate with a gap, seconds.
+    """
 
-    def _drain(self, conn: Any, key: tuple[str, str], guards: dict[tuple[str, str], GuardRow],
-               known: set[str], seen: set[str], dead: list[DeadLetter], *, advanced: bool) -> None:
+    def __init__(self, *, consumer: str, decoder: EnvelopeDecoder, applier: MessageApplier,
+                 failures: FailureHandler, cache: GuardCache, stats: ConsumerStats,
+                 policy: RetryPolicy, gap_hold_s: float) -> None:
+        self.consumer = consumer
+        self.decoder = decoder
+        self.applier = applier
+        self.failures = failures
+        self.cache = cache
+        self.stats = stats
+        self.policy = policy
+        self.gap_hold_s = gap_hold_s
+
+    def drain(self, conn: Any, key: tuple[str, str], guards: dict[tuple[str, str], GuardRow],
+              known: set[str], seen: set[str], dead: list[DeadLetter], *, advanced: bool) -> None:
         """Apply held events of ``key`` that are now contiguous, in version order."""
         g = guards[key]
         rows = held_events(conn, self.consumer, key)
@@ -52,13 +78,13 @@ class HeldEventsMixin:
             try:
                 env = self.decoder.decode(h.value, published_at=rec.published_at)
             except Exception as e:  # noqa: BLE001
-                if self._held_failed(conn, h, e, None, dead):
+                if self._failed(conn, h, e, None, dead):
                     remaining -= 1
                 break
             try:
-                self._apply_tx(conn, _Item(rec, env), guards, held=h)
-            except Exception as e:  # noqa: BLE001 - classified in _held_failed
-                if self._held_failed(conn, h, e, env, dead):
+                self.applier.apply(conn, _Item(rec, env), guards, held=h)
+            except Exception as e:  # noqa: BLE001 - classified in _failed
+                if self._failed(conn, h, e, env, dead):
                     remaining -= 1  # dead-lettered and released: the gap stays open
                 break
             self.stats.drained += 1
@@ -71,12 +97,11 @@ class HeldEventsMixin:
             log.info("%s: %s %s flowing again at v%d", self.consumer, key[0], key[1],
                      g.last_version)
         elif advanced:
-            set_state(conn, self.consumer, key, AggregateState.HOLDING,
-                      hold_s=self.settings.gap_hold_s)
+            set_state(conn, self.consumer, key, AggregateState.HOLDING, hold_s=self.gap_hold_s)
             g.state = AggregateState.HOLDING
 
-    def _held_failed(self, conn: Any, h: HeldEvent, e: BaseException, env: Any,
-                     dead: list[DeadLetter]) -> bool:
+    def _failed(self, conn: Any, h: HeldEvent, e: BaseException, env: Any,
+                dead: list[DeadLetter]) -> bool:
         """Count a failed drain of ``h``; dead-letter and release it when poison/exhausted.
 
         Returns True if the held event was dead-lettered (and released).
@@ -84,29 +109,33 @@ class HeldEventsMixin:
         fc = classify(e, conn)
         if fc is FailureClass.INFRA:
             raise e
-        policy = self.settings.retry
+        policy = self.policy
         attempts = record_held_failure(conn, self.consumer, h.event_id,
                                        f"{type(e).__name__}: {e}", policy.delay(h.attempts + 1))
         self.stats.retries += int(fc is FailureClass.RETRYABLE)
-        if fc is FailureClass.POISON or policy.exhausted(attempts):
-            now = _now()
-            dead.append(self._dead_letter(held_record(h), e, env, attempts,
-                                          h.first_failure or now, now, event_id=h.event_id))
+        now = _now()
+        elapsed = (now - h.first_failure).total_seconds() if h.first_failure else 0.0
+        if fc is FailureClass.POISON or policy.exhausted(attempts, elapsed):
+            dead.append(self.failures.dead_letter(held_record(h), e, env, attempts,
+                                                  h.first_failure or now, now,
+                                                  event_id=h.event_id))
             release_held(conn, self.consumer, h.event_id)
             return True
         return False
 
-    def _sweep(self, conn: Any, dead: list[DeadLetter]) -> None:
+    def sweep(self, conn: Any, dead: list[DeadLetter]) -> None:
+        """Park aggregates whose hold expired (a ``version_gap`` dead letter each, appended to
+        ``dead``) and drain held events that became due; inside the caller's transaction."""
         for w in waiting_aggregates(conn, self.consumer):
             key = (w.aggregate_type, w.aggregate_id)
-            self._guard_cache.pop(key, None)
+            self.cache.discard(key)
             if w.first_held is None:
                 set_state(conn, self.consumer, key, AggregateState.FLOWING)
                 continue
             if w.first_held <= w.last_version + 1:
                 if w.first_held_due:
                     guards = {key: GuardRow(w.last_version, w.state)}
-                    self._drain(conn, key, guards, set(), set(), dead, advanced=False)
+                    self.drain(conn, key, guards, set(), set(), dead, advanced=False)
                 continue
             if w.state is AggregateState.HOLDING and w.expired:
                 first = held_events(conn, self.consumer, key)[0]
@@ -114,10 +143,9 @@ class HeldEventsMixin:
                 err = PoisonMessageError(
                     f"{key[0]} {key[1]}: version gap, expected v{w.last_version + 1} but the next"
                     f" event held is v{first.aggregate_version}; aggregate parked after"
-                    f" {self.settings.gap_hold_s:g} s", reason="version_gap")
-                dl = self._dead_letter(held_record(first), err, None, 1, now, now,
-                                       event_id=first.event_id)
-                dead.append(dl)
+                    f" {self.gap_hold_s:g} s", reason="version_gap")
+                dead.append(self.failures.dead_letter(held_record(first), err, None, 1, now, now,
+                                                      event_id=first.event_id))
                 set_state(conn, self.consumer, key, AggregateState.PARKED)
                 self.stats.parked += 1
                 log.warning("%s: parked %s %s at v%d (gap before v%d); dead-lettered %s",

@@ -1,7 +1,6 @@
 """Values of a batch: decoded batch, per-record item, action, result, attempt counts.
 
-Plain data used by :class:`casestream.consumer.batch.BatchProcessor` and its step modules
-(``batch_dispatch``, ``batch_fast``, ``batch_slow``, ``batch_held``, ``batch_failures``);
+Plain data shared by :class:`casestream.consumer.batch.BatchProcessor` and its collaborators;
 no database access. Re-exported by ``casestream.consumer.batch``.
 """
 
@@ -13,6 +12,7 @@ from datetime import datetime, timezone
 from typing import Any
 
 from casestream.consumer.records import Record
+from casestream.errors import CasestreamError
 from casestream.consumer.inbox import HeldEvent, InboxEntry
 
 TP = tuple[str, int]
@@ -29,7 +29,7 @@ class Action(enum.Enum):
     UNKNOWN_STRICT = "unknown_strict"
 
 
-class _Ineligible(Exception):
+class _Ineligible(CasestreamError):
     """The batch needs per-message handling (gap, held aggregate, side effect, strict type...)."""
 
 

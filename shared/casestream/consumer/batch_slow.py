@@ -1,21 +1,24 @@
-"""The slow path: one transaction, a savepoint per message (see ``casestream.consumer.batch``).
+"""The savepoint path: one transaction, a savepoint per message.
 
-Mixed into :class:`casestream.consumer.batch.BatchProcessor` (uses its attributes and the steps
-of ``batch_dispatch``, ``batch_fast``, ``batch_held`` and ``batch_failures``): each message's
-inbox row, guard row and handlers are applied in its own savepoint so one failure rolls back
-only that message; a retryable failure cuts its partition; events behind a version gap are held
-(``casestream.consumer.inbox``), and applying the missing version drains them.
+:class:`MessageApplier` applies one message in its own savepoint (inbox row, guard row,
+handlers, and the release of its held row when it was held). :class:`SavepointPath` takes a
+batch message by message through it, so one failure rolls back only that message; a
+retryable failure cuts its partition; events behind a version gap are held
+(``casestream.consumer.inbox``), and applying the missing version drains them
+(``batch_held``).
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from casestream.consumer.batch_dispatch import Dispatcher
+from casestream.consumer.batch_failures import FailureHandler
+from casestream.consumer.batch_fast import GuardCache
 from casestream.consumer.batch_model import Action, BatchResult, _Item
 from casestream.consumer.deadletters import DeadLetter
-from casestream.errors import PoisonMessageError
 from casestream.consumer.guard import AggregateState
 from casestream.consumer.inbox import (
     GuardRow,
@@ -28,97 +31,36 @@ from casestream.consumer.inbox import (
     release_held,
     set_last_version,
 )
+from casestream.consumer.records import ConsumerStats
+from casestream.errors import PoisonMessageError
+
+if TYPE_CHECKING:
+    from casestream.consumer.batch_held import HeldEvents
 
 log = logging.getLogger("casestream.consumer")
 
 
-class SlowPathMixin:
-    """Per-message savepoint application of :class:`BatchProcessor`."""
+class MessageApplier:
+    """Applies one message in a savepoint and updates the batch's guard copy and counters.
 
-    # ------------------------------------------------------------------ slow path
+    Args:
+        consumer: inbox consumer name.
+        dispatch: handler calls.
+        stats: counters (``applied``, ``unknown_type``, ``accepted_gaps``).
+    """
 
-    def _slow(self, conn: Any, items: list[_Item], result: BatchResult,
-              dead: list[DeadLetter], t0: float) -> None:
-        self._uncache(items)
-        known = known_event_ids(conn, self.consumer, [it.env.event_id for it in items])
-        guards = load_guards(conn, self.consumer, {it.key for it in items})
-        seen: set[str] = set()
-        for it in items:
-            rec = it.rec
-            if rec.tp in result.rewinds:
-                continue
-            if time.monotonic() - t0 > self.settings.max_batch_s:
-                result.cut(rec.tp, rec.offset, 0.0)
-                continue
-            try:
-                action = self._action(it, known, seen, guards)
-            except PoisonMessageError as e:
-                self._failed(rec, e, it.env, result, dead)
-                continue
-            if action is Action.DUPLICATE:
-                self.stats.duplicates += 1
-            elif action is Action.STALE:
-                self.stats.stale += 1
-            elif action is Action.UNKNOWN_STRICT:
-                self._failed(rec, PoisonMessageError(
-                    f"no handler for event type {it.env.event_type!r} (strict mode)",
-                    reason="unknown_event_type"), it.env, result, dead)
-            elif action is Action.HOLD:
-                self._hold(conn, it, guards, seen, result, dead)
-            elif self._fast_failure is not None and self._fast_failure[0] == id(rec):
-                # its handler already failed on the fast path: that was this attempt
-                self._failed(rec, self._fast_failure[1], it.env, result, dead, conn)
-                self._fast_failure = None
-            else:
-                if self._apply_one(conn, it, guards, result, dead,
-                                   accept_gap=action is Action.ACCEPT_GAP):
-                    seen.add(it.env.event_id)
-                    g = guards[it.key]
-                    if g.state is not AggregateState.FLOWING:
-                        self._drain(conn, it.key, guards, known, seen, dead, advanced=True)
+    def __init__(self, *, consumer: str, dispatch: Dispatcher, stats: ConsumerStats) -> None:
+        self.consumer = consumer
+        self.dispatch = dispatch
+        self.stats = stats
 
-    def _hold(self, conn: Any, it: _Item, guards: dict[tuple[str, str], GuardRow],
-              seen: set[str], result: BatchResult, dead: list[DeadLetter]) -> None:
-        rec, env = it.rec, it.env
-        g = guards.get(it.key)
-        base = g.last_version if g is not None else 0
-        try:
-            with conn.transaction():
-                new = hold(conn, self.consumer, event=it.entry(), topic=rec.topic,
-                           partition=rec.partition, offset=rec.offset, key=rec.key,
-                           value=rec.value or b"", headers=rec.headers,
-                           timestamp_ms=rec.timestamp_ms, base_version=base,
-                           hold_s=self.settings.gap_hold_s)
-        except Exception as e:  # noqa: BLE001
-            self._failed(rec, e, env, result, dead, conn)
-            return
-        if g is None:
-            guards[it.key] = GuardRow(base, AggregateState.HOLDING)
-        elif g.state is AggregateState.FLOWING:
-            g.state = AggregateState.HOLDING
-        seen.add(env.event_id)
-        if new:
-            self.stats.held += 1
-            log.info("%s: %s %s v%d held behind a gap (last recorded v%d)", self.consumer,
-                     env.aggregate_type, env.aggregate_id, env.aggregate_version, base)
-
-    def _apply_one(self, conn: Any, it: _Item, guards: dict[tuple[str, str], GuardRow],
-                   result: BatchResult, dead: list[DeadLetter], *, accept_gap: bool = False) -> bool:
-        """Apply one live record in its own savepoint; on failure classify it. True if applied."""
-        try:
-            self._apply_tx(conn, it, guards, accept_gap=accept_gap)
-        except Exception as e:  # noqa: BLE001 - classified in _failed
-            self._failed(it.rec, e, it.env, result, dead, conn)
-            return False
-        if self._attempts:
-            self._attempts.pop((it.rec.topic, it.rec.partition, it.rec.offset), None)
-        return True
-
-    def _apply_tx(self, conn: Any, it: _Item, guards: dict[tuple[str, str], GuardRow], *,
-                  accept_gap: bool = False, held: HeldEvent | None = None) -> None:
+    def apply(self, conn: Any, it: _Item, guards: dict[tuple[str, str], GuardRow], *,
+              accept_gap: bool = False, held: HeldEvent | None = None) -> None:
         """Savepoint { inbox row, guard row, handlers[, release held row] }; raises on failure.
 
-        Updates the in-memory guard copy and the counters only after the savepoint is released.
+        ``accept_gap`` first records ``version - 1`` as the aggregate's last version (a
+        re-driven event closing a gap). The in-memory guard copy and the counters change only
+        after the savepoint is released.
         """
         rec, env = it.rec, it.env
         g = guards.get(it.key)
@@ -131,7 +73,7 @@ class SlowPathMixin:
             insert_inbox(conn, self.consumer, [it.entry()])
             advance_guards(conn, self.consumer,
                            [(it.key[0], it.key[1], expected, version)], require_flowing=False)
-            unknown = self._run_handlers(conn, rec, env)
+            unknown = self.dispatch.run_handlers(conn, rec, env)
             if held is not None:
                 release_held(conn, self.consumer, held.event_id)
         if g is None:
@@ -145,3 +87,111 @@ class SlowPathMixin:
                         self.consumer, it.key[0], it.key[1], version - 1, version)
         self.stats.applied += 1
         self.stats.unknown_type += unknown
+
+
+class SavepointPath:
+    """Per-message savepoint application of a batch (inside the caller's transaction).
+
+    Args:
+        consumer: inbox consumer name.
+        dispatch: verdicts.
+        applier: the one-message savepoint.
+        held: holding's counterpart: drains an aggregate's held events once contiguous.
+        failures: classification, attempt counts, dead letters.
+        cache: guard rows cached by the fast path (dropped for the batch's aggregates).
+        stats: counters.
+        max_batch_s: messages not reached after this many seconds are cut (retried at once).
+        gap_hold_s: how long an aggregate with a gap holds its events before it is parked.
+    """
+
+    def __init__(self, *, consumer: str, dispatch: Dispatcher, applier: MessageApplier,
+                 held: HeldEvents, failures: FailureHandler, cache: GuardCache,
+                 stats: ConsumerStats, max_batch_s: float, gap_hold_s: float) -> None:
+        self.consumer = consumer
+        self.dispatch = dispatch
+        self.applier = applier
+        self.held = held
+        self.failures = failures
+        self.cache = cache
+        self.stats = stats
+        self.max_batch_s = max_batch_s
+        self.gap_hold_s = gap_hold_s
+
+    def apply(self, conn: Any, items: list[_Item], result: BatchResult, dead: list[DeadLetter],
+              t0: float, fast_failure: tuple[int, BaseException] | None = None) -> None:
+        """Apply ``items`` (the batch started at monotonic ``t0``) message by message.
+
+        ``fast_failure``: (id of a record, exception) whose handler already failed on the fast
+        path — that call counts as the record's attempt, its handler is not called again.
+        """
+        self.cache.drop(items)
+        known = known_event_ids(conn, self.consumer, [it.env.event_id for it in items])
+        guards = load_guards(conn, self.consumer, {it.key for it in items})
+        seen: set[str] = set()
+        failed = self.failures.failed
+        for it in items:
+            rec = it.rec
+            if rec.tp in result.rewinds:
+                continue
+            if time.monotonic() - t0 > self.max_batch_s:
+                result.cut(rec.tp, rec.offset, 0.0)
+                continue
+            try:
+                action = self.dispatch.action(it, known, seen, guards)
+            except PoisonMessageError as e:
+                failed(rec, e, it.env, result, dead)
+                continue
+            if action is Action.DUPLICATE:
+                self.stats.duplicates += 1
+            elif action is Action.STALE:
+                self.stats.stale += 1
+            elif action is Action.UNKNOWN_STRICT:
+                failed(rec, PoisonMessageError(
+                    f"no handler for event type {it.env.event_type!r} (strict mode)",
+                    reason="unknown_event_type"), it.env, result, dead)
+            elif action is Action.HOLD:
+                self._hold(conn, it, guards, seen, result, dead)
+            elif fast_failure is not None and fast_failure[0] == id(rec):
+                failed(rec, fast_failure[1], it.env, result, dead, conn)
+                fast_failure = None
+            elif self._apply_one(conn, it, guards, result, dead,
+                                 accept_gap=action is Action.ACCEPT_GAP):
+                seen.add(it.env.event_id)
+                if guards[it.key].state is not AggregateState.FLOWING:
+                    self.held.drain(conn, it.key, guards, known, seen, dead, advanced=True)
+
+    def _hold(self, conn: Any, it: _Item, guards: dict[tuple[str, str], GuardRow],
+              seen: set[str], result: BatchResult, dead: list[DeadLetter]) -> None:
+        rec, env = it.rec, it.env
+        g = guards.get(it.key)
+        base = g.last_version if g is not None else 0
+        try:
+            with conn.transaction():
+                new = hold(conn, self.consumer, event=it.entry(), topic=rec.topic,
+                           partition=rec.partition, offset=rec.offset, key=rec.key,
+                           value=rec.value or b"", headers=rec.headers,
+                           timestamp_ms=rec.timestamp_ms, base_version=base,
+                           hold_s=self.gap_hold_s)
+        except Exception as e:  # noqa: BLE001
+            self.failures.failed(rec, e, env, result, dead, conn)
+            return
+        if g is None:
+            guards[it.key] = GuardRow(base, AggregateState.HOLDING)
+        elif g.state is AggregateState.FLOWING:
+            g.state = AggregateState.HOLDING
+        seen.add(env.event_id)
+        if new:
+            self.stats.held += 1
+            log.info("%s: %s %s v%d held behind a gap (last recorded v%d)", self.consumer,
+                     env.aggregate_type, env.aggregate_id, env.aggregate_version, base)
+
+    def _apply_one(self, conn: Any, it: _Item, guards: dict[tuple[str, str], GuardRow],
+                   result: BatchResult, dead: list[DeadLetter], *, accept_gap: bool) -> bool:
+        """Apply one live record in its own savepoint; on failure classify it. True if applied."""
+        try:
+            self.applier.apply(conn, it, guards, accept_gap=accept_gap)
+        except Exception as e:  # noqa: BLE001 - classified by the failure handler
+            self.failures.failed(it.rec, e, it.env, result, dead, conn)
+            return False
+        self.failures.succeeded((it,))
+        return True

@@ -1,6 +1,6 @@
 """Dead-letter topic per consumer: headers, redaction, publishing, reading and re-drive.
 
-Rule source: issue 4 "Dead-letter topic". A dead letter is the original message — key and value
+A dead letter is the original message — key and value
 bytes unchanged, original headers kept — published to ``<consumer>.dlq`` with these headers
 added (values UTF-8):
 
@@ -73,7 +73,7 @@ class DeadLetterError(CasestreamError):
 def redact(text: str) -> str:
     """``text`` with e-mail addresses, phone-like numbers and IBAN-like strings replaced, cut to 1000 chars.
 
-    Rule source: issue 4 ("error message with personal data redacted"). Payload values reach
+    A dead letter's error message carries no personal data. Payload values reach
     error messages through exceptions (e.g. psycopg's ``DETAIL: Key (email)=(a@b.c)``).
     """
     text = _EMAIL.sub("<email>", text)

@@ -1,14 +1,14 @@
 """Failure classification: which exceptions are retried, which dead-letter at once, which stop the batch.
 
-Rule source: issue 4 "Failure classes". The runtime maps every exception at one boundary:
+The runtime maps every exception at one boundary:
 
 - ``POISON``     — ``PoisonMessageError`` (codec: bad magic byte, unknown schema id, resolution,
   validation; handlers may raise it too). Dead-lettered at once.
-- ``RETRYABLE``  — ``RetryableError``, psycopg ``SerializationFailure``, ``DeadlockDetected``,
-  ``LockNotAvailable``, ``QueryCanceled`` (statement timeout), other ``OperationalError`` on a live
-  connection, ``TimeoutError``, ``RegistryUnavailable``, and any *unclassified* exception
-  (a bug may be fixed by a deploy: bounded attempts, then dead-letter).
-  Retried with backoff up to ``RetryPolicy.max_attempts``, then dead-lettered.
+- ``RETRYABLE``  — ``RetryableError`` (``RegistryUnavailable`` and ``GuardConflict`` among them),
+  psycopg ``SerializationFailure``, ``DeadlockDetected``, ``LockNotAvailable``, ``QueryCanceled``
+  (statement timeout), other ``OperationalError`` on a live connection, ``TimeoutError``, and any
+  *unclassified* exception (a bug may be fixed by a deploy: bounded attempts, then dead-letter).
+  Retried with the consumer's ``RetryPolicy`` until it is exhausted, then dead-lettered.
 - ``INFRA``      — the database connection itself is gone (``connection.closed`` / SQLSTATE class
   08 / admin shutdown 57P01..57P03). The whole batch is rolled back and retried with backoff
   *without* counting against any message (an outage must not dead-letter good messages).
@@ -22,7 +22,7 @@ from typing import Any
 import psycopg
 from psycopg import errors as pgerr
 
-from casestream.errors import PoisonMessageError, RegistryUnavailable, RetryableError
+from casestream.errors import PoisonMessageError
 
 
 class FailureClass(enum.Enum):
@@ -59,9 +59,7 @@ def classify(exc: BaseException, conn: Any = None) -> FailureClass:
         if isinstance(exc, psycopg.InterfaceError):
             return FailureClass.INFRA
         return FailureClass.RETRYABLE
-    if isinstance(exc, (RetryableError, RegistryUnavailable, TimeoutError)):
-        return FailureClass.RETRYABLE
-    return FailureClass.RETRYABLE
+    return FailureClass.RETRYABLE  # RetryableError, TimeoutError and anything unclassified
 
 
 def reason_of(exc: BaseException) -> str:

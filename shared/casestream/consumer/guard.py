@@ -1,6 +1,6 @@
 """Aggregate-version guard: the pure decision rule (no I/O).
 
-Rule source: issue 4 and DESIGN §4. Per (consumer, aggregate type, aggregate id) the guard keeps
+Per (consumer, aggregate type, aggregate id) the guard keeps
 ``last_version``, the highest aggregate version this consumer has *recorded*. Every decoded event
 of the consumer's topics counts, whether or not the consumer has a handler for its type: a
 per-topic consumer receives every event of the aggregate, so it can tell a real gap from an

@@ -15,7 +15,7 @@ Pure module (stdlib only). Usage::
     def project(ctx: HandlerContext, events: Sequence[Envelope]) -> None:
         ctx.conn.cursor().executemany("insert ... on conflict ...", [row(e) for e in events])
 
-Handler kinds (rule source: DESIGN §6):
+Handler kinds:
 
 - ``PROJECTION``  — updates a read model in the consumer's database only. Runs in LIVE and REPLAY.
 - ``PROCESS``     — changes the service's own state and may append follow-up events to the
@@ -82,7 +82,7 @@ class DiscardingOutbox:
         self.discarded = 0
 
     def append(self, conn: Any, events: Sequence[Envelope]) -> None:
-        """Drop ``events`` (REPLAY must not emit commands, DESIGN §6); count them."""
+        """Drop ``events`` (REPLAY must not emit commands); count them."""
         self.discarded += len(events)
 
 

@@ -1,6 +1,6 @@
 """Inbox, version-guard and held-event tables in PostgreSQL (driver module: psycopg 3).
 
-Rule source: DESIGN §4 and issue 4. Three tables, one row set per consumer name, written in
+Three tables, one row set per consumer name, written in
 the *same transaction* as the handlers' effects:
 
 - ``consumer_inbox (consumer, event_id)`` — every event this consumer recorded (applied, or

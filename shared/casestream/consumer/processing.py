@@ -1,6 +1,6 @@
 """Processing mode of a consumer: LIVE (normal service operation) or REPLAY.
 
-Rule source: DESIGN §6 — replay applies handlers in ``REPLAY`` mode: projection updates yes;
+Replay applies handlers in ``REPLAY`` mode: projection updates yes;
 notices, e-mails and outgoing commands no. The consumer runtime uses :meth:`ProcessingMode.runs`
 to pick which registered handlers run; handlers may also branch on ``ctx.mode`` themselves.
 """

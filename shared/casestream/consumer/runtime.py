@@ -3,7 +3,7 @@
 Driver module (confluent-kafka + psycopg pool). One ``ConsumerRuntime`` = one consumer group
 member; a service runs it as a worker: ``runtime.run(stop)`` returns soon after ``stop`` is set.
 
-Offsets (rule source: DESIGN §2, issue 4): ``enable.auto.commit=false``; after the batch
+Offsets (at-least-once delivery, effects applied once): ``enable.auto.commit=false``; after the batch
 transaction has committed (and its dead letters are delivered), the runtime commits
 ``last processed + 1`` per partition with ``Consumer.commit(offsets=..., asynchronous=False)``.
 A crash between the DB commit and the offset commit redelivers the batch; the inbox and the
@@ -25,7 +25,7 @@ Rebalance (eager protocol, librdkafka default ``range,roundrobin``): ``on_revoke
 batch in flight, commits its offsets synchronously, and forgets the revoked partitions' retry
 state; ``on_lost`` does the same without committing (the group has already moved on).
 Batch-level failures (database down, dead-letter topic unreachable) roll the batch back, rewind
-every partition in it and retry after an exponential backoff (capped at ``retry.max_s``), without
+every partition in it and retry after an exponential backoff (capped at ``retry.max_delay_s``), without
 counting against any message.
 
 Shutdown: when ``stop`` is set the current batch finishes and commits, pending offsets are

@@ -6,46 +6,18 @@ A service builds one ``ConsumerSettings`` per consumer from its own pydantic Set
 
 from __future__ import annotations
 
-import random
 from dataclasses import dataclass, field
 
 from casestream.errors import ConfigError
+from casestream.retry import RetryPolicy
 from casestream.consumer.guard import FirstSeenPolicy
 from casestream.consumer.processing import ProcessingMode
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class RetryPolicy:
-    """Bounded retries with exponential backoff and full jitter.
-
-    ``delay(n)`` for the n-th failure (n >= 1) is uniform in
-    ``[(1 - jitter) * d, d]`` with ``d = min(max_s, base_s * 2 ** (n - 1))``.
-    After ``max_attempts`` failed attempts the message is dead-lettered.
-    Rule source: issue 4 (bounded attempts, exponential backoff, jitter).
-    """
-
-    max_attempts: int = 5
-    base_s: float = 0.2
-    max_s: float = 30.0
-    jitter: float = 0.5
-
-    def __post_init__(self) -> None:
-        if self.max_attempts < 1:
-            raise ConfigError("retry max_attempts must be >= 1")
-        if self.base_s < 0 or self.max_s < self.base_s:
-            raise ConfigError("retry delays must satisfy 0 <= base_s <= max_s")
-        if not 0.0 <= self.jitter <= 1.0:
-            raise ConfigError("retry jitter must be within [0, 1]")
-
-    def delay(self, failures: int, rng: random.Random | None = None) -> float:
-        """Seconds to wait after the ``failures``-th failure (>= 1)."""
-        d = min(self.max_s, self.base_s * (2 ** max(0, failures - 1)))
-        r = (rng or random).random()
-        return d * (1.0 - self.jitter * r)
-
-    def exhausted(self, attempts: int) -> bool:
-        """True if ``attempts`` failed attempts use up the budget."""
-        return attempts >= self.max_attempts
+def _default_retry() -> RetryPolicy:
+    """The consumer's default: 5 attempts, 0.2 s doubling to at most 30 s, jitter 0.5."""
+    return RetryPolicy(initial_delay_s=0.2, max_delay_s=30.0, multiplier=2.0, jitter=0.5,
+                       max_attempts=5)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -60,7 +32,9 @@ class ConsumerSettings:
         heartbeat_after_s: if a batch runs longer than this, the runtime pauses all partitions and
             keeps calling ``poll`` while it finishes, so a long handler does not get the consumer
             evicted (``max.poll.interval.ms``) with work half done.
-        retry: retry policy for retryable failures (per message) and infrastructure failures.
+        retry: backoff of retryable failures (per message: after ``max_attempts`` failed
+            attempts or ``max_elapsed_s`` since its first failure it is dead-lettered) and of
+            failed batches; must be bounded (see ``casestream.retry``).
         gap_hold_s: how long an aggregate with a version gap is held before it is parked and its
             first held event dead-lettered with reason ``version_gap``.
         sweep_interval_s: how often held/parked aggregates are checked (deadline, drain).
@@ -90,7 +64,7 @@ class ConsumerSettings:
     poll_timeout_s: float = 0.5
     max_batch_s: float = 30.0
     heartbeat_after_s: float = 2.0
-    retry: RetryPolicy = field(default_factory=RetryPolicy)
+    retry: RetryPolicy = field(default_factory=_default_retry)
     gap_hold_s: float = 30.0
     sweep_interval_s: float = 1.0
     first_seen: FirstSeenPolicy = FirstSeenPolicy.STRICT
@@ -110,6 +84,9 @@ class ConsumerSettings:
             raise ConfigError("consumer batch_size must be >= 1")
         if self.gap_hold_s < 0 or self.max_batch_s <= 0 or self.heartbeat_after_s <= 0:
             raise ConfigError("consumer durations must be positive")
+        if not self.retry.bounded:
+            raise ConfigError("consumer retry needs max_attempts or max_elapsed_s: a message "
+                              "that keeps failing must end in the dead-letter topic")
 
     def dlq_topic_for(self, consumer: str) -> str:
         """The dead-letter topic of ``consumer`` (``<consumer>.dlq`` unless overridden)."""

@@ -1,8 +1,8 @@
 """Load shedding: beyond ``max_in_flight`` concurrent requests, answer 503 at once.
 
 A request that cannot be served soon is refused immediately with ``Retry-After`` instead
-of queueing in front of the thread pool or the database pool until it times out (issue 8,
-"fast, no queueing into timeouts"). The limit is per process: the count lives in this
+of queueing in front of the thread pool or the database pool until it times out: an
+overloaded service answers fast rather than letting requests queue into timeouts. The limit is per process: the count lives in this
 middleware, on the event loop thread. Public probe paths (``/healthz``, ``/readyz``) are
 never shed, so an overloaded process is not restarted for being busy.
 """

@@ -1,6 +1,6 @@
 """librdkafka configuration for casestream producers, with the delivery guarantees enforced.
 
-DESIGN §2: producers run with ``enable.idempotence=true`` and ``acks=all``; a message
+Producers run with ``enable.idempotence=true`` and ``acks=all``; a message
 counts as published only in its delivery report without error. :func:`producer_config`
 builds that configuration and refuses overrides that would weaken it, so an operator
 cannot switch the relay to ``acks=1`` by an environment variable.
@@ -44,7 +44,7 @@ PRODUCER_DEFAULTS: Mapping[str, Any] = {
     "partitioner": "murmur2_random",
 }
 
-# Overrides that would break a guarantee of DESIGN §2 / issue 3.
+# Overrides that would break the idempotent, fully acknowledged publishing guarantee.
 _ENFORCED: Mapping[str, tuple[Any, ...]] = {
     "enable.idempotence": (True, "true", "True", 1, "1"),
     "acks": ("all", -1, "-1"),

@@ -6,7 +6,7 @@ transaction: :meth:`OutboxWriter.append` inserts the already-encoded events into
 relay (:mod:`casestream.outbox.relay`) or a Debezium connector (``deploy/debezium/``) then puts
 them on Kafka.
 
-Table ``outbox`` (DESIGN §4; Debezium Outbox Event Router default column names first):
+Table ``outbox`` (Debezium Outbox Event Router default column names first):
 
 ==================  ===========  ==========================================================
 column              type         meaning
@@ -180,7 +180,7 @@ def headers_for(
 ) -> list[tuple[str, bytes]]:
     """Return the Kafka headers of an outbox row: UTF-8 strings, NULL columns omitted.
 
-    Order and encoding follow the event contract (BRIEF): ``id``, ``type``,
+    The event contract's headers, in this order: ``id``, ``type``,
     ``event_version``, ``traceparent``, ``correlation_id``.
     """
     headers = [("id", event_id.encode()), ("type", event_type.encode())]

@@ -1,4 +1,4 @@
-"""Replay: rebuild a projection from its topics into shadow tables, swap, hand over (issue 6).
+"""Replay: rebuild a projection from its topics into shadow tables, swap, hand over.
 
 Public API::
 

@@ -1,6 +1,6 @@
 """The replay engine: plan, rebuild into shadow tables, swap and hand over (Kafka + PostgreSQL).
 
-Phases of :meth:`Replayer.run` (rule source: issue 6, DESIGN §6):
+Phases of :meth:`Replayer.run`:
 
 1. **start or resume** — an unfinished run of the projection with the same ``--from``/``--to``
    and its shadow tables present is resumed from its checkpoint (offsets + guard state);

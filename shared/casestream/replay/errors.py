@@ -1,12 +1,4 @@
-"""Exceptions of the replay package.
-
-Tree (all under :class:`casestream.errors.CasestreamError`)::
-
-    ReplayError                 a replay could not run or finish
-    ├── ReplayConfigError       bad projection / handler declarations / options (start-up)
-    └── ReplayHandlerError      a projection handler raised; the batch rolled back, the
-                                checkpoint is intact and a rerun resumes before that batch
-"""
+"""Exceptions of the replay package (drawn in the tree of :mod:`casestream.errors`)."""
 
 from __future__ import annotations
 
@@ -22,7 +14,9 @@ class ReplayConfigError(ReplayError):
 
 
 class ReplayHandlerError(ReplayError):
-    """A projection handler raised while replaying; ``position`` = (topic, partition, offset)."""
+    """A projection handler raised while replaying; ``position`` = (topic, partition, offset).
+
+    The batch rolled back and the checkpoint is intact: a rerun resumes before that batch."""
 
     def __init__(self, message: str, *, position: tuple[str, int, int] | None = None) -> None:
         super().__init__(message)

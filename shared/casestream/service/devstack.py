@@ -30,7 +30,7 @@ from pathlib import Path
 
 import httpx
 
-from casestream.errors import ConfigError
+from casestream.errors import CasestreamError, ConfigError
 from casestream.service.discovery import services as discover_services
 from casestream.service.spec import ServiceSpec
 
@@ -38,7 +38,7 @@ from casestream.service.spec import ServiceSpec
 RUN_SERVICES_VAR = "CASESTREAM_RUN_SERVICES"
 
 
-class StackError(RuntimeError):
+class StackError(CasestreamError):
     """A service did not become ready, or exited while it was expected to run."""
 
 

@@ -1,4 +1,4 @@
-"""Observability for casestream: traces, metrics, JSON logs (issue 9).
+"""Observability for casestream: traces, metrics, JSON logs.
 
 - :mod:`~casestream.telemetry.tracing`: tracer provider from ``OTEL_*`` settings, file /
   console / OTLP exporters, W3C ``traceparent`` helpers, and the child-span-vs-link rules;

@@ -1,7 +1,7 @@
 """JSON log lines with trace and message context; personal data kept out.
 
 Driver module (stdlib logging + opentelemetry-api for the current span). One JSON object per
-line on stderr with the fields of issue 9:
+line on stderr with these fields:
 
 ``timestamp`` (RFC 3339 UTC, ms), ``level``, ``service``, ``logger``, ``message``,
 ``trace_id``/``span_id`` (current span, if any), ``correlation_id``, ``event_id``,

@@ -1,4 +1,4 @@
-"""Metrics: the OpenTelemetry meter provider, the instruments of issue 9, Prometheus exposition.
+"""Metrics: the OpenTelemetry meter provider, the suite's instruments, Prometheus exposition.
 
 Driver module (opentelemetry-sdk metrics, opentelemetry-exporter-prometheus,
 prometheus-client). One :class:`MetricsRegistry` per process: an SDK ``MeterProvider`` whose

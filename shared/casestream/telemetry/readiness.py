@@ -13,10 +13,12 @@ from collections.abc import Callable
 
 import httpx
 
+from casestream.errors import CasestreamError
+
 __all__ = ["kafka_check", "registry_check", "dependency_checks"]
 
 
-class DependencyDown(RuntimeError):
+class DependencyDown(CasestreamError):
     """A dependency did not answer a readiness probe in time."""
 
 

@@ -4,7 +4,7 @@ Driver module (opentelemetry-sdk). Trace context travels as a W3C Trace Context
 ``traceparent`` string (https://www.w3.org/TR/trace-context/, version ``00``): HTTP header in,
 outbox column ``traceparent``, Kafka header ``traceparent``, envelope field ``traceparent``.
 
-Span relationships in the suite (issue 9):
+Span relationships in the suite (one trace per journey):
 
 - HTTP request: SERVER span, child of an incoming ``traceparent`` header (else a new trace).
 - outbox row: stores the traceparent of the span current while the row is written
@@ -104,7 +104,7 @@ def traceparent_for_row(event_traceparent: str | None) -> str | None:
 
     The current span's, when there is one and it belongs to the same trace as the event's
     own ``traceparent`` (or the event has none); otherwise the event's (an event carrying a
-    cause from another trace keeps it). Rule source: issue 9 (one trace per journey).
+    cause from another trace keeps it), so a journey stays one trace.
     """
     current = current_traceparent()
     if current is None:

@@ -81,7 +81,7 @@ class FramedJsonCodec:
 
 
 def headers_of(env: Envelope) -> list[tuple[str, bytes]]:
-    """The contract headers of ``env`` (BRIEF: id, type, event_version, traceparent, correlation_id)."""
+    """The contract headers of ``env``: id, type, event_version, traceparent, correlation_id."""
     h = [("id", env.event_id.encode()), ("type", env.event_type.encode()),
          ("event_version", str(env.event_version or 1).encode()),
          ("correlation_id", env.correlation_id.encode())]
@@ -294,11 +294,12 @@ class Harness:
 
     def settings(self, **kw: Any) -> Any:
         # lazy (start-up cost): drivers load only in the helpers that use them
-        from casestream.consumer.settings import ConsumerSettings, RetryPolicy
+        from casestream.consumer.settings import ConsumerSettings
+        from casestream.retry import RetryPolicy
 
         base: dict[str, Any] = dict(batch_size=100, poll_timeout_s=0.1, sweep_interval_s=0.2,
-                                    retry=RetryPolicy(max_attempts=5, base_s=0.05, max_s=0.2,
-                                                      jitter=0.2))
+                                    retry=RetryPolicy(max_attempts=5, initial_delay_s=0.05,
+                                                      max_delay_s=0.2, jitter=0.2))
         base.update(kw)
         return ConsumerSettings(**base)
 

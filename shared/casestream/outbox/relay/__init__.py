@@ -1,4 +1,4 @@
-"""The outbox relay: publishes committed outbox rows to Kafka (issue 3).
+"""The outbox relay: publishes committed outbox rows to Kafka.
 
 Public API::
 

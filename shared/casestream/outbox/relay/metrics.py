@@ -1,7 +1,7 @@
 """Relay metrics: plain counters and gauges, read by any thread, updated by the relay's.
 
-Names follow issue 3 (``outbox_pending_total``, ``outbox_oldest_pending_age_seconds``);
-the observability layer exports :meth:`RelayMetrics.snapshot` (or wires
+The fields are the exported metrics (``outbox_pending_total``,
+``outbox_oldest_pending_age_seconds``, ...); the observability layer exports :meth:`RelayMetrics.snapshot` (or wires
 ``OutboxRelay(on_metrics=...)``) to OpenTelemetry without touching the relay.
 """
 
