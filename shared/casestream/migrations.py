@@ -24,7 +24,7 @@ import psycopg
 
 from casestream.errors import ConfigError
 
-__all__ = ["Migration", "apply_migrations", "connect", "MIGRATIONS_TABLE"]
+__all__ = ["Migration", "apply_migrations", "connect", "create_database", "MIGRATIONS_TABLE"]
 
 MIGRATIONS_TABLE = "casestream_migrations"
 
@@ -62,6 +62,35 @@ def connect(dsn: str, *, autocommit: bool = False, application_name: str | None 
     if application_name:
         kwargs["application_name"] = application_name
     return psycopg.connect(dsn, **kwargs)  # type: ignore[arg-type]
+
+
+def create_database(dsn: str) -> bool:
+    """Create the database ``dsn`` names if it does not exist, connecting to the server's
+    ``postgres`` database with the same credentials; True if it was created.
+
+    For development tooling (the local stack provisions each discovered service's database);
+    production databases are provisioned by their operators, so services never call it.
+
+    Raises:
+        ConfigError: the server is unreachable or refuses (the message names the database).
+    """
+    from psycopg import sql
+    from psycopg.conninfo import conninfo_to_dict, make_conninfo
+
+    name = conninfo_to_dict(dsn).get("dbname")
+    if not name:
+        raise ConfigError(f"{dsn}: names no database")
+    try:
+        with psycopg.connect(make_conninfo(dsn, dbname="postgres"), autocommit=True) as conn:
+            if conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", (name,)).fetchone():
+                return False
+            try:
+                conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(str(name))))
+            except psycopg.errors.DuplicateDatabase:  # created concurrently
+                return False
+            return True
+    except psycopg.Error as e:
+        raise ConfigError(f"cannot create database {name!r}: {str(e).strip()}") from e
 
 
 def _as_migrations(items: Iterable[Migration | str | Path]) -> list[Migration]:

@@ -13,9 +13,8 @@ ours, codec, pool) and declares what the service runs:
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
-from casestream.service import ReadinessCheck, ServiceBuilder, ServiceProcess
+from casestream.service import ServiceBuilder, ServiceProcess, consumer_ready
 from services import schemas_dir
 from watch import SCHEMAS, SERVICE
 from watch.adapters import projection, triggers
@@ -35,19 +34,9 @@ def build(settings: WatchSettings | None = None) -> ServiceProcess:
     b = ServiceBuilder(SERVICE, settings, migrations=MIGRATIONS, schemas=[schemas_dir(), SCHEMAS])
     b.consumer(triggers.CONSUMER, triggers.TOPICS, triggers.registry(), emits=True,
                worker="triggers")
-    b.ready("projection", assigned(b.projection(projection.PROJECTION)))
+    b.ready("projection", consumer_ready(b.projection(projection.PROJECTION)))
     if b.settings.relay_enabled:
         b.relay()
     app = build_app(PgUnitOfWork(b.request_pool), b.clock, edge=b.edge)
     return b.build(app=app, ready_table="watches")
 
-
-def assigned(consumer: Any) -> ReadinessCheck:
-    """A readiness check passing once ``consumer`` has a partition assignment (the builder
-    checks only its first consumer)."""
-
-    def check() -> None:
-        if not consumer.ready.is_set():
-            raise RuntimeError("consumer has no partition assignment yet")
-
-    return check

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from casestream.service import discovery
-    from casestream.service.builder import ServiceBuilder, service_migrations
+    from casestream.service.builder import ServiceBuilder, consumer_ready, service_migrations
     from casestream.service.devstack import ServiceStack, StackError, running_stack, selected_services, service_port
     from casestream.service.gctune import freeze_startup_objects
     from casestream.service.process import ReadinessCheck, ServiceProcess, Worker, configure_logging, run_service
@@ -41,6 +41,7 @@ if TYPE_CHECKING:
 
 _LAZY = {
     "ServiceBuilder": "casestream.service.builder", "service_migrations": "casestream.service.builder",
+    "consumer_ready": "casestream.service.builder",
     **{name: "casestream.service.process" for name in (
         "ReadinessCheck", "ServiceProcess", "Worker", "configure_logging", "run_service")},
     **{name: "casestream.service.settings" for name in (

@@ -46,7 +46,7 @@ from casestream.service.settings import ServiceSettings, read_settings
 from casestream.service.spec import ServiceSpec
 from casestream.telemetry.readiness import dependency_checks
 
-__all__ = ["ServiceBuilder", "service_migrations"]
+__all__ = ["ServiceBuilder", "consumer_ready", "service_migrations"]
 
 S = TypeVar("S", bound=ServiceSettings)
 
@@ -85,7 +85,10 @@ def _database_ready(pool: Any, table: str, *, timeout_s: float = 2.0) -> Readine
     return check
 
 
-def _consumer_ready(consumer: Any) -> ReadinessCheck:
+def consumer_ready(consumer: Any) -> ReadinessCheck:
+    """A readiness check that passes once ``consumer`` (a ConsumerRuntime or ConsumerGroup)
+    has a partition assignment; ``/readyz`` answers 503 until then."""
+
     def check() -> None:
         if not consumer.ready.is_set():
             raise RuntimeError("consumer has no partition assignment yet")
@@ -201,7 +204,7 @@ class ServiceBuilder(Generic[S]):
         self._consumers.append((name, s.consumer_concurrency))
         if self._first_consumer is None:
             self._first_consumer = runtime
-            self._readiness["consumer"] = _consumer_ready(runtime)
+            self._readiness["consumer"] = consumer_ready(runtime)
         self.worker(worker or ("consumer" if len(self._consumers) == 1 else name), runtime.run)
         return runtime
 

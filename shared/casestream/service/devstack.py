@@ -111,6 +111,29 @@ class ServiceStack:
     def _port(self, name: str) -> int:
         return service_port(name, self.env, self.specs)
 
+    def _provision(self, spec: ServiceSpec) -> None:
+        """Create ``spec``'s database if missing, as the child's environment names it
+        (``CASESTREAM_PG_URL`` + ``CASESTREAM_<NAME>_DATABASE``, else the settings' default),
+        so an installed service runs locally without a provisioning step of its own.
+
+        Raises:
+            StackError: the database cannot be created.
+        """
+        # lazy (start-up cost): psycopg and the service's settings class load only to start one
+        from casestream.migrations import create_database
+        from casestream.service.settings import CommonSettings
+
+        fields = getattr(spec.settings_class(), "model_fields", {})
+        database = self.env.get(f"CASESTREAM_{spec.name.upper()}_DATABASE") or getattr(
+            fields.get("database"), "default", None)
+        if not isinstance(database, str) or not database:
+            return  # a service without a database of its own
+        pg_url = self.env.get("CASESTREAM_PG_URL") or CommonSettings.model_fields["pg_url"].default
+        try:
+            create_database(CommonSettings(pg_url=pg_url).database_url(database))
+        except ConfigError as e:
+            raise StackError(f"service {spec.name}: {e}") from e
+
     def start(self, name: str) -> None:
         """Start service ``name`` (no-op if it is running) and wait until it is ready.
 
@@ -127,6 +150,7 @@ class ServiceStack:
                 f"port {port} for service {name} is already in use (another casestream stack "
                 f"running? `make infra-down` does not stop services); set "
                 f"CASESTREAM_{name.upper()}_PORT or stop that process")
+        self._provision(spec)
         cmd = [sys.executable, "-m", spec.module]
         if self.log_dir is not None:
             self.log_dir.mkdir(parents=True, exist_ok=True)
