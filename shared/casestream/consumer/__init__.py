@@ -25,8 +25,9 @@ runtime, batch, inbox and dead-letter names (psycopg, confluent_kafka) are re-ex
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from casestream._lazy import lazy_exports
 
 from casestream.consumer.guard import AggregateState, FirstSeenPolicy, Verdict, decide
 from casestream.consumer.handlers import (
@@ -68,10 +69,4 @@ __all__ = sorted([
 ])
 
 
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
+__getattr__ = lazy_exports(__name__, _LAZY, globals())

@@ -18,8 +18,9 @@ lazily: the process pulls uvicorn/starlette and the builder every driver, and th
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from casestream._lazy import lazy_exports
 
 if TYPE_CHECKING:
     from casestream.service import discovery
@@ -58,10 +59,4 @@ _LAZY = {
 __all__ = sorted(_LAZY)
 
 
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = importlib.import_module(module) if module == f"{__name__}.{name}" else getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
+__getattr__ = lazy_exports(__name__, _LAZY, globals())

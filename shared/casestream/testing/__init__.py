@@ -9,8 +9,7 @@ names below are re-exported lazily so that importing this package loads no drive
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from casestream._lazy import lazy_exports
 
 _LAZY = {
     **{name: "casestream.testing.consumer" for name in (
@@ -25,10 +24,4 @@ _LAZY = {
 __all__ = sorted(_LAZY)
 
 
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
+__getattr__ = lazy_exports(__name__, _LAZY, globals())

@@ -1,0 +1,36 @@
+"""Lazy re-exports for package ``__init__`` modules (PEP 562 module ``__getattr__``).
+
+A package whose public names live in modules that import drivers (confluent_kafka, psycopg,
+starlette) re-exports them lazily, so importing the package stays cheap::
+
+    _LAZY = {"OutboxRelay": "casestream.outbox.relay"}
+    __getattr__ = lazy_exports(__name__, _LAZY, globals())
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable, Mapping, MutableMapping
+from typing import Any
+
+
+def lazy_exports(package: str, table: Mapping[str, str],
+                 namespace: MutableMapping[str, Any]) -> Callable[[str], Any]:
+    """A module ``__getattr__`` for ``package``: ``name`` -> ``getattr(import(table[name]), name)``,
+    or the module itself when ``table[name]`` is ``<package>.<name>``; the value is cached in
+    ``namespace`` (the package's ``globals()``), so each name is resolved once.
+
+    Raises (from the returned function):
+        AttributeError: ``name`` is not in ``table``.
+    """
+
+    def __getattr__(name: str) -> Any:
+        module = table.get(name)
+        if module is None:
+            raise AttributeError(f"module {package!r} has no attribute {name!r}")
+        imported = importlib.import_module(module)
+        value = imported if module == f"{package}.{name}" else getattr(imported, name)
+        namespace[name] = value
+        return value
+
+    return __getattr__
