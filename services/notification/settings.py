@@ -4,29 +4,7 @@ Common endpoints come from :class:`casestream.service.settings.CommonSettings` (
 including ``CASESTREAM_SMTP_HOST`` / ``CASESTREAM_SMTP_PORT``, default 127.0.0.1:12525);
 notification-specific ones use the prefix ``CASESTREAM_NOTIFICATION_``:
 
-    .. settings-table (generated: casestream.service.settings_table; tests/unit/test_settings_tables.py)
-
-    CASESTREAM_NOTIFICATION_DATABASE              database name on CASESTREAM_PG_URL (default notification)
-    CASESTREAM_NOTIFICATION_HOST                  HTTP listen address (default 127.0.0.1)
-    CASESTREAM_NOTIFICATION_MAX_IN_FLIGHT         HTTP requests in flight before shedding with 503 (default 32)
-    CASESTREAM_NOTIFICATION_RATE_TENANT_PER_S     per-tenant token bucket, requests per second (default 400)
-    CASESTREAM_NOTIFICATION_RATE_TENANT_BURST     per-tenant token bucket size (default 800)
-    CASESTREAM_NOTIFICATION_RATE_CLIENT_PER_S     per-client token bucket, requests per second (default 100)
-    CASESTREAM_NOTIFICATION_RATE_CLIENT_BURST     per-client token bucket size (default 200)
-    CASESTREAM_NOTIFICATION_REQUEST_DEADLINE_S    budget of a request's database calls, seconds (default 5)
-    CASESTREAM_NOTIFICATION_POOL_SIZE             PostgreSQL pool size (most connections) (default 4)
-    CASESTREAM_NOTIFICATION_POOL_MIN              connections the pool keeps open (default 2)
-    CASESTREAM_NOTIFICATION_POOL_TIMEOUT_S        wait for a pooled connection, seconds (default 30)
-    CASESTREAM_NOTIFICATION_CONSUMER_BATCH_SIZE   events per consumer transaction (default 200)
-    CASESTREAM_NOTIFICATION_AUTH                  bearer-token settings as JSON; normally unset: AuthSettings reads CASESTREAM_AUTH_* (default -)
-    CASESTREAM_NOTIFICATION_PORT                  HTTP listen port (default 18105)
-    CASESTREAM_NOTIFICATION_SMTP_TIMEOUT_S        socket timeout per SMTP operation, seconds (default 10)
-    CASESTREAM_NOTIFICATION_SEND_MAX_ATTEMPTS     SMTP attempts before NoticeFailed (default 5)
-    CASESTREAM_NOTIFICATION_SEND_FIRST_BACKOFF_S  wait after the first failure, doubling, seconds (default 1)
-    CASESTREAM_NOTIFICATION_SEND_MAX_BACKOFF_S    cap of that wait, seconds (default 30)
-    CASESTREAM_NOTIFICATION_SENDER_INTERVAL_S     sender poll period without a wake-up, seconds (default 1)
-
-    .. end settings-table
+    casestream settings notification    prints them, with defaults (generated from the fields below)
 
 Bearer tokens are verified per ``casestream.auth.tokens.AuthSettings`` (``CASESTREAM_AUTH_*``).
 """

@@ -3,33 +3,7 @@
 Common endpoints come from :class:`casestream.service.settings.CommonSettings` (``CASESTREAM_*``);
 the orchestrator's own settings use the prefix ``CASESTREAM_SAGA_``:
 
-    .. settings-table (generated: casestream.service.settings_table; tests/unit/test_settings_tables.py)
-
-    CASESTREAM_SAGA_DATABASE              database name on CASESTREAM_PG_URL (default saga)
-    CASESTREAM_SAGA_HOST                  HTTP listen address (default 127.0.0.1)
-    CASESTREAM_SAGA_MAX_IN_FLIGHT         HTTP requests in flight before shedding with 503 (default 32)
-    CASESTREAM_SAGA_RATE_TENANT_PER_S     per-tenant token bucket, requests per second (default 400)
-    CASESTREAM_SAGA_RATE_TENANT_BURST     per-tenant token bucket size (default 800)
-    CASESTREAM_SAGA_RATE_CLIENT_PER_S     per-client token bucket, requests per second (default 100)
-    CASESTREAM_SAGA_RATE_CLIENT_BURST     per-client token bucket size (default 200)
-    CASESTREAM_SAGA_REQUEST_DEADLINE_S    budget of a request's database calls, seconds (default 5)
-    CASESTREAM_SAGA_POOL_SIZE             PostgreSQL pool size (most connections) (default 6)
-    CASESTREAM_SAGA_POOL_MIN              connections the pool keeps open (default 2)
-    CASESTREAM_SAGA_POOL_TIMEOUT_S        wait for a pooled connection, seconds (default 30)
-    CASESTREAM_SAGA_CONSUMER_BATCH_SIZE   events per consumer transaction (default 200)
-    CASESTREAM_SAGA_AUTH                  bearer-token settings as JSON; normally unset: AuthSettings reads CASESTREAM_AUTH_* (default -)
-    CASESTREAM_SAGA_PORT                  HTTP listen port (default 18103)
-    CASESTREAM_SAGA_DECISION_DEADLINE_S   wait for a decision before compensating, seconds (default 300)
-    CASESTREAM_SAGA_NOTICE_DEADLINE_S     wait for the notice outcome before MANUAL_REVIEW, seconds (default 900)
-    CASESTREAM_SAGA_CLOSE_DEADLINE_S      close request re-issue period, seconds (default 120)
-    CASESTREAM_SAGA_CLOSE_ATTEMPTS        close requests before giving up (default 3)
-    CASESTREAM_SAGA_RETURN_DEADLINE_S     compensation re-issue period, seconds (default 120)
-    CASESTREAM_SAGA_RETURN_ATTEMPTS       compensation requests before COMPENSATION_FAILED (default 3)
-    CASESTREAM_SAGA_SCHEDULER_INTERVAL_S  deadline scan period when idle, seconds (default 1)
-    CASESTREAM_SAGA_SCHEDULER_BATCH       sagas claimed per deadline round (default 100)
-    CASESTREAM_SAGA_STUCK_GRACE_S         delay past a deadline before a saga counts as stuck, seconds (default 60)
-
-    .. end settings-table
+    casestream settings saga    prints them, with defaults (generated from the fields below)
 
 Bearer tokens are verified per ``casestream.auth.tokens.AuthSettings`` (``CASESTREAM_AUTH_*``).
 """

@@ -56,9 +56,6 @@ def test_a_changed_quote_is_caught() -> None:
     assert body + "# drift" not in (ROOT / source).read_text(encoding="utf-8")
 
 
-def test_settings_docstring_table_is_generated() -> None:
-    doc = watch_settings.__doc__ or ""
-    m = re.search(r"\.\. settings-table[^\n]*\n\n(.*?)\n\n    \.\. end settings-table", doc, re.S)
-    assert m, "watch/settings.py: no settings-table block"
-    assert "\n".join(line[4:] for line in m.group(1).splitlines()) == settings_table(WatchSettings)
+def test_settings_are_documented() -> None:
+    assert "casestream settings watch" in (watch_settings.__doc__ or "")
     assert undocumented_fields(WatchSettings) == []

@@ -35,6 +35,8 @@ _GROUPS: dict[str, tuple[str, str, str]] = {
     "dlq": ("casestream.cli.dlq", "dlq", "List, show and re-drive dead-lettered messages."),
     "replay": ("casestream.cli.replay", "replay",
                "Rebuild a projection from the topics (shadow tables, swap, hand over)."),
+    "settings": ("casestream.cli.settings", "settings",
+                 "Environment variables of the installed services, with defaults."),
     "token": ("casestream.cli.token", "token",
               "Mint a local bearer token (JWT) for a tenant and roles."),
     "status": ("casestream.cli.status", "status",
