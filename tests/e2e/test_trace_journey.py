@@ -218,12 +218,12 @@ def test_metrics_move_with_the_workload(observed, kafka_bootstrap: str) -> None:
 
 
 def test_status_command_shows_every_service_of_the_live_stack(observed) -> None:
-    result = CliRunner().invoke(status, [f"--url={n}={url(n, '')}" for n in SERVICES] + ["--json"])
+    result = CliRunner().invoke(status, [*SERVICES, *(f"--url={n}={url(n, '')}" for n in SERVICES), "--json"])
     assert result.exit_code == 0, result.output
     rows = {r["service"]: r for r in map(json.loads, result.output.splitlines()[-5:])}
     assert {n: r["ready"] for n, r in rows.items()} == {n: "ready" for n in SERVICES}
     assert rows["saga"]["sagas"], rows["saga"]  # sagas by state, from the saga table
     assert rows["case"]["outbox_pending"] is not None
     assert all(r["dead_letters"] is not None for r in rows.values())
-    table = CliRunner().invoke(status, [f"--url={n}={url(n, '')}" for n in SERVICES])
+    table = CliRunner().invoke(status, [*SERVICES, *(f"--url={n}={url(n, '')}" for n in SERVICES)])
     assert table.output.splitlines()[0].startswith("SERVICE")

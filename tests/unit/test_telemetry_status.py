@@ -69,3 +69,15 @@ def test_status_command_reports_services_that_do_not_answer_as_down() -> None:
     assert result.exit_code == 1, result.output  # any service not ready: exit 1 (scripts)
     rows = [json.loads(line) for line in result.output.splitlines()]
     assert [r["ready"] for r in rows] == ["down"] * len(names) and len(names) >= 5
+
+
+def test_status_shows_only_the_services_named() -> None:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]  # closed again below: nothing listens there
+    result = CliRunner().invoke(status, ["audit", "case", f"--url=case=http://127.0.0.1:{port}",
+                                         f"--url=audit=http://127.0.0.1:{port}", "--no-kafka", "--json"])
+    assert [json.loads(line)["service"] for line in result.output.splitlines()] == ["audit", "case"]
+    assert result.exit_code == 1  # both down
+    unknown = CliRunner().invoke(status, ["nope", "--no-kafka"])
+    assert unknown.exit_code == 2 and "unknown service nope" in unknown.output

@@ -232,15 +232,23 @@ def kafka_lag(bootstrap: str, groups: Sequence[str], timeout_s: float = 5.0) -> 
 
 
 @click.command("status")
+@click.argument("services", nargs=-1)
 @click.option("--url", "urls", multiple=True, metavar="SVC=URL",
               help="base URL of a service (default http://127.0.0.1:<CASESTREAM_<SVC>_PORT>)")
 @click.option("--no-kafka", is_flag=True, help="lag from the services' gauges only")
 @click.option("--json", "as_json", is_flag=True, help="one JSON object per service instead")
-def status(urls: tuple[str, ...], no_kafka: bool, as_json: bool) -> None:
+def status(services: tuple[str, ...], urls: tuple[str, ...], no_kafka: bool, as_json: bool) -> None:
     """Per service: readiness, consumer lag, outbox pending and oldest age, dead letters, sagas.
 
-    Exit status 0 when every service is ready, 1 when any is down or not ready (for scripts)."""
+    SERVICES restricts the table to those installed services (default: every one).
+    Exit status 0 when every service shown is ready, 1 when any is down or not ready (for scripts)."""
     specs = cli_context().services()
+    unknown = [name for name in services if name not in specs]
+    if unknown:
+        raise click.BadParameter(f"unknown service {', '.join(unknown)} (installed: "
+                                 f"{', '.join(specs) or 'none'})", param_hint="SERVICES")
+    if services:
+        specs = {name: specs[name] for name in services}
     bases = {name: f"http://127.0.0.1:{spec.port()}" for name, spec in specs.items()}
     for item in urls:
         name, sep, base = item.partition("=")
