@@ -97,7 +97,7 @@ def test_the_builder_runs_a_group_when_the_concurrency_setting_asks_for_it() -> 
     from casestream.consumer import ConsumerRuntime
 
     one = _builder(object()).consumer("audit.journal", ["outbox.event.case"], HandlerRegistry())
-    two = _builder(object(), CASESTREAM_CONSUMER_CONCURRENCY=2).consumer(
+    two = _builder(object(), consumer_concurrency=2).consumer(
         "audit.journal", ["outbox.event.case"], HandlerRegistry(), batch_size=100)
     assert isinstance(one, ConsumerRuntime)
     assert isinstance(two, ConsumerGroup) and len(two.members) == 2
@@ -110,7 +110,7 @@ def test_the_builder_refuses_members_that_would_take_every_pooled_connection() -
         max_size = 5
 
     def with_consumers(n: int):  # noqa: ANN202
-        b = _builder(Pool(), CASESTREAM_CONSUMER_CONCURRENCY=2)
+        b = _builder(Pool(), consumer_concurrency=2)
         for name, topic in [("case.saga-requests", "outbox.event.saga"),
                             ("case.dashboard", "outbox.event.case"),
                             ("case.extra", "outbox.event.case")][:n]:

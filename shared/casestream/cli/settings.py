@@ -2,7 +2,7 @@
 service, generated from their settings classes (``Field(description=...)``)::
 
     casestream settings                 the shared CASESTREAM_* variables, then each service's
-    casestream settings case watch      only those services' own variables
+    casestream settings billing orders  only those services' own variables
     casestream settings --markdown      as Markdown tables (what README.md holds)
 """
 
