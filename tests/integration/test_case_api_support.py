@@ -21,12 +21,12 @@ from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from urllib.parse import urlsplit, urlunsplit
 
 import httpx
-import psycopg
 import pytest
 from test_case_support import server_url
+
+from tests.support.databases import created_databases, require_server
 
 from casestream.testing.relay import PrivateKafka, create_topics, free_port
 
@@ -49,26 +49,12 @@ class LiveService:
         return self.log.read_text(errors="replace")[-chars:]
 
 
-def _admin_url(server: str) -> str:
-    return urlunsplit(urlsplit(server)._replace(path="/postgres"))
-
-
 @contextmanager
 def _database(request: pytest.FixtureRequest, prefix: str) -> Iterator[str]:
-    server = server_url(request).rstrip("/")
-    admin = _admin_url(server)
-    try:
-        psycopg.connect(admin, connect_timeout=3).close()
-    except psycopg.OperationalError as e:
-        pytest.fail(f"PostgreSQL not reachable at {server}: {e}", pytrace=False)
+    admin = require_server(server_url(request).rstrip("/"))
     name = f"{prefix}_{uuid.uuid4().hex[:8]}"
-    with psycopg.connect(admin, autocommit=True) as conn:
-        conn.execute(f'CREATE DATABASE "{name}"')
-    try:
+    with created_databases(admin, [name]):
         yield name
-    finally:
-        with psycopg.connect(admin, autocommit=True) as conn:
-            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
 @contextmanager

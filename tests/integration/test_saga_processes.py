@@ -35,6 +35,8 @@ import psycopg
 import pytest
 from confluent_kafka import Producer
 
+from tests.support.databases import created_databases
+
 from casestream.auth.tokens import bearer_headers
 from casestream.events.catalog import load_catalog
 from casestream.events.codec import EnvelopeCodec
@@ -83,15 +85,8 @@ def kafka(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PrivateKafka]:
 def databases(pg_url: str) -> Iterator[dict[str, str]]:
     suffix = uuid.uuid4().hex[:8]
     names = {s: f"{s}_sagaproc_{suffix}" for s in SERVICES}
-    with psycopg.connect(f"{pg_url}/postgres", autocommit=True) as conn:
-        for name in names.values():
-            conn.execute(f'CREATE DATABASE "{name}"')
-    try:
+    with created_databases(f"{pg_url}/postgres", names.values()):
         yield names
-    finally:
-        with psycopg.connect(f"{pg_url}/postgres", autocommit=True) as conn:
-            for name in names.values():
-                conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
 @pytest.fixture(scope="module")
