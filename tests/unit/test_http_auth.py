@@ -7,11 +7,10 @@ and write route, public probe and OpenAPI paths, counters.
 
 from __future__ import annotations
 
-import itertools
 import time
 import uuid
 from collections.abc import Iterator
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
@@ -26,8 +25,8 @@ from casestream.http import EdgePolicy, edge_middleware, principal_of, requires
 from services.audit.adapters.http import build_app as build_audit_app
 from services.audit.application import CaseTimeline, TimelineEvent
 from services.case.adapters.http.app import build_app
-from services.case.adapters.memory import InMemoryStore, InMemoryUnitOfWork
-from services.case.application import CaseService
+from services.case.adapters.memory import InMemoryStore
+from tests.support.case_app import BODY, memory_case_service
 
 pytestmark = pytest.mark.unit
 
@@ -37,14 +36,6 @@ OFFICER_A = bearer_headers("tenant-a", subject="officer-a")
 OFFICER_B = bearer_headers("tenant-b", subject="officer-b")
 SUPERVISOR_A = bearer_headers("tenant-a", ("supervisor",), subject="sup-a")
 NO_ROLE_A = bearer_headers("tenant-a", (), subject="nobody")
-BODY: dict[str, Any] = {"title": "Unlicensed trading", "summary": "Stall without licence",
-                        "severity": 4, "evidence_count": 2,
-                        "reporter_email": "inspector@example.org"}
-
-
-class Clock:
-    def now(self) -> datetime:
-        return datetime(2025, 5, 1, tzinfo=UTC)
 
 
 @pytest.fixture
@@ -54,10 +45,7 @@ def store() -> InMemoryStore:
 
 @pytest.fixture
 def client(store: InMemoryStore) -> Iterator[TestClient]:
-    counter = itertools.count(1)
-    service = CaseService(uow=lambda: InMemoryUnitOfWork(store), clock=Clock(),
-                          new_id=lambda: str(uuid.UUID(int=next(counter))),
-                          idempotency_ttl=timedelta(hours=1))
+    service = memory_case_service(store)
     with TestClient(build_app(service, edge=EDGE), raise_server_exceptions=False) as c:
         yield c
 
