@@ -24,7 +24,7 @@ from typing import Any
 import httpx
 import psycopg
 import pytest
-from test_case_api_support import REPO, LiveService, live_case_service
+from test_case_api_support import REPO, LiveService, live_service_fixture
 
 from casestream.auth.tokens import AuthSettings, bearer_headers, mint_token
 
@@ -43,12 +43,7 @@ BODY: dict[str, Any] = {"title": "Unlicensed trading", "summary": "Stall without
                         "severity": 4, "evidence_count": 2, "reporter_email": "r@example.org"}
 
 
-@pytest.fixture(scope="module")
-def service(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory,
-            registry_url: str) -> Iterator[LiveService]:
-    with live_case_service(request, tmp_path_factory.mktemp("case-api-live"), registry_url,
-                           LIMITS) as live:
-        yield live
+service = live_service_fixture("case-api-live", LIMITS)
 
 
 @pytest.fixture

@@ -21,6 +21,7 @@ from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -90,6 +91,20 @@ def live_case_service(request: pytest.FixtureRequest, workdir: Path, registry_ur
                 _stop(proc)
         finally:
             broker.close()
+
+
+def live_service_fixture(workdir_name: str, env: Mapping[str, str] = {}) -> Any:
+    """A module-scoped fixture ``service``: :func:`live_case_service` with ``env``, its work
+    directory a fresh ``workdir_name`` temporary directory. Assign it as ``service = ...``."""
+
+    @pytest.fixture(scope="module", name="service")
+    def service(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory,
+                registry_url: str) -> Iterator[LiveService]:
+        with live_case_service(request, tmp_path_factory.mktemp(workdir_name), registry_url,
+                               env) as live:
+            yield live
+
+    return service
 
 
 def _wait_ready(service: LiveService, timeout_s: float = 90) -> None:
