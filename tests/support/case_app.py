@@ -5,6 +5,7 @@ from __future__ import annotations
 import itertools
 import uuid
 from datetime import UTC, datetime, timedelta
+from collections.abc import Callable
 from typing import Any
 
 from services.case.adapters.memory import InMemoryStore, InMemoryUnitOfWork
@@ -30,3 +31,16 @@ def memory_case_service(store: InMemoryStore) -> CaseService:
     return CaseService(uow=lambda: InMemoryUnitOfWork(store), clock=Clock(),
                        new_id=lambda: str(uuid.UUID(int=next(counter))),
                        idempotency_ttl=timedelta(hours=1))
+
+
+def assert_reads_but_cannot_write(http: Any, case_id: str, headers: dict[str, str],
+                                  body: dict[str, Any], problem: Callable[..., Any]) -> None:
+    """A caller with ``headers`` reads case ``case_id`` but may neither open a case (with
+    ``body``) nor submit one: 403 ``forbidden`` (``insufficient_scope``), checked by
+    ``problem(response, status, code)``. ``http``: an httpx or starlette test client."""
+    assert http.get(f"/cases/{case_id}", headers=headers).status_code == 200
+    denied = http.post("/cases", json=body, headers=headers)
+    problem(denied, 403, "forbidden")
+    assert 'error="insufficient_scope"' in denied.headers["www-authenticate"]
+    problem(http.post(f"/cases/{case_id}/submit", json={},
+                      headers={**headers, "Idempotency-Key": "k"}), 403, "forbidden")

@@ -26,7 +26,7 @@ from services.audit.adapters.http import build_app as build_audit_app
 from services.audit.application import CaseTimeline, TimelineEvent
 from services.case.adapters.http.app import build_app
 from services.case.adapters.memory import InMemoryStore
-from tests.support.case_app import BODY, memory_case_service
+from tests.support.case_app import BODY, assert_reads_but_cannot_write, memory_case_service
 
 pytestmark = pytest.mark.unit
 
@@ -136,12 +136,7 @@ class TestRoles:
     def test_supervisor_reads_but_does_not_open_or_submit(self, client: TestClient,
                                                           store: InMemoryStore) -> None:
         case_id = opened(client)
-        assert client.get(f"/cases/{case_id}", headers=SUPERVISOR_A).status_code == 200
-        response = client.post("/cases", json=BODY, headers=SUPERVISOR_A)
-        problem(response, 403, "forbidden")
-        assert 'error="insufficient_scope"' in response.headers["www-authenticate"]
-        problem(client.post(f"/cases/{case_id}/submit", json={},
-                            headers={**SUPERVISOR_A, "Idempotency-Key": "k"}), 403, "forbidden")
+        assert_reads_but_cannot_write(client, case_id, SUPERVISOR_A, BODY, problem)
         assert [e.event_type for e in store.outbox] == ["CaseOpened"]
 
     def test_token_without_roles_can_do_nothing(self, client: TestClient) -> None:
