@@ -21,7 +21,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -35,6 +34,7 @@ from confluent_kafka import Producer
 from test_case_support import server_url
 
 from tests.support.databases import created_databases, require_server
+from tests.support.waiting import wait_for
 
 from casestream.auth.tokens import bearer_headers
 from casestream.events.catalog import load_catalog
@@ -116,16 +116,6 @@ class Service:
             self.proc.kill()
             self.proc.wait(10)
         self.proc = None
-
-
-def wait_for(check: Callable[[], Any], timeout_s: float, what: str) -> Any:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        result = check()
-        if result:
-            return result
-        time.sleep(0.2)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 @pytest.fixture(scope="module")

@@ -25,7 +25,7 @@ import os
 import re
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -36,6 +36,7 @@ import pytest
 from confluent_kafka import Producer
 
 from tests.support.databases import created_databases
+from tests.support.waiting import wait_for
 
 from casestream.auth.tokens import bearer_headers
 from casestream.events.catalog import load_catalog
@@ -123,17 +124,6 @@ def stack(kafka: PrivateKafka, databases: dict[str, str], pg_url: str, registry_
 
 def url(stack: ServiceStack, service: str, path: str) -> str:
     return f"http://127.0.0.1:{stack.env[f'CASESTREAM_{service.upper()}_PORT']}{path}"
-
-
-def wait_for(check: Callable[[], Any], timeout_s: float, what: str) -> Any:
-    deadline = time.monotonic() + timeout_s
-    last: Any = None
-    while time.monotonic() < deadline:
-        last = check()
-        if last:
-            return last
-        time.sleep(0.3)
-    raise AssertionError(f"timed out after {timeout_s} s waiting for {what} (last: {last!r})")
 
 
 def submit(stack: ServiceStack, title: str, *, severity: int = 4, evidence: int = 1,
