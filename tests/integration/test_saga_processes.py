@@ -165,6 +165,14 @@ def wait_state(stack: ServiceStack, case_id: str, states: set[str],
     return wait_for(check, timeout_s, f"saga of case {case_id} in {sorted(states)}")
 
 
+def compensation_of(stack: ServiceStack, title: str, return_rounds: int) -> tuple[str, dict[str, Any]]:
+    """Submit a case titled ``title`` and wait, for up to ``return_rounds`` compensation
+    deadlines, until its saga is COMPENSATED or COMPENSATION_FAILED: (case id, saga)."""
+    case_id = submit(stack, title)
+    return case_id, wait_state(stack, case_id, {"COMPENSATED", "COMPENSATION_FAILED"},
+                               timeout_s=60 + return_rounds * RETURN_DEADLINE_S)
+
+
 def case_status(stack: ServiceStack, case_id: str) -> str:
     response = httpx.get(url(stack, "case", f"/cases/{case_id}"),
                          headers=bearer_headers(TENANT), timeout=10)
@@ -336,9 +344,7 @@ def test_decision_failure_compensates(stack: ServiceStack) -> None:
 
 def test_compensation_failing_twice_then_succeeding_compensates(
         stack: ServiceStack, pg_url: str, databases: dict[str, str]) -> None:
-    case_id = submit(stack, "Flaky return [fail-decision] [fail-compensation:2]")
-    saga = wait_state(stack, case_id, {"COMPENSATED", "COMPENSATION_FAILED"},
-                      timeout_s=60 + 3 * RETURN_DEADLINE_S)
+    case_id, saga = compensation_of(stack, "Flaky return [fail-decision] [fail-compensation:2]", 3)
     assert saga["state"] == "COMPENSATED"
     assert [t[1] for t in triggers(saga)].count("retried") == 2
     assert case_status(stack, case_id) == "returned"
@@ -348,9 +354,7 @@ def test_compensation_failing_twice_then_succeeding_compensates(
 
 def test_compensation_failing_always_ends_in_compensation_failed_with_an_alert(
         stack: ServiceStack, pg_url: str, databases: dict[str, str]) -> None:
-    case_id = submit(stack, "Stuck return [fail-decision] [fail-compensation]")
-    saga = wait_state(stack, case_id, {"COMPENSATED", "COMPENSATION_FAILED"},
-                      timeout_s=60 + 4 * RETURN_DEADLINE_S)
+    case_id, saga = compensation_of(stack, "Stuck return [fail-decision] [fail-compensation]", 4)
     assert saga["state"] == "COMPENSATION_FAILED"
     assert saga["deadline"] is None  # nothing pending: never stuck in COMPENSATING
     assert case_status(stack, case_id) == "submitted"
