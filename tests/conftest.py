@@ -51,28 +51,34 @@ def _host_port(name: str, value: str, default_port: int) -> tuple[str, int]:
     return parts.hostname, parts.port or default_port
 
 
+def _require_endpoint(name: str, address: str, default_port: int) -> None:
+    """Fail unless something listens at ``address`` (the value of variable ``name``)."""
+    host, port = _host_port(name, address, default_port)
+    _require_listening(name, host, port)
+
+
+def _service_url(name: str, default_port: int) -> str:
+    """The URL in variable ``name`` without a trailing slash, once something listens there."""
+    value = _env(name).rstrip("/")
+    _require_endpoint(name, value, default_port)
+    return value
+
+
 @pytest.fixture(scope="session")
 def kafka_bootstrap() -> str:
     value = _env("CASESTREAM_KAFKA_BOOTSTRAP")
-    host, port = _host_port("CASESTREAM_KAFKA_BOOTSTRAP", value.split(",")[0], 9092)
-    _require_listening("CASESTREAM_KAFKA_BOOTSTRAP", host, port)
+    _require_endpoint("CASESTREAM_KAFKA_BOOTSTRAP", value.split(",")[0], 9092)
     return value
 
 
 @pytest.fixture(scope="session")
 def registry_url() -> str:
-    value = _env("CASESTREAM_REGISTRY_URL").rstrip("/")
-    host, port = _host_port("CASESTREAM_REGISTRY_URL", value, 80)
-    _require_listening("CASESTREAM_REGISTRY_URL", host, port)
-    return value
+    return _service_url("CASESTREAM_REGISTRY_URL", 80)
 
 
 @pytest.fixture(scope="session")
 def pg_url() -> str:
-    value = _env("CASESTREAM_PG_URL").rstrip("/")
-    host, port = _host_port("CASESTREAM_PG_URL", value, 5432)
-    _require_listening("CASESTREAM_PG_URL", host, port)
-    return value
+    return _service_url("CASESTREAM_PG_URL", 5432)
 
 
 @pytest.fixture(scope="session")

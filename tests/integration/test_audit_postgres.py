@@ -10,7 +10,6 @@ mode and swaps in, leaving the journal untouched.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -18,18 +17,16 @@ import psycopg
 import pytest
 from psycopg_pool import ConnectionPool
 from starlette.testclient import TestClient
-from test_case_support import database_url_for, memory_codec, record_of, schema_dsn_for
+from test_case_support import pg_fixtures, record_of
 
 from casestream.auth.tokens import AuthSettings, TokenVerifier, bearer_headers
 from casestream.events.codec import EnvelopeCodec
 from casestream.consumer.batch import BatchProcessor
 from casestream.consumer.records import Record
 from casestream.consumer.settings import ConsumerSettings
-from casestream.migrations import apply_migrations
 from casestream.consumer.deadletters import MemoryDeadLetters
 from casestream.events.envelope import Envelope, new_event
 from casestream.http import EdgePolicy
-from casestream.consumer.inbox import ensure_schema
 from casestream.consumer.processing import ProcessingMode
 from services.audit.adapters.handlers import CONSUMER, build_registry
 from services.audit.adapters.http import build_app
@@ -47,25 +44,7 @@ TENANT = "tenant-x"
 T0 = datetime(2025, 6, 1, 9, 0, tzinfo=UTC)
 
 
-@pytest.fixture(scope="module")
-def dsn(request: pytest.FixtureRequest) -> Iterator[str]:
-    with schema_dsn_for(database_url_for(request), "audit_it") as scoped:
-        assert apply_migrations(scoped, migrations())
-        assert apply_migrations(scoped, migrations()) == []
-        with psycopg.connect(scoped) as conn:
-            ensure_schema(conn)
-        yield scoped
-
-
-@pytest.fixture(scope="module")
-def codec() -> EnvelopeCodec:
-    return memory_codec()
-
-
-@pytest.fixture(scope="module")
-def pool(dsn: str) -> Iterator[ConnectionPool[Any]]:
-    with ConnectionPool(dsn, min_size=1, max_size=4, timeout=5, open=True) as p:
-        yield p
+dsn, codec, pool = pg_fixtures("audit_it", migrations, inbox=True)
 
 
 def ev(event_type: str, aggregate_type: str, aggregate_id: str, version: int, seconds: float,

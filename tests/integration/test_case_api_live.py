@@ -24,9 +24,10 @@ from typing import Any
 import httpx
 import psycopg
 import pytest
-from test_case_api_support import REPO, LiveService, live_case_service
+from test_case_api_support import REPO, LiveService, live_service_fixture
 
 from casestream.auth.tokens import AuthSettings, bearer_headers, mint_token
+from tests.support.case_app import assert_reads_but_cannot_write
 
 pytestmark = pytest.mark.integration
 
@@ -43,12 +44,7 @@ BODY: dict[str, Any] = {"title": "Unlicensed trading", "summary": "Stall without
                         "severity": 4, "evidence_count": 2, "reporter_email": "r@example.org"}
 
 
-@pytest.fixture(scope="module")
-def service(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory,
-            registry_url: str) -> Iterator[LiveService]:
-    with live_case_service(request, tmp_path_factory.mktemp("case-api-live"), registry_url,
-                           LIMITS) as live:
-        yield live
+service = live_service_fixture("case-api-live", LIMITS)
 
 
 @pytest.fixture
@@ -110,12 +106,7 @@ def test_authentication_and_roles(http: httpx.Client) -> None:
 
     case_id = open_case(http, officer(tenant))
     supervisor = officer(tenant, roles=("supervisor",))
-    assert http.get(f"/cases/{case_id}", headers=supervisor).status_code == 200
-    denied = http.post("/cases", json=BODY, headers=supervisor)
-    assert_problem(denied, 403, "forbidden")
-    assert 'error="insufficient_scope"' in denied.headers["www-authenticate"]
-    assert_problem(http.post(f"/cases/{case_id}/submit", json={},
-                             headers={**supervisor, "Idempotency-Key": "k"}), 403, "forbidden")
+    assert_reads_but_cannot_write(http, case_id, supervisor, BODY, assert_problem)
     assert http.get("/openapi.json").status_code == 200  # public
     assert http.get("/readyz").status_code == 200  # public
 

@@ -21,12 +21,13 @@ from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from urllib.parse import urlsplit, urlunsplit
+from typing import Any
 
 import httpx
-import psycopg
 import pytest
 from test_case_support import server_url
+
+from tests.support.databases import created_databases, require_server
 
 from casestream.testing.relay import PrivateKafka, create_topics, free_port
 
@@ -49,26 +50,12 @@ class LiveService:
         return self.log.read_text(errors="replace")[-chars:]
 
 
-def _admin_url(server: str) -> str:
-    return urlunsplit(urlsplit(server)._replace(path="/postgres"))
-
-
 @contextmanager
 def _database(request: pytest.FixtureRequest, prefix: str) -> Iterator[str]:
-    server = server_url(request).rstrip("/")
-    admin = _admin_url(server)
-    try:
-        psycopg.connect(admin, connect_timeout=3).close()
-    except psycopg.OperationalError as e:
-        pytest.fail(f"PostgreSQL not reachable at {server}: {e}", pytrace=False)
+    admin = require_server(server_url(request).rstrip("/"))
     name = f"{prefix}_{uuid.uuid4().hex[:8]}"
-    with psycopg.connect(admin, autocommit=True) as conn:
-        conn.execute(f'CREATE DATABASE "{name}"')
-    try:
+    with created_databases(admin, [name]):
         yield name
-    finally:
-        with psycopg.connect(admin, autocommit=True) as conn:
-            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
 @contextmanager
@@ -104,6 +91,20 @@ def live_case_service(request: pytest.FixtureRequest, workdir: Path, registry_ur
                 _stop(proc)
         finally:
             broker.close()
+
+
+def live_service_fixture(workdir_name: str, env: Mapping[str, str] = {}) -> Any:
+    """A module-scoped fixture ``service``: :func:`live_case_service` with ``env``, its work
+    directory a fresh ``workdir_name`` temporary directory. Assign it as ``service = ...``."""
+
+    @pytest.fixture(scope="module", name="service")
+    def service(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory,
+                registry_url: str) -> Iterator[LiveService]:
+        with live_case_service(request, tmp_path_factory.mktemp(workdir_name), registry_url,
+                               env) as live:
+            yield live
+
+    return service
 
 
 def _wait_ready(service: LiveService, timeout_s: float = 90) -> None:

@@ -21,19 +21,20 @@ import os
 import signal
 import subprocess
 import sys
-import time
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
 
 import httpx
 import psycopg
 import pytest
 from confluent_kafka import Producer
 from test_case_support import server_url
+
+from tests.support.databases import created_databases, require_server
+from tests.support.waiting import wait_for
 
 from casestream.auth.tokens import bearer_headers
 from casestream.events.catalog import load_catalog
@@ -54,29 +55,14 @@ TOPICS = ["outbox.event.case", "outbox.event.saga", "outbox.event.decision",
 TENANT = "tenant-proc"
 
 
-def _admin_url(server: str) -> str:
-    return urlunsplit(urlsplit(server)._replace(path="/postgres"))
-
-
 @pytest.fixture(scope="module")
 def databases(request: pytest.FixtureRequest) -> Iterator[tuple[str, dict[str, str]]]:
     server = server_url(request).rstrip("/")
-    admin = _admin_url(server)
-    try:
-        psycopg.connect(admin, connect_timeout=3).close()
-    except psycopg.OperationalError as e:
-        pytest.fail(f"PostgreSQL not reachable at {server}: {e}", pytrace=False)
+    admin = require_server(server)
     suffix = uuid.uuid4().hex[:8]
     names = {"case": f"case_proc_{suffix}", "audit": f"audit_proc_{suffix}"}
-    with psycopg.connect(admin, autocommit=True) as conn:
-        for name in names.values():
-            conn.execute(f'CREATE DATABASE "{name}"')
-    try:
+    with created_databases(admin, names.values()):
         yield server, names
-    finally:
-        with psycopg.connect(admin, autocommit=True) as conn:
-            for name in names.values():
-                conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
 @pytest.fixture(scope="module")
@@ -130,16 +116,6 @@ class Service:
             self.proc.kill()
             self.proc.wait(10)
         self.proc = None
-
-
-def wait_for(check: Callable[[], Any], timeout_s: float, what: str) -> Any:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        result = check()
-        if result:
-            return result
-        time.sleep(0.2)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 @pytest.fixture(scope="module")

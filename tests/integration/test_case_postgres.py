@@ -9,17 +9,15 @@ from __future__ import annotations
 
 import threading
 import uuid
-from collections.abc import Iterator
 from datetime import timedelta
 from typing import Any
 
 import psycopg
 import pytest
 from psycopg_pool import ConnectionPool
-from test_case_support import database_url_for, memory_codec, schema_dsn_for
+from test_case_support import pg_fixtures
 
 from casestream.events.codec import EnvelopeCodec
-from casestream.migrations import apply_migrations
 from casestream.errors import ConcurrencyError
 from casestream.outbox.writer import OutboxWriter
 from services.case.adapters.postgres import PgUnitOfWork
@@ -45,23 +43,7 @@ TENANT = "tenant-a"
 SUBMIT_ROUTE = "POST /cases/{id}/submit"
 
 
-@pytest.fixture(scope="module")
-def dsn(request: pytest.FixtureRequest) -> Iterator[str]:
-    with schema_dsn_for(database_url_for(request), "case_it") as scoped:
-        assert apply_migrations(scoped, migrations())
-        assert apply_migrations(scoped, migrations()) == []  # idempotent
-        yield scoped
-
-
-@pytest.fixture(scope="module")
-def codec() -> EnvelopeCodec:
-    return memory_codec()
-
-
-@pytest.fixture(scope="module")
-def pool(dsn: str) -> Iterator[ConnectionPool[Any]]:
-    with ConnectionPool(dsn, min_size=1, max_size=8, timeout=5, open=True) as p:
-        yield p
+dsn, codec, pool = pg_fixtures("case_it", migrations, pool_size=8)
 
 
 class Clock(SystemClock):

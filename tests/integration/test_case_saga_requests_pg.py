@@ -9,21 +9,18 @@ changes nothing; requests that can never succeed are dead-lettered.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterator
 from datetime import timedelta
 from typing import Any
 
 import psycopg
 import pytest
 from psycopg_pool import ConnectionPool
-from test_case_support import database_url_for, memory_codec, record_of, schema_dsn_for
+from test_case_support import pg_fixtures, record_of
 
 from casestream.events.codec import EnvelopeCodec
 from casestream.consumer.batch import BatchProcessor
-from casestream.migrations import apply_migrations
 from casestream.consumer.deadletters import MemoryDeadLetters
 from casestream.events.envelope import Envelope, new_event
-from casestream.consumer.inbox import ensure_schema
 from casestream.outbox.writer import OutboxWriter
 from services.case.adapters.postgres import PgUnitOfWork
 from services.case.adapters.saga_requests import CONSUMER
@@ -37,24 +34,7 @@ pytestmark = pytest.mark.integration
 TENANT = "tenant-s"
 
 
-@pytest.fixture(scope="module")
-def dsn(request: pytest.FixtureRequest) -> Iterator[str]:
-    with schema_dsn_for(database_url_for(request), "case_saga_it") as scoped:
-        apply_migrations(scoped, migrations())
-        with psycopg.connect(scoped) as conn:
-            ensure_schema(conn)
-        yield scoped
-
-
-@pytest.fixture(scope="module")
-def codec() -> EnvelopeCodec:
-    return memory_codec()
-
-
-@pytest.fixture(scope="module")
-def pool(dsn: str) -> Iterator[ConnectionPool[Any]]:
-    with ConnectionPool(dsn, min_size=1, max_size=4, timeout=5, open=True) as p:
-        yield p
+dsn, codec, pool = pg_fixtures("case_saga_it", migrations, inbox=True)
 
 
 @pytest.fixture(scope="module")

@@ -4,19 +4,23 @@
   ``search_path`` points at it (dropped afterwards), so these tests run beside others.
 - :func:`memory_codec`: the real Avro codec and catalog over an in-memory schema registry.
 - :func:`record_of`: a Kafka record as the consumer runtime would receive it.
+- :func:`pg_fixtures`: the module fixtures ``dsn`` (a migrated schema), ``codec`` and ``pool``.
 """
 
 from __future__ import annotations
 
 import os
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import datetime
+from pathlib import Path
+from typing import Any
 from urllib.parse import quote, urlsplit, urlunsplit
 
 import psycopg
 import pytest
+from psycopg_pool import ConnectionPool
 
 from casestream.events.catalog import load_catalog
 from casestream.events.codec import EnvelopeCodec
@@ -26,6 +30,8 @@ from casestream.events.registry import InMemoryRegistry
 from services.upcasters import default_upcasters
 from services import schemas_dir
 from casestream.events import open_codec
+from casestream.consumer.inbox import ensure_schema
+from casestream.migrations import Migration, apply_migrations
 
 TEST_DATABASE = "casestream_test"
 
@@ -83,3 +89,35 @@ def record_of(codec: EnvelopeCodec, env: Envelope, *, offset: int,
     return Record(topic=codec.topic_for(env), partition=partition, offset=offset,
                   key=env.aggregate_id.encode(), value=codec.encode(env),
                   headers=tuple(codec.headers(env)), timestamp_ms=ts)
+
+
+def pg_fixtures(prefix: str, migrations: Callable[[], Sequence[Migration | Path]], *, inbox: bool = False,
+                pool_size: int = 4) -> tuple[Any, Any, Any]:
+    """Module-scoped fixtures ``dsn``, ``codec`` and ``pool``, to assign as
+    ``dsn, codec, pool = pg_fixtures(...)`` in a test module.
+
+    ``dsn`` is a fresh schema ``<prefix>_<random>`` with ``migrations()`` applied (asserted to
+    apply, then to be idempotent) and, with ``inbox``, the consumer inbox tables; ``codec`` is
+    :func:`memory_codec`; ``pool`` a connection pool of at most ``pool_size`` over ``dsn``.
+    """
+
+    @pytest.fixture(scope="module", name="dsn")
+    def dsn(request: pytest.FixtureRequest) -> Iterator[str]:
+        with schema_dsn_for(database_url_for(request), prefix) as scoped:
+            assert apply_migrations(scoped, migrations())
+            assert apply_migrations(scoped, migrations()) == []  # idempotent
+            if inbox:
+                with psycopg.connect(scoped) as conn:
+                    ensure_schema(conn)
+            yield scoped
+
+    @pytest.fixture(scope="module", name="codec")
+    def codec() -> EnvelopeCodec:
+        return memory_codec()
+
+    @pytest.fixture(scope="module", name="pool")
+    def pool(dsn: str) -> Iterator[ConnectionPool[Any]]:
+        with ConnectionPool(dsn, min_size=1, max_size=pool_size, timeout=5, open=True) as p:
+            yield p
+
+    return dsn, codec, pool

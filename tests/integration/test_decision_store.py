@@ -14,6 +14,8 @@ from datetime import UTC, datetime
 import psycopg
 import pytest
 
+from tests.support.waiting import run_threads
+
 from casestream.events.codec import EnvelopeCodec
 from casestream.events.envelope import Envelope, new_event
 from casestream.outbox.writer import OutboxWriter
@@ -85,11 +87,7 @@ def test_concurrent_requests_for_one_case_store_one_decision(dsn: str, codec: En
         except BaseException as e:  # noqa: BLE001
             errors.append(e)
 
-    threads = [threading.Thread(target=go, args=(i,)) for i in range(4)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(30)
+    run_threads(go, 4, timeout_s=30)
     # losers either re-announce the stored verdict or hit an optimistic conflict (retried
     # by the consumer runtime); never a second decision
     assert all(type(e).__name__ == "ConcurrencyError" for e in errors)

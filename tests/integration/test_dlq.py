@@ -16,13 +16,7 @@ from click.testing import CliRunner
 from casestream.cli.dlq import dlq
 from casestream.retry import RetryPolicy
 from casestream.testing.consumer import (
-    Harness,
-    committed,
-    create_topic,
-    make_event,
-    produce,
-    produce_events,
-    wait_until,
+    Harness, committed, create_topic, make_event, produce, produce_events, wait_until,
 )
 from casestream.consumer.deadletters import read_topic, redrive
 

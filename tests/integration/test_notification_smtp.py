@@ -21,10 +21,12 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from datetime import UTC, datetime
 from email.message import EmailMessage
 from pathlib import Path
 from types import ModuleType
+from typing import Any
 
 import psycopg
 import pytest
@@ -239,13 +241,22 @@ class CrashingMailer:
         raise Crash("killed after the SMTP 250, before the commit")
 
 
-def test_crash_before_the_smtp_reply_loses_nothing_and_doubles_nothing(
-        dsn: str, sink: Sink, codec: EnvelopeCodec) -> None:
-    record(dsn, codec, requested("case-c1"))
+@contextmanager
+def crashed_once(dsn: str, codec: EnvelopeCodec, sink: Sink, case_id: str,
+                 *, after: bool) -> Iterator[tuple[ConnectionPool[Any], SmtpMailer]]:
+    """Record a notice request for ``case_id`` and crash its first send (``after``: once
+    the sink has the message); yield the pool and the sink's mailer to carry on with."""
+    record(dsn, codec, requested(case_id))
     mailer = SmtpMailer("127.0.0.1", sink.port)
     with ConnectionPool(dsn, min_size=1, max_size=2) as pool:
         with pytest.raises(Crash):
-            worker(pool, dsn, codec, CrashingMailer(mailer, after=False)).run_once()
+            worker(pool, dsn, codec, CrashingMailer(mailer, after=after)).run_once()
+        yield pool, mailer
+
+
+def test_crash_before_the_smtp_reply_loses_nothing_and_doubles_nothing(
+        dsn: str, sink: Sink, codec: EnvelopeCodec) -> None:
+    with crashed_once(dsn, codec, sink, "case-c1", after=False) as (pool, mailer):
         assert status_of(dsn, "case-c1") == ("pending", 0)  # rolled back, still owed
         assert worker(pool, dsn, codec, mailer).drain() == 1
     assert [m["Message-ID"] for m in sink.messages()] == [message_id_for("case-c1")]
@@ -254,11 +265,7 @@ def test_crash_before_the_smtp_reply_loses_nothing_and_doubles_nothing(
 def test_crash_after_the_smtp_reply_is_the_documented_window(
         dsn: str, sink: Sink, codec: EnvelopeCodec) -> None:
     """The one case that duplicates: the duplicate carries the same Message-ID."""
-    record(dsn, codec, requested("case-c2"))
-    mailer = SmtpMailer("127.0.0.1", sink.port)
-    with ConnectionPool(dsn, min_size=1, max_size=2) as pool:
-        with pytest.raises(Crash):
-            worker(pool, dsn, codec, CrashingMailer(mailer, after=True)).run_once()
+    with crashed_once(dsn, codec, sink, "case-c2", after=True) as (pool, mailer):
         assert worker(pool, dsn, codec, mailer).drain() == 1
     ids = [m["Message-ID"] for m in sink.messages()]
     assert ids == [message_id_for("case-c2")] * 2

@@ -15,6 +15,8 @@ import psycopg
 import pytest
 from click.testing import CliRunner
 
+from tests.support.databases import created_databases
+
 from casestream.events.catalog import load_catalog
 from services.saga.adapters.cli_reconcile import SERVICES, reconcile, run_reconcile
 from casestream.events.codec import EnvelopeCodec
@@ -38,18 +40,11 @@ LATER = datetime.now(UTC) + timedelta(hours=1)  # "now" of the job: every plante
 def dbs(pg_url: str) -> Iterator[dict[str, str]]:
     suffix = uuid.uuid4().hex[:8]
     names = {s: f"{s}_rec_{suffix}" for s in SERVICES}
-    with psycopg.connect(f"{pg_url}/postgres", autocommit=True) as conn:
-        for name in names.values():
-            conn.execute(f'CREATE DATABASE "{name}"')
-    apply_migrations(f"{pg_url}/{names['case']}", case_migrations())
-    apply_migrations(f"{pg_url}/{names['saga']}", saga_migrations())
-    apply_migrations(f"{pg_url}/{names['decision']}", [OUTBOX_MIGRATION])
-    try:
+    with created_databases(f"{pg_url}/postgres", names.values()):
+        apply_migrations(f"{pg_url}/{names['case']}", case_migrations())
+        apply_migrations(f"{pg_url}/{names['saga']}", saga_migrations())
+        apply_migrations(f"{pg_url}/{names['decision']}", [OUTBOX_MIGRATION])
         yield names
-    finally:
-        with psycopg.connect(f"{pg_url}/postgres", autocommit=True) as conn:
-            for name in names.values():
-                conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
 @pytest.fixture(scope="module")

@@ -16,6 +16,8 @@ from collections import defaultdict
 import psycopg
 import pytest
 
+from tests.support.waiting import run_threads
+
 from casestream.errors import ConcurrencyError
 from casestream.outbox.writer import OutboxWriter
 from casestream.outbox.relay import OutboxRelay
@@ -251,11 +253,7 @@ def test_three_relays_fifty_writers_every_event_once_in_order(
             except BaseException as ex:  # noqa: BLE001
                 errors.append(ex)
 
-        threads = [threading.Thread(target=writer_thread, args=(s,)) for s in range(50)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
+        run_threads(writer_thread, 50)
         assert errors == []
         wait_for(lambda: count_status(dsn) == {"published": 2000}, 60, "all 2000 published")
     finally:

@@ -8,21 +8,17 @@ shared broker other tests use. Skipped when the jars have not been resolved yet
 
 from __future__ import annotations
 
-import random
-import threading
 import time
-from collections import defaultdict
 from collections.abc import Iterator
 from pathlib import Path
 
 import psycopg
 import pytest
 
-from casestream.outbox.writer import OutboxWriter
 from casestream.outbox.relay import OutboxRelay
-from casestream.testing.relay import JsonCodec, PrivateKafka, create_topics, read_topics
+from casestream.testing.relay import PrivateKafka, create_topics, read_topics
 from test_relay_support import (  # noqa: F401 - fixtures
-    RelayThread, base_dsn, check_order, count_status, dsn, env, settings, wait_for,
+    LoadWriter, RelayThread, base_dsn, check_order, count_status, dsn, settings, wait_for,
 )
 
 pytestmark = pytest.mark.integration
@@ -41,48 +37,13 @@ def private_kafka(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PrivateK
     broker.close()
 
 
-class LoadWriter:
-    """~``rate`` events/s in transactions of 5 over ``aggregates`` aggregates until stopped."""
-
-    def __init__(self, dsn: str, *, rate: float = 200.0, aggregates: int = 50, seed: int = 5) -> None:
-        self.dsn, self.rate, self.aggregates, self.seed = dsn, rate, aggregates, seed
-        self.written: dict[str, list[str]] = defaultdict(list)
-        self.stop = threading.Event()
-        self.error: BaseException | None = None
-        self.thread = threading.Thread(target=self._run, daemon=True)
-        self.thread.start()
-
-    def _run(self) -> None:
-        rng = random.Random(self.seed)
-        writer = OutboxWriter(JsonCodec())
-        try:
-            with psycopg.connect(self.dsn) as conn:
-                while not self.stop.is_set():
-                    envs = []
-                    for _ in range(5):
-                        agg = f"o-{rng.randrange(self.aggregates)}"
-                        envs.append(env(agg, len(self.written[agg]) + 1))
-                        self.written[agg].append(envs[-1].event_id)
-                    with conn.transaction():
-                        writer.append(conn, envs)
-                    time.sleep(5 / self.rate)
-        except BaseException as e:  # noqa: BLE001
-            self.error = e
-
-    def close(self) -> int:
-        self.stop.set()
-        self.thread.join(10)
-        assert self.error is None, repr(self.error)
-        return sum(map(len, self.written.values()))
-
-
 def _outage_run(dsn: str, broker: PrivateKafka, prefix: str, producer_extra: dict, outage_s: float,
                 during_outage=None) -> tuple[RelayThread, dict, int]:
     topic = prefix + "case"
     create_topics(broker.bootstrap, [topic], partitions=6)
     relay = RelayThread(OutboxRelay(dsn, {"bootstrap.servers": broker.bootstrap, **producer_extra},
                                     settings(prefix, batch_size=200), "outage"))
-    load = LoadWriter(dsn)
+    load = LoadWriter(dsn, per_txn=5, aggregates=50, prefix="o-", seed=5, pause_s=5 / 200.0)
     try:
         wait_for(lambda: count_status(dsn).get("published", 0) > 300, 30, "traffic before the outage")
         broker.kill()

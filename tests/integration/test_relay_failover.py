@@ -4,23 +4,19 @@ within the lease, nothing is lost, per-key order holds."""
 from __future__ import annotations
 
 import os
-import random
 import signal
 import subprocess
 import sys
-import threading
 import time
-from collections import defaultdict
 from pathlib import Path
 
 import psycopg
 import pytest
 
-from casestream.outbox.writer import OutboxWriter
 from casestream.outbox.relay import OutboxRelay
-from casestream.testing.relay import JsonCodec, read_topics
+from casestream.testing.relay import read_topics
 from test_relay_support import (  # noqa: F401 - fixtures
-    RelayThread, base_dsn, bootstrap, check_order, count_status, dsn, env, settings, topic_prefix,
+    LoadWriter, RelayThread, base_dsn, bootstrap, check_order, count_status, dsn, settings, topic_prefix,
     wait_for,
 )
 
@@ -36,41 +32,6 @@ def _leases(dsn: str) -> dict[str, int]:
     return dict(rows)
 
 
-class Writer:
-    """Appends events continuously (10 per transaction over 100 aggregates) until stopped."""
-
-    def __init__(self, dsn: str) -> None:
-        self.dsn = dsn
-        self.written: dict[str, list[str]] = defaultdict(list)
-        self.stop = threading.Event()
-        self.error: BaseException | None = None
-        self.thread = threading.Thread(target=self._run, daemon=True)
-        self.thread.start()
-
-    def _run(self) -> None:
-        rng = random.Random(11)
-        writer = OutboxWriter(JsonCodec())
-        try:
-            with psycopg.connect(self.dsn) as conn:
-                while not self.stop.is_set():
-                    envs = []
-                    for _ in range(10):
-                        agg = f"f-{rng.randrange(100)}"
-                        envs.append(env(agg, len(self.written[agg]) + 1))
-                        self.written[agg].append(envs[-1].event_id)
-                    with conn.transaction():
-                        writer.append(conn, envs)
-                    time.sleep(0.01)
-        except BaseException as e:  # noqa: BLE001
-            self.error = e
-
-    def close(self) -> int:
-        self.stop.set()
-        self.thread.join(10)
-        assert self.error is None, repr(self.error)
-        return sum(map(len, self.written.values()))
-
-
 def test_sigkilled_relay_is_taken_over_within_the_lease(
         dsn: str, bootstrap: str, topic_prefix: str, tmp_path: Path) -> None:
     log = open(tmp_path / "relay-a.log", "wb")  # noqa: SIM115
@@ -80,7 +41,7 @@ def test_sigkilled_relay_is_taken_over_within_the_lease(
          "--name", "victim", "--lease-s", str(LEASE_S), "--batch-size", "200",
          "--poll-interval-s", "0.2", "--topic-prefix", topic_prefix],
         stdout=log, stderr=subprocess.STDOUT, env=env_vars)
-    writer = Writer(dsn)
+    writer = LoadWriter(dsn, per_txn=10, aggregates=100, prefix="f-", seed=11, pause_s=0.01)
     survivor: RelayThread | None = None
     try:
         wait_for(lambda: _leases(dsn).get("victim") == 32, 20, "the victim to lease all shards")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import random
 import threading
 import time
 import uuid
@@ -117,6 +118,45 @@ class RelayThread:
         self.thread.join(timeout_s)
         assert not self.thread.is_alive(), f"{self.relay.name} did not stop"
         assert self.error is None, f"{self.relay.name} crashed: {self.error!r}"
+
+
+class LoadWriter:
+    """Appends events in transactions of ``per_txn`` over ``aggregates`` aggregates
+    (ids ``<prefix><n>``), pausing ``pause_s`` between transactions, until closed."""
+
+    def __init__(self, dsn: str, *, per_txn: int, aggregates: int, prefix: str, seed: int,
+                 pause_s: float) -> None:
+        self.dsn, self.per_txn, self.aggregates = dsn, per_txn, aggregates
+        self.prefix, self.seed, self.pause_s = prefix, seed, pause_s
+        self.written: dict[str, list[str]] = defaultdict(list)
+        self.stop = threading.Event()
+        self.error: BaseException | None = None
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        rng = random.Random(self.seed)
+        writer = OutboxWriter(JsonCodec())
+        try:
+            with psycopg.connect(self.dsn) as conn:
+                while not self.stop.is_set():
+                    envs = []
+                    for _ in range(self.per_txn):
+                        agg = f"{self.prefix}{rng.randrange(self.aggregates)}"
+                        envs.append(env(agg, len(self.written[agg]) + 1))
+                        self.written[agg].append(envs[-1].event_id)
+                    with conn.transaction():
+                        writer.append(conn, envs)
+                    time.sleep(self.pause_s)
+        except BaseException as e:  # noqa: BLE001
+            self.error = e
+
+    def close(self) -> int:
+        """Stop, assert the writer did not fail, and return how many events it wrote."""
+        self.stop.set()
+        self.thread.join(10)
+        assert self.error is None, repr(self.error)
+        return sum(map(len, self.written.values()))
 
 
 def check_order(records: list[Record], expected: dict[tuple[str, str], list[str]],

@@ -82,6 +82,17 @@ class World:
         assert rt.ready.wait(30), "live consumer got no assignment"
         return rt
 
+    def run_live_until(self, name: str, applied: int) -> Any:
+        """Create projection ``name``'s live tables, run it live until it has taken
+        ``applied`` events, stop every live runtime; return the projection's spec."""
+        spec = self.spec(name)
+        with psycopg.connect(self.dsn, autocommit=True) as conn:
+            spec.create_tables(conn, spec.live_names())
+        rt = self.start_live(spec)
+        wait_until(lambda: _caught_up(rt, applied))
+        self.stop_all()
+        return spec
+
     def stop_all(self) -> None:
         for _rt, thread, stop in self.threads:
             stop.set()
@@ -256,12 +267,7 @@ def test_sigkill_mid_replay_leaves_live_untouched_and_rerun_resumes(
         world: World, registry_url: str, workers: int) -> None:
     cases, decisions = history(120)
     world.produce(cases, decisions)
-    dash = world.spec("case.dashboard")
-    with psycopg.connect(world.dsn, autocommit=True) as conn:
-        dash.create_tables(conn, dash.live_names())
-    rd = world.start_live(dash)
-    wait_until(lambda: _caught_up(rd, len(cases)))
-    world.stop_all()
+    dash = world.run_live_until("case.dashboard", len(cases))
     live = table_rows(world.dsn, "case_dashboard", "case_id")
     args = [sys.executable, str(SUPPORT), "--projection", "case.dashboard", "--dsn", world.dsn,
             "--bootstrap", world.bootstrap, "--topic", world.case_topic,
@@ -380,12 +386,7 @@ def test_changed_handler_with_new_column_is_filled_for_all_history(world: World)
 
     cases, decisions = history(40)
     world.produce(cases, decisions)
-    stats = world.spec("decision.statistics")
-    with psycopg.connect(world.dsn, autocommit=True) as conn:
-        stats.create_tables(conn, stats.live_names())
-    rt = world.start_live(stats)
-    wait_until(lambda: _caught_up(rt, len(decisions)))
-    world.stop_all()
+    stats = world.run_live_until("decision.statistics", len(decisions))
 
     # version 2 of the projection: a new column penalty_band computed by the handler
     def create_tables(conn: Any, names: Any) -> None:

@@ -25,7 +25,7 @@ import os
 import re
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -34,6 +34,9 @@ import httpx
 import psycopg
 import pytest
 from confluent_kafka import Producer
+
+from tests.support.databases import created_databases
+from tests.support.waiting import wait_for
 
 from casestream.auth.tokens import bearer_headers
 from casestream.events.catalog import load_catalog
@@ -83,15 +86,8 @@ def kafka(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PrivateKafka]:
 def databases(pg_url: str) -> Iterator[dict[str, str]]:
     suffix = uuid.uuid4().hex[:8]
     names = {s: f"{s}_sagaproc_{suffix}" for s in SERVICES}
-    with psycopg.connect(f"{pg_url}/postgres", autocommit=True) as conn:
-        for name in names.values():
-            conn.execute(f'CREATE DATABASE "{name}"')
-    try:
+    with created_databases(f"{pg_url}/postgres", names.values()):
         yield names
-    finally:
-        with psycopg.connect(f"{pg_url}/postgres", autocommit=True) as conn:
-            for name in names.values():
-                conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
 @pytest.fixture(scope="module")
@@ -128,17 +124,6 @@ def stack(kafka: PrivateKafka, databases: dict[str, str], pg_url: str, registry_
 
 def url(stack: ServiceStack, service: str, path: str) -> str:
     return f"http://127.0.0.1:{stack.env[f'CASESTREAM_{service.upper()}_PORT']}{path}"
-
-
-def wait_for(check: Callable[[], Any], timeout_s: float, what: str) -> Any:
-    deadline = time.monotonic() + timeout_s
-    last: Any = None
-    while time.monotonic() < deadline:
-        last = check()
-        if last:
-            return last
-        time.sleep(0.3)
-    raise AssertionError(f"timed out after {timeout_s} s waiting for {what} (last: {last!r})")
 
 
 def submit(stack: ServiceStack, title: str, *, severity: int = 4, evidence: int = 1,
@@ -178,6 +163,14 @@ def wait_state(stack: ServiceStack, case_id: str, states: set[str],
         saga = saga_of(stack, case_id)
         return saga if saga is not None and saga["state"] in states else None
     return wait_for(check, timeout_s, f"saga of case {case_id} in {sorted(states)}")
+
+
+def compensation_of(stack: ServiceStack, title: str, return_rounds: int) -> tuple[str, dict[str, Any]]:
+    """Submit a case titled ``title`` and wait, for up to ``return_rounds`` compensation
+    deadlines, until its saga is COMPENSATED or COMPENSATION_FAILED: (case id, saga)."""
+    case_id = submit(stack, title)
+    return case_id, wait_state(stack, case_id, {"COMPENSATED", "COMPENSATION_FAILED"},
+                               timeout_s=60 + return_rounds * RETURN_DEADLINE_S)
 
 
 def case_status(stack: ServiceStack, case_id: str) -> str:
@@ -351,9 +344,7 @@ def test_decision_failure_compensates(stack: ServiceStack) -> None:
 
 def test_compensation_failing_twice_then_succeeding_compensates(
         stack: ServiceStack, pg_url: str, databases: dict[str, str]) -> None:
-    case_id = submit(stack, "Flaky return [fail-decision] [fail-compensation:2]")
-    saga = wait_state(stack, case_id, {"COMPENSATED", "COMPENSATION_FAILED"},
-                      timeout_s=60 + 3 * RETURN_DEADLINE_S)
+    case_id, saga = compensation_of(stack, "Flaky return [fail-decision] [fail-compensation:2]", 3)
     assert saga["state"] == "COMPENSATED"
     assert [t[1] for t in triggers(saga)].count("retried") == 2
     assert case_status(stack, case_id) == "returned"
@@ -363,9 +354,7 @@ def test_compensation_failing_twice_then_succeeding_compensates(
 
 def test_compensation_failing_always_ends_in_compensation_failed_with_an_alert(
         stack: ServiceStack, pg_url: str, databases: dict[str, str]) -> None:
-    case_id = submit(stack, "Stuck return [fail-decision] [fail-compensation]")
-    saga = wait_state(stack, case_id, {"COMPENSATED", "COMPENSATION_FAILED"},
-                      timeout_s=60 + 4 * RETURN_DEADLINE_S)
+    case_id, saga = compensation_of(stack, "Stuck return [fail-decision] [fail-compensation]", 4)
     assert saga["state"] == "COMPENSATION_FAILED"
     assert saga["deadline"] is None  # nothing pending: never stuck in COMPENSATING
     assert case_status(stack, case_id) == "submitted"

@@ -18,11 +18,10 @@ from __future__ import annotations
 import subprocess
 import sys
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from test_case_api_support import LiveService, live_case_service
+from test_case_api_support import LiveService, live_service_fixture
 
 from casestream.auth.tokens import dev_token
 
@@ -40,12 +39,7 @@ HIGH_LIMITS = {
 }
 
 
-@pytest.fixture(scope="module")
-def service(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory,
-            registry_url: str) -> Iterator[LiveService]:
-    with live_case_service(request, tmp_path_factory.mktemp("schemathesis-case"), registry_url,
-                           HIGH_LIMITS) as live:
-        yield live
+service = live_service_fixture("schemathesis-case", HIGH_LIMITS)
 
 
 def test_schemathesis_finds_no_5xx_and_no_contract_violation(service: LiveService,

@@ -19,15 +19,8 @@ from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from jwt.utils import base64url_encode
 
 from casestream.auth.tokens import (
-    DEV_JWT_KEY,
-    AccessDenied,
-    AuthSettings,
-    InvalidToken,
-    Principal,
-    TokenVerifier,
-    bearer_headers,
-    dev_token,
-    mint_token,
+    DEV_JWT_KEY, AccessDenied, AuthSettings, InvalidToken, Principal, TokenVerifier,
+    bearer_headers, dev_token, mint_token,
 )
 from casestream.cli.token import token as token_command
 from casestream.errors import ConfigError

@@ -8,9 +8,7 @@ key (``casestream.auth.tokens.bearer_headers``); auth itself is tested in ``test
 
 from __future__ import annotations
 
-import itertools
 import uuid
-from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
@@ -19,21 +17,13 @@ from starlette.testclient import TestClient
 from casestream.auth.tokens import AuthSettings, TokenVerifier, bearer_headers
 from casestream.http import EdgePolicy
 from services.case.adapters.http.app import build_app
-from services.case.adapters.memory import InMemoryStore, InMemoryUnitOfWork
-from services.case.application import CaseService
+from services.case.adapters.memory import InMemoryStore
+from tests.support.case_app import BODY, memory_case_service
 
 pytestmark = pytest.mark.unit
 
 H = bearer_headers("tenant-a", subject="officer-1")
 OTHER_TENANT = bearer_headers("tenant-b", subject="officer-9")
-BODY: dict[str, Any] = {"title": "Unlicensed trading", "summary": "Stall without licence",
-                        "severity": 4, "evidence_count": 2,
-                        "reporter_email": "inspector@example.org"}
-
-
-class Clock:
-    def now(self) -> datetime:
-        return datetime(2025, 5, 1, tzinfo=UTC)
 
 
 @pytest.fixture
@@ -43,10 +33,7 @@ def store() -> InMemoryStore:
 
 @pytest.fixture
 def client(store: InMemoryStore) -> TestClient:
-    counter = itertools.count(1)
-    service = CaseService(uow=lambda: InMemoryUnitOfWork(store), clock=Clock(),
-                          new_id=lambda: str(uuid.UUID(int=next(counter))),
-                          idempotency_ttl=timedelta(hours=1))
+    service = memory_case_service(store)
     edge = EdgePolicy(verifier=TokenVerifier(AuthSettings()))
     return TestClient(build_app(service, edge=edge, max_body_bytes=2048),
                       raise_server_exceptions=False)

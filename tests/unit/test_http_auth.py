@@ -7,11 +7,10 @@ and write route, public probe and OpenAPI paths, counters.
 
 from __future__ import annotations
 
-import itertools
 import time
 import uuid
 from collections.abc import Iterator
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
@@ -26,8 +25,8 @@ from casestream.http import EdgePolicy, edge_middleware, principal_of, requires
 from services.audit.adapters.http import build_app as build_audit_app
 from services.audit.application import CaseTimeline, TimelineEvent
 from services.case.adapters.http.app import build_app
-from services.case.adapters.memory import InMemoryStore, InMemoryUnitOfWork
-from services.case.application import CaseService
+from services.case.adapters.memory import InMemoryStore
+from tests.support.case_app import BODY, assert_reads_but_cannot_write, memory_case_service
 
 pytestmark = pytest.mark.unit
 
@@ -37,14 +36,6 @@ OFFICER_A = bearer_headers("tenant-a", subject="officer-a")
 OFFICER_B = bearer_headers("tenant-b", subject="officer-b")
 SUPERVISOR_A = bearer_headers("tenant-a", ("supervisor",), subject="sup-a")
 NO_ROLE_A = bearer_headers("tenant-a", (), subject="nobody")
-BODY: dict[str, Any] = {"title": "Unlicensed trading", "summary": "Stall without licence",
-                        "severity": 4, "evidence_count": 2,
-                        "reporter_email": "inspector@example.org"}
-
-
-class Clock:
-    def now(self) -> datetime:
-        return datetime(2025, 5, 1, tzinfo=UTC)
 
 
 @pytest.fixture
@@ -54,10 +45,7 @@ def store() -> InMemoryStore:
 
 @pytest.fixture
 def client(store: InMemoryStore) -> Iterator[TestClient]:
-    counter = itertools.count(1)
-    service = CaseService(uow=lambda: InMemoryUnitOfWork(store), clock=Clock(),
-                          new_id=lambda: str(uuid.UUID(int=next(counter))),
-                          idempotency_ttl=timedelta(hours=1))
+    service = memory_case_service(store)
     with TestClient(build_app(service, edge=EDGE), raise_server_exceptions=False) as c:
         yield c
 
@@ -148,12 +136,7 @@ class TestRoles:
     def test_supervisor_reads_but_does_not_open_or_submit(self, client: TestClient,
                                                           store: InMemoryStore) -> None:
         case_id = opened(client)
-        assert client.get(f"/cases/{case_id}", headers=SUPERVISOR_A).status_code == 200
-        response = client.post("/cases", json=BODY, headers=SUPERVISOR_A)
-        problem(response, 403, "forbidden")
-        assert 'error="insufficient_scope"' in response.headers["www-authenticate"]
-        problem(client.post(f"/cases/{case_id}/submit", json={},
-                            headers={**SUPERVISOR_A, "Idempotency-Key": "k"}), 403, "forbidden")
+        assert_reads_but_cannot_write(client, case_id, SUPERVISOR_A, BODY, problem)
         assert [e.event_type for e in store.outbox] == ["CaseOpened"]
 
     def test_token_without_roles_can_do_nothing(self, client: TestClient) -> None:

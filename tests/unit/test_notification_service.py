@@ -46,6 +46,13 @@ def world():
     return clock, sender, MemoryNoticeStore(), FakeMailer(), MemorySink()
 
 
+def request_failing(world, failures: list[MailError]) -> None:
+    """Record one notice request, its mailer failing with ``failures`` in turn."""
+    clock, _, store, mailer, sink = world
+    mailer.failures = failures
+    record_request(store, sink, requested(), clock=clock)
+
+
 def test_request_is_recorded_pending_and_nothing_is_sent_by_the_handler(world) -> None:
     clock, _, store, mailer, sink = world
     req = requested()
@@ -96,8 +103,7 @@ def test_pending_notice_is_readdressed_to_the_newest_saga(world) -> None:
 
 def test_transient_failures_are_retried_with_backoff_then_succeed(world) -> None:
     clock, sender, store, mailer, sink = world
-    mailer.failures = [MailError("421 busy", permanent=False)]
-    record_request(store, sink, requested(), clock=clock)
+    request_failing(world, [MailError("421 busy", permanent=False)])
     pending = sender.send_next(store, mailer, sink)
     assert pending is not None and pending.status is NoticeStatus.PENDING
     assert pending.attempts == 1 and pending.next_attempt_at == T0 + timedelta(seconds=1)
@@ -110,8 +116,7 @@ def test_transient_failures_are_retried_with_backoff_then_succeed(world) -> None
 
 def test_retries_are_bounded_then_notice_failed(world) -> None:
     clock, sender, store, mailer, sink = world
-    mailer.failures = [MailError("connection refused", permanent=False)] * 3
-    record_request(store, sink, requested(), clock=clock)
+    request_failing(world, [MailError("connection refused", permanent=False)] * 3)
     for _ in range(3):
         sender.send_next(store, mailer, sink)
         clock.now += timedelta(seconds=30)
@@ -124,8 +129,7 @@ def test_retries_are_bounded_then_notice_failed(world) -> None:
 
 def test_permanent_smtp_failure_fails_at_once(world) -> None:
     clock, sender, store, mailer, sink = world
-    mailer.failures = [MailError("550 no such user", permanent=True)]
-    record_request(store, sink, requested(), clock=clock)
+    request_failing(world, [MailError("550 no such user", permanent=True)])
     failed = sender.send_next(store, mailer, sink)
     assert failed is not None and failed.status is NoticeStatus.FAILED
     assert sink.events[0].event_type == "NoticeFailed"

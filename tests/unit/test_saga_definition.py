@@ -8,19 +8,8 @@ from datetime import timedelta
 import pytest
 
 from services.saga.domain import (
-    CASE_REVIEW,
-    DEADLINE,
-    DefinitionError,
-    Request,
-    RetryPolicy,
-    SagaDefinition,
-    State,
-    StateKind,
-    Step,
-    StepKind,
-    Transition,
-    case_review_saga,
-    fields,
+    CASE_REVIEW, DEADLINE, DefinitionError, Request, RetryPolicy, SagaDefinition, State,
+    StateKind, Step, StepKind, Transition, case_review_saga, fields,
 )
 
 pytestmark = pytest.mark.unit

@@ -14,16 +14,15 @@ live ``audit.journal`` consumer exact (see ``casestream.replay.engine``).
 
 from __future__ import annotations
 
-import json
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from datetime import datetime
 from typing import Any
 
 from psycopg import sql
 
 from casestream.events import Envelope
-from casestream.consumer import HandlerContext, HandlerKind, HandlerRegistry
-from casestream.replay import ProjectionSpec, TableNames
+from casestream.consumer import HandlerRegistry
+from casestream.replay import ProjectionSpec, TableNames, json_batch_registry
 
 from services.audit.adapters import handlers
 from services.audit.adapters.projection import (
@@ -64,10 +63,6 @@ ON CONFLICT (event_id) DO NOTHING
 """
 
 
-def _iso(value: Any) -> str:
-    if isinstance(value, datetime):
-        return value.isoformat()
-    raise TypeError(f"not JSON serialisable: {type(value).__name__}")
 
 
 def timeline_row(event: Envelope) -> tuple[Any, ...] | None:
@@ -90,17 +85,9 @@ def timeline_row(event: Envelope) -> tuple[Any, ...] | None:
 def batch_registry(names: TableNames, event_types: Iterable[str]) -> HandlerRegistry:
     """One PROJECTION batch handler for every event type writing ``names[case_timeline]``."""
     insert = sql.SQL(_BATCH_INSERT).format(t=sql.Identifier(names[LIVE_TIMELINE]))
-
-    def project(ctx: HandlerContext, events: Sequence[Envelope]) -> None:
-        rows = [r for r in map(timeline_row, events) if r is not None]
-        if rows:
-            ctx.conn.execute(insert, (json.dumps(rows, default=_iso),))
-
-    project.__qualname__ = f"audit.timeline[{names[LIVE_TIMELINE]}]"
-    reg = HandlerRegistry()
-    for event_type in sorted({*KNOWN_EVENT_TYPES, *event_types}):
-        reg.add_batch(event_type, project, kind=HandlerKind.PROJECTION)
-    return reg
+    return json_batch_registry(f"audit.timeline[{names[LIVE_TIMELINE]}]", insert,
+                               lambda events: [r for r in map(timeline_row, events) if r is not None],
+                               sorted({*KNOWN_EVENT_TYPES, *event_types}))
 
 
 def freshness(conn: Any, names: TableNames) -> datetime | None:

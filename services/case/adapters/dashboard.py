@@ -15,7 +15,6 @@ CaseClosed → closed (with outcome), CaseReturned → returned (``services.case
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable, Sequence
 from datetime import datetime
 from typing import Any
@@ -23,8 +22,8 @@ from typing import Any
 from psycopg import sql
 
 from casestream.events import Envelope
-from casestream.consumer import HandlerContext, HandlerKind, HandlerRegistry
-from casestream.replay import ProjectionSpec, TableNames
+from casestream.consumer import HandlerRegistry
+from casestream.replay import ProjectionSpec, TableNames, json_batch_registry
 
 NAME = "case.dashboard"
 CONSUMER = "case.dashboard"
@@ -113,26 +112,10 @@ def fold(events: Sequence[Envelope]) -> list[tuple[Any, ...]]:
     return [tuple(r) for r in rows.values()]
 
 
-def _iso(value: Any) -> str:
-    if isinstance(value, datetime):
-        return value.isoformat()
-    raise TypeError(f"not JSON serialisable: {type(value).__name__}")
-
-
 def registry(names: TableNames, event_types: Iterable[str] = ()) -> HandlerRegistry:
     """PROJECTION batch handlers writing ``names[case_dashboard]`` (one statement per run)."""
     upsert = sql.SQL(_UPSERT).format(t=sql.Identifier(names[TABLE]))
-
-    def project(ctx: HandlerContext, events: Sequence[Envelope]) -> None:
-        rows = fold(events)
-        if rows:  # one JSON parameter: json.dumps is C, psycopg's array adaptation is Python
-            ctx.conn.execute(upsert, (json.dumps(rows, default=_iso),))
-
-    project.__qualname__ = f"case.dashboard[{names[TABLE]}]"
-    reg = HandlerRegistry()
-    for event_type in STATUS_OF:
-        reg.add_batch(event_type, project, kind=HandlerKind.PROJECTION)
-    return reg
+    return json_batch_registry(f"case.dashboard[{names[TABLE]}]", upsert, fold, STATUS_OF)
 
 
 def summary(conn: Any, table: str = TABLE) -> list[tuple[str, str, int, datetime]]:

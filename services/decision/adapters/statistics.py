@@ -11,16 +11,15 @@ on ``outbox.event.decision`` (wired in ``bootstrap``); rebuild:
 
 from __future__ import annotations
 
-import json
-from collections.abc import Iterable, Sequence
-from datetime import date, datetime, timezone
+from collections.abc import Iterable
+from datetime import datetime, timezone
 from typing import Any
 
 from psycopg import sql
 
 from casestream.events import Envelope
-from casestream.consumer import HandlerContext, HandlerKind, HandlerRegistry
-from casestream.replay import ProjectionSpec, TableNames
+from casestream.consumer import HandlerRegistry
+from casestream.replay import ProjectionSpec, TableNames, json_batch_registry
 
 NAME = "decision.statistics"
 CONSUMER = "decision.statistics"
@@ -82,26 +81,12 @@ def fact(e: Envelope) -> tuple[Any, ...] | None:
             p.get("violation_code"), penalty, e.occurred_at, day)
 
 
-def _iso(value: Any) -> str:
-    if isinstance(value, (datetime, date)):
-        return value.isoformat()
-    raise TypeError(f"not JSON serialisable: {type(value).__name__}")
-
-
 def registry(names: TableNames, event_types: Iterable[str] = ()) -> HandlerRegistry:
     """PROJECTION batch handlers writing ``names[decision_statistics]``."""
     insert = sql.SQL(_INSERT).format(t=sql.Identifier(names[TABLE]))
-
-    def project(ctx: HandlerContext, events: Sequence[Envelope]) -> None:
-        rows = [r for r in map(fact, events) if r is not None]
-        if rows:  # one JSON parameter: json.dumps is C, psycopg's array adaptation is Python
-            ctx.conn.execute(insert, (json.dumps(rows, default=_iso),))
-
-    project.__qualname__ = f"decision.statistics[{names[TABLE]}]"
-    reg = HandlerRegistry()
-    for event_type in OUTCOME_OF:
-        reg.add_batch(event_type, project, kind=HandlerKind.PROJECTION)
-    return reg
+    return json_batch_registry(f"decision.statistics[{names[TABLE]}]", insert,
+                               lambda events: [r for r in map(fact, events) if r is not None],
+                               OUTCOME_OF)
 
 
 def totals(conn: Any, period: str = "day", table: str = TABLE) -> list[tuple[Any, ...]]:

@@ -26,7 +26,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from casestream.auth import ROLE_OFFICER, ROLE_SUPERVISOR
-from casestream.http import EdgePolicy, principal_of, problem_response, requires
+from casestream.http import EdgePolicy, limit_param, principal_of, problem_response, requires
 from casestream.http import edge_app, guarded
 from services.notification.domain.notice import Notice, NoticeStatus
 
@@ -93,14 +93,9 @@ def build_app(queries: NoticeQueries, *, edge: EdgePolicy) -> Starlette:
             return problem_response(400, "invalid_status", "Invalid status",
                                     f"status must be one of {sorted(statuses)}", instance=path,
                                     extra={"field": "status"})
-        try:
-            limit = int(request.query_params.get("limit", "100"))
-        except ValueError:
-            limit = -1
-        if not 1 <= limit <= 1000:
-            return problem_response(400, "invalid_limit", "Invalid limit",
-                                    "limit must be an integer in 1..1000", instance=path,
-                                    extra={"field": "limit"})
+        limit = limit_param(request)
+        if isinstance(limit, Response):
+            return limit
         notices = await _read(request, lambda: queries.list(tenant_id=tenant, status=status,
                                                             limit=limit))
         if isinstance(notices, Response):

@@ -40,7 +40,7 @@ from starlette.routing import Route
 
 from casestream.auth import ROLE_OFFICER, ROLE_SUPERVISOR
 from casestream.errors import ConcurrencyError
-from casestream.http import EdgePolicy, principal_of, problem_response, requires
+from casestream.http import EdgePolicy, limit_param, principal_of, problem_response, requires
 from casestream.http import edge_app, guarded
 from services.saga.application.orchestrator import Orchestrator
 from services.saga.application.ports import SagaQueries
@@ -140,14 +140,9 @@ def build_routes(queries: SagaQueries, orchestrator: Orchestrator, resolver: Res
         if not 0 <= grace_s <= 7 * 86400:
             return problem(400, "invalid_grace", "Invalid grace", "grace_s must be a number of "
                            "seconds in 0..604800", instance=path, field="grace_s")
-        try:
-            limit = int(request.query_params.get("limit", "100"))
-        except ValueError:
-            limit = -1
-        if not 1 <= limit <= STUCK_LIMIT:
-            return problem(400, "invalid_limit", "Invalid limit",
-                           f"limit must be an integer in 1..{STUCK_LIMIT}", instance=path,
-                           field="limit")
+        limit = limit_param(request, most=STUCK_LIMIT)
+        if isinstance(limit, Response):
+            return limit
         now = clock()
         sagas = await _guarded(request, lambda: find_stuck(
             queries, definition, now=now, grace=timedelta(seconds=grace_s), tenant_id=tenant,
@@ -200,13 +195,9 @@ def build_routes(queries: SagaQueries, orchestrator: Orchestrator, resolver: Res
             return problem(400, "invalid_state", "Invalid state",
                            f"state must be one of {sorted(states)}", instance=path,
                            field="state")
-        try:
-            limit = int(request.query_params.get("limit", "100"))
-        except ValueError:
-            limit = -1
-        if not 1 <= limit <= 1000:
-            return problem(400, "invalid_limit", "Invalid limit",
-                           "limit must be an integer in 1..1000", instance=path, field="limit")
+        limit = limit_param(request)
+        if isinstance(limit, Response):
+            return limit
         case_id = request.query_params.get("case_id")
         sagas = await _guarded(request, lambda: queries.list(
             tenant_id=tenant, state=state, case_id=case_id, limit=limit))

@@ -6,17 +6,8 @@ Public names are re-exported here.
 
 from services.saga.domain.case_review import CASE_REVIEW, case_review_saga
 from services.saga.domain.definition import (
-    DEADLINE,
-    RESOLVE,
-    Request,
-    RetryPolicy,
-    SagaDefinition,
-    State,
-    StateKind,
-    Step,
-    StepKind,
-    Transition,
-    fields,
+    DEADLINE, RESOLVE, Request, RetryPolicy, SagaDefinition, State, StateKind, Step, StepKind,
+    Transition, fields,
 )
 from services.saga.domain.engine import (
     Disposition,

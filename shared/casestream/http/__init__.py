@@ -2,7 +2,8 @@
 
 Bearer-token authentication and role checks (``authn``), load shedding (``shedding``),
 per-tenant and per-client rate limiting (``ratelimit``), request deadlines (``deadline``,
-and ``pgdeadline`` for PostgreSQL), problem+json answers (``problem``), counters,
+and ``pgdeadline`` for PostgreSQL), problem+json answers and the list routes' ``limit``
+parameter (``problem``), counters,
 ``edge`` which assembles them in order for a service's app, and ``app`` (imported on its
 own: the app behind the edge, its 404/405 handler, the 503 guard around blocking reads).
 ``edge_app``/``guarded`` (app) and ``DeadlinePool`` (pgdeadline: psycopg) are re-exported lazily.
@@ -33,7 +34,7 @@ from casestream.http.deadline import (
     deadline_scope,
 )
 from casestream.http.edge import EdgePolicy, edge_middleware, edge_policy
-from casestream.http.problem import PROBLEM_JSON, problem_response
+from casestream.http.problem import PROBLEM_JSON, limit_param, problem_response
 from casestream.http.ratelimit import RateLimit, RateLimiter, RateLimitMiddleware
 from casestream.http.shedding import LoadShedMiddleware
 
@@ -50,8 +51,8 @@ __all__ = [
     "PUBLIC_PATHS", "PROBLEM_JSON", "BearerAuthMiddleware", "Deadline", "DeadlineExceeded",
     "DeadlineMiddleware", "EdgeCounters", "EdgePolicy", "LoadShedMiddleware", "RateLimit",
     "RateLimitMiddleware", "RateLimiter", "current_deadline", "deadline_scope",
-    "edge_middleware", "edge_policy", "forbidden", "principal_of", "problem_response", "requires",
-    "unauthorized",
+    "edge_middleware", "edge_policy", "forbidden", "limit_param", "principal_of",
+    "problem_response", "requires", "unauthorized",
 ]
 
 

@@ -29,3 +29,18 @@ def problem_response(status: int, code: str, title: str, detail: str, *,
     body.update(extra or {})
     return JSONResponse(body, status_code=status, headers=dict(headers or {}),
                         media_type=PROBLEM_JSON)
+
+
+def limit_param(request: Any, *, default: int = 100, most: int = 1000) -> int | JSONResponse:
+    """The ``limit`` query parameter of a list route (``default`` when absent), or, unless it
+    is an integer in ``1..most``, the 400 problem ``invalid_limit`` (member ``field``:
+    ``"limit"``) to return instead."""
+    try:
+        limit = int(request.query_params.get("limit", str(default)))
+    except ValueError:
+        limit = -1
+    if not 1 <= limit <= most:
+        return problem_response(400, "invalid_limit", "Invalid limit",
+                                f"limit must be an integer in 1..{most}",
+                                instance=request.url.path, extra={"field": "limit"})
+    return limit

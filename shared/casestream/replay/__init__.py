@@ -10,7 +10,8 @@ Public API::
     replayer.plan(ReplayOptions(...))   # --dry-run
     replayer.run(ReplayOptions(...))    # rebuild, swap, hand over
 
-Modules: ``projection`` (what a rebuildable projection declares; catalog by name),
+Modules: ``projection`` (what a rebuildable projection declares; catalog by name; the
+JSON-batch PROJECTION handlers),
 ``engine`` (phases), ``applier`` (guard + REPLAY dispatch, no I/O of its own),
 ``checkpoint`` (PostgreSQL checkpoint tables), ``source`` (Kafka reading), ``positions``
 (``--from``/``--to``), ``progress`` (terminal / plain progress lines), ``status``
@@ -24,6 +25,7 @@ from casestream.replay.progress import Progress, ProgressReporter
 from casestream.replay.projection import (
     ProjectionSpec,
     TableNames,
+    json_batch_registry,
     known_projections,
     load_projection,
     replay_handlers,
@@ -32,5 +34,5 @@ from casestream.replay.projection import (
 __all__ = [
     "EndSpec", "Plan", "Progress", "ProgressReporter", "ProjectionSpec",
     "ReplayConfigError", "ReplayError", "ReplayHandlerError", "ReplayOptions", "ReplayResult",
-    "Replayer", "StartSpec", "TableNames", "known_projections", "load_projection", "parse_from", "parse_to", "replay_handlers",
+    "Replayer", "StartSpec", "TableNames", "json_batch_registry", "known_projections", "load_projection", "parse_from", "parse_to", "replay_handlers",
 ]

@@ -21,9 +21,10 @@ must change nothing for them.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+import json
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import date, datetime
 from typing import Any
 
 from casestream.consumer.handlers import HandlerKind, HandlerRegistry
@@ -128,3 +129,31 @@ def replay_handlers(registry: HandlerRegistry, name: str) -> HandlerRegistry:
     if runnable == 0:
         raise ReplayConfigError(f"projection {name}: no PROJECTION handler to replay")
     return registry
+
+
+def json_batch_registry(name: str, statement: Any, rows_of: Callable[[Sequence[Any]], list[Any]],
+                        event_types: Iterable[str]) -> HandlerRegistry:
+    """PROJECTION batch handlers, one per type in ``event_types``, that run ``statement``
+    (SQL with one parameter) once per batch of events with ``rows_of(events)`` as one JSON
+    array (dates and datetimes in ISO 8601); a batch without rows runs nothing.
+
+    One parameter keeps a batch one round trip (``json.dumps`` is C; psycopg's array
+    adaptation is Python). ``name`` is the handler's qualified name in logs and errors.
+    """
+
+    def project(ctx: Any, events: Sequence[Any]) -> None:
+        rows = rows_of(events)
+        if rows:
+            ctx.conn.execute(statement, (json.dumps(rows, default=_iso),))
+
+    project.__qualname__ = name
+    registry = HandlerRegistry()
+    for event_type in event_types:
+        registry.add_batch(event_type, project, kind=HandlerKind.PROJECTION)
+    return registry
+
+
+def _iso(value: Any) -> str:
+    if isinstance(value, date):
+        return value.isoformat()
+    raise TypeError(f"not JSON serialisable: {type(value).__name__}")
