@@ -35,5 +35,6 @@ def build(settings: AuditSettings | None = None) -> ServiceProcess:
     """
     b = ServiceBuilder(SERVICE, settings, migrations=MIGRATIONS, schemas=schemas_dir())
     b.consumer(handlers.CONSUMER, handlers.TOPICS,
-               handlers.build_registry(event_types={*KNOWN_EVENT_TYPES, *b.catalog.event_types}))
+               handlers.build_registry(event_types={*KNOWN_EVENT_TYPES, *b.catalog.event_types}),
+               pipeline=True)
     return b.build(app=build_app(PgTimelineReader(b.request_pool), edge=b.edge), ready_table="case_timeline")

@@ -79,8 +79,8 @@ def build(settings: CaseSettings | None = None) -> ServiceProcess:
     b.worker("idempotency-purge", purge_worker(service, s.purge_interval_s))
     if s.consumer_enabled:
         b.consumer(saga_requests.CONSUMER, saga_requests.TOPICS, saga_requests.build_registry(service),
-                   emits=True)
-        b.projection(dashboard.PROJECTION, worker="dashboard")  # `casestream replay case.dashboard`
+                   emits=True, pipeline=True)
+        b.projection(dashboard.PROJECTION, worker="dashboard", pipeline=True)  # `casestream replay case.dashboard`
     if s.relay_enabled:
         b.relay()
     return b.build(app=build_app(service, edge=b.edge, max_body_bytes=s.max_body_bytes), ready_table="cases")

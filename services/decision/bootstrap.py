@@ -36,7 +36,8 @@ def build(settings: DecisionSettings | None = None) -> ServiceProcess:
     """
     b = ServiceBuilder(SERVICE, settings, migrations=MIGRATIONS, schemas=schemas_dir())
     b.consumer(handlers.CONSUMER, handlers.TOPICS,
-               handlers.register(HandlerRegistry(), Decider(clock=b.clock)), emits=True)
-    b.projection(statistics.PROJECTION)
+               handlers.register(HandlerRegistry(), Decider(clock=b.clock)), emits=True,
+               pipeline=True)
+    b.projection(statistics.PROJECTION, pipeline=True)
     b.relay()
     return b.build(app=build_app(PgDecisionQueries(b.request_pool), edge=b.edge), ready_table="decision")

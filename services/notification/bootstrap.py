@@ -48,7 +48,7 @@ def build(settings: NotificationSettings | None = None) -> ServiceProcess:
     b = ServiceBuilder(SERVICE, settings, migrations=MIGRATIONS, schemas=schemas_dir())
     s = b.settings
     b.consumer(handlers.CONSUMER, handlers.TOPICS, handlers.register(HandlerRegistry(), clock=b.clock),
-               emits=True)
+               emits=True, pipeline=True)
     mailer = SmtpMailer(s.smtp_host, s.smtp_port, timeout_s=s.smtp_timeout_s)
     b.worker("sender", SenderWorker(b.pool, s.dsn, NoticeSender(policy=send_policy(s), clock=b.clock),
                                     mailer, b.outbox, interval_s=s.sender_interval_s))

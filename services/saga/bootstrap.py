@@ -83,7 +83,7 @@ def build(settings: SagaSettings | None = None) -> ServiceProcess:
     definition = definition_from(s, b.catalog)
     orchestrator = Orchestrator(definition, clock=b.clock)
     b.consumer(handlers.CONSUMER, handlers.TOPICS, handlers.register(HandlerRegistry(), orchestrator),
-               emits=True)
+               emits=True, pipeline=True)
     b.relay()
     b.worker("deadlines", DeadlineScheduler(b.pool, orchestrator, outbox, interval_s=s.scheduler_interval_s,
                                             batch=s.scheduler_batch))

@@ -14,6 +14,7 @@ import time
 import uuid
 
 import psycopg
+import pytest
 
 from casestream.outbox.relay import OutboxRelay
 from casestream.testing.relay import create_topics, delete_topics, read_topics
@@ -21,6 +22,8 @@ from casestream.testing.relay import create_topics, delete_topics, read_topics
 from test_relay_support import (  # noqa: F401 - fixtures
     RelayThread, base_dsn, bootstrap, dsn, env, settings, topic_prefix, wait_for, write,
 )
+
+pytestmark = pytest.mark.integration
 
 
 def _statuses(dsn: str) -> dict[tuple[str, int], str]:

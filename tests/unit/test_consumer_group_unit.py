@@ -10,6 +10,8 @@ from casestream.consumer import ConsumerGroup
 from casestream.errors import ConfigError
 from casestream.consumer.handlers import HandlerRegistry
 
+pytestmark = pytest.mark.unit
+
 
 def _group(n: int) -> ConsumerGroup:
     return ConsumerGroup(n, "unit.group", ["t"], HandlerRegistry(), object(), object(),
@@ -121,3 +123,13 @@ def test_the_builder_refuses_members_that_would_take_every_pooled_connection() -
     with pytest.raises(ConfigError, match=r"^CASESTREAM_CONSUMER_CONCURRENCY=2: the consumers of "
                                           r"this service hold 6 of its pool's 5 connections"):
         with_consumers(3)._check_pool()
+
+
+def test_builder_consumers_run_handlers_outside_pipeline_mode_unless_asked() -> None:
+    # pipeline mode hides cursor.rowcount (-1 until the sync): a team's handler that emits
+    # only when its INSERT ... ON CONFLICT DO NOTHING inserted a row would emit nothing
+    safe = _builder(object()).consumer("audit.journal", ["outbox.event.case"], HandlerRegistry())
+    fast = _builder(object()).consumer("audit.journal", ["outbox.event.case"], HandlerRegistry(),
+                                       pipeline=True)
+    assert safe.settings.pipeline_handlers is False
+    assert fast.settings.pipeline_handlers is True

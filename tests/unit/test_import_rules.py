@@ -241,3 +241,14 @@ def test_packages_import_each_other_without_cycles() -> None:
 def test_find_cycle_sees_a_cycle() -> None:
     assert find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
     assert find_cycle({"a": {"b"}, "b": set()}) is None
+
+
+def test_every_test_module_declares_its_kind() -> None:
+    # `pytest -m unit` (and CI's selections) run only marked tests: an unmarked module would
+    # silently drop out of every marker-selected run
+    root = Path(__file__).resolve().parents[1]
+    kinds = ("unit", "integration", "e2e", "contract")
+    unmarked = [str(p.relative_to(root)) for p in sorted(root.rglob("test_*.py"))
+                if not p.stem.endswith("_support")
+                and not any(f"pytest.mark.{k}" in p.read_text(encoding="utf-8") for k in kinds)]
+    assert unmarked == [], f"test modules without a unit/integration/e2e/contract marker: {unmarked}"

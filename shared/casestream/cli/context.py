@@ -85,9 +85,12 @@ class CliContext:
         if self._codec is None:
             # lazy (start-up cost): loaded when this command runs, not for every CLI call
             from casestream.events import load_catalog, open_codec
-            from casestream.service.discovery import catalog_folders
+            from casestream.service.discovery import catalog_folders, schema_folders
 
-            codec = open_codec(load_catalog(*catalog_folders()), self.registry_url,
+            # every installed catalog: an operator's command decodes what any installed
+            # service writes, wherever it is run; ./schemas only when nothing is installed
+            folders = schema_folders() or catalog_folders()
+            codec = open_codec(load_catalog(*folders), self.registry_url,
                                auto_register=auto_register)
             self._codec = codec
         return self._codec

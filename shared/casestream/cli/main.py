@@ -77,21 +77,27 @@ class _LazyGroup(click.Group):
     def invoke(self, ctx: click.Context) -> object:
         # Settings are read inside the commands; a bad variable must read as one line naming
         # it, not as a traceback (casestream.service.settings.settings_error).
-        from casestream.errors import ConfigError
+        from casestream.errors import CasestreamError, ConfigError
 
         try:
             return super().invoke(ctx)
         except ConfigError as e:
             raise ConfigurationError(str(e)) from None
+        except CasestreamError as e:  # e.g. the registry or a database did not answer
+            raise click.ClickException(f"{type(e).__name__}: {e}") from None
         except ModuleNotFoundError as e:
             raise _needs_extra(ctx.invoked_subcommand or "casestream", e) from None
         except Exception as e:
             pydantic = sys.modules.get("pydantic")  # not imported: e is not its ValidationError
-            if pydantic is None or not isinstance(e, pydantic.ValidationError):
-                raise
-            from casestream.service.settings import describe_settings_error
+            if pydantic is not None and isinstance(e, pydantic.ValidationError):
+                from casestream.service.settings import describe_settings_error
 
-            raise ConfigurationError(str(describe_settings_error(e))) from None
+                raise ConfigurationError(str(describe_settings_error(e))) from None
+            kafka = sys.modules.get("confluent_kafka")  # not imported: e is not a KafkaException
+            if kafka is not None and isinstance(e, kafka.KafkaException):
+                raise click.ClickException(f"Kafka did not answer (CASESTREAM_KAFKA_BOOTSTRAP): "
+                                           f"{e.args[0] if e.args else e}") from None
+            raise
 
     def _contributed(self, ctx: click.Context) -> dict[str, str]:
         meta = ctx.find_root().meta

@@ -23,14 +23,23 @@ __all__ = ["main", "schemas"]
 
 def _default_dir() -> str:
     """``./schemas`` of the current directory (a team's repository) when it holds a
-    catalog, else the first folder an installed package registers (entry point group
-    ``casestream.schemas``; the suite registers its own)."""
+    catalog, else the one folder an installed package registers (entry point group
+    ``casestream.schemas``).
+
+    Raises:
+        click.UsageError: no ``./schemas``, and none or several installed folders (named).
+    """
     if Path("schemas", "catalog.toml").is_file():
         return "schemas"
     # lazy (start-up cost): loaded when this command runs, not for every CLI call
-    from casestream.service.discovery import catalog_folders
+    from casestream.service.discovery import schema_folders
 
-    return str(catalog_folders()[0])
+    folders = schema_folders()
+    if len(folders) != 1:
+        listed = ", ".join(map(str, folders)) or "none installed"
+        raise click.UsageError(f"no ./schemas/catalog.toml here; pass --schemas-dir "
+                               f"(installed schema folders: {listed})")
+    return str(folders[0])
 
 
 def _fail_input(e: BaseException, verbose: bool) -> None:

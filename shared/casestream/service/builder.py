@@ -72,9 +72,15 @@ def _migrate(dsn: str, migrations: Sequence[Migration | Path], *, service: str) 
     try:
         apply_migrations(dsn, list(migrations))
     except psycopg.OperationalError as e:
+        detail = " ".join(str(e).split())
+        if "does not exist" in detail:  # SQLSTATE 3D000 arrives as a connection failure
+            raise ConfigError(
+                f"the {service} service's database does not exist at {dsn} (CASESTREAM_PG_URL, "
+                f"CASESTREAM_{service.upper()}_DATABASE): create it (the dev stack, `make run`, "
+                f"creates it; casestream.migrations.create_database): {detail}") from e
         raise ConfigError(
             f"cannot reach PostgreSQL for the {service} service at {dsn} (CASESTREAM_PG_URL, "
-            f"CASESTREAM_{service.upper()}_DATABASE): {e}") from e
+            f"CASESTREAM_{service.upper()}_DATABASE): {detail}") from e
 
 
 def _database_ready(pool: Any, table: str, *, timeout_s: float = 2.0) -> ReadinessCheck:
@@ -177,12 +183,16 @@ class ServiceBuilder(Generic[S]):
 
     def consumer(self, name: str, topics: Sequence[str], registry: HandlerRegistry, *,
                  emits: bool = False, batch_size: int | None = None,
-                 worker: str | None = None) -> ConsumerRuntime | ConsumerGroup:
+                 worker: str | None = None, pipeline: bool = False) -> ConsumerRuntime | ConsumerGroup:
         """Run consumer ``name`` (= Kafka group id) on ``topics`` with ``registry``'s handlers.
 
         Every catalog event type on ``topics`` the registry neither handles nor ignores is
         declared ignored. ``emits``: handlers append events through ``ctx.outbox``.
         ``batch_size``: events per transaction (None: ``settings.consumer_batch_size``).
+        ``pipeline``: run handlers in psycopg pipeline mode on the fast path
+        (``ConsumerSettings.pipeline_handlers``): fewer round trips, but a handler then reads
+        results only through ``RETURNING`` + ``fetchone()`` (``cursor.rowcount`` is -1 until
+        the sync), so it is off unless the handlers are written for it.
         With ``CASESTREAM_CONSUMER_CONCURRENCY`` > 1, a :class:`ConsumerGroup` of that many
         members. Worker name ``worker``, default ``"consumer"`` for the first consumer and
         ``name`` for the others; the first consumer's assignment is the ``consumer``
@@ -193,7 +203,8 @@ class ServiceBuilder(Generic[S]):
         """
         registry.ignore(*(t for t in self.event_types_on(topics) if not registry.knows(t)))
         s = self.settings
-        batching = ConsumerSettings(batch_size=s.consumer_batch_size if batch_size is None else batch_size)
+        batching = ConsumerSettings(batch_size=s.consumer_batch_size if batch_size is None else batch_size,
+                                    pipeline_handlers=pipeline)
         args = (tuple(topics), registry, self.codec, self.pool, s.consumer_config(), batching)
         outbox = self.outbox if emits else None
         runtime: ConsumerRuntime | ConsumerGroup
@@ -209,17 +220,17 @@ class ServiceBuilder(Generic[S]):
         return runtime
 
     def projection(self, spec: Any, *, batch_size: int = PROJECTION_BATCH_SIZE,
-                   worker: str | None = None) -> ConsumerRuntime | ConsumerGroup:
+                   worker: str | None = None, pipeline: bool = False) -> ConsumerRuntime | ConsumerGroup:
         """Maintain the live tables of ``spec`` (a ``casestream.replay.ProjectionSpec``):
         create them if missing, and run its live consumer (``spec.live_consumer`` on
         ``spec.topics``, ``batch_size`` events per transaction; worker name default: the
-        projection name's last part, e.g. ``statistics``)."""
+        projection name's last part, e.g. ``statistics``; ``pipeline``: as for :meth:`consumer`)."""
         names = spec.live_names()
         with self.pool.connection() as conn:
             spec.create_tables(conn, names)
         return self.consumer(spec.live_consumer, spec.topics,
                              spec.registry(names, self.catalog.event_types), batch_size=batch_size,
-                             worker=worker or spec.name.rpartition(".")[2])
+                             worker=worker or spec.name.rpartition(".")[2], pipeline=pipeline)
 
     def relay(self, *, worker: str = "relay") -> OutboxRelay:
         """Run the outbox relay of the service's database (name and Kafka client id
