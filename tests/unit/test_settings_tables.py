@@ -86,3 +86,18 @@ def test_each_settings_docstring_points_at_the_command(svc: str) -> None:
     import importlib
 
     assert f"casestream settings {svc}" in (importlib.import_module(f"services.{svc}.settings").__doc__ or "")
+
+
+def test_the_settings_command_lists_auth_and_telemetry_and_never_prints_the_key() -> None:
+    from click.testing import CliRunner
+
+    from casestream.auth import AuthSettings
+    from casestream.auth.tokens import DEV_JWT_KEY
+    from casestream.cli import main
+
+    out = CliRunner().invoke(main, ["settings"]).output
+    for var in ("CASESTREAM_AUTH_JWT_KEY ", "CASESTREAM_AUTH_JWT_KEY_FILE", "OTEL_TRACES_EXPORTER",
+                "CASESTREAM_TELEMETRY_TRACES_FILE", "CASESTREAM_TELEMETRY_LOG_FORMAT"):
+        assert var in out, var
+    assert DEV_JWT_KEY not in out and "(default the public development key)" in out
+    assert undocumented_fields(AuthSettings) == []

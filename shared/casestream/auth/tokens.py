@@ -38,6 +38,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import jwt
+from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from casestream.errors import CasestreamError, ConfigError
@@ -100,13 +101,14 @@ class AuthSettings(BaseSettings):
 
     model_config = SettingsConfigDict(env_prefix="CASESTREAM_AUTH_", frozen=True, extra="ignore")
 
-    jwt_key: str = DEV_JWT_KEY
-    jwt_key_file: Path | None = None
-    jwt_algorithm: Algorithm = "HS256"
-    jwt_issuer: str = DEV_ISSUER
-    jwt_audience: str = DEFAULT_AUDIENCE
-    leeway_s: float = 30.0
-    token_ttl_s: int = 3600
+    jwt_key: str = Field(DEV_JWT_KEY, description="HS256 secret, or PEM public key text for RS256/ES256",
+                         json_schema_extra={"shown_default": "the public development key"})
+    jwt_key_file: Path | None = Field(None, description="PEM file with the public key (RS256/ES256); wins over JWT_KEY")
+    jwt_algorithm: Algorithm = Field("HS256", description="the only algorithm accepted")
+    jwt_issuer: str = Field(DEV_ISSUER, description="required iss claim")
+    jwt_audience: str = Field(DEFAULT_AUDIENCE, description="required aud claim")
+    leeway_s: float = Field(30.0, description="clock skew tolerated on exp/nbf/iat, seconds")
+    token_ttl_s: int = Field(3600, description="lifetime of locally minted tokens (casestream token), seconds")
 
     @property
     def uses_dev_key(self) -> bool:

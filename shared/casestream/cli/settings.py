@@ -23,7 +23,9 @@ def settings(ctx: click.Context, services: tuple[str, ...], markdown: bool) -> N
     """Print the environment variables of the installed services (default: the shared
     CASESTREAM_* variables and every service's own), with defaults and meanings."""
     # lazy (start-up cost): pydantic loads when this command runs, not for every CLI call
+    from casestream.auth import AuthSettings
     from casestream.service.settings import CommonSettings, settings_table
+    from casestream.telemetry.settings import TelemetrySettings
 
     fmt = "markdown" if markdown else "text"
     found = cli_context(ctx).services()
@@ -31,7 +33,9 @@ def settings(ctx: click.Context, services: tuple[str, ...], markdown: bool) -> N
     if unknown:
         raise click.BadParameter(f"unknown service {', '.join(unknown)} (installed: "
                                  f"{', '.join(found) or 'none'})", param_hint="SERVICES")
-    sections = [] if services else [("shared by every service", CommonSettings)]
+    sections = [] if services else [("shared by every service", CommonSettings),
+                                    ("bearer tokens, every HTTP service", AuthSettings),
+                                    ("telemetry, every service", TelemetrySettings)]
     sections += [(f"service {name} ({found[name].settings})", found[name].settings_class())
                  for name in (services or found)]
     for i, (title, cls) in enumerate(sections):

@@ -223,6 +223,9 @@ def read_settings(settings_class: type[S], service: str) -> S:
 
 
 def _variable(cls: type[BaseSettings], name: str) -> str:
+    alias = cls.model_fields[name].validation_alias
+    if isinstance(alias, str):  # a standard variable of its own, e.g. OTEL_SERVICE_NAME
+        return alias
     if issubclass(cls, ServiceSettings) and name not in CommonSettings.model_fields:
         gen = cls.model_config.get("alias_generator")
         alias = gen.validation_alias(name) if gen is not None and gen.validation_alias else None
@@ -232,6 +235,9 @@ def _variable(cls: type[BaseSettings], name: str) -> str:
 
 
 def _default(info: Any) -> str:
+    extra = info.json_schema_extra if isinstance(info.json_schema_extra, dict) else {}
+    if "shown_default" in extra:  # e.g. a key: named, not printed
+        return str(extra["shown_default"])
     if info.default_factory is not None:
         return "-"
     value = info.default
@@ -239,7 +245,7 @@ def _default(info: Any) -> str:
         return "true" if value else "false"
     if isinstance(value, float):
         return f"{value:g}"
-    return str(value)
+    return "unset" if value is None or value == "" else str(value)
 
 
 def undocumented_fields(cls: type[BaseSettings]) -> list[str]:

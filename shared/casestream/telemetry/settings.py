@@ -30,10 +30,12 @@ class TelemetrySettings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="CASESTREAM_TELEMETRY_", frozen=True,
                                       extra="ignore", populate_by_name=True)
 
-    traces_exporter: str = Field(default="", validation_alias="OTEL_TRACES_EXPORTER")
-    service_name: str = Field(default="", validation_alias="OTEL_SERVICE_NAME")
-    traces_file: str = ""
-    log_format: str = "json"
+    traces_exporter: str = Field(default="", validation_alias="OTEL_TRACES_EXPORTER",
+                                 description="none, console, otlp or file (comma-separated)")
+    service_name: str = Field(default="", validation_alias="OTEL_SERVICE_NAME",
+                              description="overrides the service name resource attribute")
+    traces_file: str = Field("", description="JSON-lines span file; implies OTEL_TRACES_EXPORTER=file")
+    log_format: str = Field("json", description="json or text")
 
     def exporters(self) -> list[str]:
         """The trace exporters to build, lower-case, without ``none`` (may be empty)."""
