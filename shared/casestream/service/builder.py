@@ -19,7 +19,7 @@ consumers it created, the readiness checks, the closers and the
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Generic, TypeVar
 
@@ -39,6 +39,7 @@ from casestream.http.pgdeadline import DeadlinePool
 from casestream.kafka.config import producer_config
 from casestream.migrations import Migration, apply_migrations
 from casestream.outbox.relay.core import OutboxRelay
+from casestream.outbox.relay.settings import RelaySettings, relay_retry
 from casestream.outbox.writer import OUTBOX_MIGRATION, OutboxWriter
 from casestream.service.gctune import freeze_startup_objects
 from casestream.service.process import ReadinessCheck, ServiceProcess, Worker, configure_logging
@@ -232,12 +233,26 @@ class ServiceBuilder(Generic[S]):
                              spec.registry(names, self.catalog.event_types), batch_size=batch_size,
                              worker=worker or spec.name.rpartition(".")[2], pipeline=pipeline)
 
-    def relay(self, *, worker: str = "relay") -> OutboxRelay:
+    def relay(self, *, worker: str = "relay", settings: RelaySettings | None = None,
+              producer: Mapping[str, Any] | None = None) -> OutboxRelay:
         """Run the outbox relay of the service's database (name and Kafka client id
-        ``<service>.relay``)."""
+        ``<service>.relay``).
+
+        ``settings`` default: from the service settings (``RELAY_BATCH_SIZE``,
+        ``RELAY_MAX_ATTEMPTS``, ``RELAY_RETENTION_S``); ``producer``: librdkafka properties
+        laid over ``RELAY_PRODUCER``.
+
+        Raises:
+            ConfigError: a producer property is unknown, invalid or weakens the guarantees.
+        """
         name = f"{self.name}.relay"
-        relay = OutboxRelay(self.pool, producer_config(self.settings.kafka_bootstrap, client_id=name),
-                            name=name)
+        s = self.settings
+        if settings is None:
+            settings = RelaySettings(batch_size=s.relay_batch_size, retry=relay_retry(s.relay_max_attempts),
+                                     published_retention_s=s.relay_retention_s)
+        overrides = {**s.relay_producer, **(producer or {})}
+        relay = OutboxRelay(self.pool, producer_config(s.kafka_bootstrap, client_id=name, overrides=overrides),
+                            settings, name=name)
         self.worker(worker, relay.run)
         return relay
 

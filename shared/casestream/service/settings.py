@@ -144,6 +144,16 @@ class ServiceSettings(CommonSettings):
             connections, wait for one in seconds); the one pool size name of every service.
         <prefix>CONSUMER_BATCH_SIZE: events per consumer transaction of the service's
             consumers (projections use their own).
+        <prefix>RELAY_PRODUCER: librdkafka producer properties of the service's outbox relay
+            as a JSON object, e.g. ``{"linger.ms": 5, "compression.type": "zstd"}``
+            (``enable.idempotence``/``acks=all`` cannot be weakened; an unknown property
+            stops the service at start with its name).
+        <prefix>RELAY_MAX_ATTEMPTS: attempts per outbox row after retryable delivery errors
+            before it is marked ``failed`` (>= 1, default 10, the relay's
+            ``DEFAULT_MAX_ATTEMPTS``; metric ``relay_gave_up_total``).
+        <prefix>RELAY_BATCH_SIZE: outbox rows per relay batch (>= 1, default 1000).
+        <prefix>RELAY_RETENTION_S: published outbox rows are kept this long, seconds (>= 0,
+            default 3600; 0 deletes a row once its delivery is confirmed).
         <prefix>AUTH: bearer-token settings as JSON; normally left unset, so that
             ``casestream.auth.tokens.AuthSettings`` reads ``CASESTREAM_AUTH_*`` itself.
 
@@ -163,6 +173,14 @@ class ServiceSettings(CommonSettings):
     pool_min: int = Field(2, ge=1, description="connections the pool keeps open")
     pool_timeout_s: float = Field(30.0, gt=0, description="wait for a pooled connection, seconds")
     consumer_batch_size: int = Field(200, ge=1, description="events per consumer transaction")
+    relay_producer: dict[str, str | int | float | bool] = Field(
+        default_factory=dict, description="librdkafka producer properties of the outbox relay, as "
+                                          "JSON (`enable.idempotence`/`acks` cannot be weakened)")
+    relay_max_attempts: int = Field(10, ge=1, description="attempts per outbox row after retryable "
+                                                          "delivery errors before it is marked failed")
+    relay_batch_size: int = Field(1000, ge=1, description="outbox rows per relay batch")
+    relay_retention_s: float = Field(3600.0, ge=0, description="keep published outbox rows this long, "
+                                                               "seconds (0: delete once delivered)")
     auth: AuthSettings = Field(default_factory=AuthSettings,
                                description="bearer-token settings as JSON; normally unset: "
                                            "AuthSettings reads CASESTREAM_AUTH_*")
