@@ -32,6 +32,7 @@ a subpackage are named with their module; the rest live here::
     ├── DependencyDown              telemetry.readiness: a dependency failed a readiness probe
     ├── ReplayError                 replay.errors: a replay could not run or finish
     │   ├── ReplayConfigError       replay.errors: bad projection, handlers or options
+    │   │   └── PartialReplayRefused replay.errors: a swap over part of the history, not asked for
     │   ├── ReplayHandlerError      replay.errors: a projection handler raised
     │   └── _CatchUpTimeout         replay.engine: the locked catch-up ran out of time (internal)
     ├── StackError                  service.devstack: a local service did not start or exited

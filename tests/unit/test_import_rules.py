@@ -109,6 +109,7 @@ DRIVER_OWNERS: dict[str, set[str]] = {
         "casestream.consumer.batch_fast", "casestream.consumer.failures",
         "casestream.http.pgdeadline",
         "casestream.replay.checkpoint", "casestream.replay.engine", "casestream.replay.parallel",
+        "casestream.replay.names",
         "casestream.replay.status",
         "casestream.service.settings",           # psycopg.conninfo: DSN parsing
         "casestream.service.builder",

@@ -19,10 +19,11 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
-from confluent_kafka import KafkaException
+from confluent_kafka import Consumer, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, ConfigResource, ResourceType
 
-__all__ = ["TopicLimits", "record_batch_size", "describe_topic_configs", "RECORD_BATCH_OVERHEAD"]
+__all__ = ["TopicLimits", "record_batch_size", "describe_topic_configs", "committed_offsets",
+           "RECORD_BATCH_OVERHEAD"]
 
 log = logging.getLogger("casestream.kafka")
 
@@ -138,3 +139,22 @@ class TopicLimits:
             value = found.get(t, {}).get("max.message.bytes")
             limit = int(value) if value else BROKER_DEFAULT_LIMIT
             self._cache[t] = (limit, now + self._ttl_s)
+
+
+def committed_offsets(bootstrap: str, group: str, partitions: Iterable[tuple[str, int]],
+                      timeout_s: float = 10.0) -> dict[tuple[str, int], int | None]:
+    """The committed offset (next offset to read) of consumer group ``group`` per partition;
+    None where the group committed nothing. Reads only (``OffsetFetch``): never joins the group.
+
+    Raises:
+        KafkaException: the group coordinator did not answer.
+    """
+    tps = [TopicPartition(t, p) for t, p in partitions]
+    if not tps:
+        return {}
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False})
+    try:
+        return {(tp.topic, tp.partition): (tp.offset if tp.offset >= 0 else None)
+                for tp in c.committed(tps, timeout=timeout_s)}
+    finally:
+        c.close()
