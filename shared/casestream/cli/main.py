@@ -33,6 +33,8 @@ _GROUPS: dict[str, tuple[str, str, str]] = {
     "schemas": ("casestream.cli.schemas", "schemas", "Check and register the Avro schema catalog."),
     "outbox": ("casestream.cli.outbox", "outbox", "Inspect and re-drive transactional outbox rows."),
     "dlq": ("casestream.cli.dlq", "dlq", "List, show and re-drive dead-lettered messages."),
+    "inbox": ("casestream.cli.inbox", "inbox",
+              "Purge consumer inbox rows no redelivery can need (retention)."),
     "replay": ("casestream.cli.replay", "replay",
                "Rebuild a projection from the topics (shadow tables, swap, hand over)."),
     "settings": ("casestream.cli.settings", "settings",

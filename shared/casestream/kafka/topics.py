@@ -23,6 +23,7 @@ from confluent_kafka import Consumer, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, ConfigResource, ResourceType
 
 __all__ = ["TopicLimits", "record_batch_size", "describe_topic_configs", "committed_offsets",
+           "partition_positions", "topic_retention_ms",
            "RECORD_BATCH_OVERHEAD"]
 
 log = logging.getLogger("casestream.kafka")
@@ -158,3 +159,83 @@ def committed_offsets(bootstrap: str, group: str, partitions: Iterable[tuple[str
                 for tp in c.committed(tps, timeout=timeout_s)}
     finally:
         c.close()
+
+
+def partition_positions(bootstrap: str, group: str, topics: Iterable[str], timeout_s: float = 10.0
+                        ) -> list[dict[str, Any]]:
+    """Per partition of ``topics``: watermarks, ``group``'s committed offset, and the Kafka
+    timestamps (ms) of the records at the low watermark and at the committed offset.
+
+    Returns dicts with ``topic``, ``partition``, ``low``, ``high``, ``committed`` (None: the
+    group committed nothing there), ``first_ts_ms`` (None: the partition holds no record) and
+    ``committed_ts_ms`` (None: no record at or after the committed offset yet). Reads only: the
+    group is never joined, nothing is committed.
+
+    Raises:
+        KafkaException: the cluster or the group coordinator did not answer, or a topic is unknown.
+    """
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False,
+                  "enable.partition.eof": True, "auto.offset.reset": "earliest"})
+    try:
+        md = c.list_topics(timeout=timeout_s)
+        tps: list[TopicPartition] = []
+        for t in topics:
+            meta = md.topics.get(t)
+            if meta is None or meta.error is not None:
+                raise KafkaException(meta.error if meta is not None else f"unknown topic {t}")
+            tps.extend(TopicPartition(t, p) for p in sorted(meta.partitions))
+        committed = {(tp.topic, tp.partition): tp.offset for tp in c.committed(tps, timeout=timeout_s)}
+        out = []
+        wanted: dict[tuple[str, int, int], None] = {}
+        for tp in tps:
+            low, high = c.get_watermark_offsets(tp, timeout=timeout_s)
+            co = committed[(tp.topic, tp.partition)]
+            out.append({"topic": tp.topic, "partition": tp.partition, "low": low, "high": high,
+                        "committed": co if co >= 0 else None})
+            if high > low:
+                wanted[(tp.topic, tp.partition, low)] = None
+                if 0 <= co < high:
+                    wanted[(tp.topic, tp.partition, max(co, low))] = None
+        stamps = _timestamps_at(bootstrap, list(wanted), timeout_s)
+        for row in out:
+            key = (row["topic"], row["partition"])
+            row["first_ts_ms"] = stamps.get((*key, row["low"])) if row["high"] > row["low"] else None
+            co = row["committed"]
+            row["committed_ts_ms"] = (stamps.get((*key, max(co, row["low"])))
+                                      if co is not None and co < row["high"] else None)
+        return out
+    finally:
+        c.close()
+
+
+def _timestamps_at(bootstrap: str, positions: Sequence[tuple[str, int, int]], timeout_s: float
+                   ) -> dict[tuple[str, int, int], int]:
+    """Timestamp (ms) of the first record at or after each ``(topic, partition, offset)``."""
+    out: dict[tuple[str, int, int], int] = {}
+    for topic, partition, offset in positions:  # one assignment each: a position per partition
+        c = Consumer({"bootstrap.servers": bootstrap, "group.id": "casestream-retention-probe",
+                      "enable.auto.commit": False, "enable.partition.eof": True})
+        try:
+            c.assign([TopicPartition(topic, partition, offset)])
+            deadline = time.monotonic() + timeout_s
+            while time.monotonic() < deadline:
+                m = c.poll(0.5)
+                if m is None:
+                    continue
+                if m.error() is None:
+                    out[(topic, partition, offset)] = m.timestamp()[1]
+                break  # a record, or end of partition: no record at or after the offset
+        finally:
+            c.close()
+    return out
+
+
+def topic_retention_ms(admin_config: dict[str, Any], topics: Iterable[str], timeout_s: float = 10.0
+                       ) -> dict[str, int]:
+    """Effective ``retention.ms`` of each existing topic (-1: kept forever).
+
+    Raises:
+        KafkaException: the broker did not answer.
+    """
+    found = describe_topic_configs(AdminClient(admin_config), topics, ["retention.ms"], timeout_s)
+    return {t: int(v["retention.ms"]) for t, v in found.items() if "retention.ms" in v}

@@ -29,6 +29,8 @@ from psycopg_pool import ConnectionPool
 from casestream.clock import SystemClock
 from casestream.consumer.group import ConsumerGroup
 from casestream.consumer.handlers import HandlerRegistry
+from casestream.consumer.guard import FirstSeenPolicy
+from casestream.consumer.retention import InboxRetention, RetentionSettings
 from casestream.consumer.runtime import ConsumerRuntime
 from casestream.consumer.settings import ConsumerSettings
 from casestream.errors import ConfigError
@@ -175,6 +177,7 @@ class ServiceBuilder(Generic[S]):
         self._workers: dict[str, Worker] = {}
         self._readiness: dict[str, ReadinessCheck] = {}
         self._consumers: list[tuple[str, int]] = []  # (consumer name, members holding a connection)
+        self._inboxes: dict[str, tuple[tuple[str, ...], bool]] = {}  # name -> (topics, compact guards)
         self._first_consumer: ConsumerRuntime | ConsumerGroup | None = None
 
     # -- declarations --------------------------------------------------------------------
@@ -214,6 +217,7 @@ class ServiceBuilder(Generic[S]):
         else:
             runtime = ConsumerRuntime(name, *args, outbox=outbox)
         self._consumers.append((name, s.consumer_concurrency))
+        self._inboxes[name] = (tuple(topics), batching.first_seen is FirstSeenPolicy.BASELINE)
         if self._first_consumer is None:
             self._first_consumer = runtime
             self._readiness["consumer"] = consumer_ready(runtime)
@@ -293,7 +297,8 @@ class ServiceBuilder(Generic[S]):
 
     def build(self, *, app: Any, ready_table: str, kafka: bool | None = None) -> ServiceProcess:
         """The service process: ``app`` (its Starlette app; health routes are added) and the
-        declared workers, with readiness ``postgres`` (reads ``ready_table``), ``consumer``
+        declared workers (and ``inbox-retention``, :class:`~casestream.consumer.retention.InboxRetention`
+        of the declared consumers every ``INBOX_RETENTION_INTERVAL_S``), with readiness ``postgres`` (reads ``ready_table``), ``consumer``
         (the first consumer has an assignment, when there is one), ``kafka`` (when
         ``kafka``; default: a consumer or the relay runs) and ``registry``; closers: the
         declared ones, then codec and pool. Freezes the start-up objects
@@ -305,6 +310,11 @@ class ServiceBuilder(Generic[S]):
         """
         self._check_pool()
         s = self.settings
+        if self._inboxes and s.inbox_retention_interval_s > 0 and "inbox-retention" not in self._workers:
+            dsn = getattr(self.pool, "conninfo", None) or s.dsn
+            retention = InboxRetention(str(dsn), s.kafka_bootstrap, self._inboxes, RetentionSettings(
+                interval_s=s.inbox_retention_interval_s, min_age_s=s.inbox_dedup_window_s))
+            self.worker("inbox-retention", retention.run)
         checks = dependency_checks(s.kafka_bootstrap, s.registry_url)
         uses_kafka = (bool(self._consumers) or "relay" in self._workers) if kafka is None else kafka
         readiness: dict[str, ReadinessCheck] = {"postgres": _database_ready(self.pool, ready_table)}

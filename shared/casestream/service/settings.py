@@ -154,6 +154,11 @@ class ServiceSettings(CommonSettings):
         <prefix>RELAY_BATCH_SIZE: outbox rows per relay batch (>= 1, default 1000).
         <prefix>RELAY_RETENTION_S: published outbox rows are kept this long, seconds (>= 0,
             default 3600; 0 deletes a row once its delivery is confirmed).
+        <prefix>INBOX_RETENTION_INTERVAL_S: how often the inbox retention job purges the
+            consumers' inbox rows no redelivery can need, seconds (default 600; 0: never;
+            ``casestream.consumer.retention``).
+        <prefix>INBOX_DEDUP_WINDOW_S: inbox rows younger than this are always kept, seconds
+            (default 604800 = 7 days).
         <prefix>AUTH: bearer-token settings as JSON; normally left unset, so that
             ``casestream.auth.tokens.AuthSettings`` reads ``CASESTREAM_AUTH_*`` itself.
 
@@ -181,6 +186,10 @@ class ServiceSettings(CommonSettings):
     relay_batch_size: int = Field(1000, ge=1, description="outbox rows per relay batch")
     relay_retention_s: float = Field(3600.0, ge=0, description="keep published outbox rows this long, "
                                                                "seconds (0: delete once delivered)")
+    inbox_retention_interval_s: float = Field(
+        600.0, ge=0, description="how often inbox rows no redelivery can need are purged, seconds (0: never)")
+    inbox_dedup_window_s: float = Field(
+        7 * 86400.0, ge=0, description="inbox rows younger than this are always kept, seconds")
     auth: AuthSettings = Field(default_factory=AuthSettings,
                                description="bearer-token settings as JSON; normally unset: "
                                            "AuthSettings reads CASESTREAM_AUTH_*")

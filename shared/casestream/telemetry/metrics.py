@@ -34,6 +34,8 @@ Observed from existing stats (``Sources``) at scrape time:
     relay_failed_total{relay}, relay_gave_up_total{relay}, relay_size_rejections_total{relay},
     relay_batches_total{relay}, outbox_pending_total{relay},
     outbox_failed_total{relay}, outbox_oldest_pending_age_seconds{relay},
+    inbox_purged_total{consumer}, guard_compacted_total{consumer},
+    inbox_retention_cutoff_age_seconds{consumer} (casestream.consumer.retention),
     idempotency_replays_total, idempotency_conflicts_total, http_shed_total,
     http_rate_limited_total, http_unauthorized_total,
     saga_state_total{state}, saga_stuck_total, compensation_total, timeouts_total{component}
@@ -92,6 +94,9 @@ METRIC_HELP: dict[str, tuple[str, str]] = {
     "relay_gave_up_total": ("counter", "Outbox rows failed after max_attempts retryable errors (alert)."),
     "relay_size_rejections_total": ("counter", "Record batches the broker refused as too large."),
     "relay_batches_total": ("counter", "Relay batches."),
+    "inbox_purged_total": ("counter", "Inbox rows purged by the retention job."),
+    "guard_compacted_total": ("counter", "Version-guard rows compacted by the retention job."),
+    "inbox_retention_cutoff_age_seconds": ("gauge", "Age of the last inbox purge cutoff (0: none allowed)."),
     "saga_state_total": ("gauge", "Sagas by current state."),
     "saga_stuck_total": ("gauge", "Sagas with no progress past their deadline plus grace."),
     "compensation_total": ("counter", "Sagas that entered compensation."),
