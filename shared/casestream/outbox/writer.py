@@ -74,6 +74,8 @@ from casestream.telemetry.tracing import traceparent_for_row
 __all__ = [
     "OUTBOX_DDL",
     "OUTBOX_MIGRATION",
+    "OUTBOX_STORAGE_MIGRATION",
+    "OUTBOX_MIGRATIONS",
     "OUTBOX_SHARDS",
     "NOTIFY_CHANNEL",
     "DEFAULT_TOPIC_PREFIX",
@@ -159,6 +161,33 @@ CREATE OR REPLACE TRIGGER outbox_notify AFTER INSERT ON outbox
 
 OUTBOX_MIGRATION = Migration(name="casestream_outbox_001", sql=OUTBOX_DDL)
 """The outbox DDL as a migration for :func:`casestream.migrations.apply_migrations`."""
+
+OUTBOX_STORAGE_DDL = """
+ALTER TABLE outbox SET (
+    autovacuum_vacuum_scale_factor = 0.0,
+    autovacuum_vacuum_threshold = 5000,
+    autovacuum_vacuum_insert_scale_factor = 0.0,
+    autovacuum_vacuum_insert_threshold = 5000,
+    autovacuum_analyze_scale_factor = 0.0,
+    autovacuum_analyze_threshold = 5000,
+    autovacuum_vacuum_cost_delay = 0
+);
+"""
+"""Autovacuum storage parameters of the outbox (PostgreSQL "Automatic Vacuuming",
+per-table ``autovacuum_*``). Every row is inserted, updated once (``published``: a new
+tuple, never a HOT update since ``status`` is in the partial indexes' predicates) and
+deleted after ``published_retention_s``, so the table makes two dead tuples per event. With
+the defaults (``autovacuum_vacuum_scale_factor=0.2``) they pile up to a fifth of the table
+before a vacuum, and a large table is vacuumed ever more rarely; a fixed threshold of 5,000
+dead tuples, not throttled (``cost_delay=0``), makes vacuum follow the event rate so the
+freed space is reused and the table's size stays flat in a steady state (bench/retention.py).
+The insert thresholds keep the visibility map fresh for the claim's index scans."""
+
+OUTBOX_STORAGE_MIGRATION = Migration(name="casestream_outbox_002_autovacuum", sql=OUTBOX_STORAGE_DDL)
+"""Autovacuum settings of the outbox table, applied after :data:`OUTBOX_MIGRATION`."""
+
+OUTBOX_MIGRATIONS = (OUTBOX_MIGRATION, OUTBOX_STORAGE_MIGRATION)
+"""Every migration of the outbox tables, in order: what a service applies before its own."""
 
 
 class EventEncoder(Protocol):

@@ -42,7 +42,7 @@ from casestream.kafka.config import producer_config
 from casestream.migrations import Migration, apply_migrations
 from casestream.outbox.relay.core import OutboxRelay
 from casestream.outbox.relay.settings import RelaySettings, relay_retry
-from casestream.outbox.writer import OUTBOX_MIGRATION, OutboxWriter
+from casestream.outbox.writer import OUTBOX_MIGRATIONS, OutboxWriter
 from casestream.service.gctune import freeze_startup_objects
 from casestream.service.process import ReadinessCheck, ServiceProcess, Worker, configure_logging
 from casestream.service.settings import ServiceSettings, read_settings
@@ -68,7 +68,7 @@ def service_migrations(folder: Path, *, outbox: bool = True) -> list[Migration |
     if not own:
         raise ConfigError(f"{Path(folder).parent.name} migrations folder {folder} not found or without "
                           "*.sql files: the installation lacks the service's migrations")
-    return [OUTBOX_MIGRATION, *own] if outbox else own
+    return [*OUTBOX_MIGRATIONS, *own] if outbox else own
 
 
 def _migrate(dsn: str, migrations: Sequence[Migration | Path], *, service: str) -> None:
