@@ -82,3 +82,4 @@ def test_many_small_rows_in_one_transaction_are_all_published_under_a_small_topi
     assert statuses.count("published") == 400, {s: statuses.count(s) for s in set(statuses)}
     assert relay.metrics.failed_total == 0
     assert len(read_topics(bootstrap, [prefix + "case"], expected=400, timeout_s=20)) == 400
+

@@ -181,7 +181,9 @@ the defaults (``autovacuum_vacuum_scale_factor=0.2``) they pile up to a fifth of
 before a vacuum, and a large table is vacuumed ever more rarely; a fixed threshold of 5,000
 dead tuples, not throttled (``cost_delay=0``), makes vacuum follow the event rate so the
 freed space is reused and the table's size stays flat in a steady state (bench/retention.py).
-The insert thresholds keep the visibility map fresh for the claim's index scans."""
+The server's ``autovacuum_naptime`` (default 1 min) still bounds how often a vacuum starts: the
+flat size holds the retained rows plus about one naptime of events' dead tuples (two per
+event). The insert thresholds keep the visibility map fresh for the claim's index scans."""
 
 OUTBOX_STORAGE_MIGRATION = Migration(name="casestream_outbox_002_autovacuum", sql=OUTBOX_STORAGE_DDL)
 """Autovacuum settings of the outbox table, applied after :data:`OUTBOX_MIGRATION`."""
