@@ -21,19 +21,22 @@ of the previous one; FORWARD = the previous schema reads data of the new one; FU
 
 from __future__ import annotations
 
+import copy
 import json
 import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import avro.name
 import avro.schema
+import fastavro
 from avro.compatibility import ReaderWriterCompatibilityChecker, SchemaCompatibilityType
 from avro.errors import AvroException
 
 from casestream.schemacheck.lint import Issue
 
-__all__ = ["LEVELS", "PairCheck", "check_pair", "parse_avro", "pairs_for_level"]
+__all__ = ["LEVELS", "PairCheck", "check_pair", "pairs_for_level", "parse_avro", "parse_fastavro"]
 
 #: level -> (check BACKWARD, check FORWARD, transitive)
 LEVELS: dict[str, tuple[bool, bool, bool]] = {
@@ -57,18 +60,33 @@ _RULE_OF = {
 _LOGICAL_PARAMS = ("logicalType", "precision", "scale")
 
 
-def parse_avro(schema: Mapping[str, Any] | str) -> avro.schema.Schema:
+def parse_avro(schema: Mapping[str, Any] | str, *, references: Sequence[Any] = ()) -> avro.schema.Schema:
     """Parse with Apache avro (names and enum symbols validated).
+
+    ``references``: JSON of named types ``schema`` may reference by name, parsed first into the
+    same name table (a registry's schema references).
 
     Raises:
         avro.errors.AvroException (SchemaParseException, InvalidDefault...) or ValueError for
         an invalid schema. Warnings about ignored logical types are suppressed (the
         logical-type rule compares the declared ``logicalType`` itself).
     """
-    text = schema if isinstance(schema, str) else json.dumps(schema)
+    data = json.loads(schema) if isinstance(schema, str) else schema
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        return avro.schema.parse(text)
+        names = avro.name.Names()
+        for ref in references:
+            avro.schema.make_avsc_object(ref, names)
+        return avro.schema.make_avsc_object(data, names)
+
+
+def parse_fastavro(schema: Mapping[str, Any] | str, *, references: Sequence[Any] = ()) -> Any:
+    """Parse with fastavro (``references`` first, into the same ``named_schemas``); raises as fastavro does."""
+    data = json.loads(schema) if isinstance(schema, str) else schema
+    named: dict[str, Any] = {}
+    for ref in references:
+        fastavro.parse_schema(copy.deepcopy(ref), named_schemas=named)
+    return fastavro.parse_schema(copy.deepcopy(data), named_schemas=named)
 
 
 @dataclass(frozen=True, slots=True)

@@ -76,6 +76,7 @@ class Report:
     pairs: int = 0
     seconds: float = 0.0
     checked: list[str] = field(default_factory=list)
+    checked_subjects: list[str] = field(default_factory=list)
 
     @property
     def errors(self) -> list[Finding]:

@@ -91,8 +91,6 @@ _ALL = [
     Rule("compatibility-level-mismatch", "the registry enforces another compatibility level than the catalog names",
          "[confluent] subject-level compatibility (PUT /config/{subject})",
          "run `casestream schemas register` to set the catalog's level on the registry"),
-    Rule("registry-subject-unknown", "the registry has a casestream subject that the catalog does not name",
-         "[casestream]", "add it to schemas/catalog.toml or delete it from the registry"),
 ]
 
 #: Every rule by id.
