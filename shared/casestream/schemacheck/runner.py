@@ -178,9 +178,8 @@ def check_layout(
         report.versions += len(subject.versions)
         lint = [f for f in _lint(subject) if not _waived(f, layout, waivers)]
         findings.extend(lint)
-        if any(f.severity == "error" for f in lint):
-            continue
-        findings.extend(_compat(subject, _parse(subject), report))
+        if not any(f.severity == "error" for f in lint):
+            findings.extend(_compat(subject, _parse(subject), report))
         findings.extend(upcaster_findings(subject))
     if against:
         from casestream.schemacheck.history import compare_to_ref
