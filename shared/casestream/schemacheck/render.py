@@ -182,7 +182,7 @@ def render(report: Report, fmt: str = "text", *, verbose: bool = False) -> str:
     """The report in ``fmt`` (one of :data:`FORMATS`). Raises ValueError for another format.
 
     JSON shape: ``{"ok": bool, "exit_code": 0|1, "subjects": n, "versions": n, "pairs": n,
-    "seconds": s, "errors": n, "warnings": n, "findings": [Finding.to_dict(), ...]}``
+    "seconds": s, "errors": n, "warnings": n, "subject_names": [...], "findings": [Finding.to_dict(), ...]}``
     (+ ``"checked"`` when verbose).
     """
     if fmt == "text":
@@ -203,6 +203,7 @@ def render(report: Report, fmt: str = "text", *, verbose: bool = False) -> str:
             "seconds": round(report.seconds, 3),
             "errors": len(report.errors),
             "warnings": len(report.warnings),
+            "subject_names": list(report.checked_subjects),
             "findings": [f.to_dict() for f in report.findings],
         }
         if verbose:
