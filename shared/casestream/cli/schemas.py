@@ -214,6 +214,8 @@ def rules() -> None:
     for rule in RULES.values():
         click.echo(f"{rule.id:36} {rule.title}")
         click.echo(f"{'':36} source: {rule.source}")
+        if rule.stricter:
+            click.echo(f"{'':36} stricter than Avro: {rule.stricter}")
 
 
 @schemas.command("register")

@@ -36,7 +36,7 @@ from avro.errors import AvroException
 
 from casestream.schemacheck.lint import Issue
 
-__all__ = ["LEVELS", "PairCheck", "check_pair", "pairs_for_level", "parse_avro", "parse_fastavro"]
+__all__ = ["LEVELS", "PairCheck", "check_pair", "pairs_for_level", "parse_avro", "parse_fastavro", "qualify_aliases"]
 
 #: level -> (check BACKWARD, check FORWARD, transitive)
 LEVELS: dict[str, tuple[bool, bool, bool]] = {
@@ -58,6 +58,7 @@ _RULE_OF = {
     "missing_union_branch": "missing-union-branch",
 }
 _LOGICAL_PARAMS = ("logicalType", "precision", "scale")
+_PRIMITIVE = frozenset({"null", "boolean", "int", "long", "float", "double", "bytes", "string"})
 
 
 def parse_avro(schema: Mapping[str, Any] | str, *, references: Sequence[Any] = ()) -> avro.schema.Schema:
@@ -76,8 +77,61 @@ def parse_avro(schema: Mapping[str, Any] | str, *, references: Sequence[Any] = (
         warnings.simplefilter("ignore")
         names = avro.name.Names()
         for ref in references:
-            avro.schema.make_avsc_object(ref, names)
-        return avro.schema.make_avsc_object(data, names)
+            avro.schema.make_avsc_object(qualify_aliases(ref), names)
+        return avro.schema.make_avsc_object(qualify_aliases(data), names)
+
+
+_NAMED = frozenset({"record", "error", "enum", "fixed"})
+
+
+def qualify_aliases(schema: Any, namespace: str | None = None) -> Any:
+    """``schema`` (JSON) with every alias of a named type fully qualified.
+
+    Avro 1.12 specification, "Aliases": an alias of a named type "may be fully qualified or
+    relative to the namespace of the name it aliases" — so ``{"name": "b.Y", "aliases": ["X"]}``
+    aliases ``b.X``. Apache avro for Python compares aliases with the writer's full name
+    without this step (Java's ``Schema.Parser`` qualifies them); field aliases are plain names.
+    Returns ``schema`` itself when nothing changes.
+    """
+    if isinstance(schema, list):
+        out = [qualify_aliases(b, namespace) for b in schema]
+        return schema if all(a is b for a, b in zip(out, schema)) else out
+    if not isinstance(schema, Mapping):
+        return schema
+    t = schema.get("type")
+    changed: dict[str, Any] = {}
+    ns = namespace
+    if t in _NAMED and isinstance(schema.get("name"), str):
+        name = schema["name"]
+        ns = name.rpartition(".")[0] if "." in name else (schema.get("namespace") or namespace) or None
+        aliases = schema.get("aliases")
+        if isinstance(aliases, list) and ns:
+            full = [a if not isinstance(a, str) or "." in a else f"{ns}.{a}" for a in aliases]
+            if full != aliases:
+                changed["aliases"] = full
+        if isinstance(schema.get("fields"), list):
+            fields = []
+            for f in schema["fields"]:
+                if isinstance(f, Mapping) and "type" in f:
+                    ft = qualify_aliases(f["type"], ns)
+                    fields.append(f if ft is f["type"] else {**f, "type": ft})
+                else:
+                    fields.append(f)
+            if any(a is not b for a, b in zip(fields, schema["fields"])):
+                changed["fields"] = fields
+    elif t == "array":
+        inner = qualify_aliases(schema.get("items"), namespace)
+        if inner is not schema.get("items"):
+            changed["items"] = inner
+    elif t == "map":
+        inner = qualify_aliases(schema.get("values"), namespace)
+        if inner is not schema.get("values"):
+            changed["values"] = inner
+    elif isinstance(t, (list, Mapping)):
+        inner = qualify_aliases(t, namespace)
+        if inner is not t:
+            changed["type"] = inner
+    return {**schema, **changed} if changed else schema
 
 
 def parse_fastavro(schema: Mapping[str, Any] | str, *, references: Sequence[Any] = ()) -> Any:
@@ -121,6 +175,7 @@ def _join(path: str, name: str) -> str:
 
 def _names_match(reader: Any, writer: Any) -> bool:
     # Same rule as avro.compatibility.schema_name_equals (unqualified name, or reader aliases).
+    # (aliases are fully qualified by parse_avro: qualify_aliases)
     aliases = reader.props.get("aliases") or []
     return reader.name == writer.name or writer.fullname in aliases
 
@@ -279,6 +334,10 @@ class _Walker:
                     self.logical(match, b, path)
             return
         if r.type != w.type:
+            # a promotion (int -> long, float -> double, string <-> bytes): the checker accepts it,
+            # but a logical type changed with it (date -> timestamp-millis) reinterprets the value
+            if r.type in _PRIMITIVE and w.type in _PRIMITIVE:
+                self.compare_logical(r, w, path)
             return
         if r.type == "array":
             self.logical(r.items, w.items, path)
@@ -287,16 +346,20 @@ class _Walker:
         elif r.type in ("record", "error"):
             self.walk(r, w, path)
         else:
-            rl = {k: r.props.get(k) for k in _LOGICAL_PARAMS if r.props.get(k) is not None}
-            wl = {k: w.props.get(k) for k in _LOGICAL_PARAMS if w.props.get(k) is not None}
-            if rl != wl:
-                self.issues.append(
-                    Issue(
-                        "logical-type-changed",
-                        path,
-                        f"{self.writer_label} writes {r.type} as {_describe(wl)}, {self.reader_label} reads it as {_describe(rl)}",
-                    )
+            self.compare_logical(r, w, path)
+
+    def compare_logical(self, r: Any, w: Any, path: str) -> None:
+        rl = {k: r.props.get(k) for k in _LOGICAL_PARAMS if r.props.get(k) is not None}
+        wl = {k: w.props.get(k) for k in _LOGICAL_PARAMS if w.props.get(k) is not None}
+        if rl != wl:
+            base = r.type if r.type == w.type else f"{w.type} (read as {r.type})"
+            self.issues.append(
+                Issue(
+                    "logical-type-changed",
+                    path,
+                    f"{self.writer_label} writes {base} as {_describe(wl)}, {self.reader_label} reads it as {_describe(rl)}",
                 )
+            )
 
 
 def _describe(lt: Mapping[str, Any]) -> str:
