@@ -338,6 +338,11 @@ class _Walker:
             # but a logical type changed with it (date -> timestamp-millis) reinterprets the value
             if r.type in _PRIMITIVE and w.type in _PRIMITIVE:
                 self.compare_logical(r, w, path)
+                if (w.type, r.type) == ("bytes", "string"):
+                    self.issues.append(Issue(
+                        "bytes-read-as-string", path,
+                        f"{self.writer_label} writes bytes that {self.reader_label} decodes as UTF-8 text: "
+                        "bytes that are not UTF-8 fail to decode"))
             return
         if r.type == "array":
             self.logical(r.items, w.items, path)

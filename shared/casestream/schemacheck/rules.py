@@ -63,6 +63,11 @@ _ALL = [
          "[spec] Logical Types (the binary stays readable, the meaning changes); not checked by [avro-py] nor [confluent]",
          "keep the logical type; add a new field for the new unit/meaning",
          stricter='the bytes still decode, but the value means something else (1000x for millis -> micros; days -> ms for date -> timestamp-millis): readers silently misread'),
+    Rule("bytes-read-as-string", "a reader reads as string what a writer writes as bytes",
+         "[spec] Schema Resolution: promotions (bytes is promotable to string)",
+         "keep bytes (or string) on both sides; add a new field for the other type",
+         stricter="the promotion decodes the bytes as UTF-8: bytes that are not UTF-8 fail to decode (fastavro) "
+                  "(fastavro raises UnicodeDecodeError)"),
     Rule("incompatible", "the Avro checker found the pair incompatible", "[avro-py]",
          "see the message; compare the two versions field by field"),
     # --- single schema -----------------------------------------------------------------------
