@@ -32,9 +32,12 @@ import avro.name
 import avro.schema
 import fastavro
 from avro.compatibility import ReaderWriterCompatibilityChecker, SchemaCompatibilityType
-from avro.errors import AvroException
 
 from casestream.schemacheck.lint import Issue
+from casestream.schemacheck.rules import RULES
+
+#: rule id -> whether it is stricter than Avro's verdict (it does not explain an incompatible pair)
+RULES_STRICTER = {r.id: bool(r.stricter) for r in RULES.values()}
 
 __all__ = ["LEVELS", "PairCheck", "check_pair", "pairs_for_level", "parse_avro", "parse_fastavro", "qualify_aliases"]
 
@@ -204,7 +207,9 @@ def _signature(s: Any) -> str:
 
 
 class _Walker:
-    def __init__(self, reader_is_new: bool, labels: tuple[str, str]):
+    def __init__(self, reader_is_new: bool, labels: tuple[str, str], *, stricter_only: bool = False):
+        # stricter_only: the checker found the pair compatible; look only for the stricter rules
+        self.stricter_only = stricter_only
         self.reader_is_new = reader_is_new
         self.reader_label, self.writer_label = labels
         self.issues: list[Issue] = []
@@ -303,6 +308,9 @@ class _Walker:
             )
 
     def leaf(self, r: Any, w: Any, path: str) -> None:
+        if self.stricter_only:
+            self.logical(r, w, path)
+            return
         result = ReaderWriterCompatibilityChecker().get_compatibility(r, w)
         if result.compatibility is SchemaCompatibilityType.incompatible:
             kinds = sorted({i.value for i in result.incompatibilities})
@@ -391,22 +399,18 @@ def check_pair(
 
     Returns:
         Issues with field paths (empty = compatible). An issue-free result always agrees with
-        ``ReaderWriterCompatibilityChecker`` saying compatible; the extra rules only add issues.
-
-    Raises:
-        AvroException: only on internal checker failures on exotic schemas.
+        ``ReaderWriterCompatibilityChecker`` saying compatible; the stricter rules only add issues.
     """
-    walker = _Walker(reader_is_new, labels)
-    try:
-        walker.walk(reader, writer, "")
-    except AvroException:
-        raise
-    if not walker.issues:
-        verdict = ReaderWriterCompatibilityChecker().get_compatibility(reader, writer)
-        if verdict.compatibility is SchemaCompatibilityType.incompatible:  # safety net: never be laxer
-            walker.issues.append(
-                Issue("incompatible", "", f"{labels[0]} cannot read {labels[1]}: {'; '.join(sorted(verdict.messages))}")
-            )
+    verdict = ReaderWriterCompatibilityChecker().get_compatibility(reader, writer)
+    compatible = verdict.compatibility is SchemaCompatibilityType.compatible
+    # One checker call decides; the walk names paths and rules (of an incompatible pair), or
+    # looks only for the stricter rules (of a compatible one) without calling the checker again.
+    walker = _Walker(reader_is_new, labels, stricter_only=compatible)
+    walker.walk(reader, writer, "")
+    if not compatible and all(RULES_STRICTER.get(i.rule, False) for i in walker.issues):
+        walker.issues.append(  # safety net: never be laxer than the checker
+            Issue("incompatible", "", f"{labels[0]} cannot read {labels[1]}: {'; '.join(sorted(verdict.messages))}")
+        )
     return walker.issues
 
 
