@@ -21,7 +21,6 @@ of the previous one; FORWARD = the previous schema reads data of the new one; FU
 
 from __future__ import annotations
 
-import copy
 import json
 import warnings
 from collections.abc import Mapping, Sequence
@@ -141,9 +140,9 @@ def parse_fastavro(schema: Mapping[str, Any] | str, *, references: Sequence[Any]
     """Parse with fastavro (``references`` first, into the same ``named_schemas``); raises as fastavro does."""
     data = json.loads(schema) if isinstance(schema, str) else schema
     named: dict[str, Any] = {}
-    for ref in references:
-        fastavro.parse_schema(copy.deepcopy(ref), named_schemas=named)
-    return fastavro.parse_schema(copy.deepcopy(data), named_schemas=named)
+    for ref in references:  # parse_schema builds new dicts: the input is not changed
+        fastavro.parse_schema(ref, named_schemas=named)
+    return fastavro.parse_schema(data, named_schemas=named)
 
 
 @dataclass(frozen=True, slots=True)
@@ -183,12 +182,12 @@ def _names_match(reader: Any, writer: Any) -> bool:
     return reader.name == writer.name or writer.fullname in aliases
 
 
-def _lookup_writer_field(writer: Any, reader_field: Any) -> Any:
-    f = writer.fields_dict.get(reader_field.name)
+def _lookup_writer_field(writer_fields: Mapping[str, Any], reader_field: Any) -> Any:
+    f = writer_fields.get(reader_field.name)
     if f is not None:
         return f
     for alias in reader_field.props.get("aliases") or []:
-        f = writer.fields_dict.get(alias)
+        f = writer_fields.get(alias)
         if f is not None:
             return f
     return None
@@ -206,10 +205,38 @@ def _signature(s: Any) -> str:
     return str(s.type)
 
 
+def _flags(s: Any, cache: dict[int, Any]) -> tuple[bool, bool]:
+    """(holds a logical type, holds bytes) anywhere in ``s``, cached by ``id`` (the schema is kept
+    in the cache so the id stays its own). A recursive reference counts as both (conservative)."""
+    hit = cache.get(id(s))
+    if hit is not None:
+        return hit[1]  # type: ignore[no-any-return]
+    cache[id(s)] = (s, (True, True))
+    t = s.type
+    if t in ("record", "error"):
+        children = [f.type for f in s.fields]
+    elif t == "union":
+        children = list(s.schemas)
+    elif t == "array":
+        children = [s.items]
+    elif t == "map":
+        children = [s.values]
+    else:
+        children = []
+    logical, has_bytes = "logicalType" in s.props, t == "bytes"
+    for c in children:
+        cl, cb = _flags(c, cache)
+        logical, has_bytes = logical or cl, has_bytes or cb
+    cache[id(s)] = (s, (logical, has_bytes))
+    return logical, has_bytes
+
+
 class _Walker:
-    def __init__(self, reader_is_new: bool, labels: tuple[str, str], *, stricter_only: bool = False):
+    def __init__(self, reader_is_new: bool, labels: tuple[str, str], *, stricter_only: bool = False,
+                 cache: dict[int, Any] | None = None):
         # stricter_only: the checker found the pair compatible; look only for the stricter rules
         self.stricter_only = stricter_only
+        self.cache: dict[int, Any] = cache if cache is not None else {}
         self.reader_is_new = reader_is_new
         self.reader_label, self.writer_label = labels
         self.issues: list[Issue] = []
@@ -235,17 +262,26 @@ class _Walker:
             return
         matched: set[str] = set()
         missing = []
+        writer_fields = {wf.name: wf for wf in w.fields}  # avro's fields_dict is rebuilt on every access
         for rf in r.fields:
-            wf = _lookup_writer_field(w, rf)
+            wf = _lookup_writer_field(writer_fields, rf)
             if wf is None:
                 if not rf.has_default:
                     missing.append(rf)
                 continue
             matched.add(wf.name)
+            if self.stricter_only and not self.may_be_stricter(rf.type, wf.type):
+                continue
             self.walk(rf.type, wf.type, _join(path, rf.name))
         unmatched = [wf for wf in w.fields if wf.name not in matched]
         for rf in missing:
             self.missing_field(rf, unmatched, path, r.fields.index(rf), w.fields)
+
+    def may_be_stricter(self, r: Any, w: Any) -> bool:
+        """Whether a stricter rule can apply below (r, w): a logical type on either side, or bytes written."""
+        r_logical, _ = _flags(r, self.cache)
+        w_logical, w_bytes = _flags(w, self.cache)
+        return r_logical or w_logical or w_bytes
 
     def missing_field(self, rf: Any, unmatched: list[Any], path: str, index: int, writer_fields: list[Any]) -> None:
         """Report a reader field the writer does not write; guess a rename (each writer field claimed once)."""
@@ -336,8 +372,10 @@ class _Walker:
         if r.type == "union" or w.type == "union":
             rb = r.schemas if r.type == "union" else [r]
             wb = w.schemas if w.type == "union" else [w]
+            signatures = [(_signature(x), x) for x in rb]
             for b in wb:
-                match = next((x for x in rb if _signature(x) == _signature(b)), None)
+                sig = _signature(b)
+                match = next((x for xs, x in signatures if xs == sig), None)
                 if match is not None:
                     self.logical(match, b, path)
             return
@@ -362,6 +400,9 @@ class _Walker:
             self.compare_logical(r, w, path)
 
     def compare_logical(self, r: Any, w: Any, path: str) -> None:
+        rp, wp = r.props, w.props
+        if "logicalType" not in rp and "logicalType" not in wp:
+            return
         rl = {k: r.props.get(k) for k in _LOGICAL_PARAMS if r.props.get(k) is not None}
         wl = {k: w.props.get(k) for k in _LOGICAL_PARAMS if w.props.get(k) is not None}
         if rl != wl:
@@ -388,6 +429,7 @@ def check_pair(
     *,
     reader_is_new: bool = True,
     labels: tuple[str, str] = ("reader", "writer"),
+    cache: dict[int, Any] | None = None,
 ) -> list[Issue]:
     """Check that ``reader`` can read data written with ``writer``.
 
@@ -396,6 +438,8 @@ def check_pair(
         reader_is_new: True for a BACKWARD pair (reader = the newer version), False for a
             FORWARD pair; selects rule ids and wording for missing fields.
         labels: how messages name the reader and the writer (e.g. ``("v3", "v2")``).
+        cache: a dict shared by the checks of one history (which parts of each schema hold a
+            logical type or bytes); keeps those schemas alive while it lives.
 
     Returns:
         Issues with field paths (empty = compatible). An issue-free result always agrees with
@@ -405,7 +449,7 @@ def check_pair(
     compatible = verdict.compatibility is SchemaCompatibilityType.compatible
     # One checker call decides; the walk names paths and rules (of an incompatible pair), or
     # looks only for the stricter rules (of a compatible one) without calling the checker again.
-    walker = _Walker(reader_is_new, labels, stricter_only=compatible)
+    walker = _Walker(reader_is_new, labels, stricter_only=compatible, cache=cache)
     walker.walk(reader, writer, "")
     if not compatible and all(RULES_STRICTER.get(i.rule, False) for i in walker.issues):
         walker.issues.append(  # safety net: never be laxer than the checker
@@ -424,6 +468,7 @@ def check_history(
     names = list(labels) if labels is not None else [f"v{i + 1}" for i in range(len(schemas))]
     targets = [new] if new is not None else list(range(1, len(schemas)))
     out = []
+    cache: dict[int, Any] = {}
     for k in targets:
         for pair in pairs_for_level(level, k):
             issues = check_pair(
@@ -431,6 +476,7 @@ def check_history(
                 schemas[pair.writer],
                 reader_is_new=pair.direction == "BACKWARD",
                 labels=(names[pair.reader], names[pair.writer]),
+                cache=cache,
             )
             out.append((pair, issues))
     return out
