@@ -361,3 +361,47 @@ def test_compatible_new_version_without_an_upcaster_fails(tree: Path) -> None:
     assert f"{tree}/case/CaseOpened.v4.avsc" in out
     assert "reader-field-missing-default" not in out  # the pair itself is compatible
     assert "upcaster-missing" in RULES
+
+
+# -- registry authentication reaches the server -------------------------------------------------
+
+@pytest.fixture
+def recording_registry() -> Iterator[tuple[str, list[dict]]]:
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    seen: list[dict] = []
+
+    class Recording(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:  # noqa: N802
+            seen.append(dict(self.headers))
+            body = b'{"error_code": 40401, "message": "Subject not found"}'
+            self.send_response(404)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Recording)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_address[1]}", seen
+    server.shutdown()
+    server.server_close()
+    thread.join()
+
+
+@pytest.mark.parametrize(("option", "value", "header"), [
+    ("--registry-basic-auth", "team:s3cret", "Basic dGVhbTpzM2NyZXQ="),
+    ("--registry-bearer-token", "t0ken", "Bearer t0ken"),
+])
+def test_registry_credentials_reach_the_registry(tree: Path, recording_registry, option: str, value: str,
+                                                 header: str) -> None:  # noqa: ANN001
+    url, seen = recording_registry
+    code, out, err = run("check", "--schemas-dir", str(tree), "--registry", url, option, value,
+                         "--subject", "casestream.saga.SagaCompleted")
+    assert code == 0, out + err
+    assert seen and all(h.get("Authorization") == header for h in seen)

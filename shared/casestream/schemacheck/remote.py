@@ -14,7 +14,7 @@ Per subject of the layout:
 
 Authentication and TLS (:class:`RegistryOptions`) use the client settings of
 ``confluent_kafka.schema_registry.SchemaRegistryClient`` (``basic.auth.user.info``,
-``bearer.auth.token``, ``ssl.ca.location``, ``ssl.certificate.location``, ``ssl.key.location``);
+``bearer.auth.credentials.source = STATIC_TOKEN`` + ``bearer.auth.token``, ``ssl.ca.location``, ``ssl.certificate.location``, ``ssl.key.location``);
 the client comes with the ``service`` extra. Registry errors (down, refusing, garbage answers)
 are :class:`CheckInputError` naming the URL (exit 2).
 """
@@ -59,7 +59,6 @@ class RegistryOptions:
         """``SchemaRegistryClient`` settings (fail fast: no retries)."""
         conf: dict[str, Any] = {"url": self.url, "timeout": self.timeout, "max.retries": 0}
         if self.basic_auth:
-            conf["basic.auth.credentials.source"] = "USER_INFO"
             conf["basic.auth.user.info"] = self.basic_auth
         if self.bearer_token:
             conf["bearer.auth.credentials.source"] = "STATIC_TOKEN"
