@@ -41,7 +41,7 @@ def upcaster_findings(subject: Subject) -> list[Finding]:
     """
     if not subject.upcasters:
         return []
-    steps = _chain_steps(subject.upcasters, subject.declared_in)
+    steps = _chain_steps(subject.upcasters, subject.declared_in.partition(" [")[0])
     out = []
     for prev, v in zip(subject.versions, subject.versions[1:]):
         if (subject.event_type, prev.number) not in steps:
