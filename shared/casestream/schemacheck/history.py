@@ -85,8 +85,9 @@ class GitTree(Tree):
             return None
         return _git(self.folder, "show", f"{self.ref}:{self.prefix}{rel}").stdout
 
-    def files(self) -> list[str]:
-        return [f for f in self._files if f.endswith(".avsc")]
+    def files(self, under: str = "") -> list[str]:
+        prefix = under.strip("/") + "/" if under.strip("/") else ""
+        return [f for f in self._files if f.endswith(".avsc") and f.startswith(prefix)]
 
 
 def _diff(old: str, new: str, old_name: str, new_name: str) -> str:

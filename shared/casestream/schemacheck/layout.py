@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import fnmatch
 import json
+import os
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -36,16 +37,20 @@ class Tree:
     def read(self, rel: str) -> str | None:  # pragma: no cover - interface
         raise NotImplementedError
 
-    def files(self) -> list[str]:  # pragma: no cover - interface
+    def files(self, under: str = "") -> list[str]:  # pragma: no cover - interface
+        """Every ``.avsc`` path under the folder ``under`` ("" = everywhere)."""
         raise NotImplementedError
 
 
 class WorkTree(Tree):
     """Files on disk under ``root``."""
 
+    #: folders never searched: VCS data, virtualenvs, caches, this project's .local state
+    SKIP = frozenset({".git", ".venv", "venv", "node_modules", ".local", "__pycache__", ".tox", "build", "dist"})
+
     def __init__(self, root: str | Path):
         self.root = Path(root)
-        self._files: list[str] | None = None
+        self._files: dict[str, list[str]] = {}
 
     def read(self, rel: str) -> str | None:
         try:
@@ -55,13 +60,18 @@ class WorkTree(Tree):
         except (OSError, UnicodeDecodeError) as e:
             raise CheckInputError(f"cannot read: {e}", target=rel) from e
 
-    def files(self) -> list[str]:
-        if self._files is None:
-            skip = {".git", ".venv", "node_modules", ".local", "__pycache__"}
-            self._files = sorted(
-                p.relative_to(self.root).as_posix() for p in self.root.rglob("*.avsc")
-                if p.is_file() and not skip & set(p.relative_to(self.root).parts))
-        return self._files
+    def files(self, under: str = "") -> list[str]:
+        under = under.strip("/")
+        if under not in self._files:
+            top = self.root / under if under else self.root
+            found = []
+            for folder, dirs, names in os.walk(top):
+                dirs[:] = [d for d in dirs if d not in self.SKIP]
+                rel = Path(folder).relative_to(self.root).as_posix()
+                prefix = "" if rel == "." else rel + "/"
+                found.extend(prefix + n for n in names if n.endswith(".avsc"))
+            self._files[under] = sorted(found)
+        return self._files[under]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -191,7 +201,8 @@ class _Builder:
         if key not in self._refs:
             out = []
             for g in key:
-                matched = [f for f in self.tree.files() if fnmatch.fnmatchcase(f, g)] if any(
+                fixed = re.split(r"[*?\[]", g, maxsplit=1)[0].rpartition("/")[0]
+                matched = [f for f in self.tree.files(fixed) if fnmatch.fnmatchcase(f, g)] if any(
                     c in g for c in "*?[") else [g]
                 if not matched:
                     raise CheckInputError(f"references: {g!r} matches no file", target=self.config.origin)
@@ -242,7 +253,7 @@ class _Builder:
         regexes = [_pattern_regex(p) for p in spec.patterns]
         groups: dict[str, list[tuple[int, str]]] = {}
         explicit = {rel for s in self.config.subjects.values() for rel in s.files}
-        for rel in self.tree.files():
+        for rel in self.tree.files(spec.path if spec.path != "." else ""):
             if not rel.startswith(prefix) or rel in explicit:
                 continue
             inner = rel[len(prefix):]
@@ -288,7 +299,7 @@ class _Builder:
         def show(rel: str) -> str:
             return f"{display}/{rel}" if display not in ("", ".") else rel
 
-        listing = [f[len(prefix):] for f in self.tree.files() if f.startswith(prefix)]
+        listing = [f[len(prefix):] for f in self.tree.files(folder if folder != "." else "") if f.startswith(prefix)]
         try:
             cat = load_catalog(folder, read_text=lambda rel: self.tree.read(prefix + rel), listing=listing)
         except CatalogError as e:
