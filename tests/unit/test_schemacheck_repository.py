@@ -183,9 +183,13 @@ def test_against_a_git_ref(acme: Path) -> None:
     git(acme, "add", ".")
     git(acme, "commit", "-q", "-m", "published")
     path = acme / "payments" / "payment-first.avsc"
-    path.write_text(json.dumps(json.loads(path.read_text()), indent=8))  # whitespace only
+    doc = json.loads(path.read_text())
+    doc = {k: doc[k] for k in reversed(list(doc))}  # attribute order, whitespace, {"type": "string"}
+    doc["fields"][0]["type"] = {"type": "string"}
+    path.write_text(json.dumps(doc, indent=8))
     assert run("--against", "HEAD")[0] == 0
     path.write_text(path.read_text().replace('"payment_id"', '"payment_ref"'))
+    assert "payment_ref" in path.read_text()
     code, out, _ = run("--against", "HEAD")
     assert code == 1 and "(published-version-changed)" in out and "payments-value v1" in out
     assert "--- HEAD:payments/payment-first.avsc" in out

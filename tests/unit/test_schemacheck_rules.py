@@ -131,3 +131,34 @@ def test_stricter_rules_say_why() -> None:
     stricter = {r.id for r in RULES.values() if r.stricter}
     assert {"logical-type-changed", "bytes-read-as-string", "name-not-qualified", "upcaster-missing"} <= stricter
     assert "reader-field-missing-default" not in stricter
+
+
+#: (history, levels it passes) — transitive levels compare with every earlier version, not only the last
+BACKWARD_ONLY_LAST = [rec(f("a", "int")), rec(f("a", "int"), f("b", "int", default=0)), rec(f("a", "int"), f("b", "int"))]
+FORWARD_ONLY_LAST = [rec(f("a", "int"), f("c", "int")), rec(f("a", "int"), f("c", "int", default=0)), rec(f("a", "int"))]
+
+
+@pytest.mark.parametrize(("history", "passes"), [
+    (BACKWARD_ONLY_LAST, {"NONE", "BACKWARD", "FORWARD", "FORWARD_TRANSITIVE", "FULL"}),
+    (FORWARD_ONLY_LAST, {"NONE", "BACKWARD", "BACKWARD_TRANSITIVE", "FORWARD", "FULL"}),
+], ids=["backward-only-last", "forward-only-last"])
+def test_all_seven_levels(history: list[dict], passes: set[str]) -> None:
+    from casestream.schemacheck import LEVELS
+
+    assert len(LEVELS) == 7
+    parsed = [parse_avro(s) for s in history]
+    verdicts = {level for level in LEVELS
+                if not any(issues for _, issues in check_history(parsed, level))}
+    assert verdicts == passes
+
+
+def test_canonical_form_ignores_layout_only() -> None:
+    from casestream.schemacheck.compat import canonical
+
+    a = rec(f("x", "int"), f("e", {"type": "enum", "name": "E", "symbols": ["A"]}))
+    b = {"fields": [{"type": {"type": "int"}, "name": "x"},
+                    {"name": "e", "type": {"symbols": ["A"], "name": "t.E", "type": "enum"}}],
+         "name": "t.R", "type": "record"}
+    assert canonical(a) == canonical(b)
+    assert canonical(a) != canonical({**b, "doc": "changed"})
+    assert canonical(a) != canonical({**b, "fields": list(reversed(b["fields"]))})  # field order is the layout

@@ -38,7 +38,7 @@ from casestream.schemacheck.rules import RULES
 #: rule id -> whether it is stricter than Avro's verdict (it does not explain an incompatible pair)
 RULES_STRICTER = {r.id: bool(r.stricter) for r in RULES.values()}
 
-__all__ = ["LEVELS", "PairCheck", "check_pair", "pairs_for_level", "parse_avro", "parse_fastavro", "qualify_aliases"]
+__all__ = ["LEVELS", "PairCheck", "check_pair", "pairs_for_level", "canonical", "parse_avro", "parse_fastavro", "qualify_aliases"]
 
 #: level -> (check BACKWARD, check FORWARD, transitive)
 LEVELS: dict[str, tuple[bool, bool, bool]] = {
@@ -84,6 +84,37 @@ def parse_avro(schema: Mapping[str, Any] | str, *, references: Sequence[Any] = (
 
 
 _NAMED = frozenset({"record", "error", "enum", "fixed"})
+
+
+def canonical(schema: Any) -> Any:
+    """``schema`` (JSON) in the form two equal schemas share: names fully qualified, no
+    ``namespace`` attributes (:func:`casestream.events.catalog.normalize`), and a primitive
+    written as ``{"type": "int"}`` reduced to ``"int"`` (Avro specification, "Parsing
+    Canonical Form": [PRIMITIVES]). Docs, defaults, aliases and other attributes are kept, so
+    only a change of layout (whitespace, attribute order, namespace placement) compares equal.
+    """
+    from casestream.events.catalog import normalize
+
+    return _collapse(normalize(schema))
+
+
+def _collapse(s: Any) -> Any:
+    if isinstance(s, list):
+        return [_collapse(b) for b in s]
+    if not isinstance(s, Mapping):
+        return s
+    if set(s) == {"type"} and s["type"] in _PRIMITIVE:
+        return s["type"]
+    out = dict(s)
+    if isinstance(out.get("fields"), list):
+        out["fields"] = [{**fl, "type": _collapse(fl.get("type"))} if isinstance(fl, Mapping) else fl
+                         for fl in out["fields"]]
+    for key in ("items", "values"):
+        if key in out:
+            out[key] = _collapse(out[key])
+    if isinstance(out.get("type"), (list, Mapping)):
+        out["type"] = _collapse(out["type"])
+    return out
 
 
 def qualify_aliases(schema: Any, namespace: str | None = None) -> Any:

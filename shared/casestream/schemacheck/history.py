@@ -19,6 +19,7 @@ import json
 import subprocess
 from pathlib import Path
 
+from casestream.schemacheck.compat import canonical
 from casestream.schemacheck.layout import Layout, Tree, WorkTree, build_layout
 from casestream.schemacheck.model import CheckInputError, Finding, finding_for
 
@@ -97,7 +98,7 @@ def _diff(old: str, new: str, old_name: str, new_name: str) -> str:
 
 def _same(a: str, b: str) -> bool:
     try:
-        return json.loads(a) == json.loads(b)
+        return bool(canonical(json.loads(a)) == canonical(json.loads(b)))
     except json.JSONDecodeError:
         return a == b
 

@@ -26,8 +26,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from casestream.errors import RegistryUnavailable, SchemaError
-from casestream.events.catalog import same_schema
-from casestream.schemacheck.compat import check_pair, pairs_for_level, parse_avro
+from casestream.schemacheck.compat import canonical, check_pair, pairs_for_level, parse_avro
 from casestream.schemacheck.layout import Layout, Subject
 from casestream.schemacheck.model import CheckInputError, Finding, finding_for
 
@@ -130,6 +129,11 @@ def compare_to_registry(
         if reg is not registry:
             reg.close()
     return findings
+
+
+def same_schema(a: Any, b: Any) -> bool:
+    """Equal up to layout (:func:`~casestream.schemacheck.compat.canonical`)."""
+    return bool(canonical(a) == canonical(b))
 
 
 def _subject(subject: Subject, reg: Any, url: str) -> list[Finding]:
