@@ -1,9 +1,12 @@
-"""``casestream schemas check|register``: the schema catalog's CI check and explicit registration.
+"""``casestream schemas check|rules|register``: the schema gate in CI, its rules, explicit registration.
 
 Mounted by ``casestream.cli`` as the ``schemas`` group; also runs alone as
-``python -m casestream.schemacheck``. Exit codes: 0 compatible / done, 1 incompatible /
-registry refused, 2 usage or input error (malformed file, unknown subject or ref, registry
-down) — printed as one line naming the file or URL; the traceback only with ``--verbose``.
+``python -m casestream.schemacheck``. ``check`` finds the repository's configuration
+(:func:`_find_config`) and runs :func:`casestream.schemacheck.check_repository`. Exit codes:
+0 compatible / done, 1 incompatible / registry refused, 2 usage or input error (malformed
+file or configuration, unknown subject, rule or ref, registry down) — rendered in the chosen
+``--format`` and as one line on stderr naming the file or URL; the traceback only with
+``--verbose``.
 """
 
 from __future__ import annotations
@@ -52,7 +55,7 @@ def _fail_input(e: BaseException, verbose: bool) -> None:
 
 @click.group("schemas", context_settings={"help_option_names": ["-h", "--help"]})
 def schemas() -> None:
-    """Check and register the Avro schema catalog (schemas/catalog.toml + .avsc files)."""
+    """Check Avro schema compatibility in any repository (casestream-schemas.toml) and register a catalog."""
 
 
 def _find_config(config: str | None, schemas_dir: str | None) -> tuple[Any, str]:
