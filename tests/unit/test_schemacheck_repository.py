@@ -244,3 +244,11 @@ def test_python_m_casestream_cli_runs_the_check(acme: Path) -> None:
                           cwd=acme, capture_output=True, text=True, timeout=120)
     assert done.returncode == 1, done.stderr
     assert json.loads(done.stdout)["errors"] >= 1
+
+
+def test_output_file_holds_the_report(acme: Path) -> None:
+    break_orders(acme)
+    code, out, _ = run("--format", "sarif", "-o", "gate.sarif")
+    assert code == 1 and out == ""
+    doc = json.loads((acme / "gate.sarif").read_text())
+    assert doc["version"] == "2.1.0" and doc["runs"][0]["results"][0]["ruleId"] == "reader-field-missing-default"
