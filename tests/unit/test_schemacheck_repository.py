@@ -114,7 +114,7 @@ def test_each_format_exit_0_1_2(acme: Path, fmt: str) -> None:
     if fmt == "json":
         assert json.loads(out)["exit_code"] == 2 and rel in json.loads(out)["error"]["target"]
     elif fmt == "github":
-        assert out.startswith(f"::error file={rel},title=schemas check input error::")
+        assert out.startswith(f"::error file={rel},line=1,title=schemas check input error::")
     elif fmt == "junit":
         assert ET.fromstring(out).find("testsuite/testcase/error") is not None
     elif fmt == "sarif":
@@ -252,3 +252,14 @@ def test_output_file_holds_the_report(acme: Path) -> None:
     assert code == 1 and out == ""
     doc = json.loads((acme / "gate.sarif").read_text())
     assert doc["version"] == "2.1.0" and doc["runs"][0]["results"][0]["ruleId"] == "reader-field-missing-default"
+
+
+def test_topic_name_strategy_value_and_key_subjects(acme: Path) -> None:
+    cfg = acme / "casestream-schemas.toml"
+    cfg.write_text(cfg.read_text().replace('naming_strategy = "TopicRecordNameStrategy"',
+                                           'naming_strategy = "TopicNameStrategy"'))
+    code, out, _ = run("--format", "json")
+    assert code == 0 and "shipping-value" in json.loads(out)["subject_names"]
+    cfg.write_text(cfg.read_text().replace('topic = "shipping"', 'topic = "shipping"\nkey = true'))
+    code, out, _ = run("--format", "json")
+    assert code == 0 and "shipping-key" in json.loads(out)["subject_names"]

@@ -159,7 +159,8 @@ def _load_json(text: str, file: str) -> Any:
     try:
         return json.loads(text)
     except json.JSONDecodeError as e:
-        raise CheckInputError(f"malformed JSON at line {e.lineno} column {e.colno}: {e.msg}", target=file) from e
+        raise CheckInputError(f"malformed JSON at line {e.lineno} column {e.colno}: {e.msg}", target=file,
+                              line=e.lineno) from e
 
 
 def _full_name(schema: Any) -> str:

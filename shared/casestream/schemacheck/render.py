@@ -163,6 +163,8 @@ def render_error(error: CheckInputError, fmt: str = "text") -> str:
                            "error": {"message": message, "target": target}, "findings": []}, indent=2)
     if fmt == "github":
         props = f"file={_escape_prop(file)}," if file else ""
+        if file and getattr(error, "line", 0):
+            props += f"line={error.line},"
         return f"::error {props}title=schemas check input error::{_escape_data(message)}"
     if fmt == "junit":
         return "\n".join(['<?xml version="1.0" encoding="UTF-8"?>', "<testsuites>",
@@ -173,7 +175,10 @@ def render_error(error: CheckInputError, fmt: str = "text") -> str:
     if fmt == "sarif":
         note: dict = {"level": "error", "message": {"text": message}}
         if file:
-            note["locations"] = [{"physicalLocation": {"artifactLocation": {"uri": file}}}]
+            location: dict = {"artifactLocation": {"uri": file}}
+            if getattr(error, "line", 0):
+                location["region"] = {"startLine": error.line}
+            note["locations"] = [{"physicalLocation": location}]
         return json.dumps(_sarif_doc([], [], [note]), indent=2)
     return f"error: {message}"
 
