@@ -365,8 +365,35 @@ def test_compatible_new_version_without_an_upcaster_fails(tree: Path) -> None:
 
 # -- registry authentication reaches the server -------------------------------------------------
 
-@pytest.fixture
-def recording_registry() -> Iterator[tuple[str, list[dict]]]:
+def _self_signed(folder: Path) -> tuple[Path, Path]:
+    """A certificate for 127.0.0.1 (its own CA) and its key, PEM files in ``folder``."""
+    import datetime
+    import ipaddress
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "127.0.0.1")])
+    now = datetime.datetime.now(datetime.timezone.utc)
+    cert = (x509.CertificateBuilder().subject_name(name).issuer_name(name).public_key(key.public_key())
+            .serial_number(x509.random_serial_number()).not_valid_before(now - datetime.timedelta(minutes=5))
+            .not_valid_after(now + datetime.timedelta(days=1))
+            .add_extension(x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]), False)
+            .add_extension(x509.BasicConstraints(ca=True, path_length=None), True)
+            .sign(key, hashes.SHA256()))
+    cert_file, key_file = folder / "registry.pem", folder / "registry.key"
+    cert_file.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    key_file.write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                           serialization.NoEncryption()))
+    return cert_file, key_file
+
+
+@pytest.fixture(params=["http", "https"])
+def recording_registry(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[str, list[dict], list[str]]]:
+    import ssl
     import threading
     from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
@@ -386,9 +413,16 @@ def recording_registry() -> Iterator[tuple[str, list[dict]]]:
             pass
 
     server = ThreadingHTTPServer(("127.0.0.1", 0), Recording)
+    tls: list[str] = []
+    if request.param == "https":
+        cert_file, key_file = _self_signed(tmp_path)
+        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        context.load_cert_chain(cert_file, key_file)
+        server.socket = context.wrap_socket(server.socket, server_side=True)
+        tls = ["--registry-ca-file", str(cert_file)]
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
-    yield f"http://127.0.0.1:{server.server_address[1]}", seen
+    yield f"{request.param}://127.0.0.1:{server.server_address[1]}", seen, tls
     server.shutdown()
     server.server_close()
     thread.join()
@@ -400,8 +434,13 @@ def recording_registry() -> Iterator[tuple[str, list[dict]]]:
 ])
 def test_registry_credentials_reach_the_registry(tree: Path, recording_registry, option: str, value: str,
                                                  header: str) -> None:  # noqa: ANN001
-    url, seen = recording_registry
-    code, out, err = run("check", "--schemas-dir", str(tree), "--registry", url, option, value,
-                         "--subject", "casestream.saga.SagaCompleted")
+    url, seen, tls = recording_registry
+    args = ["check", "--schemas-dir", str(tree), "--registry", url, option, value,
+            "--subject", "casestream.saga.SagaCompleted"]
+    code, out, err = run(*args, *tls)
     assert code == 0, out + err
     assert seen and all(h.get("Authorization") == header for h in seen)
+    if tls:  # without the registry's CA the TLS handshake fails: exit 2 naming the URL
+        count = len(seen)
+        code, out, err = run(*args)
+        assert code == 2 and url in err and "Traceback" not in err and len(seen) == count
