@@ -197,6 +197,23 @@ def test_against_a_git_ref(acme: Path) -> None:
     assert code == 2 and "unknown git ref 'no-such-ref'" in err
 
 
+def test_against_a_git_ref_after_moving_a_folder(acme: Path) -> None:
+    git(acme, "init", "-q")
+    git(acme, "add", ".")
+    git(acme, "commit", "-q", "-m", "published")
+    (acme / "avro" / "orders").rename(acme / "avro" / "order-events")
+    cfg = acme / "casestream-schemas.toml"
+    cfg.write_text(cfg.read_text().replace('path = "avro/orders"', 'path = "avro/order-events"'))
+    code, out, _ = run("--against", "HEAD")
+    assert code == 0, out  # the configuration at HEAD finds the old paths; the schemas are the same
+    path = acme / "avro" / "order-events" / "OrderPlaced.v1.avsc"
+    path.write_text(path.read_text().replace('"order_id"', '"order_ref"'))
+    code, out, _ = run("--against", "HEAD", "--format", "json")
+    changed = [f for f in json.loads(out)["findings"] if f["rule"] == "published-version-changed"]
+    assert code == 1 and [(f["subject"], f["versions"], f["file"]) for f in changed] == [
+        ("com.acme.orders.OrderPlaced", "v1", "avro/order-events/OrderPlaced.v1.avsc")]
+
+
 def test_against_origin_main_in_a_shallow_clone(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     origin = tmp_path / "origin"
     shutil.copytree(FIXTURE, origin)

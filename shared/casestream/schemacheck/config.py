@@ -40,6 +40,7 @@ Every path is relative to the folder holding the configuration file. Errors:
 
 from __future__ import annotations
 
+import dataclasses
 import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -57,6 +58,7 @@ __all__ = [
     "GateConfig",
     "SubjectOverride",
     "catalog_config",
+    "config_from_text",
     "folder_config",
     "load_config",
     "parse_config",
@@ -105,6 +107,7 @@ class GateConfig:
 
     origin: str
     base: str = ""
+    file: str = ""  # the configuration file's name in its folder ("" = built in code: catalog_config)
     compatibility: str = "BACKWARD"
     naming_strategy: str = "RecordNameStrategy"
     references: tuple[str, ...] = ()
@@ -265,23 +268,30 @@ def load_config(path: str | Path) -> GateConfig:
         CheckInputError: missing file, malformed TOML, no such table, or a bad key.
     """
     p = Path(path)
-    origin = str(path)
     try:
-        doc = tomllib.loads(p.read_text(encoding="utf-8"))
+        text = p.read_text(encoding="utf-8")
     except FileNotFoundError as e:
-        raise CheckInputError("configuration file not found", target=origin) from e
+        raise CheckInputError("configuration file not found", target=str(path)) from e
     except (OSError, UnicodeDecodeError) as e:
-        raise CheckInputError(f"cannot read: {e}", target=origin) from e
+        raise CheckInputError(f"cannot read: {e}", target=str(path)) from e
+    parent = str(p.parent) if str(p.parent) != "." else ""
+    return config_from_text(text, name=p.name, origin=str(path), base=parent)
+
+
+def config_from_text(text: str, *, name: str, origin: str, base: str = "") -> GateConfig:
+    """:func:`load_config` of a file's text (``name``: ``pyproject.toml`` or another file name)."""
+    try:
+        doc: Any = tomllib.loads(text)
     except tomllib.TOMLDecodeError as e:
         raise CheckInputError(f"malformed TOML: {e}", target=origin) from e
-    if p.name == "pyproject.toml":
+    if name == "pyproject.toml":
         for key in PYPROJECT_TABLE:
             doc = doc.get(key) if isinstance(doc, Mapping) else None
         if not isinstance(doc, Mapping):
             raise CheckInputError("no [tool.casestream.schemas] table", target=origin)
         origin = f"{origin} [tool.casestream.schemas]"
-    parent = str(p.parent) if str(p.parent) != "." else ""
-    return parse_config(doc, origin=origin, base=parent)
+    config = parse_config(doc, origin=origin, base=base)
+    return dataclasses.replace(config, file=name)
 
 
 def catalog_config(folder: str) -> GateConfig:

@@ -1,10 +1,12 @@
 """Published versions are immutable: compare the working tree with a git ref (``--against``).
 
-The same configuration is read at the ref (:class:`GitTree`); every version of every subject
+The configuration file is read again at the ref (:class:`GitTree`); every version of every subject
 there must still exist, and every file it was made from must be unchanged: parsed JSON
 equality, so whitespace, indentation and the order of a JSON object's attributes do not count,
 while any change of fields (their order too: it is the binary layout), defaults, docs or names
-does (the registry already holds the old text). Findings carry a unified diff.
+does (the registry already holds the old text). A version whose files moved is compared by
+its schema as checked, in canonical form. No configuration (or catalog) at the ref: nothing was
+published, no findings. Findings carry a unified diff.
 
 In a shallow clone a ``<remote>/<branch>`` ref that is not there is fetched once
 (``git fetch --no-tags --depth=1 <remote> <branch>``); when that fails, or for another ref, the
@@ -20,6 +22,7 @@ import subprocess
 from pathlib import Path
 
 from casestream.schemacheck.compat import canonical
+from casestream.schemacheck.config import config_from_text
 from casestream.schemacheck.layout import Layout, Tree, WorkTree, build_layout
 from casestream.schemacheck.model import CheckInputError, Finding, finding_for
 
@@ -119,11 +122,21 @@ def compare_to_ref(layout: Layout, tree: Tree, ref: str, *, subjects: list[str] 
         raise CheckInputError("--against compares a work tree")
     folder = tree.root.resolve()
     commit = resolve_ref(folder, ref)
+    at_ref = GitTree(folder, commit)
+    config = layout.config
+    if config.file:  # the configuration as it was at the ref (folders may have moved since)
+        text = at_ref.read(config.file)
+        if text is None:
+            return []  # no configuration at the ref: nothing was published
+        try:
+            config = config_from_text(text, name=config.file, origin=f"{ref}:{config.file}", base=config.base)
+        except CheckInputError as e:
+            raise CheckInputError(f"the configuration at {ref} does not load: {e}", target=ref) from e
+    elif all(at_ref.read("catalog.toml" if c == "." else f"{c}/catalog.toml") is None for c in config.catalogs):
+        return []  # no catalog at the ref: nothing was published
     try:
-        old = build_layout(layout.config, GitTree(folder, commit))
+        old = build_layout(config, at_ref)
     except CheckInputError as e:
-        if "not found" in str(e) or "matches no file" in str(e):
-            return []  # the repository did not have these schemas at the ref: nothing published
         raise CheckInputError(f"schemas at {ref} do not load: {e}", target=ref) from e
     findings: list[Finding] = []
     reported: set[str] = set()
@@ -139,11 +152,20 @@ def compare_to_ref(layout: Layout, tree: Tree, ref: str, *, subjects: list[str] 
                     "published-version-removed", subject=name, versions=v.label, path="",
                     message=f"{name} {v.label} was published at {ref} ({v.file}) and is gone", file=v.file))
                 continue
+            if not all(file in after.sources for file in v.sources):
+                # moved or renamed files: compare the schema as checked (canonical form)
+                if canonical(v.schema) != canonical(after.schema):
+                    old_text, new_text = (json.dumps(x, indent=2) + "\n" for x in (v.schema, after.schema))
+                    findings.append(finding_for(
+                        "published-version-changed", subject=name, versions=v.label, path="",
+                        message=f"{name} {v.label} ({v.file} at {ref}, now {after.file}) changed; "
+                                f"published versions are immutable",
+                        file=after.file, text=after.text,
+                        diff=_diff(old_text, new_text, f"{ref}:{v.file}", after.file)))
+                continue
             for file, text in v.sources.items():
                 rel = layout.config.unrel(file)
                 current = after.sources.get(file)
-                if current is None:
-                    current = tree.read(rel)
                 if current is not None and _same(text, current):
                     continue
                 if file in reported:
