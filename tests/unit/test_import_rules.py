@@ -121,7 +121,7 @@ DRIVER_OWNERS: dict[str, set[str]] = {
         "casestream.testing.*",
     },
     "starlette": {"casestream.http.*", "casestream.telemetry.http", "casestream.service.process"},
-    "fastavro": {"casestream.events.codec", "casestream.schemacheck.runner"},
+    "fastavro": {"casestream.events.codec", "casestream.schemacheck.compat"},
     "uvicorn": {"casestream.service.process"},
 }
 #: Drivers a service may import itself (in adapters/ and bootstrap.py only); the others go

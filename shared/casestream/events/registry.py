@@ -106,9 +106,12 @@ class ConfluentSchemaRegistry:
         max_retries: client retries on transport errors / 5xx (0 = fail fast; CLI default).
         client: an existing ``SchemaRegistryClient`` to wrap (then url/timeout/max_retries
             only name the registry in messages).
+        options: further ``SchemaRegistryClient`` settings (``basic.auth.user.info``,
+            ``bearer.auth.token``, ``ssl.ca.location``, ...).
     """
 
-    def __init__(self, url: str, *, timeout: float = 10.0, max_retries: int = 2, client: Any = None):
+    def __init__(self, url: str, *, timeout: float = 10.0, max_retries: int = 2, client: Any = None,
+                 options: Mapping[str, Any] | None = None):
         self.url = url
         if client is None:
             # lazy (start-up cost): the registry client loads on first use; the catalog-only users skip it
@@ -116,7 +119,8 @@ class ConfluentSchemaRegistry:
 
             try:
                 client = SchemaRegistryClient(
-                    {"url": url, "timeout": timeout, "max.retries": max_retries, "retries.wait.ms": 200}
+                    {"url": url, "timeout": timeout, "max.retries": max_retries, "retries.wait.ms": 200,
+                     **(options or {})}
                 )
             except (ValueError, TypeError) as e:
                 raise RegistryUnavailable(f"{url}: invalid registry URL or settings: {e}") from e
