@@ -29,6 +29,7 @@ a subpackage are named with their module; the rest live here::
     │   ├── InvalidToken            auth.tokens: no usable bearer token (HTTP 401)
     │   └── AccessDenied            auth.tokens: a required role is missing (HTTP 403)
     ├── DeadlineExceeded            http.deadline: the request's deadline passed
+    ├── HttpProblem                 http.problem: a request answered with an RFC 9457 problem
     ├── DependencyDown              telemetry.readiness: a dependency failed a readiness probe
     ├── ReplayError                 replay.errors: a replay could not run or finish
     │   ├── ReplayConfigError       replay.errors: bad projection, handlers or options

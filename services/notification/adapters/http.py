@@ -18,23 +18,34 @@ from __future__ import annotations
 import logging
 import re
 from collections.abc import Callable
-from typing import Any, Protocol, TypeVar
+from typing import Any, Literal, Protocol, TypeVar
 
+from pydantic import BaseModel, ConfigDict, Field
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from casestream.auth import ROLE_OFFICER, ROLE_SUPERVISOR
-from casestream.http import EdgePolicy, limit_param, principal_of, problem_response, requires
-from casestream.http import edge_app, guarded
-from services.notification.domain.notice import Notice, NoticeStatus
+from casestream.http import EdgePolicy, Limit, principal_of, problem_response, query_model
+from casestream.http import edge_app, guarded, requires
+from services.notification.domain.notice import Notice
 
 log = logging.getLogger(__name__)
 
 READ_ROLES = (ROLE_OFFICER, ROLE_SUPERVISOR)
 _CASE_ID = re.compile(r"[\x21-\x7e]{1,128}")
 T = TypeVar("T")
+
+
+class NoticeListQuery(BaseModel):
+    """``GET /notices`` query parameters (unknown ones are refused)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    status: Literal["pending", "sent", "failed"] | None = Field(  # NoticeStatus values
+        None, description="Only notices in this status.")
+    limit: Limit = 100
 
 
 class NoticeQueries(Protocol):
@@ -68,7 +79,6 @@ async def _read(request: Request, work: Callable[[], T]) -> T | Response:
 def build_app(queries: NoticeQueries, *, edge: EdgePolicy) -> Starlette:
     """The starlette app behind the shared edge (health routes are added by
     ``ServiceProcess``). ``app.state.counters`` holds the edge's counters."""
-    statuses = {s.value for s in NoticeStatus}
 
     @requires(*READ_ROLES)
     async def get_notice(request: Request) -> Response:
@@ -87,17 +97,10 @@ def build_app(queries: NoticeQueries, *, edge: EdgePolicy) -> Starlette:
 
     @requires(*READ_ROLES)
     async def list_notices(request: Request) -> Response:
-        path, tenant = request.url.path, principal_of(request).tenant_id
-        status = request.query_params.get("status")
-        if status is not None and status not in statuses:
-            return problem_response(400, "invalid_status", "Invalid status",
-                                    f"status must be one of {sorted(statuses)}", instance=path,
-                                    extra={"field": "status"})
-        limit = limit_param(request)
-        if isinstance(limit, Response):
-            return limit
-        notices = await _read(request, lambda: queries.list(tenant_id=tenant, status=status,
-                                                            limit=limit))
+        tenant = principal_of(request).tenant_id
+        query = query_model(request, NoticeListQuery)
+        notices = await _read(request, lambda: queries.list(tenant_id=tenant, status=query.status,
+                                                            limit=query.limit))
         if isinstance(notices, Response):
             return notices
         return JSONResponse({"items": [notice_json(n) for n in notices], "count": len(notices)})

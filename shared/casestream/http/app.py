@@ -1,7 +1,8 @@
 """What every service's starlette app shares around its own routes.
 
 - :func:`edge_app`: the app behind the shared edge (``edge_middleware``), with
-  :func:`http_error` for starlette's own 404/405 and ``app.state.counters``;
+  :func:`http_error` for starlette's own 404/405, :class:`~casestream.http.problem.HttpProblem`
+  raised by a route rendered as its problem, and ``app.state.counters``;
 - :func:`guarded`: runs a blocking read in the thread pool and turns a passed request
   deadline or storage trouble into a 503 problem with ``Retry-After: 1``.
 
@@ -24,7 +25,7 @@ from starlette.routing import BaseRoute
 from casestream.http.counters import EdgeCounters
 from casestream.http.deadline import DeadlineExceeded
 from casestream.http.edge import EdgePolicy, edge_middleware
-from casestream.http.problem import problem_response
+from casestream.http.problem import HttpProblem, problem_response
 
 T = TypeVar("T")
 
@@ -43,13 +44,20 @@ async def http_error(request: Request, exc: Exception) -> Response:
                             headers=dict(exc.headers) if exc.headers else None)
 
 
+async def http_problem(request: Request, exc: Exception) -> Response:
+    """An :class:`HttpProblem` raised by a route, as its problem response."""
+    assert isinstance(exc, HttpProblem)
+    return exc.response(request.url.path)
+
+
 def edge_app(routes: Sequence[BaseRoute], edge: EdgePolicy) -> Starlette:
     """A starlette app serving ``routes`` behind ``edge`` (health routes are added by
     ``ServiceProcess``); ``app.state.counters`` holds the edge's :class:`EdgeCounters`."""
     handler: Callable[[Request, Exception], Awaitable[Response]] = http_error
+    problem: Callable[[Request, Exception], Awaitable[Response]] = http_problem
     counters = EdgeCounters()
     app = Starlette(routes=list(routes), middleware=edge_middleware(edge, counters),
-                    exception_handlers={HTTPException: handler})
+                    exception_handlers={HTTPException: handler, HttpProblem: problem})
     app.state.counters = counters
     return app
 
