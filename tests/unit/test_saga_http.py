@@ -109,7 +109,7 @@ def test_list_filters_by_state_and_validates_input(setup: Setup) -> None:
     assert [s["saga_id"] for s in c.get("/sagas?state=AWAITING_DECISION",
                                          headers=OFFICER).json()["items"]] == [setup.saga_id]
     assert c.get("/sagas?state=COMPLETED", headers=OFFICER).json()["count"] == 0
-    problem(c.get("/sagas?state=NOPE", headers=OFFICER), 400, "invalid_state")
+    problem(c.get("/sagas?state=NOPE", headers=OFFICER), 400, "validation_error")
     body = problem(c.get("/sagas?limit=0", headers=OFFICER), 400, "validation_error")
     assert [e["field"] for e in body["errors"]] == ["limit"]
     assert c.get(f"/sagas?case_id={CASE}", headers=OFFICER).json()["count"] == 1

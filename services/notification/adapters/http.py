@@ -27,8 +27,9 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from casestream.auth import ROLE_OFFICER, ROLE_SUPERVISOR
-from casestream.http import EdgePolicy, Limit, principal_of, problem_response, query_model
-from casestream.http import edge_app, guarded, requires
+from casestream.http import EdgePolicy, Limit, Operation, json_answer, openapi_document
+from casestream.http import edge_app, guarded, openapi_route, principal_of, problem_answer
+from casestream.http import problem_response, query_model, requires
 from services.notification.domain.notice import Notice
 
 log = logging.getLogger(__name__)
@@ -76,6 +77,33 @@ async def _read(request: Request, work: Callable[[], T]) -> T | Response:
                          unavailable="the notice store could not be read; retry later")
 
 
+CASE_ID_SCHEMA = {"type": "string", "pattern": r"^[\x21-\x7e]{1,128}$"}
+NOTICE_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "required": ["case_id", "saga_id", "tenant_id", "recipient_email", "status", "attempts",
+                 "version", "created_at"],
+    "properties": {"status": {"type": "string", "enum": ["pending", "sent", "failed"]},
+                   "attempts": {"type": "integer", "minimum": 0},
+                   "penalty_cents": {"type": ["integer", "null"]},
+                   "created_at": {"type": "string", "format": "date-time"}},
+}
+OPENAPI = openapi_document("casestream notification service", "1.0.0", [
+    Operation(method="get", path="/notices", operation_id="listNotices",
+              summary="The tenant's notices, newest first", query=NoticeListQuery,
+              answers={"200": json_answer("Notices", {
+                  "type": "object", "required": ["items", "count"],
+                  "properties": {"items": {"type": "array", "items": NOTICE_SCHEMA},
+                                 "count": {"type": "integer", "minimum": 0}}},
+                  links={"GetNotice": {"operationId": "getNotice", "parameters": {
+                      "case_id": "$response.body#/items/0/case_id"}}})}),
+    Operation(method="get", path="/notices/{case_id}", operation_id="getNotice",
+              summary="The notice of a case", path_params={"case_id": CASE_ID_SCHEMA},
+              answers={"200": json_answer("The notice", NOTICE_SCHEMA),
+                       "404": problem_answer("No notice for this case in this tenant")}),
+])
+"""The OpenAPI document served at ``/openapi.json``."""
+
+
 def build_app(queries: NoticeQueries, *, edge: EdgePolicy) -> Starlette:
     """The starlette app behind the shared edge (health routes are added by
     ``ServiceProcess``). ``app.state.counters`` holds the edge's counters."""
@@ -105,5 +133,5 @@ def build_app(queries: NoticeQueries, *, edge: EdgePolicy) -> Starlette:
             return notices
         return JSONResponse({"items": [notice_json(n) for n in notices], "count": len(notices)})
 
-    return edge_app([Route("/notices", list_notices, methods=["GET"]),
+    return edge_app([openapi_route(OPENAPI), Route("/notices", list_notices, methods=["GET"]),
                      Route("/notices/{case_id}", get_notice, methods=["GET"])], edge)

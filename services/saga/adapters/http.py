@@ -31,11 +31,11 @@ from __future__ import annotations
 
 import logging
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from datetime import UTC, datetime, timedelta
-from typing import Any, Protocol, TypeVar
+from typing import Any, Literal, Protocol, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, create_model
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
@@ -43,9 +43,9 @@ from starlette.routing import Route
 
 from casestream.auth import ROLE_OFFICER, ROLE_SUPERVISOR
 from casestream.errors import ConcurrencyError
-from casestream.http import EdgePolicy, HttpProblem, Identifier, Limit, principal_of
-from casestream.http import body_model, edge_app, guarded, problem_response, query_model
-from casestream.http import requires, text
+from casestream.http import EdgePolicy, Identifier, Limit, Operation, json_answer, principal_of
+from casestream.http import body_model, edge_app, guarded, problem_answer, problem_response
+from casestream.http import openapi_document, openapi_route, query_model, requires, text
 from services.saga.application.orchestrator import Orchestrator
 from services.saga.application.ports import SagaQueries
 from services.saga.application.stuck import STUCK_LIMIT, find_stuck, gauges
@@ -72,13 +72,22 @@ class ResolveBody(BaseModel):
 
 
 class SagaListQuery(BaseModel):
-    """``GET /sagas`` query parameters."""
+    """``GET /sagas`` query parameters (``state``: :func:`saga_list_query` narrows it to the
+    definition's states)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     state: Identifier | None = Field(None, description="Only sagas in this state.")
     case_id: Identifier | None = Field(None, description="Only the sagas of this case.")
     limit: Limit = 100
+
+
+def saga_list_query(states: Iterable[str]) -> type[SagaListQuery]:
+    """:class:`SagaListQuery` whose ``state`` is one of ``states`` (an enum in the document)."""
+    allowed = Literal[tuple(sorted(states))]  # type: ignore[valid-type]
+    return create_model("SagaListQuery", __base__=SagaListQuery,
+                        state=(allowed | None, Field(None, description="Only sagas in this "
+                                                                        "state.")))
 
 
 class StuckQuery(BaseModel):
@@ -163,7 +172,7 @@ def build_routes(queries: SagaQueries, orchestrator: Orchestrator, resolver: Res
     ``stuck_grace`` is the default grace of ``/sagas/stuck`` and of the stuck gauge. The
     routes expect the edge's principal (``casestream.http.principal_of``).
     """
-    states = {s.name for s in orchestrator.definition.states}
+    list_query = saga_list_query(s.name for s in orchestrator.definition.states)
     definition = orchestrator.definition
 
     @requires(*READ_ROLES)
@@ -219,11 +228,7 @@ def build_routes(queries: SagaQueries, orchestrator: Orchestrator, resolver: Res
     @requires(*READ_ROLES)
     async def list_sagas(request: Request) -> Response:
         tenant = principal_of(request).tenant_id
-        query = query_model(request, SagaListQuery)
-        if query.state is not None and query.state not in states:
-            raise HttpProblem(400, "invalid_state", "Invalid state",
-                              f"state must be one of {sorted(states)}", extra={"field": "state"},
-                              errors=({"field": "state", "message": "not a state of the saga"},))
+        query = query_model(request, list_query)
         sagas = await _guarded(request, lambda: queries.list(
             tenant_id=tenant, state=query.state, case_id=query.case_id, limit=query.limit))
         if isinstance(sagas, Response):
@@ -256,12 +261,75 @@ def build_routes(queries: SagaQueries, orchestrator: Orchestrator, resolver: Res
         return JSONResponse(saga_json(saga, orchestrator))
 
     return [
+        openapi_route(openapi_document_of(definition.states, list_query)),
         Route("/sagas", list_sagas, methods=["GET"]),
         Route("/sagas/stuck", list_stuck, methods=["GET"]),
         Route("/sagas/metrics", metrics, methods=["GET"]),
         Route("/sagas/{saga_id}", get_saga, methods=["GET"]),
         Route("/sagas/{saga_id}/resolve", resolve_saga, methods=["POST"]),
     ]
+
+
+_TS = {"type": ["string", "null"], "format": "date-time"}
+_SAGA_ID = {"type": "string", "format": "uuid"}
+
+
+def _saga_schema(states: list[str], *, history: bool) -> dict[str, Any]:
+    props: dict[str, Any] = {
+        "saga_id": {"type": "string"}, "definition": {"type": "string"},
+        "case_id": {"type": "string"}, "tenant_id": {"type": "string"},
+        "correlation_id": {"type": ["string", "null"]},
+        "state": {"type": "string", "enum": states}, "state_kind": {"type": "string"},
+        "step": {"type": ["string", "null"]}, "attempts": {"type": "integer"},
+        "deadline": {"type": ["object", "null"]}, "data": {"type": "object"},
+        "version": {"type": "integer"}, "event_seq": {"type": "integer"},
+    }
+    required = ["saga_id", "definition", "case_id", "tenant_id", "state", "state_kind",
+                "version"]
+    if history:
+        props["history"] = {"type": "array", "items": {"type": "object", "required": [
+            "seq", "trigger", "to_state"], "properties": {"at": _TS}}}
+        required.append("history")
+    return {"type": "object", "required": required, "properties": props}
+
+
+def openapi_document_of(saga_states: Iterable[Any],
+                        list_query: type[SagaListQuery]) -> dict[str, Any]:
+    """The OpenAPI document of the saga routes (states of the definition as enums)."""
+    states = sorted(s.name for s in saga_states)
+    items = {"type": "object", "required": ["items", "count"], "properties": {
+        "items": {"type": "array", "items": {"$ref": "#/components/schemas/Saga"}},
+        "count": {"type": "integer", "minimum": 0}}}
+    first = {"saga_id": "$response.body#/items/0/saga_id"}
+    links = {"GetSaga": {"operationId": "getSaga", "parameters": first},
+             "ResolveSaga": {"operationId": "resolveSaga", "parameters": first}}
+    not_found = problem_answer("No such saga for this tenant")
+    return openapi_document("casestream saga-orchestrator", "1.0.0", [
+        Operation(method="get", path="/sagas", operation_id="listSagas",
+                  summary="The tenant's sagas, newest first", query=list_query,
+                  answers={"200": json_answer("Sagas", items, links=links)}),
+        Operation(method="get", path="/sagas/stuck", operation_id="listStuckSagas",
+                  summary="Sagas waiting past their deadline + grace", query=StuckQuery,
+                  answers={"200": json_answer("Stuck sagas", {
+                      "type": "object", "required": ["as_of", "grace_s", "count", "items"],
+                      "properties": {"items": items["properties"]["items"]}}, links=links)}),
+        Operation(method="get", path="/sagas/metrics", operation_id="sagaMetrics",
+                  summary="Counters of this process, gauges of the tenant",
+                  answers={"200": json_answer("Metrics", {
+                      "type": "object", "required": ["counters", "gauges"]})}),
+        Operation(method="get", path="/sagas/{saga_id}", operation_id="getSaga",
+                  summary="A saga with its history", path_params={"saga_id": _SAGA_ID},
+                  answers={"200": json_answer("The saga", _saga_schema(states, history=True)),
+                           "404": not_found}),
+        Operation(method="post", path="/sagas/{saga_id}/resolve", operation_id="resolveSaga",
+                  summary="Resolve a saga in manual review (role supervisor)",
+                  path_params={"saga_id": _SAGA_ID}, body=ResolveBody,
+                  answers={"200": json_answer("The resolved saga", {"$ref":
+                                              "#/components/schemas/Saga"}),
+                           "404": not_found,
+                           "409": problem_answer("Not in a resolvable state, or changed "
+                                                 "concurrently")}),
+    ], schemas={"Saga": _saga_schema(states, history=False)})
 
 
 def build_app(queries: SagaQueries, orchestrator: Orchestrator, resolver: Resolver, *,

@@ -3,7 +3,8 @@
 The error boundary (``boundary``: every failure a problem+json answer), request bodies
 read whole before a slot is taken, bounded in size, media type and time, and parsed as
 strict JSON (``body``, ``jsonbody``), request models (``models``: pydantic bodies and
-query strings, errors naming each field; lazily re-exported: pydantic),
+query strings, errors naming each field; lazily re-exported: pydantic), OpenAPI documents
+built from those models (``openapi``, lazily re-exported),
 Bearer-token authentication and role checks (``authn``), load shedding (``shedding``),
 per-tenant and per-client rate limiting (``ratelimit``), request deadlines (``deadline``,
 and ``pgdeadline`` for PostgreSQL), problem+json answers and the list routes' ``limit``
@@ -58,6 +59,16 @@ if TYPE_CHECKING:
         text,
         validate,
     )
+    from casestream.http.openapi import (
+        PROBLEM_SCHEMA,
+        RATE_LIMITED_SCHEMA,
+        RETRY_AFTER,
+        Operation,
+        json_answer,
+        openapi_document,
+        openapi_route,
+        problem_answer,
+    )
     from casestream.http.pgdeadline import DeadlinePool
 
 # Lazy: pgdeadline imports psycopg; app is imported on its own (see above).
@@ -65,7 +76,10 @@ _LAZY = {"edge_app": "casestream.http.app", "guarded": "casestream.http.app",
          "DeadlinePool": "casestream.http.pgdeadline",
          **{name: "casestream.http.models" for name in (
              "BLANK", "TEXT_PATTERN", "Identifier", "Limit", "body_model", "json_body",
-             "query_model", "text", "validate")}}
+             "query_model", "text", "validate")},
+         **{name: "casestream.http.openapi" for name in (
+             "PROBLEM_SCHEMA", "RATE_LIMITED_SCHEMA", "RETRY_AFTER", "Operation", "json_answer",
+             "openapi_document", "openapi_route", "problem_answer")}}
 
 __all__ = [
     "AuthAnswer", "DeadlinePool", "answer_for", "edge_app", "guarded",
@@ -78,6 +92,8 @@ __all__ = [
     "RequestBodyMiddleware", "parse_json",
     "BLANK", "TEXT_PATTERN", "Identifier", "Limit", "body_model", "json_body", "query_model",
     "text", "validate",
+    "PROBLEM_SCHEMA", "RATE_LIMITED_SCHEMA", "RETRY_AFTER", "Operation", "json_answer",
+    "openapi_document", "openapi_route", "problem_answer",
 ]
 
 
