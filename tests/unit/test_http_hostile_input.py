@@ -269,3 +269,14 @@ def test_log_context_fields_are_redacted() -> None:
         line = JsonFormatter("svc").format(record)
     assert "example.org" not in line and "example.com" not in line
     assert json.loads(line)["aggregate_id"] == "<email>"
+
+
+def test_405_allows_every_method_of_routes_sharing_a_path() -> None:
+    async def ok(_: Request) -> JSONResponse:
+        return JSONResponse({})
+
+    app = edge_app([Route("/w/{id}", ok, methods=["GET"]), Route("/w/{id}", ok, methods=["PUT"])],
+                   EdgePolicy(verifier=VERIFIER))
+    r = TestClient(app, raise_server_exceptions=False).options("/w/1", headers=OFFICER)
+    problem(r, 405, "method_not_allowed")
+    assert r.headers["allow"] == "GET, HEAD, PUT"

@@ -312,7 +312,7 @@ def openapi_document_of(saga_states: Iterable[Any],
                   summary="Sagas waiting past their deadline + grace", query=StuckQuery,
                   answers={"200": json_answer("Stuck sagas", {
                       "type": "object", "required": ["as_of", "grace_s", "count", "items"],
-                      "properties": {"items": items["properties"]["items"]}}, links=links)}),
+                      "properties": {"items": items["properties"]["items"]}})}),
         Operation(method="get", path="/sagas/metrics", operation_id="sagaMetrics",
                   summary="Counters of this process, gauges of the tenant",
                   answers={"200": json_answer("Metrics", {

@@ -20,7 +20,7 @@ from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import Response
-from starlette.routing import BaseRoute
+from starlette.routing import BaseRoute, Match
 
 from casestream.http.counters import EdgeCounters
 from casestream.http.deadline import DeadlineExceeded
@@ -38,10 +38,23 @@ async def http_error(request: Request, exc: Exception) -> Response:
     (``Allow`` on a 405) kept."""
     assert isinstance(exc, HTTPException)
     code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code, "http_error")
+    headers = dict(exc.headers) if exc.headers else {}
+    if exc.status_code == 405:
+        headers["Allow"] = ", ".join(allowed_methods(request))
     return problem_response(exc.status_code, code, str(exc.detail),
                             f"{request.method} {request.url.path}: {exc.detail}",
-                            instance=request.url.path,
-                            headers=dict(exc.headers) if exc.headers else None)
+                            instance=request.url.path, headers=headers or None)
+
+
+def allowed_methods(request: Request) -> list[str]:
+    """Every method some route of the app serves at this path (RFC 9110 §10.2.1 ``Allow``),
+    also when several routes share the path (starlette's own 405 names the first one's)."""
+    methods: set[str] = set()
+    for route in request.app.router.routes:
+        match, _ = route.matches({**request.scope, "method": "GET"})
+        if match is not Match.NONE:
+            methods |= set(getattr(route, "methods", None) or ())
+    return sorted(methods)
 
 
 async def http_problem(request: Request, exc: Exception) -> Response:
