@@ -53,7 +53,8 @@ def text(max_length: int, *, min_length: int = 1) -> Any:
                                             pattern=TEXT_PATTERN)]
 
 
-def _message(item: Any) -> str:
+def field_message(item: Any) -> str:
+    """A plain message for one pydantic error item (``ValidationError.errors()``)."""
     kind = item["type"]
     if kind == "missing":
         return "field required"
@@ -70,7 +71,7 @@ def validation_problem(error: ValidationError, *, where: str = "body") -> HttpPr
     errors = []
     for item in error.errors(include_url=False, include_input=False):
         field = ".".join(str(part) for part in item["loc"]) or where
-        errors.append({"field": field, "message": _message(item)})
+        errors.append({"field": field, "message": field_message(item)})
     detail = "; ".join(f"{e['field']}: {e['message']}" for e in errors)
     return HttpProblem(400, "validation_error", "Request validation failed", detail,
                        errors=errors)
