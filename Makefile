@@ -68,7 +68,7 @@ test: venv compose infra-up ## the whole test suite against the real infrastruct
 		if [ $$rc -eq 5 ]; then echo "make test: pytest collected no tests (exit status 5); that is a failure" >&2; fi; \
 		exit $$rc; }
 
-test-edge: venv infra-up ## the live-edge e2e test in full: schemathesis against each of the six services, slow clients
+test-edge: venv infra-up ## the live-edge e2e test in full: schemathesis against each of the six services
 	@$(WITH_ENV) CASESTREAM_TEST_EDGE_FULL=1 $(VENV)/bin/pytest tests/e2e/test_edge_live.py -p no:cacheprovider $(PYTEST_ARGS)
 
 SCHEMA_BASE ?= origin/main
