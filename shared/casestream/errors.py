@@ -23,12 +23,14 @@ a subpackage are named with their module; the rest live here::
     │   └── PoisonMessageError      never succeeds on retry: dead-lettered at once (bad wire
     │                               format, unknown schema id, resolution or validation failure)
     ├── DeadLetterError             consumer.deadletters: a dead-letter topic write or read failed
+    ├── OutboxRowTooLarge           outbox.writer: an encoded event is larger than a message can be
     ├── OutboxDatabaseError         outbox.admin: an outbox database did not answer or a statement failed
     │   └── NoOutboxTable           outbox.admin: the database has no outbox table
     ├── AuthError                   auth.tokens: authentication or authorisation failed
     │   ├── InvalidToken            auth.tokens: no usable bearer token (HTTP 401)
     │   └── AccessDenied            auth.tokens: a required role is missing (HTTP 403)
     ├── DeadlineExceeded            http.deadline: the request's deadline passed
+    ├── HttpProblem                 http.problem: a request answered with an RFC 9457 problem
     ├── DependencyDown              telemetry.readiness: a dependency failed a readiness probe
     ├── ReplayError                 replay.errors: a replay could not run or finish
     │   ├── ReplayConfigError       replay.errors: bad projection, handlers or options

@@ -29,6 +29,7 @@ from casestream.outbox.writer import (
     OUTBOX_STORAGE_MIGRATION,
     OUTBOX_SHARDS,
     EventEncoder,
+    OutboxRowTooLarge,
     OutboxWriter,
     bump_version,
     headers_for,
@@ -62,7 +63,8 @@ _LAZY.update({name: "casestream.outbox.admin" for name in _ADMIN})
 __all__ = [
     "DEFAULT_TOPIC_PREFIX", "NOTIFY_CHANNEL", "OUTBOX_DDL", "OUTBOX_MIGRATION", "OUTBOX_MIGRATIONS",
     "OUTBOX_STORAGE_MIGRATION", "OUTBOX_SHARDS",
-    "EventEncoder", "FaultHook", "MemorySink", "OutboxRelay", "OutboxSink", "OutboxWriter",
+    "EventEncoder", "FaultHook", "MemorySink", "OutboxRelay", "OutboxRowTooLarge", "OutboxSink",
+    "OutboxWriter",
     "RelayMetrics", "RelaySettings",
     "bump_version", "headers_for", "topic_for", *_ADMIN,
 ]

@@ -67,7 +67,7 @@ from psycopg import sql
 from psycopg.pq import TransactionStatus
 
 from casestream.migrations import Migration
-from casestream.errors import ConcurrencyError, ConfigError
+from casestream.errors import CasestreamError, ConcurrencyError, ConfigError
 from casestream.telemetry.core import db_span
 from casestream.telemetry.tracing import traceparent_for_row
 
@@ -93,6 +93,17 @@ NOTIFY_CHANNEL = "casestream_outbox"
 """LISTEN/NOTIFY channel the insert trigger notifies; the payload is the table's schema."""
 
 DEFAULT_TOPIC_PREFIX = "outbox.event."
+
+MAX_MESSAGE_BYTES = 1_000_000
+"""librdkafka's default ``message.max.bytes``: what the relay's producer can send at most."""
+ROW_OVERHEAD_BYTES = 2048
+"""Bytes kept for the record framing and the headers around key and payload."""
+
+
+class OutboxRowTooLarge(CasestreamError):
+    """An encoded event is larger than the relay could ever publish; it is refused at
+    append (the caller's transaction rolls back) instead of blocking its aggregate's later
+    events behind a row that fails with ``MSG_SIZE_TOO_LARGE`` for ever."""
 """Debezium EventRouter default ``route.topic.replacement`` = ``outbox.event.${routedByValue}``."""
 
 OUTBOX_DDL = """
@@ -239,10 +250,15 @@ class OutboxWriter:
             ``topic_for(env) -> str``, the writer checks that it names the Debezium
             route ``topic_prefix + aggregate_type`` and raises ConfigError otherwise.
         topic_prefix: topic prefix used for that check only (the relay has its own).
+        max_message_bytes: the relay producer's ``message.max.bytes`` (and no more than the
+            topic's ``max.message.bytes``); a row whose key and payload leave less than
+            :data:`ROW_OVERHEAD_BYTES` of it is refused with :class:`OutboxRowTooLarge`.
     """
 
-    def __init__(self, codec: EventEncoder, *, topic_prefix: str = DEFAULT_TOPIC_PREFIX) -> None:
+    def __init__(self, codec: EventEncoder, *, topic_prefix: str = DEFAULT_TOPIC_PREFIX,
+                 max_message_bytes: int = MAX_MESSAGE_BYTES) -> None:
         self._codec = codec
+        self._max_row = max_message_bytes - ROW_OVERHEAD_BYTES
         self._topic_prefix = topic_prefix
         self._topic_for = getattr(codec, "topic_for", None)
         self._headers = getattr(codec, "headers", None)
@@ -280,6 +296,7 @@ class OutboxWriter:
                 command won); the caller rolls back (the case API answers 409).
             ValueError: no transaction is open, or events do not fit ``expected_version``.
             ConfigError: the codec routes an event to another topic than the outbox would.
+            OutboxRowTooLarge: an encoded event could never be published (class docstring).
         """
         envs = list(events)
         if not envs:
@@ -309,6 +326,12 @@ class OutboxWriter:
         payload = self._codec.encode(env)
         if not isinstance(payload, (bytes, bytearray, memoryview)):
             raise TypeError(f"codec.encode returned {type(payload).__name__}, expected bytes")
+        size = len(payload) + len(str(env.aggregate_id).encode())
+        if size > self._max_row:
+            raise OutboxRowTooLarge(
+                f"{env.event_type} of {env.aggregate_type} {str(env.aggregate_id)[:64]}: "
+                f"{size} bytes encoded, more than the {self._max_row} a published message "
+                "can hold; bound the fields that carry input")
         event_id = env.event_id if isinstance(env.event_id, uuid.UUID) else uuid.UUID(str(env.event_id))
         occurred_at: datetime = env.occurred_at
         event_version = getattr(env, "event_version", None)

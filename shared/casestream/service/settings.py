@@ -140,6 +140,9 @@ class ServiceSettings(CommonSettings):
         <prefix>RATE_CLIENT_PER_S / _RATE_CLIENT_BURST: per-client token bucket (100/s, 200).
         <prefix>REQUEST_DEADLINE_S: budget of a request's database calls, seconds (> 0,
             default 5).
+        <prefix>MAX_BODY_BYTES / _BODY_TIMEOUT_S: request body limit, bytes (larger: 413;
+            default 65536) / time the whole body may take to arrive, seconds (then 408;
+            default 10); the body is read before the request takes an in-flight slot.
         <prefix>POOL_SIZE / _POOL_MIN / _POOL_TIMEOUT_S: the PostgreSQL pool (most and kept
             connections, wait for one in seconds); the one pool size name of every service.
         <prefix>CONSUMER_BATCH_SIZE: events per consumer transaction of the service's
@@ -174,6 +177,9 @@ class ServiceSettings(CommonSettings):
     rate_client_per_s: float = Field(100.0, gt=0, description="per-client token bucket, requests per second")
     rate_client_burst: int = Field(200, ge=1, description="per-client token bucket size")
     request_deadline_s: float = Field(5.0, gt=0, description="budget of a request's database calls, seconds")
+    max_body_bytes: int = Field(64 * 1024, ge=1024, le=16 * 1024 * 1024,
+                                description="request body limit, bytes (larger: 413)")
+    body_timeout_s: float = Field(10.0, gt=0, le=300, description="time a request body may take to arrive, seconds (then 408)")
     pool_size: int = Field(10, ge=2, description="PostgreSQL pool size (most connections)")
     pool_min: int = Field(2, ge=1, description="connections the pool keeps open")
     pool_timeout_s: float = Field(30.0, gt=0, description="wait for a pooled connection, seconds")
