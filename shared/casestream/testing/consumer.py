@@ -288,7 +288,8 @@ class Harness:
         self.pool.close()
         with psycopg.connect(self.dsn, autocommit=True) as conn:
             conn.execute(f"DROP TABLE IF EXISTS {self.projection.table}")
-            for table in ("consumer_inbox", "consumer_version_guard", "consumer_held_event"):
+            for table in ("consumer_inbox", "consumer_version_guard", "consumer_held_event",
+                          "consumer_retry"):
                 conn.execute(f"DELETE FROM {table} WHERE consumer = %s", (self.name,))
         delete_topics(self.bootstrap, (self.topic, f"{self.name}.dlq", f"{self.name}.redrive"))
 
