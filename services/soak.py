@@ -35,7 +35,8 @@ proves:
 6. the only dead letters (``<consumer>.dlq`` since the start) are the injected poison messages.
 
 It prints each fault as it happens, the faults injected per kind, each invariant with its
-figures, and the inbox size (rows, bytes) of every service database; exits 0 only when every
+figures, and the inbox size (rows, bytes) of every service database at the end and at the
+start (the inbox is never purged by the soak: its growth is the run's); exits 0 only when every
 invariant holds. Run it, as the e2e tests, alone on the machine: it uses the services' fixed
 HTTP ports and restarts the shared infrastructure (``flock /tmp/casestream-e2e.lock``).
 """
@@ -144,6 +145,7 @@ class Report:
     faults: list[Fault] = field(default_factory=list)
     checks: list[Check] = field(default_factory=list)
     inbox: dict[str, tuple[int, int]] = field(default_factory=dict)
+    inbox_at_start: dict[str, tuple[int, int]] = field(default_factory=dict)
     elapsed_s: float = 0.0
 
     @property
@@ -156,8 +158,10 @@ class Report:
                f" (seed {self.seed}): "
                + ", ".join(f"{k} x{by_kind[k]}" for k in FAULT_KINDS)]
         out += [f"{'PASS' if c.ok else 'FAIL'}  {c.name}: {c.detail}" for c in self.checks]
-        out += [f"inbox  {db}: {rows} rows, {size / 1024:.0f} kB" for db, (rows, size)
-                in sorted(self.inbox.items())]
+        for db, (rows, size) in sorted(self.inbox.items()):
+            rows0, size0 = self.inbox_at_start.get(db, (0, 0))
+            out.append(f"inbox  {db}: {rows} rows, {size / 1024:.0f} kB"
+                       f" (at the start {rows0} rows, {size0 / 1024:.0f} kB)")
         out.append(f"soak: {'all invariants hold' if self.ok else 'INVARIANTS VIOLATED'}")
         return out
 
@@ -582,6 +586,10 @@ def run(opts: Options, env: Mapping[str, str] | None = None,
     bootstrap = env["CASESTREAM_KAFKA_BOOTSTRAP"]
     start = testing.end_offsets(bootstrap, [*OUTBOX_TOPICS, *(f"{g}.dlq" for g in GROUPS)])
     suite = Suite(env, opts)
+    try:
+        report.inbox_at_start = Checker(suite, start, None).inbox_sizes()
+    except Exception:  # noqa: BLE001 - first run on this database: no inbox table yet
+        report.inbox_at_start = {}
     maildir = Path(env["CASESTREAM_SMTP_MAILDIR"]) if env.get("CASESTREAM_SMTP_MAILDIR") else None
     try:
         out(f"soak: starting 7 service instances and a saga relay (logs in {opts.log_dir}),"
@@ -622,6 +630,9 @@ def run(opts: Options, env: Mapping[str, str] | None = None,
         report.inbox = checker.inbox_sizes()
     finally:
         suite.stop()
+        # a restart that failed half-way must not leave the infrastructure down (idempotent)
+        subprocess.run([str(opts.infra_script), "up"], env=suite.env, capture_output=True,
+                       timeout=600, check=False)
         report.elapsed_s = time.monotonic() - t0
     for line in report.lines():
         out(line)
