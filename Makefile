@@ -12,15 +12,19 @@ VENV_STAMP := $(VENV)/.casestream-installed
 INFRA := deploy/infra.sh
 # Extra arguments for pytest, e.g. make test PYTEST_ARGS="-m unit -x"
 PYTEST_ARGS ?=
+# Extra arguments for the soak, e.g. make soak SOAK_ARGS="--seed 7 --rate 2"
+SOAK_ARGS ?=
 # Extra arguments for the demo, e.g. make demo DEMO_ARGS="--cases 100"
 DEMO_ARGS ?=
+# Length of `make soak` in minutes, e.g. make soak SOAK_MINUTES=20
+SOAK_MINUTES ?= 20
 # Services `make run` starts, comma-separated (default: every installed service), e.g.
 # make run SERVICES=case,audit (same as CASESTREAM_RUN_SERVICES=case,audit make run)
 SERVICES ?=
 # Runs a command with the CASESTREAM_* endpoints of the local infrastructure exported.
 WITH_ENV := eval "$$($(INFRA) env)" &&
 
-.PHONY: help venv compose infra-up infra-down infra-status infra-logs run demo test test-edge schema-check clean
+.PHONY: help venv compose infra-up infra-down infra-status infra-logs run demo soak test test-edge schema-check clean
 
 help: ## list the targets
 	@echo "casestream - make targets:"
@@ -62,6 +66,9 @@ run: infra-up ## infrastructure + the installed services in the foreground (SERV
 
 demo: infra-up ## start the five suite services, drive 25 cases through them, print each journey
 	@$(WITH_ENV) $(VENV)/bin/python -m services.demo $(DEMO_ARGS)
+
+soak: infra-up ## fault soak: the suite under load while instances, relays, Kafka and PostgreSQL are killed/restarted (SOAK_MINUTES=20), then invariants
+	@$(WITH_ENV) $(VENV)/bin/python -m services.soak --minutes $(SOAK_MINUTES) $(SOAK_ARGS)
 
 test: venv compose infra-up ## the whole test suite against the real infrastructure (.ci/run calls this)
 	@$(WITH_ENV) { $(VENV)/bin/pytest $(PYTEST_ARGS); rc=$$?; \

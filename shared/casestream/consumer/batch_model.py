@@ -68,13 +68,6 @@ class Decoded:
 
 
 @dataclass(slots=True)
-class _Attempt:
-    count: int
-    first: datetime
-    last: datetime
-
-
-@dataclass(slots=True)
 class BatchResult:
     """What the runtime must do with offsets after the transaction committed.
 
