@@ -86,7 +86,11 @@ def as_newest(env: Envelope) -> Envelope:
     return replace(env, event_version=CATALOG.newest_version(env.event_type))
 
 
-@pytest.mark.parametrize("event_type", CATALOG.event_types)
+#: Event types an event upcaster turns into others on decode (see test_upcasting_events.py).
+UPCAST_AWAY = {t for t, _v in CATALOG.upcaster_chain().event_steps()}
+
+
+@pytest.mark.parametrize("event_type", sorted(set(CATALOG.event_types) - UPCAST_AWAY))
 def test_round_trip_every_event_type(codec: EnvelopeCodec, event_type: str) -> None:
     for seed in range(5):
         env = make_env(event_type, seed=seed)
