@@ -17,7 +17,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from casestream.events import Envelope, UpcasterChain
+from casestream.events import Envelope, InMemoryRegistry, UpcasterChain
 from services import schemas_dir
 
 T0 = datetime(2026, 6, 1, 12, 0, tzinfo=UTC)
@@ -112,3 +112,55 @@ def thing_event(event_type: str, payload: Mapping[str, Any], *, version: int, ag
 #: One sample payload per ThingNoted version (each valid for its version).
 NOTED = {1: {"note": "v1", "kind": "A"}, 2: {"note": "v2", "kind": "B"}, 3: {"note": "v3", "kind": "A"},
          4: {"note": "v4", "kind": "B"}, 5: {"note": "v5", "kind": "C"}}
+
+
+def write_catalog(root: Path, namespace: str, subjects: Mapping[str, list[dict[str, Any]]], *,
+                  aggregate_type: str = "thing", compatibility: str = "FULL") -> Path:
+    """A catalog under ``root``: ``subjects`` maps event type -> payload schemas of v1, v2, ..."""
+    root.mkdir(parents=True, exist_ok=True)
+    (root / aggregate_type).mkdir(exist_ok=True)
+    shutil.copy(schemas_dir() / "envelope.avsc", root / "envelope.avsc")
+    toml = f'[catalog]\nenvelope = "envelope.avsc"\nnamespace = "{namespace}"\n\n'
+    for event_type, payloads in subjects.items():
+        for v, payload in enumerate(payloads, start=1):
+            (root / aggregate_type / f"{event_type}.v{v}.avsc").write_text(json.dumps(payload))
+        toml += (f'[subjects."{namespace}.{aggregate_type}.{event_type}"]\nevent_type = "{event_type}"\n'
+                 f'aggregate_type = "{aggregate_type}"\ntopic = "outbox.event.{aggregate_type}"\n'
+                 f'owner = "t"\nsource = "t"\ncompatibility = "{compatibility}"\n'
+                 f"versions = {list(range(1, len(payloads) + 1))}\n\n")
+    (root / "catalog.toml").write_text(toml)
+    return root
+
+
+def _apicurio_canonical(schema: Any) -> Any:
+    """Apicurio's Avro canonical form, roughly: docs, aliases and enum defaults dropped."""
+    if isinstance(schema, list):
+        return [_apicurio_canonical(s) for s in schema]
+    if not isinstance(schema, Mapping):
+        return schema
+    out = {k: _apicurio_canonical(v) for k, v in schema.items() if k not in ("doc", "aliases")}
+    if schema.get("type") == "enum":
+        out.pop("default", None)
+    return out
+
+
+class FoldingRegistry(InMemoryRegistry):
+    """An in-memory registry that, like Apicurio's Confluent API, answers a schema equal to a
+    registered one up to docs, aliases and enum defaults with the registered one's id."""
+
+    @staticmethod
+    def _key(schema: Mapping[str, Any]) -> str:
+        return json.dumps(_apicurio_canonical(schema), sort_keys=True, separators=(",", ":"))
+
+    def register(self, subject: str, schema: Mapping[str, Any]) -> int:
+        new = self._key(schema) not in self._ids
+        sid = super().register(subject, schema)
+        if new:  # the first text registered is the one served, as Apicurio does
+            self._by_id[sid] = json.loads(json.dumps(schema))
+        return sid
+
+
+def fill_defaults(payload: Mapping[str, Any], schema: Mapping[str, Any]) -> dict[str, Any]:
+    """A payload upcaster to ``schema``: its fields, missing ones at their (JSON) defaults."""
+    return {f["name"]: payload[f["name"]] if f["name"] in payload else copy.deepcopy(f.get("default"))
+            for f in schema["fields"]}

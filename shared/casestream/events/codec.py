@@ -202,6 +202,7 @@ class EnvelopeCodec:
         self._local: dict[tuple[str, int], _Reader] = {}  # by (event_type, version): catalog schemas
         self._ids: dict[tuple[str, int], int] = {}
         self._eventwise: set[tuple[str, int]] = set()  # (type, version) whose chain meets an event step
+        self._plain_reads: set[Any] = set()  # read functions that need no value repair (no resolution)
         self._prepared = False
 
     # -- lifecycle -------------------------------------------------------------------------
@@ -500,6 +501,10 @@ class EnvelopeCodec:
                                          f"Avro decode failed: {e!r}") from e
         if ev > r.newest:
             rec["event_version"] = r.newest
+        if read not in self._plain_reads:  # Avro resolution filled reader defaults: make them valid
+            target = rec["event_version"]
+            rec["payload"] = self._valid_as(r.event_type, target, rec["payload"],
+                                            f"{rec['event_id']}: payload read as v{target}")
         return rec, end
 
     def _reader_as(self, r: _Reader, ev: Any) -> Callable[[bytes, int], tuple[dict[str, Any], int]]:
@@ -515,6 +520,7 @@ class EnvelopeCodec:
         if local is None:
             raise _poison("validation", f"schema id {r.schema_id} ({r.event_type}): event_version {ev} invalid")
         if local.layout == r.layout:
+            self._plain_reads.add(local.read)
             return local.read
         try:
             return _fastavro_reader(r.writer, local.writer)
@@ -562,7 +568,11 @@ class EnvelopeCodec:
     def _valid(self, event_type: str, payload: Any, what: str) -> Any:
         """``payload`` made what the newest schema of ``event_type`` promises (values.conform),
         or poison (reason ``validation``, naming the field)."""
-        schema = self._newest[event_type].payload_schema
+        return self._valid_as(event_type, self._newest[event_type].version, payload, what)
+
+    def _valid_as(self, event_type: str, version: int, payload: Any, what: str) -> Any:
+        """``payload`` made what version ``version``'s schema promises, or poison naming the field."""
+        schema = self._writers[(event_type, version)].payload_schema
         payload = conform(schema, payload)
         try:
             validate(payload, schema, raise_errors=True)
