@@ -71,7 +71,8 @@ def thing_catalog(root: Path, namespace: str, *, topic: str = "outbox.event.thin
                 f"versions = {versions}\n\n")
 
     (root / "catalog.toml").write_text(
-        f'[catalog]\nenvelope = "envelope.avsc"\nnamespace = "{namespace}"\n\n'
+        f'[catalog]\nenvelope = "envelope.avsc"\nnamespace = "{namespace}"\n'
+        f'upcasters = "tests.support.evolution:thing_upcasters"\n\n'
         + subject("ThingNoted", [1, 2, 3, 4, 5], compatibility)
         + subject("ThingFlagged", [1], "FULL_TRANSITIVE")
         + subject("ThingUpdated", [1], "FULL_TRANSITIVE"))
