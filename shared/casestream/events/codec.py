@@ -13,6 +13,25 @@ fetched from the registry once and cached), validates the envelope, then runs th
 chain to the newest version; handlers only see newest payloads. A writer newer than the
 catalog (rolling deploy) is read by Avro schema resolution into the newest known version.
 
+Schema identity: the schema id only says how the bytes are laid out; the **envelope's
+``event_version``** says which catalog version an event is. One id may stand for several
+catalog versions (a registry that deduplicates by a canonical form — Apicurio drops docs,
+aliases and enum defaults — answers v2 with v1's id), and ids differ between registries:
+a record whose ``event_version`` is not the version its id was read as is read again as
+that version — with the catalog's schema when the binary layouts are equal (Avro Parsing
+Canonical Form), else by Avro schema resolution from the id's schema. :meth:`prepare`
+refuses a registry giving one id to two versions whose layouts differ.
+
+Resolved values are valid values: where Avro resolution filled a reader default, or an
+upcaster produced a payload, the payload is repaired (:func:`~casestream.events.values.conform`:
+``bytes``/``fixed`` defaults as bytes, logical-type defaults as datetimes/dates) and validated
+against the schema it must fit; what still does not fit is a poison message naming the field.
+Encoding refuses a naive ``datetime`` in a ``timestamp-*`` field (``InvalidEventError`` naming it).
+
+Event upcasters (``casestream.events.upcasting``) may make zero, one or several events of a
+stored one: :meth:`EnvelopeCodec.decode_message` returns them all
+(:class:`~casestream.events.envelope.DecodedMessage`), :meth:`EnvelopeCodec.decode` the one.
+
 Avro is fastavro's: ``schemaless_writer`` to write, ``schemaless_reader`` to read (a generated
 reader was ~2x faster, but Avro decoding is not this project's to own: a library, even a
 slower one, over our own). Every schema is parsed once (in :meth:`EnvelopeCodec.prepare`, or on the first message of an
