@@ -196,3 +196,22 @@ def test_replay_applies_the_derived_events_of_one_message_as_one_aggregate_step(
     applier.commit(planned.changed)
     again = Progress()
     assert applier.decide(items, again).applied == 0 and again.stale == 2  # redelivered: stale as one step
+
+
+def test_a_service_whose_chain_loops_fails_to_start_with_one_line(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from casestream.service.process import run_service
+
+    catalog = load_catalog(thing_catalog(tmp_path, "unitloop"))
+    chain = thing_upcasters()
+    chain.add_event("ThingFlagged", 1, split_thing_updated, produces=[("ThingUpdated", 1)])
+
+    def build() -> Any:
+        EnvelopeCodec(catalog, InMemoryRegistry(), chain).prepare(auto_register=True)
+        raise AssertionError("started despite the loop")
+
+    with pytest.raises(SystemExit) as e:
+        run_service(build)
+    assert e.value.code == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("start-up failed: upcaster chain incomplete: upcaster loop")
