@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from casestream.errors import PoisonMessageError
+from casestream.errors import PoisonMessageError, SchemaError
 from casestream.events import EnvelopeCodec, InMemoryRegistry, InvalidEventError, UpcasterChain, load_catalog
 from casestream.events.registry import register_catalog
 from tests.support.evolution import (
@@ -117,3 +117,16 @@ def test_a_naive_datetime_is_refused_at_encode_naming_the_field(tmp_path: Path) 
         consumer.encode(thing_event("Item", payload, version=1))
     payload["at"] = datetime(2026, 1, 1, 12, 0, tzinfo=UTC)
     assert consumer.decode(consumer.encode(thing_event("Item", payload, version=1))).payload["at"] == payload["at"]
+
+
+class _OneIdRegistry(InMemoryRegistry):
+    """A broken registry answering every lookup with id 1."""
+
+    def lookup(self, subject: str, schema: Any) -> int:
+        return 1
+
+
+def test_a_registry_giving_one_id_to_different_layouts_is_refused_at_start_up(tmp_path: Path) -> None:
+    catalog = load_catalog(thing_catalog(tmp_path, "unitone"))
+    with pytest.raises(SchemaError, match="same schema id 1 although their binary layouts differ"):
+        EnvelopeCodec(catalog, _OneIdRegistry(), thing_upcasters()).prepare(auto_register=False)
