@@ -15,6 +15,12 @@ Registration is explicit (``casestream schemas register`` or ``EnvelopeCodec.pre
 in dev/test) and idempotent: registering an already registered schema returns its id and
 creates no version (Confluent API, "POST /subjects/(subject)/versions"). Production services
 only :meth:`~SchemaRegistry.lookup` ("POST /subjects/(subject)", never registers).
+
+A registry may answer a registration with an *existing* version whose schema differs from the
+one sent (Apicurio folds schemas equal up to docs, aliases and enum defaults):
+:func:`register_catalog` notices and, when the adapter has the optional
+``add_version(subject, schema) -> int | None`` (:meth:`ConfluentSchemaRegistry.add_version`:
+Apicurio's core API), stores the schema as a distinct version; otherwise it reports ``shared``.
 """
 
 from __future__ import annotations
