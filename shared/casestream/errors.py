@@ -11,6 +11,7 @@ a subpackage are named with their module; the rest live here::
     │   ├── UnknownSchemaError      subject, version or schema id not known
     │   ├── IncompatibleSchemaError a version breaks its subject's compatibility mode
     │   ├── UpcasterChainError      an upcaster step is missing (raised at start-up)
+    │   ├── UpcastError             events.upcasting: an event upcaster broke a rule on one event
     │   ├── CatalogError            events.catalog: catalog or schema file missing or invalid
     │   ├── InvalidEventError       events.codec: an event to encode does not fit its schema
     │   └── CheckInputError         schemacheck.model: a schema check's input is unusable
@@ -70,7 +71,7 @@ class IncompatibleSchemaError(SchemaError):
 
 
 class UpcasterChainError(SchemaError):
-    """An upcaster chain has a missing step; raised at start-up, never on an old event."""
+    """An upcaster chain has a missing, dangling or looping step; raised at start-up, never on an old event."""
 
 
 class ConcurrencyError(CasestreamError):

@@ -232,9 +232,12 @@ def rules() -> None:
 def register(schemas_dir: str | None, registry: str, subjects: tuple[str, ...], dry_run: bool, verbose: bool) -> None:
     """Check the catalog, then register every version (idempotent) and set each subject's level.
 
-    Versions already registered are looked up, not registered again; running it twice
-    changes nothing. Exit 0 done, 1 catalog incompatible or registry refused, 2 bad input or
-    registry down.
+    Versions already registered (the exact schema, docs and aliases included) are not
+    registered again; running it twice changes nothing. When the registry answers a new
+    catalog version with an existing version (Apicurio folds schemas equal up to docs, aliases
+    and enum defaults), the version is stored as a distinct one through Apicurio's core API;
+    a registry that cannot do that gets a `shared` line and a warning saying what follows.
+    Exit 0 done, 1 catalog incompatible or registry refused, 2 bad input or registry down.
     """
     # lazy (start-up cost): loaded when this command runs, not for every CLI call
     from casestream.errors import IncompatibleSchemaError, RegistryUnavailable, SchemaError
@@ -275,6 +278,9 @@ def register(schemas_dir: str | None, registry: str, subjects: tuple[str, ...], 
         extra = f" id={s.schema_id}" if s.schema_id is not None else ""
         extra += f" {s.detail}" if s.detail else ""
         click.echo(f"{s.action:24} {s.subject} {what}{extra}")
+        if s.action == "shared":
+            click.echo(f"warning: {s.subject} {what} is not a version of its own in the registry: {s.detail}",
+                       err=True)
     summary = ", ".join(f"{n} {a}" for a, n in sorted(counts.items()))
     click.echo(f"schemas register{' (dry run)' if dry_run else ''} against {registry}: {summary}")
 

@@ -452,7 +452,8 @@ class Replayer:
 
     def _decode(self, msgs: list[Any], positions: dict[TP, int], ends: dict[TP, int] | None,
                 new: dict[TP, int]) -> list[tuple[tuple[str, int, int], Any]]:
-        """Decode ``msgs`` in order: ``[((topic, partition, offset), Envelope)]``.
+        """Decode ``msgs`` in order: ``[((topic, partition, offset), Envelope)]``, one entry per
+        event the upcasters make of a message (zero, one or several, in order).
 
         Skips messages at or past ``ends`` and below ``positions`` (re-delivered after a seek);
         records each partition's next offset in ``new``. Poison messages are counted in
@@ -460,7 +461,8 @@ class Replayer:
         """
         items = []
         append = items.append
-        decode = self.codec.decode
+        decode = getattr(self.codec, "decode_message", None)
+        decode_one = self.codec.decode if decode is None else None
         p = self.progress
         utc = timezone.utc
         last_ts: int | None = None
@@ -482,13 +484,17 @@ class Replayer:
                 last_ts = ts
                 published = datetime.fromtimestamp(ts / 1000.0, tz=utc) if ts > 0 else None
             try:
-                env = decode(m.value(), published_at=published)
+                if decode_one is not None:
+                    events: Any = (decode_one(m.value(), published_at=published),)
+                else:
+                    events = decode(m.value(), published_at=published).events
             except PoisonMessageError as e:
                 p.poison += 1
                 log.warning("replay %s: skipping poison message %s[%d]@%d: %s",
                             self.spec.name, t, part, off, e)
                 continue
-            append(((t, part, off), env))
+            for env in events:  # an event upcaster's results share their message's position
+                append(((t, part, off), env))
         p.read += read
         return items
 
