@@ -280,3 +280,19 @@ def test_405_allows_every_method_of_routes_sharing_a_path() -> None:
     r = TestClient(app, raise_server_exceptions=False).options("/w/1", headers=OFFICER)
     problem(r, 405, "method_not_allowed")
     assert r.headers["allow"] == "GET, HEAD, PUT"
+
+
+def test_an_apps_bare_edge_counters_are_exported() -> None:
+    from casestream.telemetry.metrics import MetricsRegistry, render_prometheus
+    from casestream.telemetry.sources import Sources
+
+    sources = Sources()
+    sources.add_counters("saga", EdgeCounters(shed=2, body_timeouts=3, client_disconnects=4))
+    registry = MetricsRegistry("unit", sources)
+    try:
+        lines = render_prometheus(registry.collect()).splitlines()
+    finally:
+        registry.shutdown()
+    for sample in ("http_shed_total 2.0", "http_body_timeouts_total 3.0",
+                   "http_client_disconnects_total 4.0", "http_internal_errors_total 0.0"):
+        assert sample in lines
