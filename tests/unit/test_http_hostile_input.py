@@ -17,6 +17,7 @@ from typing import Any
 
 import httpx
 import pytest
+from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
@@ -233,15 +234,14 @@ def test_made_up_methods_and_paths_add_no_metric_series(fresh_telemetry: None) -
     async def known(_: Request) -> JSONResponse:
         return JSONResponse({})
 
-    app = TracingMiddleware(edge_app([Route("/known/{id}", known)],
-                                     EdgePolicy(verifier=VERIFIER)), serve_metrics=True)
+    app = TracingMiddleware(Starlette(routes=[Route("/known/{id}", known)]), serve_metrics=True)
 
     async def scenario() -> str:
         transport = httpx.ASGITransport(app=app)
         async with httpx.AsyncClient(transport=transport, base_url="http://svc") as c:
             for i in range(1000):
-                await c.request(f"M{i:04d}", f"/p{i}/x")  # unauthenticated, made-up method
-                await c.get(f"/random/{i}", headers=OFFICER)  # unknown path
+                await c.request(f"M{i:04d}", f"/p{i}/x")  # made-up method and path
+                await c.get(f"/random/{i}")  # unknown path
             return (await c.get("/metrics")).text
 
     exposition = asyncio.run(scenario())
@@ -280,3 +280,19 @@ def test_405_allows_every_method_of_routes_sharing_a_path() -> None:
     r = TestClient(app, raise_server_exceptions=False).options("/w/1", headers=OFFICER)
     problem(r, 405, "method_not_allowed")
     assert r.headers["allow"] == "GET, HEAD, PUT"
+
+
+def test_an_apps_bare_edge_counters_are_exported() -> None:
+    from casestream.telemetry.metrics import MetricsRegistry, render_prometheus
+    from casestream.telemetry.sources import Sources
+
+    sources = Sources()
+    sources.add_counters("saga", EdgeCounters(shed=2, body_timeouts=3, client_disconnects=4))
+    registry = MetricsRegistry("unit", sources)
+    try:
+        lines = render_prometheus(registry.collect()).splitlines()
+    finally:
+        registry.shutdown()
+    for sample in ("http_shed_total 2.0", "http_body_timeouts_total 3.0",
+                   "http_client_disconnects_total 4.0", "http_internal_errors_total 0.0"):
+        assert sample in lines

@@ -161,7 +161,8 @@ def test_every_name_of_issue_9_is_exposed_unchanged_by_the_exporter() -> None:
     sources.add_relay("r", RelayMetrics(outbox_oldest_pending_age_seconds=2.0))
     sources.add_counters("app", SimpleNamespace(
         idempotency_replays=1, idempotency_conflicts=0,
-        edge=SimpleNamespace(shed=0, rate_limited=0, unauthorized=0)))
+        edge=SimpleNamespace(shed=0, rate_limited=0, unauthorized=0, body_timeouts=0,
+                             client_disconnects=0, internal_errors=0)))
     for name in ("saga_state_total", "compensation_total", "timeouts_total", "saga_stuck_total"):
         sources.add_gauge(name, lambda: {(("state", "COMPLETED"),): 1.0})
     for name in ("inbox_purged_total", "guard_compacted_total", "inbox_retention_cutoff_age_seconds"):

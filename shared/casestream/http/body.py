@@ -34,6 +34,7 @@ from collections.abc import Collection
 from dataclasses import dataclass
 
 from starlette.datastructures import Headers
+from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from casestream.http.counters import EdgeCounters
@@ -162,7 +163,7 @@ class RequestBodyMiddleware:
         scope[BODY_READ] = body
         await self.app(scope, _replay(body, receive), send)
 
-    def _too_large(self, path: str) -> object:
+    def _too_large(self, path: str) -> JSONResponse:
         return problem_response(413, "payload_too_large", "Request body too large",
                                 f"the request body exceeds {self.limits.max_bytes} bytes",
                                 instance=path, headers=_CLOSE,

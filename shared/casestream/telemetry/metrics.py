@@ -37,7 +37,8 @@ Observed from existing stats (``Sources``) at scrape time:
     inbox_purged_total{consumer}, guard_compacted_total{consumer},
     inbox_retention_cutoff_age_seconds{consumer} (casestream.consumer.retention),
     idempotency_replays_total, idempotency_conflicts_total, http_shed_total,
-    http_rate_limited_total, http_unauthorized_total,
+    http_rate_limited_total, http_unauthorized_total, http_body_timeouts_total,
+    http_client_disconnects_total, http_internal_errors_total,
     saga_state_total{state}, saga_stuck_total, compensation_total, timeouts_total{component}
     (the last four from SQL registered by the saga service: ``core.observe_query``)
 Recorded by hooks (histograms, seconds):
@@ -103,6 +104,9 @@ METRIC_HELP: dict[str, tuple[str, str]] = {
     "http_shed_total": ("counter", "503 answers from load shedding."),
     "http_rate_limited_total": ("counter", "429 answers from rate limiting."),
     "http_unauthorized_total": ("counter", "401 answers."),
+    "http_body_timeouts_total": ("counter", "408 answers: a request body did not arrive in time."),
+    "http_client_disconnects_total": ("counter", "Clients gone before their answer (not errors)."),
+    "http_internal_errors_total": ("counter", "500 answers from the error boundary."),
     "consumer_message_duration_seconds": ("histogram", "Handler time per message."),
     "consumer_batch_duration_seconds": ("histogram", "Time to apply one poll batch."),
     "relay_publish_duration_seconds": ("histogram", "Produce call to delivery report."),
@@ -130,7 +134,12 @@ _APP_COUNTERS = {"idempotency_replays_total": ("idempotency_replays",),
                  "idempotency_conflicts_total": ("idempotency_conflicts",),
                  "http_shed_total": ("edge", "shed"),
                  "http_rate_limited_total": ("edge", "rate_limited"),
-                 "http_unauthorized_total": ("edge", "unauthorized")}
+                 "http_unauthorized_total": ("edge", "unauthorized"),
+                 "http_body_timeouts_total": ("edge", "body_timeouts"),
+                 "http_client_disconnects_total": ("edge", "client_disconnects"),
+                 "http_internal_errors_total": ("edge", "internal_errors")}
+"""Metric -> attribute path in an app's counters object; the ``edge`` step is skipped when
+the object is the edge's ``EdgeCounters`` itself (an app without counters of its own)."""
 
 
 class MetricsRegistry:
@@ -247,7 +256,7 @@ class MetricsRegistry:
             for obj in counters.values():
                 value: Any = obj
                 for attr in _APP_COUNTERS[name]:
-                    value = getattr(value, attr, None)
+                    value = getattr(value, attr, value if attr == "edge" else None)
                 if value is not None:
                     yield Observation(value, {})
         if gauge is not None:
