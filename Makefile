@@ -24,7 +24,7 @@ SERVICES ?=
 # Runs a command with the CASESTREAM_* endpoints of the local infrastructure exported.
 WITH_ENV := eval "$$($(INFRA) env)" &&
 
-.PHONY: help venv compose infra-up infra-down infra-status infra-logs run demo soak test schema-check clean
+.PHONY: help venv compose infra-up infra-down infra-status infra-logs run demo soak test test-edge schema-check clean
 
 help: ## list the targets
 	@echo "casestream - make targets:"
@@ -74,6 +74,9 @@ test: venv compose infra-up ## the whole test suite against the real infrastruct
 	@$(WITH_ENV) { $(VENV)/bin/pytest $(PYTEST_ARGS); rc=$$?; \
 		if [ $$rc -eq 5 ]; then echo "make test: pytest collected no tests (exit status 5); that is a failure" >&2; fi; \
 		exit $$rc; }
+
+test-edge: venv infra-up ## the live-edge e2e test in full: schemathesis against each of the six services
+	@$(WITH_ENV) CASESTREAM_TEST_EDGE_FULL=1 $(VENV)/bin/pytest tests/e2e/test_edge_live.py -p no:cacheprovider $(PYTEST_ARGS)
 
 SCHEMA_BASE ?= origin/main
 schema-check: venv ## check schemas/: compatibility of every subject's versions; published versions unchanged against $(SCHEMA_BASE) when that ref exists

@@ -4,8 +4,9 @@ Usage (exit 0 = ready / done, 1 = not ready, 2 = usage error; one line on stderr
 
     probe.py kafka  --bootstrap 127.0.0.1:19092 [--timeout 5]
         a real metadata request through the admin client (confluent_kafka).
-    probe.py topics --bootstrap 127.0.0.1:19092 --partitions 6 [--config k=v ...] TOPIC...
-        create the topics if missing (idempotent) and wait until each has a leader.
+    probe.py topics --bootstrap 127.0.0.1:19092 --partitions 6 [--config k=v ...] [--alter] TOPIC...
+        create the topics if missing (idempotent) and wait until each has a leader;
+        --alter also sets the --config values on topics that exist already.
     probe.py http   URL [--timeout 5]         HTTP GET answers 2xx.
     probe.py smtp   HOST PORT [--timeout 5]   an SMTP greeting 220 and a clean QUIT.
 
@@ -36,14 +37,24 @@ def probe_kafka(bootstrap: str, timeout: float) -> None:
 
 
 def ensure_topics(bootstrap: str, topics: list[str], partitions: int, configs: dict[str, str],
-                  timeout: float) -> None:
-    """Create missing topics (replication factor 1) and wait until all partitions have leaders."""
+                  timeout: float, alter: bool = False) -> None:
+    """Create missing topics (replication factor 1) and wait until all partitions have leaders;
+    ``alter``: set ``configs`` on the existing ones too (IncrementalAlterConfigs)."""
     from confluent_kafka import KafkaException
-    from confluent_kafka.admin import NewTopic
+    from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource, NewTopic, ResourceType
 
     admin = _kafka_admin(bootstrap)
     existing = admin.list_topics(timeout=timeout).topics
     missing = [t for t in topics if t not in existing]
+    present = [t for t in topics if t in existing]
+    if alter and configs and present:
+        resources = [ConfigResource(ResourceType.TOPIC, t, incremental_configs=[
+            ConfigEntry(k, v, incremental_operation=AlterConfigOpType.SET) for k, v in configs.items()])
+            for t in present]
+        for res, fut in admin.incremental_alter_configs(resources).items():
+            fut.result(timeout)
+            print(f"set {', '.join(f'{k}={v}' for k, v in configs.items())} on topic {res.name}",
+                  file=sys.stderr)
     if missing:
         futures = admin.create_topics(
             [NewTopic(t, num_partitions=partitions, replication_factor=1, config=configs) for t in missing],
@@ -94,6 +105,7 @@ def main(argv: list[str]) -> int:
     t.add_argument("--partitions", type=int, default=6)
     t.add_argument("--config", action="append", default=[], help="topic config k=v")
     t.add_argument("--timeout", type=float, default=30)
+    t.add_argument("--alter", action="store_true", help="set --config on existing topics too")
     t.add_argument("topics", nargs="+")
     h = sub.add_parser("http")
     h.add_argument("url")
@@ -108,7 +120,7 @@ def main(argv: list[str]) -> int:
             probe_kafka(a.bootstrap, a.timeout)
         elif a.cmd == "topics":
             configs = dict(kv.split("=", 1) for kv in a.config)
-            ensure_topics(a.bootstrap, a.topics, a.partitions, configs, a.timeout)
+            ensure_topics(a.bootstrap, a.topics, a.partitions, configs, a.timeout, a.alter)
         elif a.cmd == "http":
             probe_http(a.url, a.timeout)
         else:

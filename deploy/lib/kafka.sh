@@ -6,8 +6,8 @@
 #   process:  java -Xmx512m -cp <cp> kafka.Kafka server.properties  (log4j2 -> $KAFKA_DIR/logs/)
 #   ready:    a metadata request through the admin client, then the outbox topics exist with leaders.
 
-KAFKA_TOPICS=(outbox.event.case outbox.event.saga outbox.event.decision outbox.event.notice)
 KAFKA_TOPIC_PARTITIONS=6
+KAFKA_TOPICS_CONF="$CS_DEPLOY_DIR/kafka/topics.conf"  # retention.ms per topic, with the reason
 
 kafka_vars() {
     KAFKA_DIR="$CS_LOCAL/kafka"
@@ -75,9 +75,13 @@ kafka_up() {
 kafka_wait() {
     wait_until "$CASESTREAM_READY_TIMEOUT" "kafka" "$KAFKA_LOGS/server.log" "$KAFKA_PID" "$KAFKA_MARK" \
         probe kafka --bootstrap "$KAFKA_BOOTSTRAP" --timeout 2
-    probe topics --bootstrap "$KAFKA_BOOTSTRAP" --partitions "$KAFKA_TOPIC_PARTITIONS" \
-        --config retention.ms=-1 "${KAFKA_TOPICS[@]}" \
-        || die "kafka: could not create the outbox topics (log: $KAFKA_LOGS/server.log)."
+    local topic retention _reason
+    while read -r topic retention _reason; do
+        [[ -z "$topic" || "$topic" == \#* ]] && continue
+        probe topics --bootstrap "$KAFKA_BOOTSTRAP" --partitions "$KAFKA_TOPIC_PARTITIONS" \
+            --config "retention.ms=$retention" --alter "$topic" \
+            || die "kafka: could not create the outbox topic $topic (log: $KAFKA_LOGS/server.log)."
+    done <"$KAFKA_TOPICS_CONF"
     ok "kafka: ready on $KAFKA_BOOTSTRAP"
 }
 

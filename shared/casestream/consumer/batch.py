@@ -62,7 +62,9 @@ from casestream.consumer.batch_model import (  # noqa: F401 - re-exported (publi
     BatchResult,
     Decoded,
     _Item,
+    decode_record,
     held_record,
+    item_of,
 )
 from casestream.consumer.batch_slow import MessageApplier, SavepointPath
 from casestream.consumer.failures import FailureClass, classify
@@ -132,14 +134,14 @@ class BatchProcessor:
         """Decode ``records`` without side effects (no counters, no attempts): the runtime calls
         this on its main thread for the next batch while the current one is in the database."""
         out: list[tuple[Record, Any, BaseException | None]] = []
-        decode = self.decoder.decode
+        decoder = self.decoder
         for rec in records:
             if rec.value is None:
                 out.append((rec, None, PoisonMessageError("message has no value",
                                                           reason="empty_value")))
                 continue
             try:
-                out.append((rec, decode(rec.value, published_at=rec.published_at), None))
+                out.append((rec, decode_record(decoder, rec.value, rec.published_at), None))
             except Exception as e:  # noqa: BLE001 - classified in process()
                 out.append((rec, None, e))
         return Decoded(out)
@@ -207,7 +209,7 @@ class BatchProcessor:
                 if not failures.owed(rec, None, result, dead, conn):
                     failures.failed(rec, err, None, result, dead, conn)
                 continue
-            items.append(_Item(rec, env))
+            items.append(item_of(rec, env))
         return items
 
     @staticmethod

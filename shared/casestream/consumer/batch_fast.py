@@ -158,7 +158,7 @@ class FastPath:
         apply: list[_Item] = []
         dup = stale = 0
         action_of = self.dispatch.action
-        side_effects = self.dispatch.has_side_effects
+        side_effects = self.dispatch.item_has_side_effects
         for it in items:
             action = action_of(it, known, seen, guards)
             if action is Action.DUPLICATE:
@@ -172,7 +172,7 @@ class FastPath:
             g = guards.get(it.key)
             if g is not None and g.state is not AggregateState.FLOWING:
                 raise _Ineligible
-            if side_effects(it.env.event_type):
+            if side_effects(it):
                 raise _Ineligible
             if g is None:
                 guards[it.key] = GuardRow(it.env.aggregate_version, AggregateState.FLOWING, False)

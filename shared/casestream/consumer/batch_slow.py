@@ -73,7 +73,7 @@ class MessageApplier:
             insert_inbox(conn, self.consumer, [it.entry()])
             advance_guards(conn, self.consumer,
                            [(it.key[0], it.key[1], expected, version)], require_flowing=False)
-            unknown = self.dispatch.run_handlers(conn, rec, env)
+            unknown = self.dispatch.run_item(conn, it)
             if held is not None:
                 release_held(conn, self.consumer, held.event_id)
         if g is None:
