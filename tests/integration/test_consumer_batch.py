@@ -185,14 +185,15 @@ def test_fast_path_handler_failure_is_that_messages_attempt(world: Any, codec: A
     registry = projection.register(HandlerRegistry())
     ok, bad = make_event("A", 1), make_event("A", 2)
     projection.fail[bad.event_id] = 10
-    bp = _processor(name, registry, codec)
+    backoff = RetryPolicy(max_attempts=3, initial_delay_s=0.5, max_delay_s=0.5, jitter=0.0)
+    bp = _processor(name, registry, codec, retry=backoff)
     records = _records(codec, [ok, bad])
     for attempt in (1, 2, 3):
         if attempt > 1:  # too early: the owed backoff cuts the partition without an attempt
             early = bp.process(conn, records[1:])
             assert projection.calls[bad.event_id] == attempt - 1
             assert early.rewinds[("t", 0)][0] == 1 and early.rewinds[("t", 0)][1] > 0
-            time.sleep(0.03)  # the policy's delay (<= 0.02 s) is over
+            time.sleep(0.55)  # the backoff (0.5 s, no jitter) is over
         result = bp.process(conn, records if attempt == 1 else records[1:])
         assert projection.calls[bad.event_id] == attempt  # one handler call per attempt
     assert result.commits == {("t", 0): 2} and not result.rewinds  # dead-lettered on attempt 3
