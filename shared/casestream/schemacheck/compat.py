@@ -236,6 +236,25 @@ def _signature(s: Any) -> str:
     return str(s.type)
 
 
+#: writer type -> reader types it is promoted to (Avro spec, "Schema Resolution")
+_PROMOTIONS = {
+    "int": ("long", "float", "double"), "long": ("float", "double"), "float": ("double",),
+    "string": ("bytes",), "bytes": ("string",),
+}
+
+
+def _resolved_branch(branches: Sequence[Any], writer: Any) -> Any:
+    """The reader branch that reads a ``writer`` value (Avro spec, "Schema Resolution": the
+    first reader branch matching the writer's schema), or None. As Java's resolver does, a
+    branch of the same type wins over an earlier one the writer's type is promoted to."""
+    sig = _signature(writer)
+    exact = next((x for x in branches if _signature(x) == sig), None)
+    if exact is not None:
+        return exact
+    targets = _PROMOTIONS.get(writer.type, ())
+    return next((x for x in branches if x.type in targets), None)
+
+
 def _flags(s: Any, cache: dict[int, Any]) -> tuple[bool, bool]:
     """(holds a logical type, holds bytes) anywhere in ``s``, cached by ``id`` (the schema is kept
     in the cache so the id stays its own). A recursive reference counts as both (conservative)."""
@@ -403,10 +422,8 @@ class _Walker:
         if r.type == "union" or w.type == "union":
             rb = r.schemas if r.type == "union" else [r]
             wb = w.schemas if w.type == "union" else [w]
-            signatures = [(_signature(x), x) for x in rb]
             for b in wb:
-                sig = _signature(b)
-                match = next((x for xs, x in signatures if xs == sig), None)
+                match = _resolved_branch(rb, b)
                 if match is not None:
                     self.logical(match, b, path)
             return
