@@ -214,6 +214,22 @@ def test_against_a_git_ref_after_moving_a_folder(acme: Path) -> None:
         ("com.acme.orders.OrderPlaced", "v1", "avro/order-events/OrderPlaced.v1.avsc")]
 
 
+def test_against_a_git_ref_a_changed_referenced_type_is_a_changed_published_version(acme: Path) -> None:
+    git(acme, "init", "-q")
+    git(acme, "add", ".")
+    git(acme, "commit", "-q", "-m", "published")
+    money = acme / "avro" / "common" / "Money.avsc"
+    doc = json.loads(money.read_text())
+    money.write_text(json.dumps(doc, indent=7))  # layout only
+    assert run("--against", "HEAD")[0] == 0
+    doc["fields"][0]["type"] = "int" if doc["fields"][0]["type"] != "int" else "long"
+    money.write_text(json.dumps(doc))
+    code, out, _ = run("--against", "HEAD", "--format", "json")
+    changed = [f for f in json.loads(out)["findings"] if f["rule"] == "published-version-changed"]
+    assert code == 1 and [f["file"] for f in changed] == ["avro/common/Money.avsc"], out
+    assert "every published version that uses it" in changed[0]["message"]
+
+
 def test_against_origin_main_in_a_shallow_clone(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     origin = tmp_path / "origin"
     shutil.copytree(FIXTURE, origin)

@@ -1,7 +1,8 @@
 """Published versions are immutable: compare the working tree with a git ref (``--against``).
 
 The configuration file is read again at the ref (:class:`GitTree`); every version of every subject
-there must still exist, and every file it was made from must be unchanged: parsed JSON
+there must still exist, and every file it was made from (its own, a catalog's envelope, the
+files of referenced named types) must be unchanged: parsed JSON
 equality, so whitespace, indentation and the order of a JSON object's attributes do not count,
 while any change of fields (their order too: it is the binary layout), defaults, docs or names
 does (the registry already holds the old text). A version whose files moved is compared by
