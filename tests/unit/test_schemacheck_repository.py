@@ -152,6 +152,20 @@ def test_configuration_errors_are_exit_2_naming_the_file(acme: Path, edit, messa
     assert out.startswith("::error ")
 
 
+def test_no_configuration_here_is_exit_2_not_the_installed_catalog(tmp_path: Path,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    # a team's CI in the wrong folder (or with a misnamed configuration) must not pass by checking
+    # the catalog an installed package ships (casestream's own, in every install)
+    (tmp_path / "avro").mkdir()
+    (tmp_path / "avro" / "OrderPlaced.avsc").write_text((FIXTURE / "avro/orders/OrderPlaced.v1.avsc").read_text())
+    (tmp_path / "casestream-schema.toml").write_text('[[folders]]\npath = "avro"\n')  # misnamed
+    monkeypatch.chdir(tmp_path)
+    code, out, err = run("--format", "json")
+    assert code == 2, out + err
+    message = json.loads(out)["error"]["message"]
+    assert "no casestream-schemas.toml" in message and "--schemas-dir" in message and str(tmp_path) in message
+
+
 def test_schemas_dir_of_a_plain_folder_does_not_double_the_path(acme: Path) -> None:
     flat = acme / "flat"
     flat.mkdir()

@@ -87,13 +87,15 @@ def _find_config(config: str | None, schemas_dir: str | None) -> tuple[Any, str]
             return load_config("pyproject.toml"), "."
     if Path("schemas", "catalog.toml").is_file():
         return _catalog("schemas")
-    try:
-        return _catalog(_default_dir())
-    except click.UsageError as e:
-        raise CheckInputError(
-            f"no {CONFIG_FILE}, no [tool.casestream.schemas] in pyproject.toml and no ./schemas/catalog.toml "
-            f"here: add a {CONFIG_FILE} (see casestream schemas check --help) or pass --config / --schemas-dir "
-            f"({e.message.rpartition('(')[2].rstrip(')')})") from None
+    # Never an installed package's folder: a team's CI run in the wrong folder (or with a
+    # misnamed configuration) would pass by checking casestream's own bundled catalog.
+    from casestream.service.discovery import schema_folders
+
+    listed = ", ".join(map(str, schema_folders())) or "none"
+    raise CheckInputError(
+        f"no {CONFIG_FILE}, no [tool.casestream.schemas] in pyproject.toml and no ./schemas/catalog.toml "
+        f"in {Path.cwd()}: add a {CONFIG_FILE} (see casestream schemas check --help) or pass --config / "
+        f"--schemas-dir (installed schema folders: {listed})")
 
 
 def _catalog(folder: str) -> tuple[Any, str]:
@@ -126,8 +128,8 @@ Where the subjects come from (first found):
   --config FILE              a casestream-schemas.toml, or a pyproject.toml with [tool.casestream.schemas]
   --schemas-dir DIR          DIR/catalog.toml (casestream layout), else every DIR/**/<Name>.v<N>.avsc
                              (and <Name>.avsc) as a subject named by its record (RecordNameStrategy)
-  ./casestream-schemas.toml, ./pyproject.toml [tool.casestream.schemas], ./schemas/catalog.toml,
-  the one schemas folder an installed package registers.
+  ./casestream-schemas.toml, ./pyproject.toml [tool.casestream.schemas], ./schemas/catalog.toml;
+  none of them: exit 2 (an installed package's folder is checked only when named by --schemas-dir).
 
 \b
 casestream-schemas.toml:
