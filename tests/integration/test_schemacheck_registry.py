@@ -87,3 +87,13 @@ def test_auth_and_tls_options_reach_the_client(registry_url: str) -> None:
     assert bearer["bearer.auth.credentials.source"] == "STATIC_TOKEN" and bearer["bearer.auth.token"] == "t0ken"
     result = CliRunner().invoke(schemas, ["check", "--registry-ca-file", "ca.pem"])
     assert result.exit_code == 2 and "--registry-* options need --registry URL" in result.stderr
+
+
+@pytest.mark.parametrize("suffix", ["/bogus", "/../.."])
+def test_a_url_that_is_not_the_registry_base_is_exit_2(repo: tuple[Path, str], registry_url: str,
+                                                        suffix: str) -> None:
+    # every subject lookup answers 404 there, which must not read as "nothing registered"
+    url = registry_url.rstrip("/") + suffix if suffix == "/bogus" else registry_url.split("/apis/")[0]
+    code, doc = run("--registry", url)
+    assert code == 2, doc
+    assert doc["error"]["target"] == url and "not the base URL of a Confluent-API registry" in doc["error"]["message"]

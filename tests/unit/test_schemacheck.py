@@ -402,8 +402,9 @@ def recording_registry(request: pytest.FixtureRequest, tmp_path: Path) -> Iterat
     class Recording(BaseHTTPRequestHandler):
         def do_GET(self) -> None:  # noqa: N802
             seen.append(dict(self.headers))
-            body = b'{"error_code": 40401, "message": "Subject not found"}'
-            self.send_response(404)
+            listing = self.path.split("?")[0].rstrip("/") == "/subjects"  # a registry's base URL answers it
+            body = b"[]" if listing else b'{"error_code": 40401, "message": "Subject not found"}'
+            self.send_response(200 if listing else 404)
             self.send_header("Content-Type", "application/json")
             self.send_header("Content-Length", str(len(body)))
             self.end_headers()
