@@ -166,6 +166,26 @@ def test_no_configuration_here_is_exit_2_not_the_installed_catalog(tmp_path: Pat
     assert "no casestream-schemas.toml" in message and "--schemas-dir" in message and str(tmp_path) in message
 
 
+@pytest.mark.parametrize(("edit", "message"), [
+    (lambda t: t.replace('[subjects."com.acme.orders.OrderCancelled"]', '[subjects."com.acme.orders.OrderCanceled"]'),
+     '[subjects."com.acme.orders.OrderCanceled"] names no subject'),
+    (lambda t: 'ignore = ["logical-type-changed:com.acme.order.OrderPlaced"]\n' + t,
+     "'logical-type-changed:com.acme.order.OrderPlaced' names no subject"),
+])
+def test_a_misspelt_subject_in_the_configuration_is_exit_2(acme: Path, edit, message: str) -> None:  # noqa: ANN001
+    # else its level or waiver would silently not apply
+    cfg = acme / "casestream-schemas.toml"
+    cfg.write_text(edit(cfg.read_text()))
+    code, out, err = run("--format", "json")
+    assert code == 2, out + err
+    error = json.loads(out)["error"]
+    assert message in error["message"] and error["target"] == "casestream-schemas.toml"
+    assert "com.acme.orders.OrderCancelled" in error["message"]  # the known subjects are listed
+    shutil.copy(FIXTURE / "casestream-schemas.toml", cfg)
+    code, _, err = run("--ignore", "logical-type-changed:nope")
+    assert code == 2 and "--ignore logical-type-changed:nope: no such subject" in err
+
+
 def test_schemas_dir_of_a_plain_folder_does_not_double_the_path(acme: Path) -> None:
     flat = acme / "flat"
     flat.mkdir()
