@@ -330,3 +330,22 @@ def test_topic_name_strategy_value_and_key_subjects(acme: Path) -> None:
     cfg.write_text(cfg.read_text().replace('topic = "shipping"', 'topic = "shipping"\nkey = true'))
     code, out, _ = run("--format", "json")
     assert code == 0 and "shipping-key" in json.loads(out)["subject_names"]
+
+
+def test_a_primitive_key_schema_file_is_a_schema(acme: Path) -> None:
+    # a key subject's schema is often a primitive: the file holds the JSON string "string"
+    keys = acme / "keys"
+    keys.mkdir()
+    (keys / "OrderKey.v1.avsc").write_text('"int"\n')
+    (keys / "OrderKey.v2.avsc").write_text('{"type": "long"}\n')
+    cfg = acme / "casestream-schemas.toml"
+    cfg.write_text(cfg.read_text() + '\n[[folders]]\npath = "keys"\nnaming_strategy = "TopicNameStrategy"\n'
+                                      'topic = "orders"\nkey = true\n')
+    code, out, err = run("--format", "json")
+    assert code == 0 and "orders-key" in json.loads(out)["subject_names"], out + err
+    (keys / "OrderKey.v3.avsc").write_text('"string"\n')
+    code, out, err = run("--format", "json")
+    assert code == 1, out + err
+    findings = json.loads(out)["findings"]  # BACKWARD_TRANSITIVE: v1->v3 and v2->v3
+    assert {(f["subject"], f["rule"], f["versions"]) for f in findings} == {
+        ("orders-key", "type-mismatch", "v1->v3"), ("orders-key", "type-mismatch", "v2->v3")}

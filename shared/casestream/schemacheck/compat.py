@@ -74,7 +74,7 @@ def parse_avro(schema: Mapping[str, Any] | str, *, references: Sequence[Any] = (
         an invalid schema. Warnings about ignored logical types are suppressed (the
         logical-type rule compares the declared ``logicalType`` itself).
     """
-    data = json.loads(schema) if isinstance(schema, str) else schema
+    data = _json(schema)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         names = avro.name.Names()
@@ -84,6 +84,18 @@ def parse_avro(schema: Mapping[str, Any] | str, *, references: Sequence[Any] = (
 
 
 _NAMED = frozenset({"record", "error", "enum", "fixed"})
+
+
+def _json(schema: Any) -> Any:
+    """A schema's JSON from JSON text, or the parsed JSON itself. A string that is not JSON text
+    is the JSON of a schema already (``"string"`` as parsed from the file ``"string"``: a
+    primitive or a named type's full name, Avro spec "Schema Declaration")."""
+    if not isinstance(schema, str):
+        return schema
+    try:
+        return json.loads(schema)
+    except json.JSONDecodeError:
+        return schema
 
 
 def canonical(schema: Any) -> Any:
@@ -169,7 +181,7 @@ def qualify_aliases(schema: Any, namespace: str | None = None) -> Any:
 
 def parse_fastavro(schema: Mapping[str, Any] | str, *, references: Sequence[Any] = ()) -> Any:
     """Parse with fastavro (``references`` first, into the same ``named_schemas``); raises as fastavro does."""
-    data = json.loads(schema) if isinstance(schema, str) else schema
+    data = _json(schema)
     named: dict[str, Any] = {}
     for ref in references:  # parse_schema builds new dicts: the input is not changed
         fastavro.parse_schema(ref, named_schemas=named)
