@@ -165,7 +165,9 @@ def _subject(subject: Subject, reg: Any, url: str) -> list[Finding]:
             out.append(finding_for(
                 "compatibility-level-mismatch", subject=subject.name, versions="", path="",
                 message=f"{url} has level {level} for {subject.name}; the configuration says {subject.level}",
-                severity="warning"))
+                severity="warning",
+                hint=f"set it: curl -X PUT -H 'Content-Type: application/vnd.schemaregistry.v1+json' "
+                     f"--data '{{\"compatibility\": \"{subject.level}\"}}' {url}/config/{subject.name}"))
     try:
         history = [parse_avro(rv.schema, references=subject.references) for rv in registered]
     except Exception as e:  # noqa: BLE001 - a registered schema this parser rejects
