@@ -186,6 +186,16 @@ def test_a_misspelt_subject_in_the_configuration_is_exit_2(acme: Path, edit, mes
     assert code == 2 and "--ignore logical-type-changed:nope: no such subject" in err
 
 
+@pytest.mark.parametrize(("args", "message"), [
+    (["--config", "avro"], "avro: is a folder, not a casestream-schemas.toml"),
+    (["--schemas-dir", "casestream-schemas.toml"], "casestream-schemas.toml: is a file, not a folder"),
+])
+def test_a_path_of_the_wrong_kind_is_an_input_error_in_the_chosen_format(acme: Path, args: list[str],
+                                                                        message: str) -> None:
+    code, out, err = run(*args, "--format", "json")
+    assert code == 2 and message in json.loads(out)["error"]["message"], out + err
+
+
 def test_schemas_dir_of_a_plain_folder_does_not_double_the_path(acme: Path) -> None:
     flat = acme / "flat"
     flat.mkdir()

@@ -72,7 +72,8 @@ def _find_config(config: str | None, schemas_dir: str | None) -> tuple[Any, str]
         if Path(schemas_dir, "catalog.toml").is_file():
             return _catalog(schemas_dir)
         if not Path(schemas_dir).is_dir():
-            raise CheckInputError("schemas folder not found", target=schemas_dir)
+            what = "is a file, not a folder of .avsc files" if Path(schemas_dir).exists() else "schemas folder not found"
+            raise CheckInputError(what, target=schemas_dir)
         return folder_config(schemas_dir.rstrip("/") or "."), "."
     if Path(CONFIG_FILE).is_file():
         return load_config(CONFIG_FILE), "."
@@ -148,9 +149,9 @@ Exit 0 compatible, 1 incompatible, 2 bad input (in every --format).
 
 
 @schemas.command("check", help=_CHECK_HELP)
-@click.option("--config", "config", type=click.Path(dir_okay=False), default=None,
+@click.option("--config", "config", type=click.Path(), default=None,
               help="casestream-schemas.toml or pyproject.toml [default: found in the current directory].")
-@click.option("--schemas-dir", type=click.Path(file_okay=False), default=None,
+@click.option("--schemas-dir", type=click.Path(), default=None,
               help="A catalog.toml folder, or a folder of .avsc files.")
 @click.option("--against", metavar="GIT_REF", default=None,
               help="Fail when a version published at this git ref changed or disappeared (shows the diff); "
