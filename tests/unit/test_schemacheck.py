@@ -445,3 +445,16 @@ def test_registry_credentials_reach_the_registry(tree: Path, recording_registry,
         count = len(seen)
         code, out, err = run(*args)
         assert code == 2 and url in err and "Traceback" not in err and len(seen) == count
+
+
+def test_line_of_a_nested_field_is_its_own_declaration() -> None:
+    from casestream.schemacheck.model import line_of
+
+    text = ('{"type": "record", "name": "Order", "fields": [\n'
+            '  {"name": "id", "type": "string"},\n'
+            '  {"name": "customer", "type": {"type": "record", "name": "Customer", "fields": [\n'
+            '    {"name": "id", "type": "long"}]}}]}\n')
+    assert line_of(text, "id") == 2
+    assert line_of(text, "customer.id") == 4
+    assert line_of(text, "payload.customer") == 3  # a prefix the file does not declare is skipped
+    assert line_of(text, "missing") == 1
