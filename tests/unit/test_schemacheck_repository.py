@@ -143,6 +143,8 @@ def test_ignore_a_rule_for_one_subject_or_everywhere(acme: Path) -> None:
     (lambda t: t.replace('compatibility = "FORWARD"', 'compatibility = "SIDEWAYS"'), "compatibility 'SIDEWAYS'"),
     (lambda t: t + '\ncolour = "blue"\n', "unknown key(s) colour"),
     (lambda t: t.replace('"avro/common/Money.avsc"', '"avro/common/Nope.avsc"'), "avro/common/Nope.avsc"),
+    (lambda t: t.replace('references = ["avro/common/Money.avsc"]\n', ''),
+     "com.acme.common.Money) (a named type declared in another file: list that file in references = [...])"),
 ])
 def test_configuration_errors_are_exit_2_naming_the_file(acme: Path, edit, message: str) -> None:  # noqa: ANN001
     cfg = acme / "casestream-schemas.toml"

@@ -97,7 +97,9 @@ def _parse(subject: Subject) -> list[Any]:
                 result = parser(v.schema, references=subject.references)
             except Exception as e:  # noqa: BLE001 - both parsers raise several types
                 name = "fastavro" if parser is parse_fastavro else "avro"
-                raise CheckInputError(f"not a valid Avro schema ({name}: {type(e).__name__}: {e})",
+                hint = (" (a named type declared in another file: list that file in references = [...])"
+                        if type(e).__name__ == "UnknownType" else "")
+                raise CheckInputError(f"not a valid Avro schema ({name}: {type(e).__name__}: {e}){hint}",
                                       target=v.file) from e
         parsed.append(result)
     return parsed
