@@ -276,6 +276,29 @@ def test_against_a_git_ref_a_changed_referenced_type_is_a_changed_published_vers
     assert "every published version that uses it" in changed[0]["message"]
 
 
+def test_against_a_git_ref_a_removed_or_reordered_version_is_named_as_such(acme: Path) -> None:
+    orders = acme / "avro" / "orders"
+    (orders / "OrderPlaced.v3.avsc").write_text(json.dumps({**BREAKING_V3, "fields": [
+        *BREAKING_V3["fields"][:3], {"name": "channel", "type": "string", "default": "web"}]}))
+    git(acme, "init", "-q")
+    git(acme, "add", ".")
+    git(acme, "commit", "-q", "-m", "published")
+    (orders / "OrderPlaced.v2.avsc").rename(orders / "OrderPlaced.v2.avsc.bak")
+    code, out, _ = run("--against", "HEAD", "--format", "json")
+    history = [(f["rule"], f["versions"], f["file"]) for f in json.loads(out)["findings"]
+               if f["rule"].startswith("published-")]
+    # one finding for the removed file, not "v2 changed into v3" and "v3 gone"
+    assert code == 1 and history == [("published-version-removed", "v2", "avro/orders/OrderPlaced.v2.avsc")], out
+    (orders / "OrderPlaced.v2.avsc.bak").rename(orders / "OrderPlaced.v2.avsc")
+    assert run("--against", "HEAD")[0] == 0
+    cfg = acme / "casestream-schemas.toml"
+    cfg.write_text(cfg.read_text().replace('"payments/payment-first.avsc", "payments/payment-second.avsc"',
+                                           '"payments/payment-second.avsc", "payments/payment-first.avsc"'))
+    code, out, _ = run("--against", "HEAD", "--format", "json", "--subject", "payments-value")
+    history = [f for f in json.loads(out)["findings"] if f["rule"].startswith("published-")]
+    assert code == 1 and len(history) == 1 and "keep their order" in history[0]["message"], out
+
+
 def test_against_origin_main_in_a_shallow_clone(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     origin = tmp_path / "origin"
     shutil.copytree(FIXTURE, origin)
