@@ -14,6 +14,7 @@ import uuid
 from pathlib import Path
 
 import pytest
+from confluent_kafka.schema_registry import Schema
 from click.testing import CliRunner
 
 from casestream.cli.schemas import schemas
@@ -87,3 +88,31 @@ def test_auth_and_tls_options_reach_the_client(registry_url: str) -> None:
     assert bearer["bearer.auth.credentials.source"] == "STATIC_TOKEN" and bearer["bearer.auth.token"] == "t0ken"
     result = CliRunner().invoke(schemas, ["check", "--registry-ca-file", "ca.pem"])
     assert result.exit_code == 2 and "--registry-* options need --registry URL" in result.stderr
+
+
+@pytest.mark.parametrize("suffix", ["/bogus", "/../.."])
+def test_a_url_that_is_not_the_registry_base_is_exit_2(repo: tuple[Path, str], registry_url: str,
+                                                        suffix: str) -> None:
+    # every subject lookup answers 404 there, which must not read as "nothing registered"
+    url = registry_url.rstrip("/") + suffix if suffix == "/bogus" else registry_url.split("/apis/")[0]
+    code, doc = run("--registry", url)
+    assert code == 2, doc
+    assert doc["error"]["target"] == url and "not the base URL of a Confluent-API registry" in doc["error"]["message"]
+
+
+def test_a_primitive_key_subject_is_compared(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                             registry_url: str) -> None:
+    topic = f"gate-{uuid.uuid4().hex[:10]}"
+    (tmp_path / "keys").mkdir()
+    (tmp_path / "keys" / "Key.v1.avsc").write_text('"long"\n')
+    (tmp_path / "casestream-schemas.toml").write_text(
+        f'[[folders]]\npath = "keys"\nnaming_strategy = "TopicNameStrategy"\ntopic = "{topic}"\nkey = true\n')
+    with ConfluentSchemaRegistry(registry_url, max_retries=0) as reg:
+        reg._client.register_schema(f"{topic}-key", Schema('"long"', "AVRO"))  # as a key serializer does
+    monkeypatch.chdir(tmp_path)
+    code, doc = run("--registry", registry_url)
+    assert code == 0 and doc["findings"] == [], doc
+    (tmp_path / "keys" / "Key.v1.avsc").write_text('"string"\n')
+    code, doc = run("--registry", registry_url)
+    # registered "long" matches no file; the unregistered "string" cannot read it
+    assert code == 1 and {f["rule"] for f in doc["findings"]} == {"registry-version-unknown", "type-mismatch"}, doc

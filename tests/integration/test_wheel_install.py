@@ -118,9 +118,10 @@ def test_schemas_check_runs_on_the_base_install(installed: Installed) -> None:
     done = _run([installed.casestream, "schemas", "check", "--schemas-dir", REPO / "schemas"], installed.cwd)
     assert done.returncode == 0, done.stdout + done.stderr
     assert "schemas check ok" in done.stdout
-    # Without --schemas-dir (and no ./schemas): the catalog shipped in the wheel.
+    # Without a configuration here: exit 2, never the catalog shipped in the wheel.
     done = _run([installed.casestream, "schemas", "check"], installed.cwd)
-    assert done.returncode == 0, done.stdout + done.stderr
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert "no casestream-schemas.toml" in done.stderr and "Traceback" not in done.stderr
 
 
 def test_schemas_check_of_a_team_repository_on_the_base_install(installed: Installed, tmp_path: Path) -> None:

@@ -286,6 +286,8 @@ def _logical() -> list[Pair]:
         Pair("logical/local-timestamp-to-timestamp", r(lt("long", "local-timestamp-millis")),
              r(lt("long", "timestamp-millis"))),
         Pair("logical/date-in-union", r(["null", lt("int", "date")]), r(["null", lt("long", "timestamp-millis")])),
+        Pair("logical/date-to-union-timestamp", r(lt("int", "date")), r(["null", lt("long", "timestamp-millis")])),
+        Pair("logical/bytes-to-union-string", r("bytes"), r(["null", "string"])),
     ]
 
 

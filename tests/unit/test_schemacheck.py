@@ -402,8 +402,9 @@ def recording_registry(request: pytest.FixtureRequest, tmp_path: Path) -> Iterat
     class Recording(BaseHTTPRequestHandler):
         def do_GET(self) -> None:  # noqa: N802
             seen.append(dict(self.headers))
-            body = b'{"error_code": 40401, "message": "Subject not found"}'
-            self.send_response(404)
+            listing = self.path.split("?")[0].rstrip("/") == "/subjects"  # a registry's base URL answers it
+            body = b"[]" if listing else b'{"error_code": 40401, "message": "Subject not found"}'
+            self.send_response(200 if listing else 404)
             self.send_header("Content-Type", "application/json")
             self.send_header("Content-Length", str(len(body)))
             self.end_headers()
@@ -444,3 +445,16 @@ def test_registry_credentials_reach_the_registry(tree: Path, recording_registry,
         count = len(seen)
         code, out, err = run(*args)
         assert code == 2 and url in err and "Traceback" not in err and len(seen) == count
+
+
+def test_line_of_a_nested_field_is_its_own_declaration() -> None:
+    from casestream.schemacheck.model import line_of
+
+    text = ('{"type": "record", "name": "Order", "fields": [\n'
+            '  {"name": "id", "type": "string"},\n'
+            '  {"name": "customer", "type": {"type": "record", "name": "Customer", "fields": [\n'
+            '    {"name": "id", "type": "long"}]}}]}\n')
+    assert line_of(text, "id") == 2
+    assert line_of(text, "customer.id") == 4
+    assert line_of(text, "payload.customer") == 3  # a prefix the file does not declare is skipped
+    assert line_of(text, "missing") == 1

@@ -143,6 +143,8 @@ def test_ignore_a_rule_for_one_subject_or_everywhere(acme: Path) -> None:
     (lambda t: t.replace('compatibility = "FORWARD"', 'compatibility = "SIDEWAYS"'), "compatibility 'SIDEWAYS'"),
     (lambda t: t + '\ncolour = "blue"\n', "unknown key(s) colour"),
     (lambda t: t.replace('"avro/common/Money.avsc"', '"avro/common/Nope.avsc"'), "avro/common/Nope.avsc"),
+    (lambda t: t.replace('references = ["avro/common/Money.avsc"]\n', ''),
+     "com.acme.common.Money) (a named type declared in another file: list that file in references = [...])"),
 ])
 def test_configuration_errors_are_exit_2_naming_the_file(acme: Path, edit, message: str) -> None:  # noqa: ANN001
     cfg = acme / "casestream-schemas.toml"
@@ -150,6 +152,50 @@ def test_configuration_errors_are_exit_2_naming_the_file(acme: Path, edit, messa
     code, out, err = run("--format", "github")
     assert code == 2 and message in err and "Traceback" not in err, err
     assert out.startswith("::error ")
+
+
+def test_no_configuration_here_is_exit_2_not_the_installed_catalog(tmp_path: Path,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    # a team's CI in the wrong folder (or with a misnamed configuration) must not pass by checking
+    # the catalog an installed package ships (casestream's own, in every install)
+    (tmp_path / "avro").mkdir()
+    (tmp_path / "avro" / "OrderPlaced.avsc").write_text((FIXTURE / "avro/orders/OrderPlaced.v1.avsc").read_text())
+    (tmp_path / "casestream-schema.toml").write_text('[[folders]]\npath = "avro"\n')  # misnamed
+    monkeypatch.chdir(tmp_path)
+    code, out, err = run("--format", "json")
+    assert code == 2, out + err
+    message = json.loads(out)["error"]["message"]
+    assert "no casestream-schemas.toml" in message and "--schemas-dir" in message and str(tmp_path) in message
+
+
+@pytest.mark.parametrize(("edit", "message"), [
+    (lambda t: t.replace('[subjects."com.acme.orders.OrderCancelled"]', '[subjects."com.acme.orders.OrderCanceled"]'),
+     '[subjects."com.acme.orders.OrderCanceled"] names no subject'),
+    (lambda t: 'ignore = ["logical-type-changed:com.acme.order.OrderPlaced"]\n' + t,
+     "'logical-type-changed:com.acme.order.OrderPlaced' names no subject"),
+])
+def test_a_misspelt_subject_in_the_configuration_is_exit_2(acme: Path, edit, message: str) -> None:  # noqa: ANN001
+    # else its level or waiver would silently not apply
+    cfg = acme / "casestream-schemas.toml"
+    cfg.write_text(edit(cfg.read_text()))
+    code, out, err = run("--format", "json")
+    assert code == 2, out + err
+    error = json.loads(out)["error"]
+    assert message in error["message"] and error["target"] == "casestream-schemas.toml"
+    assert "com.acme.orders.OrderCancelled" in error["message"]  # the known subjects are listed
+    shutil.copy(FIXTURE / "casestream-schemas.toml", cfg)
+    code, _, err = run("--ignore", "logical-type-changed:nope")
+    assert code == 2 and "--ignore logical-type-changed:nope: no such subject" in err
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["--config", "avro"], "avro: is a folder, not a casestream-schemas.toml"),
+    (["--schemas-dir", "casestream-schemas.toml"], "casestream-schemas.toml: is a file, not a folder"),
+])
+def test_a_path_of_the_wrong_kind_is_an_input_error_in_the_chosen_format(acme: Path, args: list[str],
+                                                                        message: str) -> None:
+    code, out, err = run(*args, "--format", "json")
+    assert code == 2 and message in json.loads(out)["error"]["message"], out + err
 
 
 def test_schemas_dir_of_a_plain_folder_does_not_double_the_path(acme: Path) -> None:
@@ -212,6 +258,45 @@ def test_against_a_git_ref_after_moving_a_folder(acme: Path) -> None:
     changed = [f for f in json.loads(out)["findings"] if f["rule"] == "published-version-changed"]
     assert code == 1 and [(f["subject"], f["versions"], f["file"]) for f in changed] == [
         ("com.acme.orders.OrderPlaced", "v1", "avro/order-events/OrderPlaced.v1.avsc")]
+
+
+def test_against_a_git_ref_a_changed_referenced_type_is_a_changed_published_version(acme: Path) -> None:
+    git(acme, "init", "-q")
+    git(acme, "add", ".")
+    git(acme, "commit", "-q", "-m", "published")
+    money = acme / "avro" / "common" / "Money.avsc"
+    doc = json.loads(money.read_text())
+    money.write_text(json.dumps(doc, indent=7))  # layout only
+    assert run("--against", "HEAD")[0] == 0
+    doc["fields"][0]["type"] = "int" if doc["fields"][0]["type"] != "int" else "long"
+    money.write_text(json.dumps(doc))
+    code, out, _ = run("--against", "HEAD", "--format", "json")
+    changed = [f for f in json.loads(out)["findings"] if f["rule"] == "published-version-changed"]
+    assert code == 1 and [f["file"] for f in changed] == ["avro/common/Money.avsc"], out
+    assert "every published version that uses it" in changed[0]["message"]
+
+
+def test_against_a_git_ref_a_removed_or_reordered_version_is_named_as_such(acme: Path) -> None:
+    orders = acme / "avro" / "orders"
+    (orders / "OrderPlaced.v3.avsc").write_text(json.dumps({**BREAKING_V3, "fields": [
+        *BREAKING_V3["fields"][:3], {"name": "channel", "type": "string", "default": "web"}]}))
+    git(acme, "init", "-q")
+    git(acme, "add", ".")
+    git(acme, "commit", "-q", "-m", "published")
+    (orders / "OrderPlaced.v2.avsc").rename(orders / "OrderPlaced.v2.avsc.bak")
+    code, out, _ = run("--against", "HEAD", "--format", "json")
+    history = [(f["rule"], f["versions"], f["file"]) for f in json.loads(out)["findings"]
+               if f["rule"].startswith("published-")]
+    # one finding for the removed file, not "v2 changed into v3" and "v3 gone"
+    assert code == 1 and history == [("published-version-removed", "v2", "avro/orders/OrderPlaced.v2.avsc")], out
+    (orders / "OrderPlaced.v2.avsc.bak").rename(orders / "OrderPlaced.v2.avsc")
+    assert run("--against", "HEAD")[0] == 0
+    cfg = acme / "casestream-schemas.toml"
+    cfg.write_text(cfg.read_text().replace('"payments/payment-first.avsc", "payments/payment-second.avsc"',
+                                           '"payments/payment-second.avsc", "payments/payment-first.avsc"'))
+    code, out, _ = run("--against", "HEAD", "--format", "json", "--subject", "payments-value")
+    history = [f for f in json.loads(out)["findings"] if f["rule"].startswith("published-")]
+    assert code == 1 and len(history) == 1 and "keep their order" in history[0]["message"], out
 
 
 def test_against_origin_main_in_a_shallow_clone(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -280,3 +365,22 @@ def test_topic_name_strategy_value_and_key_subjects(acme: Path) -> None:
     cfg.write_text(cfg.read_text().replace('topic = "shipping"', 'topic = "shipping"\nkey = true'))
     code, out, _ = run("--format", "json")
     assert code == 0 and "shipping-key" in json.loads(out)["subject_names"]
+
+
+def test_a_primitive_key_schema_file_is_a_schema(acme: Path) -> None:
+    # a key subject's schema is often a primitive: the file holds the JSON string "string"
+    keys = acme / "keys"
+    keys.mkdir()
+    (keys / "OrderKey.v1.avsc").write_text('"int"\n')
+    (keys / "OrderKey.v2.avsc").write_text('{"type": "long"}\n')
+    cfg = acme / "casestream-schemas.toml"
+    cfg.write_text(cfg.read_text() + '\n[[folders]]\npath = "keys"\nnaming_strategy = "TopicNameStrategy"\n'
+                                      'topic = "orders"\nkey = true\n')
+    code, out, err = run("--format", "json")
+    assert code == 0 and "orders-key" in json.loads(out)["subject_names"], out + err
+    (keys / "OrderKey.v3.avsc").write_text('"string"\n')
+    code, out, err = run("--format", "json")
+    assert code == 1, out + err
+    findings = json.loads(out)["findings"]  # BACKWARD_TRANSITIVE: v1->v3 and v2->v3
+    assert {(f["subject"], f["rule"], f["versions"]) for f in findings} == {
+        ("orders-key", "type-mismatch", "v1->v3"), ("orders-key", "type-mismatch", "v2->v3")}

@@ -118,6 +118,30 @@ def test_time_millis_to_time_micros_through_a_promotion() -> None:
     assert [i.rule for i in issues] == ["logical-type-changed"] and "int (read as long)" in issues[0].message
 
 
+DATE = {"type": "int", "logicalType": "date"}
+TS = {"type": "long", "logicalType": "timestamp-millis"}
+
+
+@pytest.mark.parametrize(("old_type", "new_type", "rule"), [
+    (DATE, ["null", TS], "logical-type-changed"),          # promotion into a reader union
+    (["null", DATE], ["null", TS], "logical-type-changed"),  # promotion between union branches
+    ("bytes", ["null", "string"], "bytes-read-as-string"),
+    (["null", "bytes"], ["null", "string"], "bytes-read-as-string"),
+])
+def test_stricter_rules_follow_the_union_branch_avro_resolves_to(old_type, new_type, rule: str) -> None:  # noqa: ANN001
+    # Avro spec, Schema Resolution: the writer's value is read by the first reader branch that
+    # matches it, a promotion included (int is read by a long branch)
+    old, new = rec(f("t", old_type)), rec(f("t", new_type, default=None))
+    assert [i.rule for i in check_pair(parse_avro(new), parse_avro(old))] == [rule]
+    assert check_pair(parse_avro(rec(f("t", new_type, default=None))), parse_avro(rec(f("t", new_type)))) == []
+
+
+def test_an_exact_union_branch_wins_over_a_promotion() -> None:
+    old = rec(f("t", DATE))
+    new = rec(f("t", [TS, DATE]))  # int date is read by the int branch, not promoted to the long one
+    assert check_pair(parse_avro(new), parse_avro(old)) == []
+
+
 def test_references_resolve_named_types_across_files() -> None:
     money = rec(f("units", "long"), name="Money", ns="com.acme.common")
     v1 = rec(ID, f("m", "com.acme.common.Money"))

@@ -72,7 +72,8 @@ def _find_config(config: str | None, schemas_dir: str | None) -> tuple[Any, str]
         if Path(schemas_dir, "catalog.toml").is_file():
             return _catalog(schemas_dir)
         if not Path(schemas_dir).is_dir():
-            raise CheckInputError("schemas folder not found", target=schemas_dir)
+            what = "is a file, not a folder of .avsc files" if Path(schemas_dir).exists() else "schemas folder not found"
+            raise CheckInputError(what, target=schemas_dir)
         return folder_config(schemas_dir.rstrip("/") or "."), "."
     if Path(CONFIG_FILE).is_file():
         return load_config(CONFIG_FILE), "."
@@ -87,13 +88,15 @@ def _find_config(config: str | None, schemas_dir: str | None) -> tuple[Any, str]
             return load_config("pyproject.toml"), "."
     if Path("schemas", "catalog.toml").is_file():
         return _catalog("schemas")
-    try:
-        return _catalog(_default_dir())
-    except click.UsageError as e:
-        raise CheckInputError(
-            f"no {CONFIG_FILE}, no [tool.casestream.schemas] in pyproject.toml and no ./schemas/catalog.toml "
-            f"here: add a {CONFIG_FILE} (see casestream schemas check --help) or pass --config / --schemas-dir "
-            f"({e.message.rpartition('(')[2].rstrip(')')})") from None
+    # Never an installed package's folder: a team's CI run in the wrong folder (or with a
+    # misnamed configuration) would pass by checking casestream's own bundled catalog.
+    from casestream.service.discovery import schema_folders
+
+    listed = ", ".join(map(str, schema_folders())) or "none"
+    raise CheckInputError(
+        f"no {CONFIG_FILE}, no [tool.casestream.schemas] in pyproject.toml and no ./schemas/catalog.toml "
+        f"in {Path.cwd()}: add a {CONFIG_FILE} (see casestream schemas check --help) or pass --config / "
+        f"--schemas-dir (installed schema folders: {listed})")
 
 
 def _catalog(folder: str) -> tuple[Any, str]:
@@ -126,8 +129,8 @@ Where the subjects come from (first found):
   --config FILE              a casestream-schemas.toml, or a pyproject.toml with [tool.casestream.schemas]
   --schemas-dir DIR          DIR/catalog.toml (casestream layout), else every DIR/**/<Name>.v<N>.avsc
                              (and <Name>.avsc) as a subject named by its record (RecordNameStrategy)
-  ./casestream-schemas.toml, ./pyproject.toml [tool.casestream.schemas], ./schemas/catalog.toml,
-  the one schemas folder an installed package registers.
+  ./casestream-schemas.toml, ./pyproject.toml [tool.casestream.schemas], ./schemas/catalog.toml;
+  none of them: exit 2 (an installed package's folder is checked only when named by --schemas-dir).
 
 \b
 casestream-schemas.toml:
@@ -146,9 +149,9 @@ Exit 0 compatible, 1 incompatible, 2 bad input (in every --format).
 
 
 @schemas.command("check", help=_CHECK_HELP)
-@click.option("--config", "config", type=click.Path(dir_okay=False), default=None,
+@click.option("--config", "config", type=click.Path(), default=None,
               help="casestream-schemas.toml or pyproject.toml [default: found in the current directory].")
-@click.option("--schemas-dir", type=click.Path(file_okay=False), default=None,
+@click.option("--schemas-dir", type=click.Path(), default=None,
               help="A catalog.toml folder, or a folder of .avsc files.")
 @click.option("--against", metavar="GIT_REF", default=None,
               help="Fail when a version published at this git ref changed or disappeared (shows the diff); "

@@ -46,12 +46,14 @@ __all__ = [
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class RegisteredVersion:
-    """One registered version of a subject: registry version number, global schema id, schema dict."""
+    """One registered version of a subject: registry version number, global schema id, and the
+    schema's JSON (a dict; a string or a list for a subject whose schema is a primitive or a union,
+    e.g. a ``-key`` subject of ``"string"``)."""
 
     subject: str
     version: int
     schema_id: int
-    schema: Mapping[str, Any]
+    schema: Any
 
 
 class SchemaRegistry(Protocol):
@@ -93,12 +95,14 @@ class SchemaRegistry(Protocol):
         ...
 
 
-def _parse_schema_str(text: str | None, what: str) -> dict[str, Any]:
+def _parse_schema_str(text: str | None, what: str, *, any_schema: bool = False) -> Any:
+    """The JSON of a registered schema: an object, or with ``any_schema`` also a string or a list
+    (a primitive or a union, Avro spec "Schema Declaration")."""
     try:
         data = json.loads(text or "")
     except (TypeError, ValueError) as e:
         raise RegistryUnavailable(f"{what}: registry answered a schema that is not JSON") from e
-    if not isinstance(data, dict):
+    if not isinstance(data, (dict, str, list) if any_schema else dict):
         raise RegistryUnavailable(f"{what}: registry answered a schema that is not a JSON object")
     return data
 
@@ -217,7 +221,7 @@ class ConfluentSchemaRegistry:
                     subject=subject,
                     version=n,
                     schema_id=sid,
-                    schema=_parse_schema_str(text, f"{self.url}: {subject} version {n}"),
+                    schema=_parse_schema_str(text, f"{self.url}: {subject} version {n}", any_schema=True),
                 )
             )
         return out

@@ -74,7 +74,7 @@ def parse_avro(schema: Mapping[str, Any] | str, *, references: Sequence[Any] = (
         an invalid schema. Warnings about ignored logical types are suppressed (the
         logical-type rule compares the declared ``logicalType`` itself).
     """
-    data = json.loads(schema) if isinstance(schema, str) else schema
+    data = _json(schema)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         names = avro.name.Names()
@@ -84,6 +84,18 @@ def parse_avro(schema: Mapping[str, Any] | str, *, references: Sequence[Any] = (
 
 
 _NAMED = frozenset({"record", "error", "enum", "fixed"})
+
+
+def _json(schema: Any) -> Any:
+    """A schema's JSON from JSON text, or the parsed JSON itself. A string that is not JSON text
+    is the JSON of a schema already (``"string"`` as parsed from the file ``"string"``: a
+    primitive or a named type's full name, Avro spec "Schema Declaration")."""
+    if not isinstance(schema, str):
+        return schema
+    try:
+        return json.loads(schema)
+    except json.JSONDecodeError:
+        return schema
 
 
 def canonical(schema: Any) -> Any:
@@ -169,7 +181,7 @@ def qualify_aliases(schema: Any, namespace: str | None = None) -> Any:
 
 def parse_fastavro(schema: Mapping[str, Any] | str, *, references: Sequence[Any] = ()) -> Any:
     """Parse with fastavro (``references`` first, into the same ``named_schemas``); raises as fastavro does."""
-    data = json.loads(schema) if isinstance(schema, str) else schema
+    data = _json(schema)
     named: dict[str, Any] = {}
     for ref in references:  # parse_schema builds new dicts: the input is not changed
         fastavro.parse_schema(ref, named_schemas=named)
@@ -234,6 +246,25 @@ def _signature(s: Any) -> str:
     if s.type == "map":
         return "map(" + _signature(s.values) + ")"
     return str(s.type)
+
+
+#: writer type -> reader types it is promoted to (Avro spec, "Schema Resolution")
+_PROMOTIONS = {
+    "int": ("long", "float", "double"), "long": ("float", "double"), "float": ("double",),
+    "string": ("bytes",), "bytes": ("string",),
+}
+
+
+def _resolved_branch(branches: Sequence[Any], writer: Any) -> Any:
+    """The reader branch that reads a ``writer`` value (Avro spec, "Schema Resolution": the
+    first reader branch matching the writer's schema), or None. As Java's resolver does, a
+    branch of the same type wins over an earlier one the writer's type is promoted to."""
+    sig = _signature(writer)
+    exact = next((x for x in branches if _signature(x) == sig), None)
+    if exact is not None:
+        return exact
+    targets = _PROMOTIONS.get(writer.type, ())
+    return next((x for x in branches if x.type in targets), None)
 
 
 def _flags(s: Any, cache: dict[int, Any]) -> tuple[bool, bool]:
@@ -403,10 +434,8 @@ class _Walker:
         if r.type == "union" or w.type == "union":
             rb = r.schemas if r.type == "union" else [r]
             wb = w.schemas if w.type == "union" else [w]
-            signatures = [(_signature(x), x) for x in rb]
             for b in wb:
-                sig = _signature(b)
-                match = next((x for xs, x in signatures if xs == sig), None)
+                match = _resolved_branch(rb, b)
                 if match is not None:
                     self.logical(match, b, path)
             return

@@ -272,6 +272,9 @@ def load_config(path: str | Path) -> GateConfig:
         text = p.read_text(encoding="utf-8")
     except FileNotFoundError as e:
         raise CheckInputError("configuration file not found", target=str(path)) from e
+    except IsADirectoryError as e:
+        raise CheckInputError(f"is a folder, not a {CONFIG_FILE} or pyproject.toml (a folder of schemas: --schemas-dir)",
+                              target=str(path)) from e
     except (OSError, UnicodeDecodeError) as e:
         raise CheckInputError(f"cannot read: {e}", target=str(path)) from e
     parent = str(p.parent) if str(p.parent) != "." else ""

@@ -1,7 +1,8 @@
 """Published versions are immutable: compare the working tree with a git ref (``--against``).
 
 The configuration file is read again at the ref (:class:`GitTree`); every version of every subject
-there must still exist, and every file it was made from must be unchanged: parsed JSON
+there must still exist, and every file it was made from (its own, a catalog's envelope, the
+files of referenced named types) must be unchanged: parsed JSON
 equality, so whitespace, indentation and the order of a JSON object's attributes do not count,
 while any change of fields (their order too: it is the binary layout), defaults, docs or names
 does (the registry already holds the old text). A version whose files moved is compared by
@@ -19,11 +20,12 @@ from __future__ import annotations
 import difflib
 import json
 import subprocess
+from collections.abc import Sequence
 from pathlib import Path
 
 from casestream.schemacheck.compat import canonical
 from casestream.schemacheck.config import config_from_text
-from casestream.schemacheck.layout import Layout, Tree, WorkTree, build_layout
+from casestream.schemacheck.layout import Layout, Tree, Version, WorkTree, build_layout
 from casestream.schemacheck.model import CheckInputError, Finding, finding_for
 
 __all__ = ["GitTree", "compare_to_ref", "resolve_ref"]
@@ -106,6 +108,22 @@ def _same(a: str, b: str) -> bool:
         return a == b
 
 
+def _counterpart(v: Version, index: int, current: Sequence[Version], published: set[str]) -> Version | None:
+    """The current version that ``v`` (published at the ref, position ``index``) is now: the one
+    made from the same file; else (files moved) the one with the same schema, else the one at the
+    same position unless that is another published version's file. None: ``v`` was removed."""
+    for x in current:
+        if x.file == v.file:
+            return x
+    same = canonical(v.schema)
+    for x in current:
+        if x.file not in published and canonical(x.schema) == same:
+            return x
+    if index < len(current) and current[index].file not in published:
+        return current[index]
+    return None
+
+
 def compare_to_ref(layout: Layout, tree: Tree, ref: str, *, subjects: list[str] | None = None) -> list[Finding]:
     """Findings for versions published at ``ref`` that changed or disappeared in ``layout``.
 
@@ -147,8 +165,12 @@ def compare_to_ref(layout: Layout, tree: Tree, ref: str, *, subjects: list[str] 
         if wanted is not None and name not in wanted and name in layout.subjects:
             continue
         now = layout.subjects.get(name)
+        published = {x.file for x in before.versions}
+        order: list[tuple[Version, Version]] = []
         for i, v in enumerate(before.versions):
-            after = now.versions[i] if now is not None and i < len(now.versions) else None
+            after = _counterpart(v, i, now.versions if now is not None else (), published)
+            if after is not None:
+                order.append((v, after))
             if after is None:
                 findings.append(finding_for(
                     "published-version-removed", subject=name, versions=v.label, path="",
@@ -180,4 +202,11 @@ def compare_to_ref(layout: Layout, tree: Tree, ref: str, *, subjects: list[str] 
                     message=(f"{file} changed since {ref}; it is part of every published version that uses it"
                              if shared else f"{file} changed since {ref}; published versions are immutable"),
                     file=file, text=current or "", diff=_diff(text, current or "", f"{ref}:{rel}", rel)))
+        for (v1, a1), (v2, a2) in zip(order, order[1:]):
+            if a1.number > a2.number:  # the registry holds them in the published order
+                findings.append(finding_for(
+                    "published-version-changed", subject=name, versions=f"{v1.label}, {v2.label}", path="",
+                    message=f"{name}: {a1.file} (published at {ref} as {v1.label}) now comes after {a2.file} "
+                            f"(published as {v2.label}); published versions keep their order",
+                    file=a1.file))
     return findings

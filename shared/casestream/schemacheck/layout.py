@@ -85,7 +85,8 @@ class Version:
         schema: JSON of the schema as checked and registered.
         lint: JSON the single-schema rules run on (the file as written), ``lint_prefix`` their
             field-path prefix (``payload`` for casestream payload files).
-        sources: every file the schema was made from, display path -> text (``--against``).
+        sources: every file the schema was made from, display path -> text (``--against``): its
+            own, a catalog's envelope, and the files of the named types it may reference.
         expected_name: full name the top-level record must have (casestream payloads), or "".
     """
 
@@ -190,6 +191,7 @@ class _Builder:
         self.subjects: dict[str, Subject] = {}
         self.lint_only: list[tuple[str, str, Any]] = []
         self._refs: dict[tuple[str, ...], tuple[Any, ...]] = {}
+        self._ref_sources: dict[tuple[str, ...], dict[str, str]] = {}
 
     def text(self, rel: str, what: str) -> str:
         text = self.tree.read(rel)
@@ -198,9 +200,11 @@ class _Builder:
         return text
 
     def references(self, globs: Iterable[str]) -> tuple[Any, ...]:
+        """JSON of the named types the files matching ``globs`` declare (each file read once)."""
         key = tuple(globs)
         if key not in self._refs:
             out = []
+            sources: dict[str, str] = {}
             for g in key:
                 fixed = re.split(r"[*?\[]", g, maxsplit=1)[0].rpartition("/")[0]
                 matched = [f for f in self.tree.files(fixed) if fnmatch.fnmatchcase(f, g)] if any(
@@ -208,9 +212,18 @@ class _Builder:
                 if not matched:
                     raise CheckInputError(f"references: {g!r} matches no file", target=self.config.origin)
                 for rel in matched:
-                    out.append(_load_json(self.text(rel, "referenced schema"), self.config.rel(rel)))
+                    text = self.text(rel, "referenced schema")
+                    out.append(_load_json(text, self.config.rel(rel)))
+                    sources[self.config.rel(rel)] = text
             self._refs[key] = tuple(out)
+            self._ref_sources[key] = sources
         return self._refs[key]
+
+    def reference_sources(self, globs: Iterable[str]) -> dict[str, str]:
+        """Display path -> text of the files :meth:`references` read for ``globs``: part of every
+        version that may use them (a changed referenced type changes the published schema)."""
+        self.references(globs)
+        return self._ref_sources[tuple(globs)]
 
     def waivers(self, name: str, *lists: Iterable[str]) -> frozenset[str]:
         from casestream.schemacheck.config import parse_waiver
@@ -230,21 +243,24 @@ class _Builder:
                 f"{subject.declared_in})", target=self.config.origin)
         self.subjects[subject.name] = subject
 
-    def raw_version(self, number: int, rel: str) -> Version:
+    def raw_version(self, number: int, rel: str, refs: Mapping[str, str]) -> Version:
         file = self.config.rel(rel)
         text = self.text(rel, "schema file")
         schema = _load_json(text, file)
-        return Version(number=number, file=file, text=text, schema=schema, lint=schema, sources={file: text})
+        return Version(number=number, file=file, text=text, schema=schema, lint=schema,
+                       sources={file: text, **{r: t for r, t in refs.items() if r != file}})
 
     def explicit(self) -> None:
         for name, spec in self.config.subjects.items():
             if not spec.files:
                 continue
-            versions = tuple(self.raw_version(i + 1, rel) for i, rel in enumerate(spec.files))
+            globs = [*self.config.references, *spec.references]
+            ref_sources = self.reference_sources(globs)
+            versions = tuple(self.raw_version(i + 1, rel, ref_sources) for i, rel in enumerate(spec.files))
             self.add(Subject(
                 name=name, level=spec.compatibility or self.config.compatibility, versions=versions,
                 ignore=self.waivers(name, spec.ignore),
-                references=self.references([*self.config.references, *spec.references]),
+                references=self.references(globs),
                 upcasters=self.config.upcasters, event_type=_full_name(versions[-1].schema).rpartition(".")[2],
                 declared_in=f'{self.config.origin} [subjects."{name}"]'))
 
@@ -268,22 +284,26 @@ class _Builder:
             raise CheckInputError(f"no file under {self.config.rel(spec.path)!r} matches "
                                   f"{' or '.join(spec.patterns)}", target=where)
         strategy = spec.naming_strategy or self.config.naming_strategy
-        refs = self.references([*self.config.references, *spec.references])
+        globs = [*self.config.references, *spec.references]
+        refs = self.references(globs)
         for group, files in sorted(groups.items()):
             files.sort()
             numbers = [v for v, _ in files]
             if len(set(numbers)) != len(numbers):
                 dup = sorted({self.config.rel(r) for v, r in files if numbers.count(v) > 1})
                 raise CheckInputError(f"two files for one version: {', '.join(dup)}", target=where)
-            versions = tuple(self.raw_version(i + 1, rel) for i, (_, rel) in enumerate(files))
-            record = _full_name(versions[-1].schema)
+            last = files[-1][1]
+            record = _full_name(_load_json(self.text(last, "schema file"), self.config.rel(last)))
             try:
                 name = subject_name(strategy, record=record or group, topic=spec.topic, key=spec.key)
             except ValueError as e:
                 raise CheckInputError(f"{e} (topic = \"...\")", target=where) from e
             override = self.config.subjects.get(name)
             level = (override.compatibility if override else "") or spec.compatibility or self.config.compatibility
-            extra_refs = self.references(override.references) if override and override.references else ()
+            extra = list(override.references) if override and override.references else []
+            extra_refs = self.references(extra) if extra else ()
+            ref_sources = {**self.reference_sources(globs), **(self.reference_sources(extra) if extra else {})}
+            versions = tuple(self.raw_version(i + 1, rel, ref_sources) for i, (_, rel) in enumerate(files))
             self.add(Subject(
                 name=name, level=level, versions=versions,
                 ignore=self.waivers(name, spec.ignore, override.ignore if override else ()),
@@ -315,7 +335,8 @@ class _Builder:
                 file = show(sv.path)
                 versions.append(Version(
                     number=v, file=file, text=sv.text, schema=sv.schema, lint=sv.payload, lint_prefix="payload",
-                    sources={file: sv.text, envelope_file: cat.envelope_text},
+                    sources={**self.reference_sources(self.config.references), file: sv.text,
+                             envelope_file: cat.envelope_text},
                     expected_name=f"{cat.namespace}.{spec.aggregate_type}.{spec.event_type}Payload"))
             override = self.config.subjects.get(spec.subject)
             self.add(Subject(

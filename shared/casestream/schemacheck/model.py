@@ -97,13 +97,18 @@ class Report:
 
 
 def line_of(text: str, path: str) -> int:
-    """1-based line of the declaration of the last field in ``path`` inside ``text`` (1 if not found)."""
-    name = path.rsplit(".", 1)[-1] if path else ""
-    if name:
-        m = re.search(r'"name"\s*:\s*"' + re.escape(name) + '"', text)
+    """1-based line of the declaration of the last field in ``path`` inside ``text`` (1 if not found).
+
+    Each component is looked for after the previous one's declaration (``customer.id`` is the
+    ``id`` declared after ``customer``, not the first ``id`` of the file); a component the file
+    does not declare (a ``payload`` prefix) is skipped.
+    """
+    start, found = 0, None
+    for name in path.split(".") if path else ():
+        m = re.compile(r'"name"\s*:\s*"' + re.escape(name) + '"').search(text, start)
         if m:
-            return text.count("\n", 0, m.start()) + 1
-    return 1
+            start, found = m.end(), m
+    return text.count("\n", 0, found.start()) + 1 if found else 1
 
 
 def finding_for(

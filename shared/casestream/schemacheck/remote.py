@@ -15,8 +15,9 @@ Per subject of the layout:
 Authentication and TLS (:class:`RegistryOptions`) use the client settings of
 ``confluent_kafka.schema_registry.SchemaRegistryClient`` (``basic.auth.user.info``,
 ``bearer.auth.credentials.source = STATIC_TOKEN`` + ``bearer.auth.token``, ``ssl.ca.location``, ``ssl.certificate.location``, ``ssl.key.location``);
-the client comes with the ``service`` extra. Registry errors (down, refusing, garbage answers)
-are :class:`CheckInputError` naming the URL (exit 2).
+the client comes with the ``service`` extra. Registry errors (down, refusing, garbage answers,
+a URL that is not a registry's base URL: ``GET /subjects`` answers 404) are
+:class:`CheckInputError` naming the URL (exit 2).
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from casestream.errors import RegistryUnavailable, SchemaError
+from casestream.errors import RegistryUnavailable, SchemaError, UnknownSchemaError
 from casestream.schemacheck.compat import canonical, check_pair, pairs_for_level, parse_avro
 from casestream.schemacheck.layout import Layout, Subject
 from casestream.schemacheck.model import CheckInputError, Finding, finding_for
@@ -118,13 +119,24 @@ def compare_to_registry(
     seen = {_key(f) for f in already}
     findings: list[Finding] = []
     try:
+        try:
+            # an unknown subject is a 404 too: without this probe a wrong base URL would read as
+            # "nothing registered" and pass
+            reg.subjects()
+        except UnknownSchemaError as e:
+            raise CheckInputError(
+                "GET /subjects answered 404: not the base URL of a Confluent-API registry "
+                "(Apicurio: http://<host>:<port>/apis/ccompat/v7)", target=url) from e
         for name in wanted:
             for f in _subject(layout.subjects[name], reg, url):
                 if _key(f) not in seen:
                     seen.add(_key(f))
                     findings.append(f)
+    except CheckInputError:
+        raise
     except (RegistryUnavailable, SchemaError) as e:
-        raise CheckInputError(str(e) if str(e).startswith(url) else f"{url}: {e}") from e
+        text = str(e)
+        raise CheckInputError(text[len(url) + 2:] if text.startswith(f"{url}: ") else text, target=url) from e
     finally:
         if reg is not registry:
             reg.close()
@@ -153,7 +165,9 @@ def _subject(subject: Subject, reg: Any, url: str) -> list[Finding]:
             out.append(finding_for(
                 "compatibility-level-mismatch", subject=subject.name, versions="", path="",
                 message=f"{url} has level {level} for {subject.name}; the configuration says {subject.level}",
-                severity="warning"))
+                severity="warning",
+                hint=f"set it: curl -X PUT -H 'Content-Type: application/vnd.schemaregistry.v1+json' "
+                     f"--data '{{\"compatibility\": \"{subject.level}\"}}' {url}/config/{subject.name}"))
     try:
         history = [parse_avro(rv.schema, references=subject.references) for rv in registered]
     except Exception as e:  # noqa: BLE001 - a registered schema this parser rejects

@@ -90,13 +90,13 @@ _ALL = [
     Rule("upcaster-missing", "a version has no upcaster from the version before it",
          "[casestream] consumers read every event as the newest version (casestream.events.upcasting;"
          " UpcasterChain.verify refuses to start a service without the step)",
-         "register a step in the chain [catalog] upcasters names: @chain.register(\"<EventType>\", <N>)"
-         " turning a vN payload into vN+1 (defaults for added fields, renames)",
+         "register a step in the chain `upcasters` names (casestream-schemas.toml, or [catalog] in a catalog.toml):"
+         " @chain.register(\"<EventType>\", <N>) turning a vN payload into vN+1 (defaults for added fields, renames)",
          stricter='a repository that declares an upcaster chain reads every event as the newest version; without the step services refuse to start'),
     # --- history ----------------------------------------------------------------------------
     Rule("published-version-changed", "a published version file (or the envelope) changed",
          "[casestream] published versions are immutable; the registry already has the old text",
-         "revert the change and add a new version file <EventType>.v<N+1>.avsc instead",
+         "revert the change and add the change as a new version instead (the next file of the subject's pattern or files list)",
          stricter='the registry already holds the old text under the same version: the file no longer describes the data written with it'),
     Rule("published-version-removed", "a published version or subject was removed from the catalog",
          "[casestream] published versions are immutable",
@@ -108,7 +108,8 @@ _ALL = [
          stricter='the files are the source of truth; a registered version no file matches was edited or registered by hand'),
     Rule("compatibility-level-mismatch", "the registry enforces another compatibility level than the catalog names",
          "[confluent] subject-level compatibility (PUT /config/{subject})",
-         "run `casestream schemas register` to set the catalog's level on the registry",
+         "set the configured level on the registry (PUT <registry>/config/<subject> {\"compatibility\": \"<LEVEL>\"};"
+         " `casestream schemas register` does it for a catalog.toml layout), or configure the registry's level",
          stricter='the registry would accept versions the configuration forbids, or refuse ones it allows'),
 ]
 

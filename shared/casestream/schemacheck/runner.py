@@ -97,7 +97,9 @@ def _parse(subject: Subject) -> list[Any]:
                 result = parser(v.schema, references=subject.references)
             except Exception as e:  # noqa: BLE001 - both parsers raise several types
                 name = "fastavro" if parser is parse_fastavro else "avro"
-                raise CheckInputError(f"not a valid Avro schema ({name}: {type(e).__name__}: {e})",
+                hint = (" (a named type declared in another file: list that file in references = [...])"
+                        if type(e).__name__ == "UnknownType" else "")
+                raise CheckInputError(f"not a valid Avro schema ({name}: {type(e).__name__}: {e}){hint}",
                                       target=v.file) from e
         parsed.append(result)
     return parsed
@@ -126,6 +128,34 @@ def _waived(f: Finding, layout: Layout, ignore: Sequence[tuple[str, str]]) -> bo
     return any(rule == f.rule and (not only or only == f.subject) for rule, only in ignore)
 
 
+def _check_subject_names(layout: Layout, waivers: Sequence[tuple[str, str]]) -> None:
+    """Settings and waivers that name a subject must name one of the layout's: a misspelt
+    subject would silently keep the default level (or the rule) in force.
+
+    Raises:
+        CheckInputError: naming the table or waiver and the known subjects.
+    """
+    config = layout.config
+    known = ", ".join(sorted(layout.subjects)) or "none"
+    if config is not None:
+        for name, spec in config.subjects.items():
+            if not spec.files and name not in layout.subjects:
+                raise CheckInputError(f'[subjects."{name}"] names no subject found by [[folders]] or [[catalogs]] '
+                                      f"(known: {known})", target=config.origin)
+        lists = [("ignore", config.ignore), *((f"[[folders]] #{i} ignore", f.ignore)
+                                              for i, f in enumerate(config.folders, 1))]
+        lists += [(f'[subjects."{n}"] ignore', s.ignore) for n, s in config.subjects.items()]
+        for where, entries in lists:
+            for entry in entries:
+                subject = parse_waiver(entry)[1]
+                if subject and subject not in layout.subjects:
+                    raise CheckInputError(f"{where}: {entry!r} names no subject of this repository (known: {known})",
+                                          target=config.origin)
+    for rule, subject in waivers:
+        if subject and subject not in layout.subjects:
+            raise CheckInputError(f"--ignore {rule}:{subject}: no such subject (known: {known})")
+
+
 def check_layout(
     layout: Layout,
     *,
@@ -148,7 +178,8 @@ def check_layout(
         tree: where the layout was read from (needed by ``against``).
 
     Raises:
-        CheckInputError: unknown subject or rule, bad git ref, registry down or refusing.
+        CheckInputError: unknown subject or rule (also in a waiver or a ``[subjects."NAME"]``
+            table without files), bad git ref, registry down or refusing.
     """
     from casestream.schemacheck.rules import RULES
 
@@ -157,6 +188,7 @@ def check_layout(
     for rule, _ in waivers:
         if rule not in RULES:
             raise CheckInputError(f"--ignore: unknown rule {rule!r}; known: {', '.join(RULES)}")
+    _check_subject_names(layout, waivers)
     wanted = list(layout.subjects)
     if subjects:
         unknown = [s for s in subjects if s not in layout.subjects]
