@@ -132,6 +132,24 @@ def test_version_guard_stale_gap_filled_and_gap_parked_while_others_flow(env: En
     wait_until(lambda: committed(env.bootstrap, env.name, env.topic) == {0: 10})
 
 
+def test_held_events_drain_when_their_gap_is_filled_in_the_same_poll(env: Env) -> None:
+    create_topic(env.bootstrap, env.topic, 1)
+    a = {v: make_event("A", v) for v in (1, 2, 3)}
+    b = {v: make_event("B", v) for v in (1, 2, 3, 4)}
+    # all in one poll batch: A v3 held then filled by v2; B v4 and v3 held then filled by v2
+    order = [a[1], a[3], a[2], b[1], b[4], b[3], b[2]]
+    produce_events(env.bootstrap, env.topic, env.codec, order)
+    rt = env.start(env.runtime())
+    wait_until(lambda: committed(env.bootstrap, env.name, env.topic) == {0: len(order)})
+    assert env.versions("A") == [1, 2, 3] and env.versions("B") == [1, 2, 3, 4]
+    env.one_effect_each(e.event_id for e in order)
+    assert (rt.stats.held, rt.stats.drained) == (3, 3)
+    assert env.guard("A") == ("flowing", 3) and env.guard("B") == ("flowing", 4)
+    with psycopg.connect(env.dsn) as conn:
+        assert conn.execute("SELECT count(*) FROM consumer_held_event WHERE consumer = %s",
+                            (env.name,)).fetchone()[0] == 0
+
+
 def test_transient_failures_are_retried_then_succeed_once(env: Env) -> None:
     create_topic(env.bootstrap, env.topic, 2)
     flaky = make_event("F", 1)

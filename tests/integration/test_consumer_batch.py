@@ -1,5 +1,6 @@
 """BatchProcessor against the real PostgreSQL (no Kafka): type policy, replay mode, first-seen
-policy, batch handlers, fast-path fallback and attempt counting, held-event deduplication.
+policy, batch handlers, fast-path fallback and attempt counting, held-event deduplication
+and the drain of held events whichever batch fills their gap.
 
 Records are built from events encoded by the real ``EnvelopeCodec``; dead letters go to an
 in-memory sink so the assertions can look at them directly.
@@ -231,3 +232,43 @@ def test_a_stale_guard_cache_never_causes_a_wrong_effect(world: Any, codec: Any)
     assert one.stats.duplicates == 1 and one.stats.applied == 4
     assert [r[0] for r in projection.rows(conn)] == [x.event_id for x in e]
     assert _guard(conn, name, "C") == ("flowing", 5)
+
+
+# A held event must be applied exactly once, in version order, whichever batch fills its gap.
+# Each case: batches of (topic, version) for aggregate "H"; a version repeated is the same event
+# delivered again; "redrive" is the consumer's re-drive topic.
+HELD_CASES = {
+    "filler_after_held_same_batch": [[("t", 1), ("t", 3), ("t", 2)]],
+    "filler_from_redrive_after_held_same_batch": [[("t", 1), ("t", 3), ("redrive", 2)]],
+    "filler_before_held_same_batch": [[("t", 1), ("t", 4)], [("t", 2), ("t", 3)]],
+    "several_held_same_batch": [[("t", 1), ("t", 4), ("t", 3), ("t", 2)]],
+    "held_before_and_now_then_filler": [[("t", 1), ("t", 4)], [("t", 3), ("t", 2)]],
+    "held_redelivered_with_filler": [[("t", 1), ("t", 3)], [("t", 3), ("t", 2)]],
+    "held_twice_in_batch_with_filler": [[("t", 1), ("t", 3), ("t", 3), ("t", 2), ("t", 3)]],
+}
+
+
+@pytest.mark.parametrize("batches", HELD_CASES.values(), ids=HELD_CASES.keys())
+def test_held_events_apply_once_in_order_whichever_batch_fills_the_gap(
+        world: Any, codec: Any, batches: list[list[tuple[str, int]]]) -> None:
+    conn, projection, name = world
+    bp = _processor(name, projection.register(HandlerRegistry()), codec)
+    events: dict[int, Any] = {}
+    offset = 0
+    for batch in batches:
+        records = []
+        for topic, version in batch:
+            e = events.setdefault(version, make_event("H", version))
+            [rec] = _records(codec, [e], start=offset)
+            offset += 1
+            records.append(Record(topic=f"{name}.redrive" if topic == "redrive" else topic,
+                                  partition=0, offset=rec.offset, key=rec.key, value=rec.value,
+                                  headers=rec.headers, timestamp_ms=rec.timestamp_ms))
+        bp.process(conn, records)
+    top = max(events)
+    assert [(r[0], r[2]) for r in projection.rows(conn)] == [
+        (events[v].event_id, v) for v in range(1, top + 1)]
+    assert conn.execute("SELECT count(*) FROM consumer_held_event WHERE consumer = %s",
+                        (name,)).fetchone()[0] == 0
+    assert _guard(conn, name, "H") == ("flowing", top)
+    assert bp.stats.applied == top and bp.stats.dead_lettered == 0

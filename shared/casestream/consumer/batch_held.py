@@ -63,12 +63,19 @@ class HeldEvents:
 
     def drain(self, conn: Any, key: tuple[str, str], guards: dict[tuple[str, str], GuardRow],
               known: set[str], seen: set[str], dead: list[DeadLetter], *, advanced: bool) -> None:
-        """Apply held events of ``key`` that are now contiguous, in version order."""
+        """Apply held events of ``key`` that are now contiguous, in version order.
+
+        A held row is released without applying it only when its event is recorded already:
+        its id is in ``known`` (inbox rows from before the batch) or its version is at or
+        below the guard's last version (an event applied in this batch recorded its version).
+        ``seen`` is not evidence: it also holds the events held in this batch (a copy later
+        in the batch is a duplicate of the held row); drained event ids are added to it.
+        """
         g = guards[key]
         rows = held_events(conn, self.consumer, key)
         remaining = len(rows)
         for h in rows:
-            if h.event_id in known or h.event_id in seen or h.aggregate_version <= g.last_version:
+            if h.event_id in known or h.aggregate_version <= g.last_version:
                 release_held(conn, self.consumer, h.event_id)
                 remaining -= 1
                 continue

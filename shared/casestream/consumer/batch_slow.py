@@ -185,7 +185,7 @@ class SavepointPath:
             guards[it.key] = GuardRow(base, AggregateState.HOLDING)
         elif g.state is AggregateState.FLOWING:
             g.state = AggregateState.HOLDING
-        seen.add(env.event_id)
+        seen.add(env.event_id)  # a later copy in this batch is a duplicate of the held row
         if new:
             self.stats.held += 1
             log.info("%s: %s %s v%d held behind a gap (last recorded v%d)", self.consumer,
