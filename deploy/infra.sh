@@ -11,7 +11,12 @@
 #
 # Components: postgres kafka registry smtp (registry needs postgres: its storage is there).
 # Ports (env): CASESTREAM_KAFKA_PORT=19092 CASESTREAM_KAFKA_CONTROLLER_PORT=19093
+#   CASESTREAM_KAFKA_SSL_PORT=19094 CASESTREAM_KAFKA_SASL_PORT=19095 (secured listeners)
 #   CASESTREAM_PG_PORT=15432 CASESTREAM_REGISTRY_PORT=18081 CASESTREAM_SMTP_PORT=12525
+# Kafka: CASESTREAM_KAFKA_BROKERS=1 (default) or 3 (KRaft cluster: replication factor 3,
+#   min.insync.replicas=2; node n on node 1's ports + (n-1)*CASESTREAM_KAFKA_NODE_PORT_STEP, 10),
+#   CASESTREAM_KAFKA_SECURE=1 (default; 0: PLAINTEXT only) adds SSL and SASL_SSL (SCRAM-SHA-512)
+#   listeners with test certificates (deploy/kafka/tls.sh); `env` prints how to reach them.
 # Other env: CASESTREAM_LOCAL_DIR (.local), CASESTREAM_PYTHON (.venv/bin/python),
 #   CASESTREAM_READY_TIMEOUT (120 s per component), CASESTREAM_KAFKA_HEAP / _REGISTRY_HEAP (512m),
 #   CASESTREAM_PG_BIN, CASESTREAM_PG_DIR, CASESTREAM_SMTP_MAILDIR, REGISTRY_VERSION (3.3.3).
@@ -103,6 +108,18 @@ cmd_status() {
 cmd_env() {
     cat <<EOF
 export CASESTREAM_KAFKA_BOOTSTRAP=$KAFKA_BOOTSTRAP
+export CASESTREAM_KAFKA_BROKERS=$KAFKA_NODES
+EOF
+    if [[ "$CASESTREAM_KAFKA_SECURE" == 1 ]]; then
+        cat <<EOF
+export CASESTREAM_KAFKA_SSL_BOOTSTRAP=$KAFKA_SSL_BOOTSTRAP
+export CASESTREAM_KAFKA_SASL_BOOTSTRAP=$KAFKA_SASL_BOOTSTRAP
+export CASESTREAM_KAFKA_TLS_CA=$KAFKA_TLS/ca.pem
+export CASESTREAM_KAFKA_SCRAM_USER=$KAFKA_SCRAM_USER
+export CASESTREAM_KAFKA_SCRAM_PASSWORD_FILE=$KAFKA_TLS/scram.password
+EOF
+    fi
+    cat <<EOF
 export CASESTREAM_REGISTRY_URL=$REG_URL
 export CASESTREAM_PG_URL=$PG_URL
 export CASESTREAM_SMTP_HOST=$CS_HOST

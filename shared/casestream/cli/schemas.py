@@ -8,6 +8,7 @@ down) — printed as one line naming the file or URL; the traceback only with ``
 
 from __future__ import annotations
 
+import os
 import sys
 import traceback
 from pathlib import Path
@@ -107,8 +108,9 @@ def register(schemas_dir: str | None, registry: str, subjects: tuple[str, ...], 
     registry down.
     """
     # lazy (start-up cost): loaded when this command runs, not for every CLI call
-    from casestream.errors import IncompatibleSchemaError, RegistryUnavailable, SchemaError
+    from casestream.errors import ConfigError, IncompatibleSchemaError, RegistryUnavailable, SchemaError
     from casestream.events.registry import ConfluentSchemaRegistry, register_catalog
+    from casestream.kafka.properties import environ_properties
     from casestream.schemacheck.runner import load_for_check
 
     folder = schemas_dir or _default_dir()
@@ -119,7 +121,8 @@ def register(schemas_dir: str | None, registry: str, subjects: tuple[str, ...], 
             click.echo("register: not registering an incompatible catalog", err=True)
             sys.exit(EXIT_INCOMPATIBLE)
         catalog = load_for_check(folder)
-        reg = ConfluentSchemaRegistry(registry, timeout=10.0, max_retries=1)
+        reg = ConfluentSchemaRegistry(registry, timeout=10.0, max_retries=1,
+                                      properties=environ_properties("registry", os.environ))
         try:
             steps = register_catalog(catalog, reg, subjects=list(subjects) or None, dry_run=dry_run)
         finally:
@@ -127,7 +130,7 @@ def register(schemas_dir: str | None, registry: str, subjects: tuple[str, ...], 
     except CheckInputError as e:
         _fail_input(e, verbose)
         return
-    except RegistryUnavailable as e:
+    except (RegistryUnavailable, ConfigError) as e:  # ConfigError: a registry property file
         _fail_input(e, verbose)
         return
     except IncompatibleSchemaError as e:

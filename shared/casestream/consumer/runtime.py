@@ -51,8 +51,17 @@ from casestream.consumer.deadletters import DeadLetterSink, KafkaDeadLetters, re
 from casestream.errors import ConfigError
 from casestream.consumer.handlers import HandlerRegistry, OutboxAppender
 from casestream.consumer.inbox import ensure_schema
+from casestream.kafka.config import KafkaTarget, client_config
 
 log = logging.getLogger("casestream.consumer")
+
+#: Consumer properties that say how to reach and authenticate to the cluster (librdkafka
+#: CONFIGURATION.md, "*" = both producer and consumer), copied to the dead-letter producer
+#: and the admin client.
+_CONNECTION_PREFIXES = ("bootstrap.", "security.", "sasl.", "ssl.", "socket.", "broker.",
+                        "client.", "enable.ssl.", "https.")
+_CONNECTION_KEYS = frozenset({"metadata.max.age.ms", "topic.metadata.refresh.interval.ms",
+                              "reconnect.backoff.ms", "reconnect.backoff.max.ms"})
 
 _FORCED = {"enable.auto.commit": False, "enable.auto.offset.store": False}
 
@@ -106,7 +115,6 @@ class ConsumerRuntime:
         self.pool = pool
         self.stats = ConsumerStats()
         self._probe = telemetry.consumer_probe(metrics_name or name, self.stats)  # /metrics
-        self._bootstrap = kafka_config["bootstrap.servers"]
         self._conf = {
             "group.id": name,
             "auto.offset.reset": "earliest",
@@ -155,19 +163,22 @@ class ConsumerRuntime:
 
     def _prepare(self) -> None:
         if self._dead_letters is None:
-            producer_conf = {k: v for k, v in self._conf.items()
-                             if k.startswith(("bootstrap.", "security.", "sasl.", "ssl.",
-                                              "client.id"))}
             self._dead_letters = KafkaDeadLetters(
-                producer_conf, self.dlq_topic, self.name,
+                self._kafka_connection(), self.dlq_topic, self.name,
                 flush_timeout_s=self.settings.dlq_flush_timeout_s)
         self.processor = BatchProcessor(dead_letters=self._dead_letters,
                                         **self._processor_args)  # type: ignore[arg-type]
         if self.settings.ensure_topics:
-            ensure_topics(self._bootstrap, [self.dlq_topic, self.redrive_topic])
+            ensure_topics(self._kafka_connection(), [self.dlq_topic, self.redrive_topic])
         if self.settings.ensure_schema:
             with self.pool.connection() as conn:
                 ensure_schema(conn)
+
+    def _kafka_connection(self) -> dict[str, Any]:
+        """The connection part of the consumer config (bootstrap, security, client id) for
+        the dead-letter producer and the admin client: the same cluster, the same credentials."""
+        return {k: v for k, v in self._conf.items()
+                if k.startswith(_CONNECTION_PREFIXES) or k in _CONNECTION_KEYS}
 
     def _shutdown(self) -> None:
         try:
@@ -463,14 +474,14 @@ class ConsumerRuntime:
             self.pool.putconn(conn)
 
 
-def ensure_topics(bootstrap: str, topics: Sequence[str], *, partitions: int = 1,
+def ensure_topics(bootstrap: KafkaTarget, topics: Sequence[str], *, partitions: int = 1,
                   timeout_s: float = 15.0) -> None:
     """Create ``topics`` if missing (broker default replication factor). Idempotent."""
     # lazy (start-up cost): confluent_kafka loads when a client is built
     from confluent_kafka import KafkaError, KafkaException
     from confluent_kafka.admin import AdminClient, NewTopic
 
-    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin = AdminClient(client_config(bootstrap))
     futures = admin.create_topics([NewTopic(t, num_partitions=partitions) for t in topics],
                                   operation_timeout=timeout_s, request_timeout=timeout_s)
     for topic, f in futures.items():

@@ -15,11 +15,14 @@ Registry errors (down, garbage answers) are :class:`CheckInputError` naming the 
 
 from __future__ import annotations
 
+import os
+
 from typing import Any
 
-from casestream.errors import RegistryUnavailable, SchemaError
+from casestream.errors import ConfigError, RegistryUnavailable, SchemaError
 from casestream.events.catalog import Catalog, same_schema
 from casestream.events.registry import ConfluentSchemaRegistry
+from casestream.kafka.properties import environ_properties
 from casestream.schemacheck.compat import check_pair, pairs_for_level, parse_avro
 from casestream.schemacheck.model import CheckInputError, Finding, finding_for
 
@@ -27,11 +30,14 @@ __all__ = ["compare_to_registry", "open_registry"]
 
 
 def open_registry(registry: Any) -> Any:
-    """A SchemaRegistry from a URL (fail-fast client: 5 s timeout, no retries) or the object itself."""
+    """A SchemaRegistry from a URL (fail-fast client: 5 s timeout, no retries; the client
+    properties of CASESTREAM_REGISTRY_PROPERTIES_FILE / CASESTREAM_REGISTRY_PROP_*, e.g.
+    authentication) or the object itself."""
     if isinstance(registry, str):
         try:
-            return ConfluentSchemaRegistry(registry, timeout=5.0, max_retries=0)
-        except RegistryUnavailable as e:
+            return ConfluentSchemaRegistry(registry, timeout=5.0, max_retries=0,
+                                           properties=environ_properties("registry", os.environ))
+        except (RegistryUnavailable, ConfigError) as e:
             raise CheckInputError(str(e)) from e  # message starts with the URL
     return registry
 

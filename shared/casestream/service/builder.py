@@ -42,7 +42,7 @@ from casestream.outbox.relay.core import OutboxRelay
 from casestream.outbox.writer import OUTBOX_MIGRATION, OutboxWriter
 from casestream.service.gctune import freeze_startup_objects
 from casestream.service.process import ReadinessCheck, ServiceProcess, Worker, configure_logging
-from casestream.service.settings import ServiceSettings, read_settings
+from casestream.service.settings import ServiceSettings, read_settings, shown_conninfo
 from casestream.service.spec import ServiceSpec
 from casestream.telemetry.readiness import dependency_checks
 
@@ -75,11 +75,11 @@ def _migrate(dsn: str, migrations: Sequence[Migration | Path], *, service: str) 
         detail = " ".join(str(e).split())
         if "does not exist" in detail:  # SQLSTATE 3D000 arrives as a connection failure
             raise ConfigError(
-                f"the {service} service's database does not exist at {dsn} (CASESTREAM_PG_URL, "
+                f"the {service} service's database does not exist at {shown_conninfo(dsn)} (CASESTREAM_PG_URL, "
                 f"CASESTREAM_{service.upper()}_DATABASE): create it (the dev stack, `make run`, "
                 f"creates it; casestream.migrations.create_database): {detail}") from e
         raise ConfigError(
-            f"cannot reach PostgreSQL for the {service} service at {dsn} (CASESTREAM_PG_URL, "
+            f"cannot reach PostgreSQL for the {service} service at {shown_conninfo(dsn)} (CASESTREAM_PG_URL, "
             f"CASESTREAM_{service.upper()}_DATABASE): {detail}") from e
 
 
@@ -113,7 +113,8 @@ class ServiceBuilder(Generic[S]):
         schemas: the schemas folder(s) of its catalog (other teams' and its own, merged).
         outbox: whether its database has an outbox table (default ``spec.outbox``).
 
-    The constructor does the start-up work in order: settings, logging, edge policy,
+    The constructor does the start-up work in order: settings, logging, the production
+    check (``CASESTREAM_ENV=production``: :meth:`CommonSettings.production_problems`), edge policy,
     migrations, catalog, codec (registering schemas when ``CASESTREAM_AUTO_REGISTER_SCHEMAS``,
     else looking ids up), connection pool (``pool_size``/``pool_min``/``pool_timeout_s``).
 
@@ -137,12 +138,13 @@ class ServiceBuilder(Generic[S]):
         s = self.settings
         self.clock = SystemClock()
         configure_logging(self.name, s.log_level)
+        s.require_production_ready(self.name)
         self.edge: EdgePolicy = edge_policy(s, self.name)
         with_outbox = spec.outbox if outbox is None else outbox
         _migrate(s.dsn, service_migrations(migrations, outbox=with_outbox), service=self.name)
         folders = [schemas] if isinstance(schemas, (str, Path)) else list(schemas)
         self.catalog: Catalog = load_catalog(*folders)
-        self.codec: EnvelopeCodec = open_codec(self.catalog, s.registry_url,
+        self.codec: EnvelopeCodec = open_codec(self.catalog, s.schema_registry(),
                                                auto_register=s.auto_register_schemas)
         try:
             pool: ConnectionPool[Any] = ConnectionPool(
@@ -236,8 +238,9 @@ class ServiceBuilder(Generic[S]):
         """Run the outbox relay of the service's database (name and Kafka client id
         ``<service>.relay``)."""
         name = f"{self.name}.relay"
-        relay = OutboxRelay(self.pool, producer_config(self.settings.kafka_bootstrap, client_id=name),
-                            name=name)
+        s = self.settings
+        relay = OutboxRelay(self.pool, producer_config(s.kafka_bootstrap, client_id=name,
+                                                       overrides=s.kafka_properties), name=name)
         self.worker(worker, relay.run)
         return relay
 
@@ -290,7 +293,8 @@ class ServiceBuilder(Generic[S]):
         """
         self._check_pool()
         s = self.settings
-        checks = dependency_checks(s.kafka_bootstrap, s.registry_url)
+        checks = dependency_checks(s.kafka_client(), s.registry_url,
+                                   registry_properties=s.registry_properties)
         uses_kafka = (bool(self._consumers) or "relay" in self._workers) if kafka is None else kafka
         readiness: dict[str, ReadinessCheck] = {"postgres": _database_ready(self.pool, ready_table)}
         readiness.update(self._readiness)
