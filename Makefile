@@ -20,7 +20,7 @@ SERVICES ?=
 # Runs a command with the CASESTREAM_* endpoints of the local infrastructure exported.
 WITH_ENV := eval "$$($(INFRA) env)" &&
 
-.PHONY: help venv compose infra-up infra-down infra-status infra-logs run demo test schema-check clean
+.PHONY: help venv compose infra-up infra-down infra-status infra-logs run demo test test-cluster schema-check clean
 
 help: ## list the targets
 	@echo "casestream - make targets:"
@@ -64,9 +64,12 @@ demo: infra-up ## start the five suite services, drive 25 cases through them, pr
 	@$(WITH_ENV) $(VENV)/bin/python -m services.demo $(DEMO_ARGS)
 
 test: venv compose infra-up ## the whole test suite against the real infrastructure (.ci/run calls this)
-	@$(WITH_ENV) { $(VENV)/bin/pytest $(PYTEST_ARGS); rc=$$?; \
+	@$(WITH_ENV) { $(VENV)/bin/pytest -m "not cluster" $(PYTEST_ARGS); rc=$$?; \
 		if [ $$rc -eq 5 ]; then echo "make test: pytest collected no tests (exit status 5); that is a failure" >&2; fi; \
 		exit $$rc; }
+
+test-cluster: venv infra-up ## the three-broker tests: a broker SIGKILLed under load, two brokers stopped (~3 min; own cluster in .local/kafka-cluster-test)
+	@$(WITH_ENV) $(VENV)/bin/pytest -m cluster -s tests/integration/test_kafka_cluster.py $(PYTEST_ARGS)
 
 SCHEMA_BASE ?= origin/main
 schema-check: venv ## check schemas/: compatibility of every subject's versions; published versions unchanged against $(SCHEMA_BASE) when that ref exists

@@ -118,31 +118,34 @@ PROPS
 }
 
 kafka_up() {
-    local n pid
-    for ((n = 1; n <= KAFKA_NODES; n++)); do
-        kafka_node "$n"
-        if pid="$(pid_alive "$NODE_PID" "$NODE_MARK")"; then
-            log "kafka: node $n already running (pid $pid)"
-            continue
-        fi
-        need_java 17 CASESTREAM_KAFKA_JAVA_HOME "Kafka 4"
-        ensure_port_free "$NODE_PORT" "Kafka" CASESTREAM_KAFKA_PORT
-        ensure_port_free "$NODE_CONTROLLER_PORT" "Kafka controller" CASESTREAM_KAFKA_CONTROLLER_PORT
-        if [[ "$CASESTREAM_KAFKA_SECURE" == 1 ]]; then
-            ensure_port_free "$NODE_SSL_PORT" "Kafka SSL listener" CASESTREAM_KAFKA_SSL_PORT
-            ensure_port_free "$NODE_SASL_PORT" "Kafka SASL_SSL listener" CASESTREAM_KAFKA_SASL_PORT
-            bash "$CS_DEPLOY_DIR/kafka/tls.sh" "$KAFKA_TLS" || die "kafka: could not make the test certificates in $KAFKA_TLS."
-        fi
-        kafka_install
-        kafka_configure
-        log "kafka: starting node $n on $CS_HOST:$NODE_PORT (controller :$NODE_CONTROLLER_PORT)"
-        start_daemon "$NODE_PID" "$NODE_OUT" "$NODE_DIR" \
-            "$JAVA_BIN" "-Xmx$CASESTREAM_KAFKA_HEAP" "-Xms$CASESTREAM_KAFKA_HEAP" -XX:+UseG1GC -XX:MaxGCPauseMillis=20 \
-            -Djava.awt.headless=true \
-            -Dlog4j2.configurationFile="$CS_DEPLOY_DIR/kafka/log4j2.xml" -Dkafka.logs.dir="$NODE_LOGS" \
-            -cp "$(<"$KAFKA_CP")" kafka.Kafka "$NODE_CONF"
-    done
+    local n
+    for ((n = 1; n <= KAFKA_NODES; n++)); do kafka_up_node "$n"; done
     kafka_node 1
+}
+
+kafka_up_node() {  # kafka_up_node <n>: start node n unless it runs (does not wait)
+    local n=$1 pid
+    kafka_node "$n"
+    if pid="$(pid_alive "$NODE_PID" "$NODE_MARK")"; then
+        log "kafka: node $n already running (pid $pid)"
+        return 0
+    fi
+    need_java 17 CASESTREAM_KAFKA_JAVA_HOME "Kafka 4"
+    ensure_port_free "$NODE_PORT" "Kafka" CASESTREAM_KAFKA_PORT
+    ensure_port_free "$NODE_CONTROLLER_PORT" "Kafka controller" CASESTREAM_KAFKA_CONTROLLER_PORT
+    if [[ "$CASESTREAM_KAFKA_SECURE" == 1 ]]; then
+        ensure_port_free "$NODE_SSL_PORT" "Kafka SSL listener" CASESTREAM_KAFKA_SSL_PORT
+        ensure_port_free "$NODE_SASL_PORT" "Kafka SASL_SSL listener" CASESTREAM_KAFKA_SASL_PORT
+        bash "$CS_DEPLOY_DIR/kafka/tls.sh" "$KAFKA_TLS" || die "kafka: could not make the test certificates in $KAFKA_TLS."
+    fi
+    kafka_install
+    kafka_configure
+    log "kafka: starting node $n on $CS_HOST:$NODE_PORT (controller :$NODE_CONTROLLER_PORT)"
+    start_daemon "$NODE_PID" "$NODE_OUT" "$NODE_DIR" \
+        "$JAVA_BIN" "-Xmx$CASESTREAM_KAFKA_HEAP" "-Xms$CASESTREAM_KAFKA_HEAP" -XX:+UseG1GC -XX:MaxGCPauseMillis=20 \
+        -Djava.awt.headless=true \
+        -Dlog4j2.configurationFile="$CS_DEPLOY_DIR/kafka/log4j2.xml" -Dkafka.logs.dir="$NODE_LOGS" \
+        -cp "$(<"$KAFKA_CP")" kafka.Kafka "$NODE_CONF"
 }
 
 kafka_wait() {

@@ -31,7 +31,8 @@ class CommonSettings(BaseSettings):
     Environment variables (prefix ``CASESTREAM_``):
         KAFKA_BOOTSTRAP: Kafka ``bootstrap.servers``, e.g. ``127.0.0.1:19092``.
         REGISTRY_URL: Confluent-API schema registry base URL.
-        PG_URL: PostgreSQL server URL without a database name; a service appends its own.
+        PG_URL: PostgreSQL server URL (or libpq ``key=value`` string); a service sets its own
+            ``dbname`` (:meth:`database_url`), every other parameter (``sslmode``...) is kept.
         AUTO_REGISTER_SCHEMAS: register schemas at start (development); production sets
             ``false`` and services only look ids up, failing at start if one is missing.
         LOG_LEVEL: Python logging level name.
@@ -72,7 +73,8 @@ class CommonSettings(BaseSettings):
     registry_url: str = Field("http://127.0.0.1:18081/apis/ccompat/v7",
                               description="Confluent-API schema registry base URL")
     pg_url: str = Field("postgresql://postgres@127.0.0.1:15432",
-                        description="PostgreSQL server URL; each service appends its own database")
+                        description="PostgreSQL server URL or libpq key=value string; each "
+                                    "service sets its own dbname, every other parameter is kept")
     auto_register_schemas: bool = Field(
         True, description="register schemas at start (development); `false` in production: ids "
                           "are looked up, never registered")
@@ -95,16 +97,18 @@ class CommonSettings(BaseSettings):
                           "sasl.*, ssl.*) for every Kafka client")
     kafka_properties: dict[str, str] = Field(
         default_factory=dict, validate_default=True,
-        description="librdkafka client properties, from CASESTREAM_KAFKA_PROP_<NAME> (or "
-                    "<NAME>_FILE: value read from a file); win over the properties file",
+        description="librdkafka client properties: one CASESTREAM_KAFKA_PROP_<NAME> variable "
+                    "each (<NAME>_FILE: the value read from a file), or this variable as a JSON "
+                    "object; win over the properties file",
         json_schema_extra={"shown_default": "none"})
     registry_properties_file: Path | None = Field(
         None, description="properties file of schema-registry client properties "
                           "(basic.auth.user.info, bearer.auth.*, ssl.ca.location)")
     registry_properties: dict[str, str] = Field(
         default_factory=dict, validate_default=True,
-        description="schema-registry client properties, from CASESTREAM_REGISTRY_PROP_<NAME> "
-                    "(or <NAME>_FILE); win over the properties file",
+        description="schema-registry client properties: CASESTREAM_REGISTRY_PROP_<NAME> "
+                    "variables (<NAME>_FILE: from a file), or this variable as a JSON object; "
+                    "win over the properties file",
         json_schema_extra={"shown_default": "none"})
     pg_password_file: Path | None = Field(
         None, description="file holding the PostgreSQL password (wins over one in PG_URL)")
@@ -119,22 +123,18 @@ class CommonSettings(BaseSettings):
         return (init_settings, ClientPropertiesSource(settings_cls), env_settings, dotenv_settings,
                 file_secret_settings)
 
-    @field_validator("kafka_properties")
+    @field_validator("kafka_properties", "registry_properties")
     @classmethod
-    def _kafka_properties(cls, value: dict[str, str], info: ValidationInfo) -> dict[str, str]:
-        file = info.data.get("kafka_properties_file")
-        merged = {**(read_properties_file(file, variable="CASESTREAM_KAFKA_PROPERTIES_FILE")
-                     if file else {}), **value}
-        check_client_properties(merged, source="CASESTREAM_KAFKA_PROP_* / CASESTREAM_KAFKA_PROPERTIES_FILE")
-        return merged
-
-    @field_validator("registry_properties")
-    @classmethod
-    def _registry_properties(cls, value: dict[str, str], info: ValidationInfo) -> dict[str, str]:
-        file = info.data.get("registry_properties_file")
-        merged = {**(read_properties_file(file, variable="CASESTREAM_REGISTRY_PROPERTIES_FILE")
-                     if file else {}), **value}
-        if "url" in merged:
+    def _client_properties(cls, value: dict[str, str], info: ValidationInfo) -> dict[str, str]:
+        """The properties file of the kind (``<kind>_properties_file``) beneath the
+        variables; Kafka's checked by librdkafka, the registry's URL kept in REGISTRY_URL."""
+        kind = str(info.field_name).removesuffix("_properties")
+        file = info.data.get(f"{kind}_properties_file")
+        variable = f"CASESTREAM_{kind.upper()}_PROPERTIES_FILE"
+        merged = {**(read_properties_file(file, variable=variable) if file else {}), **value}
+        if kind == "kafka":
+            check_client_properties(merged, source=f"CASESTREAM_KAFKA_PROP_* / {variable}")
+        elif "url" in merged:
             raise ConfigError("CASESTREAM_REGISTRY_PROP_URL: set CASESTREAM_REGISTRY_URL instead")
         return merged
 
