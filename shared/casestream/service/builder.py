@@ -46,7 +46,7 @@ from casestream.service.settings import ServiceSettings, read_settings, shown_co
 from casestream.service.spec import ServiceSpec
 from casestream.telemetry.readiness import dependency_checks
 
-__all__ = ["ServiceBuilder", "consumer_ready", "service_migrations"]
+__all__ = ["ServiceBuilder", "consumer_ready", "migrate_service", "service_migrations"]
 
 S = TypeVar("S", bound=ServiceSettings)
 
@@ -81,6 +81,25 @@ def _migrate(dsn: str, migrations: Sequence[Migration | Path], *, service: str) 
         raise ConfigError(
             f"cannot reach PostgreSQL for the {service} service at {shown_conninfo(dsn)} (CASESTREAM_PG_URL, "
             f"CASESTREAM_{service.upper()}_DATABASE): {detail}") from e
+
+
+def migrate_service(spec: ServiceSpec, settings: ServiceSettings | None = None) -> list[str]:
+    """Apply ``spec``'s migrations (:meth:`ServiceSpec.migrations_folder`, the outbox DDL
+    first when ``spec.outbox``) to its database; return the names applied now (empty: up to
+    date). What ``casestream migrate`` runs; idempotent and safe beside starting instances
+    (an advisory lock, :func:`casestream.migrations.apply_migrations`).
+
+    Raises:
+        ConfigError: invalid settings, missing migrations folder, database missing or
+            unreachable, or an applied migration changed.
+    """
+    s = settings if settings is not None else read_settings(spec.settings_class(), spec.name)
+    files = service_migrations(spec.migrations_folder(), outbox=spec.outbox)
+    try:
+        return apply_migrations(s.dsn, list(files))
+    except psycopg.OperationalError:
+        _migrate(s.dsn, files, service=spec.name)  # raises the one-line ConfigError
+        raise
 
 
 def _database_ready(pool: Any, table: str, *, timeout_s: float = 2.0) -> ReadinessCheck:
@@ -141,7 +160,8 @@ class ServiceBuilder(Generic[S]):
         s.require_production_ready(self.name)
         self.edge: EdgePolicy = edge_policy(s, self.name)
         with_outbox = spec.outbox if outbox is None else outbox
-        _migrate(s.dsn, service_migrations(migrations, outbox=with_outbox), service=self.name)
+        if s.migrate_at_start:
+            _migrate(s.dsn, service_migrations(migrations, outbox=with_outbox), service=self.name)
         folders = [schemas] if isinstance(schemas, (str, Path)) else list(schemas)
         self.catalog: Catalog = load_catalog(*folders)
         self.codec: EnvelopeCodec = open_codec(self.catalog, s.schema_registry(),

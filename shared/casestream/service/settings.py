@@ -65,6 +65,9 @@ class CommonSettings(BaseSettings):
             ``ssl.ca.location``, ``ssl.certificate.location``/``ssl.key.location``).
         PG_PASSWORD_FILE: a file holding the PostgreSQL password (used as libpq ``password``,
             winning over one in PG_URL).
+        MIGRATE_AT_START: apply the service's migrations at start (default true); false when
+            the deployment runs ``casestream migrate`` before the services (a Kubernetes Job,
+            the compose ``migrate`` service).
     """
 
     model_config = SettingsConfigDict(env_prefix="CASESTREAM_", frozen=True, extra="ignore")
@@ -112,6 +115,9 @@ class CommonSettings(BaseSettings):
         json_schema_extra={"shown_default": "none"})
     pg_password_file: Path | None = Field(
         None, description="file holding the PostgreSQL password (wins over one in PG_URL)")
+    migrate_at_start: bool = Field(
+        True, description="apply the service's migrations at start; `false` when a deployment "
+                          "runs `casestream migrate` first (a migration job)")
 
     @classmethod
     def settings_customise_sources(
