@@ -20,7 +20,7 @@ SERVICES ?=
 # Runs a command with the CASESTREAM_* endpoints of the local infrastructure exported.
 WITH_ENV := eval "$$($(INFRA) env)" &&
 
-.PHONY: help venv compose infra-up infra-down infra-status infra-logs run demo test test-cluster schema-check clean
+.PHONY: help venv compose k8s-tools infra-up infra-down infra-status infra-logs run demo test test-cluster schema-check clean
 
 help: ## list the targets
 	@echo "casestream - make targets:"
@@ -45,6 +45,9 @@ $(VENV_STAMP): pyproject.toml requirements.lock requirements-dev.lock
 compose: ## make `docker compose` available (builds the plugin with Go if missing; used by the contract test)
 	@deploy/compose.sh install
 
+k8s-tools: venv ## build helm and kubeconform (Go module proxy) and the Kubernetes JSON schemas into .local/k8s (the chart's contract test)
+	@deploy/k8s/tools.sh install
+
 infra-up: venv ## install what is missing and start Kafka, PostgreSQL, registry, SMTP sink (waits until ready)
 	@$(INFRA) up
 
@@ -63,7 +66,7 @@ run: infra-up ## infrastructure + the installed services in the foreground (SERV
 demo: infra-up ## start the five suite services, drive 25 cases through them, print each journey
 	@$(WITH_ENV) $(VENV)/bin/python -m services.demo $(DEMO_ARGS)
 
-test: venv compose infra-up ## the whole test suite against the real infrastructure (.ci/run calls this)
+test: venv compose k8s-tools infra-up ## the whole test suite against the real infrastructure (.ci/run calls this)
 	@$(WITH_ENV) { $(VENV)/bin/pytest -m "not cluster" $(PYTEST_ARGS); rc=$$?; \
 		if [ $$rc -eq 5 ]; then echo "make test: pytest collected no tests (exit status 5); that is a failure" >&2; fi; \
 		exit $$rc; }
