@@ -12,15 +12,19 @@ VENV_STAMP := $(VENV)/.casestream-installed
 INFRA := deploy/infra.sh
 # Extra arguments for pytest, e.g. make test PYTEST_ARGS="-m unit -x"
 PYTEST_ARGS ?=
+# Extra arguments for the soak, e.g. make soak SOAK_ARGS="--seed 7 --rate 2"
+SOAK_ARGS ?=
 # Extra arguments for the demo, e.g. make demo DEMO_ARGS="--cases 100"
 DEMO_ARGS ?=
+# Length of `make soak` in minutes, e.g. make soak SOAK_MINUTES=20
+SOAK_MINUTES ?= 20
 # Services `make run` starts, comma-separated (default: every installed service), e.g.
 # make run SERVICES=case,audit (same as CASESTREAM_RUN_SERVICES=case,audit make run)
 SERVICES ?=
 # Runs a command with the CASESTREAM_* endpoints of the local infrastructure exported.
 WITH_ENV := eval "$$($(INFRA) env)" &&
 
-.PHONY: help venv compose k8s-tools infra-up infra-down infra-status infra-logs run demo test test-cluster schema-check clean
+.PHONY: help venv compose k8s-tools infra-up infra-down infra-status infra-logs run demo soak test test-edge test-cluster schema-check clean
 
 help: ## list the targets
 	@echo "casestream - make targets:"
@@ -66,12 +70,18 @@ run: infra-up ## infrastructure + the installed services in the foreground (SERV
 demo: infra-up ## start the five suite services, drive 25 cases through them, print each journey
 	@$(WITH_ENV) $(VENV)/bin/python -m services.demo $(DEMO_ARGS)
 
+soak: infra-up ## fault soak: the suite under load while instances, relays, Kafka and PostgreSQL are killed/restarted (SOAK_MINUTES=20), then invariants
+	@$(WITH_ENV) $(VENV)/bin/python -m services.soak --minutes $(SOAK_MINUTES) $(SOAK_ARGS)
+
 test: venv compose k8s-tools infra-up ## the whole test suite against the real infrastructure (.ci/run calls this)
 	@$(WITH_ENV) { $(VENV)/bin/pytest -m "not cluster" $(PYTEST_ARGS); rc=$$?; \
 		if [ $$rc -eq 5 ]; then echo "make test: pytest collected no tests (exit status 5); that is a failure" >&2; fi; \
 		exit $$rc; }
 
-test-cluster: venv infra-up ## the three-broker tests: a broker SIGKILLed under load, two brokers stopped (~3 min; own cluster in .local/kafka-cluster-test)
+test-edge: venv infra-up ## the live-edge e2e test in full: schemathesis against each of the six services
+	@$(WITH_ENV) CASESTREAM_TEST_EDGE_FULL=1 $(VENV)/bin/pytest tests/e2e/test_edge_live.py -p no:cacheprovider $(PYTEST_ARGS)
+
+test-cluster: venv infra-up ## the three-broker tests: a broker SIGKILLed under load, two brokers stopped (~5 min; own cluster in .local/kafka-cluster-test)
 	@$(WITH_ENV) $(VENV)/bin/pytest -m cluster -s tests/integration/test_kafka_cluster.py $(PYTEST_ARGS)
 
 SCHEMA_BASE ?= origin/main

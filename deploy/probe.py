@@ -4,8 +4,9 @@ Usage (exit 0 = ready / done, 1 = not ready, 2 = usage error; one line on stderr
 
     probe.py kafka  --bootstrap 127.0.0.1:19092 [--brokers N] [--timeout 5]
         a real metadata request through the admin client (confluent_kafka) listing >= N brokers.
-    probe.py topics --bootstrap 127.0.0.1:19092 --partitions 6 [--replication 1] [--config k=v ...] TOPIC...
-        create the topics if missing (idempotent) and wait until each has a leader.
+    probe.py topics --bootstrap 127.0.0.1:19092 --partitions 6 [--replication 1] [--config k=v ...] [--alter] TOPIC...
+        create the topics if missing (idempotent) and wait until each has a leader;
+        --alter also sets the --config values on topics that exist already.
     probe.py scram-user --bootstrap 127.0.0.1:19092 --user NAME --password-file FILE
         create or update the SCRAM-SHA-512 credential of NAME (idempotent; KIP-554).
     probe.py http   URL [--timeout 5]         HTTP GET answers 2xx.
@@ -49,14 +50,24 @@ def scram_user(bootstrap: str, user: str, password: str, timeout: float) -> None
 
 
 def ensure_topics(bootstrap: str, topics: list[str], partitions: int, configs: dict[str, str],
-                  timeout: float, replication: int = 1) -> None:
-    """Create missing topics and wait until all partitions have leaders."""
+                  timeout: float, replication: int = 1, alter: bool = False) -> None:
+    """Create missing topics and wait until all partitions have leaders; ``alter``: set
+    ``configs`` on the existing ones too (IncrementalAlterConfigs)."""
     from confluent_kafka import KafkaException
-    from confluent_kafka.admin import NewTopic
+    from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource, NewTopic, ResourceType
 
     admin = _kafka_admin(bootstrap)
     existing = admin.list_topics(timeout=timeout).topics
     missing = [t for t in topics if t not in existing]
+    present = [t for t in topics if t in existing]
+    if alter and configs and present:
+        resources = [ConfigResource(ResourceType.TOPIC, t, incremental_configs=[
+            ConfigEntry(k, v, incremental_operation=AlterConfigOpType.SET) for k, v in configs.items()])
+            for t in present]
+        for res, fut in admin.incremental_alter_configs(resources).items():
+            fut.result(timeout)
+            print(f"set {', '.join(f'{k}={v}' for k, v in configs.items())} on topic {res.name}",
+                  file=sys.stderr)
     if missing:
         futures = admin.create_topics(
             [NewTopic(t, num_partitions=partitions, replication_factor=replication, config=configs)
@@ -115,6 +126,7 @@ def main(argv: list[str]) -> int:
     t.add_argument("--replication", type=int, default=1)
     t.add_argument("--config", action="append", default=[], help="topic config k=v")
     t.add_argument("--timeout", type=float, default=30)
+    t.add_argument("--alter", action="store_true", help="set --config on existing topics too")
     t.add_argument("topics", nargs="+")
     h = sub.add_parser("http")
     h.add_argument("url")
@@ -129,7 +141,7 @@ def main(argv: list[str]) -> int:
             probe_kafka(a.bootstrap, a.timeout, a.brokers)
         elif a.cmd == "topics":
             configs = dict(kv.split("=", 1) for kv in a.config)
-            ensure_topics(a.bootstrap, a.topics, a.partitions, configs, a.timeout, a.replication)
+            ensure_topics(a.bootstrap, a.topics, a.partitions, configs, a.timeout, a.replication, a.alter)
         elif a.cmd == "scram-user":
             with open(a.password_file, encoding="utf-8") as f:
                 scram_user(a.bootstrap, a.user, f.read().strip(), a.timeout)

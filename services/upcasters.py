@@ -10,6 +10,11 @@
 ``DecisionRequested``:
   * v1 -> v2: adds ``title`` = ``""`` (the v2 schema's default; the decision rules read it).
 
+``CaseUpdated`` (legacy, from the old intake system): an event step,
+:func:`split_case_updated`, turns each generic ``CaseUpdated`` into the typed facts it
+carries — ``CaseRetitled`` when ``title`` is set, then ``CaseReprioritized`` when
+``priority`` is set; nothing when neither is (the version guard still counts it).
+
 ``schemas/catalog.toml`` names :func:`default_upcasters` (``[catalog] upcasters``), so the
 codec (``casestream.events.open_codec``) and ``casestream schemas check`` read this chain from
 the catalog; the codec verifies it against the catalog at start-up.
@@ -17,10 +22,11 @@ the catalog; the codec verifies it against the catalog at start-up.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import dataclasses
+from collections.abc import Iterator, Mapping
 from typing import Any
 
-from casestream.events import UpcasterChain
+from casestream.events import Envelope, UpcasterChain
 
 __all__ = [
     "SUMMARY_MAX",
@@ -31,6 +37,7 @@ __all__ = [
     "decision_requested_v1_v2",
     "register_case_upcasters",
     "register_saga_upcasters",
+    "split_case_updated",
 ]
 
 #: Maximum length of ``CaseOpened.summary`` from v3 on (characters).
@@ -54,10 +61,28 @@ def case_opened_v2_v3(payload: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
+#: Priorities a legacy CaseUpdated may carry; anything else is read as NORMAL.
+PRIORITIES = ("LOW", "NORMAL", "HIGH")
+
+
+def split_case_updated(event: Envelope) -> Iterator[Envelope]:
+    """CaseUpdated v1 (generic) -> CaseRetitled v1 and/or CaseReprioritized v1, in that order."""
+    p = event.payload
+    if p.get("title") is not None:
+        yield dataclasses.replace(event, event_type="CaseRetitled", event_version=1,
+                                  payload={"title": p["title"]})
+    if p.get("priority") is not None:
+        priority = str(p["priority"]).upper()
+        yield dataclasses.replace(event, event_type="CaseReprioritized", event_version=1,
+                                  payload={"priority": priority if priority in PRIORITIES else "NORMAL"})
+
+
 def register_case_upcasters(chain: UpcasterChain) -> UpcasterChain:
-    """Register the CaseOpened steps on ``chain``; returns ``chain``."""
+    """Register the CaseOpened steps and the CaseUpdated split on ``chain``; returns ``chain``."""
     chain.add("CaseOpened", 1, case_opened_v1_v2)
     chain.add("CaseOpened", 2, case_opened_v2_v3)
+    chain.add_event("CaseUpdated", 1, split_case_updated,
+                    produces=[("CaseRetitled", 1), ("CaseReprioritized", 1)])
     return chain
 
 

@@ -12,9 +12,9 @@
 # Node n (1-based) of a cluster lives in $KAFKA_DIR/node<n>/ and listens on node 1's ports
 # + (n-1) * CASESTREAM_KAFKA_NODE_PORT_STEP; a single node keeps $KAFKA_DIR/ itself.
 
-KAFKA_TOPICS=(outbox.event.case outbox.event.saga outbox.event.decision outbox.event.notice)
 KAFKA_TOPIC_PARTITIONS=6
 KAFKA_SCRAM_USER=casestream
+KAFKA_TOPICS_CONF="$CS_DEPLOY_DIR/kafka/topics.conf"  # retention.ms per topic, with the reason
 
 kafka_vars() {
     KAFKA_DIR="$CS_LOCAL/kafka"
@@ -165,6 +165,16 @@ kafka_wait() {
             || die "kafka: could not create the SCRAM user $KAFKA_SCRAM_USER (log: $KAFKA_LOGS/server.log)."
     fi
     ok "kafka: ready on $KAFKA_BOOTSTRAP ($KAFKA_NODES node(s), replication factor $KAFKA_RF)"
+    wait_until "$CASESTREAM_READY_TIMEOUT" "kafka" "$KAFKA_LOGS/server.log" "$KAFKA_PID" "$KAFKA_MARK" \
+        probe kafka --bootstrap "$KAFKA_BOOTSTRAP" --timeout 2
+    local topic retention _reason
+    while read -r topic retention _reason; do
+        [[ -z "$topic" || "$topic" == \#* ]] && continue
+        probe topics --bootstrap "$KAFKA_BOOTSTRAP" --partitions "$KAFKA_TOPIC_PARTITIONS" \
+            --config "retention.ms=$retention" --alter "$topic" \
+            || die "kafka: could not create the outbox topic $topic (log: $KAFKA_LOGS/server.log)."
+    done <"$KAFKA_TOPICS_CONF"
+    ok "kafka: ready on $KAFKA_BOOTSTRAP"
 }
 
 kafka_down() {

@@ -10,6 +10,10 @@
 # deploy/README.md): ccompat ids are Apicurio *content ids* (legacy-id-mode off, the default), so
 # the id in the wire format resolves through GET /schemas/ids/{id}, and the same schema under two
 # subjects gets one id, as with Confluent's registry.
+# use-canonical-hash=false: a lookup matches the exact schema text first (then Apicurio's canonical
+# form), so catalog versions differing only in docs, aliases or enum defaults each find their own
+# version; `casestream schemas register` stores such a version as a distinct one (Apicurio's
+# Confluent API folds it into the existing version, whatever this setting says).
 
 : "${REGISTRY_VERSION:=3.3.3}"
 
@@ -67,7 +71,7 @@ registry_up() {
         -Dapicurio.datasource.jdbc.initial-size=2 -Dapicurio.datasource.jdbc.min-size=2 \
         -Dapicurio.datasource.jdbc.max-size=20 \
         -Dapicurio.ccompat.legacy-id-mode.enabled=false \
-        -Dapicurio.ccompat.use-canonical-hash=true \
+        -Dapicurio.ccompat.use-canonical-hash=false \
         -Dapicurio.rules.global.compatibility=BACKWARD \
         -Dapicurio.rest.deletion.group.enabled=true -Dapicurio.rest.deletion.artifact.enabled=true \
         -Dapicurio.rest.deletion.artifact-version.enabled=true \

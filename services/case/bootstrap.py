@@ -83,4 +83,4 @@ def build(settings: CaseSettings | None = None) -> ServiceProcess:
         b.projection(dashboard.PROJECTION, worker="dashboard", pipeline=True)  # `casestream replay case.dashboard`
     if s.relay_enabled:
         b.relay()
-    return b.build(app=build_app(service, edge=b.edge, max_body_bytes=s.max_body_bytes), ready_table="cases")
+    return b.build(app=build_app(service, edge=b.edge), ready_table="cases")

@@ -30,7 +30,6 @@ class CaseSettings(ServiceSettings):
 
     database: str = Field("case", description="database name on CASESTREAM_PG_URL")
     port: int = Field(18101, ge=1, le=65535, description="HTTP listen port")
-    max_body_bytes: int = Field(64 * 1024, ge=1024, description="request body limit, bytes (larger: 413)")
     idempotency_ttl_s: float = Field(86_400.0, gt=0, description="how long idempotent responses are replayed, seconds")
     purge_interval_s: float = Field(300.0, gt=0, description="expired idempotency records purge period, seconds")
     pool_timeout_s: float = Field(5.0, gt=0, description="wait for a pooled connection, seconds (then 503)")

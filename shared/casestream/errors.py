@@ -11,6 +11,7 @@ a subpackage are named with their module; the rest live here::
     │   ├── UnknownSchemaError      subject, version or schema id not known
     │   ├── IncompatibleSchemaError a version breaks its subject's compatibility mode
     │   ├── UpcasterChainError      an upcaster step is missing (raised at start-up)
+    │   ├── UpcastError             events.upcasting: an event upcaster broke a rule on one event
     │   ├── CatalogError            events.catalog: catalog or schema file missing or invalid
     │   ├── InvalidEventError       events.codec: an event to encode does not fit its schema
     │   └── CheckInputError         schemacheck.model: a schema check's input is unusable
@@ -23,15 +24,18 @@ a subpackage are named with their module; the rest live here::
     │   └── PoisonMessageError      never succeeds on retry: dead-lettered at once (bad wire
     │                               format, unknown schema id, resolution or validation failure)
     ├── DeadLetterError             consumer.deadletters: a dead-letter topic write or read failed
+    ├── OutboxRowTooLarge           outbox.writer: an encoded event is larger than a message can be
     ├── OutboxDatabaseError         outbox.admin: an outbox database did not answer or a statement failed
     │   └── NoOutboxTable           outbox.admin: the database has no outbox table
     ├── AuthError                   auth.tokens: authentication or authorisation failed
     │   ├── InvalidToken            auth.tokens: no usable bearer token (HTTP 401)
     │   └── AccessDenied            auth.tokens: a required role is missing (HTTP 403)
     ├── DeadlineExceeded            http.deadline: the request's deadline passed
+    ├── HttpProblem                 http.problem: a request answered with an RFC 9457 problem
     ├── DependencyDown              telemetry.readiness: a dependency failed a readiness probe
     ├── ReplayError                 replay.errors: a replay could not run or finish
     │   ├── ReplayConfigError       replay.errors: bad projection, handlers or options
+    │   │   └── PartialReplayRefused replay.errors: a swap over part of the history, not asked for
     │   ├── ReplayHandlerError      replay.errors: a projection handler raised
     │   └── _CatchUpTimeout         replay.engine: the locked catch-up ran out of time (internal)
     ├── StackError                  service.devstack: a local service did not start or exited
@@ -67,7 +71,7 @@ class IncompatibleSchemaError(SchemaError):
 
 
 class UpcasterChainError(SchemaError):
-    """An upcaster chain has a missing step; raised at start-up, never on an old event."""
+    """An upcaster chain has a missing, dangling or looping step; raised at start-up, never on an old event."""
 
 
 class ConcurrencyError(CasestreamError):

@@ -9,8 +9,9 @@ half-applied. A migration already applied with different SQL text raises
 :class:`~casestream.errors.ConfigError` (edited after release: write a new one).
 
 A migration is a :class:`Migration` (name + SQL text) or a path to a ``.sql`` file
-(name = file name). The outbox DDL is published as :data:`casestream.outbox.writer.OUTBOX_MIGRATION`
-so a service applies ``[OUTBOX_MIGRATION, *sorted(Path("migrations").glob("*.sql"))]``.
+(name = file name). The outbox DDL is published as :data:`casestream.outbox.writer.OUTBOX_MIGRATIONS`
+(the tables, then their autovacuum settings) so a service applies
+``[*OUTBOX_MIGRATIONS, *sorted(Path("migrations").glob("*.sql"))]``.
 """
 
 from __future__ import annotations

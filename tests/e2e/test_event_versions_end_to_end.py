@@ -22,7 +22,7 @@ from casestream.events.envelope import new_event
 from casestream.events.registry import ConfluentSchemaRegistry
 from services.upcasters import default_upcasters
 from services import schemas_dir
-from casestream.events import open_codec
+from casestream.events import derived_event_id, open_codec
 
 pytestmark = pytest.mark.e2e
 
@@ -120,3 +120,40 @@ def dead_lettered_keys(kafka_bootstrap: str) -> set[str]:
         return keys
     finally:
         consumer.close()
+
+
+def test_a_legacy_case_updated_shows_on_the_case_timeline_as_the_typed_events_it_carries(
+    stack: ServiceStack, kafka_bootstrap: str, registry_url: str
+) -> None:
+    """An old producer's generic CaseUpdated is split by the suite's event upcaster
+    (services.upcasters.split_case_updated): the audit timeline shows CaseRetitled (with the
+    stored event's id) and CaseReprioritized (a derived id), and nothing is dead-lettered."""
+    tenant, case_id = "tenant-a", str(uuid.uuid4())
+    opened = {"title": "Legacy case", "summary": "Filed by the old intake", "severity": 2,
+              "evidence_count": 0, "reporter_email": "old@example.org", "priority": "LOW"}
+    common = dict(aggregate_type="case", aggregate_id=case_id, tenant_id=tenant, source="legacy-intake",
+                  actor_id="legacy", correlation_id=case_id)
+    events = [new_event(event_type="CaseOpened", aggregate_version=1, payload=opened, **common),
+              new_event(event_type="CaseUpdated", event_version=1, aggregate_version=2,
+                        payload={"title": "Legacy case, renamed", "priority": "high"}, **common)]
+    producer = Producer({"bootstrap.servers": kafka_bootstrap, "enable.idempotence": True, "acks": "all"})
+    with open_codec(load_catalog(schemas_dir()), ConfluentSchemaRegistry(registry_url),
+                    auto_register=None) as codec:
+        codec.prepare(auto_register=False)
+        for env in events:
+            producer.produce(codec.topic_for(env), key=case_id.encode(), value=codec.encode(env),
+                             headers=codec.headers(env))
+    assert producer.flush(30) == 0
+    timeline: list[dict] = []
+    deadline = time.monotonic() + 60
+    with httpx.Client(timeout=10.0) as client:
+        while time.monotonic() < deadline and len(timeline) < 3:
+            response = client.get(audit_url(f"/audit/cases/{case_id}"), headers=headers(tenant))
+            timeline = response.json().get("events", []) if response.status_code == 200 else []
+            time.sleep(0.25)
+    # the timeline orders events of one stored event (same occurred_at and version) by event id
+    got = {(e["event_type"], e["event_id"], e["aggregate_version"]) for e in timeline[1:]}
+    assert timeline[0]["event_type"] == "CaseOpened" and got == {
+        ("CaseRetitled", events[1].event_id, 2),
+        ("CaseReprioritized", derived_event_id(events[1].event_id, 1), 2)}, timeline
+    assert case_id not in dead_lettered_keys(kafka_bootstrap)

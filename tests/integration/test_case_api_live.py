@@ -5,13 +5,16 @@ Covers what only a running process shows: 401/403 with their challenges, another
 tenant's case 404 on every read and write route, problem details for malformed input,
 413/415/412, 429 with ``Retry-After`` per client and per tenant, 503 for a burst beyond
 the in-flight limit (answered at once), and request deadlines that turn a stuck database
-into a prompt 503 instead of a hung request. Also: the process refuses to start with the
-public development key in production or with a weak key.
+into a prompt 503 instead of a hung request; 40 slow bodies and 20 slow request lines do
+not starve a normal client (bodies are read before an in-flight slot is taken, 408 after
+the body read timeout). Also: the process refuses to start with the public development key
+in production or with a weak key.
 """
 
 from __future__ import annotations
 
 import os
+import socket
 import subprocess
 import sys
 import threading
@@ -39,7 +42,9 @@ LIMITS = {
     "CASESTREAM_CASE_RATE_CLIENT_PER_S": "1", "CASESTREAM_CASE_RATE_CLIENT_BURST": "20",
     "CASESTREAM_CASE_RATE_TENANT_PER_S": "1", "CASESTREAM_CASE_RATE_TENANT_BURST": "50",
     "CASESTREAM_CASE_MAX_BODY_BYTES": "4096",
+    "CASESTREAM_CASE_BODY_TIMEOUT_S": "3",
 }
+BODY_TIMEOUT_S = 3
 BODY: dict[str, Any] = {"title": "Unlicensed trading", "summary": "Stall without licence",
                         "severity": 4, "evidence_count": 2, "reporter_email": "r@example.org"}
 
@@ -286,6 +291,53 @@ def test_refuses_to_start_with_an_unsafe_key(env: dict[str, str], message: str) 
     assert run.returncode == 2, run.stderr[-2000:]
     assert "start-up failed" in run.stderr and message in run.stderr
     assert "Traceback" not in run.stderr
+
+
+def _slow_body(port: int, headers: dict[str, str]) -> socket.socket:
+    """A connection that sent a POST /cases request's headers and one byte of its body."""
+    sock = socket.create_connection(("127.0.0.1", port), timeout=30)
+    lines = ["POST /cases HTTP/1.1", "Host: 127.0.0.1", "Content-Type: application/json",
+             "Content-Length: 200", *(f"{k}: {v}" for k, v in headers.items())]
+    sock.sendall(("\r\n".join(lines) + "\r\n\r\n{").encode())
+    return sock
+
+
+def _slow_headers(port: int) -> socket.socket:
+    """A connection that sent a few bytes of a request line and nothing more."""
+    sock = socket.create_connection(("127.0.0.1", port), timeout=30)
+    sock.sendall(b"GET /cases/x HT")
+    return sock
+
+
+def test_slow_clients_do_not_starve_a_normal_client(http: httpx.Client,
+                                                    service: LiveService) -> None:
+    """40 bodies trickling (10 x the in-flight limit) and 20 half-sent request lines hold
+    connections; a normal client is served meanwhile, each slow body ends with 408 after the
+    body read timeout, and clients hanging up (before or after their answer) log no error."""
+    port = int(service.url.rsplit(":", 1)[1])
+    headers = officer()
+    slow = [_slow_body(port, headers) for _ in range(40)]
+    trickling = [_slow_headers(port) for _ in range(20)]
+    try:
+        time.sleep(0.5)  # every slow body is now being read by the edge
+        opened = [http.post("/cases", json=BODY, headers=headers).status_code for _ in range(5)]
+        assert opened == [201] * 5 and http.get("/readyz").status_code == 200
+        answers = set()
+        for sock in slow:  # each slow body ends with the edge's 408, never holding a slot
+            sock.settimeout(BODY_TIMEOUT_S + 10)
+            answers.add(sock.recv(200).split(b"\r\n", 1)[0])
+        assert answers == {b"HTTP/1.1 408 Request Timeout"}
+        hanging_up = [_slow_body(port, headers) for _ in range(10)]
+        time.sleep(0.3)
+        for sock in hanging_up:  # gone while the edge still reads their bodies
+            sock.close()
+    finally:
+        for sock in slow + trickling:
+            sock.close()
+    time.sleep(0.5)
+    assert http.get("/readyz").status_code == 200
+    log = service.log.read_text(errors="replace")
+    assert "unhandled error" not in log and "Traceback" not in log, service.log_tail()
 
 
 def test_in_flight_slots_are_all_free_again(http: httpx.Client) -> None:

@@ -14,7 +14,7 @@ import pytest
 
 from casestream.migrations import Migration, apply_migrations
 from casestream.errors import ConcurrencyError, ConfigError
-from casestream.outbox.writer import OUTBOX_MIGRATION, OutboxWriter, bump_version
+from casestream.outbox.writer import OUTBOX_MIGRATION, OutboxRowTooLarge, OutboxWriter, bump_version
 from casestream.testing.relay import FakeEnvelope, JsonCodec, isolated_schema
 
 pytestmark = pytest.mark.integration
@@ -93,6 +93,18 @@ def test_append_commits_and_rolls_back_with_the_caller(dsn: str) -> None:
     assert rows[0][6] == "00-abc-def-01" and rows[0][7] == "pending"
     assert 0 <= rows[0][8] < 32 and rows[0][8] == rows[1][8]  # one aggregate, one shard
     assert JsonCodec.decode(bytes(rows[1][9]))["v"] == 2
+
+
+def test_append_refuses_an_event_no_message_could_hold(dsn: str) -> None:
+    writer = OutboxWriter(JsonCodec())
+    with psycopg.connect(dsn) as conn:
+        with pytest.raises(OutboxRowTooLarge, match="TestHappened of case big"):
+            with conn.transaction():
+                writer.append(conn, [_env("big", 1, payload_size=2 * 1024 * 1024)])
+        with conn.transaction():
+            writer.append(conn, [_env("fits", 1, payload_size=900_000)])
+        rows = conn.execute("SELECT aggregateid FROM outbox").fetchall()
+    assert rows == [("fits",)]
 
 
 def test_append_refuses_an_autocommit_connection_without_transaction(dsn: str) -> None:

@@ -8,7 +8,8 @@ use ``--no-index``. Every command runs with the working directory outside the ch
 without ``PYTHONPATH``, so what is imported is what the wheel installed.
 
 Checks, on the base install (the schema gate): ``casestream --version``; ``casestream schemas
-check`` passes on the repository's schemas; another command, and ``--registry``, print one
+check`` passes on the repository's schemas and on a team's repository of another layout (an
+upcaster module that does not import is exit 2, one line); another command, and ``--registry``, print one
 line naming the ``service`` extra and exit 2. Then, with ``casestream[service]``: the
 installed suite finds its schemas and every service's migrations in site-packages.
 """
@@ -120,6 +121,20 @@ def test_schemas_check_runs_on_the_base_install(installed: Installed) -> None:
     # Without --schemas-dir (and no ./schemas): the catalog shipped in the wheel.
     done = _run([installed.casestream, "schemas", "check"], installed.cwd)
     assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_schemas_check_of_a_team_repository_on_the_base_install(installed: Installed, tmp_path: Path) -> None:
+    repo = tmp_path / "acme"
+    shutil.copytree(REPO / "tests" / "fixtures" / "acme-schemas", repo)
+    done = _run([installed.python, "-m", "casestream.cli", "schemas", "check", "--format", "json"], repo)
+    assert done.returncode == 0, done.stdout + done.stderr
+    config = repo / "casestream-schemas.toml"
+    # an upcaster chain whose module needs a package the base install lacks: exit 2, one line
+    config.write_text('upcasters = "pydantic.missing:chain"\n' + config.read_text())
+    done = _run([installed.casestream, "schemas", "check", "--format", "github"], repo)
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert done.stdout.startswith("::error ") and "Traceback" not in done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1 and "pydantic" in done.stderr
 
 
 @pytest.mark.parametrize("args", [["outbox", "status"], ["token", "--tenant", "t1", "--role", "officer"],

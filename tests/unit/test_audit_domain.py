@@ -24,7 +24,8 @@ def test_event_without_case_belongs_to_no_timeline() -> None:
 
 
 def test_every_contract_event_type_has_a_summary() -> None:
-    expected = {"CaseOpened", "CaseSubmitted", "CaseClosed", "CaseReturned",
+    expected = {"CaseOpened", "CaseSubmitted", "CaseClosed", "CaseReturned", "CaseRetitled",
+                "CaseReprioritized",
                 "DecisionRequested", "NoticeRequested", "CaseCloseRequested",
                 "CaseReturnRequested", "SagaCompleted", "SagaCompensated",
                 "ViolationDetermined", "NoViolationFound", "DecisionFailed",

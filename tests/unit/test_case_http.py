@@ -15,7 +15,7 @@ import pytest
 from starlette.testclient import TestClient
 
 from casestream.auth.tokens import AuthSettings, TokenVerifier, bearer_headers
-from casestream.http import EdgePolicy
+from casestream.http import BodyLimits, EdgePolicy
 from services.case.adapters.http.app import build_app
 from services.case.adapters.memory import InMemoryStore
 from tests.support.case_app import BODY, memory_case_service
@@ -34,8 +34,8 @@ def store() -> InMemoryStore:
 @pytest.fixture
 def client(store: InMemoryStore) -> TestClient:
     service = memory_case_service(store)
-    edge = EdgePolicy(verifier=TokenVerifier(AuthSettings()))
-    return TestClient(build_app(service, edge=edge, max_body_bytes=2048),
+    edge = EdgePolicy(verifier=TokenVerifier(AuthSettings()), body=BodyLimits(max_bytes=2048))
+    return TestClient(build_app(service, edge=edge),
                       raise_server_exceptions=False)
 
 

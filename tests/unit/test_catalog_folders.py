@@ -90,6 +90,10 @@ def test_no_folder_is_an_error() -> None:
 def test_schemas_check_reads_the_chain_from_the_catalog(tmp_path: Path) -> None:
     from casestream.schemacheck.runner import check_catalog
 
+    # no chain declared: the upcaster rule does not apply
     team = _team(tmp_path / "t", "team", "Thing", versions=2)
+    assert [f.rule for f in check_catalog(team).findings if f.rule == "upcaster-missing"] == []
+    # a declared chain without the 1 -> 2 step
+    team = _team(tmp_path / "u", "team", "Thing", versions=2, upcasters="casestream.events.upcasting:UpcasterChain")
     report = check_catalog(team)
     assert [f.rule for f in report.findings if f.rule == "upcaster-missing"] == ["upcaster-missing"]

@@ -118,7 +118,7 @@ def test_registry_properties_reach_the_registry_client(monkeypatch: pytest.Monke
 
 def test_a_registry_ca_that_cannot_be_read_is_one_clear_error(tmp_path: Path) -> None:
     with pytest.raises(RegistryUnavailable, match="invalid registry URL or settings"):
-        ConfluentSchemaRegistry("https://registry.invalid", properties={"ssl.ca.location": str(tmp_path / "no.pem")})
+        ConfluentSchemaRegistry("https://registry.invalid", options={"ssl.ca.location": str(tmp_path / "no.pem")})
     with pytest.raises(ConfigError, match="CASESTREAM_REGISTRY_URL"):
         CommonSettings(registry_properties={"url": "http://x"})
 

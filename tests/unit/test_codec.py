@@ -86,7 +86,11 @@ def as_newest(env: Envelope) -> Envelope:
     return replace(env, event_version=CATALOG.newest_version(env.event_type))
 
 
-@pytest.mark.parametrize("event_type", CATALOG.event_types)
+#: Event types an event upcaster turns into others on decode (see test_upcasting_events.py).
+UPCAST_AWAY = {t for t, _v in CATALOG.upcaster_chain().event_steps()}
+
+
+@pytest.mark.parametrize("event_type", sorted(set(CATALOG.event_types) - UPCAST_AWAY))
 def test_round_trip_every_event_type(codec: EnvelopeCodec, event_type: str) -> None:
     for seed in range(5):
         env = make_env(event_type, seed=seed)
@@ -196,7 +200,10 @@ def test_poison_validation(codec: EnvelopeCodec) -> None:
     rec = {f: getattr(env, f) for f in ENVELOPE_FIELDS} | {"event_version": 1}
     assert _reason(codec, _reframe(codec, "DecisionFailed", 1, rec | {"aggregate_version": 0})) == "validation"
     assert _reason(codec, _reframe(codec, "DecisionFailed", 1, rec | {"event_version": 0})) == "validation"
-    assert _reason(codec, _reframe(codec, "DecisionFailed", 1, rec | {"event_version": 2})) == "validation"
+    assert _reason(codec, _reframe(codec, "DecisionFailed", 1, rec | {"event_version": -3})) == "validation"
+    # A newer producer's v2 with v1's layout under v1's id (a registry deduplicating by
+    # canonical form): read as the newest version this catalog knows.
+    assert codec.decode(_reframe(codec, "DecisionFailed", 1, rec | {"event_version": 2})).event_version == 1
     assert _reason(codec, _reframe(codec, "DecisionFailed", 1, rec | {"event_type": "NoticeFailed"})) == "validation"
     assert _reason(codec, _reframe(codec, "DecisionFailed", 1, rec | {"tenant_id": ""})) == "validation"
 

@@ -207,10 +207,14 @@ def test_devstack_runs_the_discovered_services_by_module(
 
     monkeypatch.setattr(devstack.subprocess, "Popen", FakePopen)
     monkeypatch.setattr(devstack, "_port_in_use", lambda port: False)
+    provisioned: list[str] = []  # database creation is tested against PostgreSQL elsewhere
+    monkeypatch.setattr(devstack.ServiceStack, "_provision",
+                        lambda self, spec: provisioned.append(spec.name))
     stack = devstack.ServiceStack(log_dir=tmp_path)
     assert list(stack.specs) == ["quietx", "watchx"]
     stack.start("watchx")
     assert started[0][1:] == ["-m", PKG]
+    assert provisioned == ["watchx"]
 
 
 def test_devstack_refuses_an_unknown_service_naming_the_discovered_ones(

@@ -106,9 +106,10 @@ DRIVER_OWNERS: dict[str, set[str]] = {
         "casestream.migrations",
         "casestream.outbox.writer", "casestream.outbox.relay.__main__", "casestream.outbox.relay.core",
         "casestream.outbox.relay.leases", "casestream.outbox.relay.store",
-        "casestream.consumer.batch_fast", "casestream.consumer.failures",
+        "casestream.consumer.batch_fast", "casestream.consumer.failures", "casestream.consumer.retention",
         "casestream.http.pgdeadline",
         "casestream.replay.checkpoint", "casestream.replay.engine", "casestream.replay.parallel",
+        "casestream.replay.names",
         "casestream.replay.status",
         "casestream.service.settings",           # psycopg.conninfo: DSN parsing
         "casestream.service.builder",
@@ -120,7 +121,7 @@ DRIVER_OWNERS: dict[str, set[str]] = {
         "casestream.testing.*",
     },
     "starlette": {"casestream.http.*", "casestream.telemetry.http", "casestream.service.process"},
-    "fastavro": {"casestream.events.codec", "casestream.schemacheck.runner"},
+    "fastavro": {"casestream.events.codec", "casestream.schemacheck.compat"},
     "uvicorn": {"casestream.service.process"},
 }
 #: Drivers a service may import itself (in adapters/ and bootstrap.py only); the others go

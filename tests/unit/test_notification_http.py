@@ -89,10 +89,21 @@ def test_another_tenants_notice_is_not_found_and_never_listed(client: TestClient
 
 
 def test_list_validates_input(client: TestClient) -> None:
-    assert problem(client.get("/notices?status=nope", headers=OFFICER_A), 400,
-                   "invalid_status")["field"] == "status"
-    assert problem(client.get("/notices?limit=0", headers=OFFICER_A), 400,
-                   "invalid_limit")["field"] == "limit"
+    for query, field in [("status=nope", "status"), ("limit=0", "limit"),
+                         ("limit=1&limit=2", "limit"), ("stauts=sent", "stauts")]:
+        body = problem(client.get(f"/notices?{query}", headers=OFFICER_A), 400,
+                       "validation_error")
+        assert [e["field"] for e in body["errors"]] == [field], query
+
+
+def test_the_status_filter_lists_every_notice_status() -> None:
+    from typing import get_args
+
+    from services.notification.adapters.http import NoticeListQuery
+    from services.notification.domain.notice import NoticeStatus
+
+    allowed = get_args(get_args(NoticeListQuery.model_fields["status"].annotation)[0])
+    assert set(allowed) == {s.value for s in NoticeStatus}
 
 
 def test_storage_failure_is_a_503_without_details() -> None:

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from casestream.errors import ConfigError
-from casestream.outbox import OUTBOX_MIGRATION
+from casestream.outbox import OUTBOX_MIGRATIONS
 from casestream.service import service_migrations
 from services import schemas_dir
 
@@ -57,7 +57,7 @@ def test_service_migrations_are_the_outbox_then_the_folder_in_name_order(tmp_pat
     folder.mkdir(parents=True)
     for name in ("002_b.sql", "001_a.sql"):
         (folder / name).write_text("SELECT 1;")
-    assert service_migrations(folder) == [OUTBOX_MIGRATION, folder / "001_a.sql", folder / "002_b.sql"]
+    assert service_migrations(folder) == [*OUTBOX_MIGRATIONS, folder / "001_a.sql", folder / "002_b.sql"]
     assert service_migrations(folder, outbox=False) == [folder / "001_a.sql", folder / "002_b.sql"]
 
 

@@ -41,6 +41,14 @@ def test_standalone_relay_reports_a_bad_option_in_one_line_with_exit_2(
     (["--bootstrap", "b:1", "--dsn", "not a url"], "--dsn is not a PostgreSQL URL"),
     (["--bootstrap", "b:1", "--dsn", "postgresql://x", "--log-level", "bogus"],
      "argument --log-level: invalid choice: 'BOGUS'"),
+    (["--bootstrap", "b:1", "--dsn", "postgresql://x", "-X", "linger.ms"],
+     "argument -X/--producer-property: expected KEY=VALUE"),
+    (["--bootstrap", "b:1", "--dsn", "postgresql://x", "-X", "acks=1"],
+     "producer setting acks='1' is not allowed"),
+    (["--bootstrap", "b:1", "--dsn", "postgresql://x", "-X", "linger.mss=5"],
+     'producer properties of relay \'relay\': No such configuration property: "linger.mss"'),
+    (["--bootstrap", "b:1", "--dsn", "postgresql://x", "--max-attempts", "0"],
+     "argument --max-attempts: expected a count >= 1 or 'unbounded', got '0'"),
 ])
 def test_standalone_relay_bad_values_are_usage_errors(
         capsys: pytest.CaptureFixture[str], args: list[str], message: str) -> None:
@@ -48,3 +56,14 @@ def test_standalone_relay_bad_values_are_usage_errors(
         main(args)
     err = capsys.readouterr().err
     assert e.value.code == 2 and message in err and "Traceback" not in err
+
+
+def test_relay_attempts_are_bounded_by_default_and_settable() -> None:
+    from casestream.outbox.relay import DEFAULT_MAX_ATTEMPTS, relay_retry
+    from casestream.service.settings import ServiceSettings
+
+    assert RelaySettings().retry.max_attempts == DEFAULT_MAX_ATTEMPTS
+    assert ServiceSettings.model_fields["relay_max_attempts"].default == DEFAULT_MAX_ATTEMPTS
+    assert relay_retry(3).max_attempts == 3 and relay_retry(None).max_attempts is None
+    with pytest.raises(ConfigError, match="relay max_attempts must be >= 1, got 0"):
+        relay_retry(0)

@@ -109,16 +109,19 @@ def test_list_filters_by_state_and_validates_input(setup: Setup) -> None:
     assert [s["saga_id"] for s in c.get("/sagas?state=AWAITING_DECISION",
                                          headers=OFFICER).json()["items"]] == [setup.saga_id]
     assert c.get("/sagas?state=COMPLETED", headers=OFFICER).json()["count"] == 0
-    problem(c.get("/sagas?state=NOPE", headers=OFFICER), 400, "invalid_state")
-    problem(c.get("/sagas?limit=0", headers=OFFICER), 400, "invalid_limit")
+    problem(c.get("/sagas?state=NOPE", headers=OFFICER), 400, "validation_error")
+    body = problem(c.get("/sagas?limit=0", headers=OFFICER), 400, "validation_error")
+    assert [e["field"] for e in body["errors"]] == ["limit"]
     assert c.get(f"/sagas?case_id={CASE}", headers=OFFICER).json()["count"] == 1
 
 
 def test_resolve_needs_a_reason_and_a_parked_saga(setup: Setup) -> None:
     c, saga_id = setup.client, setup.saga_id
-    problem(c.post(f"/sagas/{saga_id}/resolve", json={}, headers=SUPERVISOR), 400,
-            "missing_reason")
-    problem(c.post(f"/sagas/{saga_id}/resolve", content=b"{", headers=SUPERVISOR), 400,
+    body = problem(c.post(f"/sagas/{saga_id}/resolve", json={}, headers=SUPERVISOR), 400,
+                   "validation_error")
+    assert body["errors"] == [{"field": "reason", "message": "field required"}]
+    problem(c.post(f"/sagas/{saga_id}/resolve", content=b"{",
+                   headers={**SUPERVISOR, "Content-Type": "application/json"}), 400,
             "malformed_json")
     body = problem(c.post(f"/sagas/{saga_id}/resolve", json={"reason": "x"},
                           headers=SUPERVISOR), 409, "saga_not_resolvable")
@@ -209,7 +212,8 @@ def test_stuck_lists_sagas_past_deadline_plus_grace(setup: Setup) -> None:
     body = c.get("/sagas/stuck", headers=OFFICER).json()
     assert body["count"] == 1 and body["items"][0]["saga_id"] == setup.saga_id
     assert c.get("/sagas/stuck?grace_s=3600", headers=OFFICER).json()["count"] == 0
-    problem(c.get("/sagas/stuck?grace_s=-1", headers=OFFICER), 400, "invalid_grace")
+    body = problem(c.get("/sagas/stuck?grace_s=-1", headers=OFFICER), 400, "validation_error")
+    assert [e["field"] for e in body["errors"]] == ["grace_s"]
     metrics = c.get("/sagas/metrics", headers=OFFICER).json()
     assert metrics["gauges"]["sagas_stuck"] == 1
     assert metrics["gauges"]["sagas{state=AWAITING_DECISION}"] == 1

@@ -164,6 +164,8 @@ def test_every_name_of_issue_9_is_exposed_unchanged_by_the_exporter() -> None:
         edge=SimpleNamespace(shed=0, rate_limited=0, unauthorized=0)))
     for name in ("saga_state_total", "compensation_total", "timeouts_total", "saga_stuck_total"):
         sources.add_gauge(name, lambda: {(("state", "COMPLETED"),): 1.0})
+    for name in ("inbox_purged_total", "guard_compacted_total", "inbox_retention_cutoff_age_seconds"):
+        sources.add_gauge(name, lambda: {(("consumer", "c"),): 1.0})
     registry = MetricsRegistry("unit", sources)
     try:
         for name in METRIC_HELP:

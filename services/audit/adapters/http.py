@@ -29,8 +29,9 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from casestream.auth import ROLE_OFFICER, ROLE_SUPERVISOR
-from casestream.http import EdgePolicy, principal_of, problem_response, requires
-from casestream.http import edge_app, guarded
+from casestream.http import EdgePolicy, Operation, json_answer, openapi_document, openapi_route
+from casestream.http import edge_app, guarded, principal_of, problem_answer, problem_response
+from casestream.http import requires
 from services.audit.application.ports import TimelineReader
 from services.audit.application.service import case_timeline
 from services.audit.application.views import CaseTimeline
@@ -73,6 +74,20 @@ def _case_id(raw: str) -> str | None:
     return raw if _CASE_ID.fullmatch(raw) else None
 
 
+OPENAPI = openapi_document("casestream audit service", "1.0.0", [
+    Operation(method="get", path="/audit/cases/{case_id}", operation_id="getCaseTimeline",
+              summary="The audit timeline of a case",
+              path_params={"case_id": {"type": "string", "pattern": r"^[\x21-\x7e]{1,128}$"}},
+              answers={"200": json_answer("The timeline", {
+                  "type": "object", "required": ["case_id", "events", "freshness"],
+                  "properties": {"events": {"type": "array", "items": {
+                      "type": "object", "required": ["event_id", "event_type"]}},
+                      "freshness": {"type": "object"}}}),
+                       "404": problem_answer("No timeline for this case in this tenant")}),
+])
+"""The OpenAPI document served at ``/openapi.json``."""
+
+
 def build_app(reader: TimelineReader, *, edge: EdgePolicy) -> Starlette:
     """Return the audit API over a timeline reader, behind the shared edge.
 
@@ -98,4 +113,5 @@ def build_app(reader: TimelineReader, *, edge: EdgePolicy) -> Starlette:
             return timeline
         return JSONResponse(timeline_json(timeline))
 
-    return edge_app([Route("/audit/cases/{case_id}", get_timeline, methods=["GET"])], edge)
+    return edge_app([openapi_route(OPENAPI),
+                     Route("/audit/cases/{case_id}", get_timeline, methods=["GET"])], edge)

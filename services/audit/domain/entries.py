@@ -68,6 +68,8 @@ _SUMMARIES: dict[str, Callable[[Mapping[str, Any]], str]] = {
     "CaseSubmitted": lambda p: f"Case submitted by {p.get('submitted_by', '?')}",
     "CaseClosed": lambda p: f"Case closed: {p.get('outcome')}, {_money(p.get('penalty_cents'))}",
     "CaseReturned": lambda p: f"Case returned: {p.get('reason')}",
+    "CaseRetitled": lambda p: f"Case retitled: {p.get('title')}",
+    "CaseReprioritized": lambda p: f"Case reprioritized: {p.get('priority')}",
     "DecisionRequested": lambda p: (f"Decision requested (severity {p.get('severity')}, "
                                     f"{p.get('evidence_count')} evidence items)"),
     "NoticeRequested": lambda p: (f"Notice requested: {p.get('violation_code')}, "

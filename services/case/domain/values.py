@@ -82,7 +82,7 @@ def check_email(field: str, value: str) -> str:
         CaseValidationError: naming ``field`` otherwise.
     """
     text = _text(field, value, EMAIL_MAX)
-    if not _EMAIL.match(text):
+    if not _EMAIL.fullmatch(text):
         raise CaseValidationError(field, "must be an e-mail address like name@example.org")
     return text
 

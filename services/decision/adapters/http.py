@@ -23,8 +23,9 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from casestream.auth import ROLE_OFFICER, ROLE_SUPERVISOR
-from casestream.http import EdgePolicy, principal_of, problem_response, requires
-from casestream.http import edge_app, guarded
+from casestream.http import EdgePolicy, Operation, json_answer, openapi_document, openapi_route
+from casestream.http import edge_app, guarded, principal_of, problem_answer, problem_response
+from casestream.http import requires
 from services.decision.domain.decision import Decision
 
 log = logging.getLogger(__name__)
@@ -48,6 +49,21 @@ def decision_json(d: Decision) -> dict[str, Any]:
             "request_event_id": d.request_event_id, "version": d.version}
 
 
+OPENAPI = openapi_document("casestream decision service", "1.0.0", [
+    Operation(method="get", path="/decisions/{case_id}", operation_id="getDecision",
+              summary="The decision of a case",
+              path_params={"case_id": {"type": "string", "pattern": r"^[\x21-\x7e]{1,128}$"}},
+              answers={"200": json_answer("The decision", {
+                  "type": "object",
+                  "required": ["case_id", "tenant_id", "saga_id", "outcome", "rules_version",
+                               "decided_at", "version"],
+                  "properties": {"penalty_cents": {"type": ["integer", "null"]},
+                                 "decided_at": {"type": "string", "format": "date-time"}}}),
+                       "404": problem_answer("No decision for this case in this tenant")}),
+])
+"""The OpenAPI document served at ``/openapi.json``."""
+
+
 def build_app(queries: DecisionQueries, *, edge: EdgePolicy) -> Starlette:
     """The starlette app behind the shared edge (health routes are added by
     ``ServiceProcess``). ``app.state.counters`` holds the edge's counters."""
@@ -68,4 +84,5 @@ def build_app(queries: DecisionQueries, *, edge: EdgePolicy) -> Starlette:
             return not_found
         return JSONResponse(decision_json(decision))
 
-    return edge_app([Route("/decisions/{case_id}", get_decision, methods=["GET"])], edge)
+    return edge_app([openapi_route(OPENAPI),
+                     Route("/decisions/{case_id}", get_decision, methods=["GET"])], edge)

@@ -18,23 +18,35 @@ from __future__ import annotations
 import logging
 import re
 from collections.abc import Callable
-from typing import Any, Protocol, TypeVar
+from typing import Any, Literal, Protocol, TypeVar
 
+from pydantic import BaseModel, ConfigDict, Field
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from casestream.auth import ROLE_OFFICER, ROLE_SUPERVISOR
-from casestream.http import EdgePolicy, limit_param, principal_of, problem_response, requires
-from casestream.http import edge_app, guarded
-from services.notification.domain.notice import Notice, NoticeStatus
+from casestream.http import EdgePolicy, Limit, Operation, json_answer, openapi_document
+from casestream.http import edge_app, guarded, openapi_route, principal_of, problem_answer
+from casestream.http import problem_response, query_model, requires
+from services.notification.domain.notice import Notice
 
 log = logging.getLogger(__name__)
 
 READ_ROLES = (ROLE_OFFICER, ROLE_SUPERVISOR)
 _CASE_ID = re.compile(r"[\x21-\x7e]{1,128}")
 T = TypeVar("T")
+
+
+class NoticeListQuery(BaseModel):
+    """``GET /notices`` query parameters (unknown ones are refused)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    status: Literal["pending", "sent", "failed"] | None = Field(  # NoticeStatus values
+        None, description="Only notices in this status.")
+    limit: Limit = 100
 
 
 class NoticeQueries(Protocol):
@@ -65,10 +77,36 @@ async def _read(request: Request, work: Callable[[], T]) -> T | Response:
                          unavailable="the notice store could not be read; retry later")
 
 
+CASE_ID_SCHEMA = {"type": "string", "pattern": r"^[\x21-\x7e]{1,128}$"}
+NOTICE_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "required": ["case_id", "saga_id", "tenant_id", "recipient_email", "status", "attempts",
+                 "version", "created_at"],
+    "properties": {"status": {"type": "string", "enum": ["pending", "sent", "failed"]},
+                   "attempts": {"type": "integer", "minimum": 0},
+                   "penalty_cents": {"type": ["integer", "null"]},
+                   "created_at": {"type": "string", "format": "date-time"}},
+}
+OPENAPI = openapi_document("casestream notification service", "1.0.0", [
+    Operation(method="get", path="/notices", operation_id="listNotices",
+              summary="The tenant's notices, newest first", query=NoticeListQuery,
+              answers={"200": json_answer("Notices", {
+                  "type": "object", "required": ["items", "count"],
+                  "properties": {"items": {"type": "array", "items": NOTICE_SCHEMA},
+                                 "count": {"type": "integer", "minimum": 0}}},
+                  links={"GetNotice": {"operationId": "getNotice", "parameters": {
+                      "case_id": "$response.body#/items/0/case_id"}}})}),
+    Operation(method="get", path="/notices/{case_id}", operation_id="getNotice",
+              summary="The notice of a case", path_params={"case_id": CASE_ID_SCHEMA},
+              answers={"200": json_answer("The notice", NOTICE_SCHEMA),
+                       "404": problem_answer("No notice for this case in this tenant")}),
+])
+"""The OpenAPI document served at ``/openapi.json``."""
+
+
 def build_app(queries: NoticeQueries, *, edge: EdgePolicy) -> Starlette:
     """The starlette app behind the shared edge (health routes are added by
     ``ServiceProcess``). ``app.state.counters`` holds the edge's counters."""
-    statuses = {s.value for s in NoticeStatus}
 
     @requires(*READ_ROLES)
     async def get_notice(request: Request) -> Response:
@@ -87,20 +125,13 @@ def build_app(queries: NoticeQueries, *, edge: EdgePolicy) -> Starlette:
 
     @requires(*READ_ROLES)
     async def list_notices(request: Request) -> Response:
-        path, tenant = request.url.path, principal_of(request).tenant_id
-        status = request.query_params.get("status")
-        if status is not None and status not in statuses:
-            return problem_response(400, "invalid_status", "Invalid status",
-                                    f"status must be one of {sorted(statuses)}", instance=path,
-                                    extra={"field": "status"})
-        limit = limit_param(request)
-        if isinstance(limit, Response):
-            return limit
-        notices = await _read(request, lambda: queries.list(tenant_id=tenant, status=status,
-                                                            limit=limit))
+        tenant = principal_of(request).tenant_id
+        query = query_model(request, NoticeListQuery)
+        notices = await _read(request, lambda: queries.list(tenant_id=tenant, status=query.status,
+                                                            limit=query.limit))
         if isinstance(notices, Response):
             return notices
         return JSONResponse({"items": [notice_json(n) for n in notices], "count": len(notices)})
 
-    return edge_app([Route("/notices", list_notices, methods=["GET"]),
+    return edge_app([openapi_route(OPENAPI), Route("/notices", list_notices, methods=["GET"]),
                      Route("/notices/{case_id}", get_notice, methods=["GET"])], edge)

@@ -9,7 +9,8 @@ Routes (roles ``officer`` or ``supervisor`` unless said):
     GET  /sagas/{saga_id}          state, data, current deadline, history (oldest first)
     GET  /sagas?state=&case_id=&limit=   newest first (limit 1..1000, default 100)
     POST /sagas/{saga_id}/resolve  role ``supervisor`` only (officer -> 403); body
-                                   ``{"reason": "..."}`` (required, non-blank); only for a
+                                   ``{"reason": "..."}`` (required: 1..1000 characters, not
+                                   blank, no control characters); only for a
                                    saga in a PARKED state (MANUAL_REVIEW); the operator
                                    recorded on the events is the token's ``sub``
     GET  /sagas/stuck?grace_s=&limit=   the tenant's sagas waiting past deadline + grace
@@ -18,21 +19,23 @@ Routes (roles ``officer`` or ``supervisor`` unless said):
                                    database, of the caller's tenant; counters of this process
                                    (all tenants, no ids: the numbers ``/metrics`` publishes)
 
-Errors are ``application/problem+json`` (RFC 9457, stable ``code``): 400 bad input (names
-the field), 401/403 from the edge and role checks, 404 unknown saga (or another tenant's),
+Bodies and query strings are validated by the pydantic models below
+(``casestream.http.body_model`` / ``query_model``; unknown parameters and fields are
+refused), so what becomes an event is bounded. Errors are ``application/problem+json``
+(RFC 9457, stable ``code``): 400 bad input (names the field), 401/403 from the edge and role checks, 404 unknown saga (or another tenant's),
 409 resolve not allowed in the saga's state or concurrent change, 503 (``Retry-After``)
 when the request deadline passes or the database cannot be reached.
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from datetime import UTC, datetime, timedelta
-from typing import Any, Protocol, TypeVar
+from typing import Any, Literal, Protocol, TypeVar
 
+from pydantic import BaseModel, ConfigDict, Field, create_model
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
@@ -40,8 +43,9 @@ from starlette.routing import Route
 
 from casestream.auth import ROLE_OFFICER, ROLE_SUPERVISOR
 from casestream.errors import ConcurrencyError
-from casestream.http import EdgePolicy, limit_param, principal_of, problem_response, requires
-from casestream.http import edge_app, guarded
+from casestream.http import EdgePolicy, Identifier, Limit, Operation, json_answer, principal_of
+from casestream.http import body_model, edge_app, guarded, problem_answer, problem_response
+from casestream.http import openapi_document, openapi_route, query_model, requires, text
 from services.saga.application.orchestrator import Orchestrator
 from services.saga.application.ports import SagaQueries
 from services.saga.application.stuck import STUCK_LIMIT, find_stuck, gauges
@@ -53,6 +57,47 @@ log = logging.getLogger(__name__)
 READ_ROLES = (ROLE_OFFICER, ROLE_SUPERVISOR)
 RESOLVE_ROLES = (ROLE_SUPERVISOR,)
 T = TypeVar("T")
+REASON_MAX = 1000
+"""Characters a resolve reason may hold (it travels in the ``SagaResolved`` event)."""
+
+
+class ResolveBody(BaseModel):
+    """``POST /sagas/{saga_id}/resolve`` body."""
+
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+
+    reason: text(REASON_MAX) = Field(  # type: ignore[valid-type]
+        description=f"Why the operator resolves the saga, 1..{REASON_MAX} characters, not "
+                    "blank (trimmed).")
+
+
+class SagaListQuery(BaseModel):
+    """``GET /sagas`` query parameters (``state``: :func:`saga_list_query` narrows it to the
+    definition's states)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    state: Identifier | None = Field(None, description="Only sagas in this state.")
+    case_id: Identifier | None = Field(None, description="Only the sagas of this case.")
+    limit: Limit = 100
+
+
+def saga_list_query(states: Iterable[str]) -> type[SagaListQuery]:
+    """:class:`SagaListQuery` whose ``state`` is one of ``states`` (an enum in the document)."""
+    allowed = Literal[tuple(sorted(states))]  # type: ignore[valid-type]
+    return create_model("SagaListQuery", __base__=SagaListQuery,
+                        state=(allowed | None, Field(None, description="Only sagas in this "
+                                                                        "state.")))
+
+
+class StuckQuery(BaseModel):
+    """``GET /sagas/stuck`` query parameters (``grace_s`` default: the service setting)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    grace_s: float | None = Field(None, ge=0, le=7 * 86400,
+                                  description="Seconds past the deadline, 0..604800.")
+    limit: int = Field(STUCK_LIMIT, ge=1, le=STUCK_LIMIT)
 
 
 class Resolver(Protocol):
@@ -127,22 +172,15 @@ def build_routes(queries: SagaQueries, orchestrator: Orchestrator, resolver: Res
     ``stuck_grace`` is the default grace of ``/sagas/stuck`` and of the stuck gauge. The
     routes expect the edge's principal (``casestream.http.principal_of``).
     """
-    states = {s.name for s in orchestrator.definition.states}
+    list_query = saga_list_query(s.name for s in orchestrator.definition.states)
     definition = orchestrator.definition
 
     @requires(*READ_ROLES)
     async def list_stuck(request: Request) -> Response:
-        path, tenant = request.url.path, principal_of(request).tenant_id
-        try:
-            grace_s = float(request.query_params.get("grace_s", stuck_grace.total_seconds()))
-        except ValueError:
-            grace_s = -1.0
-        if not 0 <= grace_s <= 7 * 86400:
-            return problem(400, "invalid_grace", "Invalid grace", "grace_s must be a number of "
-                           "seconds in 0..604800", instance=path, field="grace_s")
-        limit = limit_param(request, most=STUCK_LIMIT)
-        if isinstance(limit, Response):
-            return limit
+        tenant = principal_of(request).tenant_id
+        query = query_model(request, StuckQuery)
+        grace_s = stuck_grace.total_seconds() if query.grace_s is None else query.grace_s
+        limit = query.limit
         now = clock()
         sagas = await _guarded(request, lambda: find_stuck(
             queries, definition, now=now, grace=timedelta(seconds=grace_s), tenant_id=tenant,
@@ -189,18 +227,10 @@ def build_routes(queries: SagaQueries, orchestrator: Orchestrator, resolver: Res
 
     @requires(*READ_ROLES)
     async def list_sagas(request: Request) -> Response:
-        path, tenant = request.url.path, principal_of(request).tenant_id
-        state = request.query_params.get("state")
-        if state is not None and state not in states:
-            return problem(400, "invalid_state", "Invalid state",
-                           f"state must be one of {sorted(states)}", instance=path,
-                           field="state")
-        limit = limit_param(request)
-        if isinstance(limit, Response):
-            return limit
-        case_id = request.query_params.get("case_id")
+        tenant = principal_of(request).tenant_id
+        query = query_model(request, list_query)
         sagas = await _guarded(request, lambda: queries.list(
-            tenant_id=tenant, state=state, case_id=case_id, limit=limit))
+            tenant_id=tenant, state=query.state, case_id=query.case_id, limit=query.limit))
         if isinstance(sagas, Response):
             return sagas
         return JSONResponse({"items": [saga_json(s, orchestrator) for s in sagas],
@@ -213,16 +243,7 @@ def build_routes(queries: SagaQueries, orchestrator: Orchestrator, resolver: Res
         if not _valid_uuid(saga_id):
             return problem(400, "invalid_saga_id", "Invalid saga id",
                            f"{saga_id!r} is not a UUID", instance=path, field="saga_id")
-        try:
-            body = json.loads(await request.body() or b"null")
-        except ValueError:
-            return problem(400, "malformed_json", "Malformed JSON", "the body is not valid JSON",
-                           instance=path)
-        reason = body.get("reason") if isinstance(body, dict) else None
-        if not isinstance(reason, str) or not reason.strip():
-            return problem(400, "missing_reason", "Missing reason",
-                           "reason (non-blank string) is required", instance=path,
-                           field="reason")
+        reason = (await body_model(request, ResolveBody)).reason
         try:
             saga = await _guarded(request, lambda: resolver(
                 saga_id, reason=reason.strip(), actor_id=principal.subject,
@@ -240,12 +261,75 @@ def build_routes(queries: SagaQueries, orchestrator: Orchestrator, resolver: Res
         return JSONResponse(saga_json(saga, orchestrator))
 
     return [
+        openapi_route(openapi_document_of(definition.states, list_query)),
         Route("/sagas", list_sagas, methods=["GET"]),
         Route("/sagas/stuck", list_stuck, methods=["GET"]),
         Route("/sagas/metrics", metrics, methods=["GET"]),
         Route("/sagas/{saga_id}", get_saga, methods=["GET"]),
         Route("/sagas/{saga_id}/resolve", resolve_saga, methods=["POST"]),
     ]
+
+
+_TS = {"type": ["string", "null"], "format": "date-time"}
+_SAGA_ID = {"type": "string", "format": "uuid"}
+
+
+def _saga_schema(states: list[str], *, history: bool) -> dict[str, Any]:
+    props: dict[str, Any] = {
+        "saga_id": {"type": "string"}, "definition": {"type": "string"},
+        "case_id": {"type": "string"}, "tenant_id": {"type": "string"},
+        "correlation_id": {"type": ["string", "null"]},
+        "state": {"type": "string", "enum": states}, "state_kind": {"type": "string"},
+        "step": {"type": ["string", "null"]}, "attempts": {"type": "integer"},
+        "deadline": {"type": ["object", "null"]}, "data": {"type": "object"},
+        "version": {"type": "integer"}, "event_seq": {"type": "integer"},
+    }
+    required = ["saga_id", "definition", "case_id", "tenant_id", "state", "state_kind",
+                "version"]
+    if history:
+        props["history"] = {"type": "array", "items": {"type": "object", "required": [
+            "seq", "trigger", "to_state"], "properties": {"at": _TS}}}
+        required.append("history")
+    return {"type": "object", "required": required, "properties": props}
+
+
+def openapi_document_of(saga_states: Iterable[Any],
+                        list_query: type[SagaListQuery]) -> dict[str, Any]:
+    """The OpenAPI document of the saga routes (states of the definition as enums)."""
+    states = sorted(s.name for s in saga_states)
+    items = {"type": "object", "required": ["items", "count"], "properties": {
+        "items": {"type": "array", "items": {"$ref": "#/components/schemas/Saga"}},
+        "count": {"type": "integer", "minimum": 0}}}
+    first = {"saga_id": "$response.body#/items/0/saga_id"}
+    links = {"GetSaga": {"operationId": "getSaga", "parameters": first},
+             "ResolveSaga": {"operationId": "resolveSaga", "parameters": first}}
+    not_found = problem_answer("No such saga for this tenant")
+    return openapi_document("casestream saga-orchestrator", "1.0.0", [
+        Operation(method="get", path="/sagas", operation_id="listSagas",
+                  summary="The tenant's sagas, newest first", query=list_query,
+                  answers={"200": json_answer("Sagas", items, links=links)}),
+        Operation(method="get", path="/sagas/stuck", operation_id="listStuckSagas",
+                  summary="Sagas waiting past their deadline + grace", query=StuckQuery,
+                  answers={"200": json_answer("Stuck sagas", {
+                      "type": "object", "required": ["as_of", "grace_s", "count", "items"],
+                      "properties": {"items": items["properties"]["items"]}})}),
+        Operation(method="get", path="/sagas/metrics", operation_id="sagaMetrics",
+                  summary="Counters of this process, gauges of the tenant",
+                  answers={"200": json_answer("Metrics", {
+                      "type": "object", "required": ["counters", "gauges"]})}),
+        Operation(method="get", path="/sagas/{saga_id}", operation_id="getSaga",
+                  summary="A saga with its history", path_params={"saga_id": _SAGA_ID},
+                  answers={"200": json_answer("The saga", _saga_schema(states, history=True)),
+                           "404": not_found}),
+        Operation(method="post", path="/sagas/{saga_id}/resolve", operation_id="resolveSaga",
+                  summary="Resolve a saga in manual review (role supervisor)",
+                  path_params={"saga_id": _SAGA_ID}, body=ResolveBody,
+                  answers={"200": json_answer("The resolved saga", {"$ref":
+                                              "#/components/schemas/Saga"}),
+                           "404": not_found,
+                           "409": problem_answer("Not in a resolvable state, or changed "
+                                                 "concurrently")}),
+    ], schemas={"Saga": _saga_schema(states, history=False)})
 
 
 def build_app(queries: SagaQueries, orchestrator: Orchestrator, resolver: Resolver, *,

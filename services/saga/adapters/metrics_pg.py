@@ -45,7 +45,7 @@ def stuck_query(states: Iterable[str], grace: timedelta) -> str:
         ValueError: a state name is not an identifier, or ``grace`` is negative.
     """
     names = sorted(states)
-    bad = [n for n in names if not _STATE_NAME.match(n)]
+    bad = [n for n in names if not _STATE_NAME.fullmatch(n)]
     if bad:
         raise ValueError(f"state names must be identifiers: {bad}")
     if grace < timedelta(0):

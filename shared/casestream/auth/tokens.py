@@ -68,8 +68,8 @@ DEFAULT_AUDIENCE = "casestream"
 Algorithm = Literal["HS256", "RS256", "ES256"]
 HMAC_MIN_KEY_BYTES = 32  # RFC 7518 §3.2: a key at least as long as the hash output
 
-TENANT_PATTERN = re.compile(r"^[A-Za-z0-9._:-]{1,64}$")
-SUBJECT_PATTERN = re.compile(r"^[\x21-\x7e][\x20-\x7e]{0,127}$")
+TENANT_PATTERN = re.compile(r"[A-Za-z0-9._:-]{1,64}")
+SUBJECT_PATTERN = re.compile(r"[\x21-\x7e][\x20-\x7e]{0,127}")
 """Tenant ids: 1..64 of ``[A-Za-z0-9._:-]``; subjects/clients: 1..128 printable ASCII."""
 
 
@@ -255,16 +255,16 @@ def principal_from_claims(claims: Mapping[str, Any]) -> Principal:
         InvalidToken: ``sub``, ``tenant``, ``roles`` or ``client_id`` missing or malformed.
     """
     subject = claims.get("sub")
-    if not isinstance(subject, str) or not SUBJECT_PATTERN.match(subject):
+    if not isinstance(subject, str) or not SUBJECT_PATTERN.fullmatch(subject):
         raise InvalidToken("token claim sub must be 1..128 printable ASCII characters")
     tenant = claims.get("tenant")
-    if not isinstance(tenant, str) or not TENANT_PATTERN.match(tenant):
+    if not isinstance(tenant, str) or not TENANT_PATTERN.fullmatch(tenant):
         raise InvalidToken("token claim tenant must be 1..64 of A-Z a-z 0-9 . _ : -")
     roles = claims.get("roles")
     if not isinstance(roles, list) or not all(isinstance(r, str) for r in roles):
         raise InvalidToken("token claim roles must be a list of strings")
     client = claims.get("client_id", claims.get("azp", subject))
-    if not isinstance(client, str) or not SUBJECT_PATTERN.match(client):
+    if not isinstance(client, str) or not SUBJECT_PATTERN.fullmatch(client):
         raise InvalidToken("token claim client_id must be 1..128 printable ASCII characters")
     return Principal(subject=subject, tenant_id=tenant, client_id=client,
                      roles=frozenset(roles))

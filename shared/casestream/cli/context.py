@@ -99,7 +99,7 @@ class CliContext:
             from casestream.events.registry import ConfluentSchemaRegistry
 
             registry = ConfluentSchemaRegistry(self.registry_url,
-                                               properties=self.settings.registry_properties)
+                                               options=self.settings.registry_properties)
             codec = open_codec(load_catalog(*folders), registry, auto_register=auto_register)
             self._codec = codec
         return self._codec

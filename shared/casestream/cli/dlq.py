@@ -221,15 +221,22 @@ def show(ctx: click.Context, consumer: str, label: str | None, event_id: str | N
     if r.value is None:
         click.echo("value: <none>")
         return
+    decoder = _decoder(ctx, registry_url)
     try:
-        env = _decoder(ctx, registry_url).decode(r.value, published_at=r.published_at)
+        decode_message = getattr(decoder, "decode_message", None)
+        events = (decode_message(r.value, published_at=r.published_at).events if decode_message
+                  else (decoder.decode(r.value, published_at=r.published_at),))
     except Exception as e:  # noqa: BLE001 - shown to the operator
         click.echo(f"value ({len(r.value)} bytes) not decodable: {type(e).__name__}: {e}")
         click.echo(f"  first bytes: {r.value[:64].hex(' ')}")
         return
-    body = asdict(env) if is_dataclass(env) else dict(vars(env))
-    click.echo("envelope:")
-    click.echo(json.dumps(body, indent=2, default=str))
+    if len(events) != 1:  # an event upcaster made other than one event of the stored one
+        click.echo(f"events ({len(events)}, made by the event upcasters of the stored event):")
+    for env in events:
+        body = asdict(env) if is_dataclass(env) else dict(vars(env))
+        if len(events) == 1:
+            click.echo("envelope:")
+        click.echo(json.dumps(body, indent=2, default=str))
 
 
 def _parse_label(label: str) -> tuple[int, int]:

@@ -3,7 +3,7 @@
 Groups are imported lazily so that ``casestream schemas check`` in a team's CI does not
 load Kafka or PostgreSQL drivers it does not need::
 
-    casestream schemas check|register   schema catalog and compatibility (CI)
+    casestream schemas check|rules|register   schema compatibility gate (CI), registration
     casestream outbox status|show|redrive   outbox rows pending / failed per service
     casestream dlq list|show|redrive     dead-lettered messages per consumer
     casestream replay NAME | --list      rebuild a projection from the topics
@@ -30,9 +30,11 @@ from casestream.cli.context import cli_context
 SERVICE_EXTRA_HINT = "pip install 'casestream[service]'"
 
 _GROUPS: dict[str, tuple[str, str, str]] = {
-    "schemas": ("casestream.cli.schemas", "schemas", "Check and register the Avro schema catalog."),
+    "schemas": ("casestream.cli.schemas", "schemas", "Check Avro schema compatibility (CI gate); register the catalog."),
     "outbox": ("casestream.cli.outbox", "outbox", "Inspect and re-drive transactional outbox rows."),
     "dlq": ("casestream.cli.dlq", "dlq", "List, show and re-drive dead-lettered messages."),
+    "inbox": ("casestream.cli.inbox", "inbox",
+              "Purge consumer inbox rows no redelivery can need (retention)."),
     "replay": ("casestream.cli.replay", "replay",
                "Rebuild a projection from the topics (shadow tables, swap, hand over)."),
     "settings": ("casestream.cli.settings", "settings",

@@ -1,9 +1,12 @@
-"""``casestream schemas check|register``: the schema catalog's CI check and explicit registration.
+"""``casestream schemas check|rules|register``: the schema gate in CI, its rules, explicit registration.
 
 Mounted by ``casestream.cli`` as the ``schemas`` group; also runs alone as
-``python -m casestream.schemacheck``. Exit codes: 0 compatible / done, 1 incompatible /
-registry refused, 2 usage or input error (malformed file, unknown subject or ref, registry
-down) — printed as one line naming the file or URL; the traceback only with ``--verbose``.
+``python -m casestream.schemacheck``. ``check`` finds the repository's configuration
+(:func:`_find_config`) and runs :func:`casestream.schemacheck.check_repository`. Exit codes:
+0 compatible / done, 1 incompatible / registry refused, 2 usage or input error (malformed
+file or configuration, unknown subject, rule or ref, registry down) — rendered in the chosen
+``--format`` and as one line on stderr naming the file or URL; the traceback only with
+``--verbose``.
 """
 
 from __future__ import annotations
@@ -12,6 +15,7 @@ import os
 import sys
 import traceback
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -52,44 +56,170 @@ def _fail_input(e: BaseException, verbose: bool) -> None:
 
 @click.group("schemas", context_settings={"help_option_names": ["-h", "--help"]})
 def schemas() -> None:
-    """Check and register the Avro schema catalog (schemas/catalog.toml + .avsc files)."""
+    """Check Avro schema compatibility in any repository (casestream-schemas.toml) and register a catalog."""
 
 
-@schemas.command("check")
-@click.option("--schemas-dir", type=click.Path(file_okay=False), default=None,
-              help="Folder holding catalog.toml [default: ./schemas, else the installed one's].")
-@click.option("--against", metavar="GIT_REF", default=None,
-              help="Fail when a version published at this git ref changed or disappeared (shows the diff).")
-@click.option("--registry", metavar="URL", default=None,
-              help="Also check against a live Confluent-API registry, e.g. http://127.0.0.1:18081/apis/ccompat/v7.")
-@click.option("--subject", "subjects", multiple=True, metavar="SUBJECT",
-              help="Only this subject (repeatable), e.g. casestream.case.CaseOpened.")
-@click.option("--format", "fmt", type=click.Choice(FORMATS), default="text", show_default=True,
-              help="text, json, or github (GitHub Actions annotations).")
-@click.option("--verbose", "-v", is_flag=True, help="List every pair checked; tracebacks on errors.")
-def check(schemas_dir: str | None, against: str | None, registry: str | None, subjects: tuple[str, ...],
-          fmt: str, verbose: bool) -> None:
-    """Parse, lint and check every version against earlier ones under the subject's compatibility level.
+def _find_config(config: str | None, schemas_dir: str | None) -> tuple[Any, str]:
+    """(configuration, root) of this run; see :func:`check` for the order.
 
-    Levels have Confluent's meanings (BACKWARD, FORWARD, FULL, their *_TRANSITIVE forms, NONE),
-    verdicts come from Apache avro's ReaderWriterCompatibilityChecker plus rules it lacks:
-    enum symbols added without an enum default, logical type changes, enum defaults that are
-    not symbols, union defaults not matching the first branch. Exit 0 ok, 1 incompatible, 2 bad input.
+    Raises:
+        CheckInputError: no configuration found, or it does not load (exit 2).
     """
-    folder = schemas_dir or _default_dir()
+    from casestream.schemacheck.config import CONFIG_FILE, folder_config, load_config
+
+    if config:
+        return load_config(config), str(Path(config).parent)
+    if schemas_dir:
+        if Path(schemas_dir, "catalog.toml").is_file():
+            return _catalog(schemas_dir)
+        if not Path(schemas_dir).is_dir():
+            raise CheckInputError("schemas folder not found", target=schemas_dir)
+        return folder_config(schemas_dir.rstrip("/") or "."), "."
+    if Path(CONFIG_FILE).is_file():
+        return load_config(CONFIG_FILE), "."
+    if Path("pyproject.toml").is_file():
+        import tomllib
+
+        try:
+            has = "schemas" in tomllib.loads(Path("pyproject.toml").read_text()).get("tool", {}).get("casestream", {})
+        except (tomllib.TOMLDecodeError, OSError, AttributeError):
+            has = False
+        if has:
+            return load_config("pyproject.toml"), "."
+    if Path("schemas", "catalog.toml").is_file():
+        return _catalog("schemas")
     try:
-        report = check_catalog(folder, subjects=list(subjects) or None, against=against, registry=registry)
+        return _catalog(_default_dir())
+    except click.UsageError as e:
+        raise CheckInputError(
+            f"no {CONFIG_FILE}, no [tool.casestream.schemas] in pyproject.toml and no ./schemas/catalog.toml "
+            f"here: add a {CONFIG_FILE} (see casestream schemas check --help) or pass --config / --schemas-dir "
+            f"({e.message.rpartition('(')[2].rstrip(')')})") from None
+
+
+def _catalog(folder: str) -> tuple[Any, str]:
+    from casestream.schemacheck.config import GateConfig
+
+    path = Path(folder)
+    parent = str(path.parent)
+    return GateConfig(origin=f"{folder.rstrip('/')}/catalog.toml", base="" if parent == "." else parent,
+                      catalogs=(path.name or ".",)), parent
+
+
+def _registry_options(url: str | None, basic: str | None, bearer: str | None, ca: str | None, cert: str | None,
+                      key: str | None) -> Any:
+    if url is None:
+        if basic or bearer or ca or cert or key:
+            raise CheckInputError("--registry-* options need --registry URL")
+        return None
+    from casestream.schemacheck.remote import RegistryOptions
+
+    if basic and bearer:
+        raise CheckInputError("give --registry-basic-auth or --registry-bearer-token, not both", target=url)
+    return RegistryOptions(url=url, basic_auth=basic or "", bearer_token=bearer or "", ca_file=ca or "",
+                           cert_file=cert or "", key_file=key or "")
+
+
+_CHECK_HELP = """Check every subject's versions against each other under its compatibility level.
+
+\b
+Where the subjects come from (first found):
+  --config FILE              a casestream-schemas.toml, or a pyproject.toml with [tool.casestream.schemas]
+  --schemas-dir DIR          DIR/catalog.toml (casestream layout), else every DIR/**/<Name>.v<N>.avsc
+                             (and <Name>.avsc) as a subject named by its record (RecordNameStrategy)
+  ./casestream-schemas.toml, ./pyproject.toml [tool.casestream.schemas], ./schemas/catalog.toml,
+  the one schemas folder an installed package registers.
+
+\b
+casestream-schemas.toml:
+  compatibility = "BACKWARD"              default level (NONE, BACKWARD, FORWARD, FULL, *_TRANSITIVE)
+  naming_strategy = "RecordNameStrategy"  or TopicNameStrategy, TopicRecordNameStrategy
+  references = ["avro/common/*.avsc"]     named types schemas reference across files
+  ignore = ["RULE", "RULE:SUBJECT"]       waived rules
+  upcasters = "pkg.module:function"       declares the upcaster chain (upcaster-missing applies)
+  [[folders]]  path = "avro"  pattern = "{name}.v{version}.avsc"  topic = "orders"
+  [subjects."orders-value"]  files = ["a/v1.avsc", "a/v2.avsc"]  compatibility = "FULL"
+
+Verdicts follow Apache Avro's SchemaCompatibility (the registry's checker), plus stricter rules
+with their own ids (casestream schemas rules lists every rule; waive one with --ignore).
+Exit 0 compatible, 1 incompatible, 2 bad input (in every --format).
+"""
+
+
+@schemas.command("check", help=_CHECK_HELP)
+@click.option("--config", "config", type=click.Path(dir_okay=False), default=None,
+              help="casestream-schemas.toml or pyproject.toml [default: found in the current directory].")
+@click.option("--schemas-dir", type=click.Path(file_okay=False), default=None,
+              help="A catalog.toml folder, or a folder of .avsc files.")
+@click.option("--against", metavar="GIT_REF", default=None,
+              help="Fail when a version published at this git ref changed or disappeared (shows the diff); "
+                   "a shallow clone fetches <remote>/<branch> or says which git fetch to run.")
+@click.option("--registry", metavar="URL", default=None,
+              help="Also compare with a live Confluent-API registry, e.g. http://127.0.0.1:18081/apis/ccompat/v7.")
+@click.option("--registry-basic-auth", metavar="USER:PASSWORD", envvar="CASESTREAM_REGISTRY_BASIC_AUTH",
+              default=None, help="HTTP basic auth for --registry [env CASESTREAM_REGISTRY_BASIC_AUTH].")
+@click.option("--registry-bearer-token", metavar="TOKEN", envvar="CASESTREAM_REGISTRY_BEARER_TOKEN", default=None,
+              help="Bearer token for --registry [env CASESTREAM_REGISTRY_BEARER_TOKEN].")
+@click.option("--registry-ca-file", metavar="PEM", default=None, help="CA bundle for a TLS registry.")
+@click.option("--registry-cert-file", metavar="PEM", default=None, help="Client certificate (mutual TLS).")
+@click.option("--registry-key-file", metavar="PEM", default=None, help="Client key (mutual TLS).")
+@click.option("--subject", "subjects", multiple=True, metavar="SUBJECT", help="Only this subject (repeatable).")
+@click.option("--ignore", "ignore", multiple=True, metavar="RULE[:SUBJECT]",
+              help="Waive a rule, everywhere or for one subject (repeatable).")
+@click.option("--format", "fmt", type=click.Choice(FORMATS), default="text", show_default=True,
+              help="text, json, github (Actions annotations), junit (JUnit XML), sarif (SARIF 2.1.0).")
+@click.option("--output", "-o", type=click.Path(dir_okay=False, writable=True), default=None,
+              help="Write the report to this file instead of stdout.")
+@click.option("--verbose", "-v", is_flag=True, help="List every pair checked; tracebacks on errors.")
+def check(config: str | None, schemas_dir: str | None, against: str | None, registry: str | None,
+          registry_basic_auth: str | None, registry_bearer_token: str | None, registry_ca_file: str | None,
+          registry_cert_file: str | None, registry_key_file: str | None, subjects: tuple[str, ...],
+          ignore: tuple[str, ...], fmt: str, output: str | None, verbose: bool) -> None:
+    from casestream.schemacheck.render import render_error
+    from casestream.schemacheck.runner import check_repository
+
+    def emit(text: str) -> None:
+        if output:
+            Path(output).write_text(text + "\n", encoding="utf-8")
+        else:
+            click.echo(text)
+
+    try:
+        try:
+            options = _registry_options(registry, registry_basic_auth, registry_bearer_token, registry_ca_file,
+                                        registry_cert_file, registry_key_file)
+            gate_config, root = _find_config(config, schemas_dir)
+            report = check_repository(gate_config, root=root, subjects=list(subjects) or None, against=against,
+                                      registry=options, ignore=ignore)
+        except ModuleNotFoundError as e:
+            if registry is not None and (e.name or "").startswith(("confluent_kafka", "httpx", "authlib")):
+                raise CheckInputError(f"--registry needs the service packages ({e.name} is not installed): "
+                                      "pip install 'casestream[service]'") from e
+            raise CheckInputError(f"{e.name} is not installed (imported by the repository's upcasters or "
+                                  f"schemas code): {e}") from e
     except CheckInputError as e:
-        _fail_input(e, verbose)
-        return
-    except ModuleNotFoundError as e:  # --registry on a base install: no registry client
-        if registry is None:
-            raise
-        _fail_input(CheckInputError(f"--registry needs the service packages ({e.name} is not "
-                                    "installed): pip install 'casestream[service]'"), verbose)
-        return
-    click.echo(render(report, fmt, verbose=verbose))
+        if verbose:
+            traceback.print_exception(e, file=sys.stderr)
+        if fmt == "text":
+            click.echo(render_error(e), err=True)
+        else:
+            emit(render_error(e, fmt))
+            click.echo(render_error(e), err=True)
+        sys.exit(EXIT_INPUT)
+    emit(render(report, fmt, verbose=verbose))
     sys.exit(report.exit_code)
+
+
+@schemas.command("rules")
+def rules() -> None:
+    """List every rule: id, what it catches, where it comes from; stricter rules are marked."""
+    from casestream.schemacheck.rules import RULES
+
+    for rule in RULES.values():
+        click.echo(f"{rule.id:36} {rule.title}")
+        click.echo(f"{'':36} source: {rule.source}")
+        if rule.stricter:
+            click.echo(f"{'':36} stricter than Avro: {rule.stricter}")
 
 
 @schemas.command("register")
@@ -103,9 +233,12 @@ def check(schemas_dir: str | None, against: str | None, registry: str | None, su
 def register(schemas_dir: str | None, registry: str, subjects: tuple[str, ...], dry_run: bool, verbose: bool) -> None:
     """Check the catalog, then register every version (idempotent) and set each subject's level.
 
-    Versions already registered are looked up, not registered again; running it twice
-    changes nothing. Exit 0 done, 1 catalog incompatible or registry refused, 2 bad input or
-    registry down.
+    Versions already registered (the exact schema, docs and aliases included) are not
+    registered again; running it twice changes nothing. When the registry answers a new
+    catalog version with an existing version (Apicurio folds schemas equal up to docs, aliases
+    and enum defaults), the version is stored as a distinct one through Apicurio's core API;
+    a registry that cannot do that gets a `shared` line and a warning saying what follows.
+    Exit 0 done, 1 catalog incompatible or registry refused, 2 bad input or registry down.
     """
     # lazy (start-up cost): loaded when this command runs, not for every CLI call
     from casestream.errors import ConfigError, IncompatibleSchemaError, RegistryUnavailable, SchemaError
@@ -122,7 +255,7 @@ def register(schemas_dir: str | None, registry: str, subjects: tuple[str, ...], 
             sys.exit(EXIT_INCOMPATIBLE)
         catalog = load_for_check(folder)
         reg = ConfluentSchemaRegistry(registry, timeout=10.0, max_retries=1,
-                                      properties=environ_properties("registry", os.environ))
+                                      options=environ_properties("registry", os.environ))
         try:
             steps = register_catalog(catalog, reg, subjects=list(subjects) or None, dry_run=dry_run)
         finally:
@@ -148,6 +281,9 @@ def register(schemas_dir: str | None, registry: str, subjects: tuple[str, ...], 
         extra = f" id={s.schema_id}" if s.schema_id is not None else ""
         extra += f" {s.detail}" if s.detail else ""
         click.echo(f"{s.action:24} {s.subject} {what}{extra}")
+        if s.action == "shared":
+            click.echo(f"warning: {s.subject} {what} is not a version of its own in the registry: {s.detail}",
+                       err=True)
     summary = ", ".join(f"{n} {a}" for a, n in sorted(counts.items()))
     click.echo(f"schemas register{' (dry run)' if dry_run else ''} against {registry}: {summary}")
 

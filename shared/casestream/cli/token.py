@@ -39,10 +39,10 @@ from casestream.errors import ConfigError
 def token(tenant: str, roles: tuple[str, ...], subject: str | None, client_id: str | None,
           ttl_s: int | None, private_key: Path | None, as_header: bool) -> None:
     """Mint a bearer token (JWT) for a tenant and roles, signed with the configured key."""
-    if not TENANT_PATTERN.match(tenant):
+    if not TENANT_PATTERN.fullmatch(tenant):
         raise click.BadParameter("1..64 characters of A-Z a-z 0-9 . _ : -", param_hint="--tenant")
     for hint, value in (("--subject", subject), ("--client-id", client_id)):
-        if value is not None and not SUBJECT_PATTERN.match(value):
+        if value is not None and not SUBJECT_PATTERN.fullmatch(value):
             raise click.BadParameter("1..128 printable ASCII characters", param_hint=hint)
     settings = AuthSettings()
     if settings.jwt_algorithm == "HS256":

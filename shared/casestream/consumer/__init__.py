@@ -16,7 +16,8 @@ Modules: ``runtime`` (Kafka loop, offsets, rebalance), ``group`` (several member
 group in one process), ``batch`` (one transaction per poll
 batch, no Kafka; its collaborators in ``batch_dispatch``, ``batch_fast``, ``batch_slow``,
 ``batch_held``, ``batch_failures``, its values in ``batch_model``), ``settings`` (policy), ``failures``
-(classification), ``records`` (values and the decoder port). Tables: ``inbox``; dead letters: ``deadletters``; the guard
+(classification), ``records`` (values and the decoder port). Tables: ``inbox``; durable
+attempt counts and backoffs: ``retries``; dead letters: ``deadletters``; the guard
 rule: ``guard``; handler registration: ``handlers``; processing modes: ``processing``.
 
 The handler, guard, processing, record and settings names import eagerly (no driver); the

@@ -19,7 +19,10 @@ The connection must be in autocommit mode (transactions are explicit).
    handlers together), so one failure rolls back only its own message. A retryable failure
    *cuts* its partition: earlier messages commit, this one and later ones of the partition
    are rewound and retried after a backoff (the runtime pauses that partition only); poison
-   or exhausted attempts → dead letter. Gaps hold events (``casestream.consumer.inbox``); applying the
+   or exhausted attempts → dead letter. Attempt counts and next-attempt times are rows of
+   ``consumer_retry`` written in this transaction: a message another member (or this process
+   before a restart) failed waits the rest of its backoff — a cut without an attempt — and
+   its count goes on. A batch with such a row never takes the fast path. Gaps hold events (``casestream.consumer.inbox``); applying the
    missing version drains them in the same transaction;
 4. dead letters of the batch are flushed after the commit and *before* the caller commits
    offsets; a batch that fails as a whole raises (nothing of it committed but dead letters,
@@ -38,8 +41,8 @@ the rest of its partition; across partitions/topics the version guard keeps orde
 ``forget``, ...) and composes collaborators that own their state: ``Dispatcher``
 (``batch_dispatch``: verdicts, handler calls), ``FastPath`` and ``GuardCache`` (``batch_fast``),
 ``MessageApplier`` and ``SavepointPath`` (``batch_slow``), ``HeldEvents`` (``batch_held``:
-draining, sweep) and ``FailureHandler`` (``batch_failures``: attempt counts, cuts, dead
-letters). The batch values live in ``batch_model`` and are re-exported here.
+draining, sweep) and ``FailureHandler`` (``batch_failures``: durable attempt counts in
+``consumer_retry`` (``casestream.consumer.retries``), owed backoffs, cuts, dead letters). The batch values live in ``batch_model`` and are re-exported here.
 """
 
 from __future__ import annotations
@@ -59,7 +62,9 @@ from casestream.consumer.batch_model import (  # noqa: F401 - re-exported (publi
     BatchResult,
     Decoded,
     _Item,
+    decode_record,
     held_record,
+    item_of,
 )
 from casestream.consumer.batch_slow import MessageApplier, SavepointPath
 from casestream.consumer.failures import FailureClass, classify
@@ -69,8 +74,11 @@ from casestream.consumer.deadletters import DeadLetter, DeadLetterSink
 from casestream.errors import PoisonMessageError
 from casestream.consumer.handlers import DiscardingOutbox, HandlerRegistry, OutboxAppender
 from casestream.consumer.processing import ProcessingMode
+from casestream.consumer.retries import purge_dead_lettered, retry_key
 
 log = logging.getLogger("casestream.consumer")
+
+_PURGE_EVERY_S = 60.0  # dead-lettered retry rows are few; purging them once a minute is plenty
 
 
 class BatchProcessor:
@@ -101,6 +109,7 @@ class BatchProcessor:
         )
         self.stats = stats or ConsumerStats()
         self.redrive_topic = self.settings.redrive_topic_for(consumer)
+        self._next_purge = 0.0
         s = self.settings
         self._cache = GuardCache(s.guard_cache_size)
         self._failures = FailureHandler(consumer=consumer, policy=s.retry, stats=self.stats,
@@ -125,14 +134,14 @@ class BatchProcessor:
         """Decode ``records`` without side effects (no counters, no attempts): the runtime calls
         this on its main thread for the next batch while the current one is in the database."""
         out: list[tuple[Record, Any, BaseException | None]] = []
-        decode = self.decoder.decode
+        decoder = self.decoder
         for rec in records:
             if rec.value is None:
                 out.append((rec, None, PoisonMessageError("message has no value",
                                                           reason="empty_value")))
                 continue
             try:
-                out.append((rec, decode(rec.value, published_at=rec.published_at), None))
+                out.append((rec, decode_record(decoder, rec.value, rec.published_at), None))
             except Exception as e:  # noqa: BLE001 - classified in process()
                 out.append((rec, None, e))
         return Decoded(out)
@@ -151,7 +160,7 @@ class BatchProcessor:
         dead: list[DeadLetter] = []
         decoded = records if isinstance(records, Decoded) else self.decode(records)
         records = decoded.records
-        items = self._triage(decoded, result, dead)
+        items = self._triage(conn, decoded, result, dead)
         try:
             if items:
                 fast = self.settings.fast_path
@@ -182,9 +191,14 @@ class BatchProcessor:
             self.stats.fast_batches += int(result.fast)
         return result
 
-    def _triage(self, decoded: Decoded, result: BatchResult,
+    def _triage(self, conn: Any, decoded: Decoded, result: BatchResult,
                 dead: list[DeadLetter]) -> list[_Item]:
-        """Decoded items in order; decode failures dead-lettered (poison) or cut (retryable)."""
+        """Decoded items in order; decode failures dead-lettered (poison) or cut (retryable)
+        unless their retry row says they still wait (or were dead-lettered already)."""
+        failures = self._failures
+        if any(err is not None for _rec, _env, err in decoded.entries):
+            failures.load(conn, [retry_key(rec) for rec, _env, err in decoded.entries
+                                 if err is not None])
         items: list[_Item] = []
         for rec, env, err in decoded.entries:
             tp = rec.tp
@@ -192,9 +206,10 @@ class BatchProcessor:
                 continue
             result.commits[tp] = rec.offset + 1
             if err is not None:
-                self._failures.failed(rec, err, None, result, dead)
+                if not failures.owed(rec, None, result, dead, conn):
+                    failures.failed(rec, err, None, result, dead, conn)
                 continue
-            items.append(_Item(rec, env))
+            items.append(item_of(rec, env))
         return items
 
     @staticmethod
@@ -212,21 +227,27 @@ class BatchProcessor:
         return keep
 
     def sweep(self, conn: Any) -> None:
-        """Run the held/parked sweep on its own (one transaction)."""
+        """Run the held/parked sweep on its own (one transaction); at most every
+        ``_PURGE_EVERY_S`` also purge dead-lettered retry rows past
+        ``settings.retry_state_retention_s``."""
         dead: list[DeadLetter] = []
         with conn.transaction():
             self._held.sweep(conn, dead)
             self._failures.send(dead)
+        now = time.monotonic()
+        if now >= self._next_purge:
+            self._next_purge = now + _PURGE_EVERY_S
+            purge_dead_lettered(conn, self.consumer, self.settings.retry_state_retention_s)
 
     def forget(self, tps: Sequence[TP]) -> None:
-        """Drop in-memory attempt counts of partitions no longer assigned, and the guard cache
-        (another instance may own those aggregates now)."""
+        """Partitions no longer assigned: drop the guard cache (another instance may own
+        those aggregates now) and this member's retry hints (the counts stay durable)."""
         self._cache.clear()
         self._failures.forget(tps)
 
-    def attempts_of(self, rec: Record) -> int:
-        """Failed attempts recorded so far for ``rec`` (0 if none)."""
-        return self._failures.count(rec)
+    def attempts_of(self, conn: Any, rec: Record) -> int:
+        """Failed attempts recorded so far for ``rec`` in ``consumer_retry`` (0 if none)."""
+        return self._failures.count(conn, rec)
 
     @property
     def discarded_outbox(self) -> int:

@@ -50,6 +50,12 @@ class Dispatcher:
         """True if a ``SIDE_EFFECT`` handler takes ``event_type`` in this mode."""
         return self.handlers.has_side_effects(event_type, self.mode)
 
+    def item_has_side_effects(self, item: _Item) -> bool:
+        """True if a ``SIDE_EFFECT`` handler takes one of the events of ``item``."""
+        if item.events is None:
+            return self.handlers.has_side_effects(item.env.event_type, self.mode)
+        return any(self.handlers.has_side_effects(e.event_type, self.mode) for e in item.events)
+
     def action(self, item: _Item, known: set[str], seen: set[str],
                guards: dict[tuple[str, str], GuardRow]) -> Action:
         """What to do with ``item`` given the event ids recorded before (``known``) and in this
@@ -73,15 +79,16 @@ class Dispatcher:
             if item.rec.topic == self.redrive_topic and item.rec.header(H_ACCEPT_GAP) == "true":
                 return Action.ACCEPT_GAP
             return Action.HOLD
-        if self.strict_types and not self.handlers.knows(env.event_type):
+        if self.strict_types and not all(self.handlers.knows(e.event_type) for e in item.handled):
             return Action.UNKNOWN_STRICT
         return Action.APPLY
 
     def runs(self, apply: list[_Item]) -> list[tuple[list[_Item], tuple[Any, ...]]]:
         """Split ``apply`` into runs: consecutive events whose handlers are all batch handlers
-        and identical form one run; every other event is a run of its own. Order is kept."""
+        and identical form one run; every other event is a run of its own. Order is kept; a record
+        an event upcaster made several events of takes one place per event."""
         runs: list[tuple[list[_Item], tuple[Any, ...]]] = []
-        for it in apply:
+        for it in _each_event(apply):
             hs = self.handlers.handlers_for(it.env.event_type, self.mode)
             batchable = bool(hs) and all(h.batch for h in hs)
             if batchable and runs and runs[-1][1] == hs:
@@ -103,6 +110,12 @@ class Dispatcher:
             for h in hs:
                 h.fn(ctx, events)
 
+    def run_item(self, conn: Any, item: _Item) -> int:
+        """Run the handlers of every event of ``item`` in order; returns how many had none."""
+        if item.events is None:
+            return self.run_handlers(conn, item.rec, item.env)
+        return sum(self.run_handlers(conn, item.rec, e) for e in item.events)
+
     def run_handlers(self, conn: Any, rec: Record, env: Any) -> int:
         """Run the handlers of ``env``; returns 1 if the type has none (counted as unknown)."""
         hs = self.handlers.handlers_for(env.event_type, self.mode)
@@ -115,3 +128,12 @@ class Dispatcher:
             for h in hs:
                 h.call(ctx, env)
         return 0
+
+
+def _each_event(items: list[_Item]) -> list[_Item]:
+    """``items`` with each record an event upcaster made several events of expanded to one
+    item per event (same record: a failure is still pinned to that message)."""
+    if all(it.events is None for it in items):
+        return items
+    return [x for it in items
+            for x in ((it,) if it.events is None else (_Item(it.rec, e) for e in it.events))]

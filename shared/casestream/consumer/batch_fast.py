@@ -1,7 +1,8 @@
 """The fast path: a whole batch in one pipelined transaction, and the guard-row cache.
 
 :class:`FastPath` runs round trip 1 (claim the inbox rows, read the guard rows not in the
-:class:`GuardCache`), decides every record in memory, then round trip 2 (advance the guard
+:class:`GuardCache`, look for ``consumer_retry`` rows of the batch's events: one sends it to
+the savepoint path), decides every record in memory, then round trip 2 (advance the guard
 rows, run the handlers) and COMMIT. A batch that needs per-message handling, or any failure,
 rolls back and the caller redoes it on the savepoint path (``batch_slow``).
 """
@@ -29,6 +30,7 @@ from casestream.consumer.inbox import (
     read_guards,
 )
 from casestream.consumer.records import ConsumerStats
+from casestream.consumer.retries import query_retries, read_retries
 
 log = logging.getLogger("casestream.consumer")
 
@@ -132,7 +134,6 @@ class FastPath:
         st.duplicates += counters["dup"]
         st.stale += counters["stale"]
         st.unknown_type += counters["unknown"]
-        self.failures.succeeded(items)
         return True
 
     def _apply(self, conn: Any, pipeline: Any, items: list[_Item], counters: dict[str, Any]) -> None:
@@ -145,7 +146,10 @@ class FastPath:
         missing = keys - start.keys() if start else keys
         claim_cur = claim_inbox(conn, self.consumer, [it.entry() for it in items])
         guards_cur = query_guards(conn, self.consumer, missing) if missing else None
+        retries_cur = query_retries(conn, self.consumer, [it.env.event_id for it in items])
         claimed = read_claimed(claim_cur)
+        if read_retries(retries_cur):
+            raise _Ineligible  # failed before (maybe on another member): owed backoff, count
         known = {it.env.event_id for it in items} - claimed  # recorded before this batch
         if guards_cur is not None:
             start.update(read_guards(guards_cur))
@@ -154,7 +158,7 @@ class FastPath:
         apply: list[_Item] = []
         dup = stale = 0
         action_of = self.dispatch.action
-        side_effects = self.dispatch.has_side_effects
+        side_effects = self.dispatch.item_has_side_effects
         for it in items:
             action = action_of(it, known, seen, guards)
             if action is Action.DUPLICATE:
@@ -168,7 +172,7 @@ class FastPath:
             g = guards.get(it.key)
             if g is not None and g.state is not AggregateState.FLOWING:
                 raise _Ineligible
-            if side_effects(it.env.event_type):
+            if side_effects(it):
                 raise _Ineligible
             if g is None:
                 guards[it.key] = GuardRow(it.env.aggregate_version, AggregateState.FLOWING, False)

@@ -13,7 +13,7 @@ from typing import Any
 
 from casestream.consumer.batch_failures import FailureHandler
 from casestream.consumer.batch_fast import GuardCache
-from casestream.consumer.batch_model import _Item, _now, held_record
+from casestream.consumer.batch_model import _now, decode_record, held_record, item_of
 from casestream.consumer.batch_slow import MessageApplier
 from casestream.consumer.deadletters import DeadLetter
 from casestream.consumer.failures import FailureClass, classify
@@ -76,13 +76,14 @@ class HeldEvents:
                 break
             rec = held_record(h)
             try:
-                env = self.decoder.decode(h.value, published_at=rec.published_at)
+                it = item_of(rec, decode_record(self.decoder, h.value, rec.published_at))
+                env = it.env
             except Exception as e:  # noqa: BLE001
                 if self._failed(conn, h, e, None, dead):
                     remaining -= 1
                 break
             try:
-                self.applier.apply(conn, _Item(rec, env), guards, held=h)
+                self.applier.apply(conn, it, guards, held=h)
             except Exception as e:  # noqa: BLE001 - classified in _failed
                 if self._failed(conn, h, e, env, dead):
                     remaining -= 1  # dead-lettered and released: the gap stays open

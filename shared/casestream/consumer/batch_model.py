@@ -14,6 +14,7 @@ from typing import Any
 from casestream.consumer.records import Record
 from casestream.errors import CasestreamError
 from casestream.consumer.inbox import HeldEvent, InboxEntry
+from casestream.events.envelope import DecodedMessage
 
 TP = tuple[str, int]
 
@@ -35,8 +36,18 @@ class _Ineligible(CasestreamError):
 
 @dataclass(slots=True)
 class _Item:
+    """One record to apply: ``env`` identifies it (event id for the inbox, aggregate and version
+    for the guard); ``events`` are what handlers see when an event upcaster made other than the
+    one event ``env`` of it (None: just ``env``; ``()``: nothing, the guard still advances)."""
+
     rec: Record
     env: Any
+    events: tuple[Any, ...] | None = None
+
+    @property
+    def handled(self) -> tuple[Any, ...]:
+        """The events the handlers of this record run for, in order."""
+        return (self.env,) if self.events is None else self.events
 
     @property
     def key(self) -> tuple[str, str]:
@@ -68,13 +79,6 @@ class Decoded:
 
 
 @dataclass(slots=True)
-class _Attempt:
-    count: int
-    first: datetime
-    last: datetime
-
-
-@dataclass(slots=True)
 class BatchResult:
     """What the runtime must do with offsets after the transaction committed.
 
@@ -98,10 +102,29 @@ def _now() -> datetime:
     return datetime.now(timezone.utc)
 
 
+def item_of(rec: Record, decoded: Any) -> _Item:
+    """The :class:`_Item` of ``rec`` from what :func:`decode_record` returned for it."""
+    if isinstance(decoded, DecodedMessage):
+        source, events = decoded
+        return _Item(rec, events[0] if events else source, events)
+    return _Item(rec, decoded)
+
+
+def decode_record(decoder: Any, value: bytes, published_at: datetime | None) -> Any:
+    """Decode one message value: the Envelope, or a ``DecodedMessage`` when event upcasters
+    made other than that one event of it (``decode_message`` of the decoder, where it has one)."""
+    decode_message = getattr(decoder, "decode_message", None)
+    if decode_message is None:
+        return decoder.decode(value, published_at=published_at)
+    m = decode_message(value, published_at=published_at)
+    events = m.events
+    return events[0] if len(events) == 1 and events[0] is m.source else m
+
+
 def held_record(h: HeldEvent) -> Record:
     """The :class:`Record` a held event was stored from."""
     return Record(topic=h.topic, partition=h.partition, offset=h.offset, key=h.key,
                   value=h.value, headers=h.headers, timestamp_ms=h.timestamp_ms)
 
 
-__all__ = ["TP", "Action", "BatchResult", "Decoded", "held_record"]
+__all__ = ["TP", "Action", "BatchResult", "Decoded", "decode_record", "held_record", "item_of"]

@@ -73,7 +73,7 @@ class MessageApplier:
             insert_inbox(conn, self.consumer, [it.entry()])
             advance_guards(conn, self.consumer,
                            [(it.key[0], it.key[1], expected, version)], require_flowing=False)
-            unknown = self.dispatch.run_handlers(conn, rec, env)
+            unknown = self.dispatch.run_item(conn, it)
             if held is not None:
                 release_held(conn, self.consumer, held.event_id)
         if g is None:
@@ -127,8 +127,10 @@ class SavepointPath:
         self.cache.drop(items)
         known = known_event_ids(conn, self.consumer, [it.env.event_id for it in items])
         guards = load_guards(conn, self.consumer, {it.key for it in items})
+        failures = self.failures
+        retries = failures.load(conn, [it.env.event_id for it in items])
         seen: set[str] = set()
-        failed = self.failures.failed
+        failed = failures.failed
         for it in items:
             rec = it.rec
             if rec.tp in result.rewinds:
@@ -136,19 +138,23 @@ class SavepointPath:
             if time.monotonic() - t0 > self.max_batch_s:
                 result.cut(rec.tp, rec.offset, 0.0)
                 continue
+            if retries and failures.owed(rec, it.env, result, dead, conn):
+                continue
             try:
                 action = self.dispatch.action(it, known, seen, guards)
             except PoisonMessageError as e:
-                failed(rec, e, it.env, result, dead)
+                failed(rec, e, it.env, result, dead, conn)
                 continue
             if action is Action.DUPLICATE:
                 self.stats.duplicates += 1
+                failures.succeeded(conn, (it,))
             elif action is Action.STALE:
                 self.stats.stale += 1
+                failures.succeeded(conn, (it,))
             elif action is Action.UNKNOWN_STRICT:
                 failed(rec, PoisonMessageError(
                     f"no handler for event type {it.env.event_type!r} (strict mode)",
-                    reason="unknown_event_type"), it.env, result, dead)
+                    reason="unknown_event_type"), it.env, result, dead, conn)
             elif action is Action.HOLD:
                 self._hold(conn, it, guards, seen, result, dead)
             elif fast_failure is not None and fast_failure[0] == id(rec):
@@ -193,5 +199,5 @@ class SavepointPath:
         except Exception as e:  # noqa: BLE001 - classified by the failure handler
             self.failures.failed(it.rec, e, it.env, result, dead, conn)
             return False
-        self.failures.succeeded((it,))
+        self.failures.succeeded(conn, (it,))
         return True

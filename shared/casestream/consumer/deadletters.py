@@ -22,6 +22,22 @@ added (values UTF-8):
 ``traceparent``              W3C trace context (likewise)
 ==========================  =====================================================================
 
+A dead letter can always be written. The producer's ``message.max.bytes`` is the
+dead-letter topic's ``max.message.bytes`` (read from the broker when first needed, or
+given), not librdkafka's default 1,000,000 bytes; a message that does not fit even so (the
+source topic allows larger ones) is dead-lettered as a **reference**: no value, the
+original headers reduced to ``id``/``type``/``correlation_id``/``traceparent``, and
+
+==========================  =====================================================================
+``dlq.reference``            ``true``: the value is not here; read it at the original position
+``dlq.original.size``        bytes of the original value
+``dlq.original.sha256``      SHA-256 of the original value, hex
+``dlq.reference.reason``     ``too_large`` (the message exceeds the dead-letter topic's limit)
+==========================  =====================================================================
+
+so a partition is never wedged behind a message that cannot be dead-lettered. A reference
+is not re-driven (:func:`redrive` refuses it, naming the original position to re-consume).
+
 Re-drive (``casestream dlq redrive``) copies selected dead letters, bytes and headers unchanged
 plus ``dlq.redriven.at`` (and ``dlq.accept_gap=true`` on request), to ``<consumer>.redrive``.
 The consumer runtime subscribes to that topic and runs those messages through the same decode,
@@ -31,6 +47,8 @@ that fails again is dead-lettered again with its *original* position headers kep
 
 from __future__ import annotations
 
+import hashlib
+import logging
 import re
 import threading
 import uuid
@@ -42,6 +60,8 @@ from typing import Any, Protocol
 from casestream.consumer.records import Headers, Record
 from casestream.errors import CasestreamError
 from casestream.kafka.config import KafkaTarget, client_config
+
+log = logging.getLogger(__name__)
 
 DLQ_PREFIX = "dlq."
 H_TOPIC = "dlq.original.topic"
@@ -58,6 +78,19 @@ H_LAST = "dlq.last.failure"
 H_REDRIVE_COUNT = "dlq.redrive.count"
 H_REDRIVEN_AT = "dlq.redriven.at"
 H_ACCEPT_GAP = "dlq.accept_gap"
+H_REFERENCE = "dlq.reference"
+H_SIZE = "dlq.original.size"
+H_SHA256 = "dlq.original.sha256"
+H_REFERENCE_REASON = "dlq.reference.reason"
+REFERENCE_KEPT = ("id", "type", "correlation_id", "traceparent")
+"""Original headers a reference keeps (each cut to :data:`REFERENCE_HEADER_MAX` bytes)."""
+REFERENCE_HEADER_MAX = 256
+
+LIBRDKAFKA_MESSAGE_MAX = 1_000_000
+"""librdkafka's default ``message.max.bytes``: the limit used when the topic's is unknown."""
+RECORD_OVERHEAD = 1024
+"""Bytes reserved for the record batch and record framing around key, value and headers
+(Kafka protocol ``RecordBatch`` v2: 61-byte batch header, varint-framed records)."""
 ORIGIN_HEADERS = (H_TOPIC, H_PARTITION, H_OFFSET, H_TIMESTAMP)
 
 MAX_MESSAGE = 1000
@@ -152,50 +185,163 @@ class DeadLetterSink(Protocol):
     def flush(self) -> None: ...
 
 
+def record_size(key: bytes | None, value: bytes | None,
+                headers: Sequence[tuple[str, bytes]]) -> int:
+    """Bytes a record takes on the wire, an upper bound: key, value, headers, framing."""
+    return (len(key or b"") + len(value or b"") + RECORD_OVERHEAD
+            + sum(len(k) + len(v or b"") + 10 for k, v in headers))
+
+
+def reference_headers(consumer: str, dl: DeadLetter) -> list[tuple[str, bytes]]:
+    """The headers of a reference dead letter for ``dl`` (module docstring)."""
+    value = dl.record.value or b""
+    full = dead_letter_headers(consumer, dl)
+    kept = [(k, v[:REFERENCE_HEADER_MAX]) for k, v in full
+            if k.startswith(DLQ_PREFIX) or k in REFERENCE_KEPT]
+    return kept + [(H_REFERENCE, b"true"), (H_SIZE, str(len(value)).encode()),
+                   (H_SHA256, hashlib.sha256(value).hexdigest().encode()),
+                   (H_REFERENCE_REASON, b"too_large")]
+
+
+def topic_message_max(admin_config: dict[str, Any], topic: str, *,
+                      timeout_s: float = 10.0) -> int | None:
+    """The topic's ``max.message.bytes`` as the broker reports it (None if it cannot be read:
+    no such topic yet, no permission, broker down)."""
+    # lazy (start-up cost): confluent_kafka loads when a client is built
+    from confluent_kafka.admin import AdminClient, ConfigResource
+
+    try:
+        admin = AdminClient(admin_config)
+        resource = ConfigResource(ConfigResource.Type.TOPIC, topic)
+        configs = admin.describe_configs([resource], request_timeout=timeout_s)[resource]
+        entry = configs.result(timeout_s).get("max.message.bytes")
+        return int(entry.value) if entry is not None and entry.value else None
+    except Exception as e:  # noqa: BLE001 - any failure: fall back to the safe default
+        log.warning("dead-letter topic %s: max.message.bytes not readable (%s)", topic, e)
+        return None
+
+
 class KafkaDeadLetters:
     """Publishes dead letters to ``topic`` with an idempotent producer (acks=all).
 
     ``send`` is asynchronous; ``flush`` waits for every delivery and raises
     :class:`DeadLetterError` if any failed, so the runtime commits offsets only past messages
-    that really are on the dead-letter topic.
+    that really are on the dead-letter topic. A dead letter too large for the topic is sent
+    as a reference (module docstring), also when the broker refuses it
+    (``MSG_SIZE_TOO_LARGE`` in the delivery report).
+
+    Args:
+        producer_config: client settings (``bootstrap.servers``, security); a
+            ``message.max.bytes`` here wins over the topic's.
+        max_message_bytes: the topic's ``max.message.bytes``; default: read from the broker
+            at the first send (then :data:`LIBRDKAFKA_MESSAGE_MAX` if it cannot be read).
     """
 
     def __init__(self, producer_config: dict[str, Any], topic: str, consumer: str,
-                 *, flush_timeout_s: float = 30.0) -> None:
-        # lazy (start-up cost): confluent_kafka loads when a client is built
-        from confluent_kafka import Producer
-
-        conf = {"acks": "all", "enable.idempotence": True, "linger.ms": 5, **producer_config}
-        self._producer = Producer(conf)
+                 *, flush_timeout_s: float = 30.0, max_message_bytes: int | None = None) -> None:
+        self._config = dict(producer_config)
+        if "message.max.bytes" in self._config:
+            max_message_bytes = int(self._config["message.max.bytes"])
+        self._max_bytes = max_message_bytes
+        self._producer: Any = None
         self.topic = topic
         self.consumer = consumer
         self._flush_timeout_s = flush_timeout_s
         self._errors: list[str] = []
+        self._too_large: list[DeadLetter] = []
         self._lock = threading.Lock()
+        self.references = 0
 
-    def _on_delivery(self, err: Any, msg: Any) -> None:
-        if err is not None:
+    @property
+    def max_message_bytes(self) -> int:
+        """The limit dead letters are sized against, bytes (read from the broker once)."""
+        if self._max_bytes is None:
+            found = topic_message_max(self._config, self.topic)
+            self._max_bytes = found if found is not None else LIBRDKAFKA_MESSAGE_MAX
+        return self._max_bytes
+
+    def _client(self) -> Any:
+        if self._producer is None:
+            # lazy (start-up cost): confluent_kafka loads when a client is built
+            from confluent_kafka import Producer
+
+            self._producer = Producer({"acks": "all", "enable.idempotence": True,
+                                       "linger.ms": 5, **self._config,
+                                       "message.max.bytes": max(1000, self.max_message_bytes)})
+        return self._producer
+
+    def _on_delivery(self, dl: DeadLetter, reference: bool) -> Callable[[Any, Any], None]:
+        def done(err: Any, _msg: Any) -> None:
+            if err is None:
+                return
             with self._lock:
-                self._errors.append(str(err))
+                if not reference and _is_too_large(err):
+                    self._too_large.append(dl)
+                else:
+                    self._errors.append(str(err))
+        return done
 
     def send(self, dl: DeadLetter) -> None:
-        """Queue ``dl`` for delivery (key/value unchanged, headers per module docstring)."""
+        """Queue ``dl`` for delivery (key/value unchanged, headers per module docstring),
+        or its reference when it does not fit the topic."""
         rec = dl.record
-        self._producer.produce(
-            self.topic, key=rec.key, value=rec.value,
-            headers=dead_letter_headers(self.consumer, dl), on_delivery=self._on_delivery,
-        )
-        self._producer.poll(0)
+        headers = dead_letter_headers(self.consumer, dl)
+        if record_size(rec.key, rec.value, headers) > self.max_message_bytes:
+            self._send_reference(dl)
+            return
+        producer = self._client()
+        try:
+            producer.produce(self.topic, key=rec.key, value=rec.value, headers=headers,
+                             on_delivery=self._on_delivery(dl, False))
+        except Exception as e:
+            if not _is_too_large(e):
+                raise
+            self._send_reference(dl)
+            return
+        producer.poll(0)
+
+    def _send_reference(self, dl: DeadLetter) -> None:
+        rec = dl.record
+        log.warning("%s: message %s[%d]@%d (%d bytes) exceeds dead-letter topic %s's limit "
+                    "of %d bytes: dead-lettered as a reference", self.consumer, rec.topic,
+                    rec.partition, rec.offset, len(rec.value or b""), self.topic,
+                    self.max_message_bytes)
+        self.references += 1
+        producer = self._client()
+        producer.produce(self.topic, key=(rec.key or b"")[:REFERENCE_HEADER_MAX] or None,
+                         value=None, headers=reference_headers(self.consumer, dl),
+                         on_delivery=self._on_delivery(dl, True))
+        producer.poll(0)
 
     def flush(self) -> None:
-        """Wait for all deliveries. Raises DeadLetterError on a failed or timed-out delivery."""
+        """Wait for all deliveries (a dead letter the broker refused as too large is sent
+        again as its reference). Raises DeadLetterError on a failed or timed-out delivery."""
+        if self._producer is None:
+            return
         remaining = self._producer.flush(self._flush_timeout_s)
+        with self._lock:
+            refused, self._too_large = self._too_large, []
+        if refused:
+            for dl in refused:
+                self._send_reference(dl)
+            remaining = self._producer.flush(self._flush_timeout_s)
         with self._lock:
             errors, self._errors = self._errors, []
         if remaining or errors:
             raise DeadLetterError(
                 f"dead-letter delivery to {self.topic} failed: {remaining} undelivered, {errors[:3]}"
             )
+
+
+def _is_too_large(error: Any) -> bool:
+    """True for librdkafka's ``MSG_SIZE_TOO_LARGE`` (local or from the broker)."""
+    # lazy (start-up cost): confluent_kafka loads when a client is built
+    from confluent_kafka import KafkaError, KafkaException
+
+    if isinstance(error, KafkaException):
+        error = error.args[0] if error.args else None
+    code = error.code() if isinstance(error, KafkaError) else None
+    return code == KafkaError.MSG_SIZE_TOO_LARGE
 
 
 class MemoryDeadLetters:
@@ -297,6 +443,13 @@ def redrive(bootstrap: KafkaTarget, records: Sequence[Record], redrive_topic: st
     # lazy (start-up cost): confluent_kafka loads when a client is built
     from confluent_kafka import Producer
 
+    references = [r for r in records if r.header(H_REFERENCE) == "true"]
+    if references:
+        where = ", ".join(f"{r.header(H_TOPIC)}[{r.header(H_PARTITION)}]@{r.header(H_OFFSET)}"
+                          for r in references[:5])
+        raise DeadLetterError(f"{len(references)} dead letter(s) are references to messages too "
+                              f"large for the dead-letter topic ({where}): re-consume them from "
+                              "their original position instead")
     stamp = iso((now or (lambda: datetime.now(timezone.utc)))())
     producer = Producer({**client_config(bootstrap), "acks": "all",
                          "enable.idempotence": True, **(producer_config or {})})

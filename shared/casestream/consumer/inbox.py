@@ -28,6 +28,7 @@ from typing import Any
 
 from casestream.errors import RetryableError
 from casestream.consumer.guard import AggregateState
+from casestream.consumer.retries import RETRY_DDL
 
 INBOX_DDL = """
 CREATE TABLE IF NOT EXISTS consumer_inbox (
@@ -142,10 +143,12 @@ class WaitingAggregate:
 
 
 def ensure_schema(conn: Any) -> None:
-    """Create the inbox/guard/held tables if missing (idempotent; commits on ``conn``)."""
+    """Create the inbox/guard/held tables and the retry table (``casestream.consumer.retries``)
+    if missing (idempotent; commits on ``conn``)."""
     with conn.transaction():
         conn.execute("SELECT pg_advisory_xact_lock(%s)", (_DDL_LOCK,))
         conn.execute(INBOX_DDL)
+        conn.execute(RETRY_DDL)
 
 
 # Lookups are written as LATERAL subqueries with LIMIT 1 (an optimisation fence) so that each

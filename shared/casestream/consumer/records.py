@@ -22,7 +22,10 @@ class EnvelopeDecoder(Protocol):
     ``decode`` turns a message value (Confluent wire format) into an upcast Envelope whose
     ``published_at`` is the given time; it raises ``PoisonMessageError`` for bytes that can never
     decode (bad magic byte, unknown schema id, resolution or validation failure) and
-    ``RegistryUnavailable`` when the registry cannot be reached (retried).
+    ``RegistryUnavailable`` when the registry cannot be reached (retried). A decoder that also
+    has ``decode_message(value, *, published_at=None) -> DecodedMessage`` (the codec does) is read
+    through it, so a message an event upcaster makes zero or several events of is applied as one
+    aggregate step with every event handled in order (``casestream.events.upcasting``).
     """
 
     def decode(self, value: bytes, *, published_at: datetime | None = None) -> Envelope: ...

@@ -22,8 +22,15 @@ Loop, in the main thread (one batch in the database at a time, the next one pref
         the worker thread, then commit batch N's offsets (synchronously, while N+1 runs)
 
 Rebalance (eager protocol, librdkafka default ``range,roundrobin``): ``on_revoke`` waits for the
-batch in flight, commits its offsets synchronously, and forgets the revoked partitions' retry
-state; ``on_lost`` does the same without committing (the group has already moved on).
+batch in flight, commits its offsets synchronously, resumes the revoked partitions it had
+paused and forgets them; ``on_lost`` does the same without committing (the group has already
+moved on); ``on_assign`` resumes every partition it hands over. librdkafka keeps an
+application ``pause()`` on a partition across revoke and re-assign (it is a flag of the
+partition object, not of the assignment), so a partition paused for a backoff and assigned
+back would otherwise never be fetched again. After any rebalance each assigned partition is
+thus fetched, or paused by a decision taken after the assignment: a message in backoff is
+fetched once and its ``consumer_retry`` row (``casestream.consumer.retries``) pauses its
+partition for the rest of the backoff, whichever member held it before.
 Batch-level failures (database down, dead-letter topic unreachable) roll the batch back, rewind
 every partition in it and retry after an exponential backoff (capped at ``retry.max_delay_s``), without
 counting against any message.
@@ -411,9 +418,13 @@ class ConsumerRuntime:
     # ------------------------------------------------------------------ rebalance callbacks
 
     def _on_assign(self, consumer: Any, partitions: list[Any]) -> None:
-        self._assigned |= {(p.topic, p.partition) for p in partitions}
+        given = {(p.topic, p.partition) for p in partitions}
+        self._assigned |= given
         self.stats.assignments += 1
         log.info("%s: assigned %s", self.name, _fmt(partitions))
+        # A pause from before a revoke survives in librdkafka: nothing assigned now is paused
+        # by a current decision of ours (the revoke forgot them), so fetch them all.
+        self._resume([tp for tp in given if tp not in self._paused])
         self.ready.set()
 
     def _on_revoke(self, consumer: Any, partitions: list[Any]) -> None:
@@ -446,6 +457,9 @@ class ConsumerRuntime:
                     self._pending[tp] = off
 
     def _forget(self, tps: set[TP]) -> None:
+        """Drop ``tps`` (revoked or lost); their backoff pauses are lifted in librdkafka too,
+        the backoff itself stays due in ``consumer_retry`` for whoever gets them next."""
+        self._resume([tp for tp in tps if tp in self._paused])
         self._assigned -= tps
         for tp in tps:
             self._paused.pop(tp, None)

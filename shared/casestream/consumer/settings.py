@@ -33,8 +33,9 @@ class ConsumerSettings:
             keeps calling ``poll`` while it finishes, so a long handler does not get the consumer
             evicted (``max.poll.interval.ms``) with work half done.
         retry: backoff of retryable failures (per message: after ``max_attempts`` failed
-            attempts or ``max_elapsed_s`` since its first failure it is dead-lettered) and of
-            failed batches; must be bounded (see ``casestream.retry``).
+            attempts or ``max_elapsed_s`` since its first failure it is dead-lettered; counted
+            durably in ``consumer_retry``, so across members and restarts) and of failed
+            batches; must be bounded (see ``casestream.retry``).
         gap_hold_s: how long an aggregate with a version gap is held before it is parked and its
             first held event dead-lettered with reason ``version_gap``.
         sweep_interval_s: how often held/parked aggregates are checked (deadline, drain).
@@ -58,6 +59,10 @@ class ConsumerSettings:
         ensure_topics: create the DLQ and re-drive topics at start if missing.
         ensure_schema: create the inbox/guard/held tables at start if missing.
         dlq_flush_timeout_s: how long to wait for dead-letter deliveries before giving up on a batch.
+        retry_state_retention_s: how long the ``consumer_retry`` row of a dead-lettered message
+            is kept (default 7 days): within it, a redelivery of the same message after a crash
+            between the database commit and the dead letter's delivery is dead-lettered again
+            with its recorded attempt count instead of being tried again.
     """
 
     batch_size: int = 500
@@ -78,6 +83,7 @@ class ConsumerSettings:
     ensure_topics: bool = True
     ensure_schema: bool = True
     dlq_flush_timeout_s: float = 30.0
+    retry_state_retention_s: float = 7 * 86400.0
 
     def __post_init__(self) -> None:
         if self.batch_size < 1:

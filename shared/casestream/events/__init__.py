@@ -27,14 +27,21 @@ from casestream.events.catalog import (
     same_schema,
     schema_text,
 )
-from casestream.events.envelope import Envelope, EnvelopeError, new_event
+from casestream.events.envelope import DecodedMessage, Envelope, EnvelopeError, new_event
 from casestream.events.registry import (
     ConfluentSchemaRegistry,
     InMemoryRegistry,
     SchemaRegistry,
     register_catalog,
 )
-from casestream.events.upcasting import Upcaster, UpcasterChain, VersionCatalog
+from casestream.events.upcasting import (
+    EventUpcaster,
+    UpcastError,
+    Upcaster,
+    UpcasterChain,
+    VersionCatalog,
+    derived_event_id,
+)
 
 if TYPE_CHECKING:
     from casestream.events.codec import ENVELOPE_FIELDS, EnvelopeCodec, InvalidEventError, open_codec, schema_id_of
@@ -44,11 +51,11 @@ _LAZY = {name: "casestream.events.codec"
          for name in ("ENVELOPE_FIELDS", "EnvelopeCodec", "InvalidEventError", "open_codec", "schema_id_of")}
 
 __all__ = [
-    "ENVELOPE_FIELDS", "Catalog", "CatalogError", "ConfluentSchemaRegistry", "Envelope",
-    "EnvelopeCodec", "EnvelopeError", "InMemoryRegistry", "InvalidEventError", "SchemaRegistry",
-    "SchemaVersion", "SubjectSpec", "Upcaster", "UpcasterChain", "VersionCatalog",
-    "load_catalog", "new_event", "open_codec", "register_catalog", "same_schema",
-    "schema_id_of", "schema_text",
+    "ENVELOPE_FIELDS", "Catalog", "CatalogError", "ConfluentSchemaRegistry", "DecodedMessage",
+    "Envelope", "EnvelopeCodec", "EnvelopeError", "EventUpcaster", "InMemoryRegistry",
+    "InvalidEventError", "SchemaRegistry", "SchemaVersion", "SubjectSpec", "UpcastError",
+    "Upcaster", "UpcasterChain", "VersionCatalog", "derived_event_id", "load_catalog",
+    "new_event", "open_codec", "register_catalog", "same_schema", "schema_id_of", "schema_text",
 ]
 
 

@@ -18,7 +18,7 @@ import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, NamedTuple
 
 from casestream.errors import CasestreamError
 
@@ -66,6 +66,19 @@ class Envelope:
                 f"aggregate_version: must be an integer >= 1, got {self.aggregate_version!r}")
         if self.occurred_at.tzinfo is None:
             raise EnvelopeError("occurred_at: must be timezone-aware (UTC)")
+
+
+class DecodedMessage(NamedTuple):
+    """One message value decoded: the event as stored and the events it stands for today.
+
+    ``source``: the stored event (its event id and aggregate fields identify the message for the
+    inbox and the aggregate-version guard; without event upcasters it is the upcast event itself).
+    ``events``: what handlers see, in order — zero, one or several envelopes at their newest
+    versions (``(source,)`` for a message no event upcaster touches).
+    """
+
+    source: Envelope
+    events: tuple[Envelope, ...]
 
 
 def _compile_trusted() -> Any:

@@ -15,6 +15,12 @@ Registration is explicit (``casestream schemas register`` or ``EnvelopeCodec.pre
 in dev/test) and idempotent: registering an already registered schema returns its id and
 creates no version (Confluent API, "POST /subjects/(subject)/versions"). Production services
 only :meth:`~SchemaRegistry.lookup` ("POST /subjects/(subject)", never registers).
+
+A registry may answer a registration with an *existing* version whose schema differs from the
+one sent (Apicurio folds schemas equal up to docs, aliases and enum defaults):
+:func:`register_catalog` notices and, when the adapter has the optional
+``add_version(subject, schema) -> int | None`` (:meth:`ConfluentSchemaRegistry.add_version`:
+Apicurio's core API), stores the schema as a distinct version; otherwise it reports ``shared``.
 """
 
 from __future__ import annotations
@@ -25,7 +31,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from casestream.events.catalog import schema_text
+from casestream.events.catalog import same_schema, schema_text
 from casestream.errors import IncompatibleSchemaError, RegistryUnavailable, SchemaError, UnknownSchemaError
 
 __all__ = [
@@ -122,7 +128,7 @@ class ConfluentSchemaRegistry:
         max_retries: client retries on transport errors / 5xx (0 = fail fast; CLI default).
         client: an existing ``SchemaRegistryClient`` to wrap (then url/timeout/max_retries
             only name the registry in messages).
-        properties: further ``SchemaRegistryClient`` properties: ``basic.auth.user.info``
+        options: further ``SchemaRegistryClient`` settings: ``basic.auth.user.info``
             (``user:password``), ``bearer.auth.credentials.source`` + ``bearer.auth.token``
             (+ ``bearer.auth.logical.cluster``, which that client requires),
             ``ssl.ca.location`` (a CA bundle to verify the registry's certificate),
@@ -135,14 +141,14 @@ class ConfluentSchemaRegistry:
     """
 
     def __init__(self, url: str, *, timeout: float = 10.0, max_retries: int = 2, client: Any = None,
-                 properties: Mapping[str, Any] | None = None):
+                 options: Mapping[str, Any] | None = None):
         self.url = url
         if client is None:
             # lazy (start-up cost): the registry client loads on first use; the catalog-only users skip it
             from confluent_kafka.schema_registry import SchemaRegistryClient
 
             conf = {"url": url, "timeout": timeout, "max.retries": max_retries, "retries.wait.ms": 200,
-                    **_typed(properties or {})}
+                    **_typed(options or {})}
             try:
                 client = SchemaRegistryClient(conf)
             except (ValueError, TypeError, OSError) as e:  # OSError: an unreadable CA or certificate
@@ -243,6 +249,46 @@ class ConfluentSchemaRegistry:
         """See :meth:`SchemaRegistry.set_compatibility`."""
         with self._translated(f"set compatibility of {subject}"):
             self._client.set_compatibility(subject_name=subject, level=level)
+
+    def add_version(self, subject: str, schema: Mapping[str, Any]) -> int | None:
+        """Store ``schema`` as a new version of ``subject`` even when the registry deems it equal
+        to an existing one; returns its schema id, or None when this registry cannot.
+
+        Apicurio Registry (>= 3.2) folds a schema into an existing version when both are equal
+        after its canonicalization (docs, aliases and enum defaults dropped), on the Confluent API
+        whatever ``apicurio.ccompat.use-canonical-hash`` says; its core API
+        (``POST /apis/registry/v3/groups/default/artifacts/{subject}/versions``) stores the text
+        as a new version with its own content id, which is the id the Confluent API serves
+        (``apicurio.ccompat.legacy-id-mode.enabled=false``). Other registries: None.
+
+        Raises:
+            IncompatibleSchemaError: the subject's compatibility rule refused it (HTTP 409).
+            RegistryUnavailable: the registry did not answer.
+        """
+        base, sep, _ = self.url.rstrip("/").rpartition("/apis/ccompat/")
+        if not sep:
+            return None
+        # lazy (start-up cost): loaded by `schemas register` only
+        from urllib.parse import quote
+
+        from confluent_kafka.schema_registry.common._httpx_compat import httpx  # httpx or httpx2
+
+        url = f"{base}/apis/registry/v3/groups/default/artifacts/{quote(subject, safe='')}/versions"
+        body = {"content": {"content": schema_text(schema), "contentType": "application/json"}}
+        try:
+            resp = httpx.post(url, json=body, timeout=10.0)
+        except httpx.HTTPError as e:
+            raise RegistryUnavailable(f"{url}: registry unreachable: {type(e).__name__}: {e}") from e
+        if resp.status_code == 409:
+            raise IncompatibleSchemaError(f"{url}: {subject}: {resp.text[:300]} (HTTP 409)")
+        if resp.status_code == 404:
+            return None  # not an Apicurio core API
+        if resp.status_code >= 300:
+            raise RegistryUnavailable(f"{url}: {subject}: HTTP {resp.status_code}: {resp.text[:300]}")
+        try:
+            return int(resp.json()["contentId"])
+        except (ValueError, KeyError, TypeError) as e:
+            raise RegistryUnavailable(f"{url}: unparseable answer: {resp.text[:300]}") from e
 
     def get_compatibility(self, subject: str) -> str | None:
         """See :meth:`SchemaRegistry.get_compatibility`."""
@@ -349,7 +395,9 @@ class RegistrationStep:
     """What :func:`register_catalog` did for one subject version or setting.
 
     ``action``: ``unchanged`` (already registered), ``registered``, ``would-register`` (dry run),
-    ``compatibility-set``, ``compatibility-would-set``, ``compatibility-ok``.
+    ``shared`` (the registry holds this catalog version as one of its versions that also
+    stands for another: ``detail`` says which and what follows), ``compatibility-set``,
+    ``compatibility-would-set``, ``compatibility-ok``.
     """
 
     subject: str
@@ -359,13 +407,29 @@ class RegistrationStep:
     detail: str = ""
 
 
+def _exact(registered: list[RegisteredVersion], schema: Mapping[str, Any]) -> RegisteredVersion | None:
+    """The registered version whose schema is ``schema`` itself (docs, aliases, defaults included)."""
+    return next((rv for rv in registered if same_schema(rv.schema, schema)), None)
+
+
+SHARED_CONSEQUENCE = (
+    "consumers still decode both (the envelope carries the event version), but the registry "
+    "checks later versions against {twin}'s schema, not this one's, and `schemas check "
+    "--registry` sees {twin} only")
+
+
 def register_catalog(
     catalog: Any, registry: SchemaRegistry, *, subjects: list[str] | None = None, dry_run: bool = False
 ) -> list[RegistrationStep]:
     """Register every catalog version (ascending) and set each subject's compatibility level.
 
-    Idempotent: a version already registered is looked up, not registered again. The level
-    is set right after version 1 exists, so the registry itself enforces it for later versions.
+    Idempotent: a version whose exact schema (docs, aliases and defaults included) is already
+    a registered version is not registered again. A registry that answers a registration
+    with an *existing* version (it deduplicates by a canonical form that drops docs, aliases or
+    enum defaults, as Apicurio does) gets the schema as a distinct version through
+    ``registry.add_version`` when it has one (:meth:`ConfluentSchemaRegistry.add_version`);
+    otherwise the step is ``shared`` and says what follows. The level is set right after
+    version 1 exists, so the registry itself enforces it for later versions.
 
     Args:
         catalog: a ``casestream.events.catalog.Catalog``.
@@ -386,18 +450,21 @@ def register_catalog(
         if subjects is not None and spec.subject not in subjects:
             continue
         level_done = False
+        registered = registry.versions(spec.subject)
         for v in spec.versions:
             sv = catalog.versions[(spec.event_type, v)]
-            try:
-                sid: int | None = registry.lookup(spec.subject, sv.schema)
+            found = _exact(registered, sv.schema)
+            sid: int | None = None
+            if found is not None:
+                sid = found.schema_id
                 steps.append(RegistrationStep(subject=spec.subject, version=v, action="unchanged", schema_id=sid))
-            except UnknownSchemaError:
-                if dry_run:
-                    steps.append(RegistrationStep(subject=spec.subject, version=v, action="would-register"))
-                    sid = None
-                else:
-                    sid = registry.register(spec.subject, sv.schema)
-                    steps.append(RegistrationStep(subject=spec.subject, version=v, action="registered", schema_id=sid))
+            elif dry_run:
+                steps.append(RegistrationStep(subject=spec.subject, version=v, action="would-register"))
+            else:
+                step = _register_one(registry, spec.subject, v, sv.schema, registered)
+                registered = registry.versions(spec.subject)
+                sid = step.schema_id
+                steps.append(step)
             if not level_done and (sid is not None or dry_run):
                 level_done = True
                 current = registry.get_compatibility(spec.subject) if sid is not None else None
@@ -412,3 +479,21 @@ def register_catalog(
                     steps.append(RegistrationStep(subject=spec.subject, version=None, action="compatibility-set",
                                                   detail=f"{current or 'unset'} -> {spec.compatibility}"))
     return steps
+
+
+def _register_one(registry: SchemaRegistry, subject: str, v: int, schema: Mapping[str, Any],
+                  before: list[RegisteredVersion]) -> RegistrationStep:
+    """Register catalog version ``v``; detect and undo a fold into an existing version."""
+    sid = registry.register(subject, schema)
+    twin = next((rv for rv in before if rv.schema_id == sid), None)
+    if twin is None:
+        return RegistrationStep(subject=subject, version=v, action="registered", schema_id=sid)
+    folded = (f"the registry answered with its version {twin.version} (id {twin.schema_id}), "
+              f"an existing schema equal to this one up to docs, aliases or enum defaults")
+    add = getattr(registry, "add_version", None)
+    distinct = add(subject, schema) if add is not None else None
+    if distinct is not None:
+        return RegistrationStep(subject=subject, version=v, action="registered", schema_id=distinct,
+                                detail=f"as a distinct version ({folded})")
+    return RegistrationStep(subject=subject, version=v, action="shared", schema_id=sid,
+                            detail=f"{folded}; " + SHARED_CONSEQUENCE.format(twin=f"registry version {twin.version}"))

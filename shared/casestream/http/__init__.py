@@ -1,5 +1,10 @@
 """The shared HTTP edge of the casestream services (starlette / pure ASGI middlewares).
 
+The error boundary (``boundary``: every failure a problem+json answer), request bodies
+read whole before a slot is taken, bounded in size, media type and time, and parsed as
+strict JSON (``body``, ``jsonbody``), request models (``models``: pydantic bodies and
+query strings, errors naming each field; lazily re-exported: pydantic), OpenAPI documents
+built from those models (``openapi``, lazily re-exported),
 Bearer-token authentication and role checks (``authn``), load shedding (``shedding``),
 per-tenant and per-client rate limiting (``ratelimit``), request deadlines (``deadline``,
 and ``pgdeadline`` for PostgreSQL), problem+json answers and the list routes' ``limit``
@@ -25,6 +30,8 @@ from casestream.http.authn import (
     requires,
     unauthorized,
 )
+from casestream.http.body import BodyLimits, JsonBodyMiddleware, RequestBodyMiddleware
+from casestream.http.boundary import ErrorBoundaryMiddleware
 from casestream.http.counters import EdgeCounters
 from casestream.http.deadline import (
     Deadline,
@@ -34,17 +41,46 @@ from casestream.http.deadline import (
     deadline_scope,
 )
 from casestream.http.edge import EdgePolicy, edge_middleware, edge_policy
-from casestream.http.problem import PROBLEM_JSON, limit_param, problem_response
+from casestream.http.jsonbody import parse_json
+from casestream.http.problem import PROBLEM_JSON, HttpProblem, limit_param, problem_response
 from casestream.http.ratelimit import RateLimit, RateLimiter, RateLimitMiddleware
 from casestream.http.shedding import LoadShedMiddleware
 
 if TYPE_CHECKING:
     from casestream.http.app import edge_app, guarded
+    from casestream.http.models import (
+        BLANK,
+        TEXT_PATTERN,
+        Identifier,
+        Limit,
+        body_model,
+        field_message,
+        json_body,
+        query_model,
+        text,
+        validate,
+    )
+    from casestream.http.openapi import (
+        PROBLEM_SCHEMA,
+        RATE_LIMITED_SCHEMA,
+        RETRY_AFTER,
+        Operation,
+        json_answer,
+        openapi_document,
+        openapi_route,
+        problem_answer,
+    )
     from casestream.http.pgdeadline import DeadlinePool
 
 # Lazy: pgdeadline imports psycopg; app is imported on its own (see above).
 _LAZY = {"edge_app": "casestream.http.app", "guarded": "casestream.http.app",
-         "DeadlinePool": "casestream.http.pgdeadline"}
+         "DeadlinePool": "casestream.http.pgdeadline",
+         **{name: "casestream.http.models" for name in (
+             "BLANK", "TEXT_PATTERN", "Identifier", "Limit", "body_model", "field_message",
+             "json_body", "query_model", "text", "validate")},
+         **{name: "casestream.http.openapi" for name in (
+             "PROBLEM_SCHEMA", "RATE_LIMITED_SCHEMA", "RETRY_AFTER", "Operation", "json_answer",
+             "openapi_document", "openapi_route", "problem_answer")}}
 
 __all__ = [
     "AuthAnswer", "DeadlinePool", "answer_for", "edge_app", "guarded",
@@ -53,6 +89,12 @@ __all__ = [
     "RateLimitMiddleware", "RateLimiter", "current_deadline", "deadline_scope",
     "edge_middleware", "edge_policy", "forbidden", "limit_param", "principal_of",
     "problem_response", "requires", "unauthorized",
+    "BodyLimits", "ErrorBoundaryMiddleware", "HttpProblem", "JsonBodyMiddleware",
+    "RequestBodyMiddleware", "parse_json",
+    "BLANK", "TEXT_PATTERN", "Identifier", "Limit", "body_model", "field_message", "json_body",
+    "query_model", "text", "validate",
+    "PROBLEM_SCHEMA", "RATE_LIMITED_SCHEMA", "RETRY_AFTER", "Operation", "json_answer",
+    "openapi_document", "openapi_route", "problem_answer",
 ]
 
 

@@ -1,7 +1,8 @@
 """What every service's starlette app shares around its own routes.
 
 - :func:`edge_app`: the app behind the shared edge (``edge_middleware``), with
-  :func:`http_error` for starlette's own 404/405 and ``app.state.counters``;
+  :func:`http_error` for starlette's own 404/405, :class:`~casestream.http.problem.HttpProblem`
+  raised by a route rendered as its problem, and ``app.state.counters``;
 - :func:`guarded`: runs a blocking read in the thread pool and turns a passed request
   deadline or storage trouble into a 503 problem with ``Retry-After: 1``.
 
@@ -19,12 +20,12 @@ from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import Response
-from starlette.routing import BaseRoute
+from starlette.routing import BaseRoute, Match
 
 from casestream.http.counters import EdgeCounters
 from casestream.http.deadline import DeadlineExceeded
 from casestream.http.edge import EdgePolicy, edge_middleware
-from casestream.http.problem import problem_response
+from casestream.http.problem import HttpProblem, problem_response
 
 T = TypeVar("T")
 
@@ -37,19 +38,39 @@ async def http_error(request: Request, exc: Exception) -> Response:
     (``Allow`` on a 405) kept."""
     assert isinstance(exc, HTTPException)
     code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code, "http_error")
+    headers = dict(exc.headers) if exc.headers else {}
+    if exc.status_code == 405:
+        headers["Allow"] = ", ".join(allowed_methods(request))
     return problem_response(exc.status_code, code, str(exc.detail),
                             f"{request.method} {request.url.path}: {exc.detail}",
-                            instance=request.url.path,
-                            headers=dict(exc.headers) if exc.headers else None)
+                            instance=request.url.path, headers=headers or None)
+
+
+def allowed_methods(request: Request) -> list[str]:
+    """Every method some route of the app serves at this path (RFC 9110 §10.2.1 ``Allow``),
+    also when several routes share the path (starlette's own 405 names the first one's)."""
+    methods: set[str] = set()
+    for route in request.app.router.routes:
+        match, _ = route.matches({**request.scope, "method": "GET"})
+        if match is not Match.NONE:
+            methods |= set(getattr(route, "methods", None) or ())
+    return sorted(methods)
+
+
+async def http_problem(request: Request, exc: Exception) -> Response:
+    """An :class:`HttpProblem` raised by a route, as its problem response."""
+    assert isinstance(exc, HttpProblem)
+    return exc.response(request.url.path)
 
 
 def edge_app(routes: Sequence[BaseRoute], edge: EdgePolicy) -> Starlette:
     """A starlette app serving ``routes`` behind ``edge`` (health routes are added by
     ``ServiceProcess``); ``app.state.counters`` holds the edge's :class:`EdgeCounters`."""
     handler: Callable[[Request, Exception], Awaitable[Response]] = http_error
+    problem: Callable[[Request, Exception], Awaitable[Response]] = http_problem
     counters = EdgeCounters()
     app = Starlette(routes=list(routes), middleware=edge_middleware(edge, counters),
-                    exception_handlers={HTTPException: handler})
+                    exception_handlers={HTTPException: handler, HttpProblem: problem})
     app.state.counters = counters
     return app
 

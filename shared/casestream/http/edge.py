@@ -3,11 +3,18 @@
 ``edge_middleware(policy, counters)`` returns starlette ``Middleware`` entries, outermost
 first:
 
-1. :class:`~casestream.http.shedding.LoadShedMiddleware` — refuse past the in-flight limit
-   before doing any work (503 + ``Retry-After``);
-2. :class:`~casestream.http.deadline.DeadlineMiddleware` — the request's deadline starts;
-3. :class:`~casestream.http.authn.BearerAuthMiddleware` — 401 without a valid token;
-4. :class:`~casestream.http.ratelimit.RateLimitMiddleware` — 429 per tenant / client.
+1. :class:`~casestream.http.boundary.ErrorBoundaryMiddleware` — any failure escaping what
+   follows is a problem+json answer (500 without details), a client gone is no error;
+2. :class:`~casestream.http.body.RequestBodyMiddleware` — the body is read whole, bounded
+   in bytes (413), media type (415) and time (408), *before* a slot is taken, so a client
+   trickling its body holds no in-flight slot;
+3. :class:`~casestream.http.shedding.LoadShedMiddleware` — refuse past the in-flight limit
+   before doing any further work (503 + ``Retry-After``);
+4. :class:`~casestream.http.deadline.DeadlineMiddleware` — the request's deadline starts;
+5. :class:`~casestream.http.authn.BearerAuthMiddleware` — 401 without a valid token;
+6. :class:`~casestream.http.ratelimit.RateLimitMiddleware` — 429 per tenant / client;
+7. :class:`~casestream.http.body.JsonBodyMiddleware` — a JSON body parsed strictly (400 for
+   duplicate keys, excessive depth, NUL or lone surrogates, naming the field).
 
 Routes then check roles (``requires`` / ``Principal.require``) and scope every read and
 write to ``principal.tenant_id``.
@@ -24,6 +31,8 @@ from starlette.middleware import Middleware
 from casestream.auth.tokens import AuthSettings, TokenVerifier
 from casestream.errors import ConfigError
 from casestream.http.authn import PUBLIC_PATHS, BearerAuthMiddleware
+from casestream.http.body import BodyLimits, JsonBodyMiddleware, RequestBodyMiddleware
+from casestream.http.boundary import ErrorBoundaryMiddleware
 from casestream.http.counters import EdgeCounters
 from casestream.http.deadline import DeadlineMiddleware
 from casestream.http.ratelimit import RateLimit, RateLimiter, RateLimitMiddleware
@@ -44,6 +53,7 @@ class EdgePolicy:
         deadline_s: budget of every request for its outgoing calls, seconds.
         retry_after_s: ``Retry-After`` of a shed answer, seconds.
         public_paths: served without a token (probes, OpenAPI document).
+        body: request body limits (size, read time, media types, JSON depth).
     """
 
     verifier: TokenVerifier
@@ -53,12 +63,15 @@ class EdgePolicy:
     deadline_s: float = 5.0
     retry_after_s: int = 1
     public_paths: frozenset[str] = field(default=PUBLIC_PATHS)
+    body: BodyLimits = field(default_factory=BodyLimits)
 
 
 def edge_middleware(policy: EdgePolicy, counters: EdgeCounters | None = None) -> list[Middleware]:
     """The middlewares of ``policy`` in order (module docstring); ``counters`` are shared."""
     counters = counters if counters is not None else EdgeCounters()
     stack = [
+        Middleware(ErrorBoundaryMiddleware, counters=counters),
+        Middleware(RequestBodyMiddleware, limits=policy.body, counters=counters),
         Middleware(LoadShedMiddleware, max_in_flight=policy.max_in_flight,
                    retry_after_s=policy.retry_after_s, exempt_paths=PROBE_PATHS,
                    counters=counters),
@@ -69,6 +82,7 @@ def edge_middleware(policy: EdgePolicy, counters: EdgeCounters | None = None) ->
     if policy.per_tenant is not None or policy.per_client is not None:
         limiter = RateLimiter(per_tenant=policy.per_tenant, per_client=policy.per_client)
         stack.append(Middleware(RateLimitMiddleware, limiter=limiter, counters=counters))
+    stack.append(Middleware(JsonBodyMiddleware, max_depth=policy.body.max_depth))
     return stack
 
 
@@ -91,6 +105,10 @@ class EdgeSettings(Protocol):
     def rate_client_burst(self) -> int: ...
     @property
     def request_deadline_s(self) -> float: ...
+    @property
+    def max_body_bytes(self) -> int: ...
+    @property
+    def body_timeout_s(self) -> float: ...
 
 
 def edge_policy(settings: EdgeSettings, service: str) -> EdgePolicy:
@@ -115,4 +133,6 @@ def edge_policy(settings: EdgeSettings, service: str) -> EdgePolicy:
                              burst=settings.rate_tenant_burst),
         per_client=RateLimit(rate_per_s=settings.rate_client_per_s,
                              burst=settings.rate_client_burst),
-        deadline_s=settings.request_deadline_s)
+        deadline_s=settings.request_deadline_s,
+        body=BodyLimits(max_bytes=settings.max_body_bytes,
+                        read_timeout_s=settings.body_timeout_s))

@@ -2,7 +2,7 @@
 
 Public API::
 
-    from casestream.outbox import OutboxWriter, OUTBOX_MIGRATION, headers_for, bump_version
+    from casestream.outbox import OutboxWriter, OUTBOX_MIGRATIONS, headers_for, bump_version
     from casestream.outbox import OutboxRelay, RelaySettings   # the relay (Kafka producer)
     from casestream.outbox import OutboxSink, MemorySink       # EventSink adapters
     from casestream.outbox import outbox_status, redrive       # operator actions (admin)
@@ -25,8 +25,11 @@ from casestream.outbox.writer import (
     NOTIFY_CHANNEL,
     OUTBOX_DDL,
     OUTBOX_MIGRATION,
+    OUTBOX_MIGRATIONS,
+    OUTBOX_STORAGE_MIGRATION,
     OUTBOX_SHARDS,
     EventEncoder,
+    OutboxRowTooLarge,
     OutboxWriter,
     bump_version,
     headers_for,
@@ -58,8 +61,10 @@ _ADMIN = ("ROW_STATUSES", "NoOutboxTable", "OutboxDatabaseError", "OutboxRow", "
 _LAZY.update({name: "casestream.outbox.admin" for name in _ADMIN})
 
 __all__ = [
-    "DEFAULT_TOPIC_PREFIX", "NOTIFY_CHANNEL", "OUTBOX_DDL", "OUTBOX_MIGRATION", "OUTBOX_SHARDS",
-    "EventEncoder", "FaultHook", "MemorySink", "OutboxRelay", "OutboxSink", "OutboxWriter",
+    "DEFAULT_TOPIC_PREFIX", "NOTIFY_CHANNEL", "OUTBOX_DDL", "OUTBOX_MIGRATION", "OUTBOX_MIGRATIONS",
+    "OUTBOX_STORAGE_MIGRATION", "OUTBOX_SHARDS",
+    "EventEncoder", "FaultHook", "MemorySink", "OutboxRelay", "OutboxRowTooLarge", "OutboxSink",
+    "OutboxWriter",
     "RelayMetrics", "RelaySettings",
     "bump_version", "headers_for", "topic_for", *_ADMIN,
 ]

@@ -67,13 +67,15 @@ from psycopg import sql
 from psycopg.pq import TransactionStatus
 
 from casestream.migrations import Migration
-from casestream.errors import ConcurrencyError, ConfigError
+from casestream.errors import CasestreamError, ConcurrencyError, ConfigError
 from casestream.telemetry.core import db_span
 from casestream.telemetry.tracing import traceparent_for_row
 
 __all__ = [
     "OUTBOX_DDL",
     "OUTBOX_MIGRATION",
+    "OUTBOX_STORAGE_MIGRATION",
+    "OUTBOX_MIGRATIONS",
     "OUTBOX_SHARDS",
     "NOTIFY_CHANNEL",
     "DEFAULT_TOPIC_PREFIX",
@@ -91,6 +93,17 @@ NOTIFY_CHANNEL = "casestream_outbox"
 """LISTEN/NOTIFY channel the insert trigger notifies; the payload is the table's schema."""
 
 DEFAULT_TOPIC_PREFIX = "outbox.event."
+
+MAX_MESSAGE_BYTES = 1_000_000
+"""librdkafka's default ``message.max.bytes``: what the relay's producer can send at most."""
+ROW_OVERHEAD_BYTES = 2048
+"""Bytes kept for the record framing and the headers around key and payload."""
+
+
+class OutboxRowTooLarge(CasestreamError):
+    """An encoded event is larger than the relay could ever publish; it is refused at
+    append (the caller's transaction rolls back) instead of blocking its aggregate's later
+    events behind a row that fails with ``MSG_SIZE_TOO_LARGE`` for ever."""
 """Debezium EventRouter default ``route.topic.replacement`` = ``outbox.event.${routedByValue}``."""
 
 OUTBOX_DDL = """
@@ -160,6 +173,35 @@ CREATE OR REPLACE TRIGGER outbox_notify AFTER INSERT ON outbox
 OUTBOX_MIGRATION = Migration(name="casestream_outbox_001", sql=OUTBOX_DDL)
 """The outbox DDL as a migration for :func:`casestream.migrations.apply_migrations`."""
 
+OUTBOX_STORAGE_DDL = """
+ALTER TABLE outbox SET (
+    autovacuum_vacuum_scale_factor = 0.0,
+    autovacuum_vacuum_threshold = 5000,
+    autovacuum_vacuum_insert_scale_factor = 0.0,
+    autovacuum_vacuum_insert_threshold = 5000,
+    autovacuum_analyze_scale_factor = 0.0,
+    autovacuum_analyze_threshold = 5000,
+    autovacuum_vacuum_cost_delay = 0
+);
+"""
+"""Autovacuum storage parameters of the outbox (PostgreSQL "Automatic Vacuuming",
+per-table ``autovacuum_*``). Every row is inserted, updated once (``published``: a new
+tuple, never a HOT update since ``status`` is in the partial indexes' predicates) and
+deleted after ``published_retention_s``, so the table makes two dead tuples per event. With
+the defaults (``autovacuum_vacuum_scale_factor=0.2``) they pile up to a fifth of the table
+before a vacuum, and a large table is vacuumed ever more rarely; a fixed threshold of 5,000
+dead tuples, not throttled (``cost_delay=0``), makes vacuum follow the event rate so the
+freed space is reused and the table's size stays flat in a steady state (bench/retention.py).
+The server's ``autovacuum_naptime`` (default 1 min) still bounds how often a vacuum starts: the
+flat size holds the retained rows plus about one naptime of events' dead tuples (two per
+event). The insert thresholds keep the visibility map fresh for the claim's index scans."""
+
+OUTBOX_STORAGE_MIGRATION = Migration(name="casestream_outbox_002_autovacuum", sql=OUTBOX_STORAGE_DDL)
+"""Autovacuum settings of the outbox table, applied after :data:`OUTBOX_MIGRATION`."""
+
+OUTBOX_MIGRATIONS = (OUTBOX_MIGRATION, OUTBOX_STORAGE_MIGRATION)
+"""Every migration of the outbox tables, in order: what a service applies before its own."""
+
 
 class EventEncoder(Protocol):
     """What :class:`OutboxWriter` needs from a codec (``casestream.events.codec.EnvelopeCodec``)."""
@@ -208,10 +250,15 @@ class OutboxWriter:
             ``topic_for(env) -> str``, the writer checks that it names the Debezium
             route ``topic_prefix + aggregate_type`` and raises ConfigError otherwise.
         topic_prefix: topic prefix used for that check only (the relay has its own).
+        max_message_bytes: the relay producer's ``message.max.bytes`` (and no more than the
+            topic's ``max.message.bytes``); a row whose key and payload leave less than
+            :data:`ROW_OVERHEAD_BYTES` of it is refused with :class:`OutboxRowTooLarge`.
     """
 
-    def __init__(self, codec: EventEncoder, *, topic_prefix: str = DEFAULT_TOPIC_PREFIX) -> None:
+    def __init__(self, codec: EventEncoder, *, topic_prefix: str = DEFAULT_TOPIC_PREFIX,
+                 max_message_bytes: int = MAX_MESSAGE_BYTES) -> None:
         self._codec = codec
+        self._max_row = max_message_bytes - ROW_OVERHEAD_BYTES
         self._topic_prefix = topic_prefix
         self._topic_for = getattr(codec, "topic_for", None)
         self._headers = getattr(codec, "headers", None)
@@ -249,6 +296,7 @@ class OutboxWriter:
                 command won); the caller rolls back (the case API answers 409).
             ValueError: no transaction is open, or events do not fit ``expected_version``.
             ConfigError: the codec routes an event to another topic than the outbox would.
+            OutboxRowTooLarge: an encoded event could never be published (class docstring).
         """
         envs = list(events)
         if not envs:
@@ -278,6 +326,12 @@ class OutboxWriter:
         payload = self._codec.encode(env)
         if not isinstance(payload, (bytes, bytearray, memoryview)):
             raise TypeError(f"codec.encode returned {type(payload).__name__}, expected bytes")
+        size = len(payload) + len(str(env.aggregate_id).encode())
+        if size > self._max_row:
+            raise OutboxRowTooLarge(
+                f"{env.event_type} of {env.aggregate_type} {str(env.aggregate_id)[:64]}: "
+                f"{size} bytes encoded, more than the {self._max_row} a published message "
+                "can hold; bound the fields that carry input")
         event_id = env.event_id if isinstance(env.event_id, uuid.UUID) else uuid.UUID(str(env.event_id))
         occurred_at: datetime = env.occurred_at
         event_version = getattr(env, "event_version", None)

@@ -9,17 +9,20 @@ Public API::
                         event_types=catalog.event_types, reporter=ProgressReporter(...))
     replayer.plan(ReplayOptions(...))   # --dry-run
     replayer.run(ReplayOptions(...))    # rebuild, swap, hand over
+    # part of the history: ReplayOptions(start=..., merge=True) or only_range=True, else
+    # run() raises PartialReplayRefused before writing anything (Plan.mode says which)
 
 Modules: ``projection`` (what a rebuildable projection declares; catalog by name; the
 JSON-batch PROJECTION handlers),
 ``engine`` (phases), ``applier`` (guard + REPLAY dispatch, no I/O of its own),
-``checkpoint`` (PostgreSQL checkpoint tables), ``source`` (Kafka reading), ``positions``
+``checkpoint`` (PostgreSQL checkpoint tables), ``names`` (index/constraint names across a
+swap, the live-table copy of a merge), ``source`` (Kafka reading), ``positions``
 (``--from``/``--to``), ``progress`` (terminal / plain progress lines), ``status``
 (``--list``), ``errors``.
 """
 
-from casestream.replay.engine import Plan, ReplayOptions, ReplayResult, Replayer
-from casestream.replay.errors import ReplayConfigError, ReplayError, ReplayHandlerError
+from casestream.replay.engine import Mode, Plan, ReplayOptions, ReplayResult, Replayer
+from casestream.replay.errors import PartialReplayRefused, ReplayConfigError, ReplayError, ReplayHandlerError
 from casestream.replay.positions import EndSpec, StartSpec, parse_from, parse_to
 from casestream.replay.progress import Progress, ProgressReporter
 from casestream.replay.projection import (
@@ -32,7 +35,7 @@ from casestream.replay.projection import (
 )
 
 __all__ = [
-    "EndSpec", "Plan", "Progress", "ProgressReporter", "ProjectionSpec",
+    "EndSpec", "Mode", "PartialReplayRefused", "Plan", "Progress", "ProgressReporter", "ProjectionSpec",
     "ReplayConfigError", "ReplayError", "ReplayHandlerError", "ReplayOptions", "ReplayResult",
     "Replayer", "StartSpec", "TableNames", "json_batch_registry", "known_projections", "load_projection", "parse_from", "parse_to", "replay_handlers",
 ]

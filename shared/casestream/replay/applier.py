@@ -10,6 +10,9 @@ discarding outbox. The same rules as the live runtime (``casestream.consumer.gua
   (the live runtime would hold, then park it; ``casestream dlq redrive --accept-gap`` is its
   equivalent).
 
+Events an upcaster made of one stored message share its position and form one aggregate step:
+the first is decided as above, the others follow its verdict (as in live).
+
 Only handlers whose kind runs in REPLAY (``PROJECTION``) are called; events without one still
 advance the guard (an aggregate's versions count whatever the type, as in live).
 Consecutive events with the same handler functions form a *run*: a batch handler gets the
@@ -94,20 +97,31 @@ class ReplayApplier:
         applied = stale = gaps = unhandled = 0
         run_key: Any = None
         run: list[tuple[Position, Envelope]] = []
+        prev_pos: Any = None
+        prev_taken = False
         for item in items:
             env = item[1]
             key = (env.aggregate_type, env.aggregate_id)
             v = env.aggregate_version
-            last = changed.get(key)
-            if last is None:
-                last = guard.get(key)
-            if not (v >= 1 and (v == last + 1 if last is not None else (baseline or v == 1))):
-                verdict = decide(last, v, policy)
-                if verdict is Verdict.STALE:
-                    stale += 1
+            if item[0] == prev_pos:
+                # Another event an upcaster made of the same stored event: one aggregate step,
+                # decided with the first.
+                if not prev_taken:
                     continue
-                if verdict is Verdict.GAP:
-                    gaps += 1
+            else:
+                prev_pos = item[0]
+                prev_taken = False
+                last = changed.get(key)
+                if last is None:
+                    last = guard.get(key)
+                if not (v >= 1 and (v == last + 1 if last is not None else (baseline or v == 1))):
+                    verdict = decide(last, v, policy)
+                    if verdict is Verdict.STALE:
+                        stale += 1
+                        continue
+                    if verdict is Verdict.GAP:
+                        gaps += 1
+                prev_taken = True
             changed[key] = v
             found = cache.get(env.event_type)
             if found is None:

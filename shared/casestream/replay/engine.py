@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import concurrent.futures as cf
 import contextlib
+import dataclasses
 import gc
 import logging
 import time
@@ -43,10 +44,10 @@ from psycopg import sql
 
 from casestream.errors import PoisonMessageError
 from casestream.consumer.guard import FirstSeenPolicy
-from casestream.replay import checkpoint
+from casestream.replay import checkpoint, names
 from casestream.replay.checkpoint import fast_commits
 from casestream.replay.applier import Planned, ReplayApplier
-from casestream.replay.errors import ReplayConfigError, ReplayError
+from casestream.replay.errors import PartialReplayRefused, ReplayConfigError, ReplayError
 from casestream.replay.parallel import run_workers
 from casestream.replay.positions import EndSpec, StartSpec
 from casestream.replay.progress import Progress, ProgressReporter
@@ -101,8 +102,12 @@ class ReplayOptions:
     catch_up_timeout_s: float = 30.0
     swap_attempts: int = 5
     workers: int = 1
+    merge: bool = False
+    only_range: bool = False
 
     def __post_init__(self) -> None:
+        if self.merge and self.only_range:
+            raise ReplayConfigError("--merge and --only-range exclude each other")
         if self.batch_size < 1:
             raise ReplayConfigError("--batch-size must be >= 1")
         if self.workers < 1:
@@ -111,7 +116,8 @@ class ReplayOptions:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class PartitionPlan:
-    """What a replay reads from one partition: offsets ``[start, end)``."""
+    """What a replay reads from one partition: offsets ``[start, end)``; ``first`` is where
+    the range begins (``start`` is later when a run resumes from its checkpoint)."""
 
     topic: str
     partition: int
@@ -119,6 +125,7 @@ class PartitionPlan:
     high: int
     start: int
     end: int
+    first: int = 0
 
     @property
     def count(self) -> int:
@@ -126,18 +133,45 @@ class PartitionPlan:
         return max(0, self.end - self.start)
 
 
+class Mode:
+    """What a replay does with the live tables (``Plan.mode``)."""
+
+    REBUILD = "rebuild"        # whole history (every partition from offset 0), then swap
+    MERGE = "merge"            # the range applied over a copy of the live tables, then swap
+    ONLY_RANGE = "only-range"  # the range alone replaces the live tables (asked for)
+    BUILD_ONLY = "build-only"  # --to <time>: shadow tables built, never swapped
+    REFUSE = "refuse"          # part of the history and neither --merge nor --only-range
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Plan:
-    """The dry-run answer: partitions, offset ranges, message count, resume or not."""
+    """The dry-run answer: partitions, offset ranges, message count, resume or not, and the
+    mode (:class:`Mode`)."""
 
     projection: str
     partitions: tuple[PartitionPlan, ...]
     resume: bool
+    mode: str = Mode.REBUILD
 
     @property
     def count(self) -> int:
         """Messages to read in total."""
         return sum(p.count for p in self.partitions)
+
+    @property
+    def partial(self) -> bool:
+        """True if some partition is not read from offset 0: a later ``--from``, or history
+        removed by the topic's retention (low watermark above 0)."""
+        return any(p.first > 0 for p in self.partitions)
+
+    def refusal(self) -> str:
+        """The one-line reason a :data:`Mode.REFUSE` replay does not run."""
+        gone = [f"{p.topic}[{p.partition}]" for p in self.partitions if p.low > 0 and p.first == p.low]
+        why = (f"the history of {', '.join(gone)} starts after offset 0 (topic retention)"
+               if gone else "--from starts after the beginning of the history")
+        return (f"replay {self.projection}: {why}, so a swap would leave the live projection "
+                f"with only that range; add --merge to apply the range over the live tables, or "
+                f"--only-range to replace them by the range")
 
     def lines(self) -> list[str]:
         """Human-readable plan."""
@@ -145,6 +179,15 @@ class Plan:
                f"{self.count} events to read"]
         out += [f"  {p.topic}[{p.partition}] offsets {p.start}..{p.end} ({p.count} events; "
                 f"watermarks {p.low}..{p.high})" for p in self.partitions]
+        out.append("  mode: " + {
+            Mode.REBUILD: "rebuild from the whole history, then swap into the live tables",
+            Mode.MERGE: "merge: the range is applied over a copy of the live tables, then swapped "
+                        "in (rows of events before the range are kept)",
+            Mode.ONLY_RANGE: "only-range: the live tables are replaced by the range alone "
+                             "(rows of events before the range are dropped)",
+            Mode.BUILD_ONLY: "build only (--to a time): shadow tables, not swapped",
+            Mode.REFUSE: "refused: " + self.refusal(),
+        }[self.mode])
         return out
 
 
@@ -213,6 +256,7 @@ class Replayer:
         tps = source.partitions()
         marks = source.watermarks_of(tps)
         start = self._start_offsets(source, tps, marks, options.start)
+        first = dict(start)
         if resumed:
             start.update({tp: o for tp, o in resumed.items() if tp in start})
         if options.end.until is not None:
@@ -221,8 +265,32 @@ class Replayer:
             end = {tp: marks[tp][1] for tp in tps}
         parts = tuple(PartitionPlan(topic=t, partition=p, low=marks[(t, p)][0],
                                     high=marks[(t, p)][1], start=start[(t, p)],
-                                    end=max(end[(t, p)], start[(t, p)])) for t, p in tps)
-        return Plan(projection=self.spec.name, partitions=parts, resume=resume)
+                                    end=max(end[(t, p)], start[(t, p)]), first=first[(t, p)])
+                      for t, p in tps)
+        plan = Plan(projection=self.spec.name, partitions=parts, resume=resume)
+        return dataclasses.replace(plan, mode=self._mode(plan, options))
+
+    @staticmethod
+    def _mode(plan: Plan, options: ReplayOptions) -> str:
+        if not options.end.now:
+            return Mode.BUILD_ONLY
+        if not plan.partial:
+            return Mode.REBUILD
+        if options.merge:
+            return Mode.MERGE
+        return Mode.ONLY_RANGE if options.only_range else Mode.REFUSE
+
+    def _merge_starts(self, source: KafkaSource, plan: Plan) -> dict[TP, int]:
+        """Start offsets of a merge: the range's, moved back to the live consumer's committed
+        offset where that is earlier. The copy of the live tables is taken after these are
+        read, so every event the live consumer applies after the copy lies at or after them."""
+        committed = source.committed(self.spec.live_consumer,
+                                     [(q.topic, q.partition) for q in plan.partitions])
+        out = {}
+        for q in plan.partitions:
+            c = committed.get((q.topic, q.partition))
+            out[(q.topic, q.partition)] = q.low if c is None else max(q.low, min(q.start, c))
+        return out
 
     @staticmethod
     def _start_offsets(source: KafkaSource, tps: list[TP], marks: dict[TP, tuple[int, int]],
@@ -265,13 +333,22 @@ class Replayer:
                     self.spec.create_tables(conn, self.spec.live_names())
                 resume, resumed, guard = self._resume_state(conn, options)
                 plan = self._plan(source, options, resume, resumed)
+                if plan.mode == Mode.REFUSE:
+                    raise PartialReplayRefused(plan.refusal())
                 if not resume:
-                    self._start_run(conn, options)
+                    if plan.mode == Mode.MERGE:
+                        starts = self._merge_starts(source, plan)
+                        plan = dataclasses.replace(plan, partitions=tuple(
+                            dataclasses.replace(q, start=starts[(q.topic, q.partition)],
+                                                first=starts[(q.topic, q.partition)])
+                            for q in plan.partitions))
+                    self._start_run(conn, options, merge=plan.mode == Mode.MERGE)
                     guard = {}
+                # Strict first-seen (version 1 first) only over the whole history: after a
+                # later --from or retention the first event of an aggregate sets its baseline.
                 applier = ReplayApplier(
                     consumer=f"replay:{self.spec.name}", handlers=self.handlers, guard=guard,
-                    first_seen=(FirstSeenPolicy.STRICT if options.start.earliest
-                                else FirstSeenPolicy.BASELINE))
+                    first_seen=(FirstSeenPolicy.BASELINE if plan.partial else FirstSeenPolicy.STRICT))
                 self._say(f"replay {self.spec.name}: {'resuming' if resume else 'starting'}; "
                           f"{plan.count} events in range over {len(plan.partitions)} partitions")
                 positions = {(q.topic, q.partition): q.start for q in plan.partitions}
@@ -360,7 +437,7 @@ class Replayer:
     def _exists(conn: Any, table: str) -> bool:
         return conn.execute("SELECT to_regclass(%s)", (table,)).fetchone()[0] is not None
 
-    def _start_run(self, conn: Any, options: ReplayOptions) -> None:
+    def _start_run(self, conn: Any, options: ReplayOptions, *, merge: bool = False) -> None:
         with conn.transaction():
             for shadow in self.shadow.values():
                 conn.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(sql.Identifier(shadow)))
@@ -368,12 +445,16 @@ class Replayer:
             checkpoint.start_run(conn, self.spec.name, str(uuid.uuid4()), options.start.text(),
                                  options.end.text(), tuple(self.shadow.values()))
             checkpoint.defer_indexes(conn, self.spec.name, tuple(self.shadow.values()))
+            if merge:
+                for table, shadow in self.shadow.items():
+                    names.copy_rows(conn, table, shadow)
 
     # ------------------------------------------------------------------ batches
 
     def _decode(self, msgs: list[Any], positions: dict[TP, int], ends: dict[TP, int] | None,
                 new: dict[TP, int]) -> list[tuple[tuple[str, int, int], Any]]:
-        """Decode ``msgs`` in order: ``[((topic, partition, offset), Envelope)]``.
+        """Decode ``msgs`` in order: ``[((topic, partition, offset), Envelope)]``, one entry per
+        event the upcasters make of a message (zero, one or several, in order).
 
         Skips messages at or past ``ends`` and below ``positions`` (re-delivered after a seek);
         records each partition's next offset in ``new``. Poison messages are counted in
@@ -381,7 +462,8 @@ class Replayer:
         """
         items = []
         append = items.append
-        decode = self.codec.decode
+        decode = getattr(self.codec, "decode_message", None)
+        decode_one = self.codec.decode if decode is None else None
         p = self.progress
         utc = timezone.utc
         last_ts: int | None = None
@@ -403,13 +485,17 @@ class Replayer:
                 last_ts = ts
                 published = datetime.fromtimestamp(ts / 1000.0, tz=utc) if ts > 0 else None
             try:
-                env = decode(m.value(), published_at=published)
+                if decode_one is not None:
+                    events: Any = (decode_one(m.value(), published_at=published),)
+                else:
+                    events = decode(m.value(), published_at=published).events
             except PoisonMessageError as e:
                 p.poison += 1
                 log.warning("replay %s: skipping poison message %s[%d]@%d: %s",
                             self.spec.name, t, part, off, e)
                 continue
-            append(((t, part, off), env))
+            for env in events:  # an event upcaster's results share their message's position
+                append(((t, part, off), env))
         p.read += read
         return items
 
@@ -558,6 +644,7 @@ class Replayer:
                                         self.progress.applied - before)
                     applier.commit(changed)
                     positions.update(new)
+            defined = names.defined_names(conn, self.spec.create_tables, self.spec.live_names())
             for table, shadow in self.shadow.items():
                 retired = table + "_retired"
                 conn.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(sql.Identifier(retired)))
@@ -566,6 +653,7 @@ class Replayer:
                 conn.execute(sql.SQL("ALTER TABLE {} RENAME TO {}").format(
                     sql.Identifier(shadow), sql.Identifier(table)))
                 conn.execute(sql.SQL("DROP TABLE {}").format(sql.Identifier(retired)))
+                names.rename_to(conn, table, defined.get(table, {}))
             checkpoint.finish(conn, self.spec.name)  # the run row: nothing left to resume
         self.progress.lag = 0
         with conn.transaction():  # leftovers of a finished run; cleared again by the next start

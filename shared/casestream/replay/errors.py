@@ -13,6 +13,12 @@ class ReplayConfigError(ReplayError):
     """A projection, its handlers or the replay options are invalid (raised before reading)."""
 
 
+class PartialReplayRefused(ReplayConfigError):
+    """A replay to ``now`` over part of the history (a later ``--from``, or history removed
+    by retention) with neither ``merge`` nor ``only_range``: swapping it in would silently
+    drop every row of the events before the range. Raised before anything is written."""
+
+
 class ReplayHandlerError(ReplayError):
     """A projection handler raised while replaying; ``position`` = (topic, partition, offset).
 

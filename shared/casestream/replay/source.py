@@ -14,6 +14,7 @@ from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
+from casestream.kafka.topics import committed_offsets
 from casestream.replay.errors import ReplayError
 from casestream.kafka.config import KafkaTarget, client_config
 
@@ -33,6 +34,7 @@ class KafkaSource:
     def __init__(self, bootstrap: KafkaTarget, topics: Iterable[str], *, client_id: str,
                  config: Mapping[str, Any] | None = None) -> None:
         self.topics = tuple(topics)
+        self._bootstrap = bootstrap
         conf: dict[str, Any] = {
             **client_config(bootstrap),
             "group.id": client_id,  # required by librdkafka; never joined (assign) nor committed
@@ -111,6 +113,17 @@ class KafkaSource:
             key = (tp.topic, tp.partition)
             out[key] = tp.offset if tp.offset >= 0 else self.watermarks(key)[1]
         return out
+
+    def committed(self, group: str, tps: Iterable[TP], timeout_s: float = 10.0) -> dict[TP, int | None]:
+        """Committed offset of consumer group ``group`` per partition (None: nothing committed).
+
+        Raises:
+            ReplayError: the group coordinator did not answer.
+        """
+        try:
+            return committed_offsets(self._bootstrap, group, tps, timeout_s)
+        except KafkaException as e:
+            raise ReplayError(f"committed offsets of consumer group {group} unavailable: {e}") from e
 
     def assign(self, positions: Mapping[TP, int]) -> None:
         """Start reading each partition at its next offset."""

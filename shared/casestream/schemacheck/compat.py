@@ -27,13 +27,18 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import avro.name
 import avro.schema
+import fastavro
 from avro.compatibility import ReaderWriterCompatibilityChecker, SchemaCompatibilityType
-from avro.errors import AvroException
 
 from casestream.schemacheck.lint import Issue
+from casestream.schemacheck.rules import RULES
 
-__all__ = ["LEVELS", "PairCheck", "check_pair", "parse_avro", "pairs_for_level"]
+#: rule id -> whether it is stricter than Avro's verdict (it does not explain an incompatible pair)
+RULES_STRICTER = {r.id: bool(r.stricter) for r in RULES.values()}
+
+__all__ = ["LEVELS", "PairCheck", "check_pair", "pairs_for_level", "canonical", "parse_avro", "parse_fastavro", "qualify_aliases"]
 
 #: level -> (check BACKWARD, check FORWARD, transitive)
 LEVELS: dict[str, tuple[bool, bool, bool]] = {
@@ -55,20 +60,120 @@ _RULE_OF = {
     "missing_union_branch": "missing-union-branch",
 }
 _LOGICAL_PARAMS = ("logicalType", "precision", "scale")
+_PRIMITIVE = frozenset({"null", "boolean", "int", "long", "float", "double", "bytes", "string"})
 
 
-def parse_avro(schema: Mapping[str, Any] | str) -> avro.schema.Schema:
+def parse_avro(schema: Mapping[str, Any] | str, *, references: Sequence[Any] = ()) -> avro.schema.Schema:
     """Parse with Apache avro (names and enum symbols validated).
+
+    ``references``: JSON of named types ``schema`` may reference by name, parsed first into the
+    same name table (a registry's schema references).
 
     Raises:
         avro.errors.AvroException (SchemaParseException, InvalidDefault...) or ValueError for
         an invalid schema. Warnings about ignored logical types are suppressed (the
         logical-type rule compares the declared ``logicalType`` itself).
     """
-    text = schema if isinstance(schema, str) else json.dumps(schema)
+    data = json.loads(schema) if isinstance(schema, str) else schema
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        return avro.schema.parse(text)
+        names = avro.name.Names()
+        for ref in references:
+            avro.schema.make_avsc_object(qualify_aliases(ref), names)
+        return avro.schema.make_avsc_object(qualify_aliases(data), names)
+
+
+_NAMED = frozenset({"record", "error", "enum", "fixed"})
+
+
+def canonical(schema: Any) -> Any:
+    """``schema`` (JSON) in the form two equal schemas share: names fully qualified, no
+    ``namespace`` attributes (:func:`casestream.events.catalog.normalize`), and a primitive
+    written as ``{"type": "int"}`` reduced to ``"int"`` (Avro specification, "Parsing
+    Canonical Form": [PRIMITIVES]). Docs, defaults, aliases and other attributes are kept, so
+    only a change of layout (whitespace, attribute order, namespace placement) compares equal.
+    """
+    from casestream.events.catalog import normalize
+
+    return _collapse(normalize(schema))
+
+
+def _collapse(s: Any) -> Any:
+    if isinstance(s, list):
+        return [_collapse(b) for b in s]
+    if not isinstance(s, Mapping):
+        return s
+    if set(s) == {"type"} and s["type"] in _PRIMITIVE:
+        return s["type"]
+    out = dict(s)
+    if isinstance(out.get("fields"), list):
+        out["fields"] = [{**fl, "type": _collapse(fl.get("type"))} if isinstance(fl, Mapping) else fl
+                         for fl in out["fields"]]
+    for key in ("items", "values"):
+        if key in out:
+            out[key] = _collapse(out[key])
+    if isinstance(out.get("type"), (list, Mapping)):
+        out["type"] = _collapse(out["type"])
+    return out
+
+
+def qualify_aliases(schema: Any, namespace: str | None = None) -> Any:
+    """``schema`` (JSON) with every alias of a named type fully qualified.
+
+    Avro 1.12 specification, "Aliases": an alias of a named type "may be fully qualified or
+    relative to the namespace of the name it aliases" — so ``{"name": "b.Y", "aliases": ["X"]}``
+    aliases ``b.X``. Apache avro for Python compares aliases with the writer's full name
+    without this step (Java's ``Schema.Parser`` qualifies them); field aliases are plain names.
+    Returns ``schema`` itself when nothing changes.
+    """
+    if isinstance(schema, list):
+        out = [qualify_aliases(b, namespace) for b in schema]
+        return schema if all(a is b for a, b in zip(out, schema)) else out
+    if not isinstance(schema, Mapping):
+        return schema
+    t = schema.get("type")
+    changed: dict[str, Any] = {}
+    ns = namespace
+    if t in _NAMED and isinstance(schema.get("name"), str):
+        name = schema["name"]
+        ns = name.rpartition(".")[0] if "." in name else (schema.get("namespace") or namespace) or None
+        aliases = schema.get("aliases")
+        if isinstance(aliases, list) and ns:
+            full = [a if not isinstance(a, str) or "." in a else f"{ns}.{a}" for a in aliases]
+            if full != aliases:
+                changed["aliases"] = full
+        if isinstance(schema.get("fields"), list):
+            fields = []
+            for f in schema["fields"]:
+                if isinstance(f, Mapping) and "type" in f:
+                    ft = qualify_aliases(f["type"], ns)
+                    fields.append(f if ft is f["type"] else {**f, "type": ft})
+                else:
+                    fields.append(f)
+            if any(a is not b for a, b in zip(fields, schema["fields"])):
+                changed["fields"] = fields
+    elif t == "array":
+        inner = qualify_aliases(schema.get("items"), namespace)
+        if inner is not schema.get("items"):
+            changed["items"] = inner
+    elif t == "map":
+        inner = qualify_aliases(schema.get("values"), namespace)
+        if inner is not schema.get("values"):
+            changed["values"] = inner
+    elif isinstance(t, (list, Mapping)):
+        inner = qualify_aliases(t, namespace)
+        if inner is not t:
+            changed["type"] = inner
+    return {**schema, **changed} if changed else schema
+
+
+def parse_fastavro(schema: Mapping[str, Any] | str, *, references: Sequence[Any] = ()) -> Any:
+    """Parse with fastavro (``references`` first, into the same ``named_schemas``); raises as fastavro does."""
+    data = json.loads(schema) if isinstance(schema, str) else schema
+    named: dict[str, Any] = {}
+    for ref in references:  # parse_schema builds new dicts: the input is not changed
+        fastavro.parse_schema(ref, named_schemas=named)
+    return fastavro.parse_schema(data, named_schemas=named)
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,16 +208,17 @@ def _join(path: str, name: str) -> str:
 
 def _names_match(reader: Any, writer: Any) -> bool:
     # Same rule as avro.compatibility.schema_name_equals (unqualified name, or reader aliases).
+    # (aliases are fully qualified by parse_avro: qualify_aliases)
     aliases = reader.props.get("aliases") or []
     return reader.name == writer.name or writer.fullname in aliases
 
 
-def _lookup_writer_field(writer: Any, reader_field: Any) -> Any:
-    f = writer.fields_dict.get(reader_field.name)
+def _lookup_writer_field(writer_fields: Mapping[str, Any], reader_field: Any) -> Any:
+    f = writer_fields.get(reader_field.name)
     if f is not None:
         return f
     for alias in reader_field.props.get("aliases") or []:
-        f = writer.fields_dict.get(alias)
+        f = writer_fields.get(alias)
         if f is not None:
             return f
     return None
@@ -130,8 +236,38 @@ def _signature(s: Any) -> str:
     return str(s.type)
 
 
+def _flags(s: Any, cache: dict[int, Any]) -> tuple[bool, bool]:
+    """(holds a logical type, holds bytes) anywhere in ``s``, cached by ``id`` (the schema is kept
+    in the cache so the id stays its own). A recursive reference counts as both (conservative)."""
+    hit = cache.get(id(s))
+    if hit is not None:
+        return hit[1]  # type: ignore[no-any-return]
+    cache[id(s)] = (s, (True, True))
+    t = s.type
+    if t in ("record", "error"):
+        children = [f.type for f in s.fields]
+    elif t == "union":
+        children = list(s.schemas)
+    elif t == "array":
+        children = [s.items]
+    elif t == "map":
+        children = [s.values]
+    else:
+        children = []
+    logical, has_bytes = "logicalType" in s.props, t == "bytes"
+    for c in children:
+        cl, cb = _flags(c, cache)
+        logical, has_bytes = logical or cl, has_bytes or cb
+    cache[id(s)] = (s, (logical, has_bytes))
+    return logical, has_bytes
+
+
 class _Walker:
-    def __init__(self, reader_is_new: bool, labels: tuple[str, str]):
+    def __init__(self, reader_is_new: bool, labels: tuple[str, str], *, stricter_only: bool = False,
+                 cache: dict[int, Any] | None = None):
+        # stricter_only: the checker found the pair compatible; look only for the stricter rules
+        self.stricter_only = stricter_only
+        self.cache: dict[int, Any] = cache if cache is not None else {}
         self.reader_is_new = reader_is_new
         self.reader_label, self.writer_label = labels
         self.issues: list[Issue] = []
@@ -157,17 +293,26 @@ class _Walker:
             return
         matched: set[str] = set()
         missing = []
+        writer_fields = {wf.name: wf for wf in w.fields}  # avro's fields_dict is rebuilt on every access
         for rf in r.fields:
-            wf = _lookup_writer_field(w, rf)
+            wf = _lookup_writer_field(writer_fields, rf)
             if wf is None:
                 if not rf.has_default:
                     missing.append(rf)
                 continue
             matched.add(wf.name)
+            if self.stricter_only and not self.may_be_stricter(rf.type, wf.type):
+                continue
             self.walk(rf.type, wf.type, _join(path, rf.name))
         unmatched = [wf for wf in w.fields if wf.name not in matched]
         for rf in missing:
             self.missing_field(rf, unmatched, path, r.fields.index(rf), w.fields)
+
+    def may_be_stricter(self, r: Any, w: Any) -> bool:
+        """Whether a stricter rule can apply below (r, w): a logical type on either side, or bytes written."""
+        r_logical, _ = _flags(r, self.cache)
+        w_logical, w_bytes = _flags(w, self.cache)
+        return r_logical or w_logical or w_bytes
 
     def missing_field(self, rf: Any, unmatched: list[Any], path: str, index: int, writer_fields: list[Any]) -> None:
         """Report a reader field the writer does not write; guess a rename (each writer field claimed once)."""
@@ -230,6 +375,9 @@ class _Walker:
             )
 
     def leaf(self, r: Any, w: Any, path: str) -> None:
+        if self.stricter_only:
+            self.logical(r, w, path)
+            return
         result = ReaderWriterCompatibilityChecker().get_compatibility(r, w)
         if result.compatibility is SchemaCompatibilityType.incompatible:
             kinds = sorted({i.value for i in result.incompatibilities})
@@ -255,12 +403,23 @@ class _Walker:
         if r.type == "union" or w.type == "union":
             rb = r.schemas if r.type == "union" else [r]
             wb = w.schemas if w.type == "union" else [w]
+            signatures = [(_signature(x), x) for x in rb]
             for b in wb:
-                match = next((x for x in rb if _signature(x) == _signature(b)), None)
+                sig = _signature(b)
+                match = next((x for xs, x in signatures if xs == sig), None)
                 if match is not None:
                     self.logical(match, b, path)
             return
         if r.type != w.type:
+            # a promotion (int -> long, float -> double, string <-> bytes): the checker accepts it,
+            # but a logical type changed with it (date -> timestamp-millis) reinterprets the value
+            if r.type in _PRIMITIVE and w.type in _PRIMITIVE:
+                self.compare_logical(r, w, path)
+                if (w.type, r.type) == ("bytes", "string"):
+                    self.issues.append(Issue(
+                        "bytes-read-as-string", path,
+                        f"{self.writer_label} writes bytes that {self.reader_label} decodes as UTF-8 text: "
+                        "bytes that are not UTF-8 fail to decode"))
             return
         if r.type == "array":
             self.logical(r.items, w.items, path)
@@ -269,16 +428,23 @@ class _Walker:
         elif r.type in ("record", "error"):
             self.walk(r, w, path)
         else:
-            rl = {k: r.props.get(k) for k in _LOGICAL_PARAMS if r.props.get(k) is not None}
-            wl = {k: w.props.get(k) for k in _LOGICAL_PARAMS if w.props.get(k) is not None}
-            if rl != wl:
-                self.issues.append(
-                    Issue(
-                        "logical-type-changed",
-                        path,
-                        f"{self.writer_label} writes {r.type} as {_describe(wl)}, {self.reader_label} reads it as {_describe(rl)}",
-                    )
+            self.compare_logical(r, w, path)
+
+    def compare_logical(self, r: Any, w: Any, path: str) -> None:
+        rp, wp = r.props, w.props
+        if "logicalType" not in rp and "logicalType" not in wp:
+            return
+        rl = {k: r.props.get(k) for k in _LOGICAL_PARAMS if r.props.get(k) is not None}
+        wl = {k: w.props.get(k) for k in _LOGICAL_PARAMS if w.props.get(k) is not None}
+        if rl != wl:
+            base = r.type if r.type == w.type else f"{w.type} (read as {r.type})"
+            self.issues.append(
+                Issue(
+                    "logical-type-changed",
+                    path,
+                    f"{self.writer_label} writes {base} as {_describe(wl)}, {self.reader_label} reads it as {_describe(rl)}",
                 )
+            )
 
 
 def _describe(lt: Mapping[str, Any]) -> str:
@@ -294,6 +460,7 @@ def check_pair(
     *,
     reader_is_new: bool = True,
     labels: tuple[str, str] = ("reader", "writer"),
+    cache: dict[int, Any] | None = None,
 ) -> list[Issue]:
     """Check that ``reader`` can read data written with ``writer``.
 
@@ -302,25 +469,23 @@ def check_pair(
         reader_is_new: True for a BACKWARD pair (reader = the newer version), False for a
             FORWARD pair; selects rule ids and wording for missing fields.
         labels: how messages name the reader and the writer (e.g. ``("v3", "v2")``).
+        cache: a dict shared by the checks of one history (which parts of each schema hold a
+            logical type or bytes); keeps those schemas alive while it lives.
 
     Returns:
         Issues with field paths (empty = compatible). An issue-free result always agrees with
-        ``ReaderWriterCompatibilityChecker`` saying compatible; the extra rules only add issues.
-
-    Raises:
-        AvroException: only on internal checker failures on exotic schemas.
+        ``ReaderWriterCompatibilityChecker`` saying compatible; the stricter rules only add issues.
     """
-    walker = _Walker(reader_is_new, labels)
-    try:
-        walker.walk(reader, writer, "")
-    except AvroException:
-        raise
-    if not walker.issues:
-        verdict = ReaderWriterCompatibilityChecker().get_compatibility(reader, writer)
-        if verdict.compatibility is SchemaCompatibilityType.incompatible:  # safety net: never be laxer
-            walker.issues.append(
-                Issue("incompatible", "", f"{labels[0]} cannot read {labels[1]}: {'; '.join(sorted(verdict.messages))}")
-            )
+    verdict = ReaderWriterCompatibilityChecker().get_compatibility(reader, writer)
+    compatible = verdict.compatibility is SchemaCompatibilityType.compatible
+    # One checker call decides; the walk names paths and rules (of an incompatible pair), or
+    # looks only for the stricter rules (of a compatible one) without calling the checker again.
+    walker = _Walker(reader_is_new, labels, stricter_only=compatible, cache=cache)
+    walker.walk(reader, writer, "")
+    if not compatible and all(RULES_STRICTER.get(i.rule, False) for i in walker.issues):
+        walker.issues.append(  # safety net: never be laxer than the checker
+            Issue("incompatible", "", f"{labels[0]} cannot read {labels[1]}: {'; '.join(sorted(verdict.messages))}")
+        )
     return walker.issues
 
 
@@ -334,6 +499,7 @@ def check_history(
     names = list(labels) if labels is not None else [f"v{i + 1}" for i in range(len(schemas))]
     targets = [new] if new is not None else list(range(1, len(schemas)))
     out = []
+    cache: dict[int, Any] = {}
     for k in targets:
         for pair in pairs_for_level(level, k):
             issues = check_pair(
@@ -341,6 +507,7 @@ def check_history(
                 schemas[pair.writer],
                 reader_is_new=pair.direction == "BACKWARD",
                 labels=(names[pair.reader], names[pair.writer]),
+                cache=cache,
             )
             out.append((pair, issues))
     return out

@@ -127,10 +127,12 @@ class _Linter:
             return isinstance(value, int) and not isinstance(value, bool) and -(2**63) <= value < 2**63
         if t in ("float", "double"):
             return isinstance(value, (int, float)) and not isinstance(value, bool)
-        if t in ("string", "bytes"):
+        if t == "string":
             return isinstance(value, str)
+        if t == "bytes":  # spec table: a string whose code points 0-255 are the bytes
+            return isinstance(value, str) and all(ord(c) < 256 for c in value)
         if t == "fixed":
-            return isinstance(value, str) and len(value) == s.get("size")
+            return isinstance(value, str) and len(value) == s.get("size") and all(ord(c) < 256 for c in value)
         if t == "enum":
             return isinstance(value, str) and value in (s.get("symbols") or [])
         if t == "array":

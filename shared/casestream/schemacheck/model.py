@@ -24,11 +24,13 @@ EXIT_INPUT = 2
 
 
 class CheckInputError(SchemaError):
-    """The check cannot run: ``target`` (a file, git ref or URL) is missing, malformed or unreachable."""
+    """The check cannot run: ``target`` (a file, git ref or URL) is missing, malformed or
+    unreachable; ``line`` is the 1-based line in a file target (0 when unknown)."""
 
-    def __init__(self, message: str, *, target: str | None = None):
+    def __init__(self, message: str, *, target: str | None = None, line: int = 0):
         super().__init__(f"{target}: {message}" if target else message)
         self.target = target
+        self.line = line
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -76,6 +78,7 @@ class Report:
     pairs: int = 0
     seconds: float = 0.0
     checked: list[str] = field(default_factory=list)
+    checked_subjects: list[str] = field(default_factory=list)
 
     @property
     def errors(self) -> list[Finding]:

@@ -18,12 +18,17 @@ __all__ = ["RULES", "Rule", "hint_for"]
 
 @dataclass(frozen=True, slots=True)
 class Rule:
-    """A rule: ``id``, one-line ``title``, ``source`` tag and the default fix ``hint``."""
+    """A rule: ``id``, one-line ``title``, ``source`` tag, the default fix ``hint``, and for a
+    rule stricter than Apache Avro's ``SchemaCompatibility`` verdict the reason it is kept
+    (``stricter``; empty: the rule reports what Avro itself rejects). Any rule is waived per
+    subject with ``ignore = ["RULE"]`` in the subject's configuration or ``--ignore RULE:SUBJECT``.
+    """
 
     id: str
     title: str
     source: str
     hint: str
+    stricter: str = ""
 
 
 _ALL = [
@@ -56,15 +61,23 @@ _ALL = [
          "keep the symbol, or give the enum a \"default\" so old data with that symbol still reads"),
     Rule("logical-type-changed", "a logical type changed on the same underlying type (e.g. timestamp-millis -> timestamp-micros)",
          "[spec] Logical Types (the binary stays readable, the meaning changes); not checked by [avro-py] nor [confluent]",
-         "keep the logical type; add a new field for the new unit/meaning"),
+         "keep the logical type; add a new field for the new unit/meaning",
+         stricter='the bytes still decode, but the value means something else (1000x for millis -> micros; days -> ms for date -> timestamp-millis): readers silently misread'),
+    Rule("bytes-read-as-string", "a reader reads as string what a writer writes as bytes",
+         "[spec] Schema Resolution: promotions (bytes is promotable to string)",
+         "keep bytes (or string) on both sides; add a new field for the other type",
+         stricter="the promotion decodes the bytes as UTF-8: bytes that are not UTF-8 fail to decode (fastavro) "
+                  "(fastavro raises UnicodeDecodeError)"),
     Rule("incompatible", "the Avro checker found the pair incompatible", "[avro-py]",
          "see the message; compare the two versions field by field"),
     # --- single schema -----------------------------------------------------------------------
     Rule("name-not-qualified", "a named type has no namespace, or a type reference is not a full name",
-         "[spec] Names; [casestream] names are fully qualified",
-         "declare \"namespace\": \"casestream.<aggregate>\" and reference named types by full name"),
+         "[spec] Names",
+         "declare a \"namespace\" (e.g. \"com.acme.orders\") on the top-level type and reference named types by full name",
+         stricter='an unqualified name resolves against whatever namespace encloses it, so moving a type or reusing it from another file changes its full name'),
     Rule("payload-name", "the payload record is not named casestream.<aggregate>.<EventType>Payload", "[casestream]",
-         "name the payload record <EventType>Payload in namespace casestream.<aggregate_type>"),
+         "name the payload record <EventType>Payload in namespace casestream.<aggregate_type>",
+         stricter='casestream composes <subject> = envelope + payload; the codec finds the payload record by this name'),
     Rule("enum-default-not-symbol", "an enum default (or a field default of enum type) is not one of its symbols",
          "[spec] Enums: default must be one of the symbols",
          "use one of the enum's symbols as default"),
@@ -72,27 +85,31 @@ _ALL = [
          "[spec] Unions / Complex Types: the default of a union corresponds to its first schema; registries reject it",
          "reorder the union so the default's type comes first (e.g. [\"null\", \"string\"] with default null)"),
     Rule("invalid-default", "a field default does not match the field's type", "[spec] Complex Types: records (default)",
-         "make the default a value of the field's type (JSON encoding per the spec's table)"),
+         "make the default a value of the field's type (JSON encoding per the spec's table)",
+         stricter='Apache Avro for Java accepts any JSON string as a bytes/fixed default; the specification says its code points 0-255 are the bytes'),
     Rule("upcaster-missing", "a version has no upcaster from the version before it",
          "[casestream] consumers read every event as the newest version (casestream.events.upcasting;"
          " UpcasterChain.verify refuses to start a service without the step)",
          "register a step in the chain [catalog] upcasters names: @chain.register(\"<EventType>\", <N>)"
-         " turning a vN payload into vN+1 (defaults for added fields, renames)"),
+         " turning a vN payload into vN+1 (defaults for added fields, renames)",
+         stricter='a repository that declares an upcaster chain reads every event as the newest version; without the step services refuse to start'),
     # --- history ----------------------------------------------------------------------------
     Rule("published-version-changed", "a published version file (or the envelope) changed",
          "[casestream] published versions are immutable; the registry already has the old text",
-         "revert the change and add a new version file <EventType>.v<N+1>.avsc instead"),
+         "revert the change and add a new version file <EventType>.v<N+1>.avsc instead",
+         stricter='the registry already holds the old text under the same version: the file no longer describes the data written with it'),
     Rule("published-version-removed", "a published version or subject was removed from the catalog",
          "[casestream] published versions are immutable",
-         "restore it: consumers may still read events written with it"),
+         "restore it: consumers may still read events written with it",
+         stricter='consumers may still read events written with the removed version'),
     Rule("registry-version-unknown", "the registry holds a version of the subject that no version file matches",
          "[casestream] schemas/ is the source of truth",
-         "restore the edited version file, or find out who registered this schema by hand"),
+         "restore the edited version file, or find out who registered this schema by hand",
+         stricter='the files are the source of truth; a registered version no file matches was edited or registered by hand'),
     Rule("compatibility-level-mismatch", "the registry enforces another compatibility level than the catalog names",
          "[confluent] subject-level compatibility (PUT /config/{subject})",
-         "run `casestream schemas register` to set the catalog's level on the registry"),
-    Rule("registry-subject-unknown", "the registry has a casestream subject that the catalog does not name",
-         "[casestream]", "add it to schemas/catalog.toml or delete it from the registry"),
+         "run `casestream schemas register` to set the catalog's level on the registry",
+         stricter='the registry would accept versions the configuration forbids, or refuse ones it allows'),
 ]
 
 #: Every rule by id.

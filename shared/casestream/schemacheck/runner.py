@@ -1,9 +1,14 @@
-"""Run the schema check over a catalog: parse, lint, compatibility per level, history, registry.
+"""Run the schema gate over a repository: parse, lint, compatibility per level, history, registry.
 
-Entry point :func:`check_catalog`. Order per subject: single-schema rules on every file
-(:mod:`.lint`), then both parsers (fastavro and Apache avro) on every composed schema, then
-every version > 1 against earlier versions under the subject's level (:mod:`.compat`).
-Optional: ``against`` (git ref, :mod:`.history`) and ``registry`` (:mod:`.remote`).
+Entry points: :func:`check_repository` (a :class:`~casestream.schemacheck.config.GateConfig`
+or a configuration file), :func:`check_layout` (subjects already built) and
+:func:`check_catalog` (casestream's ``catalog.toml`` layout: one configuration of the same
+gate). Order per subject: single-schema rules on every file (:mod:`.lint`), then both
+parsers (fastavro and Apache avro, named types of ``references`` first) on every schema,
+then every version > 1 against earlier versions under the subject's level (:mod:`.compat`),
+then the upcaster rule where the repository declares its upcaster chain. Optional:
+``against`` (git ref, :mod:`.history`) and ``registry`` (:mod:`.remote`). Waived rules
+(``ignore``: ``RULE`` or ``RULE:SUBJECT``) are dropped last.
 
 Raises :class:`~casestream.schemacheck.model.CheckInputError` for bad input (exit 2); returns
 a :class:`~casestream.schemacheck.model.Report` otherwise (exit 0 or 1).
@@ -12,134 +17,225 @@ a :class:`~casestream.schemacheck.model.Report` otherwise (exit 0 or 1).
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-from fastavro import parse_schema
-
-from casestream.events.catalog import Catalog, CatalogError, SubjectSpec, load_catalog
-from casestream.schemacheck.compat import check_history, parse_avro
+from casestream.schemacheck.compat import check_history, parse_avro, parse_fastavro
+from casestream.schemacheck.config import GateConfig, catalog_config, load_config, parse_waiver
+from casestream.schemacheck.layout import Layout, Subject, Tree, WorkTree, build_layout
 from casestream.schemacheck.lint import lint_schema
-from casestream.schemacheck.history import compare_to_ref
-from casestream.schemacheck.model import CheckInputError, Finding, Report, finding_for, line_of
-from casestream.schemacheck.remote import compare_to_registry
-from casestream.errors import ConfigError
+from casestream.schemacheck.model import CheckInputError, Finding, Report, finding_for
 
-__all__ = ["check_catalog", "finding_for", "line_of", "load_for_check", "upcaster_findings"]
+__all__ = ["check_catalog", "check_layout", "check_repository", "load_for_check", "load_layout", "upcaster_findings"]
 
 
-def upcaster_findings(catalog: Catalog, subjects: Iterable[str], display: str) -> list[Finding]:
-    """One ``upcaster-missing`` error per version N > 1 of ``subjects`` that the catalog's
-    upcaster chain (``[catalog] upcasters``, :meth:`Catalog.upcaster_chain`; none: empty)
-    cannot reach from N-1 — the chain the services' codec uses.
+def upcaster_findings(subject: Subject) -> list[Finding]:
+    """One ``upcaster-missing`` error per version N > 1 of ``subject`` that its declared upcaster
+    chain (``subject.upcasters``, a ``module:function`` returning an
+    :class:`~casestream.events.upcasting.UpcasterChain`) cannot reach from N-1. No chain
+    declared: no findings (the rule applies only where a repository declares one).
 
     Raises:
-        CheckInputError: the ``upcasters`` reference does not resolve (exit 2).
+        CheckInputError: the reference does not resolve or returns something else (exit 2).
     """
-    try:
-        steps = set(catalog.upcaster_chain().steps())
-    except (ConfigError, CatalogError) as e:
-        raise CheckInputError(f"[catalog] upcasters: {e}", target=f"{display}/catalog.toml") from e
+    if not subject.upcasters:
+        return []
+    steps = _chain_steps(subject.upcasters, subject.declared_in.partition(" [")[0])
     out = []
-    for subject in subjects:
-        spec = catalog.subjects[subject]
-        for v in spec.versions[1:]:
-            if (spec.event_type, v - 1) not in steps:
-                out.append(finding_for(
-                    "upcaster-missing", subject=subject, versions=f"v{v - 1}->v{v}", path="",
-                    message=f"no upcaster {spec.event_type} v{v - 1}->v{v}: services refuse to "
-                            f"start and a v{v - 1} event cannot be read as v{v}",
-                    file=f"{display}/{spec.path_of(v)}"))
+    for prev, v in zip(subject.versions, subject.versions[1:]):
+        if (subject.event_type, prev.number) not in steps:
+            out.append(finding_for(
+                "upcaster-missing", subject=subject.name, versions=f"{prev.label}->{v.label}", path="",
+                message=f"no upcaster {subject.event_type} {prev.label}->{v.label} in {subject.upcasters}: "
+                        f"a {prev.label} event cannot be read as {v.label}",
+                file=v.file))
     return out
 
 
-def load_for_check(schemas_dir: str | Path) -> Catalog:
-    """Load the catalog; CatalogError -> CheckInputError naming the file (exit 2)."""
+_CHAINS: dict[str, set[tuple[str, int]]] = {}
+
+
+def _chain_steps(ref: str, where: str) -> set[tuple[str, int]]:
+    if ref not in _CHAINS:
+        from casestream.errors import ConfigError
+        from casestream.events.upcasting import UpcasterChain
+        from casestream.refs import resolve
+
+        try:
+            made = resolve(ref)()
+        except ConfigError as e:
+            raise CheckInputError(f"upcasters = {ref!r}: {e}", target=where) from e
+        if not isinstance(made, UpcasterChain):
+            raise CheckInputError(f"upcasters = {ref!r} returned {type(made).__name__}, not an UpcasterChain",
+                                  target=where)
+        _CHAINS[ref] = set(made.steps())
+    return _CHAINS[ref]
+
+
+def _lint(subject: Subject) -> list[Finding]:
+    out: list[Finding] = []
+    for v in subject.versions:
+        for issue in lint_schema(v.lint, path=v.lint_prefix):
+            out.append(finding_for(issue.rule, subject=subject.name, versions=v.label, path=issue.path,
+                                   message=issue.message, file=v.file, text=v.text))
+        if v.expected_name:
+            name = str(v.lint.get("name", ""))
+            full = name if "." in name else f"{v.lint.get('namespace', '')}.{name}"
+            if full != v.expected_name:
+                out.append(finding_for(
+                    "payload-name", subject=subject.name, versions=v.label, path=v.lint_prefix,
+                    message=f"payload record is {full!r}, expected {v.expected_name!r}", file=v.file, text=v.text))
+    return out
+
+
+def _parse(subject: Subject) -> list[Any]:
+    parsed = []
+    for v in subject.versions:
+        for parser in (parse_fastavro, parse_avro):
+            try:
+                result = parser(v.schema, references=subject.references)
+            except Exception as e:  # noqa: BLE001 - both parsers raise several types
+                name = "fastavro" if parser is parse_fastavro else "avro"
+                raise CheckInputError(f"not a valid Avro schema ({name}: {type(e).__name__}: {e})",
+                                      target=v.file) from e
+        parsed.append(result)
+    return parsed
+
+
+def _compat(subject: Subject, parsed: list[Any], report: Report) -> list[Finding]:
+    out: list[Finding] = []
+    labels = [v.label for v in subject.versions]
+    for pair, issues in check_history(parsed, subject.level, labels=labels):
+        report.pairs += 1
+        new = max(pair.reader, pair.writer)
+        old = min(pair.reader, pair.writer)
+        v = subject.versions[new]
+        report.checked.append(f"{subject.name} {labels[old]}->{labels[new]} {pair.direction}")
+        for issue in issues:
+            out.append(finding_for(
+                issue.rule, subject=subject.name, versions=f"{labels[old]}->{labels[new]}", path=issue.path,
+                message=f"{pair.direction}: {issue.message}", mode=subject.level, file=v.file, text=v.text))
+    return out
+
+
+def _waived(f: Finding, layout: Layout, ignore: Sequence[tuple[str, str]]) -> bool:
+    subject = layout.subjects.get(f.subject)
+    if subject is not None and f.rule in subject.ignore:
+        return True
+    return any(rule == f.rule and (not only or only == f.subject) for rule, only in ignore)
+
+
+def check_layout(
+    layout: Layout,
+    *,
+    subjects: Iterable[str] | None = None,
+    against: str | None = None,
+    registry: Any = None,
+    ignore: Iterable[str] = (),
+    tree: Tree | None = None,
+) -> Report:
+    """Check the subjects of ``layout`` (or only ``subjects``).
+
+    Args:
+        layout: from :func:`load_layout` / :func:`~casestream.schemacheck.layout.build_layout`.
+        subjects: restrict to these subject names; unknown -> CheckInputError.
+        against: a git ref; versions published there must be unchanged (:mod:`.history`).
+        registry: a registry URL, :class:`~casestream.schemacheck.remote.RegistryOptions`, or a
+            :class:`~casestream.events.registry.SchemaRegistry`; the files are compared with the
+            subjects' registered versions (:mod:`.remote`).
+        ignore: waivers ``RULE`` or ``RULE:SUBJECT`` (on top of the configuration's).
+        tree: where the layout was read from (needed by ``against``).
+
+    Raises:
+        CheckInputError: unknown subject or rule, bad git ref, registry down or refusing.
+    """
+    from casestream.schemacheck.rules import RULES
+
+    started = time.perf_counter()
+    waivers = [parse_waiver(w) for w in ignore]
+    for rule, _ in waivers:
+        if rule not in RULES:
+            raise CheckInputError(f"--ignore: unknown rule {rule!r}; known: {', '.join(RULES)}")
+    wanted = list(layout.subjects)
+    if subjects:
+        unknown = [s for s in subjects if s not in layout.subjects]
+        if unknown:
+            origin = layout.config.origin if layout.config else ""
+            raise CheckInputError(f"unknown subject(s) {', '.join(unknown)}; known: {', '.join(layout.subjects)}",
+                                  target=origin or None)
+        wanted = [s for s in layout.subjects if s in set(subjects)]
+    report = Report()
+    findings: list[Finding] = []
+    for file, text, schema in layout.lint_only:
+        for issue in lint_schema(schema):
+            findings.append(finding_for(issue.rule, subject="", versions="", path=issue.path,
+                                        message=issue.message, file=file, text=text))
+    for name in wanted:
+        subject = layout.subjects[name]
+        report.subjects += 1
+        report.checked_subjects.append(name)
+        report.versions += len(subject.versions)
+        lint = [f for f in _lint(subject) if not _waived(f, layout, waivers)]
+        findings.extend(lint)
+        if not any(f.severity == "error" for f in lint):
+            findings.extend(_compat(subject, _parse(subject), report))
+        findings.extend(upcaster_findings(subject))
+    if against:
+        from casestream.schemacheck.history import compare_to_ref
+
+        if tree is None or layout.config is None:
+            raise CheckInputError("--against needs a layout read from a work tree")
+        findings.extend(compare_to_ref(layout, tree, against, subjects=wanted))
+    if registry is not None:
+        from casestream.schemacheck.remote import compare_to_registry
+
+        findings.extend(compare_to_registry(layout, registry, subjects=wanted, already=findings))
+    report.findings = [f for f in findings if not _waived(f, layout, waivers)]
+    report.seconds = time.perf_counter() - started
+    return report
+
+
+def load_layout(config: GateConfig | str | Path, root: str | Path = ".") -> tuple[Layout, Tree]:
+    """The layout of a configuration (a :class:`GateConfig` with paths relative to ``root``, or a
+    configuration file) read from the working tree.
+
+    Raises:
+        CheckInputError: see :func:`~casestream.schemacheck.config.load_config` and
+            :func:`~casestream.schemacheck.layout.build_layout`.
+    """
+    if not isinstance(config, GateConfig):
+        path = Path(config)
+        config = load_config(path)
+        root = path.parent
+    tree = WorkTree(root)
+    return build_layout(config, tree), tree
+
+
+def check_repository(config: GateConfig | str | Path, *, root: str | Path = ".", **options: Any) -> Report:
+    """Check a repository described by ``config`` (a file, or a :class:`GateConfig` relative to ``root``).
+
+    ``options``: as :func:`check_layout` (``subjects``, ``against``, ``registry``, ``ignore``).
+    """
+    started = time.perf_counter()
+    layout, tree = load_layout(config, root)
+    report = check_layout(layout, tree=tree, **options)
+    report.seconds = time.perf_counter() - started
+    return report
+
+
+def load_for_check(schemas_dir: str | Path) -> Any:
+    """Load casestream's catalog (:func:`~casestream.events.catalog.load_catalog`); a
+    CatalogError becomes a CheckInputError naming the file once (exit 2)."""
+    from casestream.events.catalog import CatalogError, load_catalog
+
     try:
         return load_catalog(schemas_dir)
     except CatalogError as e:
-        target = str(Path(schemas_dir) / e.path) if e.path and not Path(e.path).is_absolute() else e.path
+        path = Path(e.path) if e.path else None
+        target = str(path) if path is None or path.is_absolute() or path.parts[:len(Path(schemas_dir).parts)] == \
+            Path(schemas_dir).parts else str(Path(schemas_dir) / path)
         raise CheckInputError(e.detail, target=target) from e
-
-
-class _SubjectCheck:
-    def __init__(self, catalog: Catalog, spec: SubjectSpec, display: str):
-        self.catalog = catalog
-        self.spec = spec
-        self.display = display
-
-    def file(self, rel: str) -> str:
-        return f"{self.display}/{rel}" if self.display else rel
-
-    def lint(self, envelope_findings: bool) -> list[Finding]:
-        out: list[Finding] = []
-        spec, cat = self.spec, self.catalog
-        if envelope_findings:
-            for issue in lint_schema(cat.envelope):
-                out.append(
-                    finding_for(
-                        issue.rule, subject="", versions="envelope", path=issue.path, message=issue.message,
-                        file=self.file(cat.envelope_path), text=cat.envelope_text,
-                    )
-                )
-        expected = f"{cat.namespace}.{spec.aggregate_type}.{spec.event_type}Payload"
-        for v in spec.versions:
-            sv = cat.versions[(spec.event_type, v)]
-            for issue in lint_schema(sv.payload, path="payload"):
-                out.append(
-                    finding_for(
-                        issue.rule, subject=spec.subject, versions=f"v{v}", path=issue.path,
-                        message=issue.message, file=self.file(sv.path), text=sv.text,
-                    )
-                )
-            name = str(sv.payload.get("name", ""))
-            full = name if "." in name else f"{sv.payload.get('namespace', '')}.{name}"
-            if full != expected:
-                out.append(
-                    finding_for(
-                        "payload-name", subject=spec.subject, versions=f"v{v}", path="payload",
-                        message=f"payload record is {full!r}, expected {expected!r}",
-                        file=self.file(sv.path), text=sv.text,
-                    )
-                )
-        return out
-
-    def parse(self) -> list[Any]:
-        parsed = []
-        for v in self.spec.versions:
-            sv = self.catalog.versions[(self.spec.event_type, v)]
-            for parser in ("fastavro", "avro"):
-                try:
-                    if parser == "fastavro":
-                        parse_schema(dict(sv.schema))
-                    else:
-                        parsed.append(parse_avro(sv.schema))
-                except Exception as e:  # noqa: BLE001 - both parsers raise several types
-                    raise CheckInputError(
-                        f"not a valid Avro schema ({parser}: {type(e).__name__}: {e})", target=self.file(sv.path)
-                    ) from e
-        return parsed
-
-    def compat(self, parsed: list[Any], report: Report) -> list[Finding]:
-        spec = self.spec
-        out: list[Finding] = []
-        labels = [f"v{v}" for v in spec.versions]
-        for pair, issues in check_history(parsed, spec.compatibility, labels=labels):
-            report.pairs += 1
-            new = max(pair.reader, pair.writer)
-            old = min(pair.reader, pair.writer)
-            sv = self.catalog.versions[(spec.event_type, spec.versions[new])]
-            report.checked.append(f"{spec.subject} {labels[old]}->{labels[new]} {pair.direction}")
-            for issue in issues:
-                out.append(
-                    finding_for(
-                        issue.rule, subject=spec.subject, versions=f"{labels[old]}->{labels[new]}",
-                        path=issue.path, message=f"{pair.direction}: {issue.message}",
-                        mode=spec.compatibility, file=self.file(sv.path), text=sv.text,
-                    )
-                )
-        return out
 
 
 def check_catalog(
@@ -148,52 +244,21 @@ def check_catalog(
     subjects: Iterable[str] | None = None,
     against: str | None = None,
     registry: Any = None,
-    display_dir: str | None = None,
+    ignore: Iterable[str] = (),
 ) -> Report:
-    """Check every subject (or ``subjects``) of the catalog in ``schemas_dir``.
+    """Check casestream's catalog layout in ``schemas_dir`` (``catalog.toml``, envelope, payloads):
+    :func:`check_repository` with :func:`~casestream.schemacheck.config.catalog_config`.
 
-    Args:
-        schemas_dir: folder holding catalog.toml.
-        subjects: restrict to these subjects (full names); unknown -> CheckInputError.
-        against: a git ref; published versions there must be unchanged (:mod:`.history`).
-        registry: a registry URL or a :class:`~casestream.events.registry.SchemaRegistry`; the working
-            tree is checked against the subjects registered there (:mod:`.remote`).
-        display_dir: how files are named in findings (default: ``schemas_dir`` as given).
-
-    Returns:
-        :class:`Report` (``exit_code`` 0 or 1).
-
-    Raises:
-        CheckInputError: malformed/missing file, unknown subject, bad git ref, registry down.
+    Findings name files as ``<schemas_dir>/<file>``.
     """
-    started = time.perf_counter()
-    catalog = load_for_check(schemas_dir)
-    display = display_dir if display_dir is not None else str(schemas_dir).rstrip("/")
-    wanted = list(catalog.subjects)
-    if subjects:
-        unknown = [s for s in subjects if s not in catalog.subjects]
-        if unknown:
-            raise CheckInputError(
-                f"unknown subject(s) {', '.join(unknown)}; known: {', '.join(catalog.subjects)}",
-                target=f"{display}/catalog.toml",
-            )
-        wanted = [s for s in catalog.subjects if s in set(subjects)]
-    report = Report()
-    first = True
-    for subject in wanted:
-        sc = _SubjectCheck(catalog, catalog.subjects[subject], display)
-        report.subjects += 1
-        report.versions += len(sc.spec.versions)
-        lint = sc.lint(envelope_findings=first)
-        first = False
-        report.findings.extend(lint)
-        if any(f.severity == "error" for f in lint):
-            continue
-        report.findings.extend(sc.compat(sc.parse(), report))
-    report.findings.extend(upcaster_findings(catalog, wanted, display))
-    if against:
-        report.findings.extend(compare_to_ref(catalog, schemas_dir, against, display=display, subjects=wanted))
-    if registry is not None:
-        report.findings.extend(compare_to_registry(catalog, registry, display=display, subjects=wanted))
-    report.seconds = time.perf_counter() - started
-    return report
+    folder = Path(schemas_dir)
+    if not (folder / "catalog.toml").is_file():
+        if not folder.is_dir():
+            raise CheckInputError("schemas folder not found", target=str(schemas_dir))
+        raise CheckInputError("catalog file not found", target=str(folder / "catalog.toml"))
+    parent, name = folder.parent, folder.name or "."
+    config = catalog_config(name)
+    config = GateConfig(origin=f"{str(schemas_dir).rstrip('/')}/catalog.toml", base=str(parent) if str(
+        parent) != "." else "", catalogs=config.catalogs)
+    return check_repository(config, root=parent, subjects=subjects, against=against, registry=registry,
+                            ignore=ignore)

@@ -19,7 +19,7 @@ consumers it created, the readiness checks, the closers and the
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Generic, TypeVar
 
@@ -29,6 +29,8 @@ from psycopg_pool import ConnectionPool
 from casestream.clock import SystemClock
 from casestream.consumer.group import ConsumerGroup
 from casestream.consumer.handlers import HandlerRegistry
+from casestream.consumer.guard import FirstSeenPolicy
+from casestream.consumer.retention import InboxRetention, RetentionSettings
 from casestream.consumer.runtime import ConsumerRuntime
 from casestream.consumer.settings import ConsumerSettings
 from casestream.errors import ConfigError
@@ -39,7 +41,8 @@ from casestream.http.pgdeadline import DeadlinePool
 from casestream.kafka.config import producer_config
 from casestream.migrations import Migration, apply_migrations
 from casestream.outbox.relay.core import OutboxRelay
-from casestream.outbox.writer import OUTBOX_MIGRATION, OutboxWriter
+from casestream.outbox.relay.settings import RelaySettings, relay_retry
+from casestream.outbox.writer import OUTBOX_MIGRATIONS, OutboxWriter
 from casestream.service.gctune import freeze_startup_objects
 from casestream.service.process import ReadinessCheck, ServiceProcess, Worker, configure_logging
 from casestream.service.settings import ServiceSettings, read_settings, shown_conninfo
@@ -65,7 +68,7 @@ def service_migrations(folder: Path, *, outbox: bool = True) -> list[Migration |
     if not own:
         raise ConfigError(f"{Path(folder).parent.name} migrations folder {folder} not found or without "
                           "*.sql files: the installation lacks the service's migrations")
-    return [OUTBOX_MIGRATION, *own] if outbox else own
+    return [*OUTBOX_MIGRATIONS, *own] if outbox else own
 
 
 def _migrate(dsn: str, migrations: Sequence[Migration | Path], *, service: str) -> None:
@@ -196,6 +199,7 @@ class ServiceBuilder(Generic[S]):
         self._workers: dict[str, Worker] = {}
         self._readiness: dict[str, ReadinessCheck] = {}
         self._consumers: list[tuple[str, int]] = []  # (consumer name, members holding a connection)
+        self._inboxes: dict[str, tuple[tuple[str, ...], bool]] = {}  # name -> (topics, compact guards)
         self._first_consumer: ConsumerRuntime | ConsumerGroup | None = None
 
     # -- declarations --------------------------------------------------------------------
@@ -235,6 +239,7 @@ class ServiceBuilder(Generic[S]):
         else:
             runtime = ConsumerRuntime(name, *args, outbox=outbox)
         self._consumers.append((name, s.consumer_concurrency))
+        self._inboxes[name] = (tuple(topics), batching.first_seen is FirstSeenPolicy.BASELINE)
         if self._first_consumer is None:
             self._first_consumer = runtime
             self._readiness["consumer"] = consumer_ready(runtime)
@@ -254,13 +259,26 @@ class ServiceBuilder(Generic[S]):
                              spec.registry(names, self.catalog.event_types), batch_size=batch_size,
                              worker=worker or spec.name.rpartition(".")[2], pipeline=pipeline)
 
-    def relay(self, *, worker: str = "relay") -> OutboxRelay:
+    def relay(self, *, worker: str = "relay", settings: RelaySettings | None = None,
+              producer: Mapping[str, Any] | None = None) -> OutboxRelay:
         """Run the outbox relay of the service's database (name and Kafka client id
-        ``<service>.relay``)."""
+        ``<service>.relay``).
+
+        ``settings`` default: from the service settings (``RELAY_BATCH_SIZE``,
+        ``RELAY_MAX_ATTEMPTS``, ``RELAY_RETENTION_S``); ``producer``: librdkafka properties
+        laid over ``RELAY_PRODUCER``.
+
+        Raises:
+            ConfigError: a producer property is unknown, invalid or weakens the guarantees.
+        """
         name = f"{self.name}.relay"
         s = self.settings
-        relay = OutboxRelay(self.pool, producer_config(s.kafka_bootstrap, client_id=name,
-                                                       overrides=s.kafka_properties), name=name)
+        if settings is None:
+            settings = RelaySettings(batch_size=s.relay_batch_size, retry=relay_retry(s.relay_max_attempts),
+                                     published_retention_s=s.relay_retention_s)
+        overrides = {**s.kafka_properties, **s.relay_producer, **(producer or {})}
+        relay = OutboxRelay(self.pool, producer_config(s.kafka_bootstrap, client_id=name, overrides=overrides),
+                            settings, name=name)
         self.worker(worker, relay.run)
         return relay
 
@@ -301,7 +319,8 @@ class ServiceBuilder(Generic[S]):
 
     def build(self, *, app: Any, ready_table: str, kafka: bool | None = None) -> ServiceProcess:
         """The service process: ``app`` (its Starlette app; health routes are added) and the
-        declared workers, with readiness ``postgres`` (reads ``ready_table``), ``consumer``
+        declared workers (and ``inbox-retention``, :class:`~casestream.consumer.retention.InboxRetention`
+        of the declared consumers every ``INBOX_RETENTION_INTERVAL_S``), with readiness ``postgres`` (reads ``ready_table``), ``consumer``
         (the first consumer has an assignment, when there is one), ``kafka`` (when
         ``kafka``; default: a consumer or the relay runs) and ``registry``; closers: the
         declared ones, then codec and pool. Freezes the start-up objects
@@ -313,6 +332,11 @@ class ServiceBuilder(Generic[S]):
         """
         self._check_pool()
         s = self.settings
+        if self._inboxes and s.inbox_retention_interval_s > 0 and "inbox-retention" not in self._workers:
+            dsn = getattr(self.pool, "conninfo", None) or s.dsn
+            retention = InboxRetention(str(dsn), s.kafka_client(), self._inboxes, RetentionSettings(
+                interval_s=s.inbox_retention_interval_s, min_age_s=s.inbox_dedup_window_s))
+            self.worker("inbox-retention", retention.run)
         checks = dependency_checks(s.kafka_client(), s.registry_url,
                                    registry_properties=s.registry_properties)
         uses_kafka = (bool(self._consumers) or "relay" in self._workers) if kafka is None else kafka

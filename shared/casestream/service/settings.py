@@ -191,7 +191,7 @@ class CommonSettings(BaseSettings):
         from casestream.events.registry import ConfluentSchemaRegistry
 
         return ConfluentSchemaRegistry(self.registry_url, timeout=timeout, max_retries=max_retries,
-                                       properties=self.registry_properties)
+                                       options=self.registry_properties)
 
     def database_url(self, database: str) -> str:
         """The libpq connection string of ``database`` on PG_URL: PG_URL's parameters (any
@@ -303,10 +303,28 @@ class ServiceSettings(CommonSettings):
         <prefix>RATE_CLIENT_PER_S / _RATE_CLIENT_BURST: per-client token bucket (100/s, 200).
         <prefix>REQUEST_DEADLINE_S: budget of a request's database calls, seconds (> 0,
             default 5).
+        <prefix>MAX_BODY_BYTES / _BODY_TIMEOUT_S: request body limit, bytes (larger: 413;
+            default 65536) / time the whole body may take to arrive, seconds (then 408;
+            default 10); the body is read before the request takes an in-flight slot.
         <prefix>POOL_SIZE / _POOL_MIN / _POOL_TIMEOUT_S: the PostgreSQL pool (most and kept
             connections, wait for one in seconds); the one pool size name of every service.
         <prefix>CONSUMER_BATCH_SIZE: events per consumer transaction of the service's
             consumers (projections use their own).
+        <prefix>RELAY_PRODUCER: librdkafka producer properties of the service's outbox relay
+            as a JSON object, e.g. ``{"linger.ms": 5, "compression.type": "zstd"}``
+            (``enable.idempotence``/``acks=all`` cannot be weakened; an unknown property
+            stops the service at start with its name).
+        <prefix>RELAY_MAX_ATTEMPTS: attempts per outbox row after retryable delivery errors
+            before it is marked ``failed`` (>= 1, default 10, the relay's
+            ``DEFAULT_MAX_ATTEMPTS``; metric ``relay_gave_up_total``).
+        <prefix>RELAY_BATCH_SIZE: outbox rows per relay batch (>= 1, default 1000).
+        <prefix>RELAY_RETENTION_S: published outbox rows are kept this long, seconds (>= 0,
+            default 3600; 0 deletes a row once its delivery is confirmed).
+        <prefix>INBOX_RETENTION_INTERVAL_S: how often the inbox retention job purges the
+            consumers' inbox rows no redelivery can need, seconds (default 600; 0: never;
+            ``casestream.consumer.retention``).
+        <prefix>INBOX_DEDUP_WINDOW_S: inbox rows younger than this are always kept, seconds
+            (default 604800 = 7 days).
         <prefix>AUTH: bearer-token settings as JSON; normally left unset, so that
             ``casestream.auth.tokens.AuthSettings`` reads ``CASESTREAM_AUTH_*`` itself.
 
@@ -322,10 +340,25 @@ class ServiceSettings(CommonSettings):
     rate_client_per_s: float = Field(100.0, gt=0, description="per-client token bucket, requests per second")
     rate_client_burst: int = Field(200, ge=1, description="per-client token bucket size")
     request_deadline_s: float = Field(5.0, gt=0, description="budget of a request's database calls, seconds")
+    max_body_bytes: int = Field(64 * 1024, ge=1024, le=16 * 1024 * 1024,
+                                description="request body limit, bytes (larger: 413)")
+    body_timeout_s: float = Field(10.0, gt=0, le=300, description="time a request body may take to arrive, seconds (then 408)")
     pool_size: int = Field(10, ge=2, description="PostgreSQL pool size (most connections)")
     pool_min: int = Field(2, ge=1, description="connections the pool keeps open")
     pool_timeout_s: float = Field(30.0, gt=0, description="wait for a pooled connection, seconds")
     consumer_batch_size: int = Field(200, ge=1, description="events per consumer transaction")
+    relay_producer: dict[str, str | int | float | bool] = Field(
+        default_factory=dict, description="librdkafka producer properties of the outbox relay, as "
+                                          "JSON (`enable.idempotence`/`acks` cannot be weakened)")
+    relay_max_attempts: int = Field(10, ge=1, description="attempts per outbox row after retryable "
+                                                          "delivery errors before it is marked failed")
+    relay_batch_size: int = Field(1000, ge=1, description="outbox rows per relay batch")
+    relay_retention_s: float = Field(3600.0, ge=0, description="keep published outbox rows this long, "
+                                                               "seconds (0: delete once delivered)")
+    inbox_retention_interval_s: float = Field(
+        600.0, ge=0, description="how often inbox rows no redelivery can need are purged, seconds (0: never)")
+    inbox_dedup_window_s: float = Field(
+        7 * 86400.0, ge=0, description="inbox rows younger than this are always kept, seconds")
     auth: AuthSettings = Field(default_factory=AuthSettings,
                                description="bearer-token settings as JSON; normally unset: "
                                            "AuthSettings reads CASESTREAM_AUTH_*")

@@ -65,7 +65,7 @@ class ServiceSpec:
     migrations: str = "migrations"
 
     def __post_init__(self) -> None:
-        if not _NAME.match(self.name):
+        if not _NAME.fullmatch(self.name):
             raise ConfigError(f"service name {self.name!r}: lowercase letters, digits and _, "
                               "starting with a letter, at most 31 characters")
         for field, ref in (("settings", self.settings), ("build", self.build)):

@@ -2,9 +2,13 @@
 
 Driver module (starlette, opentelemetry). The middleware opens a SERVER span per request,
 child of the request's W3C ``traceparent`` header (else a new trace), named
-``<METHOD> <route path template>`` when the route is known (bounded), and records
-``http_server_duration_seconds{method,status}`` (status as a class: ``2xx``...). The probe
-routes ``/healthz``, ``/readyz`` and ``/metrics`` are neither traced nor timed.
+``<METHOD> <route path template>`` when the route is known, else ``<METHOD>`` alone, and
+records ``http_server_duration_seconds{method,status}`` (status as a class: ``2xx``...).
+Whatever a client sends, the label values stay bounded: a method outside
+:data:`KNOWN_METHODS` is ``_OTHER`` (OpenTelemetry HTTP semantic conventions,
+``http.request.method``; the span keeps the original in ``http.request.method_original``),
+and no raw path reaches a label or a span name. The probe routes ``/healthz``,
+``/readyz`` and ``/metrics`` are neither traced nor timed.
 """
 
 from __future__ import annotations
@@ -22,9 +26,19 @@ from casestream.telemetry.core import current
 from casestream.telemetry.metrics import CONTENT_TYPE
 from casestream.telemetry.tracing import context_from_traceparent
 
-__all__ = ["TracingMiddleware", "metrics_route", "UNTRACED_PATHS"]
+__all__ = ["TracingMiddleware", "metrics_route", "UNTRACED_PATHS", "KNOWN_METHODS",
+           "method_label"]
 
 UNTRACED_PATHS = frozenset({"/healthz", "/readyz", "/metrics"})
+KNOWN_METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "DELETE", "CONNECT", "OPTIONS",
+                           "TRACE", "PATCH"})
+"""RFC 9110 §9 methods and PATCH (RFC 5789): the method label's values, with ``_OTHER``."""
+OTHER_METHOD = "_OTHER"
+
+
+def method_label(method: str) -> str:
+    """``method`` if it is one of :data:`KNOWN_METHODS`, else ``_OTHER``."""
+    return method if method in KNOWN_METHODS else OTHER_METHOD
 
 
 class TracingMiddleware:
@@ -47,7 +61,8 @@ class TracingMiddleware:
             await self.app(scope, receive, send)
             return
         tel = current()
-        method = scope.get("method", "GET")
+        raw_method = scope.get("method", "GET")
+        method = method_label(raw_method)
         traceparent = None
         for k, v in scope.get("headers") or []:
             if k == b"traceparent":
@@ -60,17 +75,19 @@ class TracingMiddleware:
             await send(message)
 
         started = time.monotonic()
+        attributes = {"http.request.method": method, "url.path": scope.get("path", ""),
+                      "url.scheme": scope.get("scheme", "http"), "service.component": "http"}
+        if method != raw_method:
+            attributes["http.request.method_original"] = raw_method[:64]
         with tel.tracer.start_as_current_span(
-                f"{method} {scope.get('path', '')}", context=context_from_traceparent(traceparent),
-                kind=SpanKind.SERVER,
-                attributes={"http.request.method": method, "url.path": scope.get("path", ""),
-                            "url.scheme": scope.get("scheme", "http"),
-                            "service.component": "http"}) as span:
+                "HTTP" if method == OTHER_METHOD else method,
+                context=context_from_traceparent(traceparent), kind=SpanKind.SERVER,
+                attributes=attributes) as span:
             try:
                 await self.app(scope, receive, send_wrapper)
             finally:
                 route = _route_template(scope)
-                if route:
+                if route and method != OTHER_METHOD:
                     span.update_name(f"{method} {route}")
                     span.set_attribute("http.route", route)
                 span.set_attribute("http.response.status_code", status[0])

@@ -9,8 +9,8 @@ line on stderr with these fields:
 or ``extra={...}``), ``idempotency_key_hash`` (an ``idempotency_key`` passed in ``extra`` is
 replaced by its SHA-256), ``exc_type``/``exc`` for exceptions.
 
-Personal data: e-mail addresses in messages and exception texts are replaced with
-``<email>`` (the case content's names/addresses are never passed to loggers by the services;
+Personal data: e-mail addresses in messages, exception texts and every context field
+(string values of :func:`log_context` and ``extra``) are replaced with ``<email>`` (the case content's names/addresses are never passed to loggers by the services;
 this is a last line of defence for the one field that leaks most — reporter e-mails).
 """
 
@@ -42,6 +42,10 @@ _EMAIL = re.compile(r"[A-Za-z0-9._%+\-]+@[A-Za-z0-9.\-]+\.[A-Za-z]{2,}")
 def redact(text: str) -> str:
     """``text`` with e-mail addresses replaced by ``<email>``."""
     return _EMAIL.sub("<email>", text)
+
+
+def _redacted(value: Any) -> Any:
+    return redact(value) if isinstance(value, str) else value
 
 
 @contextmanager
@@ -76,11 +80,12 @@ class JsonFormatter(logging.Formatter):
         if sc.is_valid:
             out["trace_id"] = f"{sc.trace_id:032x}"
             out["span_id"] = f"{sc.span_id:016x}"
-        out.update(_CONTEXT.get())
+        for name, value in _CONTEXT.get().items():
+            out[name] = _redacted(value)
         for name in CONTEXT_FIELDS:
             value = record.__dict__.get(name)
             if value is not None:
-                out[name] = value
+                out[name] = _redacted(value)
         key = record.__dict__.get("idempotency_key")
         if key is not None:
             out["idempotency_key_hash"] = hashlib.sha256(str(key).encode()).hexdigest()[:32]

@@ -68,7 +68,7 @@ def registry_check(url: str, timeout_s: float = 2.0, *,
             try:
                 if not holder:
                     holder.append(ConfluentSchemaRegistry(url, timeout=timeout_s, max_retries=0,
-                                                          properties=properties))
+                                                          options=properties))
                 holder[0].subjects()
             except CasestreamError as e:
                 raise DependencyDown(f"registry {url}: {e}") from e

@@ -2,7 +2,9 @@
 
 Modules: ``consumer`` (consumer harness on the real Kafka / PostgreSQL, in-memory or
 real codecs: ``memory_codec(catalog)`` is the one test codec; ``python -m casestream.testing.consumer`` is the crash-test child) and
-``relay`` (isolated schemas, topics, a private Kafka broker). Import the modules; the
+``relay`` (isolated schemas, topics, a private Kafka broker) and ``faults`` (fault injection
+and invariant reads for soaks: infrastructure restarts, forced rebalances, poison messages,
+group lag, inbox sizes). Import the modules; the
 names below are re-exported lazily so that importing this package loads no driver.
 ``MemorySink`` is :class:`casestream.outbox.MemorySink` (the in-memory ``EventSink``).
 """
@@ -16,6 +18,9 @@ _LAZY = {
         "Harness", "close_codec", "create_topic", "headers_of", "make_event", "real_codec",
         "memory_codec")},
     "MemorySink": "casestream.outbox.sink",
+    **{name: "casestream.testing.faults" for name in (
+        "end_offsets", "force_rebalance", "group_lag", "inbox_size", "inject_poison", "query",
+        "read_since", "restart_infra")},
     **{name: "casestream.testing.relay" for name in (
         "FakeEnvelope", "JsonCodec", "PrivateKafka", "create_topics", "delete_topics",
         "isolated_schema", "read_topics")},

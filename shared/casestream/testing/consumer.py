@@ -11,6 +11,7 @@ Subprocess entry point (crash tests)::
     python -m casestream.testing.consumer --name N --topic T --dsn DSN --bootstrap B \
         --table effects_x [--codec registry|memory|test] [--kill-before-offset-commit]
         [--kill-in-handler-at SEQ] [--expect N] [--idle-exit S]
+        [--fail-always EVENT_ID --retry-delay-s S --max-attempts N]
 """
 
 from __future__ import annotations
@@ -289,7 +290,8 @@ class Harness:
         self.pool.close()
         with psycopg.connect(self.dsn, autocommit=True) as conn:
             conn.execute(f"DROP TABLE IF EXISTS {self.projection.table}")
-            for table in ("consumer_inbox", "consumer_version_guard", "consumer_held_event"):
+            for table in ("consumer_inbox", "consumer_version_guard", "consumer_held_event",
+                          "consumer_retry"):
                 conn.execute(f"DELETE FROM {table} WHERE consumer = %s", (self.name,))
         delete_topics(self.bootstrap, (self.topic, f"{self.name}.dlq", f"{self.name}.redrive"))
 
@@ -397,6 +399,13 @@ def main(argv: Sequence[str] | None = None) -> int:
                     help="test: FramedJsonCodec; registry/memory: EnvelopeCodec over the real"
                          " registry (--registry-url) or an in-memory one")
     ap.add_argument("--registry-url")
+    ap.add_argument("--fail-always", action="append", default=[], metavar="EVENT_ID",
+                    help="the handler raises RetryableError for this event every time and logs"
+                         " each call to stderr as 'CALL <event id> <epoch s>'")
+    ap.add_argument("--retry-delay-s", type=float,
+                    help="constant retry backoff, seconds, no jitter (default: the consumer's)")
+    ap.add_argument("--max-attempts", type=int, default=5,
+                    help="attempts of a failing message before its dead letter (with --retry-delay-s)")
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO, stream=sys.stderr,
                         format=f"%(asctime)s child {args.name} %(levelname)s %(message)s")
@@ -404,14 +413,31 @@ def main(argv: Sequence[str] | None = None) -> int:
     codec: Any = (FramedJsonCodec() if args.codec == "test" else
                   real_codec(args.registry_url if args.codec == "registry" else None,
                              fallback=args.codec == "memory"))
-    projection = EffectsProjection(args.table, kill_at_seq=args.kill_in_handler_at)
-    registry = projection.register(HandlerRegistry())
+    projection = EffectsProjection(args.table, kill_at_seq=args.kill_in_handler_at,
+                                   fail={eid: 10**9 for eid in args.fail_always})
+    registry = HandlerRegistry()
+    watched = set(args.fail_always)
+
+    def handle(ctx: HandlerContext, event: Any) -> None:
+        if event.event_id in watched:
+            print(f"CALL {event.event_id} {time.time():.6f}", file=sys.stderr, flush=True)
+        projection.handle(ctx, event)
+
+    registry.add("CaseReturned", handle, kind=HandlerKind.PROJECTION)
+    settings = ConsumerSettings(batch_size=args.batch_size)
+    if args.retry_delay_s is not None:
+        # lazy (start-up cost): drivers load only in the helpers that use them
+        from casestream.retry import RetryPolicy
+
+        settings = ConsumerSettings(batch_size=args.batch_size, retry=RetryPolicy(
+            initial_delay_s=args.retry_delay_s, max_delay_s=args.retry_delay_s, multiplier=1.0,
+            jitter=0.0, max_attempts=args.max_attempts))
     pool = ConnectionPool(args.dsn, min_size=1, max_size=2, open=True)
     runtime = ConsumerRuntime(args.name, [args.topic], registry, codec, pool,
                               {"bootstrap.servers": args.bootstrap,
                                "session.timeout.ms": args.session_timeout_ms,
                                "heartbeat.interval.ms": max(500, args.session_timeout_ms // 6)},
-                              ConsumerSettings(batch_size=args.batch_size))
+                              settings)
     if args.kill_before_offset_commit:
         original = runtime._commit_pending
 

@@ -27,8 +27,8 @@ from confluent_kafka import Consumer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from casestream.migrations import apply_migrations
-from casestream.outbox.writer import OUTBOX_MIGRATION
 from casestream.kafka.config import KafkaTarget, client_config
+from casestream.outbox.writer import OUTBOX_MIGRATIONS
 
 __all__ = [
     "FakeEnvelope", "JsonCodec", "Record", "isolated_schema", "create_topics", "delete_topics",
@@ -97,7 +97,7 @@ def isolated_schema(dsn: str, *, prefix: str = "relay_t", migrate: bool = True) 
     scoped = dsn_with_search_path(dsn, schema)
     try:
         if migrate:
-            apply_migrations(scoped, [OUTBOX_MIGRATION])
+            apply_migrations(scoped, list(OUTBOX_MIGRATIONS))
         yield scoped
     finally:
         with psycopg.connect(dsn, autocommit=True) as conn:

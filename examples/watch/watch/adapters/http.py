@@ -28,7 +28,9 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from casestream.auth import ROLE_OFFICER, ROLE_SUPERVISOR
-from casestream.http import EdgePolicy, edge_app, guarded, principal_of, problem_response, requires
+from casestream.http import EdgePolicy, Operation, edge_app, guarded, json_answer
+from casestream.http import openapi_document, openapi_route, principal_of, problem_answer
+from casestream.http import problem_response, requires
 from watch.application import CaseNotWatched, CaseWatch, Clock, UnitOfWork, case_watch, watch_case
 from watch.domain import Watch
 
@@ -53,6 +55,27 @@ def case_watch_json(found: CaseWatch) -> dict[str, Any]:
                 "state": case.state, "title": case.title,
                 "aggregate_version": case.aggregate_version,
                 "updated_at": case.updated_at.isoformat()}}
+
+
+_CASE_ID_SCHEMA = {"type": "string", "pattern": r"^[\x21-\x2e\x30-\x7e]{1,128}$"}
+_WATCH = {"type": "object", "required": ["watch_id", "case_id", "watcher_id", "version",
+                                         "created_at"]}
+OPENAPI = openapi_document("watch service", "1.0.0", [
+    Operation(method="put", path="/watch/cases/{case_id}", operation_id="watchCase",
+              summary="Watch a case (as the token's subject)",
+              path_params={"case_id": _CASE_ID_SCHEMA},
+              answers={"201": json_answer("Now watching", _WATCH, links={
+                  "GetWatchedCase": {"operationId": "getWatchedCase",
+                                     "parameters": {"case_id": "$response.body#/case_id"}}}),
+                       "200": json_answer("Already watching", _WATCH),
+                       "404": problem_answer("Not a case id")}),
+    Operation(method="get", path="/watch/cases/{case_id}", operation_id="getWatchedCase",
+              summary="A watched case and its watchers", path_params={"case_id": _CASE_ID_SCHEMA},
+              answers={"200": json_answer("The case and its watchers", {
+                  "type": "object", "required": ["case_id", "case", "watchers"]}),
+                       "404": problem_answer("Nobody in the tenant watches this case")}),
+])
+"""The OpenAPI document served at ``/openapi.json`` (``casestream.http.openapi_document``)."""
 
 
 def build_app(uow: UnitOfWork, clock: Clock, *, edge: EdgePolicy) -> Starlette:
@@ -92,5 +115,6 @@ def build_app(uow: UnitOfWork, clock: Clock, *, edge: EdgePolicy) -> Starlette:
         watch, created = done
         return JSONResponse(watch_json(watch), status_code=201 if created else 200)
 
-    return edge_app([Route("/watch/cases/{case_id}", get_case, methods=["GET"]),
+    return edge_app([openapi_route(OPENAPI),
+                     Route("/watch/cases/{case_id}", get_case, methods=["GET"]),
                      Route("/watch/cases/{case_id}", put_watch, methods=["PUT"])], edge)

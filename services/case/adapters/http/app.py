@@ -31,13 +31,12 @@ from typing import Any
 from pydantic import ValidationError
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
-from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from casestream.auth import ROLE_OFFICER, ROLE_SUPERVISOR, Principal
-from casestream.http import EdgePolicy, edge_middleware, principal_of
+from casestream.http import EdgePolicy, edge_app, principal_of
 from services.case.adapters.http import requests as rq
 from services.case.adapters.http.counters import CaseApiCounters
 from services.case.adapters.http.models import OpenCaseBody, SubmitCaseBody, field_errors
@@ -133,10 +132,8 @@ def _principal(request: Request, *roles: str) -> Principal:
 class CaseRoutes:
     """Route handlers bound to a :class:`CaseService`."""
 
-    def __init__(self, service: CaseService, *, max_body_bytes: int,
-                 counters: CaseApiCounters) -> None:
+    def __init__(self, service: CaseService, *, counters: CaseApiCounters) -> None:
         self._service = service
-        self._limit = max_body_bytes
         self._counters = counters
 
     def _send(self, stored: StoredResponse, replayed: bool) -> JSONResponse:
@@ -166,7 +163,7 @@ class CaseRoutes:
     async def open_case(self, request: Request) -> Response:
         who = _principal(request, ROLE_OFFICER)
         key = rq.idempotency_key_of(request, required=False)
-        data = await rq.read_json_object(request, limit=self._limit, required=True)
+        data = await rq.read_json_object(request, required=True)
         body: OpenCaseBody = _validate(OpenCaseBody, data)
         cmd = OpenCase(tenant_id=who.tenant_id, actor_id=who.subject,
                        traceparent=rq.traceparent_of(request), **body.model_dump())
@@ -187,7 +184,7 @@ class CaseRoutes:
         key = rq.idempotency_key_of(request, required=True)
         assert key is not None
         if_match = rq.if_match_of(request)
-        data = await rq.read_json_object(request, limit=self._limit, required=False)
+        data = await rq.read_json_object(request, required=False)
         body: SubmitCaseBody = _validate(SubmitCaseBody, data)
         expected = None
         if if_match is not None:
@@ -210,35 +207,23 @@ async def _openapi(_: Request) -> Response:
     return JSONResponse(openapi_document())
 
 
-async def _http_error(request: Request, exc: Exception) -> Response:
-    assert isinstance(exc, HTTPException)
-    code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code, "http_error")
-    detail = f"{request.method} {request.url.path}: {exc.detail}"
-    return Problem(status=exc.status_code, code=code, detail=detail,
-                   headers=exc.headers).response(request.url.path)
-
-
-def build_app(service: CaseService, *, edge: EdgePolicy,
-              max_body_bytes: int = 64 * 1024) -> Starlette:
-    """Return the case API application.
+def build_app(service: CaseService, *, edge: EdgePolicy) -> Starlette:
+    """Return the case API application behind the shared edge (``casestream.http.edge_app``:
+    its 404/405 and error boundary; request bodies are limited by ``edge.body``).
 
     Args:
         service: the use cases.
-        edge: token verification, in-flight limit, rate limits, request deadline.
-        max_body_bytes: request bodies above this size are refused with 413.
+        edge: token verification, in-flight limit, rate limits, request deadline, body limits.
     """
     counters = CaseApiCounters()
-    routes = CaseRoutes(service, max_body_bytes=max_body_bytes, counters=counters)
-    app = Starlette(
-        routes=[
-            Route("/cases", _boundary(routes.open_case, counters), methods=["POST"]),
-            Route("/cases/{case_id}", _boundary(routes.get_case, counters), methods=["GET"]),
-            Route("/cases/{case_id}/submit", _boundary(routes.submit_case, counters),
-                  methods=["POST"]),
-            Route("/openapi.json", _openapi, methods=["GET"]),
-        ],
-        middleware=edge_middleware(edge, counters.edge),
-        exception_handlers={HTTPException: _http_error},
-    )
+    routes = CaseRoutes(service, counters=counters)
+    app = edge_app([
+        Route("/cases", _boundary(routes.open_case, counters), methods=["POST"]),
+        Route("/cases/{case_id}", _boundary(routes.get_case, counters), methods=["GET"]),
+        Route("/cases/{case_id}/submit", _boundary(routes.submit_case, counters),
+              methods=["POST"]),
+        Route("/openapi.json", _openapi, methods=["GET"]),
+    ], edge)
+    counters.edge = app.state.counters
     app.state.counters = counters
     return app

@@ -26,12 +26,9 @@ from pydantic import (
     ValidationError,
 )
 
+from casestream.http import BLANK, field_message
 from services.case.adapters.http.problems import FieldError
 from services.case.domain import values
-
-BLANK = (r"\t\n\x0b\x0c\r\x1c-\x1f \x85\xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f"
-         r"\u3000\ufeff")
-"""Characters that count as blank (a regex character-class body)."""
 
 TEXT_PATTERN = rf"^[^\x00]*[^{BLANK}\x00][^\x00]*$"
 """Some non-blank character, no NUL."""
@@ -100,16 +97,11 @@ def field_errors(error: ValidationError) -> list[FieldError]:
 
 
 def _message(item: Any) -> str:
-    kind = item["type"]
-    if kind == "missing":
-        return "field required"
-    if kind == "extra_forbidden":
-        return "unknown field"
-    if kind == "string_pattern_mismatch":
+    if item["type"] == "string_pattern_mismatch":
         field = str(item["loc"][-1]) if item["loc"] else ""
         if field == "reporter_email":
             return "must be an e-mail address like name@example.org"
         if field == "note":
             return "must not contain NUL characters"
         return "must contain a non-blank character and no NUL characters"
-    return str(item["msg"])
+    return field_message(item)

@@ -12,6 +12,7 @@ from __future__ import annotations
 from functools import cache
 from typing import Any
 
+from casestream.http import PROBLEM_SCHEMA, RATE_LIMITED_SCHEMA, RETRY_AFTER, problem_answer
 from services.case.adapters.http.models import OpenCaseBody, SubmitCaseBody
 from services.case.adapters.http.requests import KEY_PATTERN
 
@@ -49,41 +50,10 @@ CASE_SCHEMA: dict[str, Any] = {
     },
 }
 
-PROBLEM_SCHEMA: dict[str, Any] = {
-    "type": "object",
-    "required": ["type", "title", "status", "detail", "code", "errors"],
-    "properties": {
-        "type": {"type": "string"},
-        "title": {"type": "string"},
-        "status": {"type": "integer"},
-        "detail": {"type": "string"},
-        "code": {"type": "string"},
-        "instance": {"type": "string"},
-        "errors": {"type": "array", "items": {
-            "type": "object", "required": ["field", "message"],
-            "properties": {"field": {"type": "string"}, "message": {"type": "string"}}}},
-    },
-}
+_RETRY_AFTER = RETRY_AFTER
 
 
-_RETRY_AFTER = {"description": "Seconds to wait before retrying.", "required": True,
-                "schema": {"type": "string", "pattern": "^[0-9]+$"}}
-
-RATE_LIMITED_SCHEMA: dict[str, Any] = {
-    "allOf": [{"$ref": "#/components/schemas/Problem"}, {
-        "type": "object", "required": ["retry_after_seconds"],
-        "properties": {"retry_after_seconds": {"type": "integer", "minimum": 1},
-                       "limit_scope": {"type": "string", "enum": ["tenant", "client"]}}}],
-}
-
-
-def _problem(description: str, *, headers: dict[str, Any] | None = None,
-             schema: str = "Problem") -> dict[str, Any]:
-    out: dict[str, Any] = {"description": description, "content": {
-        "application/problem+json": {"schema": {"$ref": f"#/components/schemas/{schema}"}}}}
-    if headers:
-        out["headers"] = headers
-    return out
+_problem = problem_answer
 
 
 def _case(description: str, *, location: bool = False, replayable: bool = False,
@@ -164,6 +134,8 @@ def openapi_document() -> dict[str, Any]:
                 "responses": {"201": _case("Case opened (or the stored response, replayed)",
                                            location=True, replayable=True, links=_CASE_LINKS),
                               "400": bad, "409": in_flight,
+                              "408": _problem("The body did not arrive within the read "
+                                              "timeout"),
                               "413": _problem("Body too large"),
                               "415": _problem("Body is not JSON"), **_common()},
             }},
@@ -186,6 +158,8 @@ def openapi_document() -> dict[str, Any]:
                               "409": _problem("Case not open, Idempotency-Key conflict or in "
                                               "flight, or concurrent modification"),
                               "412": _problem("If-Match does not match the case version"),
+                              "408": _problem("The body did not arrive within the read "
+                                              "timeout"),
                               "413": _problem("Body too large"),
                               "415": _problem("Body is not JSON"), **_common()},
             }},

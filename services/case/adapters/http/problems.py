@@ -18,7 +18,7 @@ from starlette.responses import JSONResponse
 from casestream.auth import AuthError
 from casestream.errors import ConcurrencyError
 from casestream.http import answer_for
-from casestream.http import DeadlineExceeded
+from casestream.http import DeadlineExceeded, HttpProblem
 
 from services.case.application.errors import (
     IdempotencyConflict,
@@ -33,6 +33,10 @@ PROBLEM_JSON = "application/problem+json"
 TITLES: dict[str, str] = {
     "validation_error": "Request validation failed",
     "malformed_json": "Malformed JSON body",
+    "duplicate_json_key": "Duplicate JSON key",
+    "json_too_deep": "JSON nested too deeply",
+    "invalid_unicode": "Invalid Unicode in JSON body",
+    "request_timeout": "Request body not received in time",
     "missing_header": "Required header missing",
     "missing_idempotency_key": "Idempotency-Key header required",
     "case_not_found": "Case not found",
@@ -109,6 +113,10 @@ def problem_for(exc: Exception) -> Problem | None:
     match exc:
         case Problem():
             return exc
+        case HttpProblem():
+            return Problem(status=exc.status, code=exc.code, detail=exc.detail,
+                           errors=[FieldError(field=e["field"], message=e["message"])
+                                   for e in exc.errors], headers=exc.headers)
         case CaseValidationError(field=f, message=m):
             return validation(f, m)
         case CaseNotFound():

@@ -1,9 +1,8 @@
 """Reading requests safely: bounded JSON bodies, Idempotency-Key, If-Match, traceparent.
 
-Rules: a body larger than the limit -> 413 (checked on Content-Length and while
-streaming); a non-empty body whose Content-Type is not JSON (``application/json`` or
-``*/*+json``) -> 415; malformed JSON -> 400 ``malformed_json`` with the position; a JSON
-value that is not an object -> 400. ``Idempotency-Key``: 1..255 printable ASCII
+Bodies are bounded, typed and parsed by the shared edge (``casestream.http.body``: 413,
+415, 408; strict JSON: 400 ``malformed_json`` with the position, ``duplicate_json_key``,
+``json_too_deep``, ``invalid_unicode``); a JSON value that is not an object -> 400. ``Idempotency-Key``: 1..255 printable ASCII
 characters, no blank at either end (:data:`KEY_PATTERN`, also in ``/openapi.json``).
 ``If-Match`` follows RFC 9110 §13.1.1 (strong comparison; no match -> 412).
 
@@ -13,13 +12,13 @@ Tenant and actor are not read from headers: they come from the bearer token
 
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import dataclass
 from typing import Any
 
 from starlette.requests import Request
 
+from casestream.http import json_body
 from services.case.adapters.http.problems import FieldError, Problem, validation
 from services.case.application.idempotency import KEY_MAX
 
@@ -29,52 +28,24 @@ KEY_PATTERN = rf"^[\x21-\x7e](?:[\x20-\x7e]{{0,{KEY_MAX - 2}}}[\x21-\x7e])?$"
 
 _KEY = re.compile(KEY_PATTERN)
 _STRONG_ETAG = re.compile(r'"([0-9]{1,18})"')
-_TRACEPARENT = re.compile(r"^[0-9a-f]{2}-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}$")
+_TRACEPARENT = re.compile(r"[0-9a-f]{2}-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}")
 
 
-async def read_json_object(request: Request, *, limit: int, required: bool) -> dict[str, Any]:
+async def read_json_object(request: Request, *, required: bool) -> dict[str, Any]:
     """Return the body as a JSON object (``{}`` for an empty optional body).
 
     Raises:
-        Problem: 413 / 415 / 400 as in the module docstring.
+        Problem: 400 ``validation_error`` for an empty required body or a value that is not
+            an object. HttpProblem: the edge's JSON errors (module docstring).
     """
-    length = request.headers.get("content-length")
-    if length is not None and length.isdigit() and int(length) > limit:
-        raise _too_large(limit)
-    chunks, size = [], 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > limit:
-            raise _too_large(limit)
-        chunks.append(chunk)
-    raw = b"".join(chunks)
-    if not raw.strip():
+    data = await json_body(request)
+    if data is None:
         if required:
             raise validation("body", "a JSON object is required")
         return {}
-    ctype = request.headers.get("content-type", "").split(";")[0].strip().lower()
-    if not (ctype == "application/json" or (ctype.startswith("application/") and ctype.endswith("+json"))):
-        raise Problem(status=415, code="unsupported_media_type",
-                      detail=f"send the body as application/json, not {ctype or 'no content type'}")
-    try:
-        data = json.loads(raw, parse_constant=_reject_constant)
-    except (ValueError, RecursionError) as e:
-        where = f" at line {e.lineno} column {e.colno}" if isinstance(e, json.JSONDecodeError) else ""
-        msg = e.msg if isinstance(e, json.JSONDecodeError) else "invalid JSON"
-        raise Problem(status=400, code="malformed_json", detail=f"body is not valid JSON{where}: {msg}",
-                      errors=(FieldError(field="body", message=f"invalid JSON{where}"),)) from None
     if not isinstance(data, dict):
         raise validation("body", "must be a JSON object")
     return data
-
-
-def _reject_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not valid JSON")
-
-
-def _too_large(limit: int) -> Problem:
-    return Problem(status=413, code="payload_too_large",
-                   detail=f"the request body exceeds {limit} bytes")
 
 
 def idempotency_key_of(request: Request, *, required: bool) -> str | None:
@@ -141,4 +112,4 @@ def if_match_of(request: Request) -> IfMatch | None:
 def traceparent_of(request: Request) -> str | None:
     """Return a well-formed W3C ``traceparent`` header, else None (ignored, never an error)."""
     value = request.headers.get("traceparent", "").strip().lower()
-    return value if _TRACEPARENT.match(value) else None
+    return value if _TRACEPARENT.fullmatch(value) else None

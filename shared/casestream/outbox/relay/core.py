@@ -35,10 +35,20 @@ the same event id (the ``id`` header), so duplicates happen only around a crash.
 
 Ordering: one shard → one producing instance (leases); within a batch rows go to the
 idempotent producer in ``seq`` order, and librdkafka keeps per-partition order across its
-internal retries. If a row fails synchronously (e.g. MSG_SIZE_TOO_LARGE against
-``message.max.bytes``) the aggregate's later rows are not produced in that batch, and
-the claim query holds them back while the failed row is failed or backing off — other
-aggregates keep flowing. Residual risk, by librdkafka's design (INTRODUCTION.md, "Message
+internal retries. If a row cannot be sent (its record alone is larger than its topic's
+``max.message.bytes`` or the producer's ``message.max.bytes``, or ``produce`` fails) the
+aggregate's later rows are not produced in that batch, and the claim query holds them
+back while the failed row is failed or backing off — other aggregates keep flowing.
+
+Sizes: the broker refuses a whole record batch larger than the topic's
+``max.message.bytes`` and librdkafka reports that error on every message in it, so a
+batch must never hold more than the topic accepts. The relay reads each topic's limit
+from the broker (``DescribeConfigs``, cached ``topic_limit_ttl_s``), fails only a row
+whose record alone exceeds it (reason: the sizes and the limit), and keeps the producer's
+``batch.size`` below the smallest limit of the topics it writes to (recreating the
+producer, with no batch open, when a smaller one appears). Should the broker still refuse
+a batch (the limit was lowered since it was read), its rows are retried, not failed: the
+topic's limit is read again and ``batch.size`` halved (``size_rejections_total``). Residual risk, by librdkafka's design (INTRODUCTION.md, "Message
 timeout considerations"): if an outage outlasts ``message.timeout.ms`` (default 300 s)
 a timed-out message can leave a gap that a later message of the same partition fills;
 the relay then counts an ``order_breaches_total`` and logs the aggregate. To make that
@@ -64,10 +74,12 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 import psycopg
-from confluent_kafka import KafkaError, Producer
+from confluent_kafka import KafkaError, KafkaException, Producer
 from psycopg_pool import ConnectionPool
 
-from casestream.kafka.config import enforce_producer_guarantees
+from casestream.errors import ConfigError
+from casestream.kafka.config import admin_config, enforce_producer_guarantees
+from casestream.kafka.topics import TopicLimits
 from casestream import telemetry
 from casestream.outbox.writer import NOTIFY_CHANNEL
 from casestream.outbox.relay import store
@@ -79,6 +91,14 @@ from casestream.outbox.relay.settings import RelaySettings
 __all__ = ["OutboxRelay", "FaultHook"]
 
 log = logging.getLogger("casestream.relay")
+
+#: librdkafka defaults (CONFIGURATION.md) of ``batch.size`` and ``message.max.bytes``, bytes.
+LIBRDKAFKA_BATCH_SIZE = 1_000_000
+LIBRDKAFKA_MESSAGE_MAX_BYTES = 1_000_000
+#: Bytes kept free below a topic's ``max.message.bytes`` when sizing ``batch.size``.
+BATCH_FRAMING_MARGIN = 512
+#: Smallest ``batch.size`` the relay shrinks to after a broker size rejection, bytes.
+MIN_BATCH_SIZE = 1024
 
 FaultHook = Callable[[str], None]
 """Test hook called at stages ``"claimed"``, ``"produced"``, ``"delivered"`` (all reports
@@ -94,7 +114,10 @@ class OutboxRelay:
             URL / the pool's conninfo, since it must stay dedicated).
         producer_config: confluent-kafka config; must hold ``bootstrap.servers``;
             :data:`casestream.kafka.config.PRODUCER_DEFAULTS` fill the rest and
-            ``enable.idempotence``/``acks`` cannot be weakened (ConfigError).
+            ``enable.idempotence``/``acks`` cannot be weakened (ConfigError), and an unknown
+            or invalid librdkafka property is a ConfigError naming it. ``batch.size`` is an
+            upper bound: the relay lowers it below the smallest ``max.message.bytes`` of the
+            topics it writes to.
         settings: :class:`RelaySettings`.
         name: relay name (e.g. ``"case.relay"``); the lease owner id is
             ``<name>/<host>/<pid>/<random>`` so two processes never share one.
@@ -122,13 +145,25 @@ class OutboxRelay:
         self._producer_config = enforce_producer_guarantees(producer_config)
         self._producer_config.setdefault("client.id", name)
         self._producer_config["error_cb"] = self._on_error
+        # Record batches must fit the smallest max.message.bytes of the topics written to
+        # (the broker refuses a whole batch otherwise): batch.size is lowered to fit, and the
+        # producer recreated, when a topic with a smaller limit appears (_fit_batches).
+        self._batch_size_limit = int(self._producer_config.get("batch.size", LIBRDKAFKA_BATCH_SIZE))
+        self._compressed = str(self._producer_config.get(
+            "compression.type", self._producer_config.get("compression.codec", "none"))) != "none"
+        self._message_max_bytes = self._producer_config.get("message.max.bytes", LIBRDKAFKA_MESSAGE_MAX_BYTES)
+        self._topic_limits = TopicLimits(admin_config(str(self._producer_config["bootstrap.servers"])),
+                                         ttl_s=self.settings.topic_limit_ttl_s)
         self._fault_hook = fault_hook
         self._on_metrics = on_metrics
         self._leases = LeaseManager(self.owner, name, self.settings.lease_s)
         self._conn: psycopg.Connection | None = None
         self._listen: psycopg.Connection | None = None
-        self._producer: Producer | None = None
         self._fatal: KafkaError | None = None
+        try:  # a misspelt or invalid property fails here, not in the worker thread
+            self._producer: Producer | None = Producer(self._producer_config)
+        except KafkaException as e:
+            raise ConfigError(f"producer properties of relay {name!r}: {e.args[0].str()}") from None
         self._next_rebalance = 0.0  # between batches: heartbeat, renew, balance, acquire
         self._next_renew = 0.0      # while a batch waits for reports: renew only
         self._next_cleanup = 0.0
@@ -136,6 +171,7 @@ class OutboxRelay:
         self._db_failures = 0
         self._stop = threading.Event()
         self._give_up_at: float | None = None  # monotonic end of the shutdown budget
+        self._pending_shrink: int | None = None  # batch.size to use after a size rejection
         self._claim_skipped_busy = False  # the last claim excluded open batches' aggregates
         self._open: deque[InFlightBatch] = deque()  # produced, reports outstanding or unsettled
         # Pipelined bookkeeping: one fully delivered batch may be marked on a second
@@ -268,8 +304,17 @@ class OutboxRelay:
                 self._drain_marker()  # idle: finish bookkeeping before reporting "nothing to do"
             return 0
         self._hook("claimed")
-        batch = InFlightBatch(rows, full=len(rows) >= s.batch_size)
-        batch.produce(self._get_producer(), self.name, s.topic_prefix, s.delivery_poll_s)
+        batch = InFlightBatch(rows, full=len(rows) >= s.batch_size, topic_prefix=s.topic_prefix)
+        limits = self._topic_limits.limits(batch.topics)
+        if not self._fit_batches(conn, limits):
+            return 0  # stopping with reports outstanding: the claimed rows stay pending
+        if self._pending_shrink is not None and self._pending_shrink < self._batch_size_limit:
+            if not self._settle_all(conn):
+                return 0
+            self._shrink_batches(self._pending_shrink, "the broker rejected a record batch as too large")
+        self._pending_shrink = None
+        batch.produce(self._get_producer(), self.name, s.delivery_poll_s, limits=limits,
+                      compressed=self._compressed, message_max_bytes=self._message_max_bytes)
         self._hook("produced")
         self._open.append(batch)
         if overlap:
@@ -277,6 +322,30 @@ class OutboxRelay:
         self._await_reports(batch)
         self._settle_reported(conn)
         return batch.published
+
+    def _fit_batches(self, conn: psycopg.Connection, limits: dict[str, int]) -> bool:
+        """Lower the producer's ``batch.size`` below the smallest topic limit in ``limits``
+        (minus :data:`BATCH_FRAMING_MARGIN`); the producer is recreated after every open
+        batch is settled. False if stopping cut that wait short."""
+        if not limits:
+            return True
+        want = max(MIN_BATCH_SIZE, min(limits.values()) - BATCH_FRAMING_MARGIN)
+        if want >= self._batch_size_limit:
+            return True
+        if not self._settle_all(conn):
+            return False
+        self._shrink_batches(want, f"topic max.message.bytes={min(limits.values())}")
+        return True
+
+    def _shrink_batches(self, batch_size: int, why: str) -> None:
+        """Recreate the producer with ``batch.size=batch_size`` (call with no batch open)."""
+        log.info("relay %s: producer batch.size %d -> %d bytes (%s)", self.name,
+                 self._batch_size_limit, batch_size, why)
+        self._batch_size_limit = batch_size
+        self._producer_config["batch.size"] = batch_size
+        if self._producer is not None:
+            self._producer.flush(self.settings.shutdown_timeout_s)
+            self._producer = None
 
     def _settle_all(self, conn: psycopg.Connection) -> bool:
         """Await and record every open batch; False if stopping cut the wait short."""
@@ -372,7 +441,15 @@ class OutboxRelay:
         m.delivery_errors_total += out.errors
         m.retried_total += len(out.retry)
         m.failed_total += len(out.failed)
+        m.gave_up_total += out.gave_up
         m.order_breaches_total += len(out.breaches)
+        if out.rejected_topics:
+            # The topic limit changed since it was read, or framing was underestimated:
+            # read it again and send batches half as large (the next batch recreates the producer).
+            m.size_rejections_total += 1
+            for topic in out.rejected_topics:
+                self._topic_limits.forget(topic)
+            self._pending_shrink = max(MIN_BATCH_SIZE, self._batch_size_limit // 2)
         return len(out.delivered)
 
     def _get_marker(self) -> ThreadPoolExecutor:

@@ -19,9 +19,12 @@ class RelayMetrics:
     Counters: ``published_total`` rows confirmed by a delivery report; ``delivery_errors_total``
     failed delivery reports or synchronous produce errors; ``retried_total`` rows rescheduled
     with backoff; ``failed_total`` rows marked failed (non-retryable or attempts exhausted);
-    ``batches_total``; ``order_breaches_total`` batches in which a later row of an aggregate
-    was delivered after an earlier one failed (possible only when librdkafka times a
-    message out, see the relay design notes); ``producer_restarts_total`` after fatal
+    ``gave_up_total`` rows failed because a retryable error used up ``max_attempts`` (an
+    alert: an operator re-drives them); ``size_rejections_total`` batches the broker refused
+    as larger than the topic's ``max.message.bytes`` (their rows are retried in smaller
+    batches); ``batches_total``; ``order_breaches_total`` batches in which a later row of an aggregate
+    was delivered after an earlier one failed (a message timeout, or a size rejection
+    after a topic's limit was lowered; see the relay design notes); ``producer_restarts_total`` after fatal
     errors; ``db_errors_total``; ``cleaned_total`` rows removed by retention.
 
     Gauges (refreshed every ``metrics_interval_s``): ``outbox_pending_total`` pending rows
@@ -34,6 +37,8 @@ class RelayMetrics:
     delivery_errors_total: int = 0
     retried_total: int = 0
     failed_total: int = 0
+    gave_up_total: int = 0
+    size_rejections_total: int = 0
     batches_total: int = 0
     order_breaches_total: int = 0
     producer_restarts_total: int = 0

@@ -2,7 +2,8 @@
 
 Every duration is in seconds (suffix ``_s``); counts are rows. Defaults suit a service
 replica on this 2-core machine: 1,000-row batches, 10 s shard leases, NOTIFY wake-up with
-a 0.5 s polling fallback, published rows kept for 1 hour.
+a 0.5 s polling fallback, published rows kept for 1 hour, at most
+:data:`DEFAULT_MAX_ATTEMPTS` attempts per row after a retryable error.
 """
 
 from __future__ import annotations
@@ -13,12 +14,28 @@ from casestream.errors import ConfigError
 from casestream.outbox.writer import DEFAULT_TOPIC_PREFIX
 from casestream.retry import RetryPolicy
 
-__all__ = ["RelaySettings"]
+__all__ = ["RelaySettings", "DEFAULT_MAX_ATTEMPTS", "relay_retry"]
+
+#: Attempts per outbox row after retryable errors (first try included) before it is marked
+#: ``failed`` (metric ``relay_gave_up_total``). With the default backoff (0.5 s doubling to
+#: 60 s) the tenth attempt starts about 4 minutes after the first; each attempt may itself
+#: last up to ``message.timeout.ms`` (300 s) while the broker is away, so a row survives a
+#: broker outage of about 50 minutes before an operator has to re-drive it
+#: (``casestream outbox redrive``).
+DEFAULT_MAX_ATTEMPTS = 10
 
 
-def _default_retry() -> RetryPolicy:
+def relay_retry(max_attempts: int | None = DEFAULT_MAX_ATTEMPTS) -> RetryPolicy:
+    """The relay's default backoff (0.5 s doubling to 60 s, jitter 0.5) with ``max_attempts``
+    (``None``: unbounded — a row is then retried until it is delivered).
+
+    Raises:
+        ConfigError: ``max_attempts`` < 1.
+    """
+    if max_attempts is not None and max_attempts < 1:
+        raise ConfigError(f"relay max_attempts must be >= 1, got {max_attempts}")
     return RetryPolicy(initial_delay_s=0.5, max_delay_s=60.0, multiplier=2.0, jitter=0.5,
-                       max_attempts=None)
+                       max_attempts=max_attempts)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -34,7 +51,8 @@ class RelaySettings:
         renew_interval_s: lease renewal / membership heartbeat period (default lease_s/3).
         topic_prefix: topic = prefix + aggregatetype (Debezium ``route.topic.replacement``).
         retry: backoff of rows after a transient delivery error (``next_attempt_at``);
-            ``retry.max_attempts`` bounds attempts, after which a row is marked failed.
+            ``retry.max_attempts`` (default :data:`DEFAULT_MAX_ATTEMPTS`) bounds attempts,
+            after which a row is marked failed and counted in ``gave_up_total``.
         published_retention_s: published rows are kept this long (status ``published``,
             with partition/offset) and then deleted; ``0`` deletes a row as soon as its
             delivery is confirmed.
@@ -53,6 +71,8 @@ class RelaySettings:
             aggregates); 1 waits for every batch's reports before the next claim.
         open_wait_s: while a batch is open, the LISTEN wait between two ``Producer.poll``
             calls that serve its delivery reports.
+        topic_limit_ttl_s: how long a topic's ``max.message.bytes`` read from the broker is
+            trusted before it is read again (a size rejection re-reads it at once).
     """
 
     batch_size: int = 1000
@@ -60,7 +80,7 @@ class RelaySettings:
     lease_s: float = 10.0
     renew_interval_s: float | None = None
     topic_prefix: str = DEFAULT_TOPIC_PREFIX
-    retry: RetryPolicy = field(default_factory=_default_retry)
+    retry: RetryPolicy = field(default_factory=relay_retry)
     published_retention_s: float = 3600.0
     cleanup_interval_s: float = 30.0
     cleanup_batch: int = 10_000
@@ -70,6 +90,7 @@ class RelaySettings:
     pipeline: bool = True
     max_open_batches: int = 2
     open_wait_s: float = 0.002
+    topic_limit_ttl_s: float = 300.0
 
     def __post_init__(self) -> None:
         if self.batch_size < 1:
@@ -82,6 +103,8 @@ class RelaySettings:
             raise ConfigError(f"relay max_open_batches must be >= 1, got {self.max_open_batches}")
         if self.open_wait_s <= 0:
             raise ConfigError("relay open_wait_s must be > 0")
+        if self.topic_limit_ttl_s <= 0:
+            raise ConfigError("relay topic_limit_ttl_s must be > 0")
         if self.published_retention_s < 0:
             raise ConfigError("relay published_retention_s must be >= 0")
 

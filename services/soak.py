@@ -1,0 +1,668 @@
+"""Fault soak of the suite: a steady stream of cases while faults are injected, then invariants.
+
+``python -m services.soak --minutes 20`` (what ``make soak SOAK_MINUTES=20`` runs) starts the
+five services as processes — two instances each of case and audit (the second pair on
+``--second-case-port`` / ``--second-audit-port``) — and one standalone outbox relay on the
+saga database beside the saga service's own, opens and submits cases at ``--rate`` cases/s
+through either case instance (with Idempotency-Keys, retried while an instance is down), and
+meanwhile, at random times (``--seed``), injects faults one at a time:
+
+==================  ===============================================================
+``kill``            SIGKILL one service instance (its consumers and relay die with it),
+                    start it again after 1-5 s
+``kill-relay``      SIGKILL the standalone saga relay, start it again after 1-3 s
+``restart-kafka``   ``deploy/infra.sh down kafka`` then ``up kafka`` (the broker restarts)
+``restart-pg``      ``deploy/infra.sh down postgres`` (``pg_ctl -m fast``) then ``up postgres``
+``rebalance``       a transient member joins one of the suite's consumer groups (no commits)
+                    and leaves once it has its assignment: two rebalances of that group
+``poison``          a value that is not Avro on an outbox topic (header ``id`` = ``poison-…``)
+==================  ===============================================================
+
+The first faults go once through every kind (shuffled; the load phase lasts until they are
+done, however short ``--minutes``), later ones are drawn at random. Only
+the infrastructure that ``deploy/infra.sh`` of this checkout runs (with the caller's
+``CASESTREAM_*_PORT`` variables) is restarted. When the load phase ends, every instance is
+started again if down, the cases are given ``--drain-s`` seconds to finish, and the checker
+proves:
+
+1. every case reached a final state (``closed`` or ``returned``), its trail complete;
+2. one notice (SMTP message) per case with a violation determined, none for the others;
+3. one audit journal entry per event: every event id published on the outbox topics since the
+   start is in ``audit_journal`` (its primary key keeps it at one);
+4. no saga started twice: one saga per case;
+5. no partition left without progress: every suite consumer group has committed every
+   partition it is assigned up to the log end;
+6. the only dead letters (``<consumer>.dlq`` since the start) are the injected poison messages.
+
+It prints each fault as it happens, the faults injected per kind, each invariant with its
+figures, and the inbox size (rows, bytes) of every service database at the end and at the
+start (the inbox is never purged by the soak: its growth is the run's); exits 0 only when every
+invariant holds. Run it, as the e2e tests, alone on the machine: it uses the services' fixed
+HTTP ports and restarts the shared infrastructure (``flock /tmp/casestream-e2e.lock``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import email
+import os
+import random
+import signal
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from collections import Counter
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from casestream.service import CommonSettings, ServiceStack, StackError, service_port
+from casestream import testing
+from services.demo import FINAL_CASE_STATES, SUITE, CaseRun, CaseSpec, check_trail, headers
+
+FAULT_KINDS = ("kill", "kill-relay", "restart-kafka", "restart-pg", "rebalance", "poison")
+_WEIGHTS = {"kill": 5, "kill-relay": 1, "restart-kafka": 1, "restart-pg": 1, "rebalance": 3,
+            "poison": 1}
+OUTBOX_TOPICS = ("outbox.event.case", "outbox.event.saga", "outbox.event.decision",
+                 "outbox.event.notice")
+#: The suite's consumer groups and the topics each subscribes to (``<group>.redrive`` too).
+GROUPS: dict[str, tuple[str, ...]] = {
+    "audit.journal": OUTBOX_TOPICS,
+    "case.dashboard": ("outbox.event.case",),
+    "case.saga-requests": ("outbox.event.saga",),
+    "saga.orchestrator": ("outbox.event.case", "outbox.event.decision", "outbox.event.notice"),
+    "decision.requests": ("outbox.event.saga",),
+    "decision.statistics": ("outbox.event.decision",),
+    "notification.requests": ("outbox.event.saga",),
+}
+_KINDS = (
+    CaseSpec(title="[fail-decision]", severity=4, evidence_count=2, expected="decision_failed"),
+    CaseSpec(title="unlicensed trading", severity=4, evidence_count=2, expected="violation"),
+    CaseSpec(title="late filing", severity=1, evidence_count=0, expected="no_violation"),
+    CaseSpec(title="misleading advert", severity=3, evidence_count=1, expected="violation"),
+    CaseSpec(title="missing register", severity=2, evidence_count=0, expected="no_violation"),
+)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Options:
+    """What a soak run does. Durations in seconds unless named minutes.
+
+    Attributes:
+        minutes: length of the whole run (start, load with faults, drain, checks) in minutes.
+        rate: cases opened and submitted per second.
+        seed: seed of the fault schedule (printed; None: random).
+        fault_gap_s: (min, max) pause between two faults.
+        drain_s: time kept at the end for the cases to finish (part of ``minutes``).
+        poison_max: poison messages injected at most.
+        second_ports: HTTP ports of the second case and audit instances.
+        log_dir: where the services' logs go.
+        infra_script: ``deploy/infra.sh`` of this checkout.
+    """
+
+    minutes: float = 20.0
+    rate: float = 1.0
+    seed: int | None = None
+    fault_gap_s: tuple[float, float] = (3.0, 10.0)
+    drain_s: float = 45.0
+    poison_max: int = 4
+    second_ports: tuple[int, int] = (18111, 18112)
+    log_dir: Path = Path(".local/soak-logs")
+    infra_script: Path = Path(__file__).resolve().parents[1] / "deploy" / "infra.sh"
+
+
+@dataclass(slots=True)
+class Fault:
+    """One injected fault: when (s since the start), what, on which target, how it went."""
+
+    at_s: float
+    kind: str
+    target: str
+    took_s: float = 0.0
+    detail: str = ""
+
+
+@dataclass(slots=True)
+class Check:
+    """One invariant's verdict and its figures."""
+
+    name: str
+    ok: bool
+    detail: str
+
+
+@dataclass(slots=True)
+class Report:
+    """The outcome of a run."""
+
+    seed: int
+    cases: int = 0
+    faults: list[Fault] = field(default_factory=list)
+    checks: list[Check] = field(default_factory=list)
+    inbox: dict[str, tuple[int, int]] = field(default_factory=dict)
+    inbox_at_start: dict[str, tuple[int, int]] = field(default_factory=dict)
+    elapsed_s: float = 0.0
+
+    @property
+    def ok(self) -> bool:
+        return bool(self.checks) and all(c.ok for c in self.checks)
+
+    def lines(self) -> list[str]:
+        by_kind = Counter(f.kind for f in self.faults)
+        out = [f"soak: {self.cases} cases, {len(self.faults)} faults in {self.elapsed_s:.0f} s"
+               f" (seed {self.seed}): "
+               + ", ".join(f"{k} x{by_kind[k]}" for k in FAULT_KINDS)]
+        out += [f"{'PASS' if c.ok else 'FAIL'}  {c.name}: {c.detail}" for c in self.checks]
+        for db, (rows, size) in sorted(self.inbox.items()):
+            rows0, size0 = self.inbox_at_start.get(db, (0, 0))
+            out.append(f"inbox  {db}: {rows} rows, {size / 1024:.0f} kB"
+                       f" (at the start {rows0} rows, {size0 / 1024:.0f} kB)")
+        out.append(f"soak: {'all invariants hold' if self.ok else 'INVARIANTS VIOLATED'}")
+        return out
+
+
+def say(msg: str) -> None:
+    print(msg, flush=True)
+
+
+# ---------------------------------------------------------------- the processes
+
+
+class Suite:
+    """The service instances (two stacks: the first runs all five, the second case and
+    audit again on other ports) and the standalone saga relay."""
+
+    def __init__(self, env: Mapping[str, str], opts: Options) -> None:
+        # a killed instance's partitions move on after 6 s, not librdkafka's 45 s
+        self.env = {"CASESTREAM_KAFKA_SESSION_TIMEOUT_MS": "6000", **env}
+        case2, audit2 = opts.second_ports
+        self.second_env = {**self.env, "CASESTREAM_CASE_PORT": str(case2),
+                           "CASESTREAM_AUDIT_PORT": str(audit2)}
+        self.first = ServiceStack(env=self.env, log_dir=opts.log_dir / "first")
+        self.second = ServiceStack(env=self.second_env, log_dir=opts.log_dir / "second")
+        self.instances: dict[str, tuple[ServiceStack, str]] = {
+            f"{n}#1": (self.first, n) for n in SUITE}
+        self.instances.update({"case#2": (self.second, "case"), "audit#2": (self.second, "audit")})
+        self.log_dir = opts.log_dir
+        self.relay: subprocess.Popen[bytes] | None = None
+        self.case_urls = [f"http://127.0.0.1:{service_port('case', self.env)}",
+                          f"http://127.0.0.1:{case2}"]
+        self.audit_url = f"http://127.0.0.1:{service_port('audit', self.env)}"
+
+    def start(self) -> None:
+        """Register the schemas once, start every instance, wait until all are ready."""
+        self.first.register_schemas()
+        for name in SUITE:
+            self.first.start(name)
+        for name in ("case", "audit"):
+            self.second.start(name)
+        self.first.wait_ready(list(SUITE))
+        self.second.wait_ready(["case", "audit"])
+        self.start_relay()
+
+    def start_relay(self) -> None:
+        dsn = _dsn(self.env, "saga")
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+        out = open(self.log_dir / "saga-relay.log", "ab")  # noqa: SIM115 - child owns it
+        self.relay = subprocess.Popen(
+            [sys.executable, "-m", "casestream.outbox.relay", "--dsn", dsn, "--bootstrap",
+             self.env["CASESTREAM_KAFKA_BOOTSTRAP"], "--name", "saga.relay-soak"],
+            env=self.env, stdout=out, stderr=subprocess.STDOUT)
+        out.close()
+
+    def kill_relay(self) -> None:
+        if self.relay is not None and self.relay.poll() is None:
+            self.relay.kill()
+            self.relay.wait(10)
+
+    def kill(self, instance: str) -> None:
+        stack, name = self.instances[instance]
+        stack.kill(name)
+
+    def revive(self, instance: str, attempts: int = 5) -> None:
+        """Start ``instance`` again, retrying while the infrastructure is still coming back."""
+        stack, name = self.instances[instance]
+        for attempt in range(1, attempts + 1):
+            try:
+                stack.start(name)
+                stack.wait_ready([name])
+                return
+            except StackError as e:
+                if attempt == attempts:
+                    raise
+                say(f"soak:          {instance} did not start ({str(e)[:160]}); again")
+                time.sleep(3)
+
+    def revive_all(self) -> None:
+        for instance, (stack, name) in self.instances.items():
+            proc = stack.procs.get(name)
+            if proc is None or proc.popen.poll() is not None:
+                self.revive(instance)
+        if self.relay is None or self.relay.poll() is not None:
+            self.start_relay()
+
+    def stop(self) -> None:
+        for stack in (self.second, self.first):
+            stack.stop_all()
+        if self.relay is not None and self.relay.poll() is None:
+            self.relay.send_signal(signal.SIGTERM)
+            try:
+                self.relay.wait(30)
+            except subprocess.TimeoutExpired:
+                self.relay.kill()
+
+
+# ---------------------------------------------------------------- load
+
+
+class Driver:
+    """Opens and submits cases at ``rate`` per second through the case instances."""
+
+    def __init__(self, suite: Suite, rate: float) -> None:
+        self.suite, self.rate = suite, rate
+        self.runs: list[CaseRun] = []
+        self.failed: list[str] = []
+        self.stop = threading.Event()
+
+    def run(self) -> None:
+        i = 0
+        with httpx.Client(timeout=10.0) as client:
+            next_at = time.monotonic()
+            while not self.stop.is_set():
+                kind = _KINDS[i % len(_KINDS)]
+                spec = CaseSpec(title=f"Soak {i:05d} {kind.title}", severity=kind.severity,
+                                evidence_count=kind.evidence_count, expected=kind.expected)
+                run = self._drive(client, spec, i)
+                if run is not None:
+                    self.runs.append(run)
+                i += 1
+                next_at += 1.0 / self.rate
+                self.stop.wait(max(0.0, next_at - time.monotonic()))
+
+    def _drive(self, client: httpx.Client, spec: CaseSpec, i: int) -> CaseRun | None:
+        open_key, submit_key = str(uuid.uuid4()), str(uuid.uuid4())
+        case_id = self._call(client, i, "/cases", spec.body(), open_key, spec.tenant)
+        if case_id is None:
+            self.failed.append(f"{spec.title}: not opened")
+            return None
+        if self._call(client, i, f"/cases/{case_id}/submit", {}, submit_key, spec.tenant) is None:
+            self.failed.append(f"{spec.title} {case_id}: not submitted")
+        return CaseRun(spec, case_id)
+
+    def _call(self, client: httpx.Client, i: int, path: str, body: dict[str, Any], key: str,
+              tenant: str, timeout_s: float = 90.0) -> str | None:
+        """POST with an Idempotency-Key to one case instance, then the other, until it answers."""
+        deadline = time.monotonic() + timeout_s
+        urls = self.suite.case_urls
+        n = i
+        while time.monotonic() < deadline:
+            url = urls[n % len(urls)] + path
+            n += 1
+            try:
+                r = client.post(url, json=body, headers=headers(tenant, **{"Idempotency-Key": key}))
+                if r.status_code < 300:
+                    return str(r.json().get("id", "ok"))
+                if r.status_code < 500 and r.status_code not in (409, 429):
+                    say(f"soak:          {path}: {r.status_code} {r.text[:200]}")
+                    return None
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.3)
+        return None
+
+
+# ---------------------------------------------------------------- faults
+
+
+class Injector:
+    """Injects one fault at a time at random moments until ``stop`` is set."""
+
+    def __init__(self, suite: Suite, opts: Options, rng: random.Random, t0: float) -> None:
+        self.suite, self.opts, self.rng, self.t0 = suite, opts, rng, t0
+        self.faults: list[Fault] = []
+        self.poison_ids: dict[str, str] = {}  # id -> topic
+        self.stop = threading.Event()
+        self.first_round = threading.Event()  # set once every kind was injected
+        self.errors: list[str] = []
+
+    def run(self) -> None:
+        queue = list(FAULT_KINDS)
+        self.rng.shuffle(queue)
+        while not self.stop.wait(self.rng.uniform(*self.opts.fault_gap_s)):
+            kind = queue.pop(0) if queue else self._draw()
+            fault = Fault(at_s=time.monotonic() - self.t0, kind=kind, target="")
+            started = time.monotonic()
+            try:
+                getattr(self, "_" + kind.replace("-", "_"))(fault)
+            except Exception as e:  # noqa: BLE001 - reported, the soak goes on
+                fault.detail += f" ERROR {type(e).__name__}: {str(e)[:200]}"
+                self.errors.append(f"{kind}: {e}")
+            fault.took_s = time.monotonic() - started
+            self.faults.append(fault)
+            if not queue and len(self.faults) >= len(FAULT_KINDS):
+                self.first_round.set()
+            say(f"soak: +{fault.at_s:6.1f} s  {fault.kind:<13} {fault.target:<22}"
+                f" {fault.took_s:5.1f} s {fault.detail}")
+
+    def _draw(self) -> str:
+        kinds = [k for k in FAULT_KINDS
+                 if k != "poison" or len(self.poison_ids) < self.opts.poison_max]
+        return self.rng.choices(kinds, weights=[_WEIGHTS[k] for k in kinds])[0]
+
+    def _kill(self, fault: Fault) -> None:
+        fault.target = self.rng.choice(sorted(self.suite.instances))
+        self.suite.kill(fault.target)
+        down = self.rng.uniform(1.0, 5.0)
+        time.sleep(down)
+        self.suite.revive(fault.target)
+        fault.detail = f"SIGKILL, down {down:.1f} s"
+
+    def _kill_relay(self, fault: Fault) -> None:
+        fault.target = "saga.relay-soak"
+        self.suite.kill_relay()
+        time.sleep(self.rng.uniform(1.0, 3.0))
+        self.suite.start_relay()
+        fault.detail = "SIGKILL"
+
+    def _infra(self, fault: Fault, component: str) -> None:
+        fault.target = component
+        testing.restart_infra(self.opts.infra_script, component, self.suite.env)
+
+    def _restart_kafka(self, fault: Fault) -> None:
+        self._infra(fault, "kafka")
+
+    def _restart_pg(self, fault: Fault) -> None:
+        self._infra(fault, "postgres")
+        fault.detail = "pg_ctl stop -m fast"
+
+    def _rebalance(self, fault: Fault) -> None:
+        fault.target = self.rng.choice(sorted(GROUPS))
+        joined = testing.force_rebalance(self.suite.env["CASESTREAM_KAFKA_BOOTSTRAP"],
+                                        fault.target, GROUPS[fault.target])
+        fault.detail = "joined and left" if joined else "joined, no assignment in 30 s"
+
+    def _poison(self, fault: Fault) -> None:
+        fault.target = self.rng.choice(OUTBOX_TOPICS)
+        pid = testing.inject_poison(self.suite.env["CASESTREAM_KAFKA_BOOTSTRAP"], fault.target)
+        self.poison_ids[pid] = fault.target
+        fault.detail = pid
+
+
+# ---------------------------------------------------------------- checks
+
+
+class Checker:
+    """Reads the databases, the topics and the SMTP sink to prove the invariants."""
+
+    def __init__(self, suite: Suite, start_offsets: dict[str, dict[int, int]],
+                 maildir: Path | None) -> None:
+        self.suite = suite
+        self.env = suite.env
+        self.start_offsets = start_offsets
+        self.maildir = maildir
+
+    def dsn(self, database: str) -> str:
+        return _dsn(self.env, database)
+
+    def query(self, database: str, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+        return testing.query(self.dsn(database), sql, params)
+
+    # -- 1
+    def wait_final(self, runs: list[CaseRun], timeout_s: float) -> None:
+        deadline = time.monotonic() + timeout_s
+        pending = list(runs)
+        while pending and time.monotonic() < deadline:
+            ids = [r.case_id for r in pending]
+            status = dict(self.query("case", "SELECT id::text, status FROM cases"
+                                             " WHERE id::text = ANY(%s)", (ids,)))
+            trails = self._trails(ids)
+            still = []
+            for r in pending:
+                r.status = status.get(r.case_id, "missing")
+                r.trail = trails.get(r.case_id, ())
+                if r.status not in FINAL_CASE_STATES or _trail_problems(r):
+                    still.append(r)
+            pending = still
+            if pending:
+                time.sleep(1.0)
+
+    def _trails(self, case_ids: list[str]) -> dict[str, tuple[str, ...]]:
+        rows = self.query("audit", "SELECT case_id, event_type FROM case_timeline"
+                                   " WHERE case_id = ANY(%s) ORDER BY case_id, occurred_at,"
+                                   " aggregate_type, aggregate_version", (case_ids,))
+        out: dict[str, list[str]] = {}
+        for case_id, event_type in rows:
+            out.setdefault(case_id, []).append(event_type)
+        return {k: tuple(v) for k, v in out.items()}
+
+    def final_states(self, runs: list[CaseRun], not_driven: list[str]) -> Check:
+        bad = [f"{r.case_id} {r.status} {'; '.join(_trail_problems(r))}" for r in runs
+               if r.status not in FINAL_CASE_STATES or _trail_problems(r)]
+        states = Counter(r.status for r in runs)
+        detail = (f"{len(runs) - len(bad)}/{len(runs)} final with complete trails ("
+                  + ", ".join(f"{n} {s}" for s, n in sorted(states.items())) + ")")
+        if not_driven:
+            detail += f"; {len(not_driven)} not accepted by the API: {not_driven[:3]}"
+        if bad:
+            detail += f"; not final/incomplete: {bad[:5]}"
+        return Check("every case reached a final state", not bad and not not_driven, detail)
+
+    # -- 2
+    def notices(self, runs: list[CaseRun]) -> Check:
+        counts: Counter[str] = Counter()
+        ids = {r.case_id for r in runs}
+        if self.maildir is not None:
+            for path in self.maildir.glob("*.eml"):
+                text = str(email.message_from_bytes(path.read_bytes()))
+                for case_id in ids:
+                    if case_id in text:
+                        counts[case_id] += 1
+        violating = [r for r in runs if "ViolationDetermined" in r.trail]
+        wrong = [f"{r.case_id}: {counts[r.case_id]}" for r in runs
+                 if counts[r.case_id] != (1 if "ViolationDetermined" in r.trail else 0)]
+        detail = f"{len(violating)} violating cases, {sum(counts.values())} notices"
+        if self.maildir is None:
+            return Check("one notice per violating case", False, "CASESTREAM_SMTP_MAILDIR unset")
+        if wrong:
+            detail += f"; wrong counts: {wrong[:5]}"
+        return Check("one notice per violating case", not wrong, detail)
+
+    # -- 3, 6
+    def topics_since_start(self, topics: Sequence[str]) -> list[tuple[str, Any]]:
+        """(topic, message) of every message produced on ``topics`` since the start."""
+        return [(m.topic(), m) for m in testing.read_since(
+            self.env["CASESTREAM_KAFKA_BOOTSTRAP"], topics, self.start_offsets)]
+
+    def audit_entries(self, poison: Mapping[str, str]) -> Check:
+        ids: set[str] = set()
+        for _t, m in self.topics_since_start(OUTBOX_TOPICS):
+            hid = dict(m.headers() or []).get("id")
+            if hid is not None and hid.decode() not in poison:
+                ids.add(hid.decode())
+        journal = {r[0] for r in self.query(
+            "audit", "SELECT event_id::text FROM audit_journal WHERE event_id::text = ANY(%s)",
+            (sorted(ids),))}
+        missing = sorted(ids - journal)
+        detail = (f"{len(ids)} events published, {len(journal)} in the journal"
+                  f" (event_id is its primary key: at most one each)")
+        if missing:
+            detail += f"; missing: {missing[:5]}"
+        return Check("one audit entry per event", bool(ids) and not missing, detail)
+
+    def dead_letters(self, poison: Mapping[str, str]) -> Check:
+        dlqs = [f"{g}.dlq" for g in GROUPS]
+        seen: Counter[str] = Counter()
+        other: list[str] = []
+        for topic, m in self.topics_since_start(dlqs):
+            hid = (dict(m.headers() or []).get("id") or b"").decode()
+            if hid in poison:
+                seen[hid] += 1
+            else:
+                reason = (dict(m.headers() or []).get("dlq.error.reason") or b"").decode()
+                other.append(f"{topic} id={hid or '-'} reason={reason}")
+        never = [p for p in poison if not seen[p]]
+        detail = (f"{sum(seen.values())} dead letters of {len(poison)} injected poison"
+                  f" messages, {len(other)} others")
+        if other:
+            detail += f": {other[:5]}"
+        if never:
+            detail += f"; poison never dead-lettered: {never[:3]}"
+        return Check("the only dead letters are the injected poison messages",
+                     not other and not never, detail)
+
+    # -- 4
+    def sagas(self, runs: list[CaseRun]) -> Check:
+        ids = [r.case_id for r in runs]
+        counts = dict(self.query("saga", "SELECT case_id, count(*) FROM saga"
+                                         " WHERE case_id = ANY(%s) GROUP BY case_id", (ids,)))
+        twice = [f"{c}: {n}" for c, n in counts.items() if n > 1]
+        none = [c for c in ids if c not in counts]
+        detail = f"{len(counts)} sagas for {len(ids)} cases"
+        if twice:
+            detail += f"; started more than once: {twice[:5]}"
+        if none:
+            detail += f"; no saga: {none[:5]}"
+        return Check("no saga started twice", not twice and not none, detail)
+
+    # -- 5
+    def progress(self, timeout_s: float) -> Check:
+        lagging: dict[str, int] = {}
+        deadline = time.monotonic() + timeout_s
+        while True:
+            lagging = self._lag()
+            if not lagging or time.monotonic() > deadline:
+                break
+            time.sleep(2.0)
+        parts = sum(1 for _ in lagging)
+        detail = (f"{len(GROUPS)} groups: every partition committed to its log end" if not lagging
+                  else f"{parts} partitions behind: {sorted(lagging.items())[:6]}")
+        return Check("no partition left without progress", not lagging, detail)
+
+    def _lag(self) -> dict[str, int]:
+        return testing.group_lag(self.env["CASESTREAM_KAFKA_BOOTSTRAP"], GROUPS)
+
+    def inbox_sizes(self) -> dict[str, tuple[int, int]]:
+        return {db: testing.inbox_size(self.dsn(db)) for db in SUITE}
+
+
+def _trail_problems(run: CaseRun) -> list[str]:
+    """Problems of a finished case's trail for the outcome it reached (faults may turn a
+    decision into a compensation, so the outcome, not the plan, says which trail is due)."""
+    if run.status == "returned":
+        expected = "decision_failed"
+    elif "ViolationDetermined" in run.trail:
+        expected = "violation"
+    else:
+        expected = "no_violation"
+    return check_trail(CaseRun(CaseSpec(title="", severity=0, evidence_count=0,
+                                        expected=expected), run.case_id, run.status, run.trail))
+
+
+def _dsn(env: Mapping[str, str], database: str) -> str:
+    pg_url = env.get("CASESTREAM_PG_URL") or CommonSettings.model_fields["pg_url"].default
+    return CommonSettings(pg_url=pg_url).database_url(database)
+
+
+# ---------------------------------------------------------------- the run
+
+
+def run(opts: Options, env: Mapping[str, str] | None = None,
+        out: Callable[[str], None] = say) -> Report:
+    """One soak run (see the module docstring); returns its report (also printed)."""
+    env = dict(os.environ if env is None else env)
+    if not opts.infra_script.is_file():
+        raise StackError(f"{opts.infra_script} not found: the soak restarts the local"
+                         " infrastructure with deploy/infra.sh of a checkout")
+    seed = opts.seed if opts.seed is not None else random.SystemRandom().randrange(1 << 31)
+    rng = random.Random(seed)
+    report = Report(seed=seed)
+    t0 = time.monotonic()
+    budget_s = opts.minutes * 60.0
+    bootstrap = env["CASESTREAM_KAFKA_BOOTSTRAP"]
+    start = testing.end_offsets(bootstrap, [*OUTBOX_TOPICS, *(f"{g}.dlq" for g in GROUPS)])
+    suite = Suite(env, opts)
+    try:
+        report.inbox_at_start = Checker(suite, start, None).inbox_sizes()
+    except Exception:  # noqa: BLE001 - first run on this database: no inbox table yet
+        report.inbox_at_start = {}
+    maildir = Path(env["CASESTREAM_SMTP_MAILDIR"]) if env.get("CASESTREAM_SMTP_MAILDIR") else None
+    try:
+        out(f"soak: starting 7 service instances and a saga relay (logs in {opts.log_dir}),"
+            f" {opts.minutes:g} min, seed {seed}")
+        suite.start()
+        load_s = max(20.0, budget_s - (time.monotonic() - t0) - opts.drain_s)
+        out(f"soak: load {opts.rate:g} cases/s with faults for {load_s:.0f} s")
+        driver = Driver(suite, opts.rate)
+        injector = Injector(suite, opts, rng, t0)
+        threads = [threading.Thread(target=driver.run, daemon=True),
+                   threading.Thread(target=injector.run, daemon=True)]
+        for t in threads:
+            t.start()
+        time.sleep(load_s)
+        if not injector.first_round.wait(600):  # every kind at least once, however short the run
+            out("soak: not every kind of fault was injected within 10 min more")
+        injector.stop.set()
+        threads[1].join(600)  # the fault in progress completes (an instance is started again)
+        driver.stop.set()
+        threads[0].join(120)
+        suite.revive_all()
+        report.faults = injector.faults
+        report.cases = len(driver.runs)
+        checker = Checker(suite, start, maildir)
+        left = max(30.0, budget_s - (time.monotonic() - t0) - 15.0)
+        out(f"soak: load stopped; {len(driver.runs)} cases, waiting up to {left:.0f} s for them")
+        checker.wait_final(driver.runs, left)
+        report.checks = [
+            checker.final_states(driver.runs, driver.failed),
+            checker.notices(driver.runs),
+            checker.audit_entries(injector.poison_ids),
+            checker.sagas(driver.runs),
+            checker.progress(30.0),
+            checker.dead_letters(injector.poison_ids),
+        ]
+        if injector.errors:
+            report.checks.append(Check("every fault injected", False, "; ".join(injector.errors)))
+        report.inbox = checker.inbox_sizes()
+    finally:
+        suite.stop()
+        # a restart that failed half-way must not leave the infrastructure down (idempotent)
+        subprocess.run([str(opts.infra_script), "up"], env=suite.env, capture_output=True,
+                       timeout=600, check=False)
+        report.elapsed_s = time.monotonic() - t0
+    for line in report.lines():
+        out(line)
+    return report
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m services.soak",
+        description="Run the five services (two case and two audit instances) under a steady"
+                    " stream of cases while injecting faults (SIGKILL of instances and a relay,"
+                    " Kafka and PostgreSQL restarts, consumer rebalances, poison messages);"
+                    " then check the invariants. Exit 0 only if every invariant holds.")
+    parser.add_argument("--minutes", type=float, default=20.0,
+                        help="length of the whole run in minutes (default 20)")
+    parser.add_argument("--rate", type=float, default=1.0, help="cases per second (default 1)")
+    parser.add_argument("--seed", type=int, help="seed of the fault schedule (default random)")
+    parser.add_argument("--log-dir", default=".local/soak-logs",
+                        help="where service logs go (default .local/soak-logs)")
+    args = parser.parse_args(argv)
+    if args.minutes < 1 or args.rate <= 0:
+        parser.error("--minutes must be >= 1 and --rate > 0")
+    try:
+        report = run(Options(minutes=args.minutes, rate=args.rate, seed=args.seed,
+                             log_dir=Path(args.log_dir)))
+    except StackError as e:
+        print(f"soak: {e}", file=sys.stderr)
+        return 1
+    return 0 if report.ok else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,242 @@
+"""Topic settings read from the broker, and the size of a record in a Kafka record batch.
+
+:class:`TopicLimits` answers "what is the largest record batch topic T accepts": the topic's
+effective ``max.message.bytes`` (the topic override, else the broker's ``message.max.bytes``;
+Kafka topic config ``max.message.bytes``: "the largest record batch size allowed by Kafka,
+after compression if compression is enabled"), read with ``DescribeConfigs`` and cached.
+
+:func:`record_batch_size` is the size in bytes of a record batch (message format v2, KIP-98)
+holding one uncompressed record: 61 bytes of batch header plus the record with its varint
+lengths. It is exact for one record and never smaller than what the broker measures, so a
+row whose size exceeds the topic limit can never be accepted on its own (without
+compression).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from casestream.kafka.config import KafkaTarget, client_config
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
+
+from confluent_kafka import Consumer, KafkaException, TopicPartition
+from confluent_kafka.admin import AdminClient, ConfigResource, ResourceType
+
+__all__ = ["TopicLimits", "record_batch_size", "describe_topic_configs", "committed_offsets",
+           "partition_positions", "topic_retention_ms",
+           "RECORD_BATCH_OVERHEAD"]
+
+log = logging.getLogger("casestream.kafka")
+
+#: Record batch header, message format v2 (baseOffset 8, batchLength 4, partitionLeaderEpoch
+#: 4, magic 1, crc 4, attributes 2, lastOffsetDelta 4, first/maxTimestamp 16, producerId 8,
+#: producerEpoch 2, baseSequence 4, records count 4).
+RECORD_BATCH_OVERHEAD = 61
+
+#: Kafka's broker default ``message.max.bytes`` (1 MiB + 12 bytes), used when the broker
+#: cannot be asked.
+BROKER_DEFAULT_LIMIT = 1_048_588
+
+
+def _varint_size(n: int) -> int:
+    """Bytes of ``n`` as a zig-zag varint (Kafka protocol ``varint``)."""
+    z = (n << 1) ^ (n >> 63)
+    size = 1
+    while z >= 0x80:
+        z >>= 7
+        size += 1
+    return size
+
+
+def record_batch_size(key: bytes | None, value: bytes | None,
+                      headers: Sequence[tuple[str, bytes | None]] = ()) -> int:
+    """Size in bytes of a v2 record batch holding only this record (no compression).
+
+    Record fields: attributes (1), timestampDelta and offsetDelta (varint 0: 1 each), key and
+    value (varint length, -1 for null), header count (varint) and per header the key and
+    value with varint lengths; the record is prefixed by its varint length.
+    """
+    body = 1 + 1 + 1
+    for part in (key, value):
+        body += _varint_size(-1 if part is None else len(part)) + (len(part) if part else 0)
+    body += _varint_size(len(headers))
+    for name, hval in headers:
+        hkey = name.encode()
+        body += _varint_size(len(hkey)) + len(hkey)
+        body += _varint_size(-1 if hval is None else len(hval)) + (len(hval) if hval else 0)
+    return RECORD_BATCH_OVERHEAD + _varint_size(body) + body
+
+
+def describe_topic_configs(admin: AdminClient, topics: Iterable[str], names: Sequence[str],
+                           timeout_s: float = 10.0) -> dict[str, dict[str, str]]:
+    """Read the effective values of config ``names`` of each topic (``DescribeConfigs``).
+
+    Returns ``{topic: {name: value}}`` for the topics that exist; a topic the broker does
+    not know (not created yet) is left out.
+
+    Raises:
+        KafkaException: the broker could not be asked (other than an unknown topic).
+    """
+    resources = [ConfigResource(ResourceType.TOPIC, t) for t in topics]
+    if not resources:
+        return {}
+    out: dict[str, dict[str, str]] = {}
+    for res, fut in admin.describe_configs(resources, request_timeout=timeout_s).items():
+        try:
+            entries = fut.result(timeout_s)
+        except KafkaException as e:
+            if e.args and getattr(e.args[0], "name", lambda: "")() == "UNKNOWN_TOPIC_OR_PART":
+                continue
+            raise
+        out[res.name] = {n: entries[n].value for n in names if n in entries}
+    return out
+
+
+class TopicLimits:
+    """Cached ``max.message.bytes`` of the topics a producer writes to.
+
+    Args:
+        admin_config: ``AdminClient`` configuration (``bootstrap.servers`` at least).
+        ttl_s: how long a value read is trusted, seconds; :meth:`forget` drops one early
+            (the relay calls it when the broker rejects a batch as too large).
+        clock: monotonic clock (tests).
+
+    A topic that does not exist yet, or a broker that does not answer, gets
+    :data:`BROKER_DEFAULT_LIMIT` for one ``ttl_s`` of retry delay — logged, never raised: the
+    broker itself still enforces its limit.
+    """
+
+    def __init__(self, admin_config: dict[str, Any], *, ttl_s: float = 300.0,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self._admin_config = dict(admin_config)
+        self._admin: AdminClient | None = None
+        self._ttl_s = ttl_s
+        self._clock = clock
+        self._cache: dict[str, tuple[int, float]] = {}
+
+    def limits(self, topics: Iterable[str]) -> dict[str, int]:
+        """Return ``{topic: max.message.bytes}`` for ``topics`` (bytes), reading stale ones."""
+        now = self._clock()
+        wanted = set(topics)
+        stale = sorted(t for t in wanted if t not in self._cache or self._cache[t][1] <= now)
+        if stale:
+            self._refresh(stale, now)
+        return {t: self._cache[t][0] for t in wanted}
+
+    def forget(self, topic: str) -> None:
+        """Read ``topic``'s limit again at its next use."""
+        self._cache.pop(topic, None)
+
+    def _refresh(self, topics: list[str], now: float) -> None:
+        try:
+            if self._admin is None:
+                self._admin = AdminClient(self._admin_config)
+            found = describe_topic_configs(self._admin, topics, ["max.message.bytes"])
+        except KafkaException as e:
+            log.warning("could not read max.message.bytes of %s (%s); assuming %d bytes for now",
+                        ", ".join(topics), e, BROKER_DEFAULT_LIMIT)
+            found = {}
+        for t in topics:
+            value = found.get(t, {}).get("max.message.bytes")
+            limit = int(value) if value else BROKER_DEFAULT_LIMIT
+            self._cache[t] = (limit, now + self._ttl_s)
+
+
+def committed_offsets(bootstrap: KafkaTarget, group: str, partitions: Iterable[tuple[str, int]],
+                      timeout_s: float = 10.0) -> dict[tuple[str, int], int | None]:
+    """The committed offset (next offset to read) of consumer group ``group`` per partition;
+    None where the group committed nothing. Reads only (``OffsetFetch``): never joins the group.
+
+    Raises:
+        KafkaException: the group coordinator did not answer.
+    """
+    tps = [TopicPartition(t, p) for t, p in partitions]
+    if not tps:
+        return {}
+    c = Consumer({**client_config(bootstrap), "group.id": group, "enable.auto.commit": False})
+    try:
+        return {(tp.topic, tp.partition): (tp.offset if tp.offset >= 0 else None)
+                for tp in c.committed(tps, timeout=timeout_s)}
+    finally:
+        c.close()
+
+
+def partition_positions(bootstrap: KafkaTarget, group: str, topics: Iterable[str], timeout_s: float = 10.0
+                        ) -> list[dict[str, Any]]:
+    """Per partition of ``topics``: watermarks, ``group``'s committed offset, and the Kafka
+    timestamps (ms) of the records at the low watermark and at the committed offset.
+
+    Returns dicts with ``topic``, ``partition``, ``low``, ``high``, ``committed`` (None: the
+    group committed nothing there), ``first_ts_ms`` (None: the partition holds no record) and
+    ``committed_ts_ms`` (None: no record at or after the committed offset yet). Reads only: the
+    group is never joined, nothing is committed.
+
+    Raises:
+        KafkaException: the cluster or the group coordinator did not answer, or a topic is unknown.
+    """
+    c = Consumer({**client_config(bootstrap), "group.id": group, "enable.auto.commit": False,
+                  "enable.partition.eof": True, "auto.offset.reset": "earliest"})
+    try:
+        md = c.list_topics(timeout=timeout_s)
+        tps: list[TopicPartition] = []
+        for t in topics:
+            meta = md.topics.get(t)
+            if meta is None or meta.error is not None:
+                raise KafkaException(meta.error if meta is not None else f"unknown topic {t}")
+            tps.extend(TopicPartition(t, p) for p in sorted(meta.partitions))
+        committed = {(tp.topic, tp.partition): tp.offset for tp in c.committed(tps, timeout=timeout_s)}
+        out = []
+        wanted: dict[tuple[str, int, int], None] = {}
+        for tp in tps:
+            low, high = c.get_watermark_offsets(tp, timeout=timeout_s)
+            co = committed[(tp.topic, tp.partition)]
+            out.append({"topic": tp.topic, "partition": tp.partition, "low": low, "high": high,
+                        "committed": co if co >= 0 else None})
+            if high > low:
+                wanted[(tp.topic, tp.partition, low)] = None
+                if 0 <= co < high:
+                    wanted[(tp.topic, tp.partition, max(co, low))] = None
+        stamps = _timestamps_at(bootstrap, list(wanted), timeout_s)
+        for row in out:
+            key = (row["topic"], row["partition"])
+            row["first_ts_ms"] = stamps.get((*key, row["low"])) if row["high"] > row["low"] else None
+            co = row["committed"]
+            row["committed_ts_ms"] = (stamps.get((*key, max(co, row["low"])))
+                                      if co is not None and co < row["high"] else None)
+        return out
+    finally:
+        c.close()
+
+
+def _timestamps_at(bootstrap: KafkaTarget, positions: Sequence[tuple[str, int, int]], timeout_s: float
+                   ) -> dict[tuple[str, int, int], int]:
+    """Timestamp (ms) of the first record at or after each ``(topic, partition, offset)``."""
+    out: dict[tuple[str, int, int], int] = {}
+    for topic, partition, offset in positions:  # one assignment each: a position per partition
+        c = Consumer({**client_config(bootstrap), "group.id": "casestream-retention-probe",
+                      "enable.auto.commit": False, "enable.partition.eof": True})
+        try:
+            c.assign([TopicPartition(topic, partition, offset)])
+            deadline = time.monotonic() + timeout_s
+            while time.monotonic() < deadline:
+                m = c.poll(0.5)
+                if m is None:
+                    continue
+                if m.error() is None:
+                    out[(topic, partition, offset)] = m.timestamp()[1]
+                break  # a record, or end of partition: no record at or after the offset
+        finally:
+            c.close()
+    return out
+
+
+def topic_retention_ms(admin_config: dict[str, Any], topics: Iterable[str], timeout_s: float = 10.0
+                       ) -> dict[str, int]:
+    """Effective ``retention.ms`` of each existing topic (-1: kept forever).
+
+    Raises:
+        KafkaException: the broker did not answer.
+    """
+    found = describe_topic_configs(AdminClient(admin_config), topics, ["retention.ms"], timeout_s)
+    return {t: int(v["retention.ms"]) for t, v in found.items() if "retention.ms" in v}

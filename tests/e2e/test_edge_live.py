@@ -1,0 +1,125 @@
+"""The shared HTTP edge of every live service: schemathesis finds no 5xx and no contract
+violation.
+
+The services run as processes (``casestream.service.ServiceStack``) on a private Kafka
+broker (own ports), fresh databases on the shared PostgreSQL and the shared schema
+registry. Then:
+
+``schemathesis run`` (the PyPI tool's CLI; all checks; phases examples, coverage, fuzzing
+and stateful through the documents' links) runs against each service's ``/openapi.json``
+with a bearer token minted with the development key.
+
+In ``make test`` this is the short version: the saga service alone, few examples (the case
+service has its own run, ``tests/integration/test_schemathesis_case.py``, and its slow
+clients test, ``tests/integration/test_case_api_live.py``). ``make test-edge``
+(``CASESTREAM_TEST_EDGE_FULL=1``) runs the five services and the example ``watch``
+service, schemathesis on each with more examples.
+- 40 clients trickling request bodies and 20 sending their headers byte by byte hold the
+  case service's connections; a normal client is served meanwhile (``POST /cases`` 201,
+  ``/readyz`` 200), each slow body is answered 408 after the body read timeout, and the
+  service logs no error when slow clients hang up (before or after their answer).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from casestream.auth.tokens import dev_token
+from casestream.service import ServiceStack
+from casestream.testing.relay import PrivateKafka, create_topics, free_port
+from tests.support.databases import created_databases
+
+pytestmark = pytest.mark.e2e
+
+REPO = Path(__file__).resolve().parents[2]
+CLASSPATH = REPO / ".local" / "kafka" / "classpath.txt"
+TOPICS = ["outbox.event.case", "outbox.event.saga", "outbox.event.decision",
+          "outbox.event.notice", "outbox.event.watch"]
+FULL = os.environ.get("CASESTREAM_TEST_EDGE_FULL") == "1"
+SERVICES = ("case", "saga", "decision", "notification", "audit", "watch") if FULL else (
+    "saga",)
+ROLES = {"saga": ("supervisor",)}  # resolve needs a supervisor; every read allows one
+MAX_EXAMPLES = 50 if FULL else 5
+SEED = 20_251_201
+CONFIG = """\
+[checks.positive_data_acceptance]
+expected-statuses = ["2xx", "401", "403", "404", "409", "412", "429", "503"]
+"""
+
+
+@pytest.fixture(scope="module")
+def stack(pg_url: str, registry_url: str, smtp_address: tuple[str, int],
+          tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServiceStack]:
+    if not CLASSPATH.is_file():
+        pytest.fail(f"Kafka jars not resolved ({CLASSPATH} missing): run `make infra-up`",
+                    pytrace=False)
+    broker = PrivateKafka(CLASSPATH, tmp_path_factory.mktemp("edge-kafka"))
+    broker.start()
+    suffix = uuid.uuid4().hex[:8]
+    names = {s: f"{s}_edge_{suffix}" for s in SERVICES}
+    try:
+        create_topics(broker.bootstrap, TOPICS, partitions=1)
+        env = {**os.environ, "CASESTREAM_KAFKA_BOOTSTRAP": broker.bootstrap,
+               "CASESTREAM_PG_URL": pg_url, "CASESTREAM_REGISTRY_URL": registry_url}
+        for name in SERVICES:
+            prefix = f"CASESTREAM_{name.upper()}_"
+            env[prefix + "DATABASE"] = names[name]
+            env[prefix + "PORT"] = str(free_port())
+            for limit in ("RATE_TENANT_PER_S", "RATE_TENANT_BURST", "RATE_CLIENT_PER_S",
+                          "RATE_CLIENT_BURST"):
+                env[prefix + limit] = "100000"
+        with created_databases(f"{pg_url}/postgres", names.values()):
+            services = ServiceStack(env=env, log_dir=tmp_path_factory.mktemp("edge-logs"),
+                                    ready_timeout_s=120)
+            try:
+                services.start_all(list(SERVICES))
+                yield services
+            finally:
+                services.stop_all()
+    finally:
+        broker.close()
+
+
+def base_url(stack: ServiceStack, service: str) -> str:
+    return f"http://127.0.0.1:{stack.env[f'CASESTREAM_{service.upper()}_PORT']}"
+
+
+def service_log(stack: ServiceStack, service: str) -> str:
+    assert stack.log_dir is not None
+    return (stack.log_dir / f"{service}.log").read_text(errors="replace")
+
+
+@pytest.mark.parametrize("service", SERVICES)
+def test_schemathesis_finds_no_5xx_and_no_contract_violation(stack: ServiceStack, service: str,
+                                                            tmp_path: Path) -> None:
+    url = base_url(stack, service)
+    document = httpx.get(f"{url}/openapi.json", timeout=10)
+    assert document.status_code == 200 and document.json()["openapi"] == "3.1.0"
+    operations = sum(len(item) for item in document.json()["paths"].values())
+    config = tmp_path / "schemathesis.toml"
+    config.write_text(CONFIG)
+    token = dev_token(f"st-{service}", ROLES.get(service, ("officer",)), subject="schemathesis")
+    command = [
+        sys.executable, "-m", "schemathesis.cli", "--config-file", str(config),
+        "run", f"{url}/openapi.json", "--checks", "all",
+        "--phases", "examples,coverage,fuzzing,stateful",
+        "--header", f"Authorization: Bearer {token}",
+        "--max-examples", str(MAX_EXAMPLES), "--seed", str(SEED), "--workers", "2",
+        "--request-timeout", "10", "--output-sanitize", "false",
+    ]
+    run = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, timeout=300,
+                         check=False)
+    output = run.stdout + run.stderr
+    assert run.returncode == 0, f"schemathesis found problems on {service}:\n{output[-12000:]}"
+    assert "FAILURES" not in output and "passed" in output, output[-4000:]
+    assert f"{operations} selected / {operations} total" in output, output[-4000:]
+    log = service_log(stack, service)
+    assert "unhandled error" not in log and "Traceback" not in log, log[-4000:]
