@@ -155,26 +155,20 @@ kafka_wait() {
         wait_until "$CASESTREAM_READY_TIMEOUT" "kafka node $n" "$NODE_LOGS/server.log" "$NODE_PID" "$NODE_MARK" \
             probe kafka --bootstrap "$KAFKA_BOOTSTRAP" --brokers "$KAFKA_NODES" --timeout 2
     done
-    probe topics --bootstrap "$KAFKA_BOOTSTRAP" --partitions "$KAFKA_TOPIC_PARTITIONS" \
-        --replication "$KAFKA_RF" --config retention.ms=-1 --config "min.insync.replicas=$KAFKA_MIN_ISR" \
-        "${KAFKA_TOPICS[@]}" \
-        || die "kafka: could not create the outbox topics (log: $KAFKA_LOGS/server.log)."
+    local topic retention _reason
+    while read -r topic retention _reason; do
+        [[ -z "$topic" || "$topic" == \#* ]] && continue
+        probe topics --bootstrap "$KAFKA_BOOTSTRAP" --partitions "$KAFKA_TOPIC_PARTITIONS" \
+            --replication "$KAFKA_RF" --config "retention.ms=$retention" \
+            --config "min.insync.replicas=$KAFKA_MIN_ISR" --alter "$topic" \
+            || die "kafka: could not create the outbox topic $topic (log: $KAFKA_LOGS/server.log)."
+    done <"$KAFKA_TOPICS_CONF"
     if [[ "$CASESTREAM_KAFKA_SECURE" == 1 ]]; then
         probe scram-user --bootstrap "$KAFKA_BOOTSTRAP" --user "$KAFKA_SCRAM_USER" \
             --password-file "$KAFKA_TLS/scram.password" \
             || die "kafka: could not create the SCRAM user $KAFKA_SCRAM_USER (log: $KAFKA_LOGS/server.log)."
     fi
     ok "kafka: ready on $KAFKA_BOOTSTRAP ($KAFKA_NODES node(s), replication factor $KAFKA_RF)"
-    wait_until "$CASESTREAM_READY_TIMEOUT" "kafka" "$KAFKA_LOGS/server.log" "$KAFKA_PID" "$KAFKA_MARK" \
-        probe kafka --bootstrap "$KAFKA_BOOTSTRAP" --timeout 2
-    local topic retention _reason
-    while read -r topic retention _reason; do
-        [[ -z "$topic" || "$topic" == \#* ]] && continue
-        probe topics --bootstrap "$KAFKA_BOOTSTRAP" --partitions "$KAFKA_TOPIC_PARTITIONS" \
-            --config "retention.ms=$retention" --alter "$topic" \
-            || die "kafka: could not create the outbox topic $topic (log: $KAFKA_LOGS/server.log)."
-    done <"$KAFKA_TOPICS_CONF"
-    ok "kafka: ready on $KAFKA_BOOTSTRAP"
 }
 
 kafka_down() {

@@ -58,17 +58,10 @@ from casestream.consumer.deadletters import DeadLetterSink, KafkaDeadLetters, re
 from casestream.errors import ConfigError
 from casestream.consumer.handlers import HandlerRegistry, OutboxAppender
 from casestream.consumer.inbox import ensure_schema
-from casestream.kafka.config import KafkaTarget, client_config
+from casestream.kafka.config import KafkaTarget, client_config, connection_config
 
 log = logging.getLogger("casestream.consumer")
 
-#: Consumer properties that say how to reach and authenticate to the cluster (librdkafka
-#: CONFIGURATION.md, "*" = both producer and consumer), copied to the dead-letter producer
-#: and the admin client.
-_CONNECTION_PREFIXES = ("bootstrap.", "security.", "sasl.", "ssl.", "socket.", "broker.",
-                        "client.", "enable.ssl.", "https.")
-_CONNECTION_KEYS = frozenset({"metadata.max.age.ms", "topic.metadata.refresh.interval.ms",
-                              "reconnect.backoff.ms", "reconnect.backoff.max.ms"})
 
 _FORCED = {"enable.auto.commit": False, "enable.auto.offset.store": False}
 
@@ -184,8 +177,7 @@ class ConsumerRuntime:
     def _kafka_connection(self) -> dict[str, Any]:
         """The connection part of the consumer config (bootstrap, security, client id) for
         the dead-letter producer and the admin client: the same cluster, the same credentials."""
-        return {k: v for k, v in self._conf.items()
-                if k.startswith(_CONNECTION_PREFIXES) or k in _CONNECTION_KEYS}
+        return connection_config(self._conf)
 
     def _shutdown(self) -> None:
         try:

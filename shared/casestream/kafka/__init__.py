@@ -18,6 +18,7 @@ from casestream.kafka.config import (
     bootstrap_of,
     check_client_properties,
     client_config,
+    connection_config,
     enforce_producer_guarantees,
     producer_config,
     redact,
@@ -25,5 +26,6 @@ from casestream.kafka.config import (
 from casestream.kafka.properties import environ_properties, read_properties_file, read_secret_file
 
 __all__ = ["PRODUCER_DEFAULTS", "RESERVED_CLIENT_PROPERTIES", "KafkaTarget", "admin_config",
-           "bootstrap_of", "check_client_properties", "client_config", "enforce_producer_guarantees",
+           "bootstrap_of", "check_client_properties", "client_config", "connection_config",
+           "enforce_producer_guarantees",
            "environ_properties", "producer_config", "read_properties_file", "read_secret_file", "redact"]

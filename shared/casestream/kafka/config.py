@@ -30,7 +30,8 @@ from typing import Any, TypeAlias
 from casestream.errors import ConfigError
 
 __all__ = ["PRODUCER_DEFAULTS", "RESERVED_CLIENT_PROPERTIES", "KafkaTarget", "admin_config",
-           "bootstrap_of", "check_client_properties", "client_config", "enforce_producer_guarantees",
+           "bootstrap_of", "check_client_properties", "client_config", "connection_config",
+           "enforce_producer_guarantees",
            "producer_config", "redact"]
 
 KafkaTarget: TypeAlias = str | Mapping[str, Any]
@@ -145,6 +146,22 @@ def client_config(target: KafkaTarget) -> dict[str, Any]:
     if not config.get("bootstrap.servers"):
         raise ConfigError("bootstrap.servers is empty (set CASESTREAM_KAFKA_BOOTSTRAP)")
     return config
+
+
+#: Properties that say how to reach and authenticate to the cluster (librdkafka
+#: CONFIGURATION.md, "*" = both producer and consumer): what a client derived from another
+#: (a dead-letter producer, an admin client beside a producer or consumer) copies.
+_CONNECTION_PREFIXES = ("bootstrap.", "security.", "sasl.", "ssl.", "socket.", "broker.",
+                        "client.", "enable.ssl.", "https.")
+_CONNECTION_KEYS = frozenset({"metadata.max.age.ms", "topic.metadata.refresh.interval.ms",
+                              "reconnect.backoff.ms", "reconnect.backoff.max.ms"})
+
+
+def connection_config(config: Mapping[str, Any]) -> dict[str, Any]:
+    """The connection part of a producer or consumer config (bootstrap, security, SASL, TLS,
+    sockets, client id): the same cluster with the same credentials, for a derived client."""
+    return {k: v for k, v in config.items()
+            if k.startswith(_CONNECTION_PREFIXES) or k in _CONNECTION_KEYS}
 
 
 def bootstrap_of(target: KafkaTarget) -> str:
