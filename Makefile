@@ -24,7 +24,7 @@ SERVICES ?=
 # Runs a command with the CASESTREAM_* endpoints of the local infrastructure exported.
 WITH_ENV := eval "$$($(INFRA) env)" &&
 
-.PHONY: help venv compose infra-up infra-down infra-status infra-logs run demo soak test test-edge schema-check clean
+.PHONY: help venv compose k8s-tools infra-up infra-down infra-status infra-logs run demo soak test test-edge test-cluster schema-check clean
 
 help: ## list the targets
 	@echo "casestream - make targets:"
@@ -49,6 +49,9 @@ $(VENV_STAMP): pyproject.toml requirements.lock requirements-dev.lock
 compose: ## make `docker compose` available (builds the plugin with Go if missing; used by the contract test)
 	@deploy/compose.sh install
 
+k8s-tools: venv ## build helm and kubeconform (Go module proxy) and the Kubernetes JSON schemas into .local/k8s (the chart's contract test)
+	@deploy/k8s/tools.sh install
+
 infra-up: venv ## install what is missing and start Kafka, PostgreSQL, registry, SMTP sink (waits until ready)
 	@$(INFRA) up
 
@@ -70,13 +73,16 @@ demo: infra-up ## start the five suite services, drive 25 cases through them, pr
 soak: infra-up ## fault soak: the suite under load while instances, relays, Kafka and PostgreSQL are killed/restarted (SOAK_MINUTES=20), then invariants
 	@$(WITH_ENV) $(VENV)/bin/python -m services.soak --minutes $(SOAK_MINUTES) $(SOAK_ARGS)
 
-test: venv compose infra-up ## the whole test suite against the real infrastructure (.ci/run calls this)
-	@$(WITH_ENV) { $(VENV)/bin/pytest $(PYTEST_ARGS); rc=$$?; \
+test: venv compose k8s-tools infra-up ## the whole test suite against the real infrastructure (.ci/run calls this)
+	@$(WITH_ENV) { $(VENV)/bin/pytest -m "not cluster" $(PYTEST_ARGS); rc=$$?; \
 		if [ $$rc -eq 5 ]; then echo "make test: pytest collected no tests (exit status 5); that is a failure" >&2; fi; \
 		exit $$rc; }
 
 test-edge: venv infra-up ## the live-edge e2e test in full: schemathesis against each of the six services
 	@$(WITH_ENV) CASESTREAM_TEST_EDGE_FULL=1 $(VENV)/bin/pytest tests/e2e/test_edge_live.py -p no:cacheprovider $(PYTEST_ARGS)
+
+test-cluster: venv infra-up ## the three-broker tests: a broker SIGKILLed under load, two brokers stopped (~5 min; own cluster in .local/kafka-cluster-test)
+	@$(WITH_ENV) $(VENV)/bin/pytest -m cluster -s tests/integration/test_kafka_cluster.py $(PYTEST_ARGS)
 
 SCHEMA_BASE ?= origin/main
 schema-check: venv ## check schemas/: compatibility of every subject's versions; published versions unchanged against $(SCHEMA_BASE) when that ref exists

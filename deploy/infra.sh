@@ -8,10 +8,17 @@
 #   deploy/infra.sh env                     `export CASESTREAM_...=...` lines for the clients
 #   deploy/infra.sh logs   [component] [-f] log file paths and their last lines (or follow)
 #   deploy/infra.sh purge                   down, then delete all state (.local/: data, logs, jars)
+#   deploy/infra.sh kafka-node start|stop|kill|pid N   one Kafka node of a cluster (stop: SIGTERM,
+#                                           controlled shutdown; kill: SIGKILL; start waits until it answers)
 #
 # Components: postgres kafka registry smtp (registry needs postgres: its storage is there).
 # Ports (env): CASESTREAM_KAFKA_PORT=19092 CASESTREAM_KAFKA_CONTROLLER_PORT=19093
+#   CASESTREAM_KAFKA_SSL_PORT=19094 CASESTREAM_KAFKA_SASL_PORT=19095 (secured listeners)
 #   CASESTREAM_PG_PORT=15432 CASESTREAM_REGISTRY_PORT=18081 CASESTREAM_SMTP_PORT=12525
+# Kafka: CASESTREAM_KAFKA_BROKERS=1 (default) or 3 (KRaft cluster: replication factor 3,
+#   min.insync.replicas=2; node n on node 1's ports + (n-1)*CASESTREAM_KAFKA_NODE_PORT_STEP, 10),
+#   CASESTREAM_KAFKA_SECURE=1 (default; 0: PLAINTEXT only) adds SSL and SASL_SSL (SCRAM-SHA-512)
+#   listeners with test certificates (deploy/kafka/tls.sh); `env` prints how to reach them.
 # Other env: CASESTREAM_LOCAL_DIR (.local), CASESTREAM_PYTHON (.venv/bin/python),
 #   CASESTREAM_READY_TIMEOUT (120 s per component), CASESTREAM_KAFKA_HEAP / _REGISTRY_HEAP (512m),
 #   CASESTREAM_PG_BIN, CASESTREAM_PG_DIR, CASESTREAM_SMTP_MAILDIR, REGISTRY_VERSION (3.3.3).
@@ -103,6 +110,18 @@ cmd_status() {
 cmd_env() {
     cat <<EOF
 export CASESTREAM_KAFKA_BOOTSTRAP=$KAFKA_BOOTSTRAP
+export CASESTREAM_KAFKA_BROKERS=$KAFKA_NODES
+EOF
+    if [[ "$CASESTREAM_KAFKA_SECURE" == 1 ]]; then
+        cat <<EOF
+export CASESTREAM_KAFKA_SSL_BOOTSTRAP=$KAFKA_SSL_BOOTSTRAP
+export CASESTREAM_KAFKA_SASL_BOOTSTRAP=$KAFKA_SASL_BOOTSTRAP
+export CASESTREAM_KAFKA_TLS_CA=$KAFKA_TLS/ca.pem
+export CASESTREAM_KAFKA_SCRAM_USER=$KAFKA_SCRAM_USER
+export CASESTREAM_KAFKA_SCRAM_PASSWORD_FILE=$KAFKA_TLS/scram.password
+EOF
+    fi
+    cat <<EOF
 export CASESTREAM_REGISTRY_URL=$REG_URL
 export CASESTREAM_PG_URL=$PG_URL
 export CASESTREAM_SMTP_HOST=$CS_HOST
@@ -132,6 +151,31 @@ cmd_logs() {
     done
 }
 
+cmd_kafka_node() {
+    local action=${1:-} n=${2:-} pid
+    [[ "$n" =~ ^[0-9]+$ ]] && ((n >= 1 && n <= KAFKA_NODES)) \
+        || die "kafka-node: give a node number 1-$KAFKA_NODES (CASESTREAM_KAFKA_BROKERS=$KAFKA_NODES)."
+    case "$action" in
+        start)
+            with_lock
+            need_python
+            kafka_up_node "$n"
+            kafka_node "$n"
+            wait_until "$CASESTREAM_READY_TIMEOUT" "kafka node $n" "$NODE_LOGS/server.log" "$NODE_PID" "$NODE_MARK" \
+                probe kafka --bootstrap "$CS_HOST:$NODE_PORT" --timeout 2
+            ok "kafka: node $n answers on $CS_HOST:$NODE_PORT" ;;
+        stop) kafka_node "$n"; stop_pid "$NODE_PID" "$NODE_MARK" "kafka node $n" 60 ;;
+        kill)
+            kafka_node "$n"
+            pid="$(pid_alive "$NODE_PID" "$NODE_MARK")" || die "kafka node $n is not running."
+            kill -KILL "$pid"
+            while [[ -d /proc/$pid ]]; do sleep 0.05; done
+            ok "kafka: node $n (pid $pid) killed" ;;
+        pid) kafka_node "$n"; pid_alive "$NODE_PID" "$NODE_MARK" || die "kafka node $n is not running." ;;
+        *) die "kafka-node: start, stop, kill or pid (not '$action')." ;;
+    esac
+}
+
 main() {
     cs_defaults
     pg_vars; kafka_vars; registry_vars; smtp_vars
@@ -144,6 +188,7 @@ main() {
         env) cmd_env ;;
         logs) cmd_logs "$@" ;;
         purge) cmd_purge ;;
+        kafka-node) cmd_kafka_node "$@" ;;
         -h|--help|help) usage ;;
         "") usage; exit 2 ;;
         *) usage >&2; die "unknown command '$cmd'" ;;

@@ -2,11 +2,13 @@
 
 Usage (exit 0 = ready / done, 1 = not ready, 2 = usage error; one line on stderr says why):
 
-    probe.py kafka  --bootstrap 127.0.0.1:19092 [--timeout 5]
-        a real metadata request through the admin client (confluent_kafka).
-    probe.py topics --bootstrap 127.0.0.1:19092 --partitions 6 [--config k=v ...] [--alter] TOPIC...
+    probe.py kafka  --bootstrap 127.0.0.1:19092 [--brokers N] [--timeout 5]
+        a real metadata request through the admin client (confluent_kafka) listing >= N brokers.
+    probe.py topics --bootstrap 127.0.0.1:19092 --partitions 6 [--replication 1] [--config k=v ...] [--alter] TOPIC...
         create the topics if missing (idempotent) and wait until each has a leader;
         --alter also sets the --config values on topics that exist already.
+    probe.py scram-user --bootstrap 127.0.0.1:19092 --user NAME --password-file FILE
+        create or update the SCRAM-SHA-512 credential of NAME (idempotent; KIP-554).
     probe.py http   URL [--timeout 5]         HTTP GET answers 2xx.
     probe.py smtp   HOST PORT [--timeout 5]   an SMTP greeting 220 and a clean QUIT.
 
@@ -29,17 +31,28 @@ def _kafka_admin(bootstrap: str):
     return AdminClient({"bootstrap.servers": bootstrap, "socket.timeout.ms": 3000, "log_level": 0})
 
 
-def probe_kafka(bootstrap: str, timeout: float) -> None:
-    """Raise if the broker does not answer a metadata request with at least one broker."""
+def probe_kafka(bootstrap: str, timeout: float, brokers: int = 1) -> None:
+    """Raise if the cluster does not answer a metadata request listing ``brokers`` brokers."""
     md = _kafka_admin(bootstrap).list_topics(timeout=timeout)
-    if not md.brokers:
-        raise RuntimeError("metadata without brokers")
+    if len(md.brokers) < brokers:
+        raise RuntimeError(f"metadata lists {len(md.brokers)} of {brokers} brokers")
+
+
+def scram_user(bootstrap: str, user: str, password: str, timeout: float) -> None:
+    """Create or update ``user``'s SCRAM-SHA-512 credential (AlterUserScramCredentials)."""
+    from confluent_kafka.admin import ScramCredentialInfo, ScramMechanism, UserScramCredentialUpsertion
+
+    upsert = UserScramCredentialUpsertion(user, ScramCredentialInfo(ScramMechanism.SCRAM_SHA_512, 8192),
+                                          password.encode())
+    admin = _kafka_admin(bootstrap)  # kept alive until the futures resolve
+    for fut in admin.alter_user_scram_credentials([upsert]).values():
+        fut.result(timeout=timeout)
 
 
 def ensure_topics(bootstrap: str, topics: list[str], partitions: int, configs: dict[str, str],
-                  timeout: float, alter: bool = False) -> None:
-    """Create missing topics (replication factor 1) and wait until all partitions have leaders;
-    ``alter``: set ``configs`` on the existing ones too (IncrementalAlterConfigs)."""
+                  timeout: float, replication: int = 1, alter: bool = False) -> None:
+    """Create missing topics and wait until all partitions have leaders; ``alter``: set
+    ``configs`` on the existing ones too (IncrementalAlterConfigs)."""
     from confluent_kafka import KafkaException
     from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource, NewTopic, ResourceType
 
@@ -57,7 +70,8 @@ def ensure_topics(bootstrap: str, topics: list[str], partitions: int, configs: d
                   file=sys.stderr)
     if missing:
         futures = admin.create_topics(
-            [NewTopic(t, num_partitions=partitions, replication_factor=1, config=configs) for t in missing],
+            [NewTopic(t, num_partitions=partitions, replication_factor=replication, config=configs)
+             for t in missing],
             operation_timeout=timeout,
         )
         for name, fut in futures.items():
@@ -100,9 +114,16 @@ def main(argv: list[str]) -> int:
     k = sub.add_parser("kafka")
     k.add_argument("--bootstrap", required=True)
     k.add_argument("--timeout", type=float, default=5)
+    k.add_argument("--brokers", type=int, default=1)
+    u = sub.add_parser("scram-user")
+    u.add_argument("--bootstrap", required=True)
+    u.add_argument("--user", required=True)
+    u.add_argument("--password-file", required=True)
+    u.add_argument("--timeout", type=float, default=30)
     t = sub.add_parser("topics")
     t.add_argument("--bootstrap", required=True)
     t.add_argument("--partitions", type=int, default=6)
+    t.add_argument("--replication", type=int, default=1)
     t.add_argument("--config", action="append", default=[], help="topic config k=v")
     t.add_argument("--timeout", type=float, default=30)
     t.add_argument("--alter", action="store_true", help="set --config on existing topics too")
@@ -117,10 +138,13 @@ def main(argv: list[str]) -> int:
     a = p.parse_args(argv)
     try:
         if a.cmd == "kafka":
-            probe_kafka(a.bootstrap, a.timeout)
+            probe_kafka(a.bootstrap, a.timeout, a.brokers)
         elif a.cmd == "topics":
             configs = dict(kv.split("=", 1) for kv in a.config)
-            ensure_topics(a.bootstrap, a.topics, a.partitions, configs, a.timeout, a.alter)
+            ensure_topics(a.bootstrap, a.topics, a.partitions, configs, a.timeout, a.replication, a.alter)
+        elif a.cmd == "scram-user":
+            with open(a.password_file, encoding="utf-8") as f:
+                scram_user(a.bootstrap, a.user, f.read().strip(), a.timeout)
         elif a.cmd == "http":
             probe_http(a.url, a.timeout)
         else:

@@ -21,6 +21,11 @@ cs_defaults() {
     : "${CASESTREAM_REGISTRY_PORT:=18081}"
     : "${CASESTREAM_REGISTRY_MGMT_PORT:=18082}"
     : "${CASESTREAM_SMTP_PORT:=12525}"
+    : "${CASESTREAM_KAFKA_SSL_PORT:=$((CASESTREAM_KAFKA_PORT + 2))}"
+    : "${CASESTREAM_KAFKA_SASL_PORT:=$((CASESTREAM_KAFKA_PORT + 3))}"
+    : "${CASESTREAM_KAFKA_BROKERS:=1}"
+    : "${CASESTREAM_KAFKA_NODE_PORT_STEP:=10}"
+    : "${CASESTREAM_KAFKA_SECURE:=1}"
     : "${CASESTREAM_KAFKA_HEAP:=512m}"
     : "${CASESTREAM_REGISTRY_HEAP:=512m}"
     : "${CASESTREAM_READY_TIMEOUT:=120}"
@@ -28,11 +33,18 @@ cs_defaults() {
     CS_LOCAL="$CASESTREAM_LOCAL_DIR"
     CS_HOST=127.0.0.1
     local var
-    for var in CASESTREAM_KAFKA_PORT CASESTREAM_KAFKA_CONTROLLER_PORT CASESTREAM_PG_PORT \
+    for var in CASESTREAM_KAFKA_PORT CASESTREAM_KAFKA_CONTROLLER_PORT CASESTREAM_KAFKA_SSL_PORT \
+               CASESTREAM_KAFKA_SASL_PORT CASESTREAM_PG_PORT \
                CASESTREAM_REGISTRY_PORT CASESTREAM_REGISTRY_MGMT_PORT CASESTREAM_SMTP_PORT; do
         [[ "${!var}" =~ ^[0-9]+$ ]] && (( ${!var} >= 1 && ${!var} <= 65535 )) \
             || die "$var='${!var}' is not a port number (1-65535)."
     done
+    [[ "$CASESTREAM_KAFKA_BROKERS" == 1 || "$CASESTREAM_KAFKA_BROKERS" == 3 ]] \
+        || die "CASESTREAM_KAFKA_BROKERS='$CASESTREAM_KAFKA_BROKERS': 1 (default) or 3."
+    [[ "$CASESTREAM_KAFKA_SECURE" == 0 || "$CASESTREAM_KAFKA_SECURE" == 1 ]] \
+        || die "CASESTREAM_KAFKA_SECURE='$CASESTREAM_KAFKA_SECURE': 1 (default: SSL and SASL_SSL listeners too) or 0."
+    [[ "$CASESTREAM_KAFKA_NODE_PORT_STEP" =~ ^[0-9]+$ ]] && ((CASESTREAM_KAFKA_NODE_PORT_STEP >= 4)) \
+        || die "CASESTREAM_KAFKA_NODE_PORT_STEP='$CASESTREAM_KAFKA_NODE_PORT_STEP': a number >= 4 (each node uses 4 ports)."
 }
 
 # ---------------------------------------------------------------- output

@@ -1,24 +1,57 @@
 # shellcheck shell=bash
-# Kafka 4.3 KRaft single node (combined broker + controller) from Maven Central jars.
+# Kafka 4.3 KRaft from Maven Central jars: one combined broker + controller node by default,
+# CASESTREAM_KAFKA_BROKERS=3 for a three-node cluster (each node broker + controller voter).
 #   jars:     deploy/kafka/pom.xml -> mvn dependency:build-classpath -> $KAFKA_DIR/classpath.txt (~/.m2 cache)
-#   config:   deploy/kafka/server.properties.in -> $KAFKA_DIR/server.properties (ports substituted)
+#   config:   deploy/kafka/server.properties.in -> <node dir>/server.properties (ports substituted)
 #   storage:  kafka.tools.StorageTool format -t <cluster id> -c server.properties --ignore-formatted
-#   process:  java -Xmx512m -cp <cp> kafka.Kafka server.properties  (log4j2 -> $KAFKA_DIR/logs/)
-#   ready:    a metadata request through the admin client, then the outbox topics exist with leaders.
+#   process:  java -Xmx512m -cp <cp> kafka.Kafka server.properties  (log4j2 -> <node dir>/logs/)
+#   ready:    a metadata request lists every node, then the outbox topics exist with leaders.
+#   secured:  CASESTREAM_KAFKA_SECURE=1 (default) adds an SSL listener (TLS, no client
+#             certificate) and a SASL_SSL listener (SCRAM-SHA-512, user `casestream`), with
+#             test certificates from deploy/kafka/tls.sh in $KAFKA_DIR/tls.
+# Node n (1-based) of a cluster lives in $KAFKA_DIR/node<n>/ and listens on node 1's ports
+# + (n-1) * CASESTREAM_KAFKA_NODE_PORT_STEP; a single node keeps $KAFKA_DIR/ itself.
 
 KAFKA_TOPIC_PARTITIONS=6
+KAFKA_SCRAM_USER=casestream
 KAFKA_TOPICS_CONF="$CS_DEPLOY_DIR/kafka/topics.conf"  # retention.ms per topic, with the reason
 
 kafka_vars() {
     KAFKA_DIR="$CS_LOCAL/kafka"
     KAFKA_CP="$KAFKA_DIR/classpath.txt"
-    KAFKA_CONF="$KAFKA_DIR/server.properties"
-    KAFKA_DATA="$KAFKA_DIR/data"
-    KAFKA_LOGS="$KAFKA_DIR/logs"
-    KAFKA_PID="$KAFKA_DIR/kafka.pid"
-    KAFKA_OUT="$KAFKA_LOGS/kafka.out"
-    KAFKA_MARK="kafka.Kafka $KAFKA_CONF"
-    KAFKA_BOOTSTRAP="$CS_HOST:$CASESTREAM_KAFKA_PORT"
+    KAFKA_TLS="$KAFKA_DIR/tls"
+    KAFKA_NODES=$CASESTREAM_KAFKA_BROKERS
+    if ((KAFKA_NODES > 1)); then KAFKA_RF=3 KAFKA_MIN_ISR=2; else KAFKA_RF=1 KAFKA_MIN_ISR=1; fi
+    local n bootstrap=() ssl=() sasl=() voters=()
+    for ((n = 1; n <= KAFKA_NODES; n++)); do
+        kafka_node "$n"
+        bootstrap+=("$CS_HOST:$NODE_PORT")
+        ssl+=("$CS_HOST:$NODE_SSL_PORT")
+        sasl+=("$CS_HOST:$NODE_SASL_PORT")
+        voters+=("$n@$CS_HOST:$NODE_CONTROLLER_PORT")
+    done
+    KAFKA_BOOTSTRAP="$(IFS=,; echo "${bootstrap[*]}")"
+    KAFKA_SSL_BOOTSTRAP="$(IFS=,; echo "${ssl[*]}")"
+    KAFKA_SASL_BOOTSTRAP="$(IFS=,; echo "${sasl[*]}")"
+    KAFKA_VOTERS="$(IFS=,; echo "${voters[*]}")"
+    kafka_node 1
+    KAFKA_LOGS="$NODE_LOGS"  # node 1's, for `logs`
+}
+
+kafka_node() {  # kafka_node <n>: the NODE_* paths and ports of node n
+    NODE_ID=$1
+    local shift=$(( (NODE_ID - 1) * CASESTREAM_KAFKA_NODE_PORT_STEP ))
+    if ((KAFKA_NODES > 1)); then NODE_DIR="$KAFKA_DIR/node$NODE_ID"; else NODE_DIR="$KAFKA_DIR"; fi
+    NODE_CONF="$NODE_DIR/server.properties"
+    NODE_DATA="$NODE_DIR/data"
+    NODE_LOGS="$NODE_DIR/logs"
+    NODE_PID="$NODE_DIR/kafka.pid"
+    NODE_OUT="$NODE_LOGS/kafka.out"
+    NODE_MARK="kafka.Kafka $NODE_CONF"
+    NODE_PORT=$((CASESTREAM_KAFKA_PORT + shift))
+    NODE_CONTROLLER_PORT=$((CASESTREAM_KAFKA_CONTROLLER_PORT + shift))
+    NODE_SSL_PORT=$((CASESTREAM_KAFKA_SSL_PORT + shift))
+    NODE_SASL_PORT=$((CASESTREAM_KAFKA_SASL_PORT + shift))
 }
 
 kafka_install() {
@@ -34,72 +67,136 @@ kafka_install() {
 
 kafka_java() {  # kafka_java <main class> <args...> (foreground tools: StorageTool)
     "$JAVA_BIN" -Xmx256m -cp "$(<"$KAFKA_CP")" \
-        -Dlog4j2.configurationFile="$CS_DEPLOY_DIR/kafka/log4j2.xml" -Dkafka.logs.dir="$KAFKA_LOGS" "$@"
+        -Dlog4j2.configurationFile="$CS_DEPLOY_DIR/kafka/log4j2.xml" -Dkafka.logs.dir="$NODE_LOGS" "$@"
 }
 
-kafka_configure() {
-    mkdir -p "$KAFKA_DATA" "$KAFKA_LOGS"
-    sed -e "s|@KAFKA_PORT@|$CASESTREAM_KAFKA_PORT|g" \
-        -e "s|@CONTROLLER_PORT@|$CASESTREAM_KAFKA_CONTROLLER_PORT|g" \
-        -e "s|@DATA_DIR@|$KAFKA_DATA|g" \
-        "$CS_DEPLOY_DIR/kafka/server.properties.in" >"$KAFKA_CONF.tmp"
-    mv "$KAFKA_CONF.tmp" "$KAFKA_CONF"
-    if [[ ! -f "$KAFKA_DATA/meta.properties" ]]; then
+kafka_cluster_id() {  # one id for every node of this .local, made once
+    local file="$KAFKA_DIR/cluster.id"
+    if [[ ! -s "$file" ]]; then
+        mkdir -p "$KAFKA_DIR"
+        "$CASESTREAM_PYTHON" -c 'import base64,uuid;print(base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("="))' >"$file"
+    fi
+    cat "$file"
+}
+
+kafka_configure() {  # render and format node $NODE_ID
+    mkdir -p "$NODE_DATA" "$NODE_LOGS"
+    local listeners="PLAINTEXT://$CS_HOST:$NODE_PORT,CONTROLLER://$CS_HOST:$NODE_CONTROLLER_PORT"
+    local advertised="PLAINTEXT://$CS_HOST:$NODE_PORT"
+    local map="CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT"
+    if [[ "$CASESTREAM_KAFKA_SECURE" == 1 ]]; then
+        listeners+=",SSL://$CS_HOST:$NODE_SSL_PORT,SASL_SSL://$CS_HOST:$NODE_SASL_PORT"
+        advertised+=",SSL://$CS_HOST:$NODE_SSL_PORT,SASL_SSL://$CS_HOST:$NODE_SASL_PORT"
+        map+=",SSL:SSL,SASL_SSL:SASL_SSL"
+    fi
+    sed -e "s|@NODE_ID@|$NODE_ID|g" -e "s|@QUORUM_VOTERS@|$KAFKA_VOTERS|g" \
+        -e "s|@LISTENERS@|$listeners|g" -e "s|@ADVERTISED_LISTENERS@|$advertised|g" \
+        -e "s|@PROTOCOL_MAP@|$map|g" -e "s|@RF@|$KAFKA_RF|g" -e "s|@MIN_ISR@|$KAFKA_MIN_ISR|g" \
+        -e "s|@DATA_DIR@|$NODE_DATA|g" \
+        "$CS_DEPLOY_DIR/kafka/server.properties.in" >"$NODE_CONF.tmp"
+    if [[ "$CASESTREAM_KAFKA_SECURE" == 1 ]]; then
+        cat >>"$NODE_CONF.tmp" <<PROPS
+
+# Secured listeners (CASESTREAM_KAFKA_SECURE=1), test certificates of deploy/kafka/tls.sh.
+ssl.keystore.type=PKCS12
+ssl.keystore.location=$KAFKA_TLS/broker.p12
+ssl.keystore.password=$(<"$KAFKA_TLS/store.password")
+ssl.key.password=$(<"$KAFKA_TLS/store.password")
+ssl.client.auth=none
+sasl.enabled.mechanisms=SCRAM-SHA-512
+listener.name.sasl_ssl.scram-sha-512.sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required;
+PROPS
+    fi
+    mv "$NODE_CONF.tmp" "$NODE_CONF"
+    if [[ ! -f "$NODE_DATA/meta.properties" ]]; then
         local cluster_id
-        cluster_id="$("$CASESTREAM_PYTHON" -c 'import base64,uuid;print(base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("="))')"
-        log "kafka: formatting storage (cluster id $cluster_id)"
-        kafka_java kafka.tools.StorageTool format -t "$cluster_id" -c "$KAFKA_CONF" --ignore-formatted \
-            >"$KAFKA_LOGS/format.log" 2>&1 || { show_tail "$KAFKA_LOGS/format.log"; die "kafka: storage format failed."; }
+        cluster_id="$(kafka_cluster_id)"
+        log "kafka: formatting node $NODE_ID storage (cluster id $cluster_id)"
+        kafka_java kafka.tools.StorageTool format -t "$cluster_id" -c "$NODE_CONF" --ignore-formatted \
+            >"$NODE_LOGS/format.log" 2>&1 || { show_tail "$NODE_LOGS/format.log"; die "kafka: storage format of node $NODE_ID failed."; }
     fi
 }
 
 kafka_up() {
-    local pid
-    if pid="$(pid_alive "$KAFKA_PID" "$KAFKA_MARK")"; then
-        log "kafka: already running (pid $pid)"
-    else
-        need_java 17 CASESTREAM_KAFKA_JAVA_HOME "Kafka 4"
-        ensure_port_free "$CASESTREAM_KAFKA_PORT" "Kafka" CASESTREAM_KAFKA_PORT
-        ensure_port_free "$CASESTREAM_KAFKA_CONTROLLER_PORT" "Kafka controller" CASESTREAM_KAFKA_CONTROLLER_PORT
-        kafka_install
-        kafka_configure
-        log "kafka: starting on $KAFKA_BOOTSTRAP (controller :$CASESTREAM_KAFKA_CONTROLLER_PORT)"
-        start_daemon "$KAFKA_PID" "$KAFKA_OUT" "$KAFKA_DIR" \
-            "$JAVA_BIN" "-Xmx$CASESTREAM_KAFKA_HEAP" "-Xms$CASESTREAM_KAFKA_HEAP" -XX:+UseG1GC -XX:MaxGCPauseMillis=20 \
-            -Djava.awt.headless=true \
-            -Dlog4j2.configurationFile="$CS_DEPLOY_DIR/kafka/log4j2.xml" -Dkafka.logs.dir="$KAFKA_LOGS" \
-            -cp "$(<"$KAFKA_CP")" kafka.Kafka "$KAFKA_CONF"
+    local n
+    for ((n = 1; n <= KAFKA_NODES; n++)); do kafka_up_node "$n"; done
+    kafka_node 1
+}
+
+kafka_up_node() {  # kafka_up_node <n>: start node n unless it runs (does not wait)
+    local n=$1 pid
+    kafka_node "$n"
+    if pid="$(pid_alive "$NODE_PID" "$NODE_MARK")"; then
+        log "kafka: node $n already running (pid $pid)"
+        return 0
     fi
+    need_java 17 CASESTREAM_KAFKA_JAVA_HOME "Kafka 4"
+    ensure_port_free "$NODE_PORT" "Kafka" CASESTREAM_KAFKA_PORT
+    ensure_port_free "$NODE_CONTROLLER_PORT" "Kafka controller" CASESTREAM_KAFKA_CONTROLLER_PORT
+    if [[ "$CASESTREAM_KAFKA_SECURE" == 1 ]]; then
+        ensure_port_free "$NODE_SSL_PORT" "Kafka SSL listener" CASESTREAM_KAFKA_SSL_PORT
+        ensure_port_free "$NODE_SASL_PORT" "Kafka SASL_SSL listener" CASESTREAM_KAFKA_SASL_PORT
+        bash "$CS_DEPLOY_DIR/kafka/tls.sh" "$KAFKA_TLS" || die "kafka: could not make the test certificates in $KAFKA_TLS."
+    fi
+    kafka_install
+    kafka_configure
+    log "kafka: starting node $n on $CS_HOST:$NODE_PORT (controller :$NODE_CONTROLLER_PORT)"
+    start_daemon "$NODE_PID" "$NODE_OUT" "$NODE_DIR" \
+        "$JAVA_BIN" "-Xmx$CASESTREAM_KAFKA_HEAP" "-Xms$CASESTREAM_KAFKA_HEAP" -XX:+UseG1GC -XX:MaxGCPauseMillis=20 \
+        -Djava.awt.headless=true \
+        -Dlog4j2.configurationFile="$CS_DEPLOY_DIR/kafka/log4j2.xml" -Dkafka.logs.dir="$NODE_LOGS" \
+        -cp "$(<"$KAFKA_CP")" kafka.Kafka "$NODE_CONF"
 }
 
 kafka_wait() {
-    wait_until "$CASESTREAM_READY_TIMEOUT" "kafka" "$KAFKA_LOGS/server.log" "$KAFKA_PID" "$KAFKA_MARK" \
-        probe kafka --bootstrap "$KAFKA_BOOTSTRAP" --timeout 2
+    local n
+    for ((n = 1; n <= KAFKA_NODES; n++)); do
+        kafka_node "$n"
+        wait_until "$CASESTREAM_READY_TIMEOUT" "kafka node $n" "$NODE_LOGS/server.log" "$NODE_PID" "$NODE_MARK" \
+            probe kafka --bootstrap "$KAFKA_BOOTSTRAP" --brokers "$KAFKA_NODES" --timeout 2
+    done
     local topic retention _reason
     while read -r topic retention _reason; do
         [[ -z "$topic" || "$topic" == \#* ]] && continue
         probe topics --bootstrap "$KAFKA_BOOTSTRAP" --partitions "$KAFKA_TOPIC_PARTITIONS" \
-            --config "retention.ms=$retention" --alter "$topic" \
+            --replication "$KAFKA_RF" --config "retention.ms=$retention" \
+            --config "min.insync.replicas=$KAFKA_MIN_ISR" --alter "$topic" \
             || die "kafka: could not create the outbox topic $topic (log: $KAFKA_LOGS/server.log)."
     done <"$KAFKA_TOPICS_CONF"
-    ok "kafka: ready on $KAFKA_BOOTSTRAP"
+    if [[ "$CASESTREAM_KAFKA_SECURE" == 1 ]]; then
+        probe scram-user --bootstrap "$KAFKA_BOOTSTRAP" --user "$KAFKA_SCRAM_USER" \
+            --password-file "$KAFKA_TLS/scram.password" \
+            || die "kafka: could not create the SCRAM user $KAFKA_SCRAM_USER (log: $KAFKA_LOGS/server.log)."
+    fi
+    ok "kafka: ready on $KAFKA_BOOTSTRAP ($KAFKA_NODES node(s), replication factor $KAFKA_RF)"
 }
 
-kafka_down() { stop_pid "$KAFKA_PID" "$KAFKA_MARK" kafka 60; }
+kafka_down() {
+    local n
+    for ((n = KAFKA_NODES; n >= 1; n--)); do
+        kafka_node "$n"
+        stop_pid "$NODE_PID" "$NODE_MARK" "kafka node $n" 60
+    done
+    kafka_node 1
+}
 
 kafka_status() {
-    local pid
-    if pid="$(pid_alive "$KAFKA_PID" "$KAFKA_MARK")"; then
-        if probe kafka --bootstrap "$KAFKA_BOOTSTRAP" --timeout 2 2>/dev/null; then
-            status_line kafka up "$pid" "$KAFKA_BOOTSTRAP"
+    local n pid
+    for ((n = 1; n <= KAFKA_NODES; n++)); do
+        kafka_node "$n"
+        if pid="$(pid_alive "$NODE_PID" "$NODE_MARK")"; then
+            if probe kafka --bootstrap "$CS_HOST:$NODE_PORT" --timeout 2 2>/dev/null; then
+                status_line kafka up "$pid" "$CS_HOST:$NODE_PORT"
+            else
+                status_line kafka starting "$pid" "$CS_HOST:$NODE_PORT"
+            fi
+        elif port_open "$NODE_PORT"; then
+            status_line kafka foreign - "$CS_HOST:$NODE_PORT (in use by $(port_owner "$NODE_PORT"))"
         else
-            status_line kafka starting "$pid" "$KAFKA_BOOTSTRAP"
+            status_line kafka down - "$CS_HOST:$NODE_PORT"
         fi
-    elif port_open "$CASESTREAM_KAFKA_PORT"; then
-        status_line kafka foreign - "$KAFKA_BOOTSTRAP (in use by $(port_owner "$CASESTREAM_KAFKA_PORT"))"
-    else
-        status_line kafka down - "$KAFKA_BOOTSTRAP"
-    fi
+    done
+    kafka_node 1
 }
 
 kafka_logs() { echo "$KAFKA_LOGS/server.log"; }

@@ -68,7 +68,12 @@ def test_topology(compose: list[str]) -> None:
         assert env["CASESTREAM_REGISTRY_URL"].endswith("/apis/ccompat/v7")
         assert env["CASESTREAM_PG_URL"].startswith("postgresql://postgres@postgres:")
         assert {"kafka-topics", "postgres", "registry"} <= set(svc["depends_on"])
+        assert svc["depends_on"]["migrate"]["condition"] == "service_completed_successfully"
+        assert env["CASESTREAM_MIGRATE_AT_START"] == "false"
+        port = env[f"CASESTREAM_{name.upper()}_PORT"]
+        assert f"http://127.0.0.1:{port}/readyz" in " ".join(svc["healthcheck"]["test"])
     assert services["smtp"]["command"][:2] == ["python", "deploy/smtp_sink.py"]
+    assert services["migrate"]["command"] == ["python", "-m", "casestream", "migrate"]
     assert "wal_level=logical" in services["postgres"]["command"]
     assert services["registry"]["image"].startswith("apicurio/apicurio-registry:3.")
     assert services["kafka"]["image"].startswith("apache/kafka:4.")

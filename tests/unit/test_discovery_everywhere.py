@@ -182,7 +182,10 @@ def test_outbox_database_url_comes_from_the_services_settings(
     monkeypatch.setattr(outbox, "outbox_status", fake_status)
     result = CliRunner().invoke(main, ["outbox", "status", "--service", "watchx"])
     assert result.exit_code == 0, result.output
-    assert seen == ["postgresql://u@db.example:5432/watch_db"]
+    from psycopg.conninfo import conninfo_to_dict
+
+    assert [conninfo_to_dict(d) for d in seen] == [
+        {"user": "u", "host": "db.example", "port": "5432", "dbname": "watch_db"}]
 
 
 # -- the dev stack -------------------------------------------------------------------------

@@ -26,7 +26,7 @@ def test_settings_read_prefixed_environment(monkeypatch: pytest.MonkeyPatch) -> 
     monkeypatch.setenv("CASESTREAM_PG_URL", "postgresql://u@db:5432/")
     monkeypatch.setenv("CASESTREAM_AUTO_REGISTER_SCHEMAS", "false")
     settings = CommonSettings()
-    assert settings.database_url("audit") == "postgresql://u@db:5432/audit"
+    assert settings.database_url("audit") == "user=u host=db port=5432 dbname=audit"
     assert settings.auto_register_schemas is False
 
 

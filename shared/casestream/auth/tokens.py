@@ -17,7 +17,14 @@ Keys (``AuthSettings``, variables ``CASESTREAM_AUTH_*``): HS256 with a shared se
 (``JWT_KEY`` holding the PEM text, or ``JWT_KEY_FILE`` naming a PEM file). The default is
 a well-known local development secret, :data:`DEV_JWT_KEY`: the demo, the tests and
 ``casestream token`` mint tokens with it. A deployment sets its own key; a service whose
-``CASESTREAM_AUTO_REGISTER_SCHEMAS`` is false (production) refuses to start with the dev key.
+``CASESTREAM_AUTO_REGISTER_SCHEMAS`` is false or whose ``CASESTREAM_ENV`` is ``production``
+refuses to start with the dev key.
+
+Or the keys of an identity provider's JWKS endpoint (``JWKS_URL``, RFC 7517 §5; RS256 /
+ES256): PyJWT's ``PyJWKClient`` picks the key by the token header's ``kid``, caches the key
+set for ``JWKS_CACHE_S`` and, on a ``kid`` it does not know (a rotated key), fetches the set
+again at most once per ``JWKS_REFRESH_COOLDOWN_S`` (so forged ``kid`` values cannot make
+every request hit the provider). ``JWKS_CA_FILE`` verifies the endpoint's certificate.
 
 Errors::
 
@@ -30,7 +37,9 @@ Errors::
 
 from __future__ import annotations
 
+import logging
 import re
+import ssl
 import time
 from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
@@ -47,6 +56,8 @@ ROLE_OFFICER = "officer"
 ROLE_SUPERVISOR = "supervisor"
 ROLES = frozenset({ROLE_OFFICER, ROLE_SUPERVISOR})
 """The roles the suite knows: officers open and submit cases, supervisors resolve."""
+
+log = logging.getLogger(__name__)
 
 DEV_JWT_KEY = "casestream-local-development-key-never-use-in-production"
 """HS256 secret for local development, demo and tests (public by definition)."""
@@ -109,12 +120,22 @@ class AuthSettings(BaseSettings):
     jwt_audience: str = Field(DEFAULT_AUDIENCE, description="required aud claim")
     leeway_s: float = Field(30.0, description="clock skew tolerated on exp/nbf/iat, seconds")
     token_ttl_s: int = Field(3600, description="lifetime of locally minted tokens (casestream token), seconds")
+    jwks_url: str | None = Field(
+        None, description="JWKS endpoint of the identity provider (http/https): keys chosen by "
+                          "the token's kid; wins over JWT_KEY (RS256/ES256 only)")
+    jwks_cache_s: float = Field(300.0, gt=0, description="how long the fetched key set is used "
+                                                         "before it is fetched again, seconds")
+    jwks_refresh_cooldown_s: float = Field(
+        30.0, ge=0, description="least time between two fetches forced by an unknown kid, seconds")
+    jwks_timeout_s: float = Field(5.0, gt=0, description="JWKS request timeout, seconds")
+    jwks_ca_file: Path | None = Field(None, description="CA bundle (PEM) verifying the JWKS "
+                                                        "endpoint's certificate (default: the system's)")
 
     @property
     def uses_dev_key(self) -> bool:
         """True when tokens are verified with the public development secret."""
         return self.jwt_algorithm == "HS256" and self.jwt_key_file is None \
-            and self.jwt_key == DEV_JWT_KEY
+            and self.jwt_key == DEV_JWT_KEY and self.jwks_url is None
 
     def verification_key(self) -> str:
         """The key material tokens are verified with (secret or PEM text).
@@ -171,7 +192,25 @@ class TokenVerifier:
         self._settings = settings
         self._algorithm = settings.jwt_algorithm
         self._jwt = jwt.PyJWT(options={"enforce_minimum_key_length": True})
-        self._key = _prepare_key(settings.verification_key(), settings.jwt_algorithm)
+        self._jwks = _jwks_client(settings) if settings.jwks_url else None
+        self._key = None if self._jwks else _prepare_key(settings.verification_key(), settings.jwt_algorithm)
+
+    def _key_for(self, token: str) -> Any:
+        """The key verifying ``token``: the configured one, or the JWKS key of its ``kid``."""
+        if self._jwks is None:
+            return self._key
+        try:
+            return self._jwks.get_signing_key_from_jwt(token)
+        except jwt.PyJWKClientConnectionError:
+            log.warning("JWKS endpoint %s did not answer", self._settings.jwks_url)
+            raise InvalidToken("token signing keys unavailable") from None
+        except jwt.PyJWKClientError as e:
+            if "kid" in str(e) or "matches" in str(e):
+                raise InvalidToken("token key id unknown") from None
+            log.warning("JWKS endpoint %s: %s", self._settings.jwks_url, e)
+            raise InvalidToken("token signing keys unavailable") from None
+        except jwt.PyJWTError:
+            raise InvalidToken("token malformed") from None
 
     @property
     def settings(self) -> AuthSettings:
@@ -184,9 +223,10 @@ class TokenVerifier:
             InvalidToken: signature, algorithm, issuer, audience, expiry or claims are wrong.
         """
         s = self._settings
+        key = self._key_for(token)
         try:
             claims = self._jwt.decode(
-                token, self._key, algorithms=[self._algorithm], audience=s.jwt_audience,
+                token, key, algorithms=[self._algorithm], audience=s.jwt_audience,
                 issuer=s.jwt_issuer, leeway=s.leeway_s,
                 options={"require": ["exp", "iat", "sub", "iss", "aud"]})
         except jwt.ExpiredSignatureError:
@@ -284,6 +324,31 @@ def bearer_headers(tenant: str, roles: Iterable[str] = (ROLE_OFFICER,), *,
     """``{"Authorization": "Bearer <dev_token(...)>"}`` — for tests, the demo and scripts."""
     token = dev_token(tenant, roles, subject=subject, settings=settings, client_id=client_id)
     return {"Authorization": f"Bearer {token}"}
+
+
+def _jwks_client(settings: AuthSettings) -> jwt.PyJWKClient:
+    """A ``PyJWKClient`` on ``settings.jwks_url``: the key set cached ``jwks_cache_s``, an
+    unknown ``kid`` refetching it at most once per ``jwks_refresh_cooldown_s``.
+
+    Raises:
+        ConfigError: HS256 (a JWKS publishes public keys), a URL that is not http(s), or an
+            unreadable CA file.
+    """
+    if settings.jwt_algorithm == "HS256":
+        raise ConfigError("CASESTREAM_AUTH_JWKS_URL needs CASESTREAM_AUTH_JWT_ALGORITHM RS256 or ES256 "
+                          "(a JWKS publishes public keys)")
+    context = None
+    if settings.jwks_ca_file is not None:
+        try:
+            context = ssl.create_default_context(cafile=str(settings.jwks_ca_file))
+        except (OSError, ssl.SSLError) as e:
+            raise ConfigError(f"CASESTREAM_AUTH_JWKS_CA_FILE={settings.jwks_ca_file}: {e}") from None
+    try:
+        return jwt.PyJWKClient(str(settings.jwks_url), cache_keys=False, cache_jwk_set=True,
+                               lifespan=settings.jwks_cache_s, timeout=settings.jwks_timeout_s,
+                               ssl_context=context, cooldown_duration=settings.jwks_refresh_cooldown_s)
+    except jwt.PyJWKClientError as e:
+        raise ConfigError(f"CASESTREAM_AUTH_JWKS_URL={settings.jwks_url}: {e}") from None
 
 
 def _prepare_key(key: str, algorithm: str, *, private: bool = False) -> Any:

@@ -58,6 +58,12 @@ class CliContext:
         """The command line's ``--bootstrap`` or ``CASESTREAM_KAFKA_BOOTSTRAP``."""
         return self.bootstrap or self.settings.kafka_bootstrap
 
+    def kafka_client(self, bootstrap: str | None = None) -> dict[str, Any]:
+        """The Kafka connection of a command: ``bootstrap`` (else ``--bootstrap``, else
+        CASESTREAM_KAFKA_BOOTSTRAP) with the client properties of the settings
+        (CASESTREAM_KAFKA_PROPERTIES_FILE, CASESTREAM_KAFKA_PROP_*): TLS, SASL."""
+        return dict(self.settings.kafka_client(bootstrap or self.bootstrap))
+
     @property
     def registry_url(self) -> str:
         """The command line's registry URL or ``CASESTREAM_REGISTRY_URL``."""
@@ -90,8 +96,11 @@ class CliContext:
             # every installed catalog: an operator's command decodes what any installed
             # service writes, wherever it is run; ./schemas only when nothing is installed
             folders = schema_folders() or catalog_folders()
-            codec = open_codec(load_catalog(*folders), self.registry_url,
-                               auto_register=auto_register)
+            from casestream.events.registry import ConfluentSchemaRegistry
+
+            registry = ConfluentSchemaRegistry(self.registry_url,
+                                               options=self.settings.registry_properties)
+            codec = open_codec(load_catalog(*folders), registry, auto_register=auto_register)
             self._codec = codec
         return self._codec
 

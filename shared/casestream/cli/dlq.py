@@ -45,12 +45,15 @@ from casestream.consumer.deadletters import (
     select,
 )
 from casestream.errors import CasestreamError
+from casestream.kafka.config import KafkaTarget, bootstrap_of, client_config
 
 Decoder = Callable[[bytes, Any], Any]
 
 
-def _bootstrap(ctx: click.Context, value: str | None) -> str:
-    return value or cli_context(ctx).kafka_bootstrap
+def _bootstrap(ctx: click.Context, value: str | None) -> KafkaTarget:
+    """The Kafka connection: ``--bootstrap`` (or CASESTREAM_KAFKA_BOOTSTRAP) with the client
+    properties of the settings (security)."""
+    return cli_context(ctx).kafka_client(value)
 
 
 def _decoder(ctx: click.Context, registry_url: str | None) -> Any:
@@ -62,7 +65,7 @@ def _decoder(ctx: click.Context, registry_url: str | None) -> Any:
     return context.codec()
 
 
-def _read(bootstrap: str, consumer: str) -> list[Record]:
+def _read(bootstrap: KafkaTarget, consumer: str) -> list[Record]:
     try:
         return read_topic(bootstrap, f"{consumer}.dlq")
     except CasestreamError as e:
@@ -74,7 +77,7 @@ def _read(bootstrap: str, consumer: str) -> list[Record]:
         raise click.ClickException(str(e)) from None
 
 
-def _dlq_counts(bootstrap: str) -> dict[str, int]:
+def _dlq_counts(bootstrap: KafkaTarget) -> dict[str, int]:
     """Consumer name -> messages on its ``<consumer>.dlq`` topic (high - low watermark,
     summed over partitions), for every such topic.
 
@@ -86,10 +89,10 @@ def _dlq_counts(bootstrap: str) -> dict[str, int]:
     from confluent_kafka.admin import AdminClient
 
     try:
-        topics = AdminClient({"bootstrap.servers": bootstrap}).list_topics(timeout=5).topics
+        topics = AdminClient(client_config(bootstrap)).list_topics(timeout=5).topics
     except KafkaException as e:
-        raise click.ClickException(f"Kafka at {bootstrap} did not answer: {e}") from None
-    probe = Consumer({"bootstrap.servers": bootstrap, "group.id": "casestream.dlq",
+        raise click.ClickException(f"Kafka at {bootstrap_of(bootstrap)} did not answer: {e}") from None
+    probe = Consumer({**client_config(bootstrap), "group.id": "casestream.dlq",
                       "enable.auto.commit": False})
     out: dict[str, int] = {}
     try:
@@ -106,14 +109,14 @@ def _dlq_counts(bootstrap: str) -> dict[str, int]:
     return out
 
 
-def _dlq_consumers(bootstrap: str) -> list[str]:
+def _dlq_consumers(bootstrap: KafkaTarget) -> list[str]:
     """Consumer names that have a ``<consumer>.dlq`` topic (empty if Kafka does not answer)."""
     # lazy (start-up cost): loaded when this command runs, not for every CLI call
     from confluent_kafka import KafkaException
     from confluent_kafka.admin import AdminClient
 
     try:
-        topics = AdminClient({"bootstrap.servers": bootstrap}).list_topics(timeout=5).topics
+        topics = AdminClient(client_config(bootstrap)).list_topics(timeout=5).topics
     except KafkaException:
         return []
     return sorted(t[: -len(".dlq")] for t in topics if t.endswith(".dlq"))

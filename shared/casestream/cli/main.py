@@ -43,6 +43,8 @@ _GROUPS: dict[str, tuple[str, str, str]] = {
               "Mint a local bearer token (JWT) for a tenant and roles."),
     "status": ("casestream.cli.status", "status",
                "Per-service table: consumer lag, outbox, dead letters, sagas."),
+    "migrate": ("casestream.cli.migrate", "migrate",
+                "Apply the installed services' database migrations (before starting them)."),
 }
 
 

@@ -67,7 +67,7 @@ def replay(projection: str | None, list_: bool, from_: str, to: str, merge: bool
         parse_to,
     )
     context = cli_context()
-    bootstrap = context.kafka_bootstrap
+    bootstrap = context.kafka_client()
     if list_:
         # lazy (start-up cost): loaded when this command runs, not for every CLI call
         from casestream.replay.status import kafka_problem, project_status

@@ -11,6 +11,7 @@ file or configuration, unknown subject, rule or ref, registry down) — rendered
 
 from __future__ import annotations
 
+import os
 import sys
 import traceback
 from pathlib import Path
@@ -243,8 +244,9 @@ def register(schemas_dir: str | None, registry: str, subjects: tuple[str, ...], 
     Exit 0 done, 1 catalog incompatible or registry refused, 2 bad input or registry down.
     """
     # lazy (start-up cost): loaded when this command runs, not for every CLI call
-    from casestream.errors import IncompatibleSchemaError, RegistryUnavailable, SchemaError
+    from casestream.errors import ConfigError, IncompatibleSchemaError, RegistryUnavailable, SchemaError
     from casestream.events.registry import ConfluentSchemaRegistry, register_catalog
+    from casestream.kafka.properties import environ_properties
     from casestream.schemacheck.runner import load_for_check
 
     folder = schemas_dir or _default_dir()
@@ -255,7 +257,8 @@ def register(schemas_dir: str | None, registry: str, subjects: tuple[str, ...], 
             click.echo("register: not registering an incompatible catalog", err=True)
             sys.exit(EXIT_INCOMPATIBLE)
         catalog = load_for_check(folder)
-        reg = ConfluentSchemaRegistry(registry, timeout=10.0, max_retries=1)
+        reg = ConfluentSchemaRegistry(registry, timeout=10.0, max_retries=1,
+                                      options=environ_properties("registry", os.environ))
         try:
             steps = register_catalog(catalog, reg, subjects=list(subjects) or None, dry_run=dry_run)
         finally:
@@ -263,7 +266,7 @@ def register(schemas_dir: str | None, registry: str, subjects: tuple[str, ...], 
     except CheckInputError as e:
         _fail_input(e, verbose)
         return
-    except RegistryUnavailable as e:
+    except (RegistryUnavailable, ConfigError) as e:  # ConfigError: a registry property file
         _fail_input(e, verbose)
         return
     except IncompatibleSchemaError as e:

@@ -29,6 +29,7 @@ import click
 import httpx
 
 from casestream.cli.context import cli_context
+from casestream.kafka.config import KafkaTarget, bootstrap_of, client_config
 
 __all__ = ["status", "ServiceStatus", "ConsumerStatus", "parse_prometheus", "service_status",
            "render_table", "service_rows"]
@@ -191,7 +192,7 @@ def _metrics(client: httpx.Client, base: str) -> str | None:
     return r.text if r.status_code == 200 else None
 
 
-def kafka_lag(bootstrap: str, groups: Sequence[str], timeout_s: float = 5.0) -> dict[str, float]:
+def kafka_lag(bootstrap: KafkaTarget, groups: Sequence[str], timeout_s: float = 5.0) -> dict[str, float]:
     """``{group: messages behind}``: sum over the group's committed partitions of
     (high watermark - committed offset). Groups Kafka does not know are left out.
 
@@ -202,12 +203,12 @@ def kafka_lag(bootstrap: str, groups: Sequence[str], timeout_s: float = 5.0) -> 
     from confluent_kafka import Consumer, ConsumerGroupTopicPartitions, TopicPartition
     from confluent_kafka.admin import AdminClient
 
-    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin = AdminClient(client_config(bootstrap))
     try:
         admin.list_topics(timeout=timeout_s)
     except Exception as e:
-        raise RuntimeError(f"kafka {bootstrap}: {e}") from e
-    probe = Consumer({"bootstrap.servers": bootstrap, "group.id": "casestream.status",
+        raise RuntimeError(f"kafka {bootstrap_of(bootstrap)}: {e}") from e
+    probe = Consumer({**client_config(bootstrap), "group.id": "casestream.status",
                       "enable.auto.commit": False})
     out: dict[str, float] = {}
     try:
@@ -260,7 +261,7 @@ def status(services: tuple[str, ...], urls: tuple[str, ...], no_kafka: bool, as_
     if not no_kafka:
         groups = [c for spec in specs.values() for c in spec.consumers]
         try:
-            lags = kafka_lag(cli_context().kafka_bootstrap, groups)
+            lags = kafka_lag(cli_context().kafka_client(), groups)
         except RuntimeError as e:
             click.echo(f"warning: {e}; lag from the services' gauges", err=True)
     rows = []

@@ -59,6 +59,7 @@ from typing import Any, Protocol
 
 from casestream.consumer.records import Headers, Record
 from casestream.errors import CasestreamError
+from casestream.kafka.config import KafkaTarget, client_config
 
 log = logging.getLogger(__name__)
 
@@ -358,7 +359,7 @@ class MemoryDeadLetters:
 
 # ---------------------------------------------------------------- reading and re-drive (CLI)
 
-def read_topic(bootstrap: str, topic: str, *, timeout_s: float = 10.0,
+def read_topic(bootstrap: KafkaTarget, topic: str, *, timeout_s: float = 10.0,
                extra_config: dict[str, Any] | None = None) -> list[Record]:
     """Every message currently in ``topic`` (low to high watermark, all partitions), in
     (partition, offset) order. Uses ``assign`` without a group commit, so it changes nothing.
@@ -369,7 +370,7 @@ def read_topic(bootstrap: str, topic: str, *, timeout_s: float = 10.0,
     # lazy (start-up cost): confluent_kafka loads when a client is built
     from confluent_kafka import Consumer, TopicPartition
 
-    conf = {"bootstrap.servers": bootstrap, "group.id": f"casestream-dlq-reader-{uuid.uuid4()}",
+    conf = {**client_config(bootstrap), "group.id": f"casestream-dlq-reader-{uuid.uuid4()}",
             "enable.auto.commit": False, "enable.partition.eof": False,
             **(extra_config or {})}
     consumer = Consumer(conf)
@@ -427,7 +428,7 @@ def select(records: Sequence[Record], *, event_ids: Iterable[str] = (),
     return chosen[:first] if first is not None else chosen
 
 
-def redrive(bootstrap: str, records: Sequence[Record], redrive_topic: str, *,
+def redrive(bootstrap: KafkaTarget, records: Sequence[Record], redrive_topic: str, *,
             accept_gap: bool = False, now: Callable[[], datetime] | None = None,
             producer_config: dict[str, Any] | None = None, timeout_s: float = 30.0) -> int:
     """Copy ``records`` (dead letters) to ``redrive_topic``; returns how many were delivered.
@@ -450,7 +451,7 @@ def redrive(bootstrap: str, records: Sequence[Record], redrive_topic: str, *,
                               f"large for the dead-letter topic ({where}): re-consume them from "
                               "their original position instead")
     stamp = iso((now or (lambda: datetime.now(timezone.utc)))())
-    producer = Producer({"bootstrap.servers": bootstrap, "acks": "all",
+    producer = Producer({**client_config(bootstrap), "acks": "all",
                          "enable.idempotence": True, **(producer_config or {})})
     errors: list[str] = []
 

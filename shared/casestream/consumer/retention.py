@@ -47,6 +47,7 @@ from typing import Any
 import psycopg
 
 from casestream import telemetry
+from casestream.kafka.config import KafkaTarget
 
 __all__ = ["PartitionState", "Cutoff", "RetentionStats", "RetentionSettings", "inbox_cutoff",
            "purge_inbox", "compact_guards", "InboxRetention"]
@@ -211,7 +212,7 @@ class InboxRetention:
         settings: :class:`RetentionSettings`.
     """
 
-    def __init__(self, dsn: str, bootstrap: str, consumers: Mapping[str, tuple[Iterable[str], bool]],
+    def __init__(self, dsn: str, bootstrap: KafkaTarget, consumers: Mapping[str, tuple[Iterable[str], bool]],
                  settings: RetentionSettings | None = None) -> None:
         self.dsn = dsn
         self.bootstrap = bootstrap

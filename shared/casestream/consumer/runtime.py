@@ -58,8 +58,10 @@ from casestream.consumer.deadletters import DeadLetterSink, KafkaDeadLetters, re
 from casestream.errors import ConfigError
 from casestream.consumer.handlers import HandlerRegistry, OutboxAppender
 from casestream.consumer.inbox import ensure_schema
+from casestream.kafka.config import KafkaTarget, client_config, connection_config
 
 log = logging.getLogger("casestream.consumer")
+
 
 _FORCED = {"enable.auto.commit": False, "enable.auto.offset.store": False}
 
@@ -113,7 +115,6 @@ class ConsumerRuntime:
         self.pool = pool
         self.stats = ConsumerStats()
         self._probe = telemetry.consumer_probe(metrics_name or name, self.stats)  # /metrics
-        self._bootstrap = kafka_config["bootstrap.servers"]
         self._conf = {
             "group.id": name,
             "auto.offset.reset": "earliest",
@@ -162,19 +163,21 @@ class ConsumerRuntime:
 
     def _prepare(self) -> None:
         if self._dead_letters is None:
-            producer_conf = {k: v for k, v in self._conf.items()
-                             if k.startswith(("bootstrap.", "security.", "sasl.", "ssl.",
-                                              "client.id"))}
             self._dead_letters = KafkaDeadLetters(
-                producer_conf, self.dlq_topic, self.name,
+                self._kafka_connection(), self.dlq_topic, self.name,
                 flush_timeout_s=self.settings.dlq_flush_timeout_s)
         self.processor = BatchProcessor(dead_letters=self._dead_letters,
                                         **self._processor_args)  # type: ignore[arg-type]
         if self.settings.ensure_topics:
-            ensure_topics(self._bootstrap, [self.dlq_topic, self.redrive_topic])
+            ensure_topics(self._kafka_connection(), [self.dlq_topic, self.redrive_topic])
         if self.settings.ensure_schema:
             with self.pool.connection() as conn:
                 ensure_schema(conn)
+
+    def _kafka_connection(self) -> dict[str, Any]:
+        """The connection part of the consumer config (bootstrap, security, client id) for
+        the dead-letter producer and the admin client: the same cluster, the same credentials."""
+        return connection_config(self._conf)
 
     def _shutdown(self) -> None:
         try:
@@ -477,14 +480,14 @@ class ConsumerRuntime:
             self.pool.putconn(conn)
 
 
-def ensure_topics(bootstrap: str, topics: Sequence[str], *, partitions: int = 1,
+def ensure_topics(bootstrap: KafkaTarget, topics: Sequence[str], *, partitions: int = 1,
                   timeout_s: float = 15.0) -> None:
     """Create ``topics`` if missing (broker default replication factor). Idempotent."""
     # lazy (start-up cost): confluent_kafka loads when a client is built
     from confluent_kafka import KafkaError, KafkaException
     from confluent_kafka.admin import AdminClient, NewTopic
 
-    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin = AdminClient(client_config(bootstrap))
     futures = admin.create_topics([NewTopic(t, num_partitions=partitions) for t in topics],
                                   operation_timeout=timeout_s, request_timeout=timeout_s)
     for topic, f in futures.items():

@@ -95,6 +95,22 @@ class SchemaRegistry(Protocol):
         ...
 
 
+#: SchemaRegistryClient properties it checks as numbers (a properties file gives strings).
+_NUMERIC = {"timeout": float, "max.retries": int, "retries.wait.ms": int, "retries.max.wait.ms": int,
+            "cache.capacity": int, "cache.latest.ttl.sec": int}
+
+
+def _typed(properties: Mapping[str, Any]) -> dict[str, Any]:
+    out = dict(properties)
+    for key, kind in _NUMERIC.items():
+        if isinstance(out.get(key), str):
+            try:
+                out[key] = kind(out[key])
+            except ValueError:
+                raise RegistryUnavailable(f"registry property {key}={out[key]!r} is not a number") from None
+    return out
+
+
 def _parse_schema_str(text: str | None, what: str, *, any_schema: bool = False) -> Any:
     """The JSON of a registered schema: an object, or with ``any_schema`` also a string or a list
     (a primitive or a union, Avro spec "Schema Declaration")."""
@@ -116,8 +132,16 @@ class ConfluentSchemaRegistry:
         max_retries: client retries on transport errors / 5xx (0 = fail fast; CLI default).
         client: an existing ``SchemaRegistryClient`` to wrap (then url/timeout/max_retries
             only name the registry in messages).
-        options: further ``SchemaRegistryClient`` settings (``basic.auth.user.info``,
-            ``bearer.auth.token``, ``ssl.ca.location``, ...).
+        options: further ``SchemaRegistryClient`` settings: ``basic.auth.user.info``
+            (``user:password``), ``bearer.auth.credentials.source`` + ``bearer.auth.token``
+            (+ ``bearer.auth.logical.cluster``, which that client requires),
+            ``ssl.ca.location`` (a CA bundle to verify the registry's certificate),
+            ``ssl.certificate.location``/``ssl.key.location`` (a client certificate); values
+            given as strings are converted where the client wants numbers.
+
+    Raises:
+        RegistryUnavailable: the client refuses the URL or a property (names it, never a
+            secret value).
     """
 
     def __init__(self, url: str, *, timeout: float = 10.0, max_retries: int = 2, client: Any = None,
@@ -127,12 +151,11 @@ class ConfluentSchemaRegistry:
             # lazy (start-up cost): the registry client loads on first use; the catalog-only users skip it
             from confluent_kafka.schema_registry import SchemaRegistryClient
 
+            conf = {"url": url, "timeout": timeout, "max.retries": max_retries, "retries.wait.ms": 200,
+                    **_typed(options or {})}
             try:
-                client = SchemaRegistryClient(
-                    {"url": url, "timeout": timeout, "max.retries": max_retries, "retries.wait.ms": 200,
-                     **(options or {})}
-                )
-            except (ValueError, TypeError) as e:
+                client = SchemaRegistryClient(conf)
+            except (ValueError, TypeError, OSError) as e:  # OSError: an unreadable CA or certificate
                 raise RegistryUnavailable(f"{url}: invalid registry URL or settings: {e}") from e
         self._client = client
 

@@ -115,14 +115,14 @@ def edge_policy(settings: EdgeSettings, service: str) -> EdgePolicy:
     """Build the edge policy of ``service`` from its settings.
 
     The public development key (``casestream.auth.tokens.DEV_JWT_KEY``) is refused when
-    ``CASESTREAM_AUTO_REGISTER_SCHEMAS`` is false (the production setting) and logged as
-    a warning otherwise.
+    ``CASESTREAM_AUTO_REGISTER_SCHEMAS`` is false or ``CASESTREAM_ENV`` is ``production``,
+    and logged as a warning otherwise.
 
     Raises:
         ConfigError: unusable key, or the development key in production.
     """
     if settings.auth.uses_dev_key:
-        if not settings.auto_register_schemas:
+        if not settings.auto_register_schemas or getattr(settings, "env", None) == "production":
             raise ConfigError(f"{service}: CASESTREAM_AUTH_JWT_KEY is the public development "
                               "key; set a real key (or CASESTREAM_AUTH_JWT_KEY_FILE) in production")
         log.warning("%s: bearer tokens are verified with the public development key "

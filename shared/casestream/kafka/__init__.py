@@ -3,10 +3,29 @@
 Public API::
 
     from casestream.kafka import producer_config, enforce_producer_guarantees, admin_config
+    from casestream.kafka import client_config, KafkaTarget, read_properties_file
 
-Module: ``config`` (no Kafka client import: plain configuration dictionaries).
+Modules: ``config`` (plain configuration dictionaries; librdkafka is loaded only by
+:func:`check_client_properties`, to validate a deployment's properties at start);
+``properties`` (client properties from ``CASESTREAM_*_PROP_*`` variables and files).
 """
 
-from casestream.kafka.config import PRODUCER_DEFAULTS, admin_config, enforce_producer_guarantees, producer_config
+from casestream.kafka.config import (
+    PRODUCER_DEFAULTS,
+    RESERVED_CLIENT_PROPERTIES,
+    KafkaTarget,
+    admin_config,
+    bootstrap_of,
+    check_client_properties,
+    client_config,
+    connection_config,
+    enforce_producer_guarantees,
+    producer_config,
+    redact,
+)
+from casestream.kafka.properties import environ_properties, read_properties_file, read_secret_file
 
-__all__ = ["PRODUCER_DEFAULTS", "admin_config", "enforce_producer_guarantees", "producer_config"]
+__all__ = ["PRODUCER_DEFAULTS", "RESERVED_CLIENT_PROPERTIES", "KafkaTarget", "admin_config",
+           "bootstrap_of", "check_client_properties", "client_config", "connection_config",
+           "enforce_producer_guarantees",
+           "environ_properties", "producer_config", "read_properties_file", "read_secret_file", "redact"]

@@ -25,11 +25,33 @@ Settings (librdkafka names, CONFIGURATION.md):
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, TypeAlias
 
 from casestream.errors import ConfigError
 
-__all__ = ["PRODUCER_DEFAULTS", "producer_config", "enforce_producer_guarantees", "admin_config"]
+__all__ = ["PRODUCER_DEFAULTS", "RESERVED_CLIENT_PROPERTIES", "KafkaTarget", "admin_config",
+           "bootstrap_of", "check_client_properties", "client_config", "connection_config",
+           "enforce_producer_guarantees",
+           "producer_config", "redact"]
+
+KafkaTarget: TypeAlias = str | Mapping[str, Any]
+"""Where a Kafka client connects: ``bootstrap.servers`` alone (``"host:9092,host2:9092"``), or
+a librdkafka configuration holding it and the connection properties every client of a
+process shares (``security.protocol``, ``sasl.*``, ``ssl.*``: :func:`client_config`)."""
+
+#: Client properties a deployment may not set through CASESTREAM_KAFKA_PROP_* or the
+#: properties file, with the reason: each is owned by a casestream setting or guarantee.
+RESERVED_CLIENT_PROPERTIES: Mapping[str, str] = {
+    "bootstrap.servers": "set CASESTREAM_KAFKA_BOOTSTRAP",
+    "group.id": "each consumer's group id is its consumer name",
+    "enable.auto.commit": "offsets are committed after the database transaction",
+    "enable.auto.offset.store": "offsets are stored after the database transaction",
+    "enable.idempotence": "the outbox relay requires enable.idempotence=true",
+    "acks": "the outbox relay requires acks=all",
+}
+
+#: Substrings of property names whose values are secrets (never printed).
+_SECRET_MARKS = ("password", "secret", "sasl.jaas.config", "ssl.key.pem", "token", "user.info")
 
 PRODUCER_DEFAULTS: Mapping[str, Any] = {
     "enable.idempotence": True,
@@ -102,8 +124,82 @@ def enforce_producer_guarantees(config: Mapping[str, Any]) -> dict[str, Any]:
     return merged
 
 
-def admin_config(bootstrap: str) -> dict[str, Any]:
-    """Return an ``AdminClient`` config for ``bootstrap`` (topic creation, describe)."""
-    if not bootstrap:
+def admin_config(bootstrap: KafkaTarget) -> dict[str, Any]:
+    """Return an ``AdminClient`` config for ``bootstrap`` (topic creation, describe):
+    :func:`client_config`.
+
+    Raises:
+        ConfigError: no ``bootstrap.servers``.
+    """
+    return client_config(bootstrap)
+
+
+def client_config(target: KafkaTarget) -> dict[str, Any]:
+    """A fresh librdkafka config dict connecting to ``target``: ``{"bootstrap.servers":
+    target}`` for a string, a copy of a mapping (its security properties kept). Callers add
+    their own client's settings (``group.id``...) to it.
+
+    Raises:
+        ConfigError: ``bootstrap.servers`` is empty or missing.
+    """
+    config = {"bootstrap.servers": target} if isinstance(target, str) else dict(target)
+    if not config.get("bootstrap.servers"):
         raise ConfigError("bootstrap.servers is empty (set CASESTREAM_KAFKA_BOOTSTRAP)")
-    return {"bootstrap.servers": bootstrap}
+    return config
+
+
+#: Properties that say how to reach and authenticate to the cluster (librdkafka
+#: CONFIGURATION.md, "*" = both producer and consumer): what a client derived from another
+#: (a dead-letter producer, an admin client beside a producer or consumer) copies.
+_CONNECTION_PREFIXES = ("bootstrap.", "security.", "sasl.", "ssl.", "socket.", "broker.",
+                        "client.", "enable.ssl.", "https.")
+_CONNECTION_KEYS = frozenset({"metadata.max.age.ms", "topic.metadata.refresh.interval.ms",
+                              "reconnect.backoff.ms", "reconnect.backoff.max.ms"})
+
+
+def connection_config(config: Mapping[str, Any]) -> dict[str, Any]:
+    """The connection part of a producer or consumer config (bootstrap, security, SASL, TLS,
+    sockets, client id): the same cluster with the same credentials, for a derived client."""
+    return {k: v for k, v in config.items()
+            if k.startswith(_CONNECTION_PREFIXES) or k in _CONNECTION_KEYS}
+
+
+def bootstrap_of(target: KafkaTarget) -> str:
+    """The ``bootstrap.servers`` of ``target``, for messages (never the secrets beside it)."""
+    return target if isinstance(target, str) else str(target.get("bootstrap.servers", ""))
+
+
+def redact(properties: Mapping[str, Any]) -> dict[str, Any]:
+    """``properties`` with every secret value (a name holding ``password``, ``secret``,
+    ``token``, ``sasl.jaas.config``, ``ssl.key.pem``, ``user.info``) shown as ``***``."""
+    return {k: ("***" if any(m in k for m in _SECRET_MARKS) else v) for k, v in properties.items()}
+
+
+def check_client_properties(properties: Mapping[str, Any], *, source: str) -> None:
+    """Refuse properties that casestream owns (:data:`RESERVED_CLIENT_PROPERTIES`), and let
+    librdkafka validate the rest now (unknown name, bad value, unreadable
+    ``ssl.ca.location``) rather than in a worker thread later.
+
+    Args:
+        properties: the client properties of a deployment (without ``bootstrap.servers``).
+        source: where they came from, for messages (variables or the properties file).
+
+    Raises:
+        ConfigError: one line naming the property and the reason.
+    """
+    for key in properties:
+        if key in RESERVED_CLIENT_PROPERTIES:
+            raise ConfigError(f"{source}: Kafka property {key} is not settable here: "
+                              f"{RESERVED_CLIENT_PROPERTIES[key]}")
+    if not properties:
+        return
+    # lazy (start-up cost): librdkafka only when a deployment sets client properties
+    from confluent_kafka import KafkaException
+    from confluent_kafka.admin import AdminClient
+
+    try:
+        # an unreachable bootstrap: only the configuration is parsed, nothing connects yet
+        AdminClient({"bootstrap.servers": "127.0.0.1:9", "log_level": 0, **properties})
+    except (KafkaException, ValueError, TypeError) as e:
+        detail = e.args[0].str() if isinstance(e, KafkaException) and e.args else str(e)
+        raise ConfigError(f"{source}: invalid Kafka client properties: {detail}") from None

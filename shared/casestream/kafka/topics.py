@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import logging
 import time
+from casestream.kafka.config import KafkaTarget, client_config
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
@@ -142,7 +143,7 @@ class TopicLimits:
             self._cache[t] = (limit, now + self._ttl_s)
 
 
-def committed_offsets(bootstrap: str, group: str, partitions: Iterable[tuple[str, int]],
+def committed_offsets(bootstrap: KafkaTarget, group: str, partitions: Iterable[tuple[str, int]],
                       timeout_s: float = 10.0) -> dict[tuple[str, int], int | None]:
     """The committed offset (next offset to read) of consumer group ``group`` per partition;
     None where the group committed nothing. Reads only (``OffsetFetch``): never joins the group.
@@ -153,7 +154,7 @@ def committed_offsets(bootstrap: str, group: str, partitions: Iterable[tuple[str
     tps = [TopicPartition(t, p) for t, p in partitions]
     if not tps:
         return {}
-    c = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False})
+    c = Consumer({**client_config(bootstrap), "group.id": group, "enable.auto.commit": False})
     try:
         return {(tp.topic, tp.partition): (tp.offset if tp.offset >= 0 else None)
                 for tp in c.committed(tps, timeout=timeout_s)}
@@ -161,7 +162,7 @@ def committed_offsets(bootstrap: str, group: str, partitions: Iterable[tuple[str
         c.close()
 
 
-def partition_positions(bootstrap: str, group: str, topics: Iterable[str], timeout_s: float = 10.0
+def partition_positions(bootstrap: KafkaTarget, group: str, topics: Iterable[str], timeout_s: float = 10.0
                         ) -> list[dict[str, Any]]:
     """Per partition of ``topics``: watermarks, ``group``'s committed offset, and the Kafka
     timestamps (ms) of the records at the low watermark and at the committed offset.
@@ -174,7 +175,7 @@ def partition_positions(bootstrap: str, group: str, topics: Iterable[str], timeo
     Raises:
         KafkaException: the cluster or the group coordinator did not answer, or a topic is unknown.
     """
-    c = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False,
+    c = Consumer({**client_config(bootstrap), "group.id": group, "enable.auto.commit": False,
                   "enable.partition.eof": True, "auto.offset.reset": "earliest"})
     try:
         md = c.list_topics(timeout=timeout_s)
@@ -208,12 +209,12 @@ def partition_positions(bootstrap: str, group: str, topics: Iterable[str], timeo
         c.close()
 
 
-def _timestamps_at(bootstrap: str, positions: Sequence[tuple[str, int, int]], timeout_s: float
+def _timestamps_at(bootstrap: KafkaTarget, positions: Sequence[tuple[str, int, int]], timeout_s: float
                    ) -> dict[tuple[str, int, int], int]:
     """Timestamp (ms) of the first record at or after each ``(topic, partition, offset)``."""
     out: dict[tuple[str, int, int], int] = {}
     for topic, partition, offset in positions:  # one assignment each: a position per partition
-        c = Consumer({"bootstrap.servers": bootstrap, "group.id": "casestream-retention-probe",
+        c = Consumer({**client_config(bootstrap), "group.id": "casestream-retention-probe",
                       "enable.auto.commit": False, "enable.partition.eof": True})
         try:
             c.assign([TopicPartition(topic, partition, offset)])

@@ -53,6 +53,7 @@ from casestream.replay.positions import EndSpec, StartSpec
 from casestream.replay.progress import Progress, ProgressReporter
 from casestream.replay.projection import ProjectionSpec, replay_handlers
 from casestream.replay.source import TP, KafkaSource
+from casestream.kafka.config import KafkaTarget
 
 log = logging.getLogger("casestream.replay")
 
@@ -225,7 +226,7 @@ class Replayer:
         kafka_config: extra consumer settings.
     """
 
-    def __init__(self, spec: ProjectionSpec, *, codec: Any, dsn: str, bootstrap: str,
+    def __init__(self, spec: ProjectionSpec, *, codec: Any, dsn: str, bootstrap: KafkaTarget,
                  event_types: Iterable[str], reporter: ProgressReporter | None = None,
                  kafka_config: dict[str, Any] | None = None) -> None:
         self.spec = spec

@@ -16,6 +16,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
 from casestream.kafka.topics import committed_offsets
 from casestream.replay.errors import ReplayError
+from casestream.kafka.config import KafkaTarget, client_config
 
 TP = tuple[str, int]
 
@@ -30,12 +31,12 @@ class KafkaSource:
         config: extra librdkafka consumer settings.
     """
 
-    def __init__(self, bootstrap: str, topics: Iterable[str], *, client_id: str,
+    def __init__(self, bootstrap: KafkaTarget, topics: Iterable[str], *, client_id: str,
                  config: Mapping[str, Any] | None = None) -> None:
         self.topics = tuple(topics)
         self._bootstrap = bootstrap
         conf: dict[str, Any] = {
-            "bootstrap.servers": bootstrap,
+            **client_config(bootstrap),
             "group.id": client_id,  # required by librdkafka; never joined (assign) nor committed
             "client.id": client_id,
             "enable.auto.commit": False,
@@ -52,7 +53,7 @@ class KafkaSource:
         self._consumer = Consumer(conf)
         # Offset queries go through a second, idle client: on the reading client they queue
         # behind in-flight fetches (fetch.wait.max.ms) and took ~0.5-2 s each under load.
-        self._meta = Consumer({"bootstrap.servers": bootstrap, "group.id": client_id,
+        self._meta = Consumer({**client_config(bootstrap), "group.id": client_id,
                                "client.id": f"{client_id}-meta", "enable.auto.commit": False})
 
     def partitions(self, timeout_s: float = 10.0) -> list[TP]:

@@ -16,6 +16,7 @@ from typing import Any
 
 from casestream.replay import checkpoint
 from casestream.replay.projection import known_projections, load_projection
+from casestream.kafka.config import KafkaTarget, bootstrap_of, client_config
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -56,28 +57,28 @@ _KAFKA_LOG.addHandler(logging.NullHandler())
 _KAFKA_LOG.propagate = False
 
 
-def kafka_problem(bootstrap: str, timeout_s: float = 5.0) -> str | None:
+def kafka_problem(bootstrap: KafkaTarget, timeout_s: float = 5.0) -> str | None:
     """None if the brokers at ``bootstrap`` answer a metadata request within ``timeout_s``
     seconds, else one line saying why not."""
     # lazy (start-up cost): drivers load only when a status probe runs
     from confluent_kafka import KafkaException
     from confluent_kafka.admin import AdminClient
 
-    admin = AdminClient({"bootstrap.servers": bootstrap, "logger": _KAFKA_LOG})
+    admin = AdminClient({**client_config(bootstrap), "logger": _KAFKA_LOG})
     try:
         admin.list_topics(timeout=timeout_s)
         return None
     except KafkaException as e:
-        return (f"Kafka at {bootstrap} (CASESTREAM_KAFKA_BOOTSTRAP) did not answer within "
+        return (f"Kafka at {bootstrap_of(bootstrap)} (CASESTREAM_KAFKA_BOOTSTRAP) did not answer within "
                 f"{timeout_s:g} s: {e.args[0].str() if e.args else e}")
 
 
-def consumer_lag(bootstrap: str, group: str, topics: tuple[str, ...]) -> int | None:
+def consumer_lag(bootstrap: KafkaTarget, group: str, topics: tuple[str, ...]) -> int | None:
     """Sum over partitions of high watermark - committed offset of ``group`` (None if unknown)."""
     # lazy (start-up cost): drivers load only when a status probe runs
     from confluent_kafka import Consumer, TopicPartition
 
-    c = Consumer({"bootstrap.servers": bootstrap, "group.id": group,
+    c = Consumer({**client_config(bootstrap), "group.id": group,
                   "enable.auto.commit": False, "logger": _KAFKA_LOG})
     try:
         md = c.list_topics(timeout=5)
@@ -97,7 +98,7 @@ def consumer_lag(bootstrap: str, group: str, topics: tuple[str, ...]) -> int | N
         c.close()
 
 
-def project_status(bootstrap: str, dsns: Mapping[str, str] | None = None,
+def project_status(bootstrap: KafkaTarget, dsns: Mapping[str, str] | None = None,
                    known: Mapping[str, str] | None = None, *,
                    with_lag: bool = True) -> list[ProjectionStatus]:
     """Status of every known projection (``known``: name -> reference, default the

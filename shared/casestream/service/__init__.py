@@ -5,6 +5,7 @@ Public API::
     from casestream.service import ServiceBuilder                          # a bootstrap's build()
     from casestream.service import ServiceProcess, Worker, run_service     # process
     from casestream.service import ServiceSettings, CommonSettings, service_config, settings_table
+    from casestream.service import migrate_service                          # casestream migrate
     from casestream.service import ServiceStack, service_port               # dev stack
     from casestream.service import ServiceSpec, discovery                    # what a service declares; entry points
 
@@ -24,7 +25,7 @@ from casestream._lazy import lazy_exports
 
 if TYPE_CHECKING:
     from casestream.service import discovery
-    from casestream.service.builder import ServiceBuilder, consumer_ready, service_migrations
+    from casestream.service.builder import ServiceBuilder, consumer_ready, migrate_service, service_migrations
     from casestream.service.devstack import ServiceStack, StackError, running_stack, selected_services, service_port
     from casestream.service.gctune import freeze_startup_objects
     from casestream.service.process import ReadinessCheck, ServiceProcess, Worker, configure_logging, run_service
@@ -42,7 +43,7 @@ if TYPE_CHECKING:
 
 _LAZY = {
     "ServiceBuilder": "casestream.service.builder", "service_migrations": "casestream.service.builder",
-    "consumer_ready": "casestream.service.builder",
+    "consumer_ready": "casestream.service.builder", "migrate_service": "casestream.service.builder",
     **{name: "casestream.service.process" for name in (
         "ReadinessCheck", "ServiceProcess", "Worker", "configure_logging", "run_service")},
     **{name: "casestream.service.settings" for name in (

@@ -45,11 +45,11 @@ from casestream.outbox.relay.settings import RelaySettings, relay_retry
 from casestream.outbox.writer import OUTBOX_MIGRATIONS, OutboxWriter
 from casestream.service.gctune import freeze_startup_objects
 from casestream.service.process import ReadinessCheck, ServiceProcess, Worker, configure_logging
-from casestream.service.settings import ServiceSettings, read_settings
+from casestream.service.settings import ServiceSettings, read_settings, shown_conninfo
 from casestream.service.spec import ServiceSpec
 from casestream.telemetry.readiness import dependency_checks
 
-__all__ = ["ServiceBuilder", "consumer_ready", "service_migrations"]
+__all__ = ["ServiceBuilder", "consumer_ready", "migrate_service", "service_migrations"]
 
 S = TypeVar("S", bound=ServiceSettings)
 
@@ -78,12 +78,31 @@ def _migrate(dsn: str, migrations: Sequence[Migration | Path], *, service: str) 
         detail = " ".join(str(e).split())
         if "does not exist" in detail:  # SQLSTATE 3D000 arrives as a connection failure
             raise ConfigError(
-                f"the {service} service's database does not exist at {dsn} (CASESTREAM_PG_URL, "
+                f"the {service} service's database does not exist at {shown_conninfo(dsn)} (CASESTREAM_PG_URL, "
                 f"CASESTREAM_{service.upper()}_DATABASE): create it (the dev stack, `make run`, "
                 f"creates it; casestream.migrations.create_database): {detail}") from e
         raise ConfigError(
-            f"cannot reach PostgreSQL for the {service} service at {dsn} (CASESTREAM_PG_URL, "
+            f"cannot reach PostgreSQL for the {service} service at {shown_conninfo(dsn)} (CASESTREAM_PG_URL, "
             f"CASESTREAM_{service.upper()}_DATABASE): {detail}") from e
+
+
+def migrate_service(spec: ServiceSpec, settings: ServiceSettings | None = None) -> list[str]:
+    """Apply ``spec``'s migrations (:meth:`ServiceSpec.migrations_folder`, the outbox DDL
+    first when ``spec.outbox``) to its database; return the names applied now (empty: up to
+    date). What ``casestream migrate`` runs; idempotent and safe beside starting instances
+    (an advisory lock, :func:`casestream.migrations.apply_migrations`).
+
+    Raises:
+        ConfigError: invalid settings, missing migrations folder, database missing or
+            unreachable, or an applied migration changed.
+    """
+    s = settings if settings is not None else read_settings(spec.settings_class(), spec.name)
+    files = service_migrations(spec.migrations_folder(), outbox=spec.outbox)
+    try:
+        return apply_migrations(s.dsn, list(files))
+    except psycopg.OperationalError:
+        _migrate(s.dsn, files, service=spec.name)  # raises the one-line ConfigError
+        raise
 
 
 def _database_ready(pool: Any, table: str, *, timeout_s: float = 2.0) -> ReadinessCheck:
@@ -116,7 +135,8 @@ class ServiceBuilder(Generic[S]):
         schemas: the schemas folder(s) of its catalog (other teams' and its own, merged).
         outbox: whether its database has an outbox table (default ``spec.outbox``).
 
-    The constructor does the start-up work in order: settings, logging, edge policy,
+    The constructor does the start-up work in order: settings, logging, the production
+    check (``CASESTREAM_ENV=production``: :meth:`CommonSettings.production_problems`), edge policy,
     migrations, catalog, codec (registering schemas when ``CASESTREAM_AUTO_REGISTER_SCHEMAS``,
     else looking ids up), connection pool (``pool_size``/``pool_min``/``pool_timeout_s``).
 
@@ -140,12 +160,14 @@ class ServiceBuilder(Generic[S]):
         s = self.settings
         self.clock = SystemClock()
         configure_logging(self.name, s.log_level)
+        s.require_production_ready(self.name)
         self.edge: EdgePolicy = edge_policy(s, self.name)
         with_outbox = spec.outbox if outbox is None else outbox
-        _migrate(s.dsn, service_migrations(migrations, outbox=with_outbox), service=self.name)
+        if s.migrate_at_start:
+            _migrate(s.dsn, service_migrations(migrations, outbox=with_outbox), service=self.name)
         folders = [schemas] if isinstance(schemas, (str, Path)) else list(schemas)
         self.catalog: Catalog = load_catalog(*folders)
-        self.codec: EnvelopeCodec = open_codec(self.catalog, s.registry_url,
+        self.codec: EnvelopeCodec = open_codec(self.catalog, s.schema_registry(),
                                                auto_register=s.auto_register_schemas)
         try:
             pool: ConnectionPool[Any] = ConnectionPool(
@@ -254,7 +276,7 @@ class ServiceBuilder(Generic[S]):
         if settings is None:
             settings = RelaySettings(batch_size=s.relay_batch_size, retry=relay_retry(s.relay_max_attempts),
                                      published_retention_s=s.relay_retention_s)
-        overrides = {**s.relay_producer, **(producer or {})}
+        overrides = {**s.kafka_properties, **s.relay_producer, **(producer or {})}
         relay = OutboxRelay(self.pool, producer_config(s.kafka_bootstrap, client_id=name, overrides=overrides),
                             settings, name=name)
         self.worker(worker, relay.run)
@@ -312,10 +334,11 @@ class ServiceBuilder(Generic[S]):
         s = self.settings
         if self._inboxes and s.inbox_retention_interval_s > 0 and "inbox-retention" not in self._workers:
             dsn = getattr(self.pool, "conninfo", None) or s.dsn
-            retention = InboxRetention(str(dsn), s.kafka_bootstrap, self._inboxes, RetentionSettings(
+            retention = InboxRetention(str(dsn), s.kafka_client(), self._inboxes, RetentionSettings(
                 interval_s=s.inbox_retention_interval_s, min_age_s=s.inbox_dedup_window_s))
             self.worker("inbox-retention", retention.run)
-        checks = dependency_checks(s.kafka_bootstrap, s.registry_url)
+        checks = dependency_checks(s.kafka_client(), s.registry_url,
+                                   registry_properties=s.registry_properties)
         uses_kafka = (bool(self._consumers) or "relay" in self._workers) if kafka is None else kafka
         readiness: dict[str, ReadinessCheck] = {"postgres": _database_ready(self.pool, ready_table)}
         readiness.update(self._readiness)

@@ -9,13 +9,20 @@ settings objects are built once in a service's bootstrap and passed down.
 from __future__ import annotations
 
 import logging
-from typing import Any, TypeVar
+from pathlib import Path
+from typing import Any, Literal, TypeVar
 
-from pydantic import AliasChoices, AliasGenerator, Field, ValidationError, field_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic import AliasChoices, AliasGenerator, Field, ValidationError, ValidationInfo, field_validator
+from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
 from casestream.auth.tokens import AuthSettings
 from casestream.errors import ConfigError
+from casestream.kafka.config import check_client_properties
+from casestream.kafka.properties import read_properties_file, read_secret_file
+from casestream.service.properties import ClientPropertiesSource
+
+#: libpq parameters that authenticate a connection without a server-side ``trust`` rule.
+_PG_CREDENTIALS = ("password", "passfile", "sslcert", "sslkey", "krbsrvname", "gssencmode")
 
 
 class CommonSettings(BaseSettings):
@@ -24,7 +31,8 @@ class CommonSettings(BaseSettings):
     Environment variables (prefix ``CASESTREAM_``):
         KAFKA_BOOTSTRAP: Kafka ``bootstrap.servers``, e.g. ``127.0.0.1:19092``.
         REGISTRY_URL: Confluent-API schema registry base URL.
-        PG_URL: PostgreSQL server URL without a database name; a service appends its own.
+        PG_URL: PostgreSQL server URL (or libpq ``key=value`` string); a service sets its own
+            ``dbname`` (:meth:`database_url`), every other parameter (``sslmode``...) is kept.
         AUTO_REGISTER_SCHEMAS: register schemas at start (development); production sets
             ``false`` and services only look ids up, failing at start if one is missing.
         LOG_LEVEL: Python logging level name.
@@ -40,6 +48,26 @@ class CommonSettings(BaseSettings):
         GC_FREEZE: move the objects alive after start-up out of the garbage collector's
             reach (``gc.freeze``, default true): a full collection then skips them, see
             :mod:`casestream.service.gctune`.
+        ENV: ``development`` (default) or ``production``: in production a service refuses to
+            start with the public development JWT key, with schema auto-registration, or with
+            a PostgreSQL URL that carries no credential (:meth:`production_problems`).
+        KAFKA_PROPERTIES_FILE: a properties file (``key=value`` lines, librdkafka names) of
+            client properties every Kafka client of the process uses: ``security.protocol``,
+            ``sasl.*``, ``ssl.*`` (TLS, SASL PLAIN / SCRAM / OAUTHBEARER). Mount it from a
+            secret store.
+        KAFKA_PROP_<NAME>: one such property (``CASESTREAM_KAFKA_PROP_SASL_MECHANISM``);
+            ``..._<NAME>_FILE`` reads the value from a file (:mod:`casestream.service.properties`).
+            Wins over the file. Refused: ``bootstrap.servers`` (KAFKA_BOOTSTRAP), ``group.id``,
+            ``enable.auto.commit``, ``enable.auto.offset.store``, ``enable.idempotence``, ``acks``.
+        REGISTRY_PROPERTIES_FILE / REGISTRY_PROP_<NAME>: the same for the schema-registry
+            client (``confluent_kafka.schema_registry.SchemaRegistryClient`` properties:
+            ``basic.auth.user.info``, ``bearer.auth.credentials.source``/``bearer.auth.token``,
+            ``ssl.ca.location``, ``ssl.certificate.location``/``ssl.key.location``).
+        PG_PASSWORD_FILE: a file holding the PostgreSQL password (used as libpq ``password``,
+            winning over one in PG_URL).
+        MIGRATE_AT_START: apply the service's migrations at start (default true); false when
+            the deployment runs ``casestream migrate`` before the services (a Kubernetes Job,
+            the compose ``migrate`` service).
     """
 
     model_config = SettingsConfigDict(env_prefix="CASESTREAM_", frozen=True, extra="ignore")
@@ -48,7 +76,8 @@ class CommonSettings(BaseSettings):
     registry_url: str = Field("http://127.0.0.1:18081/apis/ccompat/v7",
                               description="Confluent-API schema registry base URL")
     pg_url: str = Field("postgresql://postgres@127.0.0.1:15432",
-                        description="PostgreSQL server URL; each service appends its own database")
+                        description="PostgreSQL server URL or libpq key=value string; each "
+                                    "service sets its own dbname, every other parameter is kept")
     auto_register_schemas: bool = Field(
         True, description="register schemas at start (development); `false` in production: ids "
                           "are looked up, never registered")
@@ -63,6 +92,57 @@ class CommonSettings(BaseSettings):
                                     "each; a service whose consumers would hold its whole pool "
                                     "refuses to start)")
     gc_freeze: bool = Field(True, description="freeze the objects alive after start-up (`gc.freeze`)")
+    env: Literal["development", "production"] = Field(
+        "development", description="`production` refuses the development JWT key, schema "
+                                   "auto-registration and a PostgreSQL URL without credentials")
+    kafka_properties_file: Path | None = Field(
+        None, description="properties file of librdkafka client properties (security.protocol, "
+                          "sasl.*, ssl.*) for every Kafka client")
+    kafka_properties: dict[str, str] = Field(
+        default_factory=dict, validate_default=True,
+        description="librdkafka client properties: one CASESTREAM_KAFKA_PROP_<NAME> variable "
+                    "each (<NAME>_FILE: the value read from a file), or this variable as a JSON "
+                    "object; win over the properties file",
+        json_schema_extra={"shown_default": "none"})
+    registry_properties_file: Path | None = Field(
+        None, description="properties file of schema-registry client properties "
+                          "(basic.auth.user.info, bearer.auth.*, ssl.ca.location)")
+    registry_properties: dict[str, str] = Field(
+        default_factory=dict, validate_default=True,
+        description="schema-registry client properties: CASESTREAM_REGISTRY_PROP_<NAME> "
+                    "variables (<NAME>_FILE: from a file), or this variable as a JSON object; "
+                    "win over the properties file",
+        json_schema_extra={"shown_default": "none"})
+    pg_password_file: Path | None = Field(
+        None, description="file holding the PostgreSQL password (wins over one in PG_URL)")
+    migrate_at_start: bool = Field(
+        True, description="apply the service's migrations at start; `false` when a deployment "
+                          "runs `casestream migrate` first (a migration job)")
+
+    @classmethod
+    def settings_customise_sources(
+        cls, settings_cls: type[BaseSettings], init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource, dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        """Constructor arguments, then ``CASESTREAM_*_PROP_*`` variables, then the rest."""
+        return (init_settings, ClientPropertiesSource(settings_cls), env_settings, dotenv_settings,
+                file_secret_settings)
+
+    @field_validator("kafka_properties", "registry_properties")
+    @classmethod
+    def _client_properties(cls, value: dict[str, str], info: ValidationInfo) -> dict[str, str]:
+        """The properties file of the kind (``<kind>_properties_file``) beneath the
+        variables; Kafka's checked by librdkafka, the registry's URL kept in REGISTRY_URL."""
+        kind = str(info.field_name).removesuffix("_properties")
+        file = info.data.get(f"{kind}_properties_file")
+        variable = f"CASESTREAM_{kind.upper()}_PROPERTIES_FILE"
+        merged = {**(read_properties_file(file, variable=variable) if file else {}), **value}
+        if kind == "kafka":
+            check_client_properties(merged, source=f"CASESTREAM_KAFKA_PROP_* / {variable}")
+        elif "url" in merged:
+            raise ConfigError("CASESTREAM_REGISTRY_PROP_URL: set CASESTREAM_REGISTRY_URL instead")
+        return merged
 
     @field_validator("log_level")
     @classmethod
@@ -84,25 +164,108 @@ class CommonSettings(BaseSettings):
                              f"{str(e).strip()}") from None
         return value
 
+    def kafka_client(self, bootstrap: str | None = None) -> dict[str, Any]:
+        """The connection every Kafka client of the process uses: ``bootstrap.servers``
+        (``bootstrap``, default KAFKA_BOOTSTRAP) and the client properties (properties file,
+        then KAFKA_PROP_* variables): a :data:`casestream.kafka.KafkaTarget`."""
+        return {**self.kafka_properties, "bootstrap.servers": bootstrap or self.kafka_bootstrap}
+
     def consumer_config(self) -> dict[str, object]:
         """librdkafka consumer settings common to every consumer runtime of a service:
-        ``bootstrap.servers``, ``session.timeout.ms`` and ``heartbeat.interval.ms`` (a third
+        :meth:`kafka_client`, ``session.timeout.ms`` and ``heartbeat.interval.ms`` (a third
         of the session timeout, capped at 3000 ms, Kafka's default)."""
         return {
-            "bootstrap.servers": self.kafka_bootstrap,
+            **self.kafka_client(),
             "session.timeout.ms": self.kafka_session_timeout_ms,
             "heartbeat.interval.ms": min(3000, self.kafka_session_timeout_ms // 3),
         }
 
-    def database_url(self, database: str) -> str:
-        """Return ``pg_url`` joined with ``database`` (``postgresql://…/<database>``).
+    def schema_registry(self, *, timeout: float = 10.0, max_retries: int = 2) -> Any:
+        """A :class:`~casestream.events.registry.ConfluentSchemaRegistry` on REGISTRY_URL with
+        the registry client properties (authentication, CA). The caller closes it.
 
         Raises:
-            ConfigError: if ``database`` is empty.
+            RegistryUnavailable: the URL or a property is refused by the client.
+        """
+        # lazy (start-up cost): the registry client loads only when a registry is opened
+        from casestream.events.registry import ConfluentSchemaRegistry
+
+        return ConfluentSchemaRegistry(self.registry_url, timeout=timeout, max_retries=max_retries,
+                                       options=self.registry_properties)
+
+    def database_url(self, database: str) -> str:
+        """The libpq connection string of ``database`` on PG_URL: PG_URL's parameters (any
+        of them: ``sslmode``, ``sslrootcert``, ``options``...) with ``dbname`` set, and
+        ``password`` from PG_PASSWORD_FILE when set. Built with ``psycopg.conninfo.make_conninfo``,
+        so the result is a ``key=value`` string, not a URL.
+
+        Raises:
+            ConfigError: ``database`` is empty, or PG_PASSWORD_FILE cannot be read.
         """
         if not database:
             raise ConfigError("database name is empty")
-        return f"{self.pg_url.rstrip('/')}/{database}"
+        # lazy (start-up cost): psycopg only when a DSN is built
+        from psycopg.conninfo import make_conninfo
+
+        extra = {"dbname": database}
+        if self.pg_password_file is not None:
+            extra["password"] = read_secret_file("CASESTREAM_PG_PASSWORD_FILE", str(self.pg_password_file))
+        return make_conninfo(self.pg_url, **extra)
+
+    def production_problems(self) -> list[str]:
+        """Why these settings are unfit for ``CASESTREAM_ENV=production``, one line each
+        (empty outside production): the public development JWT key, schema auto-registration,
+        a PostgreSQL URL without a credential (no ``password``, ``passfile``, client
+        certificate or Kerberos/GSS: the server must be trusting every connection)."""
+        if self.env != "production":
+            return []
+        problems = []
+        if getattr(self, "auth", None) is not None and self.auth.uses_dev_key:  # type: ignore[attr-defined]
+            problems.append("CASESTREAM_AUTH_JWT_KEY is the public development key: set "
+                            "CASESTREAM_AUTH_JWT_KEY_FILE, CASESTREAM_AUTH_JWKS_URL or a real key")
+        if self.auto_register_schemas:
+            problems.append("CASESTREAM_AUTO_REGISTER_SCHEMAS is true: register schemas in the "
+                            "deployment pipeline (casestream schemas register) and set it to false")
+        if not pg_has_credential(self.pg_url) and self.pg_password_file is None:
+            problems.append("CASESTREAM_PG_URL carries no credential (password, passfile, sslcert, "
+                            "GSS): set CASESTREAM_PG_PASSWORD_FILE or a passfile; trust "
+                            "authentication is for local development")
+        return problems
+
+    def require_production_ready(self, service: str) -> None:
+        """Raise unless :meth:`production_problems` is empty.
+
+        Raises:
+            ConfigError: ``<service>: CASESTREAM_ENV=production refuses: ...``, one line each.
+        """
+        problems = self.production_problems()
+        if problems:
+            raise ConfigError(f"{service}: CASESTREAM_ENV=production refuses these settings:\n  "
+                              + "\n  ".join(problems))
+
+
+def pg_has_credential(url: str) -> bool:
+    """Whether libpq connection string/URL ``url`` names a credential (``password``,
+    ``passfile``, a client certificate, Kerberos/GSS) rather than relying on ``trust``."""
+    # lazy (start-up cost): psycopg only when a DSN is parsed
+    from psycopg.conninfo import conninfo_to_dict
+
+    params = conninfo_to_dict(url)
+    return any(params.get(k) for k in _PG_CREDENTIALS)
+
+
+def shown_conninfo(dsn: str) -> str:
+    """``dsn`` for messages and logs: the password replaced by ``***``."""
+    # lazy (start-up cost): psycopg only when a DSN is parsed
+    from psycopg.conninfo import conninfo_to_dict, make_conninfo
+
+    try:
+        params = conninfo_to_dict(dsn)
+    except Exception:  # noqa: BLE001 - psycopg.ProgrammingError: shown as is, it failed already
+        return "<unparseable connection string>"
+    if params.get("password"):
+        params["password"] = "***"
+    return make_conninfo("", **params)
 
 
 def _service_alias(prefix: str) -> AliasGenerator:

@@ -46,6 +46,10 @@ class ServiceSpec:
             in the order ``casestream status`` shows them.
         outbox: True if its database has an outbox table (it emits events).
         description: one line for listings.
+        migrations: its migrations folder, relative to the folder of package ``module``
+            (default ``migrations``): what ``casestream migrate`` applies, as its builder
+            does at start (``ServiceBuilder(migrations=...)``), with the outbox DDL first
+            when ``outbox``.
 
     Raises:
         ConfigError: on construction, a bad ``name``, ``module`` or reference.
@@ -58,6 +62,7 @@ class ServiceSpec:
     consumers: tuple[str, ...] = ()
     outbox: bool = True
     description: str = ""
+    migrations: str = "migrations"
 
     def __post_init__(self) -> None:
         if not _NAME.fullmatch(self.name):
@@ -108,6 +113,21 @@ class ServiceSpec:
         if not 1 <= port <= 65535:
             raise ConfigError(f"{var}={raw!r}: not a port number (1-65535)")
         return port
+
+    def migrations_folder(self) -> Any:
+        """The ``pathlib.Path`` of its migrations folder (imports nothing but finds ``module``).
+
+        Raises:
+            ConfigError: ``module`` is not an installed package.
+        """
+        import importlib.util
+        from pathlib import Path
+
+        found = importlib.util.find_spec(self.module)
+        locations = list(found.submodule_search_locations or []) if found is not None else []
+        if not locations:
+            raise ConfigError(f"service {self.name}: module {self.module!r} is not an installed package")
+        return Path(locations[0]) / self.migrations
 
     def builder(self) -> Any:
         """The service's ``build`` function (imports its bootstrap module)."""

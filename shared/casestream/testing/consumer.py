@@ -34,6 +34,7 @@ from casestream.errors import CasestreamError, PoisonMessageError, RetryableErro
 from casestream.consumer.handlers import HandlerContext, HandlerKind, HandlerRegistry
 
 from casestream.events.envelope import Envelope
+from casestream.kafka.config import KafkaTarget, client_config
 
 TEST_SCHEMA_ID = 1
 
@@ -150,7 +151,7 @@ def database_dsn(pg_url: str, database: str = "casestream_test") -> str:
 
 # ---------------------------------------------------------------- Kafka helpers
 
-def create_topic(bootstrap: str, topic: str, partitions: int = 1) -> None:
+def create_topic(bootstrap: KafkaTarget, topic: str, partitions: int = 1) -> None:
     """Create ``topic`` with ``partitions`` (idempotent)."""
     # lazy (start-up cost): drivers load only in the helpers that use them
     from casestream.consumer.runtime import ensure_topics
@@ -158,14 +159,14 @@ def create_topic(bootstrap: str, topic: str, partitions: int = 1) -> None:
     ensure_topics(bootstrap, [topic], partitions=partitions)
 
 
-def produce(bootstrap: str, topic: str, messages: Sequence[tuple[bytes | None, bytes | None,
+def produce(bootstrap: KafkaTarget, topic: str, messages: Sequence[tuple[bytes | None, bytes | None,
                                                                  Sequence[tuple[str, bytes]]]],
             *, partition: int | None = None) -> None:
     """Produce (key, value, headers) messages in order and wait for every delivery."""
     # lazy (start-up cost): drivers load only in the helpers that use them
     from confluent_kafka import Producer
 
-    p = Producer({"bootstrap.servers": bootstrap, "acks": "all", "enable.idempotence": True,
+    p = Producer({**client_config(bootstrap), "acks": "all", "enable.idempotence": True,
                   "linger.ms": 5, "partitioner": "murmur2_random"})
     errors: list[Any] = []
     for key, value, headers in messages:
@@ -179,19 +180,19 @@ def produce(bootstrap: str, topic: str, messages: Sequence[tuple[bytes | None, b
         raise RuntimeError(f"produce to {topic} failed: {errors[:3]}")
 
 
-def produce_events(bootstrap: str, topic: str, codec: Any, events: Sequence[Envelope], *,
+def produce_events(bootstrap: KafkaTarget, topic: str, codec: Any, events: Sequence[Envelope], *,
                    partition: int | None = None) -> None:
     """Encode and produce ``events`` keyed by aggregate id."""
     produce(bootstrap, topic, [(e.aggregate_id.encode(), codec.encode(e), headers_of(e))
                                for e in events], partition=partition)
 
 
-def committed(bootstrap: str, group: str, topic: str, partitions: int = 1) -> dict[int, int]:
+def committed(bootstrap: KafkaTarget, group: str, topic: str, partitions: int = 1) -> dict[int, int]:
     """Committed offsets of ``group`` on ``topic`` (partition -> offset; -1001 = none)."""
     # lazy (start-up cost): drivers load only in the helpers that use them
     from confluent_kafka import Consumer, TopicPartition
 
-    c = Consumer({"bootstrap.servers": bootstrap, "group.id": group,
+    c = Consumer({**client_config(bootstrap), "group.id": group,
                   "enable.auto.commit": False})
     try:
         tps = c.committed([TopicPartition(topic, p) for p in range(partitions)], timeout=10)
@@ -239,7 +240,7 @@ class Harness:
     Build it with :meth:`create`, close it with :meth:`close` (stops runtimes, drops the table).
     """
 
-    bootstrap: str
+    bootstrap: KafkaTarget
     dsn: str
     topic: str
     name: str
@@ -250,7 +251,7 @@ class Harness:
     runtimes: list[tuple[Any, Any, Any]] = field(default_factory=list)
 
     @classmethod
-    def create(cls, bootstrap: str, pg_url: str, *, codec: Any = None,
+    def create(cls, bootstrap: KafkaTarget, pg_url: str, *, codec: Any = None,
                registry_url: str | None = None, prefix: str = "test.consumer") -> "Harness":
         # lazy (start-up cost): drivers load only in the helpers that use them
         import psycopg
@@ -311,7 +312,7 @@ class Harness:
 
         registry = registry or self.projection.register(HandlerRegistry())
         return ConsumerRuntime(self.name, [self.topic], registry, self.codec, self.pool,
-                               {"bootstrap.servers": self.bootstrap}, settings or self.settings())
+                               client_config(self.bootstrap), settings or self.settings())
 
     def start(self, runtime: Any) -> Any:
         thread, stop = run_in_thread(runtime)

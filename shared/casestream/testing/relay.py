@@ -27,6 +27,7 @@ from confluent_kafka import Consumer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from casestream.migrations import apply_migrations
+from casestream.kafka.config import KafkaTarget, client_config
 from casestream.outbox.writer import OUTBOX_MIGRATIONS
 
 __all__ = [
@@ -104,12 +105,14 @@ def isolated_schema(dsn: str, *, prefix: str = "relay_t", migrate: bool = True) 
             conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
 
 
-def create_topics(bootstrap: str, topics: Iterable[str], partitions: int = 6,
-                  config: dict[str, str] | None = None, timeout_s: float = 30.0) -> None:
+def create_topics(bootstrap: KafkaTarget, topics: Iterable[str], partitions: int = 6,
+                  config: dict[str, str] | None = None, timeout_s: float = 30.0,
+                  replication: int = 1) -> None:
     """Create ``topics`` (ignore "already exists") and wait until each has leaders."""
-    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin = AdminClient(client_config(bootstrap))
     names = list(topics)
-    futures = admin.create_topics([NewTopic(t, partitions, 1, config=config or {}) for t in names])
+    futures = admin.create_topics([NewTopic(t, partitions, replication, config=config or {})
+                                   for t in names])
     for t, f in futures.items():
         try:
             f.result(timeout_s)
@@ -126,9 +129,9 @@ def create_topics(bootstrap: str, topics: Iterable[str], partitions: int = 6,
     raise TimeoutError(f"topics {names} not ready")
 
 
-def delete_topics(bootstrap: str, topics: Iterable[str]) -> None:
+def delete_topics(bootstrap: KafkaTarget, topics: Iterable[str]) -> None:
     """Delete ``topics``, best effort (test clean-up)."""
-    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin = AdminClient(client_config(bootstrap))
     for f in admin.delete_topics(list(topics), operation_timeout=10).values():
         try:
             f.result(15)
@@ -136,14 +139,14 @@ def delete_topics(bootstrap: str, topics: Iterable[str]) -> None:
             pass
 
 
-def read_topics(bootstrap: str, topics: Sequence[str], *, expected: int, timeout_s: float = 60.0,
+def read_topics(bootstrap: KafkaTarget, topics: Sequence[str], *, expected: int, timeout_s: float = 60.0,
                 settle_s: float = 1.0) -> list[Record]:
     """Read every partition of ``topics`` from the beginning.
 
     Returns once ``expected`` records were read and nothing more arrived for ``settle_s``
     seconds (so duplicates beyond ``expected`` are seen too), or at ``timeout_s``.
     """
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"reader-{uuid.uuid4().hex}",
+    consumer = Consumer({**client_config(bootstrap), "group.id": f"reader-{uuid.uuid4().hex}",
                          "enable.auto.commit": False, "auto.offset.reset": "earliest",
                          "enable.partition.eof": False})
     try:
@@ -239,7 +242,7 @@ class PrivateKafka:
     def start(self, timeout_s: float = 90.0) -> None:
         """Start the broker and wait until it answers a metadata request."""
         self.proc = self._java("kafka.Kafka", str(self.conf))
-        admin = AdminClient({"bootstrap.servers": self.bootstrap})
+        admin = AdminClient(client_config(self.bootstrap))
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:

@@ -78,7 +78,7 @@ from confluent_kafka import KafkaError, KafkaException, Producer
 from psycopg_pool import ConnectionPool
 
 from casestream.errors import ConfigError
-from casestream.kafka.config import admin_config, enforce_producer_guarantees
+from casestream.kafka.config import admin_config, connection_config, enforce_producer_guarantees
 from casestream.kafka.topics import TopicLimits
 from casestream import telemetry
 from casestream.outbox.writer import NOTIFY_CHANNEL
@@ -152,7 +152,7 @@ class OutboxRelay:
         self._compressed = str(self._producer_config.get(
             "compression.type", self._producer_config.get("compression.codec", "none"))) != "none"
         self._message_max_bytes = self._producer_config.get("message.max.bytes", LIBRDKAFKA_MESSAGE_MAX_BYTES)
-        self._topic_limits = TopicLimits(admin_config(str(self._producer_config["bootstrap.servers"])),
+        self._topic_limits = TopicLimits(admin_config(connection_config(self._producer_config)),
                                          ttl_s=self.settings.topic_limit_ttl_s)
         self._fault_hook = fault_hook
         self._on_metrics = on_metrics

@@ -1,0 +1,140 @@
+"""Contract: the Helm chart in deploy/helm/casestream lints, and renders for two value sets
+(the defaults, and ci/production-values.yaml: SASL_SSL, registry basic auth, JWKS, KEDA)
+into objects that kubeconform validates strictly against the Kubernetes API's JSON schemas
+and KEDA's CRDs.
+
+helm, kubeconform and the schemas come from ``deploy/k8s/tools.sh install`` (``make
+k8s-tools``, a prerequisite of ``make test``): built from the Go module proxy, the schemas
+generated from the OpenAPI document of the ``k8s.io/kubernetes`` module. The test fails,
+never skips, when they are missing.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+pytestmark = pytest.mark.contract
+
+REPO = Path(__file__).resolve().parents[2]
+CHART = REPO / "deploy" / "helm" / "casestream"
+PRODUCTION = CHART / "ci" / "production-values.yaml"
+SERVICES = {"case": 18101, "audit": 18102, "saga": 18103, "decision": 18104, "notification": 18105}
+
+
+def _tool(name: str) -> str:
+    proc = subprocess.run([str(REPO / "deploy" / "k8s" / "tools.sh"), "path", name],
+                          capture_output=True, text=True, timeout=30)
+    if proc.returncode != 0:
+        pytest.fail(f"{proc.stderr.strip()} -- run `make k8s-tools`.", pytrace=False)
+    return proc.stdout.strip()
+
+
+@pytest.fixture(scope="module")
+def helm() -> str:
+    return _tool("helm")
+
+
+@pytest.fixture(scope="module")
+def kubeconform() -> list[str]:
+    schemas = _tool("schemas")
+    return [_tool("kubeconform"), "-strict", "-summary", "-output", "json",
+            "-schema-location", f"{schemas}/{{{{ .ResourceKind }}}}{{{{ .KindSuffix }}}}.json"]
+
+
+def _template(helm: str, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([helm, "template", "cs", str(CHART), *args], capture_output=True, text=True,
+                          timeout=60)
+
+
+def _rendered(helm: str, *args: str) -> tuple[str, list[dict[str, Any]]]:
+    proc = _template(helm, *args)
+    assert proc.returncode == 0, proc.stderr
+    return proc.stdout, [d for d in yaml.safe_load_all(proc.stdout) if d]
+
+
+def _validate(kubeconform: list[str], manifest: str) -> dict[str, Any]:
+    proc = subprocess.run([*kubeconform, "-"], input=manifest, capture_output=True, text=True, timeout=60)
+    report = json.loads(proc.stdout)
+    report["returncode"] = proc.returncode
+    return report
+
+
+@pytest.mark.parametrize("values", [[], ["-f", str(PRODUCTION)]], ids=["defaults", "production"])
+def test_the_chart_lints(helm: str, values: list[str]) -> None:
+    proc = subprocess.run([helm, "lint", "--strict", str(CHART), *values], capture_output=True,
+                          text=True, timeout=60)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+@pytest.mark.parametrize("values", [[], ["-f", str(PRODUCTION)]], ids=["defaults", "production"])
+def test_every_rendered_object_is_valid_kubernetes(helm: str, kubeconform: list[str], values: list[str]) -> None:
+    manifest, docs = _rendered(helm, *values)
+    report = _validate(kubeconform, manifest)
+    summary = report["summary"]
+    assert report["returncode"] == 0 and summary["invalid"] == 0 and summary["errors"] == 0, report
+    assert summary["skipped"] == 0 and summary["valid"] == len(docs), summary
+
+
+def test_kubeconform_refuses_an_unknown_field(helm: str, kubeconform: list[str]) -> None:
+    manifest, _ = _rendered(helm)
+    broken = manifest.replace("terminationGracePeriodSeconds: 60", "terminationGracePeriod: 60", 1)
+    assert broken != manifest
+    report = _validate(kubeconform, broken)
+    assert report["returncode"] != 0 and report["summary"]["invalid"] == 1
+
+
+def test_one_deployment_per_service_with_probes_migration_job_and_pdbs(helm: str) -> None:
+    _, docs = _rendered(helm)
+    by_kind: dict[str, dict[str, Any]] = {}
+    for d in docs:
+        by_kind.setdefault(d["kind"], {})[d["metadata"]["name"]] = d
+    assert set(by_kind["Deployment"]) == {f"cs-{s}" for s in SERVICES}
+    assert set(by_kind["PodDisruptionBudget"]) == {f"cs-{s}" for s in SERVICES}
+    images = set()
+    for name, port in SERVICES.items():
+        pod = by_kind["Deployment"][f"cs-{name}"]["spec"]["template"]["spec"]
+        [c] = pod["containers"]
+        images.add(c["image"])
+        assert c["command"] == ["python", "-m", f"services.{name}"]
+        assert c["livenessProbe"]["httpGet"]["path"] == "/healthz"
+        assert c["readinessProbe"]["httpGet"]["path"] == "/readyz"
+        assert c["resources"]["requests"]["cpu"] and c["resources"]["requests"]["memory"]
+        env = {e["name"]: e.get("value") for e in c["env"]}
+        assert env["CASESTREAM_MIGRATE_AT_START"] == "false"
+        assert env["CASESTREAM_ENV"] == "production" and env["CASESTREAM_AUTO_REGISTER_SCHEMAS"] == "false"
+        assert env[f"CASESTREAM_{name.upper()}_PORT"] == str(port)
+        assert env["CASESTREAM_PG_PASSWORD_FILE"] == "/run/secrets/casestream/pg-password"
+    assert len(images) == 1  # one image for every service
+    [job] = by_kind["Job"].values()
+    assert job["spec"]["template"]["spec"]["containers"][0]["command"] == ["python", "-m", "casestream", "migrate"]
+    assert "pre-upgrade" in job["metadata"]["annotations"]["helm.sh/hook"]
+    assert "ScaledObject" not in by_kind
+
+
+def test_production_values_scale_on_lag_capped_by_partitions(helm: str) -> None:
+    _, docs = _rendered(helm, "-f", str(PRODUCTION))
+    scaled = {d["metadata"]["name"]: d for d in docs if d["kind"] == "ScaledObject"}
+    assert set(scaled) == {f"cs-{s}" for s in SERVICES}
+    case = scaled["cs-case"]["spec"]
+    assert [t["metadata"]["consumerGroup"] for t in case["triggers"]] == ["case.saga-requests", "case.dashboard"]
+    assert case["maxReplicaCount"] == 6  # 12 partitions / consumer concurrency 2
+    assert all(t["authenticationRef"]["name"] == "cs-kafka" for t in case["triggers"])
+    deployment = next(d for d in docs if d["kind"] == "Deployment" and d["metadata"]["name"] == "cs-case")
+    assert "replicas" not in deployment["spec"]  # KEDA owns the count
+    env = {e["name"]: e.get("value") for e in deployment["spec"]["template"]["spec"]["containers"][0]["env"]}
+    assert env["CASESTREAM_KAFKA_PROP_SECURITY_PROTOCOL"] == "SASL_SSL"
+    assert env["CASESTREAM_KAFKA_PROP_SASL_PASSWORD_FILE"] == "/run/secrets/casestream/kafka-password"
+    assert env["CASESTREAM_REGISTRY_PROP_BASIC_AUTH_USER_INFO_FILE"] == "/run/secrets/casestream/registry-user-info"
+    assert env["CASESTREAM_AUTH_JWKS_URL"].startswith("https://")
+
+
+def test_a_replica_cap_above_the_partitions_is_refused(helm: str) -> None:
+    proc = _template(helm, "-f", str(PRODUCTION), "--set", "services.audit.maxReplicas=7")
+    assert proc.returncode != 0
+    assert "exceeds partitions/consumerConcurrency = 6" in proc.stderr
