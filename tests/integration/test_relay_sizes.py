@@ -41,12 +41,12 @@ def prefix(bootstrap: str):
 @pytest.mark.parametrize("batch_size", [None, 100_000], ids=["default-batch", "small-batch"])
 def test_a_row_too_large_for_the_topic_fails_alone_and_holds_its_aggregate(
         dsn: str, bootstrap: str, prefix: str, batch_size: int | None) -> None:
-    # Producer message.max.bytes above the row, so only the broker (topic limit, 1 MiB by
-    # default) can refuse it: one 1.5 MB row, its aggregate's next event, and 60 small rows
-    # of 60 other aggregates, all in one transaction.
+    # Writer and producer configured for 2 MB, so only the topic (max.message.bytes, 1 MiB by
+    # default) can refuse the row: one 1.5 MB row, its aggregate's next event, and 60 small
+    # rows of 60 other aggregates, all in one transaction.
     create_topics(bootstrap, [prefix + "case"], partitions=3)
     write(dsn, [env("big", 1, size=1_500_000), env("big", 2)]
-          + [env(f"small-{i}", 1) for i in range(60)])
+          + [env(f"small-{i}", 1) for i in range(60)], max_message_bytes=2_000_000)
     config = {"bootstrap.servers": bootstrap, "message.max.bytes": 2_000_000}
     if batch_size is not None:
         config["batch.size"] = batch_size

@@ -61,9 +61,13 @@ def env(agg: str, version: int, *, agg_type: str = "case", size: int = 300) -> F
                         payload_size=size)
 
 
-def write(dsn: str, envs: list[FakeEnvelope]) -> None:
+def write(dsn: str, envs: list[FakeEnvelope], *, max_message_bytes: int | None = None) -> None:
+    """Append ``envs`` in one transaction; ``max_message_bytes`` is the writer's row limit
+    (default: the writer's own)."""
+    writer = (OutboxWriter(JsonCodec()) if max_message_bytes is None
+              else OutboxWriter(JsonCodec(), max_message_bytes=max_message_bytes))
     with psycopg.connect(dsn) as conn, conn.transaction():
-        OutboxWriter(JsonCodec()).append(conn, envs)
+        writer.append(conn, envs)
 
 
 def settings(prefix: str, **kw) -> RelaySettings:
