@@ -16,9 +16,10 @@ import psycopg
 import pytest
 
 from casestream.outbox.relay import OutboxRelay
+from casestream.retry import RetryPolicy
 from casestream.testing.relay import PrivateKafka, create_topics, read_topics
 from test_relay_support import (  # noqa: F401 - fixtures
-    LoadWriter, RelayThread, base_dsn, check_order, count_status, dsn, settings, wait_for,
+    LoadWriter, RelayThread, base_dsn, check_order, count_status, dsn, env, settings, wait_for, write,
 )
 
 pytestmark = pytest.mark.integration
@@ -98,3 +99,32 @@ def test_delivery_timeouts_back_off_and_hold_back_only_their_aggregates(
     recs = read_topics(private_kafka.bootstrap, [prefix + "case"], expected=total, timeout_s=60)
     stats = check_order(recs, expected, allow_duplicates=True)
     print(f"timeouts: {total} events, {stats}, metrics {m.snapshot()}")
+
+
+def test_a_retryable_error_has_a_bounded_number_of_attempts(
+        dsn: str, private_kafka: PrivateKafka) -> None:
+    """Broker down, message.timeout.ms=1000, max_attempts=2: each row in flight is tried
+    twice, then marked failed ("gave up after 2 attempts (max_attempts)", the last error
+    named) and counted in relay_gave_up_total — never retried without bound."""
+    prefix = f"bounded{int(time.time())}.outbox.event."
+    create_topics(private_kafka.bootstrap, [prefix + "case"], partitions=1)
+    write(dsn, [env("bounded-a", 1), env("bounded-a", 2)])
+    private_kafka.kill()
+    retry = RetryPolicy(initial_delay_s=0.2, max_delay_s=0.5, jitter=0.0, max_attempts=2)
+    relay = RelayThread(OutboxRelay(dsn, {"bootstrap.servers": private_kafka.bootstrap,
+                                          "message.timeout.ms": 1000},
+                                    settings(prefix, retry=retry), "bounded"))
+    try:
+        wait_for(lambda: count_status(dsn).get("failed", 0) == 2, 40, "both rows given up")
+        time.sleep(1.0)  # no further attempt after giving up
+        with psycopg.connect(dsn) as conn:
+            rows = conn.execute("SELECT aggregate_version, status, attempts, last_error FROM outbox "
+                                "WHERE aggregateid = 'bounded-a' ORDER BY aggregate_version").fetchall()
+    finally:
+        relay.close()
+        private_kafka.start()
+    assert [(v, status, attempts) for v, status, attempts, _ in rows] == \
+        [(1, "failed", 2), (2, "failed", 2)], rows
+    for *_, error in rows:
+        assert "gave up after 2 attempts" in (error or "") and "MSG_TIMED_OUT" in error, error
+    assert relay.relay.metrics.gave_up_total == 2

@@ -20,7 +20,7 @@ from casestream.kafka.config import KafkaTarget, client_config
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
-from confluent_kafka import Consumer, KafkaException, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, ConfigResource, ResourceType
 
 __all__ = ["TopicLimits", "record_batch_size", "describe_topic_configs", "committed_offsets",
@@ -85,6 +85,11 @@ def describe_topic_configs(admin: AdminClient, topics: Iterable[str], names: Seq
     for res, fut in admin.describe_configs(resources, request_timeout=timeout_s).items():
         try:
             entries = fut.result(timeout_s)
+        except TimeoutError:
+            # the future's own timeout (broker down): the documented KafkaException, so a
+            # caller that falls back on a broker error also falls back here
+            raise KafkaException(KafkaError(KafkaError._TIMED_OUT,
+                                            f"DescribeConfigs of {res.name}: no answer in {timeout_s} s")) from None
         except KafkaException as e:
             if e.args and getattr(e.args[0], "name", lambda: "")() == "UNKNOWN_TOPIC_OR_PART":
                 continue
