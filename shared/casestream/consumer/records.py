@@ -85,6 +85,7 @@ class ConsumerStats:
     offset_commits / offset_commit_failures: synchronous offset commits.
     accepted_gaps: version gaps accepted on a re-drive with ``dlq.accept_gap``.
     assignments / revocations: rebalance callbacks seen (eager protocol: all partitions each time).
+    stalls: times the loop was seen stuck in one step longer than ``stall_after_s``.
     """
 
     applied: int = 0
@@ -102,6 +103,7 @@ class ConsumerStats:
     offset_commits: int = 0
     offset_commit_failures: int = 0
     accepted_gaps: int = 0
+    stalls: int = 0
     assignments: int = 0
     revocations: int = 0
     by_reason: dict[str, int] = field(default_factory=dict)

@@ -35,6 +35,15 @@ Batch-level failures (database down, dead-letter topic unreachable) roll the bat
 every partition in it and retry after an exponential backoff (capped at ``retry.max_delay_s``), without
 counting against any message.
 
+Stall watchdog: every blocking step of the loop (``consume`` with the rebalance callbacks it
+runs, waiting for the batch in the database, the synchronous offset commit) is recorded as
+the loop's *phase* with its start time. A daemon thread checks it every few seconds: a phase
+older than ``ConsumerSettings.stall_after_s`` is logged at ERROR once (``consumer stalled``,
+with the phase, its age and the assigned/paused partitions), :meth:`ConsumerRuntime.stalled`
+returns its description (the ``consumer`` readiness check of a service then fails) and the
+end of the stall is logged at WARNING. A loop that stops making progress therefore shows in
+the log and on ``/readyz`` instead of silently holding its partitions.
+
 Shutdown: when ``stop`` is set the current batch finishes and commits, pending offsets are
 committed, the consumer is closed (leaves the group) and the dead-letter producer is flushed.
 SIGTERM wiring belongs to the service (``casestream.service.process.ServiceProcess`` sets ``stop``).
@@ -139,6 +148,8 @@ class ConsumerRuntime:
         self._generation = 0  # bumped on revoke/lost: a prefetched batch from before is stale
         self._flight: tuple[cf.Future[BatchResult], list[Record]] | None = None
         self.ready = threading.Event()  # set once the first assignment arrived
+        self._phase: tuple[str, float] = ("starting", time.monotonic())  # watchdog's view
+        self._stall_logged = False
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -154,11 +165,50 @@ class ConsumerRuntime:
                                  on_revoke=self._on_revoke, on_lost=self._on_lost)
         log.info("%s: consuming %s (batch %d, dlq %s)", self.name, ", ".join(self.topics),
                  self.settings.batch_size, self.dlq_topic)
+        done = threading.Event()
+        watchdog = threading.Thread(target=self._watch, args=(done,), daemon=True,
+                                    name=f"{self.name}.watchdog")
+        watchdog.start()
         try:
             while not stop.is_set():
                 self._step()
         finally:
-            self._shutdown()
+            try:
+                self._enter("stopping")
+                self._shutdown()
+            finally:
+                done.set()
+
+    # ------------------------------------------------------------------ stall watchdog
+
+    def _enter(self, phase: str) -> None:
+        self._phase = (phase, time.monotonic())
+
+    def stalled(self) -> str | None:
+        """Why the loop counts as stalled, e.g. ``"committing offsets for 131 s"``; None if
+        its current phase is younger than ``ConsumerSettings.stall_after_s``."""
+        phase, since = self._phase
+        age = time.monotonic() - since
+        if phase == "stopping" or age < self.settings.stall_after_s:
+            return None
+        return f"{phase} for {age:.0f} s"
+
+    def _watch(self, done: threading.Event) -> None:
+        interval = min(5.0, self.settings.stall_after_s / 4)
+        while not done.wait(interval):
+            self._check_stall()
+
+    def _check_stall(self) -> None:
+        why = self.stalled()
+        if why is not None and not self._stall_logged:
+            self._stall_logged = True
+            self.stats.stalls += 1
+            log.error("%s: consumer stalled: %s (assigned %s; paused %s); its partitions make "
+                      "no progress until this step returns", self.name, why,
+                      _fmt_tps(self._assigned), _fmt_tps(self._paused))
+        elif why is None and self._stall_logged:
+            self._stall_logged = False
+            log.warning("%s: consumer stall over (now %s)", self.name, self._phase[0])
 
     def _prepare(self) -> None:
         if self._dead_letters is None:
@@ -201,12 +251,15 @@ class ConsumerRuntime:
 
     def _step(self) -> None:
         self._resume_due()
+        self._enter("polling")
         msgs = self._consumer.consume(self.settings.batch_size, self.settings.poll_timeout_s)
         generation = self._generation
         records = self._records(msgs)
         self._probe.polled(records, self._consumer)
         decoded = self.processor.decode(records) if records else None  # type: ignore[union-attr]
+        self._enter("waiting for the batch in the database")
         stray = self._land()  # batch N: wait, commit offsets, rewind cut partitions
+        self._enter("handing over the next batch")
         if decoded is not None:
             if generation != self._generation:
                 decoded = None  # a rebalance happened meanwhile: fetched again from the commit
@@ -232,6 +285,7 @@ class ConsumerRuntime:
             self._flight = (fut, batch)
         # Batch N's offsets: its transaction has committed; committing them while batch N+1
         # is in the database keeps the worker busy (order is kept: one commit at a time).
+        self._enter("committing offsets")
         self._commit_pending()
 
     def _land(self) -> dict[TP, int]:
@@ -421,16 +475,22 @@ class ConsumerRuntime:
         self.stats.revocations += 1
         self._generation += 1
         log.info("%s: revoked %s", self.name, _fmt(partitions))
+        phase = self._phase
+        self._enter("revoking partitions (finishing the batch, committing offsets)")
         self._drain_inflight(commit=True)
         self._commit_pending()
         self._forget(revoked)
+        self._phase = phase
 
     def _on_lost(self, consumer: Any, partitions: list[Any]) -> None:
         lost = {(p.topic, p.partition) for p in partitions}
         self._generation += 1
         log.warning("%s: partitions lost %s (not committing)", self.name, _fmt(partitions))
+        phase = self._phase
+        self._enter("losing partitions (finishing the batch)")
         self._drain_inflight(commit=False)
         self._forget(lost)
+        self._phase = phase
 
     def _drain_inflight(self, *, commit: bool) -> None:
         fut = self._inflight
@@ -498,3 +558,7 @@ def ensure_topics(bootstrap: str, topics: Sequence[str], *, partitions: int = 1,
 
 def _fmt(partitions: list[Any]) -> str:
     return ", ".join(f"{p.topic}[{p.partition}]" for p in partitions) or "-"
+
+
+def _fmt_tps(tps: Any) -> str:
+    return ", ".join(f"{t}[{p}]" for t, p in sorted(tps)) or "-"
