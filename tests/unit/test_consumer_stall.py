@@ -119,3 +119,43 @@ def test_a_worker_ending_with_a_base_exception_stops_the_process_as_failed() -> 
 
     process._guard("relay", worker, server)  # type: ignore[arg-type]
     assert process._failed == ["relay"] and server.should_exit
+
+
+class _FakeConsumer:
+    """Records ``commit`` calls; answers synchronous ones with success."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[list[tuple[str, int, int]], bool]] = []
+
+    def commit(self, *, offsets: list, asynchronous: bool) -> list | None:
+        self.calls.append(([(tp.topic, tp.partition, tp.offset) for tp in offsets], asynchronous))
+        return None if asynchronous else offsets
+
+
+def test_the_loop_commits_asynchronously_one_at_a_time_and_keeps_offsets_until_answered() -> None:
+    from confluent_kafka import KafkaError, TopicPartition
+
+    rt = _runtime()
+    rt._consumer = fake = _FakeConsumer()
+    rt._pending = {("t", 0): 5}
+    rt._commit_pending()
+    rt._pending[("t", 1)] = 7
+    rt._commit_pending()  # the first is unanswered: nothing sent
+    assert fake.calls == [([("t", 0, 5)], True)]
+    rt._on_commit(KafkaError(KafkaError._WAIT_COORD), [])
+    assert rt._pending == {("t", 0): 5, ("t", 1): 7} and rt.stats.offset_commit_failures == 1
+    rt._commit_pending()
+    assert fake.calls[-1] == ([("t", 0, 5), ("t", 1, 7)], True)
+    rt._on_commit(None, [TopicPartition("t", 0, 5), TopicPartition("t", 1, 7)])
+    assert rt._pending == {} and rt.stats.offset_commits == 1
+
+
+def test_revoke_and_shutdown_commit_synchronously() -> None:
+    rt = _runtime()
+    rt._consumer = fake = _FakeConsumer()
+    rt._pending = {("t", 0): 5}
+    rt._commit_pending()
+    rt._pending[("t", 0)] = 9
+    rt._commit_pending(wait=True)  # even with an asynchronous one in flight
+    assert fake.calls == [([("t", 0, 5)], True), ([("t", 0, 9)], False)]
+    assert rt._pending == {}

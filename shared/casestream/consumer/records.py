@@ -82,7 +82,7 @@ class ConsumerStats:
     dead_lettered: messages written to the DLQ.   retries: retryable failures (per attempt).
     infra_failures: batch-level failures (connection lost, commit failed).
     batches / fast_batches: poll batches applied (with records) / of which on the fast path.
-    offset_commits / offset_commit_failures: synchronous offset commits.
+    offset_commits / offset_commit_failures: offset commits that succeeded / failed.
     accepted_gaps: version gaps accepted on a re-drive with ``dlq.accept_gap``.
     assignments / revocations: rebalance callbacks seen (eager protocol: all partitions each time).
     stalls: times the loop was seen stuck in one step longer than ``stall_after_s``.

@@ -5,7 +5,10 @@ member; a service runs it as a worker: ``runtime.run(stop)`` returns soon after 
 
 Offsets (at-least-once delivery, effects applied once): ``enable.auto.commit=false``; after the batch
 transaction has committed (and its dead letters are delivered), the runtime commits
-``last processed + 1`` per partition with ``Consumer.commit(offsets=..., asynchronous=False)``.
+``last processed + 1`` per partition with ``Consumer.commit(offsets=..., asynchronous=True)``,
+one commit in flight at a time (its answer comes through ``on_commit``; offsets stay pending
+until a commit of them succeeds), and synchronously in ``on_revoke`` and at shutdown. The loop
+never waits for the group coordinator, so a broker outage does not hold it.
 A crash between the DB commit and the offset commit redelivers the batch; the inbox and the
 version guard make that a no-op.
 
@@ -19,7 +22,7 @@ Loop, in the main thread (one batch in the database at a time, the next one pref
         rebalance callbacks still run)
     for cut partitions: pause, seek back to the failed message, resume after the backoff
     drop from N+1 what a rebalance or a rewind made stale (it is fetched again), hand N+1 to
-        the worker thread, then commit batch N's offsets (synchronously, while N+1 runs)
+        the worker thread, then commit batch N's offsets (asynchronously, while N+1 runs)
 
 Rebalance (eager protocol, librdkafka default ``range,roundrobin``): ``on_revoke`` waits for the
 batch in flight, commits its offsets synchronously, resumes the revoked partitions it had
@@ -71,6 +74,7 @@ from casestream.consumer.inbox import ensure_schema
 log = logging.getLogger("casestream.consumer")
 
 _FORCED = {"enable.auto.commit": False, "enable.auto.offset.store": False}
+_COMMIT_RESEND_S = 10.0  # an asynchronous offset commit unanswered this long is sent again
 
 
 class ConsumerRuntime:
@@ -84,7 +88,8 @@ class ConsumerRuntime:
         pool: a ``psycopg_pool.ConnectionPool`` on the service's database.
         kafka_config: librdkafka consumer settings; at least ``bootstrap.servers``.
             ``enable.auto.commit``/``enable.auto.offset.store`` are forced off; ``group.id``
-            defaults to ``name``; ``auto.offset.reset`` defaults to ``earliest``.
+            defaults to ``name``; ``auto.offset.reset`` defaults to ``earliest``; ``on_commit``
+            is the runtime's own (answers of its asynchronous offset commits).
         settings: ConsumerSettings.
         outbox: appender for follow-up events (``casestream.outbox.writer.OutboxWriter``), optional.
         dead_letters: override the dead-letter sink (default: ``KafkaDeadLetters`` on
@@ -131,6 +136,7 @@ class ConsumerRuntime:
             "session.timeout.ms": 45000,
             **kafka_config,
             **_FORCED,
+            "on_commit": self._on_commit,
         }
         self._dead_letters = dead_letters
         self._processor_args = dict(consumer=name, handlers=handlers, decoder=codec,
@@ -147,6 +153,7 @@ class ConsumerRuntime:
         self._next_sweep = 0.0
         self._generation = 0  # bumped on revoke/lost: a prefetched batch from before is stale
         self._flight: tuple[cf.Future[BatchResult], list[Record]] | None = None
+        self._commit_sent: float | None = None  # monotonic time of the unanswered async commit
         self.ready = threading.Event()  # set once the first assignment arrived
         self._phase: tuple[str, float] = ("starting", time.monotonic())  # watchdog's view
         self._stall_logged = False
@@ -232,7 +239,7 @@ class ConsumerRuntime:
         except Exception:  # noqa: BLE001
             log.exception("%s: finishing the last batch failed", self.name)
         try:
-            self._commit_pending()
+            self._commit_pending(wait=True)
         finally:
             try:
                 self._consumer.close()
@@ -395,25 +402,55 @@ class ConsumerRuntime:
 
     # ------------------------------------------------------------------ offsets
 
-    def _commit_pending(self) -> None:
+    def _commit_pending(self, *, wait: bool = False) -> None:
+        """Commit the offsets of applied batches; ``wait``: synchronously (revoke, shutdown).
+
+        In the loop the commit is asynchronous, one at a time: a synchronous commit waits for
+        the coordinator without a time limit (librdkafka ``rd_kafka_commit`` waits for its
+        reply with ``RD_POLL_INFINITE``), so during a broker outage it would hold the loop —
+        no ``consume``, no rebalance callbacks — for the whole outage. The answer arrives in
+        :meth:`_on_commit` from a later ``consume``; a commit unanswered for
+        ``_COMMIT_RESEND_S`` is sent again (offsets are absolute, a repeat is harmless).
+        """
         if not self._pending or self._consumer is None:
             return
+        if (not wait and self._commit_sent is not None
+                and time.monotonic() - self._commit_sent < _COMMIT_RESEND_S):
+            return  # one in flight; what is pending goes with the next one
         # lazy (start-up cost): confluent_kafka loads when a client is built
         from confluent_kafka import KafkaException, TopicPartition
 
         offsets = [TopicPartition(t, p, o) for (t, p), o in self._pending.items()]
         try:
+            if not wait:
+                self._consumer.commit(offsets=offsets, asynchronous=True)
+                self._commit_sent = time.monotonic()
+                return
             committed = self._consumer.commit(offsets=offsets, asynchronous=False)
         except KafkaException as e:
-            self.stats.offset_commit_failures += 1
-            log.warning("%s: offset commit failed (%s); will retry, redelivery is deduplicated",
-                        self.name, e)
+            self._commit_failed(e)
             return
-        for tp in committed or ():
+        self._committed(committed)
+
+    def _on_commit(self, err: Any, partitions: list[Any]) -> None:
+        """librdkafka ``offset_commit_cb`` of an asynchronous commit (served by ``consume``)."""
+        self._commit_sent = None
+        if err is not None:
+            self._commit_failed(err)
+            return
+        self._committed(partitions)
+
+    def _committed(self, partitions: list[Any] | None) -> None:
+        for tp in partitions or ():
             key = (tp.topic, tp.partition)
             if tp.error is None and self._pending.get(key) == tp.offset:
                 del self._pending[key]
         self.stats.offset_commits += 1
+
+    def _commit_failed(self, e: Any) -> None:
+        self.stats.offset_commit_failures += 1
+        log.warning("%s: offset commit failed (%s); will retry, redelivery is deduplicated",
+                    self.name, e)
 
     # ------------------------------------------------------------------ pause / seek
 
@@ -478,7 +515,7 @@ class ConsumerRuntime:
         phase = self._phase
         self._enter("revoking partitions (finishing the batch, committing offsets)")
         self._drain_inflight(commit=True)
-        self._commit_pending()
+        self._commit_pending(wait=True)  # the next owner starts from these offsets
         self._forget(revoked)
         self._phase = phase
 
