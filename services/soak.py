@@ -238,6 +238,19 @@ class Suite:
                 say(f"soak:          {instance} did not start ({str(e)[:160]}); again")
                 time.sleep(3)
 
+    def not_ready(self) -> dict[str, str]:
+        """``/readyz`` of every instance that does not answer 200: instance -> its answer
+        (a stalled consumer names the step it is stuck in)."""
+        out: dict[str, str] = {}
+        for instance, (stack, name) in self.instances.items():
+            try:
+                r = httpx.get(f"http://127.0.0.1:{service_port(name, stack.env)}/readyz", timeout=10.0)
+                if r.status_code != 200:
+                    out[instance] = r.text[:400]
+            except httpx.HTTPError as e:
+                out[instance] = f"{type(e).__name__}: {e}"[:200]
+        return out
+
     def revive_all(self) -> None:
         for instance, (stack, name) in self.instances.items():
             proc = stack.procs.get(name)
@@ -540,7 +553,8 @@ class Checker:
             time.sleep(2.0)
         parts = sum(1 for _ in lagging)
         detail = (f"{len(GROUPS)} groups: every partition committed to its log end" if not lagging
-                  else f"{parts} partitions behind: {sorted(lagging.items())[:6]}")
+                  else f"{parts} partitions behind: {sorted(lagging.items())[:6]}; "
+                       f"not ready: {self.suite.not_ready() or 'none'}")
         return Check("no partition left without progress", not lagging, detail)
 
     def _lag(self) -> dict[str, int]:

@@ -104,6 +104,15 @@ class ConsumerGroup:
         self.stats = GroupStats(self.members)
         self.ready = _AllReady(self.members)
 
+    def stalled(self) -> str | None:
+        """The first stalled member's :meth:`ConsumerRuntime.stalled` reason, prefixed with
+        its metrics name; None if no member is stalled."""
+        for i, m in enumerate(self.members):
+            why = m.stalled()
+            if why is not None:
+                return f"{self.name}#{i}: {why}"
+        return None
+
     def run(self, stop: threading.Event) -> None:
         """Run every member until ``stop`` is set; each finishes its batch, commits and leaves
         the group. If a member fails, the others are stopped too and its exception is raised."""

@@ -82,9 +82,10 @@ class ConsumerStats:
     dead_lettered: messages written to the DLQ.   retries: retryable failures (per attempt).
     infra_failures: batch-level failures (connection lost, commit failed).
     batches / fast_batches: poll batches applied (with records) / of which on the fast path.
-    offset_commits / offset_commit_failures: synchronous offset commits.
+    offset_commits / offset_commit_failures: offset commits that succeeded / failed.
     accepted_gaps: version gaps accepted on a re-drive with ``dlq.accept_gap``.
     assignments / revocations: rebalance callbacks seen (eager protocol: all partitions each time).
+    stalls: times the loop was seen stuck in one step longer than ``stall_after_s``.
     """
 
     applied: int = 0
@@ -102,6 +103,7 @@ class ConsumerStats:
     offset_commits: int = 0
     offset_commit_failures: int = 0
     accepted_gaps: int = 0
+    stalls: int = 0
     assignments: int = 0
     revocations: int = 0
     by_reason: dict[str, int] = field(default_factory=dict)

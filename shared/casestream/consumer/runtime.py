@@ -5,7 +5,10 @@ member; a service runs it as a worker: ``runtime.run(stop)`` returns soon after 
 
 Offsets (at-least-once delivery, effects applied once): ``enable.auto.commit=false``; after the batch
 transaction has committed (and its dead letters are delivered), the runtime commits
-``last processed + 1`` per partition with ``Consumer.commit(offsets=..., asynchronous=False)``.
+``last processed + 1`` per partition with ``Consumer.commit(offsets=..., asynchronous=True)``,
+one commit in flight at a time (its answer comes through ``on_commit``; offsets stay pending
+until a commit of them succeeds), and synchronously in ``on_revoke`` and at shutdown. The loop
+never waits for the group coordinator, so a broker outage does not hold it.
 A crash between the DB commit and the offset commit redelivers the batch; the inbox and the
 version guard make that a no-op.
 
@@ -19,7 +22,7 @@ Loop, in the main thread (one batch in the database at a time, the next one pref
         rebalance callbacks still run)
     for cut partitions: pause, seek back to the failed message, resume after the backoff
     drop from N+1 what a rebalance or a rewind made stale (it is fetched again), hand N+1 to
-        the worker thread, then commit batch N's offsets (synchronously, while N+1 runs)
+        the worker thread, then commit batch N's offsets (asynchronously, while N+1 runs)
 
 Rebalance (eager protocol, librdkafka default ``range,roundrobin``): ``on_revoke`` waits for the
 batch in flight, commits its offsets synchronously, resumes the revoked partitions it had
@@ -34,6 +37,15 @@ partition for the rest of the backoff, whichever member held it before.
 Batch-level failures (database down, dead-letter topic unreachable) roll the batch back, rewind
 every partition in it and retry after an exponential backoff (capped at ``retry.max_delay_s``), without
 counting against any message.
+
+Stall watchdog: every blocking step of the loop (``consume`` with the rebalance callbacks it
+runs, waiting for the batch in the database, the synchronous offset commit) is recorded as
+the loop's *phase* with its start time. A daemon thread checks it every few seconds: a phase
+older than ``ConsumerSettings.stall_after_s`` is logged at ERROR once (``consumer stalled``,
+with the phase, its age and the assigned/paused partitions), :meth:`ConsumerRuntime.stalled`
+returns its description (the ``consumer`` readiness check of a service then fails) and the
+end of the stall is logged at WARNING. A loop that stops making progress therefore shows in
+the log and on ``/readyz`` instead of silently holding its partitions.
 
 Shutdown: when ``stop`` is set the current batch finishes and commits, pending offsets are
 committed, the consumer is closed (leaves the group) and the dead-letter producer is flushed.
@@ -64,6 +76,7 @@ log = logging.getLogger("casestream.consumer")
 
 
 _FORCED = {"enable.auto.commit": False, "enable.auto.offset.store": False}
+_COMMIT_RESEND_S = 10.0  # an asynchronous offset commit unanswered this long is sent again
 
 
 class ConsumerRuntime:
@@ -77,7 +90,8 @@ class ConsumerRuntime:
         pool: a ``psycopg_pool.ConnectionPool`` on the service's database.
         kafka_config: librdkafka consumer settings; at least ``bootstrap.servers``.
             ``enable.auto.commit``/``enable.auto.offset.store`` are forced off; ``group.id``
-            defaults to ``name``; ``auto.offset.reset`` defaults to ``earliest``.
+            defaults to ``name``; ``auto.offset.reset`` defaults to ``earliest``; ``on_commit``
+            is the runtime's own (answers of its asynchronous offset commits).
         settings: ConsumerSettings.
         outbox: appender for follow-up events (``casestream.outbox.writer.OutboxWriter``), optional.
         dead_letters: override the dead-letter sink (default: ``KafkaDeadLetters`` on
@@ -123,6 +137,7 @@ class ConsumerRuntime:
             "session.timeout.ms": 45000,
             **kafka_config,
             **_FORCED,
+            "on_commit": self._on_commit,
         }
         self._dead_letters = dead_letters
         self._processor_args = dict(consumer=name, handlers=handlers, decoder=codec,
@@ -139,7 +154,10 @@ class ConsumerRuntime:
         self._next_sweep = 0.0
         self._generation = 0  # bumped on revoke/lost: a prefetched batch from before is stale
         self._flight: tuple[cf.Future[BatchResult], list[Record]] | None = None
+        self._commit_sent: float | None = None  # monotonic time of the unanswered async commit
         self.ready = threading.Event()  # set once the first assignment arrived
+        self._phase: tuple[str, float] = ("starting", time.monotonic())  # watchdog's view
+        self._stall_logged = False
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -155,11 +173,50 @@ class ConsumerRuntime:
                                  on_revoke=self._on_revoke, on_lost=self._on_lost)
         log.info("%s: consuming %s (batch %d, dlq %s)", self.name, ", ".join(self.topics),
                  self.settings.batch_size, self.dlq_topic)
+        done = threading.Event()
+        watchdog = threading.Thread(target=self._watch, args=(done,), daemon=True,
+                                    name=f"{self.name}.watchdog")
+        watchdog.start()
         try:
             while not stop.is_set():
                 self._step()
         finally:
-            self._shutdown()
+            try:
+                self._enter("stopping")
+                self._shutdown()
+            finally:
+                done.set()
+
+    # ------------------------------------------------------------------ stall watchdog
+
+    def _enter(self, phase: str) -> None:
+        self._phase = (phase, time.monotonic())
+
+    def stalled(self) -> str | None:
+        """Why the loop counts as stalled, e.g. ``"committing offsets for 131 s"``; None if
+        its current phase is younger than ``ConsumerSettings.stall_after_s``."""
+        phase, since = self._phase
+        age = time.monotonic() - since
+        if phase == "stopping" or age < self.settings.stall_after_s:
+            return None
+        return f"{phase} for {age:.0f} s"
+
+    def _watch(self, done: threading.Event) -> None:
+        interval = min(5.0, self.settings.stall_after_s / 4)
+        while not done.wait(interval):
+            self._check_stall()
+
+    def _check_stall(self) -> None:
+        why = self.stalled()
+        if why is not None and not self._stall_logged:
+            self._stall_logged = True
+            self.stats.stalls += 1
+            log.error("%s: consumer stalled: %s (assigned %s; paused %s); its partitions make "
+                      "no progress until this step returns", self.name, why,
+                      _fmt_tps(self._assigned), _fmt_tps(self._paused))
+        elif why is None and self._stall_logged:
+            self._stall_logged = False
+            log.warning("%s: consumer stall over (now %s)", self.name, self._phase[0])
 
     def _prepare(self) -> None:
         if self._dead_letters is None:
@@ -185,7 +242,7 @@ class ConsumerRuntime:
         except Exception:  # noqa: BLE001
             log.exception("%s: finishing the last batch failed", self.name)
         try:
-            self._commit_pending()
+            self._commit_pending(wait=True)
         finally:
             try:
                 self._consumer.close()
@@ -204,12 +261,15 @@ class ConsumerRuntime:
 
     def _step(self) -> None:
         self._resume_due()
+        self._enter("polling")
         msgs = self._consumer.consume(self.settings.batch_size, self.settings.poll_timeout_s)
         generation = self._generation
         records = self._records(msgs)
         self._probe.polled(records, self._consumer)
         decoded = self.processor.decode(records) if records else None  # type: ignore[union-attr]
+        self._enter("waiting for the batch in the database")
         stray = self._land()  # batch N: wait, commit offsets, rewind cut partitions
+        self._enter("handing over the next batch")
         if decoded is not None:
             if generation != self._generation:
                 decoded = None  # a rebalance happened meanwhile: fetched again from the commit
@@ -235,6 +295,7 @@ class ConsumerRuntime:
             self._flight = (fut, batch)
         # Batch N's offsets: its transaction has committed; committing them while batch N+1
         # is in the database keeps the worker busy (order is kept: one commit at a time).
+        self._enter("committing offsets")
         self._commit_pending()
 
     def _land(self) -> dict[TP, int]:
@@ -344,25 +405,55 @@ class ConsumerRuntime:
 
     # ------------------------------------------------------------------ offsets
 
-    def _commit_pending(self) -> None:
+    def _commit_pending(self, *, wait: bool = False) -> None:
+        """Commit the offsets of applied batches; ``wait``: synchronously (revoke, shutdown).
+
+        In the loop the commit is asynchronous, one at a time: a synchronous commit waits for
+        the coordinator without a time limit (librdkafka ``rd_kafka_commit`` waits for its
+        reply with ``RD_POLL_INFINITE``), so during a broker outage it would hold the loop —
+        no ``consume``, no rebalance callbacks — for the whole outage. The answer arrives in
+        :meth:`_on_commit` from a later ``consume``; a commit unanswered for
+        ``_COMMIT_RESEND_S`` is sent again (offsets are absolute, a repeat is harmless).
+        """
         if not self._pending or self._consumer is None:
             return
+        if (not wait and self._commit_sent is not None
+                and time.monotonic() - self._commit_sent < _COMMIT_RESEND_S):
+            return  # one in flight; what is pending goes with the next one
         # lazy (start-up cost): confluent_kafka loads when a client is built
         from confluent_kafka import KafkaException, TopicPartition
 
         offsets = [TopicPartition(t, p, o) for (t, p), o in self._pending.items()]
         try:
+            if not wait:
+                self._consumer.commit(offsets=offsets, asynchronous=True)
+                self._commit_sent = time.monotonic()
+                return
             committed = self._consumer.commit(offsets=offsets, asynchronous=False)
         except KafkaException as e:
-            self.stats.offset_commit_failures += 1
-            log.warning("%s: offset commit failed (%s); will retry, redelivery is deduplicated",
-                        self.name, e)
+            self._commit_failed(e)
             return
-        for tp in committed or ():
+        self._committed(committed)
+
+    def _on_commit(self, err: Any, partitions: list[Any]) -> None:
+        """librdkafka ``offset_commit_cb`` of an asynchronous commit (served by ``consume``)."""
+        self._commit_sent = None
+        if err is not None:
+            self._commit_failed(err)
+            return
+        self._committed(partitions)
+
+    def _committed(self, partitions: list[Any] | None) -> None:
+        for tp in partitions or ():
             key = (tp.topic, tp.partition)
             if tp.error is None and self._pending.get(key) == tp.offset:
                 del self._pending[key]
         self.stats.offset_commits += 1
+
+    def _commit_failed(self, e: Any) -> None:
+        self.stats.offset_commit_failures += 1
+        log.warning("%s: offset commit failed (%s); will retry, redelivery is deduplicated",
+                    self.name, e)
 
     # ------------------------------------------------------------------ pause / seek
 
@@ -424,16 +515,22 @@ class ConsumerRuntime:
         self.stats.revocations += 1
         self._generation += 1
         log.info("%s: revoked %s", self.name, _fmt(partitions))
+        phase = self._phase
+        self._enter("revoking partitions (finishing the batch, committing offsets)")
         self._drain_inflight(commit=True)
-        self._commit_pending()
+        self._commit_pending(wait=True)  # the next owner starts from these offsets
         self._forget(revoked)
+        self._phase = phase
 
     def _on_lost(self, consumer: Any, partitions: list[Any]) -> None:
         lost = {(p.topic, p.partition) for p in partitions}
         self._generation += 1
         log.warning("%s: partitions lost %s (not committing)", self.name, _fmt(partitions))
+        phase = self._phase
+        self._enter("losing partitions (finishing the batch)")
         self._drain_inflight(commit=False)
         self._forget(lost)
+        self._phase = phase
 
     def _drain_inflight(self, *, commit: bool) -> None:
         fut = self._inflight
@@ -501,3 +598,7 @@ def ensure_topics(bootstrap: KafkaTarget, topics: Sequence[str], *, partitions: 
 
 def _fmt(partitions: list[Any]) -> str:
     return ", ".join(f"{p.topic}[{p.partition}]" for p in partitions) or "-"
+
+
+def _fmt_tps(tps: Any) -> str:
+    return ", ".join(f"{t}[{p}]" for t, p in sorted(tps)) or "-"

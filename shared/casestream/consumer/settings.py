@@ -63,6 +63,12 @@ class ConsumerSettings:
             is kept (default 7 days): within it, a redelivery of the same message after a crash
             between the database commit and the dead letter's delivery is dead-lettered again
             with its recorded attempt count instead of being tried again.
+        stall_after_s: the runtime counts as stalled when one step of its loop (a
+            ``consume`` call with the rebalance callbacks it runs, waiting for the batch in
+            the database, a synchronous offset commit) has not returned for this long
+            (default 120 s: longer than ``max_batch_s`` and than a broker restart's typical
+            outage). A stall is logged at ERROR once (phase, seconds, assigned and paused
+            partitions), fails the ``consumer`` readiness check, and its end is logged.
     """
 
     batch_size: int = 500
@@ -84,11 +90,13 @@ class ConsumerSettings:
     ensure_schema: bool = True
     dlq_flush_timeout_s: float = 30.0
     retry_state_retention_s: float = 7 * 86400.0
+    stall_after_s: float = 120.0
 
     def __post_init__(self) -> None:
         if self.batch_size < 1:
             raise ConfigError("consumer batch_size must be >= 1")
-        if self.gap_hold_s < 0 or self.max_batch_s <= 0 or self.heartbeat_after_s <= 0:
+        if (self.gap_hold_s < 0 or self.max_batch_s <= 0 or self.heartbeat_after_s <= 0
+                or self.stall_after_s <= 0):
             raise ConfigError("consumer durations must be positive")
         if not self.retry.bounded:
             raise ConfigError("consumer retry needs max_attempts or max_elapsed_s: a message "

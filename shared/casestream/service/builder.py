@@ -115,11 +115,15 @@ def _database_ready(pool: Any, table: str, *, timeout_s: float = 2.0) -> Readine
 
 def consumer_ready(consumer: Any) -> ReadinessCheck:
     """A readiness check that passes once ``consumer`` (a ConsumerRuntime or ConsumerGroup)
-    has a partition assignment; ``/readyz`` answers 503 until then."""
+    has a partition assignment and while its loop is not stalled (``stalled()``: one step
+    stuck longer than ``ConsumerSettings.stall_after_s``); ``/readyz`` answers 503 otherwise."""
 
     def check() -> None:
         if not consumer.ready.is_set():
             raise RuntimeError("consumer has no partition assignment yet")
+        why = consumer.stalled()
+        if why is not None:
+            raise RuntimeError(f"consumer stalled: {why}")
 
     return check
 

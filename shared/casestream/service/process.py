@@ -4,8 +4,8 @@ A service process is uvicorn serving a starlette app in the main thread, and a s
 workers (outbox relay, consumer runtimes, schedulers) each in its own thread, sharing one
 ``threading.Event`` that tells them to stop. SIGTERM or SIGINT stops uvicorn; the
 workers are then told to stop and joined, so a relay flushes its producer and a consumer
-commits its finished batch before the process exits. A worker that dies with an exception
-stops the whole process with exit status 1: a supervisor restarts it, and nothing
+commits its finished batch before the process exits. A worker that dies with an exception,
+or returns before it was told to stop, stops the whole process with exit status 1: a supervisor restarts it, and nothing
 half-done is committed (offsets are committed only after the database transaction).
 """
 
@@ -200,11 +200,17 @@ class ServiceProcess:
     def _guard(self, name: str, worker: Worker, server: uvicorn.Server) -> None:
         try:
             worker(self.stop)
-        except Exception:
+        except BaseException:  # noqa: BLE001 - any end of a worker thread ends the process
             log.exception("worker %s crashed; stopping the process", name)
-            self._failed.append(name)
-            self.stop.set()
-            server.should_exit = True
+        else:
+            if self.stop.is_set():
+                return
+            # A worker loop only returns when told to stop: one that ends by itself would
+            # leave the process alive and ready without its work being done.
+            log.error("worker %s returned without being stopped; stopping the process", name)
+        self._failed.append(name)
+        self.stop.set()
+        server.should_exit = True
 
 
 def run_service(build: Callable[[], ServiceProcess]) -> None:

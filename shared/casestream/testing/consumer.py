@@ -441,11 +441,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.kill_before_offset_commit:
         original = runtime._commit_pending
 
-        def commit_then_die() -> None:
+        def commit_then_die(*, wait: bool = False) -> None:
             if runtime._pending:
                 print("KILLING before offset commit", file=sys.stderr, flush=True)
                 os.kill(os.getpid(), signal.SIGKILL)
-            original()
+            original(wait=wait)
 
         runtime._commit_pending = commit_then_die  # type: ignore[method-assign]
     stop = threading.Event()

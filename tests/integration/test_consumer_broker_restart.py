@@ -1,0 +1,53 @@
+"""A consumer runtime across a broker outage: it rejoins, applies everything once, never stalls.
+
+The broker is a private single-node Kafka (``casestream.testing.relay.PrivateKafka``) so it can
+be SIGKILLed and started again without disturbing the shared one. Events are produced while the
+broker is up, before and after the outage; the outage lasts longer than the session timeout
+(6 s, as in the soak), so librdkafka drops the assignment (``on_lost``) and rejoins. The
+loop must keep running through the outage: with ``stall_after_s=20`` a loop held by a
+synchronous offset commit for the outage (8 s down + the broker's start) counts as a stall.
+"""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from casestream.consumer import ConsumerRuntime, HandlerRegistry
+from casestream.testing import end_offsets
+from casestream.testing.consumer import (
+    FramedJsonCodec, Harness, committed, create_topic, make_event, produce_events, wait_until,
+)
+from casestream.testing.relay import PrivateKafka
+from test_relay_broker_outage import private_kafka  # noqa: F401 - fixture (module scope)
+
+pytestmark = pytest.mark.integration
+
+
+def test_a_consumer_rejoins_after_a_broker_restart_and_applies_every_event_once(
+        private_kafka: PrivateKafka, pg_url: str) -> None:
+    h = Harness.create(private_kafka.bootstrap, pg_url, codec=FramedJsonCodec(),
+                       prefix="test.restart")
+    try:
+        create_topic(h.bootstrap, h.topic, 6)
+        rt = ConsumerRuntime(h.name, [h.topic], h.projection.register(HandlerRegistry()), h.codec,
+                             h.pool, {"bootstrap.servers": h.bootstrap, "session.timeout.ms": 6000},
+                             h.settings(batch_size=20, stall_after_s=20.0))
+        h.start(rt)
+        before = [make_event(f"agg-{i % 30}", i // 30 + 1) for i in range(300)]
+        produce_events(h.bootstrap, h.topic, h.codec, before[:150])
+        wait_until(lambda: rt.stats.applied >= 20, 30)
+        private_kafka.kill()
+        time.sleep(8.0)  # longer than session.timeout.ms: the assignment is lost
+        private_kafka.start()
+        produce_events(h.bootstrap, h.topic, h.codec, before[150:])
+        wait_until(lambda: rt.stats.applied >= 300, 90)
+        ends = end_offsets(h.bootstrap, [h.topic])[h.topic]
+        wait_until(lambda: committed(h.bootstrap, h.name, h.topic, 6) == ends, 30)
+        h.one_effect_each([e.event_id for e in before])
+        assert rt.stats.stalls == 0 and rt.stalled() is None
+        assert rt.stats.assignments >= 2  # it rejoined
+        h.stop(rt)
+    finally:
+        h.close()
