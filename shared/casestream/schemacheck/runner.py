@@ -29,7 +29,8 @@ from casestream.schemacheck.layout import Layout, Subject, Tree, WorkTree, build
 from casestream.schemacheck.lint import lint_schema
 from casestream.schemacheck.model import CheckInputError, Finding, Report, finding_for
 
-__all__ = ["check_catalog", "check_layout", "check_repository", "load_for_check", "load_layout", "rename_findings", "upcaster_findings"]
+__all__ = ["check_catalog", "check_layout", "check_repository", "load_for_check", "load_layout", "rename_findings",
+           "upcaster_findings"]
 
 
 def upcaster_findings(subject: Subject) -> list[Finding]:
