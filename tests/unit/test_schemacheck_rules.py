@@ -69,6 +69,8 @@ LINT_CASES = {
 ELSEWHERE = {
     "payload-name": "test_schemacheck.py::test_single_schema_rules_exit_1 / test_own_catalog_is_compatible_and_fast",
     "upcaster-missing": "test_schemacheck_repository.py::test_upcaster_rule_only_where_the_repository_declares_its_chain",
+    "upcaster-target-missing": "test_schemacheck_renames.py::test_a_rename_into_a_type_the_repository_does_not_have",
+    "upcaster-rename-incomplete": "test_schemacheck_renames.py::test_a_newer_version_of_a_renamed_type_needs_a_step_into_the_new_type",
     "published-version-changed": "test_schemacheck_repository.py::test_against_a_git_ref",
     "published-version-removed": "test_schemacheck.py::test_against_ref_detects_envelope_change_and_removed_version",
     "registry-version-unknown": "test_schemacheck.py::test_registry_check_clean_then_drift",
@@ -153,7 +155,8 @@ def test_references_resolve_named_types_across_files() -> None:
 
 def test_stricter_rules_say_why() -> None:
     stricter = {r.id for r in RULES.values() if r.stricter}
-    assert {"logical-type-changed", "bytes-read-as-string", "name-not-qualified", "upcaster-missing"} <= stricter
+    assert {"logical-type-changed", "bytes-read-as-string", "name-not-qualified", "upcaster-missing",
+            "upcaster-target-missing", "upcaster-rename-incomplete"} <= stricter
     assert "reader-field-missing-default" not in stricter
 
 

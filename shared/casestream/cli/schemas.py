@@ -139,7 +139,7 @@ casestream-schemas.toml:
   naming_strategy = "RecordNameStrategy"  or TopicNameStrategy, TopicRecordNameStrategy
   references = ["avro/common/*.avsc"]     named types schemas reference across files
   ignore = ["RULE", "RULE:SUBJECT"]       waived rules
-  upcasters = "pkg.module:function"       declares the upcaster chain (upcaster-missing applies)
+  upcasters = "pkg.module:function"       declares the upcaster chain (upcaster-* rules apply)
   [[folders]]  path = "avro"  pattern = "{name}.v{version}.avsc"  topic = "orders"
   [subjects."orders-value"]  files = ["a/v1.avsc", "a/v2.avsc"]  compatibility = "FULL"
 

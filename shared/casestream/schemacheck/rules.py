@@ -93,6 +93,17 @@ _ALL = [
          "register a step in the chain `upcasters` names (casestream-schemas.toml, or [catalog] in a catalog.toml):"
          " @chain.register(\"<EventType>\", <N>) turning a vN payload into vN+1 (defaults for added fields, renames)",
          stricter='a repository that declares an upcaster chain reads every event as the newest version; without the step services refuse to start'),
+    Rule("upcaster-target-missing", "an event upcaster renames or splits a type into a type or version the repository does not have",
+         "[casestream] UpcasterChain.add_event(..., produces=[(type, version)]): each result must be a declared version"
+         " of the catalog (UpcasterChain.verify refuses to start a service otherwise)",
+         "add the produced type's subject (or its missing version file), or correct produces=[...] of the step",
+         stricter='a consumer reads the renamed events as the produced type and version; without its schema services refuse to start'),
+    Rule("upcaster-rename-incomplete", "a type renamed by an event upcaster has a newer version that no step lifts into the new type",
+         "[casestream] an event step that does not produce its own type ends that type's history: newer versions"
+         " must be upcast into the rename target too",
+         "add an event step for the newer version producing the rename target (chain.add_event(\"<OldType>\", <N>, fn,"
+         " produces=[(\"<NewType>\", <M>)])), or write the new type instead of a new version of the old one",
+         stricter='events written as the newer version stay the old type: handlers of the rename target never see them'),
     # --- history ----------------------------------------------------------------------------
     Rule("published-version-changed", "a published version file (or the envelope) changed",
          "[casestream] published versions are immutable; the registry already has the old text",

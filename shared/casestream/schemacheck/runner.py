@@ -6,7 +6,8 @@ or a configuration file), :func:`check_layout` (subjects already built) and
 gate). Order per subject: single-schema rules on every file (:mod:`.lint`), then both
 parsers (fastavro and Apache avro, named types of ``references`` first) on every schema,
 then every version > 1 against earlier versions under the subject's level (:mod:`.compat`),
-then the upcaster rule where the repository declares its upcaster chain. Optional:
+then the upcaster rules where the repository declares its upcaster chain (an event step
+that renames or splits a type continues its history in the produced types). Optional:
 ``against`` (git ref, :mod:`.history`) and ``registry`` (:mod:`.remote`). Waived rules
 (``ignore``: ``RULE`` or ``RULE:SUBJECT``) are dropped last.
 
@@ -17,7 +18,8 @@ a :class:`~casestream.schemacheck.model.Report` otherwise (exit 0 or 1).
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +29,8 @@ from casestream.schemacheck.layout import Layout, Subject, Tree, WorkTree, build
 from casestream.schemacheck.lint import lint_schema
 from casestream.schemacheck.model import CheckInputError, Finding, Report, finding_for
 
-__all__ = ["check_catalog", "check_layout", "check_repository", "load_for_check", "load_layout", "upcaster_findings"]
+__all__ = ["check_catalog", "check_layout", "check_repository", "load_for_check", "load_layout", "rename_findings",
+           "upcaster_findings"]
 
 
 def upcaster_findings(subject: Subject) -> list[Finding]:
@@ -53,10 +56,42 @@ def upcaster_findings(subject: Subject) -> list[Finding]:
     return out
 
 
-_CHAINS: dict[str, set[tuple[str, int]]] = {}
+@dataclass(frozen=True, slots=True)
+class _Chain:
+    """What the gate reads of a declared chain: payload steps ``(type, v) -> (type, v + 1)`` and
+    event steps ``(type, v) -> declared produces`` (the ``produces`` given to ``add_event``)."""
+
+    payload: frozenset[tuple[str, int]]
+    events: Mapping[tuple[str, int], frozenset[tuple[str, int]]]
+
+    def ends(self, start: tuple[str, int]) -> set[tuple[str, int]]:
+        """Every ``(type, version)`` the chain can lift ``start`` to (the versions with no further step)."""
+        out: set[tuple[str, int]] = set()
+        seen: set[tuple[str, int]] = set()
+        todo = [start]
+        while todo:
+            node = todo.pop()
+            if node in seen:  # a loop: UpcasterChain.verify reports it at start-up
+                continue
+            seen.add(node)
+            if node in self.payload:
+                todo.append((node[0], node[1] + 1))
+            elif node in self.events:
+                todo.extend(self.events[node])
+            else:
+                out.add(node)
+        return out
+
+
+_CHAINS: dict[str, _Chain] = {}
 
 
 def _chain_steps(ref: str, where: str) -> set[tuple[str, int]]:
+    chain = _chain(ref, where)
+    return {*chain.payload, *chain.events}
+
+
+def _chain(ref: str, where: str) -> _Chain:
     if ref not in _CHAINS:
         from casestream.errors import ConfigError
         from casestream.events.upcasting import UpcasterChain
@@ -69,8 +104,63 @@ def _chain_steps(ref: str, where: str) -> set[tuple[str, int]]:
         if not isinstance(made, UpcasterChain):
             raise CheckInputError(f"upcasters = {ref!r} returned {type(made).__name__}, not an UpcasterChain",
                                   target=where)
-        _CHAINS[ref] = set(made.steps())
+        events = made.event_steps()
+        _CHAINS[ref] = _Chain(payload=frozenset(made.steps()) - set(events), events=events)
     return _CHAINS[ref]
+
+
+def rename_findings(subject: Subject, layout: Layout) -> list[Finding]:
+    """Findings on the event steps of ``subject``'s declared chain that take its event type A
+    (``UpcasterChain.add_event(A, n, fn, produces=[(B, m), ...])``: a rename, a split, a drop).
+
+    B's history continues A's: a ``(B, m)`` the step produces is a version of B as a consumer
+    reads it, so B's first version needs no upcaster from A's (the ``upcaster-missing`` rule
+    stays within one event type). Two ways it breaks, each one error:
+
+    * ``upcaster-target-missing``: a declared ``(B, m)`` no subject of ``layout`` with the
+      same chain holds (no event type B, or B has fewer than m versions);
+    * ``upcaster-rename-incomplete``: the step does not produce A itself (A's history ends at
+      n), yet A has a version newer than n that the chain lifts into none of the produced
+      types (events written as that version are never read as B).
+
+    No chain declared: no findings.
+
+    Raises:
+        CheckInputError: the chain reference does not resolve (see :func:`upcaster_findings`).
+    """
+    if not subject.upcasters:
+        return []
+    chain = _chain(subject.upcasters, subject.declared_in.partition(" [")[0])
+    held: dict[str, int] = {}  # event type -> newest version in this repository (same chain)
+    for other in layout.subjects.values():
+        if other.upcasters == subject.upcasters and other.versions:
+            held[other.event_type] = max(held.get(other.event_type, 0), other.versions[-1].number)
+    a = subject.event_type
+    by_number = {v.number: v for v in subject.versions}
+    out = []
+    for (event_type, n), produces in sorted(chain.events.items()):
+        if event_type != a:
+            continue
+        file = (by_number.get(n) or subject.versions[-1]).file
+        for b, m in sorted(produces):
+            if m > held.get(b, 0):
+                has = f"{b} has v1..v{held[b]}" if b in held else f"no subject has event type {b}"
+                out.append(finding_for(
+                    "upcaster-target-missing", subject=subject.name, versions=f"v{n}->{b} v{m}", path="",
+                    message=f"the event upcaster of {a} v{n} in {subject.upcasters} produces {b} v{m}, "
+                            f"which this repository does not have ({has})", file=file))
+        targets = {b for b, _ in produces}
+        if a in targets or not targets:
+            continue
+        names = ", ".join(sorted(targets))
+        for v in subject.versions:
+            if v.number > n and not {b for b, _ in chain.ends((a, v.number))} & targets:
+                out.append(finding_for(
+                    "upcaster-rename-incomplete", subject=subject.name, versions=f"{v.label}->{names}", path="",
+                    message=f"{a} v{n} is renamed to {names} by an event upcaster in {subject.upcasters}, "
+                            f"but no step lifts the newer {a} {v.label} into {names}: "
+                            f"{v.label} events are never read as {names}", file=v.file))
+    return out
 
 
 def _lint(subject: Subject) -> list[Finding]:
@@ -213,6 +303,7 @@ def check_layout(
         if not any(f.severity == "error" for f in lint):
             findings.extend(_compat(subject, _parse(subject), report))
         findings.extend(upcaster_findings(subject))
+        findings.extend(rename_findings(subject, layout))
     if against:
         from casestream.schemacheck.history import compare_to_ref
 
