@@ -28,7 +28,7 @@ WITH_ENV := eval "$$($(INFRA) env)" &&
 
 help: ## list the targets
 	@echo "casestream - make targets:"
-	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-13s %s\n", $$1, $$2}'
+	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-13s %s\n", $$1, $$2}'
 	@echo "Ports and paths: deploy/infra.sh --help"
 
 venv: $(VENV_STAMP) ## create .venv and install the pinned packages (requirements.lock, requirements-dev.lock) + the project (editable)
