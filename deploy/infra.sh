@@ -11,10 +11,13 @@
 #   deploy/infra.sh kafka-node start|stop|kill|pid N   one Kafka node of a cluster (stop: SIGTERM,
 #                                           controlled shutdown; kill: SIGKILL; start waits until it answers)
 #
-# Components: postgres kafka registry smtp (registry needs postgres: its storage is there).
+# Components: postgres kafka registry smtp (registry needs postgres: its storage is there), and,
+#   off by default, connect: Kafka Connect + the Debezium PostgreSQL connector (needs kafka and
+#   postgres; `up connect`, or CASESTREAM_CONNECT=1 adds it to a plain `up`/`down`/`status`).
 # Ports (env): CASESTREAM_KAFKA_PORT=19092 CASESTREAM_KAFKA_CONTROLLER_PORT=19093
 #   CASESTREAM_KAFKA_SSL_PORT=19094 CASESTREAM_KAFKA_SASL_PORT=19095 (secured listeners)
 #   CASESTREAM_PG_PORT=15432 CASESTREAM_REGISTRY_PORT=18081 CASESTREAM_SMTP_PORT=12525
+#   CASESTREAM_CONNECT_PORT=18083 (Kafka Connect REST API)
 # Kafka: CASESTREAM_KAFKA_BROKERS=1 (default) or 3 (KRaft cluster: replication factor 3,
 #   min.insync.replicas=2; node n on node 1's ports + (n-1)*CASESTREAM_KAFKA_NODE_PORT_STEP, 10),
 #   CASESTREAM_KAFKA_SECURE=1 (default; 0: PLAINTEXT only) adds SSL and SASL_SSL (SCRAM-SHA-512)
@@ -27,12 +30,13 @@ set -euo pipefail
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 # shellcheck source-path=SCRIPTDIR
 source "$HERE/lib/common.sh"
-for _f in postgres kafka registry smtp; do
+for _f in postgres kafka registry smtp connect; do
     # shellcheck disable=SC1090
     source "$HERE/lib/$_f.sh"
 done
 
 ALL=(postgres kafka registry smtp)
+[[ "${CASESTREAM_CONNECT:-0}" == 1 ]] && ALL+=(connect)
 
 usage() { awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "${BASH_SOURCE[0]}"; }
 
@@ -47,8 +51,8 @@ pick() {  # pick <components...> -> $PICKED (validated, default all)
     for c in "$@"; do
         case "$c" in
             postgres|pg) PICKED+=(postgres) ;;
-            kafka|registry|smtp) PICKED+=("$c") ;;
-            *) die "unknown component '$c' (known: ${ALL[*]})" ;;
+            kafka|registry|smtp|connect) PICKED+=("$c") ;;
+            *) die "unknown component '$c' (known: postgres kafka registry smtp connect)" ;;
         esac
     done
     ((${#PICKED[@]})) || PICKED=("${ALL[@]}")
@@ -68,6 +72,8 @@ with_lock() {  # serialize up/down of this .local (several shells, one working t
 cmd_up() {
     pick "$@"
     has registry && ! has postgres && PICKED=(postgres "${PICKED[@]}")
+    has connect && ! has kafka && PICKED=(kafka "${PICKED[@]}")
+    has connect && ! has postgres && PICKED=(postgres "${PICKED[@]}")
     with_lock
     need_python
     local t0=$SECONDS
@@ -80,12 +86,14 @@ cmd_up() {
     if has smtp; then smtp_wait; fi
     if has kafka; then kafka_wait; fi
     if has registry; then registry_wait; fi
+    if has connect; then connect_up; connect_wait; fi
     ok "up: ${PICKED[*]} ready in $((SECONDS - t0)) s (eval \"\$(deploy/infra.sh env)\" for the CASESTREAM_* variables)"
 }
 
 cmd_down() {
     pick "$@"
     with_lock
+    if has connect; then connect_down; fi
     if has smtp; then smtp_down; fi
     if has registry; then registry_down; fi
     if has kafka; then kafka_down; fi
@@ -104,6 +112,10 @@ cmd_status() {
     STATUS_ALL_UP=1
     printf '%-9s %-9s %-8s %s\n' COMPONENT STATE PID ADDRESS
     pg_status; kafka_status; registry_status; smtp_status
+    # connect is optional: reported, and counted only when CASESTREAM_CONNECT=1.
+    STATUS_ALL_UP_BEFORE_CONNECT=$STATUS_ALL_UP
+    connect_status
+    [[ "${CASESTREAM_CONNECT:-0}" == 1 ]] || STATUS_ALL_UP=$STATUS_ALL_UP_BEFORE_CONNECT
     ((STATUS_ALL_UP)) || return 3
 }
 
@@ -127,6 +139,7 @@ export CASESTREAM_PG_URL=$PG_URL
 export CASESTREAM_SMTP_HOST=$CS_HOST
 export CASESTREAM_SMTP_PORT=$CASESTREAM_SMTP_PORT
 export CASESTREAM_SMTP_MAILDIR=$CASESTREAM_SMTP_MAILDIR
+export CASESTREAM_CONNECT_URL=$CONNECT_URL
 EOF
 }
 
@@ -140,6 +153,7 @@ cmd_logs() {
             kafka) files+=("$(kafka_logs)") ;;
             registry) files+=("$(registry_logs)") ;;
             smtp) files+=("$(smtp_logs)") ;;
+            connect) files+=("$(connect_logs)") ;;
         esac
     done
     if ((follow)); then
@@ -178,7 +192,7 @@ cmd_kafka_node() {
 
 main() {
     cs_defaults
-    pg_vars; kafka_vars; registry_vars; smtp_vars
+    pg_vars; kafka_vars; registry_vars; smtp_vars; connect_vars
     local cmd=${1:-}
     [[ $# -gt 0 ]] && shift
     case "$cmd" in

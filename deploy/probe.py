@@ -93,11 +93,13 @@ def ensure_topics(bootstrap: str, topics: list[str], partitions: int, configs: d
         time.sleep(0.2)
 
 
-def probe_http(url: str, timeout: float) -> None:
-    """Raise unless GET url answers 2xx."""
+def probe_http(url: str, timeout: float, contains: str | None = None) -> None:
+    """Raise unless GET url answers 2xx (and its body has ``contains``, when given)."""
     with urllib.request.urlopen(url, timeout=timeout) as resp:  # noqa: S310 (loopback URL)
         if not 200 <= resp.status < 300:
             raise RuntimeError(f"HTTP {resp.status}")
+        if contains is not None and contains not in resp.read().decode("utf-8", "replace"):
+            raise RuntimeError(f"{url}: the answer does not mention {contains}")
 
 
 def probe_smtp(host: str, port: int, timeout: float) -> None:
@@ -131,6 +133,7 @@ def main(argv: list[str]) -> int:
     h = sub.add_parser("http")
     h.add_argument("url")
     h.add_argument("--timeout", type=float, default=5)
+    h.add_argument("--contains", help="the body must contain this text")
     s = sub.add_parser("smtp")
     s.add_argument("host")
     s.add_argument("port", type=int)
@@ -146,7 +149,7 @@ def main(argv: list[str]) -> int:
             with open(a.password_file, encoding="utf-8") as f:
                 scram_user(a.bootstrap, a.user, f.read().strip(), a.timeout)
         elif a.cmd == "http":
-            probe_http(a.url, a.timeout)
+            probe_http(a.url, a.timeout, a.contains)
         else:
             probe_smtp(a.host, a.port, a.timeout)
     except ImportError as exc:

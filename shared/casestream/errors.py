@@ -27,6 +27,8 @@ a subpackage are named with their module; the rest live here::
     ├── OutboxRowTooLarge           outbox.writer: an encoded event is larger than a message can be
     ├── OutboxDatabaseError         outbox.admin: an outbox database did not answer or a statement failed
     │   └── NoOutboxTable           outbox.admin: the database has no outbox table
+    ├── CdcError                    outbox.cdc: CDC of an outbox cannot be used, or a handover step failed
+    ├── ConnectError                outbox.connect: the Kafka Connect REST API refused or did not answer
     ├── AuthError                   auth.tokens: authentication or authorisation failed
     │   ├── InvalidToken            auth.tokens: no usable bearer token (HTTP 401)
     │   └── AccessDenied            auth.tokens: a required role is missing (HTTP 403)

@@ -39,8 +39,9 @@ kafka_offset        bigint       offset of the delivered message
 ==================  ===========  ==========================================================
 
 Header values are UTF-8 strings of the column values, exactly what Debezium's
-``SimpleHeaderConverter`` writes for the same columns, so both publishers emit
-byte-identical records.
+``SimpleHeaderConverter`` writes for the same columns, and a NULL column is a header with a
+null value (:func:`headers_for`), so both publishers emit the same topic, partition, key,
+value and header set.
 
 Other tables: ``outbox_relay_lease`` (32 shard leases), ``outbox_relay_member`` (live
 relay instances, for balancing), ``outbox_aggregate_version`` (stream version per
@@ -77,6 +78,8 @@ __all__ = [
     "OUTBOX_STORAGE_MIGRATION",
     "OUTBOX_MIGRATIONS",
     "OUTBOX_SHARDS",
+    "OUTBOX_PUBLISHER_DDL",
+    "OUTBOX_PUBLISHER_MIGRATION",
     "NOTIFY_CHANNEL",
     "DEFAULT_TOPIC_PREFIX",
     "OutboxWriter",
@@ -199,7 +202,24 @@ event). The insert thresholds keep the visibility map fresh for the claim's inde
 OUTBOX_STORAGE_MIGRATION = Migration(name="casestream_outbox_002_autovacuum", sql=OUTBOX_STORAGE_DDL)
 """Autovacuum settings of the outbox table, applied after :data:`OUTBOX_MIGRATION`."""
 
-OUTBOX_MIGRATIONS = (OUTBOX_MIGRATION, OUTBOX_STORAGE_MIGRATION)
+OUTBOX_PUBLISHER_DDL = """
+CREATE TABLE IF NOT EXISTS outbox_publisher (
+    singleton  boolean     PRIMARY KEY DEFAULT true CHECK (singleton),
+    publisher  text        NOT NULL DEFAULT 'relay' CHECK (publisher IN ('relay', 'cdc')),
+    changed_at timestamptz NOT NULL DEFAULT now()
+);
+INSERT INTO outbox_publisher DEFAULT VALUES ON CONFLICT DO NOTHING;
+CREATE TABLE IF NOT EXISTS outbox_cdc_checkpoint (
+    seq      bigint      PRIMARY KEY,
+    lsn      pg_lsn      NOT NULL,
+    taken_at timestamptz NOT NULL DEFAULT now()
+);
+"""
+
+OUTBOX_PUBLISHER_MIGRATION = Migration(name="casestream_outbox_003_publisher", sql=OUTBOX_PUBLISHER_DDL)
+"""Who publishes (relay or CDC) and the CDC checkpoints (:mod:`casestream.outbox.cdc`)."""
+
+OUTBOX_MIGRATIONS = (OUTBOX_MIGRATION, OUTBOX_STORAGE_MIGRATION, OUTBOX_PUBLISHER_MIGRATION)
 """Every migration of the outbox tables, in order: what a service applies before its own."""
 
 
@@ -219,20 +239,21 @@ def topic_for(aggregate_type: str, prefix: str = DEFAULT_TOPIC_PREFIX) -> str:
 def headers_for(
     event_id: str, event_type: str, event_version: int | None,
     traceparent: str | None, correlation_id: str | None,
-) -> list[tuple[str, bytes]]:
-    """Return the Kafka headers of an outbox row: UTF-8 strings, NULL columns omitted.
+) -> list[tuple[str, bytes | None]]:
+    """Return the Kafka headers of an outbox row: UTF-8 strings; a NULL column is a header
+    with a null value (Kafka record header value length -1).
 
-    The event contract's headers, in this order: ``id``, ``type``,
-    ``event_version``, ``traceparent``, ``correlation_id``.
+    The event contract's headers, always all five, in this order: ``id``, ``type``,
+    ``event_version``, ``traceparent``, ``correlation_id``. A null-valued header rather than
+    an omitted one is what Debezium's Outbox Event Router writes for a NULL column placed in
+    a header (``table.fields.additional.placement``), so the relay and a Debezium connector
+    emit the same header set for the same row; consumers read a null value as absent
+    (``ConsumerRecord.header``).
     """
-    headers = [("id", event_id.encode()), ("type", event_type.encode())]
-    if event_version is not None:
-        headers.append(("event_version", str(event_version).encode()))
-    if traceparent is not None:
-        headers.append(("traceparent", traceparent.encode()))
-    if correlation_id is not None:
-        headers.append(("correlation_id", correlation_id.encode()))
-    return headers
+    version = str(event_version).encode() if event_version is not None else None
+    return [("id", event_id.encode()), ("type", event_type.encode()), ("event_version", version),
+            ("traceparent", traceparent.encode() if traceparent is not None else None),
+            ("correlation_id", correlation_id.encode() if correlation_id is not None else None)]
 
 
 _INSERT = """

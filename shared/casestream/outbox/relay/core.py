@@ -2,7 +2,9 @@
 
 One batch (one thread, one confluent-kafka ``Producer``)::
 
-    rebalance/renew shard leases           (between batches; renew also while waiting)
+    rebalance/renew shard leases           (between batches; renew also while waiting; also
+                                            reads outbox_publisher: claims nothing while it
+                                            says ``cdc``, casestream.outbox.cdc)
     claim  <= batch_size due pending rows of leased shards, seq order, held-back
            aggregates skipped                                   (store.claim)
     produce every row: topic = prefix + aggregatetype, key = aggregateid,
@@ -170,6 +172,7 @@ class OutboxRelay:
         self._next_metrics = 0.0
         self._db_failures = 0
         self._stop = threading.Event()
+        self._cdc_publishes = False  # read from outbox_publisher at every rebalance
         self._give_up_at: float | None = None  # monotonic end of the shutdown budget
         self._pending_shrink: int | None = None  # batch.size to use after a size rejection
         self._claim_skipped_busy = False  # the last claim excluded open batches' aggregates
@@ -261,6 +264,7 @@ class OutboxRelay:
                 return 0  # stopping with reports outstanding
             self._leases.rebalance(conn)
             self.metrics.shards_held = len(self._leases.held)
+            self._cdc_publishes = store.cdc_publishes(conn)
             self._next_rebalance = self._next_renew = now + self.settings.renew_every_s
         if self._fatal is not None:
             self._restart_producer()
@@ -292,6 +296,8 @@ class OutboxRelay:
             self._settle_reported(conn)
         if not self._leases.valid():
             return 0  # possibly expired: renew (next iteration) before claiming
+        if self._cdc_publishes:
+            return 0  # outbox_publisher says CDC publishes: claim nothing (casestream.outbox.cdc)
         if self._mark_future is not None and self._mark_future.done():
             self._drain_marker()
         exclude = self._mark_seqs + [seq for b in self._open for seq in b.seqs]

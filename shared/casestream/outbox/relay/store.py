@@ -197,3 +197,13 @@ def stats(conn: psycopg.Connection) -> OutboxStats:
     ).fetchone()
     assert row is not None
     return OutboxStats(pending=int(row[0]), failed=int(row[1]), oldest_pending_age_s=float(row[2]))
+
+
+def cdc_publishes(conn: psycopg.Connection) -> bool:
+    """Whether ``outbox_publisher`` says CDC publishes this outbox (False without the table:
+    a database migrated before it existed is the relay's)."""
+    row = conn.execute("SELECT to_regclass('outbox_publisher') IS NOT NULL").fetchone()
+    if not row or not row[0]:
+        return False
+    row = conn.execute("SELECT publisher = 'cdc' FROM outbox_publisher").fetchone()
+    return bool(row and row[0])
