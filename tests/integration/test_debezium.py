@@ -1,0 +1,202 @@
+"""Debezium (Kafka Connect + the PostgreSQL connector, started by ``deploy/infra.sh up connect``)
+as the outbox publisher: the same records as the relay, CDC status and retention, and both
+handovers under a steady writer with nothing lost.
+
+One Connect worker for the module (the JVM start is most of the cost); each test its own
+database (Debezium captures ``public.outbox`` of one database) and aggregate type (topic).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import threading
+import time
+import uuid
+from collections import defaultdict
+from collections.abc import Iterator
+from pathlib import Path
+from urllib.parse import urlsplit
+
+import psycopg
+import pytest
+
+from casestream.migrations import apply_migrations, create_database
+from casestream.outbox import OUTBOX_MIGRATIONS, OutboxWriter
+from casestream.outbox.cdc import CdcRetention, cdc_status, default_slot_name, publisher, take_checkpoint
+from casestream.outbox.connect import ConnectClient, connector_name, outbox_connector_config
+from casestream.outbox.handover import handover
+from casestream.outbox.relay import OutboxRelay
+from casestream.testing.relay import JsonCodec, create_topics, read_topics
+from test_relay_support import RelayThread, check_order, env, settings, wait_for
+
+pytestmark = pytest.mark.integration
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def connect(kafka_bootstrap: str, pg_url: str) -> Iterator[ConnectClient]:
+    """The local Kafka Connect worker (started here when it is not running)."""
+    done = subprocess.run([str(ROOT / "deploy" / "infra.sh"), "up", "connect"], capture_output=True,
+                          text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    client = ConnectClient(f"http://127.0.0.1:{os.environ.get('CASESTREAM_CONNECT_PORT', '18083')}")
+    yield client
+    client.close()
+
+
+class CdcDatabase:
+    """A fresh database with the outbox tables, its connector and slot removed at the end."""
+
+    def __init__(self, pg_url: str, connect: ConnectClient) -> None:
+        self.name = f"cdc_{uuid.uuid4().hex[:10]}"
+        self.dsn = pg_url.rstrip("/") + "/" + self.name
+        self.slot = default_slot_name(self.name)
+        self.connector = connector_name(self.name)
+        self.agg_type = f"dbz{uuid.uuid4().hex[:8]}"
+        self.topic = f"outbox.event.{self.agg_type}"
+        self.connect = connect
+        create_database(self.dsn)
+        apply_migrations(self.dsn, list(OUTBOX_MIGRATIONS))
+        url = urlsplit(pg_url)
+        self.config = outbox_connector_config(self.name, host=url.hostname or "127.0.0.1",
+                                              port=url.port or 5432, user=url.username or "postgres",
+                                              password=url.password or "")
+
+    def close(self, pg_url: str) -> None:
+        self.connect.delete(self.connector)
+        with psycopg.connect(pg_url.rstrip("/") + "/postgres", autocommit=True) as conn:
+            deadline = time.monotonic() + 30
+            while conn.execute("SELECT 1 FROM pg_replication_slots WHERE slot_name = %s AND active",
+                               (self.slot,)).fetchone() and time.monotonic() < deadline:
+                time.sleep(0.2)
+            conn.execute("SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots "
+                         "WHERE slot_name = %s", (self.slot,))
+            conn.execute(f'DROP DATABASE IF EXISTS "{self.name}" WITH (FORCE)')
+
+
+@pytest.fixture
+def cdc_db(pg_url: str, connect: ConnectClient, kafka_bootstrap: str) -> Iterator[CdcDatabase]:
+    db = CdcDatabase(pg_url, connect)
+    create_topics(kafka_bootstrap, [db.topic], partitions=6)
+    yield db
+    db.close(pg_url)
+
+
+class SteadyWriter:
+    """Appends one transaction of ``per_txn`` events every ``pause_s`` over 40 aggregates."""
+
+    def __init__(self, dsn: str, agg_type: str, *, per_txn: int = 3, pause_s: float = 0.01) -> None:
+        self.dsn, self.agg_type, self.per_txn, self.pause_s = dsn, agg_type, per_txn, pause_s
+        self.written: dict[str, list[str]] = defaultdict(list)
+        self.stop = threading.Event()
+        self.error: BaseException | None = None
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        writer = OutboxWriter(JsonCodec())
+        n = 0
+        try:
+            with psycopg.connect(self.dsn) as conn:
+                while not self.stop.is_set():
+                    envs = []
+                    for _ in range(self.per_txn):
+                        agg = f"a{n % 40}"
+                        n += 1
+                        envs.append(env(agg, len(self.written[agg]) + 1, agg_type=self.agg_type, size=200))
+                        self.written[agg].append(envs[-1].event_id)
+                    with conn.transaction():
+                        writer.append(conn, envs)
+                    time.sleep(self.pause_s)
+        except BaseException as e:  # noqa: BLE001
+            self.error = e
+
+    def close(self) -> int:
+        self.stop.set()
+        self.thread.join(10)
+        assert self.error is None, repr(self.error)
+        return sum(map(len, self.written.values()))
+
+
+def test_both_handovers_under_a_steady_writer_lose_nothing(
+        cdc_db: CdcDatabase, connect: ConnectClient, kafka_bootstrap: str) -> None:
+    relay = RelayThread(OutboxRelay(cdc_db.dsn, {"bootstrap.servers": kafka_bootstrap},
+                                    settings("outbox.event."), "relay"))
+    writer = SteadyWriter(cdc_db.dsn, cdc_db.agg_type)
+    log: list[str] = []
+    try:
+        time.sleep(1.0)
+        to_cdc = handover(cdc_db.dsn, to="cdc", slot=cdc_db.slot, bootstrap=kafka_bootstrap, connect=connect,
+                          connector=cdc_db.connector, connector_config=cdc_db.config, timeout_s=60,
+                          progress=log.append)
+        with psycopg.connect(cdc_db.dsn) as conn:
+            assert publisher(conn) == "cdc"
+        time.sleep(1.5)  # Debezium alone publishes for a while
+        with psycopg.connect(cdc_db.dsn) as conn:
+            held = conn.execute("SELECT count(*) FROM outbox WHERE status = 'pending' AND seq > %s",
+                                (to_cdc.seq,)).fetchone()[0]
+        assert held > 0, "the relay kept publishing after the handover to CDC"
+        to_relay = handover(cdc_db.dsn, to="relay", slot=cdc_db.slot, bootstrap=kafka_bootstrap,
+                            connect=connect, connector=cdc_db.connector, drop_slot=True, timeout_s=60,
+                            progress=log.append)
+        time.sleep(1.0)  # the relay alone again
+        total = writer.close()
+        wait_for(lambda: _pending(cdc_db.dsn) == 0, 60, "the relay to publish the rest")
+    finally:
+        writer.stop.set()
+        relay.close()
+    assert to_cdc.publisher == "cdc" and to_relay.publisher == "relay"
+    assert to_relay.seq > to_cdc.seq
+    expected = {(cdc_db.topic, agg): ids for agg, ids in writer.written.items()}
+    recs = read_topics(kafka_bootstrap, [cdc_db.topic], expected=total, timeout_s=60)
+    stats = check_order(recs, expected, allow_duplicates=True)  # asserts 0 lost, per-key order
+    print(f"{total} events written, {stats}; handover to cdc {to_cdc.seconds:.1f} s, "
+          f"to relay {to_relay.seconds:.1f} s\n" + "\n".join(log))
+
+
+def _pending(dsn: str) -> int:
+    with psycopg.connect(dsn) as conn:
+        return int(conn.execute("SELECT count(*) FROM outbox WHERE status = 'pending'").fetchone()[0])
+
+
+def test_debezium_records_equal_the_relays_and_cdc_status_and_retention_follow_the_slot(
+        cdc_db: CdcDatabase, connect: ConnectClient, kafka_bootstrap: str) -> None:
+    writer = OutboxWriter(JsonCodec())
+    rows = [env("k1", 1, agg_type=cdc_db.agg_type), env("k2", 1, agg_type=cdc_db.agg_type)]
+    rows.append(type(rows[0])(aggregate_type=cdc_db.agg_type, aggregate_id="k1", aggregate_version=2,
+                              correlation_id=None, traceparent=None))  # NULL header columns
+    with psycopg.connect(cdc_db.dsn) as conn, conn.transaction():
+        writer.append(conn, rows[:2])
+    # The relay publishes the first two rows, then Debezium takes over and publishes the third.
+    relay = OutboxRelay(cdc_db.dsn, {"bootstrap.servers": kafka_bootstrap}, settings("outbox.event."), "relay")
+    try:
+        while relay.run_once():
+            pass
+    finally:
+        relay.close()
+    handover(cdc_db.dsn, to="cdc", slot=cdc_db.slot, bootstrap=kafka_bootstrap, connect=connect,
+             connector=cdc_db.connector, connector_config=cdc_db.config, timeout_s=60)
+    with psycopg.connect(cdc_db.dsn) as conn, conn.transaction():
+        writer.append(conn, rows[2:])
+        # The relay's own records of the same rows, for comparison: re-publish row 1 by the relay.
+    recs = read_topics(kafka_bootstrap, [cdc_db.topic], expected=3, timeout_s=30)
+    by_id = {r.headers["id"].decode(): r for r in recs}
+    relay_rec, dbz_rec = by_id[rows[0].event_id], by_id[rows[2].event_id]
+    assert list(relay_rec.headers) == list(dbz_rec.headers) == [
+        "id", "type", "event_version", "traceparent", "correlation_id"]
+    assert dbz_rec.headers["correlation_id"] is None and dbz_rec.headers["event_version"] == b"1"
+    assert relay_rec.partition == by_id[rows[0].event_id].partition == dbz_rec.partition  # key k1
+    assert dbz_rec.key == "k1" and dbz_rec.value == JsonCodec().encode(rows[2])
+
+    with psycopg.connect(cdc_db.dsn, autocommit=True) as conn:
+        assert take_checkpoint(conn) is not None
+        wait_for(lambda: cdc_status(conn, cdc_db.slot).unconfirmed == 0, 30, "the slot to pass the rows")
+        st = cdc_status(conn, cdc_db.slot)
+        assert st.slot_exists and st.slot_active and st.passed_seq >= 3, st
+        retention = CdcRetention(lambda: psycopg.connect(cdc_db.dsn, autocommit=True), cdc_db.slot, keep_s=0)
+        retention.run_once(conn)
+        left = conn.execute("SELECT count(*) FROM outbox WHERE aggregatetype = %s",
+                            (cdc_db.agg_type,)).fetchone()[0]
+        assert left == 0 and retention.deleted_total >= 3
