@@ -21,6 +21,10 @@ from urllib.parse import urlsplit
 import psycopg
 import pytest
 
+from click.testing import CliRunner
+
+from casestream.cli.outbox import outbox
+from casestream.outbox.admin import outbox_status
 from casestream.migrations import apply_migrations, create_database
 from casestream.outbox import OUTBOX_MIGRATIONS, OutboxWriter
 from casestream.outbox.cdc import CdcRetention, cdc_status, default_slot_name, publisher, take_checkpoint
@@ -200,3 +204,7 @@ def test_debezium_records_equal_the_relays_and_cdc_status_and_retention_follow_t
         left = conn.execute("SELECT count(*) FROM outbox WHERE aggregatetype = %s",
                             (cdc_db.agg_type,)).fetchone()[0]
         assert left == 0 and retention.deleted_total >= 3
+    st = outbox_status(cdc_db.dsn)
+    assert st.publisher == "cdc" and st.cdc is not None and st.cdc.slot == cdc_db.slot
+    out = CliRunner().invoke(outbox, ["status", "--dsn", cdc_db.dsn])
+    assert out.exit_code == 0 and "publisher=cdc" in out.output and "lag_bytes=" in out.output, out.output

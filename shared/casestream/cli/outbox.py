@@ -94,7 +94,10 @@ def outbox() -> None:
 @click.option("--dsn", "dsns", multiple=True)
 @click.option("--json", "as_json", is_flag=True, help="one JSON object per database")
 def status(services: tuple[str, ...], dsns: tuple[str, ...], as_json: bool) -> None:
-    """Pending and failed rows, oldest pending age (s), relay instances and their shards."""
+    """Pending and failed rows, oldest pending age (s), relay instances and their shards.
+
+    When CDC (Debezium) publishes the outbox: the replication slot's lag in bytes and the
+    rows it has not confirmed yet (and their oldest age) instead of pending rows."""
     failures = 0
     for label, url in _targets(services, dsns, default_all=True):
         try:
@@ -106,8 +109,11 @@ def status(services: tuple[str, ...], dsns: tuple[str, ...], as_json: bool) -> N
             failures += 1
             click.echo(f"{label}: unavailable ({e})", err=True)
             continue
-        if as_json:
-            click.echo(json.dumps({"database": label, "pending": st.pending, "failed": st.failed,
+        if st.cdc is not None:
+            _echo_cdc(label, st.cdc, as_json)
+        elif as_json:
+            click.echo(json.dumps({"database": label, "publisher": "relay", "pending": st.pending,
+                                   "failed": st.failed,
                                    "oldest_pending_age_seconds": round(st.oldest_pending_age_s, 3),
                                    "published_retained": st.published_retained,
                                    "relays": [asdict(r) for r in st.relays]}))
@@ -118,6 +124,19 @@ def status(services: tuple[str, ...], dsns: tuple[str, ...], as_json: bool) -> N
                        f"published_retained={st.published_retained} relays: {relay_text}")
     if failures:
         raise SystemExit(1)
+
+
+def _echo_cdc(label: str, cdc: Any, as_json: bool) -> None:
+    if as_json:
+        click.echo(json.dumps({"database": label, "publisher": "cdc", "slot": cdc.slot,
+                               "slot_exists": cdc.slot_exists, "slot_active": cdc.slot_active,
+                               "confirmed_lsn": cdc.confirmed_lsn, "lag_bytes": cdc.lag_bytes,
+                               "unconfirmed": cdc.unconfirmed,
+                               "oldest_unconfirmed_age_seconds": round(cdc.oldest_unconfirmed_age_s, 3)}))
+        return
+    state = "active" if cdc.slot_active else ("inactive" if cdc.slot_exists else "MISSING")
+    click.echo(f"{label}: publisher=cdc slot={cdc.slot} ({state}) lag_bytes={cdc.lag_bytes} "
+               f"unconfirmed={cdc.unconfirmed} oldest_unconfirmed_age_s={cdc.oldest_unconfirmed_age_s:.1f}")
 
 
 @outbox.command("list")
@@ -216,3 +235,65 @@ def discard(ids: tuple[str, ...], service: str | None, dsn: str | None, reason: 
     except OutboxDatabaseError as e:
         raise _fail(label, e) from None
     click.echo(f"discarded: {n} row(s)")
+
+
+@outbox.command("handover")
+@click.option("--to", "to", type=click.Choice(["cdc", "relay"]), required=True,
+              help="the publisher to switch to: cdc (Debezium) or relay")
+@_with_db
+@click.option("--connect-url", envvar="CASESTREAM_CONNECT_URL", show_envvar=True,
+              help="Kafka Connect REST API: the connector is created (--to cdc) or deleted (--to relay); "
+                   "without it the connector is yours to run")
+@click.option("--bootstrap", envvar="CASESTREAM_KAFKA_BOOTSTRAP", show_envvar=True,
+              help="Kafka bootstrap servers (default with --service: the service's)")
+@click.option("--slot", help="replication slot and publication (default casestream_<database>_outbox)")
+@click.option("--drop-slot", is_flag=True, help="--to relay: drop the replication slot afterwards")
+@click.option("--timeout-s", default=120.0, show_default=True, help="bound of each wait, seconds")
+def handover_cmd(to: str, service: str | None, dsn: str | None, connect_url: str | None,
+                 bootstrap: str | None, slot: str | None, drop_slot: bool, timeout_s: float) -> None:
+    """Switch who publishes the outbox, relay <-> Debezium, while the service keeps writing:
+    nothing is lost; rows both published are duplicates the consumers' inboxes drop.
+
+    \b
+    --to cdc:   creates the publication + slot and the connector, waits until the relay
+                published every row committed before the slot, then stops the relay from
+                claiming and waits for a marker row to come through Debezium.
+    --to relay: waits for a marker row to come through Debezium and the slot to confirm
+                it, marks the rows Debezium published, and lets the relay take the rest;
+                the connector is deleted.
+    Then restart the service with CASESTREAM_<SERVICE>_OUTBOX_PUBLISHER set to the new value
+    (the relay of a running service already obeys the switch).
+    """
+    from psycopg.conninfo import conninfo_to_dict
+
+    from casestream.outbox.cdc import CdcError, default_slot_name
+    from casestream.outbox.connect import ConnectClient, ConnectError, connector_name, outbox_connector_config
+    from casestream.outbox.handover import handover
+
+    label, url = _one(service, dsn)
+    if bootstrap is None and service:
+        bootstrap = str(cli_context().services()[service].read_settings().kafka_bootstrap)
+    if not bootstrap:
+        raise click.UsageError("give --bootstrap (or CASESTREAM_KAFKA_BOOTSTRAP)")
+    info = conninfo_to_dict(url)
+    database = str(info.get("dbname") or "")
+    slot = slot or default_slot_name(database)
+    client = ConnectClient(connect_url) if connect_url else None
+    config = outbox_connector_config(database, host=str(info.get("host") or "127.0.0.1"),
+                                     port=int(info.get("port") or 5432), user=str(info.get("user") or "postgres"),
+                                     password=str(info.get("password") or ""), slot=slot)
+    try:
+        result = handover(url, to=to, slot=slot, bootstrap=bootstrap, connect=client,
+                          connector=connector_name(database), connector_config=config,
+                          drop_slot=drop_slot, timeout_s=timeout_s,
+                          progress=lambda m: click.echo(f"{label}: {m}"))
+    except (CdcError, ConnectError) as e:
+        raise click.ClickException(f"{label}: {e}") from None
+    finally:
+        if client is not None:
+            client.close()
+    click.echo(f"{label}: publisher={result.publisher} (checkpoint seq {result.seq}, marker "
+               f"{result.marker_id}, {result.seconds:.1f} s)")
+    if result.failed_below:
+        click.echo(f"{label}: warning: {result.failed_below} failed rows at or below seq {result.seq} were "
+                   "published by nobody: `casestream outbox list --status failed`", err=True)

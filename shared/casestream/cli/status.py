@@ -99,6 +99,7 @@ class ServiceStatus:
     lag_seconds: float | None = None
     outbox_pending: float | None = None
     outbox_oldest_s: float | None = None
+    outbox_cdc: bool = False
     dead_letters: float | None = None
     sagas: dict[str, int] = field(default_factory=dict)
     consumers: list[ConsumerStatus] = field(default_factory=list)
@@ -130,6 +131,11 @@ def service_status(service: str, metrics_text: str | None, ready: str,
         return row
     row.outbox_pending = _sum(s, "outbox_pending_total")
     row.outbox_oldest_s = _max(s, "outbox_oldest_pending_age_seconds")
+    if row.outbox_pending is None and (cdc := _sum(s, "outbox_cdc_unconfirmed_total")) is not None:
+        # CDC publishes (no relay): rows not yet confirmed by the replication slot instead.
+        row.outbox_cdc = True
+        row.outbox_pending = cdc
+        row.outbox_oldest_s = _max(s, "outbox_cdc_oldest_unconfirmed_age_seconds")
     row.sagas = {dict(lab).get("state", "?"): int(v) for (n, lab), v in s.items()
                  if n == "saga_state_total"}
     return row
@@ -151,7 +157,8 @@ def service_rows(r: ServiceStatus) -> list[tuple[str, ...]]:
     consumers = r.consumers or [ConsumerStatus(name="-")]
     first, *more = consumers
     lines = [(r.service, r.ready, first.name, _fmt(first.lag_messages), _fmt(first.lag_seconds, 1),
-              _fmt(r.outbox_pending), _fmt(r.outbox_oldest_s, 1), _fmt(first.dead_letters),
+              _fmt(r.outbox_pending) + (" (cdc)" if r.outbox_cdc else ""), _fmt(r.outbox_oldest_s, 1),
+              _fmt(first.dead_letters),
               " ".join(f"{k}={v}" for k, v in sorted(r.sagas.items())) or "-")]
     lines += [("", "", c.name, _fmt(c.lag_messages), _fmt(c.lag_seconds, 1), "", "",
                _fmt(c.dead_letters), "") for c in more]

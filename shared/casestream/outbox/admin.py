@@ -29,6 +29,7 @@ from typing import Any
 import psycopg
 
 from casestream.errors import CasestreamError
+from casestream.outbox.cdc import CdcStatus, cdc_status, default_slot_name, publisher
 from casestream.outbox.relay.store import stats
 from casestream.outbox.writer import NOTIFY_CHANNEL
 
@@ -58,13 +59,19 @@ class RelayMember:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class OutboxStatus:
-    """Counts of one outbox (``oldest_pending_age_s`` in seconds; 0 when nothing is pending)."""
+    """Counts of one outbox (``oldest_pending_age_s`` in seconds; 0 when nothing is pending).
+
+    ``publisher`` is ``relay`` or ``cdc`` (``outbox_publisher``); under ``cdc`` every row
+    stays ``pending`` (Debezium never updates rows), so ``cdc`` holds what matters instead:
+    the replication slot's lag and the rows it has not confirmed yet."""
 
     pending: int
     failed: int
     oldest_pending_age_s: float
     published_retained: int
     relays: tuple[RelayMember, ...] = field(default=())
+    publisher: str = "relay"
+    cdc: CdcStatus | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -98,8 +105,10 @@ def _first_line(e: BaseException) -> str:
     return text.splitlines()[0] if text else type(e).__name__
 
 
-def outbox_status(dsn: str) -> OutboxStatus:
-    """Pending and failed rows, oldest pending age, published rows kept, live relays.
+def outbox_status(dsn: str, *, slot: str | None = None) -> OutboxStatus:
+    """Pending and failed rows, oldest pending age, published rows kept, live relays; with
+    CDC publishing, the :class:`~casestream.outbox.cdc.CdcStatus` of replication slot
+    ``slot`` (default ``casestream_<database>_outbox``).
 
     Raises:
         NoOutboxTable: the database has no outbox.
@@ -114,7 +123,12 @@ def outbox_status(dsn: str) -> OutboxStatus:
         ).fetchall()
         published = conn.execute(
             "SELECT count(*) FROM outbox WHERE status = 'published'").fetchone()
-    return OutboxStatus(pending=st.pending, failed=st.failed,
+        who = publisher(conn)
+        cdc = None
+        if who == "cdc":
+            db = conn.execute("SELECT current_database()").fetchone()
+            cdc = cdc_status(conn, slot or default_slot_name(str(db[0]) if db else ""))
+    return OutboxStatus(publisher=who, cdc=cdc, pending=st.pending, failed=st.failed,
                         oldest_pending_age_s=st.oldest_pending_age_s,
                         published_retained=int(published[0]) if published else 0,
                         relays=tuple(RelayMember(str(r[0]), str(r[1]), int(r[2])) for r in relays))

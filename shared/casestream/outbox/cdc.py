@@ -37,6 +37,7 @@ from typing import Any
 
 import psycopg
 
+from casestream import telemetry
 from casestream.errors import CasestreamError
 from casestream.outbox.writer import OUTBOX_PUBLISHER_DDL, OUTBOX_PUBLISHER_MIGRATION
 
@@ -193,6 +194,19 @@ class CdcRetention:
         self.batch = batch
         self.status: CdcStatus | None = None
         self.deleted_total = 0
+        src = telemetry.sources()
+        for metric, read in (
+                ("outbox_cdc_lag_bytes", lambda st: st.lag_bytes),
+                ("outbox_cdc_unconfirmed_total", lambda st: st.unconfirmed),
+                ("outbox_cdc_oldest_unconfirmed_age_seconds", lambda st: st.oldest_unconfirmed_age_s)):
+            src.add_gauge(metric, self._gauge(read))
+        src.add_gauge("outbox_cdc_deleted_total", lambda: {(("slot", self.slot),): float(self.deleted_total)})
+
+    def _gauge(self, read: Any) -> Any:
+        def sample() -> dict[tuple[tuple[str, str], ...], float]:
+            st = self.status
+            return {} if st is None else {(("slot", self.slot),): float(read(st))}
+        return sample
 
     def run_once(self, conn: psycopg.Connection[Any]) -> None:
         """One round: checkpoint, delete what CDC passed, refresh :attr:`status`."""

@@ -41,6 +41,7 @@ from casestream.http.pgdeadline import DeadlinePool
 from casestream.kafka.config import producer_config
 from casestream.migrations import Migration, apply_migrations
 from casestream.outbox.relay.core import OutboxRelay
+from casestream.outbox.cdc import CdcRetention, default_slot_name
 from casestream.outbox.relay.settings import RelaySettings, relay_retry
 from casestream.outbox.writer import OUTBOX_MIGRATIONS, OutboxWriter
 from casestream.service.gctune import freeze_startup_objects
@@ -264,9 +265,12 @@ class ServiceBuilder(Generic[S]):
                              worker=worker or spec.name.rpartition(".")[2], pipeline=pipeline)
 
     def relay(self, *, worker: str = "relay", settings: RelaySettings | None = None,
-              producer: Mapping[str, Any] | None = None) -> OutboxRelay:
-        """Run the outbox relay of the service's database (name and Kafka client id
-        ``<service>.relay``).
+              producer: Mapping[str, Any] | None = None) -> OutboxRelay | CdcRetention:
+        """Run the publisher of the service's outbox: the outbox relay (name and Kafka client
+        id ``<service>.relay``), or, with ``OUTBOX_PUBLISHER=cdc``, no relay but the
+        :class:`~casestream.outbox.cdc.CdcRetention` job of slot ``CDC_SLOT`` (Debezium
+        publishes; the job checkpoints, exports ``outbox_cdc_*`` and deletes rows CDC passed
+        more than ``RELAY_RETENTION_S`` ago).
 
         ``settings`` default: from the service settings (``RELAY_BATCH_SIZE``,
         ``RELAY_MAX_ATTEMPTS``, ``RELAY_RETENTION_S``); ``producer``: librdkafka properties
@@ -275,8 +279,15 @@ class ServiceBuilder(Generic[S]):
         Raises:
             ConfigError: a producer property is unknown, invalid or weakens the guarantees.
         """
-        name = f"{self.name}.relay"
         s = self.settings
+        if s.outbox_publisher == "cdc":
+            dsn = s.dsn
+            retention = CdcRetention(lambda: psycopg.connect(dsn, autocommit=True, connect_timeout=10),
+                                     s.cdc_slot or default_slot_name(s.database),
+                                     interval_s=s.cdc_retention_interval_s, keep_s=s.relay_retention_s)
+            self.worker(worker, retention.run)
+            return retention
+        name = f"{self.name}.relay"
         if settings is None:
             settings = RelaySettings(batch_size=s.relay_batch_size, retry=relay_retry(s.relay_max_attempts),
                                      published_retention_s=s.relay_retention_s)

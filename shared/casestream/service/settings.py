@@ -320,6 +320,14 @@ class ServiceSettings(CommonSettings):
         <prefix>RELAY_BATCH_SIZE: outbox rows per relay batch (>= 1, default 1000).
         <prefix>RELAY_RETENTION_S: published outbox rows are kept this long, seconds (>= 0,
             default 3600; 0 deletes a row once its delivery is confirmed).
+        <prefix>OUTBOX_PUBLISHER: ``relay`` (default: the service runs the outbox relay) or
+            ``cdc`` (Debezium publishes the outbox: no relay; a CDC retention job checkpoints,
+            reports ``outbox_cdc_*`` metrics and deletes rows CDC passed more than
+            ``RELAY_RETENTION_S`` ago). Switch a running system with
+            ``casestream outbox handover``, then restart with the new value.
+        <prefix>CDC_SLOT: the connector's replication slot (default
+            ``casestream_<database>_outbox``, ``casestream.outbox.cdc.default_slot_name``).
+        <prefix>CDC_RETENTION_INTERVAL_S: how often the CDC retention job runs, seconds (default 5).
         <prefix>INBOX_RETENTION_INTERVAL_S: how often the inbox retention job purges the
             consumers' inbox rows no redelivery can need, seconds (default 600; 0: never;
             ``casestream.consumer.retention``).
@@ -355,6 +363,12 @@ class ServiceSettings(CommonSettings):
     relay_batch_size: int = Field(1000, ge=1, description="outbox rows per relay batch")
     relay_retention_s: float = Field(3600.0, ge=0, description="keep published outbox rows this long, "
                                                                "seconds (0: delete once delivered)")
+    outbox_publisher: Literal["relay", "cdc"] = Field(
+        "relay", description="who publishes the outbox: relay (run it) or cdc (Debezium; no relay)")
+    cdc_slot: str = Field("", description="replication slot of the outbox connector "
+                                          "(empty: casestream_<database>_outbox)")
+    cdc_retention_interval_s: float = Field(5.0, gt=0, description="how often the CDC retention job "
+                                                                   "checkpoints and deletes, seconds")
     inbox_retention_interval_s: float = Field(
         600.0, ge=0, description="how often inbox rows no redelivery can need are purged, seconds (0: never)")
     inbox_dedup_window_s: float = Field(
