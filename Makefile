@@ -74,12 +74,15 @@ soak: infra-up ## fault soak: the suite under load while instances, relays, Kafk
 	@$(WITH_ENV) $(VENV)/bin/python -m services.soak --minutes $(SOAK_MINUTES) $(SOAK_ARGS)
 
 test: venv compose k8s-tools infra-up ## the whole test suite against the real infrastructure (.ci/run calls this)
-	@$(WITH_ENV) { $(VENV)/bin/pytest -m "not cluster" $(PYTEST_ARGS); rc=$$?; \
+	@$(WITH_ENV) { $(VENV)/bin/pytest -m "not cluster and not debezium" $(PYTEST_ARGS); rc=$$?; \
 		if [ $$rc -eq 5 ]; then echo "make test: pytest collected no tests (exit status 5); that is a failure" >&2; fi; \
 		exit $$rc; }
 
 test-edge: venv infra-up ## the live-edge e2e test in full: schemathesis against each of the six services
 	@$(WITH_ENV) CASESTREAM_TEST_EDGE_FULL=1 $(VENV)/bin/pytest tests/e2e/test_edge_live.py -p no:cacheprovider $(PYTEST_ARGS)
+
+test-debezium: venv infra-up ## Debezium as the outbox publisher: same records as the relay, CDC status/retention, both handovers under a steady writer (starts Kafka Connect; ~40 s warm, + ~90 s Maven resolution cold)
+	@$(WITH_ENV) $(VENV)/bin/pytest -m debezium -s tests/integration/test_debezium.py $(PYTEST_ARGS)
 
 test-cluster: venv infra-up ## the three-broker tests: a broker SIGKILLed under load, two brokers stopped (~5 min; own cluster in .local/kafka-cluster-test)
 	@$(WITH_ENV) $(VENV)/bin/pytest -m cluster -s tests/integration/test_kafka_cluster.py $(PYTEST_ARGS)

@@ -34,7 +34,7 @@ from casestream.outbox.relay import OutboxRelay
 from casestream.testing.relay import JsonCodec, create_topics, read_topics
 from test_relay_support import RelayThread, check_order, env, settings, wait_for
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.debezium]
 
 ROOT = Path(__file__).resolve().parents[2]
 
