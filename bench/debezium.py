@@ -15,17 +15,20 @@ Per round:
   connector not started); then the publisher starts, and the time from its start to the
   last record on the topic (sum of the partitions' high watermarks, polled every 20 ms)
   gives events/s;
-* **latency**: the publisher running, a writer process commits R events/s (default 1,000),
-  one event per transaction, for S seconds (``bench/relay.py``'s writer and reader
-  processes); latency = arrival at a consumer - commit returned, p50/p99 in ms;
+* **latency**: the publisher running, a writer process commits R events/s (default 1,000)
+  over W connections (default 8: with ``synchronous_commit = on`` each commit waits for its
+  WAL flush), one event per transaction, for S seconds (``bench/relay.py``'s writer and
+  reader processes); latency = arrival at a consumer - commit returned, p50/p99 in ms;
 * **CPU** seconds per 10,000 events, for the backlog and the latency phase: the publisher
   (relay: this process, which runs only the relay then; Debezium: the Connect JVM,
   ``/proc/<pid>/stat``) and PostgreSQL (the postmaster and its children, this stack's
   ``postmaster.pid``; the writers' backends are in it for both publishers alike).
 
-Prints one line per round, the medians per publisher, the ratios debezium/relay, and a final
+An unmeasured warm-up backlog round per publisher comes first (``--warmup-events``, 20,000):
+the Connect JVM compiles its hot paths during the first tens of thousands of events, which
+a long-running worker has long done. Prints one line per round, the medians per publisher, the ratios debezium/relay, and a final
 JSON line. Usage: ``python bench/debezium.py [--events 100000] [--rate 1000] [--seconds 10]
-[--rounds 2]``.
+[--rounds 2] [--writers 8] [--warmup-events 20000]``.
 """
 
 from __future__ import annotations
@@ -184,7 +187,7 @@ def backlog(r: Round, events: int) -> dict[str, float]:
             "postgres_cpu_s_per_10k": pg * 10_000 / events}
 
 
-def latency(r: Round, rate: float, seconds: float) -> dict[str, float]:
+def latency(r: Round, rate: float, seconds: float, writers: int) -> dict[str, float]:
     ctx = multiprocessing.get_context("spawn")
     ready, cstop, arrivals_q, commits_q = ctx.Event(), ctx.Event(), ctx.Queue(), ctx.Queue()
     cp = ctx.Process(target=_latency_consumer, args=(r.topic, ready, cstop, arrivals_q))
@@ -192,7 +195,7 @@ def latency(r: Round, rate: float, seconds: float) -> dict[str, float]:
     ready.wait(30)
     time.sleep(1.0)
     cpu_pub, cpu_pg = r.publisher_cpu_s(), postgres_cpu_s()
-    wp = ctx.Process(target=_latency_writers, args=(r.dsn, rate, seconds, commits_q))
+    wp = ctx.Process(target=_latency_writers, args=(r.dsn, rate, seconds, commits_q, writers))
     wp.start()
     committed, achieved = commits_q.get(timeout=seconds * 5 + 60)
     wp.join()
@@ -214,14 +217,24 @@ def main() -> None:
     ap.add_argument("--rate", type=float, default=1_000.0, help="latency phase, events/s")
     ap.add_argument("--seconds", type=float, default=10.0, help="latency phase length")
     ap.add_argument("--rounds", type=int, default=2, help="rounds per publisher (alternating)")
+    ap.add_argument("--writers", type=int, default=8,
+                    help="latency phase: writer connections (each commit waits for its WAL flush)")
+    ap.add_argument("--warmup-events", type=int, default=20_000,
+                    help="an unmeasured backlog round per publisher first (JIT of the Connect JVM)")
     args = ap.parse_args()
     connect = ConnectClient(CONNECT_URL)
     results: dict[str, list[dict[str, Any]]] = {"relay": [], "debezium": []}
+    for kind in ("relay", "debezium") if args.warmup_events else ():
+        r = Round(kind, connect)
+        try:
+            backlog(r, args.warmup_events)
+        finally:
+            r.close()
     for i in range(args.rounds * 2):
         kind = ("relay", "debezium")[i % 2]
         r = Round(kind, connect)
         try:
-            row = {"backlog": backlog(r, args.events), "latency": latency(r, args.rate, args.seconds)}
+            row = {"backlog": backlog(r, args.events), "latency": latency(r, args.rate, args.seconds, args.writers)}
         finally:
             r.close()
         results[kind].append(row)

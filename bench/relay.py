@@ -173,8 +173,8 @@ _LEAN_INSERT = ("INSERT INTO outbox (id, aggregatetype, aggregateid, type, paylo
                 " event_version, correlation_id, occurred_at) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s)")
 
 
-def _latency_writers(dsn: str, rate: float, seconds: float, out: Any) -> None:
-    """Child process: 2 connections commit ``rate`` events/s in total, one event per
+def _latency_writers(dsn: str, rate: float, seconds: float, out: Any, writers: int = 2) -> None:
+    """Child process: ``writers`` connections commit ``rate`` events/s in total, one event per
     transaction (one autocommit INSERT of a row encoded beforehand), for ``seconds``; send
     ({event id: (commit returned monotonic, wall ms)}, achieved rate).
 
@@ -183,7 +183,6 @@ def _latency_writers(dsn: str, rate: float, seconds: float, out: Any) -> None:
     a core of this 2-core box from PostgreSQL, Kafka and the relay under test."""
     committed: dict[str, tuple[float, float]] = {}
     n = int(rate * seconds)
-    writers = 2
     done_rates: list[float] = []
     codec = JsonCodec()
 

@@ -84,6 +84,8 @@ SETTINGS_EXPLAINED: tuple[tuple[str, str, str], ...] = (
     ("producer.override.acks", "all", "as the relay: a record counts once every in-sync replica has it"),
     ("producer.override.linger.ms", "1", "as the relay: batch briefly, do not wait"),
     ("producer.override.max.in.flight.requests.per.connection", "5", "the most idempotence keeps in order"),
+    ("producer.override.batch.size", "1000000", "bytes per partition batch, librdkafka's default that the "
+     "relay uses (the Java producer's 16384 sends a 100,000-row backlog in many small requests)"),
 )
 
 #: Connect's producer partitioner is murmur2 of the key, the relay's ``murmur2_random``: the
