@@ -21,8 +21,10 @@ A row is *passed* by CDC when a checkpoint covering it has ``lsn <=`` the replic
 ``confirmed_flush_lsn``: Debezium confirms an LSN to the slot only after Kafka Connect
 committed the source offset, which it does only for records the producer had acknowledged
 (Connect's ``offset.flush.interval.ms``). The lag in bytes is
-``pg_wal_lsn_diff(pg_current_wal_lsn(), confirmed_flush_lsn)``; on a database whose outbox is
-idle the slot advances only through Debezium's heartbeats (``heartbeat.interval.ms``).
+``pg_wal_lsn_diff(pg_current_wal_lsn(), confirmed_flush_lsn)``. Debezium confirms the LSN of
+the last change it streamed (and, with ``heartbeat.interval.ms``, of what its heartbeats
+saw): on an idle outbox the slot may stay just below the newest checkpoint, so the last rows
+written count as unconfirmed (and are kept) until the next write carries the slot past it.
 
 Errors: :class:`CdcError` (a slot is missing, a handover precondition fails) and
 ``psycopg.Error`` from the statements.
