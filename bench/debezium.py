@@ -55,7 +55,7 @@ from casestream.outbox import OUTBOX_MIGRATIONS
 from casestream.outbox.cdc import default_slot_name, set_publisher
 from casestream.outbox.connect import ConnectClient, connector_name, outbox_connector_config
 from casestream.outbox.relay import OutboxRelay, RelaySettings
-from casestream.testing.relay import create_topics, delete_topics
+from casestream.testing.relay import create_topics, delete_topics, drop_cdc_database
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from relay import _latency_consumer, _latency_writers, fill, make_envs  # noqa: E402
@@ -156,14 +156,7 @@ class Round:
             self.relay_thread.join(30)
         if self.kind == "debezium":
             self.connect.delete(connector_name(self.database))
-        with psycopg.connect(f"{PG_URL}/postgres", autocommit=True) as conn:
-            deadline = time.monotonic() + 30
-            while conn.execute("SELECT 1 FROM pg_replication_slots WHERE slot_name = %s AND active",
-                               (self.slot,)).fetchone() and time.monotonic() < deadline:
-                time.sleep(0.2)
-            conn.execute("SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots "
-                         "WHERE slot_name = %s", (self.slot,))
-            conn.execute(f'DROP DATABASE IF EXISTS "{self.database}" WITH (FORCE)')
+        drop_cdc_database(PG_URL, self.database, self.slot)
         delete_topics(KAFKA, [self.topic])
 
 

@@ -10,10 +10,8 @@ from __future__ import annotations
 
 import os
 import subprocess
-import threading
 import time
 import uuid
-from collections import defaultdict
 from collections.abc import Iterator
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -31,8 +29,8 @@ from casestream.outbox.cdc import CdcRetention, cdc_status, default_slot_name, p
 from casestream.outbox.connect import ConnectClient, connector_name, outbox_connector_config
 from casestream.outbox.switch import handover
 from casestream.outbox.relay import OutboxRelay
-from casestream.testing.relay import JsonCodec, create_topics, read_topics
-from test_relay_support import RelayThread, check_order, env, settings, wait_for
+from casestream.testing.relay import JsonCodec, create_topics, drop_cdc_database, read_topics
+from test_relay_support import LoadWriter, RelayThread, check_order, env, settings, wait_for
 
 pytestmark = [pytest.mark.integration, pytest.mark.debezium]
 
@@ -70,14 +68,7 @@ class CdcDatabase:
 
     def close(self, pg_url: str) -> None:
         self.connect.delete(self.connector)
-        with psycopg.connect(pg_url.rstrip("/") + "/postgres", autocommit=True) as conn:
-            deadline = time.monotonic() + 30
-            while conn.execute("SELECT 1 FROM pg_replication_slots WHERE slot_name = %s AND active",
-                               (self.slot,)).fetchone() and time.monotonic() < deadline:
-                time.sleep(0.2)
-            conn.execute("SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots "
-                         "WHERE slot_name = %s", (self.slot,))
-            conn.execute(f'DROP DATABASE IF EXISTS "{self.name}" WITH (FORCE)')
+        drop_cdc_database(pg_url, self.name, self.slot)
 
 
 @pytest.fixture
@@ -88,47 +79,12 @@ def cdc_db(pg_url: str, connect: ConnectClient, kafka_bootstrap: str) -> Iterato
     db.close(pg_url)
 
 
-class SteadyWriter:
-    """Appends one transaction of ``per_txn`` events every ``pause_s`` over 40 aggregates."""
-
-    def __init__(self, dsn: str, agg_type: str, *, per_txn: int = 3, pause_s: float = 0.01) -> None:
-        self.dsn, self.agg_type, self.per_txn, self.pause_s = dsn, agg_type, per_txn, pause_s
-        self.written: dict[str, list[str]] = defaultdict(list)
-        self.stop = threading.Event()
-        self.error: BaseException | None = None
-        self.thread = threading.Thread(target=self._run, daemon=True)
-        self.thread.start()
-
-    def _run(self) -> None:
-        writer = OutboxWriter(JsonCodec())
-        n = 0
-        try:
-            with psycopg.connect(self.dsn) as conn:
-                while not self.stop.is_set():
-                    envs = []
-                    for _ in range(self.per_txn):
-                        agg = f"a{n % 40}"
-                        n += 1
-                        envs.append(env(agg, len(self.written[agg]) + 1, agg_type=self.agg_type, size=200))
-                        self.written[agg].append(envs[-1].event_id)
-                    with conn.transaction():
-                        writer.append(conn, envs)
-                    time.sleep(self.pause_s)
-        except BaseException as e:  # noqa: BLE001
-            self.error = e
-
-    def close(self) -> int:
-        self.stop.set()
-        self.thread.join(10)
-        assert self.error is None, repr(self.error)
-        return sum(map(len, self.written.values()))
-
-
 def test_both_handovers_under_a_steady_writer_lose_nothing(
         cdc_db: CdcDatabase, connect: ConnectClient, kafka_bootstrap: str) -> None:
     relay = RelayThread(OutboxRelay(cdc_db.dsn, {"bootstrap.servers": kafka_bootstrap},
                                     settings("outbox.event."), "relay"))
-    writer = SteadyWriter(cdc_db.dsn, cdc_db.agg_type)
+    writer = LoadWriter(cdc_db.dsn, per_txn=3, aggregates=40, prefix="a", seed=7, pause_s=0.01,
+                        agg_type=cdc_db.agg_type)
     log: list[str] = []
     try:
         time.sleep(1.0)

@@ -126,12 +126,13 @@ class RelayThread:
 
 class LoadWriter:
     """Appends events in transactions of ``per_txn`` over ``aggregates`` aggregates
-    (ids ``<prefix><n>``), pausing ``pause_s`` between transactions, until closed."""
+    (ids ``<prefix><n>``, aggregate type ``agg_type``), pausing ``pause_s`` between
+    transactions, until closed."""
 
     def __init__(self, dsn: str, *, per_txn: int, aggregates: int, prefix: str, seed: int,
-                 pause_s: float) -> None:
+                 pause_s: float, agg_type: str = "case") -> None:
         self.dsn, self.per_txn, self.aggregates = dsn, per_txn, aggregates
-        self.prefix, self.seed, self.pause_s = prefix, seed, pause_s
+        self.prefix, self.seed, self.pause_s, self.agg_type = prefix, seed, pause_s, agg_type
         self.written: dict[str, list[str]] = defaultdict(list)
         self.stop = threading.Event()
         self.error: BaseException | None = None
@@ -147,7 +148,7 @@ class LoadWriter:
                     envs = []
                     for _ in range(self.per_txn):
                         agg = f"{self.prefix}{rng.randrange(self.aggregates)}"
-                        envs.append(env(agg, len(self.written[agg]) + 1))
+                        envs.append(env(agg, len(self.written[agg]) + 1, agg_type=self.agg_type))
                         self.written[agg].append(envs[-1].event_id)
                     with conn.transaction():
                         writer.append(conn, envs)

@@ -32,7 +32,7 @@ from casestream.outbox.writer import OUTBOX_MIGRATIONS
 
 __all__ = [
     "FakeEnvelope", "JsonCodec", "Record", "isolated_schema", "create_topics", "delete_topics",
-    "read_topics", "PrivateKafka", "dsn_with_search_path", "free_port",
+    "read_topics", "PrivateKafka", "dsn_with_search_path", "free_port", "drop_cdc_database",
 ]
 
 
@@ -170,6 +170,19 @@ def read_topics(bootstrap: KafkaTarget, topics: Sequence[str], *, expected: int,
         return out
     finally:
         consumer.close()
+
+
+def drop_cdc_database(pg_url: str, database: str, slot: str, *, timeout_s: float = 30.0) -> None:
+    """Drop ``database`` and its replication slot ``slot`` (once its walsender let go of it,
+    at most ``timeout_s`` after the connector was deleted); ``pg_url`` is the server's URL."""
+    with psycopg.connect(pg_url.rstrip("/") + "/postgres", autocommit=True) as conn:
+        deadline = time.monotonic() + timeout_s
+        while conn.execute("SELECT 1 FROM pg_replication_slots WHERE slot_name = %s AND active",
+                           (slot,)).fetchone() and time.monotonic() < deadline:
+            time.sleep(0.2)
+        conn.execute("SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots "
+                     "WHERE slot_name = %s", (slot,))
+        conn.execute(f'DROP DATABASE IF EXISTS "{database}" WITH (FORCE)')
 
 
 def free_port() -> int:
