@@ -146,6 +146,27 @@ class ConnectClient:
         """Create connector ``name`` or replace its configuration."""
         self._call("PUT", f"/connectors/{quote(name)}/config", {**config, "name": name})
 
+    def start_fresh(self, name: str, config: dict[str, str], *, timeout_s: float = 60.0) -> None:
+        """Create (or reconfigure) connector ``name`` with its source offsets removed, so it
+        starts where its replication slot is rather than at an LSN stored for an earlier slot
+        of the same name (Debezium refuses that one: "no longer available on the server").
+        Kafka Connect's offset API (KIP-875): created ``STOPPED``, ``DELETE .../offsets``,
+        then resumed."""
+        path = f"/connectors/{quote(name)}"
+        if self.exists(name):
+            self.put(name, config)
+            self._call("PUT", f"{path}/stop", ok=(202, 204))
+        else:
+            self._call("POST", "/connectors", {"name": name, "config": {**config, "name": name},
+                                               "initial_state": "STOPPED"})
+        deadline = time.monotonic() + timeout_s
+        while self.state(name)[0] != "STOPPED":
+            if time.monotonic() > deadline:
+                raise ConnectError(f"connector {name} did not stop within {timeout_s:.0f} s")
+            time.sleep(0.2)
+        self._call("DELETE", f"{path}/offsets", ok=(200, 202))
+        self._call("PUT", f"{path}/resume", ok=(202, 204))
+
     def delete(self, name: str) -> bool:
         """Delete connector ``name`` (its offsets stay in Connect's offset topic); False if absent."""
         try:

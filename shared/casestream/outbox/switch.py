@@ -14,7 +14,8 @@ does only for acknowledged records).
 relay -> cdc::
 
     1. publication + replication slot (created if absent): Debezium streams every change
-       committed from here on; the connector is created (``snapshot.mode=no_data``)
+       committed from here on; the connector is created (``snapshot.mode=no_data``), with
+       its stored offsets removed when the slot is new (ConnectClient.start_fresh)
     2. checkpoint (S, L), after the slot exists: rows above S are Debezium's
     3. wait until no row at or below S is pending: the still running relay published them
     4. outbox_publisher = cdc: the relay claims nothing more
@@ -91,9 +92,12 @@ def handover(dsn: str, *, to: str, slot: str, bootstrap: str, connect: ConnectCl
     t0 = time.monotonic()
     with psycopg.connect(dsn, autocommit=True, connect_timeout=10) as conn:
         if to == "cdc":
-            _ensure_slot(conn, slot, progress)
+            fresh = _ensure_slot(conn, slot, progress)
             if connect is not None and connector_config is not None:
-                connect.put(connector, connector_config)
+                if fresh:  # offsets stored for an earlier slot of this name point at lost WAL
+                    connect.start_fresh(connector, connector_config, timeout_s=timeout_s)
+                else:
+                    connect.put(connector, connector_config)
                 connect.wait_running(connector, timeout_s=timeout_s)
                 progress(f"connector {connector} running")
             cp = _checkpoint(conn, timeout_s)
@@ -141,13 +145,16 @@ def connector_for_dsn(dsn: str, slot: str | None = None) -> tuple[str, str, dict
         user=str(info.get("user") or "postgres"), password=str(info.get("password") or ""), slot=slot)
 
 
-def _ensure_slot(conn: psycopg.Connection[Any], slot: str, progress: Callable[[str], None]) -> None:
+def _ensure_slot(conn: psycopg.Connection[Any], slot: str, progress: Callable[[str], None]) -> bool:
+    """Create the publication and the slot where missing; True if the slot is new."""
     if not conn.execute("SELECT 1 FROM pg_publication WHERE pubname = %s", (slot,)).fetchone():
         conn.execute(sql.SQL("CREATE PUBLICATION {} FOR TABLE outbox").format(sql.Identifier(slot)))
         progress(f"publication {slot} created")
     if not conn.execute("SELECT 1 FROM pg_replication_slots WHERE slot_name = %s", (slot,)).fetchone():
         conn.execute("SELECT pg_create_logical_replication_slot(%s, 'pgoutput')", (slot,))
         progress(f"replication slot {slot} created")
+        return True
+    return False
 
 
 def _drop_slot(conn: psycopg.Connection[Any], slot: str, timeout_s: float) -> None:
