@@ -18,6 +18,9 @@ SOAK_ARGS ?=
 DEMO_ARGS ?=
 # Length of `make soak` in minutes, e.g. make soak SOAK_MINUTES=20
 SOAK_MINUTES ?= 20
+# Instances of every service for `make demo` and `make soak`, e.g. make demo REPLICAS=3
+# (default: demo one of each; soak two case and two audit instances, one of the others)
+REPLICAS ?=
 # Services `make run` starts, comma-separated (default: every installed service), e.g.
 # make run SERVICES=case,audit (same as CASESTREAM_RUN_SERVICES=case,audit make run)
 SERVICES ?=
@@ -67,11 +70,11 @@ infra-logs: ## last lines of each infrastructure log
 run: infra-up ## infrastructure + the installed services in the foreground (SERVICES=case,audit chooses; Ctrl-C stops all)
 	@$(WITH_ENV) exec $(VENV)/bin/python -m casestream.service.devstack run $(if $(SERVICES),--services $(SERVICES))
 
-demo: infra-up ## start the five suite services, drive 25 cases through them, print each journey
-	@$(WITH_ENV) $(VENV)/bin/python -m services.demo $(DEMO_ARGS)
+demo: infra-up ## start the five suite services (REPLICAS=N instances of each), drive 25 cases through them, print each journey
+	@$(WITH_ENV) $(VENV)/bin/python -m services.demo $(if $(REPLICAS),--replicas $(REPLICAS)) $(DEMO_ARGS)
 
-soak: infra-up ## fault soak: the suite under load while instances, relays, Kafka and PostgreSQL are killed/restarted (SOAK_MINUTES=20), then invariants
-	@$(WITH_ENV) $(VENV)/bin/python -m services.soak --minutes $(SOAK_MINUTES) $(SOAK_ARGS)
+soak: infra-up ## fault soak: the suite under load while instances, relays, Kafka and PostgreSQL are killed/restarted (SOAK_MINUTES=20, REPLICAS=N of every service), then invariants
+	@$(WITH_ENV) $(VENV)/bin/python -m services.soak --minutes $(SOAK_MINUTES) $(if $(REPLICAS),--replicas $(REPLICAS)) $(SOAK_ARGS)
 
 test: venv compose k8s-tools infra-up ## the whole test suite against the real infrastructure (.ci/run calls this)
 	@$(WITH_ENV) { $(VENV)/bin/pytest -m "not cluster and not debezium" $(PYTEST_ARGS); rc=$$?; \

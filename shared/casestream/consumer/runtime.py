@@ -504,6 +504,7 @@ class ConsumerRuntime:
         given = {(p.topic, p.partition) for p in partitions}
         self._assigned |= given
         self.stats.assignments += 1
+        self.stats.partitions_assigned = len(self._assigned)
         log.info("%s: assigned %s", self.name, _fmt(partitions))
         # A pause from before a revoke survives in librdkafka: nothing assigned now is paused
         # by a current decision of ours (the revoke forgot them), so fetch them all.
@@ -550,6 +551,7 @@ class ConsumerRuntime:
         the backoff itself stays due in ``consumer_retry`` for whoever gets them next."""
         self._resume([tp for tp in tps if tp in self._paused])
         self._assigned -= tps
+        self.stats.partitions_assigned = len(self._assigned)
         for tp in tps:
             self._paused.pop(tp, None)
             self._pending.pop(tp, None)

@@ -37,6 +37,10 @@ from casestream.service.spec import ServiceSpec
 #: Comma-separated service names ``make run`` starts (default: every discovered service).
 RUN_SERVICES_VAR = "CASESTREAM_RUN_SERVICES"
 
+#: Port distance between two local instances of one service: instance ``i`` (1-based) listens
+#: on its service's port + ``REPLICA_PORT_STEP * (i - 1)`` (case: 18101, 18201, 18301, ...).
+REPLICA_PORT_STEP = 100
+
 
 class StackError(CasestreamError):
     """A service did not become ready, or exited while it was expected to run."""
@@ -60,6 +64,31 @@ def service_port(name: str, env: Mapping[str, str] | None = None,
         ConfigError: unknown service, or ``CASESTREAM_<NAME>_PORT`` is not a port number.
     """
     return _spec(name, specs).port(env)
+
+
+def replica_env(names: Sequence[str], index: int, env: Mapping[str, str] | None = None,
+                specs: Mapping[str, ServiceSpec] | None = None) -> dict[str, str]:
+    """``env`` (default: this process's environment) for local instance ``index`` (1-based) of
+    the services ``names``: ``CASESTREAM_<NAME>_PORT`` moved by :data:`REPLICA_PORT_STEP`
+    per instance; every other variable (databases, consumer groups, Kafka) is the same, so
+    the instances share their service's database, consumer groups and outbox shards. Index 1
+    is ``env`` unchanged. One :class:`ServiceStack` per index runs that instance of each.
+
+    Raises:
+        ConfigError: ``index`` < 1, an unknown service, or a port past 65535.
+    """
+    env = dict(os.environ if env is None else env)
+    if index < 1:
+        raise ConfigError(f"replica index must be >= 1, got {index}")
+    if index == 1:
+        return env
+    for name in names:
+        port = service_port(name, env, specs) + REPLICA_PORT_STEP * (index - 1)
+        if port > 65535:
+            raise ConfigError(f"service {name}: instance {index} would listen on port {port}"
+                              f" (> 65535); lower CASESTREAM_{name.upper()}_PORT")
+        env[f"CASESTREAM_{name.upper()}_PORT"] = str(port)
+    return env
 
 
 def selected_services(names: str | Sequence[str] | None = None,

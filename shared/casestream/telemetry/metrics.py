@@ -30,6 +30,7 @@ Observed from existing stats (``Sources``) at scrape time:
     dead_letter_reason_total{consumer,reason}, consumer_messages_total{consumer,outcome},
     consumer_batches_total{consumer}, queue_lag_seconds{consumer,topic},
     queue_lag_messages{consumer,topic}, queue_messages_inflight{consumer},
+    consumer_partitions_assigned{consumer}, relay_shards_held{relay},
     relay_published_total{relay}, relay_delivery_errors_total{relay}, relay_retried_total{relay},
     relay_failed_total{relay}, relay_gave_up_total{relay}, relay_size_rejections_total{relay},
     relay_batches_total{relay}, outbox_pending_total{relay},
@@ -85,6 +86,7 @@ METRIC_HELP: dict[str, tuple[str, str]] = {
     "dead_letter_reason_total": ("counter", "Dead letters by reason."),
     "consumer_messages_total": ("counter", "Consumed messages by outcome."),
     "consumer_batches_total": ("counter", "Poll batches applied."),
+    "consumer_partitions_assigned": ("gauge", "Partitions assigned to this consumer member now."),
     "outbox_pending_total": ("gauge", "Pending outbox rows (whole table)."),
     "outbox_failed_total": ("gauge", "Outbox rows marked failed."),
     "outbox_oldest_pending_age_seconds": ("gauge", "Age of the oldest pending outbox row."),
@@ -99,6 +101,7 @@ METRIC_HELP: dict[str, tuple[str, str]] = {
     "relay_gave_up_total": ("counter", "Outbox rows failed after max_attempts retryable errors (alert)."),
     "relay_size_rejections_total": ("counter", "Record batches the broker refused as too large."),
     "relay_batches_total": ("counter", "Relay batches."),
+    "relay_shards_held": ("gauge", "Outbox shards this relay instance holds a lease on."),
     "inbox_purged_total": ("counter", "Inbox rows purged by the retention job."),
     "guard_compacted_total": ("counter", "Version-guard rows compacted by the retention job."),
     "inbox_retention_cutoff_age_seconds": ("gauge", "Age of the last inbox purge cutoff (0: none allowed)."),
@@ -240,6 +243,8 @@ class MetricsRegistry:
                     yield Observation(n, {**lab, "reason": reason})
             elif name == "consumer_batches_total":
                 yield Observation(st.batches, lab)
+            elif name == "consumer_partitions_assigned":
+                yield Observation(st.partitions_assigned, lab)
             elif name == "consumer_messages_total":
                 for outcome in _CONSUMER_OUTCOMES:
                     yield Observation(getattr(st, outcome), {**lab, "outcome": outcome})
@@ -256,6 +261,8 @@ class MetricsRegistry:
                 yield Observation(getattr(m, _RELAY_COUNTERS[name]), {"relay": rname})
             elif name in _RELAY_GAUGES:
                 yield Observation(getattr(m, name), {"relay": rname})
+            elif name == "relay_shards_held":
+                yield Observation(m.shards_held, {"relay": rname})
         if name in _APP_COUNTERS:
             for obj in counters.values():
                 value: Any = obj
