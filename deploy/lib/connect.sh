@@ -46,7 +46,7 @@ connect_up() {
     log "connect: starting the worker on $CONNECT_URL"
     start_daemon "$CONNECT_PID" "$CONNECT_LOGS/connect.out" "$CONNECT_DIR" \
         "$JAVA_BIN" "-Xmx$CASESTREAM_CONNECT_HEAP" "-Xms$CASESTREAM_CONNECT_HEAP" -XX:+UseG1GC \
-        -XX:TieredStopAtLevel=1 -Djava.awt.headless=true \
+        -Djava.awt.headless=true \
         -Dlog4j2.configurationFile="$CS_DEPLOY_DIR/connect/log4j2.xml" -Dconnect.logs.dir="$CONNECT_LOGS" \
         -cp "$(<"$CONNECT_CP")" org.apache.kafka.connect.cli.ConnectDistributed "$CONNECT_CONF"
 }

@@ -29,7 +29,7 @@ from casestream.migrations import apply_migrations, create_database
 from casestream.outbox import OUTBOX_MIGRATIONS, OutboxWriter
 from casestream.outbox.cdc import CdcRetention, cdc_status, default_slot_name, publisher, take_checkpoint
 from casestream.outbox.connect import ConnectClient, connector_name, outbox_connector_config
-from casestream.outbox.handover import handover
+from casestream.outbox.switch import handover
 from casestream.outbox.relay import OutboxRelay
 from casestream.testing.relay import JsonCodec, create_topics, read_topics
 from test_relay_support import RelayThread, check_order, env, settings, wait_for

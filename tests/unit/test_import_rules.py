@@ -100,7 +100,7 @@ DRIVER_OWNERS: dict[str, set[str]] = {
         "casestream.replay.source", "casestream.replay.status",
         "casestream.telemetry.core", "casestream.telemetry.readiness",
         "casestream.cli.dlq", "casestream.cli.status",
-        "casestream.outbox.handover",            # waits for its marker on the topic
+        "casestream.outbox.switch",            # waits for its marker on the topic
         "casestream.testing.*",
     },
     "psycopg": {
@@ -114,7 +114,7 @@ DRIVER_OWNERS: dict[str, set[str]] = {
         "casestream.replay.status",
         "casestream.service.settings",           # psycopg.conninfo: DSN parsing
         "casestream.service.builder",
-        "casestream.outbox.admin", "casestream.outbox.cdc", "casestream.outbox.handover",
+        "casestream.outbox.admin", "casestream.outbox.cdc", "casestream.outbox.switch",
         "casestream.testing.*",
     },
     "psycopg_pool": {

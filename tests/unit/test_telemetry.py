@@ -167,6 +167,9 @@ def test_every_name_of_issue_9_is_exposed_unchanged_by_the_exporter() -> None:
         sources.add_gauge(name, lambda: {(("state", "COMPLETED"),): 1.0})
     for name in ("inbox_purged_total", "guard_compacted_total", "inbox_retention_cutoff_age_seconds"):
         sources.add_gauge(name, lambda: {(("consumer", "c"),): 1.0})
+    for name in ("outbox_cdc_lag_bytes", "outbox_cdc_unconfirmed_total",
+                 "outbox_cdc_oldest_unconfirmed_age_seconds", "outbox_cdc_deleted_total"):
+        sources.add_gauge(name, lambda: {(("slot", "s"),): 1.0})
     registry = MetricsRegistry("unit", sources)
     try:
         for name in METRIC_HELP:

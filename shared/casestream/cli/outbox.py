@@ -264,24 +264,17 @@ def handover_cmd(to: str, service: str | None, dsn: str | None, connect_url: str
     Then restart the service with CASESTREAM_<SERVICE>_OUTBOX_PUBLISHER set to the new value
     (the relay of a running service already obeys the switch).
     """
-    from psycopg.conninfo import conninfo_to_dict
-
-    from casestream.outbox.cdc import CdcError, default_slot_name
-    from casestream.outbox.connect import ConnectClient, ConnectError, connector_name, outbox_connector_config
-    from casestream.outbox.handover import handover
+    from casestream.outbox.cdc import CdcError
+    from casestream.outbox.connect import ConnectClient, ConnectError, connector_name
+    from casestream.outbox.switch import connector_for_dsn, handover
 
     label, url = _one(service, dsn)
     if bootstrap is None and service:
         bootstrap = str(cli_context().services()[service].read_settings().kafka_bootstrap)
     if not bootstrap:
         raise click.UsageError("give --bootstrap (or CASESTREAM_KAFKA_BOOTSTRAP)")
-    info = conninfo_to_dict(url)
-    database = str(info.get("dbname") or "")
-    slot = slot or default_slot_name(database)
+    database, slot, config = connector_for_dsn(url, slot)
     client = ConnectClient(connect_url) if connect_url else None
-    config = outbox_connector_config(database, host=str(info.get("host") or "127.0.0.1"),
-                                     port=int(info.get("port") or 5432), user=str(info.get("user") or "postgres"),
-                                     password=str(info.get("password") or ""), slot=slot)
     try:
         result = handover(url, to=to, slot=slot, bootstrap=bootstrap, connect=client,
                           connector=connector_name(database), connector_config=config,

@@ -42,13 +42,14 @@ from typing import Any
 
 import psycopg
 from psycopg import sql
+from psycopg.conninfo import conninfo_to_dict
 from confluent_kafka import Consumer, TopicPartition
 
-from casestream.outbox.cdc import CdcError, cdc_status, set_publisher, take_checkpoint
-from casestream.outbox.connect import ConnectClient
+from casestream.outbox.cdc import CdcError, cdc_status, default_slot_name, set_publisher, take_checkpoint
+from casestream.outbox.connect import ConnectClient, outbox_connector_config
 from casestream.outbox.writer import DEFAULT_TOPIC_PREFIX
 
-__all__ = ["MARKER_AGGREGATE_TYPE", "MARKER_EVENT_TYPE", "HandoverResult", "handover"]
+__all__ = ["MARKER_AGGREGATE_TYPE", "MARKER_EVENT_TYPE", "HandoverResult", "handover", "connector_for_dsn"]
 
 MARKER_AGGREGATE_TYPE = "casestream_handover"
 """Aggregate type of marker rows: topic ``outbox.event.casestream_handover``."""
@@ -126,6 +127,18 @@ def handover(dsn: str, *, to: str, slot: str, bootstrap: str, connect: ConnectCl
                               (cp.seq,)).fetchone()
     return HandoverResult(publisher=to, seq=cp.seq, lsn=cp.lsn, marker_id=marker,
                           failed_below=int(failed[0]) if failed else 0, seconds=time.monotonic() - t0)
+
+
+def connector_for_dsn(dsn: str, slot: str | None = None) -> tuple[str, str, dict[str, str]]:
+    """(database, slot, connector configuration) of the outbox at ``dsn`` (a PostgreSQL URL or
+    conninfo): :func:`~casestream.outbox.connect.outbox_connector_config` with its host, port,
+    user, password and database; ``slot`` default ``casestream_<database>_outbox``."""
+    info = conninfo_to_dict(dsn)
+    database = str(info.get("dbname") or "")
+    slot = slot or default_slot_name(database)
+    return database, slot, outbox_connector_config(
+        database, host=str(info.get("host") or "127.0.0.1"), port=int(info.get("port") or 5432),
+        user=str(info.get("user") or "postgres"), password=str(info.get("password") or ""), slot=slot)
 
 
 def _ensure_slot(conn: psycopg.Connection[Any], slot: str, progress: Callable[[str], None]) -> None:
