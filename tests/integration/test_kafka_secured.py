@@ -83,28 +83,35 @@ def harness(tls_settings: CommonSettings, pg_url: str) -> Iterator[Harness]:
         h.close()
 
 
-def test_relay_publishes_over_sasl_ssl_scram_configured_by_variables(
-        scram_env: CommonSettings, dsn: str) -> None:  # noqa: F811 - fixture
-    prefix = f"sec{uuid.uuid4().hex[:8]}.outbox.event."
+def _relay_round_trip(secured_settings: CommonSettings, dsn: str, name: str, events: int) -> None:  # noqa: F811
+    """``events`` outbox rows published by a relay configured from ``secured_settings`` alone,
+    then read back over the same secured connection: every event id arrives."""
+    prefix = f"{name}{uuid.uuid4().hex[:8]}.outbox.event."
     topic = prefix + "case"
-    client = scram_env.kafka_client()
-    assert client["sasl.password"] == Path(os.environ["CASESTREAM_KAFKA_SCRAM_PASSWORD_FILE"]).read_text().strip()
+    client = secured_settings.kafka_client()
     create_topics(client, [topic], partitions=3)
     try:
-        envs = [env(f"s-{i % 5}", i // 5 + 1) for i in range(30)]
+        envs = [env(f"{name}-{i % 5}", i // 5 + 1) for i in range(events)]
         write(dsn, envs)
-        relay = OutboxRelay(dsn, producer_config(scram_env.kafka_bootstrap, client_id="secured.relay",
-                                                 overrides=scram_env.kafka_properties),
-                            settings(prefix), "secured")
+        relay = OutboxRelay(dsn, producer_config(secured_settings.kafka_bootstrap, client_id=f"{name}.relay",
+                                                 overrides=secured_settings.kafka_properties),
+                            settings(prefix), name)
         try:
-            assert run_until_idle(relay) == 30
+            assert run_until_idle(relay) == events
         finally:
             relay.close()
-        records = read_topics(client, [topic], expected=30, timeout_s=30)
+        records = read_topics(client, [topic], expected=events, timeout_s=30)
         assert sorted(r.headers["id"].decode() for r in records) == sorted(str(e.event_id) for e in envs)
         kafka_check(client, timeout_s=5)()  # the readiness probe authenticates the same way
     finally:
         delete_topics(client, [topic])
+
+
+def test_relay_publishes_over_sasl_ssl_scram_configured_by_variables(
+        scram_env: CommonSettings, dsn: str) -> None:  # noqa: F811 - fixture
+    client = scram_env.kafka_client()
+    assert client["sasl.password"] == Path(os.environ["CASESTREAM_KAFKA_SCRAM_PASSWORD_FILE"]).read_text().strip()
+    _relay_round_trip(scram_env, dsn, "secured", 30)
 
 
 def test_a_wrong_scram_password_is_refused_by_the_broker(
@@ -162,26 +169,8 @@ def test_relay_publishes_over_sasl_ssl_oauthbearer_configured_by_variables(
         secured: dict[str, str], monkeypatch: pytest.MonkeyPatch, dsn: str) -> None:  # noqa: F811
     oauth = _oauth_settings(secured, monkeypatch,
                             "principal=casestream-relay scope=casestream.clients lifeSeconds=600")
-    client = oauth.kafka_client()
-    assert client["sasl.mechanism"] == "OAUTHBEARER"
-    kafka_check(client, timeout_s=10)()  # authenticated: the broker answered a metadata request
-    prefix = f"oauth{uuid.uuid4().hex[:8]}.outbox.event."
-    topic = prefix + "case"
-    create_topics(client, [topic], partitions=3)
-    try:
-        envs = [env(f"o-{i % 3}", i // 3 + 1) for i in range(12)]
-        write(dsn, envs)
-        relay = OutboxRelay(dsn, producer_config(oauth.kafka_bootstrap, client_id="oauth.relay",
-                                                 overrides=oauth.kafka_properties),
-                            settings(prefix), "oauth")
-        try:
-            assert run_until_idle(relay) == 12
-        finally:
-            relay.close()
-        records = read_topics(client, [topic], expected=12, timeout_s=30)
-        assert sorted(r.headers["id"].decode() for r in records) == sorted(str(e.event_id) for e in envs)
-    finally:
-        delete_topics(client, [topic])
+    assert oauth.kafka_client()["sasl.mechanism"] == "OAUTHBEARER"
+    _relay_round_trip(oauth, dsn, "oauth", 12)
 
 
 def test_an_oauthbearer_token_without_the_required_scope_is_refused_by_the_broker(
