@@ -27,7 +27,7 @@ from dataclasses import dataclass
 
 import httpx
 
-from casestream.service import ServiceStack, StackError, service_port
+from casestream.service import CONSOLE_HINT, ServiceStack, StackError, console_process, service_port
 
 #: The suite's services, the ones a case's journey passes through.
 SUITE = ("case", "audit", "saga", "decision", "notification")
@@ -209,15 +209,24 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="seconds to wait for all cases to finish (default 120)")
     parser.add_argument("--log-dir", default=".local/demo-logs",
                         help="where service logs go (default .local/demo-logs)")
+    parser.add_argument("--keep", action="store_true",
+                        help="keep the services and the console running after the summary, until Ctrl-C")
+    parser.add_argument("--no-console", action="store_true",
+                        help="do not start the operations console (casestream console)")
     args = parser.parse_args(argv)
 
+    from contextlib import ExitStack
     from pathlib import Path
 
     stack = ServiceStack(log_dir=Path(args.log_dir))
+    later = ExitStack()
     try:
         print(f"demo: starting the {len(SUITE)} suite services (logs in {args.log_dir}) ...",
               flush=True)
         stack.start_all(list(SUITE))
+        if not args.no_console:
+            base = later.enter_context(console_process(log_dir=Path(args.log_dir)))
+            print(f"demo: console on {base} ({CONSOLE_HINT})", flush=True)
         started = time.monotonic()
         with httpx.Client(timeout=10.0) as client:
             runs = [open_and_submit(client, spec) for spec in case_mix(args.cases)]
@@ -229,6 +238,13 @@ def main(argv: Sequence[str] | None = None) -> int:
             print_journey(run)
         ok, line = summarize(runs, elapsed)
         print(line)
+        if args.keep:
+            print("demo: services and console keep running (--keep); Ctrl-C stops them", flush=True)
+            try:
+                while True:
+                    time.sleep(1)
+            except KeyboardInterrupt:
+                pass
         return 0 if ok else 1
     except StackError as e:
         print(f"demo: {e}", file=sys.stderr)
@@ -237,6 +253,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"demo: the case service refused a request: {e}", file=sys.stderr)
         return 1
     finally:
+        later.close()
         stack.stop_all()
 
 

@@ -26,7 +26,15 @@ from casestream._lazy import lazy_exports
 if TYPE_CHECKING:
     from casestream.service import discovery
     from casestream.service.builder import ServiceBuilder, consumer_ready, migrate_service, service_migrations
-    from casestream.service.devstack import ServiceStack, StackError, running_stack, selected_services, service_port
+    from casestream.service.devstack import (
+        CONSOLE_HINT,
+        ServiceStack,
+        StackError,
+        console_process,
+        running_stack,
+        selected_services,
+        service_port,
+    )
     from casestream.service.gctune import freeze_startup_objects
     from casestream.service.process import ReadinessCheck, ServiceProcess, Worker, configure_logging, run_service
     from casestream.service.settings import (
@@ -54,7 +62,8 @@ _LAZY = {
     "discovery": "casestream.service.discovery",
     **{name: "casestream.service.discovery" for name in ("command_refs", "projection_refs", "services")},
     **{name: "casestream.service.devstack" for name in (
-        "ServiceStack", "StackError", "running_stack", "selected_services", "service_port")},
+        "ServiceStack", "StackError", "running_stack", "selected_services", "service_port",
+        "console_process", "CONSOLE_HINT")},
 }
 
 __all__ = sorted(_LAZY)
