@@ -15,9 +15,6 @@ from __future__ import annotations
 import json
 import shutil
 import socket
-import subprocess
-import sys
-import time
 import uuid
 from collections.abc import Iterator
 from datetime import datetime, timezone
@@ -32,8 +29,9 @@ from casestream.auth import ROLE_OFFICER, ROLE_SUPERVISOR, dev_token
 from casestream.consumer import DeadLetter
 from casestream.consumer.deadletters import dead_letter_headers, read_topic
 from casestream.operations import read_actions
-from casestream.service.devstack import ServiceStack
+from casestream.service.devstack import ServiceStack, console_process
 from services.demo import CaseSpec
+from tests.support.waiting import wait_for
 
 pytestmark = pytest.mark.e2e
 
@@ -57,17 +55,6 @@ def url(service: str, path: str) -> str:
     return f"http://127.0.0.1:{PORTS[service]}{path}"
 
 
-def wait_for(predicate, timeout_s: float, what: str):  # noqa: ANN001, ANN201
-    deadline = time.monotonic() + timeout_s
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout_s:.0f} s waiting for {what}")
-        time.sleep(0.3)
-
-
 @pytest.fixture(scope="module")
 def suite(infra_env: dict[str, str], pg_url: str, kafka_bootstrap: str) -> Iterator[ServiceStack]:
     busy = [p for p in (*PORTS.values(), CONSOLE_PORT) if not _free(p)]
@@ -84,28 +71,16 @@ def suite(infra_env: dict[str, str], pg_url: str, kafka_bootstrap: str) -> Itera
         env[f"CASESTREAM_{name.upper()}_PORT"] = str(PORTS[name])
         env[f"CASESTREAM_{name.upper()}_DATABASE"] = f"con_{name}"
     stack = ServiceStack(env=env, log_dir=SHOTS / "logs")
-    console = None
     try:
         stack.start_all(list(SERVICES))
         console_env = dict(env, CASESTREAM_CONSOLE_PORT=str(CONSOLE_PORT),
                            CASESTREAM_CONSOLE_SERVICES=json.dumps(
                                {n: f"http://127.0.0.1:{p}" for n, p in PORTS.items()}))
-        console = subprocess.Popen([sys.executable, "-m", "casestream", "console"], env=console_env,
-                                   stdout=open(SHOTS / "logs" / "console.log", "wb"), stderr=subprocess.STDOUT)
-        wait_for(lambda: _up(f"{CONSOLE}/healthz"), 30, "the console")
-        yield stack
+        with console_process(env=console_env, log_dir=SHOTS / "logs") as base:
+            assert base == CONSOLE
+            yield stack
     finally:
-        if console is not None:
-            console.terminate()
-            console.wait(10)
         stack.stop_all()
-
-
-def _up(address: str) -> bool:
-    try:
-        return httpx.get(address, timeout=1).status_code == 200
-    except httpx.HTTPError:
-        return False
 
 
 @pytest.fixture(scope="module")

@@ -31,19 +31,12 @@ import httpx
 
 from casestream.cli.context import cli_context
 from casestream.kafka.config import KafkaTarget, bootstrap_of, client_config
-from casestream.operations.flow import Samples, parse_prometheus
+from casestream.operations.flow import Samples, parse_prometheus, sample_max, sample_sum
 
 __all__ = ["status", "ServiceStatus", "ConsumerStatus", "parse_prometheus", "service_status",
            "render_table", "service_rows", "open_dead_letters"]
 
-def _sum(samples: Samples, name: str) -> float | None:
-    values = [v for (n, _), v in samples.items() if n == name]
-    return sum(values) if values else None
-
-
-def _max(samples: Samples, name: str) -> float | None:
-    values = [v for (n, _), v in samples.items() if n == name]
-    return max(values) if values else None
+_sum, _max = sample_sum, sample_max
 
 
 def _of(samples: Samples, consumer: str) -> Samples:

@@ -181,7 +181,7 @@ def console_app(sources: ConsoleSources, verifier: TokenVerifier) -> Starlette:
         try:
             j = load_journey(sources.kafka, case_id, sources.journey_topics, sources.codec,
                              max_messages=sources.settings.journey_max_messages)
-        except CasestreamError as e:
+        except CasestreamError as e:  # Kafka, or the codec (registry) not available
             return HTMLResponse(page("Journeys", form + f"<p class=bad>{esc(e)}</p>", active="/journeys",
                                      who=_who(p)), 503)
         if not j.events or (j.tenant != p.tenant_id and not _sees_all(p)):

@@ -20,6 +20,7 @@ log = logging.getLogger(__name__)
 
 __all__ = ["ConsoleSources"]
 
+
 SAGA_RESOLVE_PATH = "/sagas/{saga_id}/resolve"
 
 

@@ -25,7 +25,7 @@ from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 from typing import Any
 
-from casestream.consumer.deadletters import DeadLetterError, iso, read_topic
+from casestream.consumer.deadletters import DeadLetterError, iso
 from casestream.errors import CasestreamError
 from casestream.kafka.config import KafkaTarget, client_config
 
@@ -122,11 +122,11 @@ def read_actions(bootstrap: KafkaTarget, *, topic: str | None = None,
     Raises:
         ActionLogError: Kafka did not answer.
     """
+    from casestream.operations.deadletters import read_if_exists
+
     try:
-        records = read_topic(bootstrap, topic or actions_topic(), timeout_s=timeout_s)
+        records = read_if_exists(bootstrap, topic or actions_topic(), timeout_s=timeout_s)
     except DeadLetterError as e:
-        if "not found" in str(e):
-            return []
         raise ActionLogError(str(e)) from None
     out: list[OperatorAction] = []
     for r in sorted(records, key=lambda r: (r.timestamp_ms or 0, r.partition, r.offset)):

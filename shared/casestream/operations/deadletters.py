@@ -164,13 +164,23 @@ def dead_letter_state(consumer: str, dlq: Sequence[Record], redrive: Sequence[Re
     return DeadLetterState(consumer, tuple(entries))
 
 
-def _read_or_empty(bootstrap: KafkaTarget, topic: str, timeout_s: float) -> list[Record]:
+def read_if_exists(bootstrap: KafkaTarget, topic: str, timeout_s: float = 10.0) -> list[Record]:
+    """Every message of ``topic`` ([] when it does not exist: asked with an admin metadata
+    request, which never creates a topic, unlike a consumer's).
+
+    Raises:
+        DeadLetterError: Kafka did not answer within ``timeout_s``.
+    """
+    from casestream.kafka.topics import topic_partitions
+
     try:
-        return read_topic(bootstrap, topic, timeout_s=timeout_s)
-    except DeadLetterError as e:
-        if "not found" in str(e):
+        if not topic_partitions(bootstrap, topic, timeout_s):
             return []
+        return read_topic(bootstrap, topic, timeout_s=timeout_s)
+    except DeadLetterError:
         raise
+    except Exception as e:  # noqa: BLE001 - librdkafka errors: one kind for the caller
+        raise DeadLetterError(f"reading {topic}: {e}") from None
 
 
 def load_dead_letter_state(bootstrap: KafkaTarget, consumer: str, *,
@@ -187,27 +197,20 @@ def load_dead_letter_state(bootstrap: KafkaTarget, consumer: str, *,
     Raises:
         DeadLetterError: Kafka did not answer within ``timeout_s``.
     """
-    # lazy (start-up cost): the kafka helpers load confluent_kafka
-    from casestream.kafka.topics import committed_offsets
-
     dlq_topic = dlq_topic or f"{consumer}.dlq"
     redrive_topic = redrive_topic or f"{consumer}.redrive"
+    from casestream.kafka.topics import committed_offsets, topic_partitions
+
     try:
-        partitions = _partitions(bootstrap, redrive_topic, timeout_s)
+        partitions = topic_partitions(bootstrap, redrive_topic, timeout_s)
         committed = {p: o for (_, p), o in committed_offsets(
             bootstrap, consumer, [(redrive_topic, p) for p in partitions], timeout_s).items()}
     except Exception as e:  # noqa: BLE001 - librdkafka errors: one kind for the caller
         raise DeadLetterError(f"committed offsets of {consumer} on {redrive_topic}: {e}") from None
-    redrive = _read_or_empty(bootstrap, redrive_topic, timeout_s)
-    dlq = _read_or_empty(bootstrap, dlq_topic, timeout_s)
+    redrive = read_if_exists(bootstrap, redrive_topic, timeout_s)
+    dlq = read_if_exists(bootstrap, dlq_topic, timeout_s)
     try:
         discards = discarded(read_actions(bootstrap, topic=actions_topic, timeout_s=timeout_s), consumer)
     except ActionLogError as e:
         raise DeadLetterError(str(e)) from None
     return dead_letter_state(consumer, dlq, redrive, committed, discards)
-
-
-def _partitions(bootstrap: KafkaTarget, topic: str, timeout_s: float) -> list[int]:
-    from casestream.kafka.topics import topic_partitions
-
-    return topic_partitions(bootstrap, topic, timeout_s)

@@ -15,9 +15,9 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any
 
-from casestream.consumer.deadletters import DeadLetterError, read_topic
 from casestream.consumer.records import Record
 from casestream.kafka.config import KafkaTarget
+from casestream.operations.deadletters import read_if_exists
 
 __all__ = ["JourneyEvent", "Journey", "load_journey", "journey_of"]
 
@@ -115,9 +115,5 @@ def load_journey(bootstrap: KafkaTarget, case_id: str, topics: Sequence[str], de
     """
     records: list[Record] = []
     for topic in topics:
-        try:
-            records.extend(read_topic(bootstrap, topic, timeout_s=timeout_s)[-max_messages:])
-        except DeadLetterError as e:
-            if "not found" not in str(e):
-                raise
+        records.extend(read_if_exists(bootstrap, topic, timeout_s)[-max_messages:])
     return journey_of(case_id, records, decoder)
