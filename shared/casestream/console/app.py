@@ -121,7 +121,8 @@ def console_app(sources: ConsoleSources, verifier: TokenVerifier) -> Starlette:
                 principal = verifier.verify(token)
             except InvalidToken as e:
                 if request.method == "GET":
-                    return RedirectResponse("/login?" + urlencode({"next": request.url.path, "why": str(e)}), 303)
+                    nxt = request.url.path + (f"?{request.url.query}" if request.url.query else "")
+                    return RedirectResponse("/login?" + urlencode({"next": nxt, "why": str(e)}), 303)
                 return HTMLResponse(page("Not signed in", f"<p class=bad>{esc(e)}</p>"), 401)
             if not principal.roles & set(roles):
                 return HTMLResponse(page("Forbidden", f"<p class=bad>requires role {esc(' or '.join(roles))}; "

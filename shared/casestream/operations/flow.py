@@ -82,7 +82,8 @@ class PartitionLag:
 
 def group_lag(bootstrap: KafkaTarget, group: str, topics: Sequence[str], *,
               timeout_s: float = 5.0) -> list[PartitionLag]:
-    """Lag of ``group`` on every partition of ``topics`` (topics that do not exist are left out).
+    """Lag of ``group`` on every partition of those ``topics`` it has committed an offset on
+    at least one partition of (the topics it consumes; topics that do not exist are left out).
 
     Raises:
         KafkaException: the cluster or the group coordinator did not answer.
@@ -99,7 +100,11 @@ def group_lag(bootstrap: KafkaTarget, group: str, topics: Sequence[str], *,
         if not tps:
             return []
         out = []
-        for tp in c.committed(tps, timeout=timeout_s):
+        committed_tps = c.committed(tps, timeout=timeout_s)
+        consumed = {tp.topic for tp in committed_tps if tp.offset >= 0}
+        for tp in committed_tps:
+            if tp.topic not in consumed:
+                continue
             low, high = c.get_watermark_offsets(TopicPartition(tp.topic, tp.partition), timeout=timeout_s)
             committed = tp.offset if tp.offset >= 0 else None
             out.append(PartitionLag(group, tp.topic, tp.partition, committed, high,
