@@ -27,7 +27,7 @@ SERVICES ?=
 # Runs a command with the CASESTREAM_* endpoints of the local infrastructure exported.
 WITH_ENV := eval "$$($(INFRA) env)" &&
 
-.PHONY: help venv compose k8s-tools infra-up infra-down infra-status infra-logs run demo soak test test-edge test-cluster schema-check clean
+.PHONY: help venv compose k8s-tools prometheus-tools browser infra-up infra-down infra-status infra-logs run demo soak test test-edge test-cluster schema-check clean
 
 help: ## list the targets
 	@echo "casestream - make targets:"
@@ -55,6 +55,12 @@ compose: ## make `docker compose` available (builds the plugin with Go if missin
 k8s-tools: venv ## build helm and kubeconform (Go module proxy) and the Kubernetes JSON schemas into .local/k8s (the chart's contract test)
 	@deploy/k8s/tools.sh install
 
+prometheus-tools: ## build promtool (Go module proxy) into .local/prometheus (checks deploy/prometheus/alerts.yml)
+	@deploy/prometheus/tools.sh install
+
+browser: ## install headless Chromium + chromedriver from Debian's packages when missing (the console's browser test)
+	@deploy/browser.sh install
+
 infra-up: venv ## install what is missing and start Kafka, PostgreSQL, registry, SMTP sink (waits until ready)
 	@$(INFRA) up
 
@@ -76,7 +82,7 @@ demo: infra-up ## start the five suite services (REPLICAS=N instances of each), 
 soak: infra-up ## fault soak: the suite under load while instances, relays, Kafka and PostgreSQL are killed/restarted (SOAK_MINUTES=20, REPLICAS=N of every service), then invariants
 	@$(WITH_ENV) $(VENV)/bin/python -m services.soak --minutes $(SOAK_MINUTES) $(if $(REPLICAS),--replicas $(REPLICAS)) $(SOAK_ARGS)
 
-test: venv compose k8s-tools infra-up ## the whole test suite against the real infrastructure (.ci/run calls this)
+test: venv compose k8s-tools prometheus-tools browser infra-up ## the whole test suite against the real infrastructure (.ci/run calls this)
 	@$(WITH_ENV) { $(VENV)/bin/pytest -m "not cluster and not debezium" $(PYTEST_ARGS); rc=$$?; \
 		if [ $$rc -eq 5 ]; then echo "make test: pytest collected no tests (exit status 5); that is a failure" >&2; fi; \
 		exit $$rc; }

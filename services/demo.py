@@ -28,7 +28,7 @@ from dataclasses import dataclass
 
 import httpx
 
-from casestream.service import ServiceStack, StackError, replica_env, service_port
+from casestream.service import CONSOLE_HINT, ServiceStack, StackError, console_process, replica_env, service_port
 
 #: The suite's services, the ones a case's journey passes through.
 SUITE = ("case", "audit", "saga", "decision", "notification")
@@ -217,16 +217,22 @@ def main(argv: Sequence[str] | None = None) -> int:
                              " are opened through the case instances in turn")
     parser.add_argument("--log-dir", default=".local/demo-logs",
                         help="where service logs go (default .local/demo-logs)")
+    parser.add_argument("--keep", action="store_true",
+                        help="keep the services and the console running after the summary, until Ctrl-C")
+    parser.add_argument("--no-console", action="store_true",
+                        help="do not start the operations console (casestream console)")
     args = parser.parse_args(argv)
     if not 1 <= args.replicas <= 5:
         parser.error("--replicas must be 1..5")
 
+    from contextlib import ExitStack
     from pathlib import Path
 
     stacks = [ServiceStack(env=replica_env(SUITE, i),
                            log_dir=Path(args.log_dir) / f"instance-{i}" if args.replicas > 1
                            else Path(args.log_dir))
               for i in range(1, args.replicas + 1)]
+    later = ExitStack()
     try:
         print(f"demo: starting the {len(SUITE)} suite services"
               + (f", {args.replicas} instances of each," if args.replicas > 1 else "")
@@ -238,6 +244,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         for stack in stacks:
             stack.wait_ready(list(SUITE))
         bases = [f"http://127.0.0.1:{service_port('case', stack.env)}" for stack in stacks]
+        if not args.no_console:
+            base = later.enter_context(console_process(log_dir=Path(args.log_dir)))
+            print(f"demo: console on {base} ({CONSOLE_HINT})", flush=True)
         started = time.monotonic()
         with httpx.Client(timeout=10.0) as client:
             runs = [open_and_submit(client, spec, bases[i % len(bases)])
@@ -250,6 +259,13 @@ def main(argv: Sequence[str] | None = None) -> int:
             print_journey(run)
         ok, line = summarize(runs, elapsed)
         print(line)
+        if args.keep:
+            print("demo: services and console keep running (--keep); Ctrl-C stops them", flush=True)
+            try:
+                while True:
+                    time.sleep(1)
+            except KeyboardInterrupt:
+                pass
         return 0 if ok else 1
     except StackError as e:
         print(f"demo: {e}", file=sys.stderr)
@@ -258,6 +274,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"demo: the case service refused a request: {e}", file=sys.stderr)
         return 1
     finally:
+        later.close()
         for stack in reversed(stacks):
             stack.stop_all()
 

@@ -148,6 +148,28 @@ class TopicLimits:
             self._cache[t] = (limit, now + self._ttl_s)
 
 
+def topic_names(bootstrap: KafkaTarget, timeout_s: float = 5.0) -> list[str]:
+    """Every topic of the cluster, sorted.
+
+    Raises:
+        KafkaException: the cluster did not answer within ``timeout_s``.
+    """
+    return sorted(AdminClient(client_config(bootstrap)).list_topics(timeout=timeout_s).topics)
+
+
+def topic_partitions(bootstrap: KafkaTarget, topic: str, timeout_s: float = 10.0) -> list[int]:
+    """The partition numbers of ``topic``, sorted ([] when the topic does not exist).
+
+    Raises:
+        KafkaException: the cluster did not answer within ``timeout_s``.
+    """
+    admin = AdminClient(client_config(bootstrap))
+    meta = admin.list_topics(topic, timeout=timeout_s).topics.get(topic)
+    if meta is None or meta.error is not None:
+        return []
+    return sorted(meta.partitions)
+
+
 def committed_offsets(bootstrap: KafkaTarget, group: str, partitions: Iterable[tuple[str, int]],
                       timeout_s: float = 10.0) -> dict[tuple[str, int], int | None]:
     """The committed offset (next offset to read) of consumer group ``group`` per partition;

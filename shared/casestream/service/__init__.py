@@ -27,8 +27,10 @@ if TYPE_CHECKING:
     from casestream.service import discovery
     from casestream.service.builder import ServiceBuilder, consumer_ready, migrate_service, service_migrations
     from casestream.service.devstack import (
+        CONSOLE_HINT,
         ServiceStack,
         StackError,
+        console_process,
         replica_env,
         running_stack,
         selected_services,
@@ -62,7 +64,7 @@ _LAZY = {
     **{name: "casestream.service.discovery" for name in ("command_refs", "projection_refs", "services")},
     **{name: "casestream.service.devstack" for name in (
         "ServiceStack", "StackError", "replica_env", "running_stack", "selected_services",
-        "service_port")},
+        "service_port", "console_process", "CONSOLE_HINT")},
 }
 
 __all__ = sorted(_LAZY)

@@ -37,11 +37,13 @@ Observed from existing stats (``Sources``) at scrape time:
     outbox_failed_total{relay}, outbox_oldest_pending_age_seconds{relay},
     inbox_purged_total{consumer}, guard_compacted_total{consumer},
     inbox_retention_cutoff_age_seconds{consumer} (casestream.consumer.retention),
+    dead_letter_open{consumer} (casestream.operations.depth, from the topics),
     idempotency_replays_total, idempotency_conflicts_total, http_shed_total,
     http_rate_limited_total, http_unauthorized_total, http_body_timeouts_total,
     http_client_disconnects_total, http_internal_errors_total,
     saga_state_total{state}, saga_stuck_total, compensation_total, timeouts_total{component}
     (the last four from SQL registered by the saga service: ``core.observe_query``)
+Process and build (prometheus_client collectors): :data:`PROCESS_METRICS`, :data:`BUILD_INFO`.
 Recorded by hooks (histograms, seconds):
     consumer_message_duration_seconds{consumer,topic}, consumer_batch_duration_seconds{consumer},
     relay_publish_duration_seconds{relay,topic}, http_server_duration_seconds{method,status}
@@ -57,12 +59,20 @@ from opentelemetry.exporter.prometheus import PrometheusMetricReader
 from opentelemetry.metrics import CallbackOptions, Observation
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.resources import Resource
-from prometheus_client import CollectorRegistry, Histogram, disable_created_metrics, generate_latest
+from prometheus_client import (
+    CollectorRegistry,
+    Histogram,
+    Info,
+    ProcessCollector,
+    disable_created_metrics,
+    generate_latest,
+)
 from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4
 
 from casestream.telemetry.sources import Sources
 
-__all__ = ["MetricsRegistry", "render_prometheus", "CONTENT_TYPE", "METRIC_HELP", "HISTOGRAM_LABELS"]
+__all__ = ["MetricsRegistry", "render_prometheus", "CONTENT_TYPE", "METRIC_HELP", "HISTOGRAM_LABELS",
+           "PROCESS_METRICS", "BUILD_INFO", "build_info"]
 
 # Process-wide switch of prometheus_client: no ``<histogram>_created`` gauge per label set (the
 # OpenTelemetry exporter never emitted one; it only adds series nobody queries).
@@ -84,6 +94,8 @@ METRIC_HELP: dict[str, tuple[str, str]] = {
     "queue_messages_inflight": ("gauge", "Messages in the batch being processed."),
     "dead_letter_total": ("counter", "Messages written to the dead-letter topic."),
     "dead_letter_reason_total": ("counter", "Dead letters by reason."),
+    "dead_letter_open": ("gauge", "Open dead letters on the consumer's dead-letter topic (not re-driven "
+                                  "successfully nor discarded), read from the topics."),
     "consumer_messages_total": ("counter", "Consumed messages by outcome."),
     "consumer_batches_total": ("counter", "Poll batches applied."),
     "consumer_partitions_assigned": ("gauge", "Partitions assigned to this consumer member now."),
@@ -149,6 +161,26 @@ _APP_COUNTERS = {"idempotency_replays_total": ("idempotency_replays",),
 the object is the edge's ``EdgeCounters`` itself (an app without counters of its own)."""
 
 
+PROCESS_METRICS = ("process_cpu_seconds_total", "process_resident_memory_bytes",
+                   "process_virtual_memory_bytes", "process_start_time_seconds",
+                   "process_open_fds", "process_max_fds")
+"""prometheus_client's process collector (Linux /proc), on every service's ``/metrics``."""
+BUILD_INFO = "casestream_build_info"
+"""``casestream_build_info{service,version,python} 1``."""
+
+
+def build_info(service: str) -> dict[str, str]:
+    """The labels of :data:`BUILD_INFO`."""
+    import platform
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        ours = version("casestream")
+    except PackageNotFoundError:
+        ours = "unknown"
+    return {"service": service, "version": ours, "python": platform.python_version()}
+
+
 class MetricsRegistry:
     """The process's meter provider and instruments, reading ``sources`` at collection.
 
@@ -170,6 +202,12 @@ class MetricsRegistry:
                                       resource=Resource.create({"service.name": service}))
         meter = self.provider.get_meter("casestream")
         self._histograms: dict[str, Histogram] = {}
+        # process_* (CPU, memory, file descriptors, start time) and casestream_build_info:
+        # prometheus_client collectors of the same registry, read at scrape time
+        self._process = ProcessCollector(registry=self.registry)
+        self._build = Info("casestream_build", "Build of this process: casestream version, service, Python.",
+                           registry=self.registry)
+        self._build.info(build_info(service))
         for name, (kind, help_) in METRIC_HELP.items():
             unit = "s" if name.endswith("_seconds") else ""
             if kind == "histogram":
@@ -208,9 +246,9 @@ class MetricsRegistry:
         """Stop the meter provider; its reader and the histograms leave ``registry``
         (idempotent)."""
         self.provider.shutdown()
-        for histogram in self._histograms.values():
+        for collector in (*self._histograms.values(), self._process, self._build):
             try:
-                self.registry.unregister(histogram)
+                self.registry.unregister(collector)
             except KeyError:
                 pass  # already unregistered by an earlier shutdown
 
