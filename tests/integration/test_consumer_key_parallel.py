@@ -154,7 +154,7 @@ def test_sigkill_inside_a_handler_with_units_in_flight_loses_and_doubles_nothing
     assert killed.returncode == -signal.SIGKILL, killed.stderr[-2000:]
     before = len(env.rows())
     assert 0 < before < len(events)
-    again = _child(env, "--idle-exit", "4")
+    again = _child(env, "--idle-exit", "2")
     assert again.returncode == 0, again.stderr[-2000:]
     stats = json.loads(again.stdout.strip().splitlines()[-1])
     assert stats["applied"] == len(events) - before
