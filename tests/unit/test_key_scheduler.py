@@ -112,3 +112,23 @@ def test_offsets_ignore_a_late_copy_below_the_committable_offset() -> None:
 def test_undecodable_records_are_ordered_by_their_kafka_key() -> None:
     rec = Record("t", 0, 0, b"k1", None)
     assert entry_key((rec, None, ValueError("bad"))) == ("", b"k1")
+
+
+def test_key_concurrency_below_one_is_refused_naming_the_field() -> None:
+    from casestream.consumer.settings import ConsumerSettings
+    from casestream.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="key_concurrency must be >= 1, got 0"):
+        ConsumerSettings(key_concurrency=0)
+
+
+def test_a_pool_smaller_than_the_workers_is_refused_at_construction() -> None:
+    from casestream.consumer.handlers import HandlerRegistry
+    from casestream.consumer.runtime import ConsumerRuntime
+    from casestream.consumer.settings import ConsumerSettings
+    from casestream.errors import ConfigError
+
+    with pytest.raises(ConfigError, match=r"key_concurrency=8 needs a connection pool of "
+                                          r"max_size >= 9.*max_size=4"):
+        ConsumerRuntime("c.keys", ["t"], HandlerRegistry(), None, SimpleNamespace(max_size=4),
+                        {"bootstrap.servers": "127.0.0.1:1"}, ConsumerSettings(key_concurrency=8))

@@ -174,12 +174,18 @@ class KeyWorkers:
                 self._put(conn)
 
     def _put(self, conn: Any) -> None:
-        try:
-            if not conn.closed:
-                conn.autocommit = False
-        except Exception:  # noqa: BLE001
-            pass
-        self.pool.putconn(conn)
+        give_back(self.pool, conn)
+
+
+def give_back(pool: Any, conn: Any) -> None:
+    """Return a connection taken in autocommit mode to ``pool`` (autocommit off again, as the
+    pool hands them out)."""
+    try:
+        if not conn.closed:
+            conn.autocommit = False
+    except Exception:  # noqa: BLE001
+        pass
+    pool.putconn(conn)
 
 
 __all__ = ["KeyWorkers"]

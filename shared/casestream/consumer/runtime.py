@@ -79,7 +79,7 @@ from casestream.consumer.deadletters import DeadLetterSink, KafkaDeadLetters, re
 from casestream.errors import ConfigError
 from casestream.consumer.handlers import HandlerRegistry, OutboxAppender
 from casestream.consumer.inbox import ensure_schema
-from casestream.consumer.keyworkers import KeyWorkers
+from casestream.consumer.keyworkers import KeyWorkers, give_back
 from casestream.kafka.config import KafkaTarget, client_config, connection_config
 
 log = logging.getLogger("casestream.consumer")
@@ -686,12 +686,7 @@ class ConsumerRuntime:
     def _release_conn(self) -> None:
         conn, self._conn = self._conn, None
         if conn is not None:
-            try:
-                if not conn.closed:
-                    conn.autocommit = False
-            except Exception:  # noqa: BLE001
-                pass
-            self.pool.putconn(conn)
+            give_back(self.pool, conn)
 
 
 def ensure_topics(bootstrap: KafkaTarget, topics: Sequence[str], *, partitions: int = 1,
