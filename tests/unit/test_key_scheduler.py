@@ -158,3 +158,15 @@ def test_a_worker_thread_that_fails_outside_a_unit_is_reported_not_waited_for() 
     done = threading.Event()
     threading.Thread(target=lambda: (workers.quiesce(), done.set()), daemon=True).start()
     assert done.wait(10), "quiesce waited for a unit whose worker thread had died"
+
+
+def test_a_group_pool_smaller_than_all_members_workers_is_refused() -> None:
+    from casestream.consumer.group import ConsumerGroup
+    from casestream.consumer.handlers import HandlerRegistry
+    from casestream.consumer.settings import ConsumerSettings
+    from casestream.errors import ConfigError
+
+    with pytest.raises(ConfigError, match=r"2 members with key_concurrency=4 need a connection "
+                                          r"pool of max_size >= 10 .*max_size=6"):
+        ConsumerGroup(2, "c.keys", ["t"], HandlerRegistry(), None, SimpleNamespace(max_size=6),
+                      {"bootstrap.servers": "127.0.0.1:1"}, ConsumerSettings(key_concurrency=4))
