@@ -132,3 +132,41 @@ def test_a_pool_smaller_than_the_workers_is_refused_at_construction() -> None:
                                           r"max_size >= 9.*max_size=4"):
         ConsumerRuntime("c.keys", ["t"], HandlerRegistry(), None, SimpleNamespace(max_size=4),
                         {"bootstrap.servers": "127.0.0.1:1"}, ConsumerSettings(key_concurrency=8))
+
+
+def test_a_worker_thread_that_fails_outside_a_unit_is_reported_not_waited_for() -> None:
+    import threading
+
+    from casestream.consumer.keyworkers import KeyWorkers
+    from casestream.retry import RetryPolicy
+
+    class Broken:
+        def forget(self, tps):  # noqa: ANN001, ANN201
+            pass
+
+    workers = KeyWorkers("c.broken", None, Broken, concurrency=1, max_unit=10,
+                         retry=RetryPolicy(max_attempts=2))
+    workers.sched.finish = None  # a defect: reporting a unit raises TypeError
+    workers.start()
+    workers.add([_entry(0, "A")])  # the unit's process() fails (no pool), then finish raises
+    for _ in range(1000):
+        if workers.crashed is not None:
+            break
+        threading.Event().wait(0.01)
+    assert isinstance(workers.crashed, TypeError)
+    assert workers.inflight == 1  # the unit was never reported
+    done = threading.Event()
+    threading.Thread(target=lambda: (workers.quiesce(), done.set()), daemon=True).start()
+    assert done.wait(10), "quiesce waited for a unit whose worker thread had died"
+
+
+def test_a_group_pool_smaller_than_all_members_workers_is_refused() -> None:
+    from casestream.consumer.group import ConsumerGroup
+    from casestream.consumer.handlers import HandlerRegistry
+    from casestream.consumer.settings import ConsumerSettings
+    from casestream.errors import ConfigError
+
+    with pytest.raises(ConfigError, match=r"2 members with key_concurrency=4 need a connection "
+                                          r"pool of max_size >= 10 .*max_size=6"):
+        ConsumerGroup(2, "c.keys", ["t"], HandlerRegistry(), None, SimpleNamespace(max_size=6),
+                      {"bootstrap.servers": "127.0.0.1:1"}, ConsumerSettings(key_concurrency=4))

@@ -56,6 +56,8 @@ class KeyWorkers:
         #: seconds the workers spent applying units, summed over threads (utilisation =
         #: busy_s / (wall seconds x concurrency))
         self.busy_s = 0.0
+        #: the error that ended a worker thread outside a unit (a defect): the runtime raises it
+        self.crashed: BaseException | None = None
         self._threads = [threading.Thread(target=self._run, args=(p,), daemon=True,
                                           name=f"{name}.key{i}")
                          for i, p in enumerate(self.processors)]
@@ -101,7 +103,7 @@ class KeyWorkers:
         """Start no new units and wait for the running ones (rebalance, shutdown)."""
         with self._cond:
             self.sched.hold = True
-            while self.sched.inflight:
+            while self.sched.inflight and self.crashed is None:
                 self._cond.wait()
 
     def release(self) -> None:
@@ -169,6 +171,11 @@ class KeyWorkers:
                               type(e).__name__, e, outcome)
                 finally:
                     self.busy_s += time.perf_counter() - t0
+        except BaseException as e:  # noqa: BLE001 - reported to the runtime, which stops
+            log.exception("%s: key worker thread failed", self.name)
+            with self._cond:
+                self.crashed = e
+                self._cond.notify_all()
         finally:
             if conn is not None:
                 self._put(conn)

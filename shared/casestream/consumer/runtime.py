@@ -450,6 +450,9 @@ class ConsumerRuntime:
 
     def _step_keyed(self, workers: KeyWorkers) -> None:
         """One loop step of key-parallel mode: flow control, fetch, queue, seek, sweep, commit."""
+        if workers.crashed is not None:
+            raise RuntimeError(f"{self.name}: a key worker thread failed: "
+                               f"{workers.crashed!r}") from workers.crashed
         self._resume_due()
         s = self.settings
         limit = max(2 * s.batch_size, 32 * s.key_concurrency)
