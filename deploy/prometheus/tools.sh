@@ -13,7 +13,7 @@ HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 REPO="$(cd "$HERE/../.." && pwd)"
 DIR="${CASESTREAM_LOCAL_DIR:-$REPO/.local}/prometheus"
 BIN="$DIR/bin"
-STAMP="$BIN/.promtool-$PROMETHEUS_VERSION"
+STAMP="$BIN/.promtool-$PROMETHEUS_VERSION-remove_all_sd"
 
 die() { echo "prometheus-tools: error: $*" >&2; exit 1; }
 
@@ -23,7 +23,9 @@ install() {
     echo "prometheus-tools: building promtool from the Go module proxy (github.com/prometheus/prometheus/cmd/promtool@$PROMETHEUS_VERSION)" >&2
     local t0=$SECONDS
     mkdir -p "$BIN"
-    (cd "$DIR" && GOBIN="$BIN" GOFLAGS=-trimpath go install -ldflags "-s -w" \
+    # remove_all_sd: without the cloud service-discovery plugins (AWS, Azure, GCE, Kubernetes ...),
+    # which promtool does not need to check rules and which are most of the build
+    (cd "$DIR" && GOBIN="$BIN" GOFLAGS=-trimpath go install -tags remove_all_sd -ldflags "-s -w" \
         "github.com/prometheus/prometheus/cmd/promtool@$PROMETHEUS_VERSION") \
         || die "go install promtool failed (see the go output above)."
     rm -f "$BIN/.promtool-"*

@@ -131,7 +131,14 @@ def saga_of(case_id: str) -> dict | None:
 
 
 def test_console_pages_and_actions_in_a_browser(browser, suite: ServiceStack, kafka_bootstrap: str) -> None:  # noqa: ANN001
-    driver = browser
+    try:
+        scenario(browser, suite, kafka_bootstrap)
+    except BaseException:
+        shot(browser, "failure")  # the page the scenario stopped on
+        raise
+
+
+def scenario(driver, suite: ServiceStack, kafka_bootstrap: str) -> None:  # noqa: ANN001
     body = CaseSpec(title="Case console unreachable reporter", severity=4, evidence_count=2,
                     expected="violation").body()
     body["reporter_email"] = "nobody@fail.invalid"  # the notice fails: the saga goes to MANUAL_REVIEW
@@ -205,8 +212,13 @@ def test_console_pages_and_actions_in_a_browser(browser, suite: ServiceStack, ka
                            expected="no_violation").body())
 
     def audit_lag() -> int:
-        cells = driver.find_elements("css selector", 'span.lag[data-group="audit.journal"]')
-        return sum(int(c.text) for c in cells) if cells else -1
+        from selenium.common.exceptions import StaleElementReferenceException
+
+        try:  # the page's script replaces the tables every 2 s
+            cells = driver.find_elements("css selector", 'span.lag[data-group="audit.journal"]')
+            return sum(int(c.text) for c in cells) if cells else -1
+        except StaleElementReferenceException:
+            return -1
 
     wait_for(lambda: audit_lag() > 0, 30, "audit.journal's lag to rise on the flow page (refreshed by its script)")
     shot(driver, "flow-lag")

@@ -20,7 +20,7 @@ def event(i: int, agg: str, agg_type: str, version: int, corr: str, cause: str |
     return SimpleNamespace(event_id=f"e{i}", event_type=f"T{i}", event_version=1, aggregate_type=agg_type,
                            aggregate_id=agg, aggregate_version=version, tenant_id="t", source="svc",
                            occurred_at=T0 + timedelta(seconds=i), published_at=None, correlation_id=corr,
-                           causation_id=cause, traceparent=f"00-{'a' * 32}-{'b' * 16}-01", actor_id="x",
+                           causation_id=cause, traceparent=None, actor_id="x",
                            payload={})
 
 
@@ -36,7 +36,8 @@ class Decoder:
 
 def record(offset: int, key: str, value: bytes, corr: str) -> Record:
     return Record(topic="t", partition=0, offset=offset, key=key.encode(), value=value,
-                  headers=(("correlation_id", corr.encode()),))
+                  headers=(("correlation_id", corr.encode()),
+                           ("traceparent", f"00-{'a' * 32}-{'b' * 16}-01".encode())))
 
 
 def test_the_journey_has_the_case_and_its_correlated_events_in_order_with_causes() -> None:
@@ -47,5 +48,5 @@ def test_the_journey_has_the_case_and_its_correlated_events_in_order_with_causes
     j = journey_of("C1", records, Decoder(events))
     assert [e.event_id for e in j.events] == ["e1", "e2", "e3"]  # C2's event is not in it
     assert [e.caused_by for e in j.events] == [None, 0, 1]
-    assert j.events[0].trace_id == "a" * 32
+    assert j.events[0].trace_id == "a" * 32  # from the message header: the envelope has none
     assert j.undecodable == 1 and j.tenant == "t"

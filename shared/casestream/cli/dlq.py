@@ -55,6 +55,7 @@ from casestream.kafka.config import KafkaTarget, bootstrap_of, client_config
 from casestream.operations import (
     Actor,
     DeadLetterState,
+    dead_letter_counts,
     discard_dead_letters,
     load_dead_letter_state,
     redrive_dead_letters,
@@ -91,35 +92,15 @@ def _read(bootstrap: KafkaTarget, consumer: str) -> list[Record]:
 
 
 def _dlq_counts(bootstrap: KafkaTarget) -> dict[str, int]:
-    """Consumer name -> messages on its ``<consumer>.dlq`` topic (high - low watermark,
-    summed over partitions), for every such topic.
+    """Consumer name -> messages on its ``<consumer>.dlq`` topic, for every such topic.
 
     Raises:
         click.ClickException: Kafka did not answer.
     """
-    # lazy (start-up cost): loaded when this command runs, not for every CLI call
-    from confluent_kafka import Consumer, KafkaException, TopicPartition
-    from confluent_kafka.admin import AdminClient
-
     try:
-        topics = AdminClient(client_config(bootstrap)).list_topics(timeout=5).topics
-    except KafkaException as e:
+        return dead_letter_counts(bootstrap)
+    except CasestreamError as e:
         raise click.ClickException(f"Kafka at {bootstrap_of(bootstrap)} did not answer: {e}") from None
-    probe = Consumer({**client_config(bootstrap), "group.id": "casestream.dlq",
-                      "enable.auto.commit": False})
-    out: dict[str, int] = {}
-    try:
-        for name, meta in sorted(topics.items()):
-            if not name.endswith(".dlq"):
-                continue
-            total = 0
-            for p in meta.partitions:
-                low, high = probe.get_watermark_offsets(TopicPartition(name, p), timeout=5)
-                total += max(0, high - low)
-            out[name[: -len(".dlq")]] = total
-    finally:
-        probe.close()
-    return out
 
 
 def _dlq_consumers(bootstrap: KafkaTarget) -> list[str]:

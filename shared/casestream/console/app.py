@@ -41,11 +41,13 @@ from casestream.operations import (
     ACTION_SAGA_RESOLVE,
     Actor,
     OperatorAction,
+    dead_letter_counts,
     discard_dead_letters,
     group_lag,
     load_dead_letter_state,
     load_journey,
     outbox_flow,
+    read_actions,
     record_action,
     redrive_dead_letters,
 )
@@ -59,10 +61,14 @@ READ_ROLES = (ROLE_OFFICER, ROLE_SUPERVISOR, ROLE_OPERATOR)
 ACT_ROLES = (ROLE_SUPERVISOR,)
 
 FLOW_REFRESH_JS = """
-setInterval(async () => {
-  const r = await fetch('/flow?fragment=1', {credentials: 'same-origin'});
-  if (r.ok) document.getElementById('flow').innerHTML = await r.text();
-}, 2000);
+// refresh the tables 2 s after the previous answer (never two requests at once)
+async function refresh() {
+  try {
+    const r = await fetch('/flow?fragment=1', {credentials: 'same-origin'});
+    if (r.ok) document.getElementById('flow').innerHTML = await r.text();
+  } finally { setTimeout(refresh, 2000); }
+}
+setTimeout(refresh, 2000);
 """
 
 
@@ -297,31 +303,30 @@ def console_app(sources: ConsoleSources, verifier: TokenVerifier) -> Starlette:
         chosen = request.query_params.get("consumer")
         done = request.query_params.get("done")
         body = f'<div class="done" id="done">{esc(done)}</div>' if done else ""
-        consumers = _consumers()
+        try:
+            counts = dead_letter_counts(sources.kafka)
+            actions = read_actions(sources.kafka) if any(counts.values()) else []
+        except CasestreamError as e:
+            return HTMLResponse(page("Dead letters", body + f"<p class=bad>{esc(e)}</p>", active="/deadletters",
+                                     who=_who(p)), 503)
         rows, detail = [], ""
-        for c in consumers:
-            try:
-                state = load_dead_letter_state(sources.kafka, c)
-            except CasestreamError as e:
-                rows.append((esc(c), f"<span class=bad>{esc(e)}</span>", ""))
-                continue
-            visible = [e for e in state.open if _visible(e, p)]
+        for c in list(dict.fromkeys([*sources.consumers, *sorted(counts)])):
+            visible: list[Any] = []
+            total = counts.get(c, 0)
+            if total:  # an empty (or missing) dead-letter topic has nothing open: no more to read
+                try:
+                    state = load_dead_letter_state(sources.kafka, c, actions=actions)
+                except CasestreamError as e:
+                    rows.append((esc(c), f"<span class=bad>{esc(e)}</span>", esc(total)))
+                    continue
+                visible = [e for e in state.open if _visible(e, p)]
             rows.append((f'<a href="/deadletters?consumer={quote(c)}">{esc(c)}</a>',
                          f'<span class="num depth" data-consumer="{esc(c)}">{len(visible)}</span>',
-                         esc(len(state.entries))))
+                         esc(total)))
             if c == chosen:
                 detail = _dead_letter_detail(c, visible, ROLE_SUPERVISOR in p.roles)
         body += table(("consumer", "open", "on topic (all states)"), rows, id_="consumers") + detail
         return HTMLResponse(page("Dead letters", body, active="/deadletters", who=_who(p)))
-
-    def _consumers() -> list[str]:
-        from casestream.kafka.topics import topic_names
-
-        try:
-            extra = [t[: -len(".dlq")] for t in topic_names(sources.kafka) if t.endswith(".dlq")]
-        except Exception:  # noqa: BLE001 - Kafka down: the configured consumers still show
-            extra = []
-        return list(dict.fromkeys([*sources.consumers, *sorted(extra)]))
 
     def _decoded(e: Any) -> Any:
         value = e.record.value

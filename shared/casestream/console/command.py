@@ -26,17 +26,12 @@ def console(host: str | None, port: int | None) -> None:
     from casestream.console.app import console_app
     from casestream.console.settings import ConsoleSettings
     from casestream.console.sources import ConsoleSources
-    from casestream.events import load_catalog, open_codec
-    from casestream.events.registry import ConfluentSchemaRegistry
-    from casestream.service.discovery import catalog_folders, schema_folders
 
     ctx = cli_context()
     settings = ConsoleSettings()
-    # a reader: decodes by the schema ids on the wire, so nothing needs registering first
-    # (auto_register=None: not prepared); every installed catalog, as the CLI's commands
-    codec = open_codec(load_catalog(*(schema_folders() or catalog_folders())),
-                       ConfluentSchemaRegistry(ctx.registry_url, options=ctx.settings.registry_properties),
-                       auto_register=None)
+    # every installed catalog, prepared as a service prepares its codec: registering missing
+    # schemas where CASESTREAM_AUTO_REGISTER_SCHEMAS allows it (development), else looking ids up
+    codec = ctx.codec(auto_register=ctx.settings.auto_register_schemas)
     sources = ConsoleSources.discover(settings, kafka=ctx.kafka_client(), codec=codec)
     app = console_app(sources, TokenVerifier(AuthSettings()))
     click.echo(f"console: http://{host or settings.host}:{port or settings.port} "

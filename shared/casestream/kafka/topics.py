@@ -157,6 +157,32 @@ def topic_names(bootstrap: KafkaTarget, timeout_s: float = 5.0) -> list[str]:
     return sorted(AdminClient(client_config(bootstrap)).list_topics(timeout=timeout_s).topics)
 
 
+def watermark_totals(bootstrap: KafkaTarget, wanted: Callable[[str], bool],
+                     timeout_s: float = 5.0) -> dict[str, int]:
+    """Topic -> messages it holds (high - low watermark, summed over partitions), for every
+    topic of the cluster whose name ``wanted`` accepts (one metadata request, one client).
+
+    Raises:
+        KafkaException: the cluster did not answer within ``timeout_s``.
+    """
+    topics = AdminClient(client_config(bootstrap)).list_topics(timeout=timeout_s).topics
+    probe = Consumer({**client_config(bootstrap), "group.id": "casestream-watermarks",
+                      "enable.auto.commit": False})
+    try:
+        out: dict[str, int] = {}
+        for name, meta in sorted(topics.items()):
+            if not wanted(name):
+                continue
+            total = 0
+            for p in meta.partitions:
+                low, high = probe.get_watermark_offsets(TopicPartition(name, p), timeout=timeout_s)
+                total += max(0, high - low)
+            out[name] = total
+        return out
+    finally:
+        probe.close()
+
+
 def topic_partitions(bootstrap: KafkaTarget, topic: str, timeout_s: float = 10.0) -> list[int]:
     """The partition numbers of ``topic``, sorted ([] when the topic does not exist).
 

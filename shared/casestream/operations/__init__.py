@@ -33,6 +33,7 @@ from casestream.operations.commands import Actor, discard_dead_letters, redrive_
 from casestream.operations.deadletters import (
     DeadLetterEntry,
     DeadLetterState,
+    dead_letter_counts,
     dead_letter_state,
     load_dead_letter_state,
 )
@@ -42,7 +43,7 @@ from casestream.operations.journeys import Journey, JourneyEvent, journey_of, lo
 
 __all__ = ["ACTION_DISCARD", "ACTION_REDRIVE", "ACTION_SAGA_RESOLVE", "ACTIONS_TOPIC", "ActionLogError",
            "OperatorAction", "actions_topic", "read_actions", "record_action", "Actor",
-           "discard_dead_letters", "redrive_dead_letters", "DeadLetterEntry", "DeadLetterState",
+           "discard_dead_letters", "redrive_dead_letters", "DeadLetterEntry", "DeadLetterState", "dead_letter_counts",
            "dead_letter_state", "load_dead_letter_state", "DEPTH_METRIC", "DeadLetterDepth",
            "OutboxFlow", "PartitionLag", "group_lag", "outbox_flow", "parse_prometheus",
            "Journey", "JourneyEvent", "journey_of", "load_journey"]

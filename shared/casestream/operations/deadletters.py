@@ -44,9 +44,10 @@ from casestream.consumer.deadletters import (
 )
 from casestream.consumer.records import Record
 from casestream.kafka.config import KafkaTarget
-from casestream.operations.actions import ActionLogError, discarded, read_actions
+from casestream.operations.actions import ActionLogError, OperatorAction, discarded, read_actions
 
 __all__ = ["DeadLetterEntry", "DeadLetterState", "dead_letter_state", "load_dead_letter_state",
+           "dead_letter_counts", "read_if_exists",
            "STATE_OPEN", "STATE_REDRIVING", "STATE_RESOLVED", "STATE_DISCARDED", "STATE_SUPERSEDED"]
 
 STATE_OPEN = "open"
@@ -183,16 +184,34 @@ def read_if_exists(bootstrap: KafkaTarget, topic: str, timeout_s: float = 10.0) 
         raise DeadLetterError(f"reading {topic}: {e}") from None
 
 
+def dead_letter_counts(bootstrap: KafkaTarget, *, timeout_s: float = 5.0) -> dict[str, int]:
+    """Consumer name -> messages on its ``<consumer>.dlq`` topic (high - low watermark, summed
+    over partitions), for every such topic of the cluster. 0 means nothing can be open.
+
+    Raises:
+        DeadLetterError: Kafka did not answer within ``timeout_s``.
+    """
+    # lazy (start-up cost): confluent_kafka loads when a client is built
+    from casestream.kafka.topics import watermark_totals
+
+    try:
+        return {t[: -len(".dlq")]: n for t, n in watermark_totals(
+            bootstrap, lambda t: t.endswith(".dlq"), timeout_s).items()}
+    except Exception as e:  # noqa: BLE001 - librdkafka errors: one kind for the caller
+        raise DeadLetterError(f"dead-letter topics not listed: {e}") from None
+
+
 def load_dead_letter_state(bootstrap: KafkaTarget, consumer: str, *,
                            actions_topic: str | None = None, timeout_s: float = 10.0,
                            dlq_topic: str | None = None, redrive_topic: str | None = None,
-                           ) -> DeadLetterState:
+                           actions: Sequence[OperatorAction] | None = None) -> DeadLetterState:
     """Read the topics of ``consumer`` (group id = consumer name) and derive the state.
 
     Reads, in this order: the group's committed offsets on the re-drive topic, the re-drive
     topic, the dead-letter topic, the operator actions (module docstring: why the order).
     Topic names default to ``<consumer>.dlq`` / ``<consumer>.redrive``; a topic that does
-    not exist yet reads as empty.
+    not exist yet reads as empty. ``actions``: the operator actions already read (several
+    consumers at once), else they are read here.
 
     Raises:
         DeadLetterError: Kafka did not answer within ``timeout_s``.
@@ -210,7 +229,9 @@ def load_dead_letter_state(bootstrap: KafkaTarget, consumer: str, *,
     redrive = read_if_exists(bootstrap, redrive_topic, timeout_s)
     dlq = read_if_exists(bootstrap, dlq_topic, timeout_s)
     try:
-        discards = discarded(read_actions(bootstrap, topic=actions_topic, timeout_s=timeout_s), consumer)
+        if actions is None:
+            actions = read_actions(bootstrap, topic=actions_topic, timeout_s=timeout_s)
     except ActionLogError as e:
         raise DeadLetterError(str(e)) from None
+    discards = discarded(actions, consumer)
     return dead_letter_state(consumer, dlq, redrive, committed, discards)

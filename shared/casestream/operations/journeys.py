@@ -24,7 +24,8 @@ __all__ = ["JourneyEvent", "Journey", "load_journey", "journey_of"]
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class JourneyEvent:
-    """One event of a journey; ``caused_by`` the index of its causing event in the journey (None: outside it)."""
+    """One event of a journey; ``caused_by`` the index of its causing event in the journey
+    (None: outside it); ``traceparent`` the envelope's, else the message's ``traceparent`` header."""
 
     index: int
     topic: str
@@ -98,7 +99,8 @@ def journey_of(case_id: str, records: Sequence[Record], decoder: Any) -> Journey
         event_type=e.event_type, event_version=e.event_version, aggregate_type=e.aggregate_type,
         aggregate_id=e.aggregate_id, aggregate_version=e.aggregate_version, tenant_id=e.tenant_id,
         source=e.source, occurred_at=e.occurred_at, published_at=e.published_at,
-        correlation_id=e.correlation_id, causation_id=e.causation_id, traceparent=e.traceparent,
+        correlation_id=e.correlation_id, causation_id=e.causation_id,
+        traceparent=e.traceparent or r.header("traceparent"),
         actor_id=e.actor_id, payload=dict(e.payload),
         caused_by=index.get(e.causation_id) if e.causation_id else None)
         for i, (r, e) in enumerate(rows))
