@@ -120,6 +120,7 @@ class Options:
         drain_s: time kept at the end for the cases to finish (part of ``minutes``).
         poison_max: poison messages injected at most.
         replicas: service -> instances of it (absent: 1); :func:`every_service` gives N of each.
+        ready_timeout_s: how long a started instance may take to answer ``/readyz`` 200.
         log_dir: where the services' logs go.
         infra_script: ``deploy/infra.sh`` of this checkout.
     """
@@ -131,6 +132,7 @@ class Options:
     drain_s: float = 45.0
     poison_max: int = 4
     replicas: Mapping[str, int] = field(default_factory=lambda: dict(DEFAULT_REPLICAS))
+    ready_timeout_s: float = 240.0
     log_dir: Path = Path(".local/soak-logs")
     infra_script: Path = Path(__file__).resolve().parents[1] / "deploy" / "infra.sh"
 
@@ -232,7 +234,8 @@ class Suite:
         self.env = {"CASESTREAM_KAFKA_SESSION_TIMEOUT_MS": "6000", **env}
         counts = {n: opts.replicas_of(n) for n in SUITE}
         self.stacks = [ServiceStack(env=replica_env(SUITE, i, self.env),
-                                    log_dir=opts.log_dir / f"instance-{i}")
+                                    log_dir=opts.log_dir / f"instance-{i}",
+                                    ready_timeout_s=opts.ready_timeout_s)
                        for i in range(1, max(counts.values()) + 1)]
         self.instances: dict[str, tuple[ServiceStack, str]] = {
             f"{n}#{i}": (self.stacks[i - 1], n) for n in SUITE for i in range(1, counts[n] + 1)}
@@ -245,12 +248,15 @@ class Suite:
         return f"http://127.0.0.1:{service_port(name, stack.env)}"
 
     def start(self) -> None:
-        """Register the schemas once, start every instance, wait until all are ready."""
+        """Register the schemas once, then start the instances one stack (instance number)
+        at a time, each stack ready before the next starts: ten Python processes importing
+        at once on a small machine take longer than a readiness timeout."""
         self.stacks[0].register_schemas()
-        for stack, name in self.instances.values():
-            stack.start(name)
         for stack in self.stacks:
-            stack.wait_ready(list(stack.procs))
+            names = [name for st, name in self.instances.values() if st is stack]
+            for name in names:
+                stack.start(name)
+            stack.wait_ready(names)
         self.start_relay()
 
     def start_relay(self) -> None:
