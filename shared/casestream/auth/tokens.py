@@ -164,7 +164,8 @@ class Principal:
 
     Attributes:
         subject: ``sub``, the actor id written into events.
-        tenant_id: ``tenant``; the only tenant whose data the caller may see.
+        tenant_id: ``tenant``; the only tenant whose data the caller may see, unless it holds
+            the ``operator`` role (see :attr:`tenant_scope`).
         client_id: ``client_id`` / ``azp`` / ``sub``: scope of idempotency keys and rate limits.
         roles: role names from the token (unknown ones grant nothing).
     """
@@ -173,6 +174,12 @@ class Principal:
     tenant_id: str
     client_id: str
     roles: frozenset[str]
+
+    @property
+    def tenant_scope(self) -> str | None:
+        """The tenant whose data a read may return: ``tenant_id``, or None (every tenant) for
+        a principal holding the ``operator`` role. Writes stay scoped to ``tenant_id``."""
+        return None if ROLE_OPERATOR in self.roles else self.tenant_id
 
     def require(self, *allowed: str) -> None:
         """Raise :class:`AccessDenied` unless the principal holds one of ``allowed``."""
