@@ -18,13 +18,16 @@ SOAK_ARGS ?=
 DEMO_ARGS ?=
 # Length of `make soak` in minutes, e.g. make soak SOAK_MINUTES=20
 SOAK_MINUTES ?= 20
+# Instances of every service for `make demo` and `make soak`, e.g. make demo REPLICAS=3
+# (default: demo one of each; soak two case and two audit instances, one of the others)
+REPLICAS ?=
 # Services `make run` starts, comma-separated (default: every installed service), e.g.
 # make run SERVICES=case,audit (same as CASESTREAM_RUN_SERVICES=case,audit make run)
 SERVICES ?=
 # Runs a command with the CASESTREAM_* endpoints of the local infrastructure exported.
 WITH_ENV := eval "$$($(INFRA) env)" &&
 
-.PHONY: help venv compose k8s-tools infra-up infra-down infra-status infra-logs run demo soak test test-edge test-cluster schema-check clean
+.PHONY: help venv compose k8s-tools prometheus-tools browser infra-up infra-down infra-status infra-logs run demo soak test test-edge test-cluster schema-check clean
 
 help: ## list the targets
 	@echo "casestream - make targets:"
@@ -52,6 +55,12 @@ compose: ## make `docker compose` available (builds the plugin with Go if missin
 k8s-tools: venv ## build helm and kubeconform (Go module proxy) and the Kubernetes JSON schemas into .local/k8s (the chart's contract test)
 	@deploy/k8s/tools.sh install
 
+prometheus-tools: ## build promtool (Go module proxy) into .local/prometheus (checks deploy/prometheus/alerts.yml)
+	@deploy/prometheus/tools.sh install
+
+browser: ## install headless Chromium + chromedriver from Debian's packages when missing (the console's browser test)
+	@deploy/browser.sh install
+
 infra-up: venv ## install what is missing and start Kafka, PostgreSQL, registry, SMTP sink (waits until ready)
 	@$(INFRA) up
 
@@ -67,13 +76,13 @@ infra-logs: ## last lines of each infrastructure log
 run: infra-up ## infrastructure + the installed services in the foreground (SERVICES=case,audit chooses; Ctrl-C stops all)
 	@$(WITH_ENV) exec $(VENV)/bin/python -m casestream.service.devstack run $(if $(SERVICES),--services $(SERVICES))
 
-demo: infra-up ## start the five suite services, drive 25 cases through them, print each journey
-	@$(WITH_ENV) $(VENV)/bin/python -m services.demo $(DEMO_ARGS)
+demo: infra-up ## start the five suite services (REPLICAS=N instances of each), drive 25 cases through them, print each journey
+	@$(WITH_ENV) $(VENV)/bin/python -m services.demo $(if $(REPLICAS),--replicas $(REPLICAS)) $(DEMO_ARGS)
 
-soak: infra-up ## fault soak: the suite under load while instances, relays, Kafka and PostgreSQL are killed/restarted (SOAK_MINUTES=20), then invariants
-	@$(WITH_ENV) $(VENV)/bin/python -m services.soak --minutes $(SOAK_MINUTES) $(SOAK_ARGS)
+soak: infra-up ## fault soak: the suite under load while instances, relays, Kafka and PostgreSQL are killed/restarted (SOAK_MINUTES=20, REPLICAS=N of every service), then invariants
+	@$(WITH_ENV) $(VENV)/bin/python -m services.soak --minutes $(SOAK_MINUTES) $(if $(REPLICAS),--replicas $(REPLICAS)) $(SOAK_ARGS)
 
-test: venv compose k8s-tools infra-up ## the whole test suite against the real infrastructure (.ci/run calls this)
+test: venv compose k8s-tools prometheus-tools browser infra-up ## the whole test suite against the real infrastructure (.ci/run calls this)
 	@$(WITH_ENV) { $(VENV)/bin/pytest -m "not cluster and not debezium" $(PYTEST_ARGS); rc=$$?; \
 		if [ $$rc -eq 5 ]; then echo "make test: pytest collected no tests (exit status 5); that is a failure" >&2; fi; \
 		exit $$rc; }

@@ -36,3 +36,45 @@ def produce_all(bootstrap: str, topic: str, codec: Any, evs: Sequence[Envelope],
     if p.flush(flush_s):
         raise SystemExit("produce: messages left undelivered")
     return time.perf_counter() - t
+
+
+def durability(fast: bool) -> str:
+    """Set libpq's ``PGOPTIONS`` for every connection this process opens (the bench's and the
+    code under test's): ``synchronous_commit=on`` (production durability) unless ``fast``, then
+    ``off``. Call before the first connection. Returns the label to print."""
+    import os
+
+    mode = "off" if fast else "on"
+    opts = os.environ.get("PGOPTIONS", "")
+    os.environ["PGOPTIONS"] = f"{opts} -c synchronous_commit={mode}".strip()
+    return f"synchronous_commit={mode}" + (" (--fast: NOT production durability)" if fast else "")
+
+
+def check_durability(dsn: str, fast: bool) -> None:
+    """Fail unless a connection of this process sees the intended ``synchronous_commit``."""
+    import psycopg
+
+    with psycopg.connect(dsn) as conn:
+        got = conn.execute("SHOW synchronous_commit").fetchone()[0]
+    want = "off" if fast else "on"
+    if got != want:
+        raise SystemExit(f"synchronous_commit is {got!r} on the bench's connections, want {want!r}")
+
+
+def load_average() -> str:
+    """The 1/5/15-minute load average, e.g. ``"3.1 2.8 2.5"`` (the box is shared: say so)."""
+    import os
+
+    return " ".join(f"{x:.1f}" for x in os.getloadavg())
+
+
+def json_record(bench: str, **fields: Any) -> None:
+    """Print the one-line JSON record of a bench run (``BENCH {...}``): name, UTC time, load
+    average, and ``fields``."""
+    import json
+    import os
+    from datetime import UTC, datetime
+
+    rec = {"bench": bench, "at": datetime.now(UTC).isoformat(timespec="seconds"),
+           "loadavg": [round(x, 2) for x in os.getloadavg()], **fields}
+    print("BENCH " + json.dumps(rec, sort_keys=True))

@@ -17,19 +17,24 @@ connection each), and as a per-event handler (``ctx.conn.execute``).
 Objects alive before the measurements (the envelopes too) are frozen, as a service freezes
 its start-up objects (``casestream.service.gctune``). Rounds are interleaved (``--rounds``, default 3) because the 2-core box is shared; printed:
 events/s per round and best-of, the ratio to B2 (best) and to B4 per round. Target:
-runtime >= 8,000 events/s and >= 0.5 x B4.
+runtime >= 8,000 events/s and >= 0.5 x B4. The group's clock starts when its last member has
+its assignment; only events applied after that count.
+
+Every connection (the bench's and the runtime's) runs with ``synchronous_commit=on`` (libpq
+``PGOPTIONS``) unless ``--fast`` (labelled). A final ``BENCH {...}`` line is the JSON record.
 
 Usage::
 
     eval "$(deploy/infra.sh env)"
     .venv/bin/python bench/consumer.py [--events 100000] [--aggregates 10000] [--partitions 4]
-        [--batch-size 500] [--rounds 3] [--members 2] [--copy] [--no-tracing]
+        [--batch-size 500] [--rounds 3] [--members 2] [--copy] [--no-tracing] [--fast]
         [--dsn postgresql://postgres@127.0.0.1:15432/casestream_test]
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import io
 import logging
 import os
@@ -52,7 +57,7 @@ from casestream.service.gctune import freeze_startup_objects
 from casestream.consumer.handlers import HandlerContext, HandlerKind, HandlerRegistry
 from casestream.consumer.inbox import ensure_schema
 
-from common import produce_all
+from common import check_durability, durability, json_record, load_average, produce_all
 
 PAYLOAD = {"title": "Unlicensed waste disposal near the river",
            "summary": "Reporter saw barrels dumped behind the depot on two nights; photos attached.",
@@ -191,9 +196,13 @@ def _row(e: Envelope) -> tuple[Any, ...]:
 
 def runtime_run(bootstrap: str, dsn: str, topic: str, n: int, codec: Any, table: str,
                 consumer: str, batch: int, *, batch_handler: bool,
-                members: int = 1) -> tuple[float, float, Any]:
+                members: int = 1) -> tuple[float, int, Any]:
     """Run ConsumerRuntime (``members`` > 1: a ConsumerGroup of that many runtimes in this
-    process) until n events applied; returns (seconds after assignment, total, stats).
+    process) until n events applied; returns (seconds after assignment, events applied in
+    those seconds, stats).
+
+    The clock starts when every member has its assignment; events a member applied before
+    (the first member starts while the others join) are outside it and not counted.
 
     The projection is one upsert per event: ``ctx.conn.execute`` per event (``on``), or
     ``executemany`` over the run of events (``on_batch``).
@@ -221,6 +230,7 @@ def runtime_run(bootstrap: str, dsn: str, topic: str, n: int, codec: Any, table:
     th.start()
     rt.ready.wait(60)
     t_ready = time.perf_counter()
+    before = rt.stats.applied
     while rt.stats.applied < n:
         if not th.is_alive():
             raise SystemExit("runtime died")
@@ -229,7 +239,25 @@ def runtime_run(bootstrap: str, dsn: str, topic: str, n: int, codec: Any, table:
     stop.set()
     th.join(30)
     pool.close()
-    return t_end - t_ready, t_end - t_start, rt.stats
+    del t_start
+    return t_end - t_ready, n - before, rt.stats
+
+
+@contextlib.contextmanager
+def _retry_lookup(on: bool) -> Any:
+    """``on=False``: the fast path's ``consumer_retry`` lookup becomes a no-op (A/B only)."""
+    from casestream.consumer import batch_fast
+
+    if on:
+        yield
+        return
+    query, read = batch_fast.query_retries, batch_fast.read_retries
+    batch_fast.query_retries = lambda *a, **k: None  # type: ignore[assignment]
+    batch_fast.read_retries = lambda cur: {}  # type: ignore[assignment]
+    try:
+        yield
+    finally:
+        batch_fast.query_retries, batch_fast.read_retries = query, read
 
 
 def main() -> None:
@@ -252,9 +280,16 @@ def main() -> None:
     ap.add_argument("--no-tracing", action="store_true",
                     help="replace the consumer's per-message tracing hooks (casestream.telemetry"
                          " consume_span / consume_batch_span) with no-ops, to separate their cost")
+    ap.add_argument("--retry-lookup-ab", action="store_true",
+                    help="also run the batch-handler runtime with the fast path's consumer_retry"
+                         " lookup replaced by a no-op (its cost, same run; not a valid mode)")
     ap.add_argument("--keep", action="store_true", help="keep tables/rows (default: clean up)")
+    ap.add_argument("--fast", action="store_true",
+                    help="synchronous_commit=off (labelled: not production durability)")
     args = ap.parse_args()
     logging.basicConfig(level=logging.WARNING)
+    durable = durability(args.fast)
+    check_durability(args.dsn, args.fast)
 
     if args.no_tracing:
         import contextlib
@@ -275,22 +310,25 @@ def main() -> None:
     frozen = freeze_startup_objects()
     print(f"bench/consumer: {n} events, {args.aggregates} aggregates, {args.partitions} partitions,"
           f" batch {args.batch_size}, EnvelopeCodec over the {codec.registry_kind} registry,"
-          f" tracing hooks {'off' if args.no_tracing else 'on'}, {frozen:,} objects frozen")
+          f" tracing hooks {'off' if args.no_tracing else 'on'}, {frozen:,} objects frozen, {durable}")
     create_topic(args.bootstrap, topic, args.partitions)
     secs = produce_all(args.bootstrap, topic, codec, evs)
     print(f"  produced in {secs:.1f} s ({n / secs:,.0f}/s); avg value {len(codec.encode(evs[0]))} B")
 
-    kinds = ("rtb", "rtg", "rt", "b4", "copy")
+    kinds = ("rtb", "rtg", "rt", "b4", "copy", "rtn")
     tables = {(k, r): f"bench_view_{k}_{run}_{r}" for k in kinds for r in range(args.rounds)}
     consumers = {(k, r): f"bench.{k}-{run}-{r}" for k in kinds for r in range(args.rounds)}
     with psycopg.connect(args.dsn, autocommit=True) as conn:
         ensure_schema(conn)
         for t in tables.values():
             conn.execute(projection_ddl(t))
-    rates: dict[str, list[float]] = {k: [] for k in ("b2", "b4", "copy", "rtb", "rtg", "rt")}
+    rates: dict[str, list[float]] = {k: [] for k in ("b2", "b4", "copy", "rtb", "rtg", "rt", "rtn")}
+    variants = [("rtb", True, 1), ("rtg", True, args.members), ("rt", False, 1)]
+    if args.retry_lookup_ab:
+        variants.append(("rtn", True, 1))
     try:
         for r in range(args.rounds):
-            print(f"  round {r + 1}/{args.rounds} (load average {os.getloadavg()[0]:.1f}):")
+            print(f"  round {r + 1}/{args.rounds} (load average {load_average()}):")
             rates["b2"].append(n / b2_consume_decode(args.bootstrap, topic, n, codec,
                                                       args.batch_size))
             rates["b4"].append(n / b4_sql(args.dsn, evs, tables[("b4", r)],
@@ -298,18 +336,18 @@ def main() -> None:
             if args.copy:
                 rates["copy"].append(n / b4_copy(args.dsn, evs, tables[("copy", r)],
                                                  consumers[("copy", r)], args.batch_size))
-            for key, batch_handler, members in (("rtb", True, 1), ("rtg", True, args.members),
-                                                ("rt", False, 1)):
-                secs, _total, stats = runtime_run(args.bootstrap, args.dsn, topic, n, codec,
-                                                  tables[(key, r)], consumers[(key, r)],
-                                                  args.batch_size, batch_handler=batch_handler,
-                                                  members=members)
+            for key, batch_handler, members in variants:
+                with _retry_lookup(key != "rtn"):
+                    secs, counted, stats = runtime_run(args.bootstrap, args.dsn, topic, n, codec,
+                                                      tables[(key, r)], consumers[(key, r)],
+                                                      args.batch_size, batch_handler=batch_handler,
+                                                      members=members)
                 with psycopg.connect(args.dsn) as conn:
                     rows, maxv = conn.execute(
                         f"SELECT count(*), max(version) FROM {tables[(key, r)]}").fetchone()
                 assert rows == args.aggregates and maxv == n // args.aggregates, (rows, maxv)
                 assert stats.fast_batches == stats.batches, stats
-                rates[key].append(n / secs)
+                rates[key].append(counted / secs)
             b4 = rates["b4"][-1]
             print(f"    B2 {rates['b2'][-1]:>8,.0f}/s   B4 {b4:>7,.0f}/s"
                   + (f"   B4-copy {rates['copy'][-1]:>7,.0f}/s" if args.copy else "")
@@ -317,7 +355,9 @@ def main() -> None:
                   f" ({rates['rtb'][-1] / b4:.2f} x B4)   same, group of {args.members}"
                   f" {rates['rtg'][-1]:>7,.0f}/s ({rates['rtg'][-1] / b4:.2f} x B4)"
                   f"   per-event {rates['rt'][-1]:>7,.0f}/s"
-                  f" ({rates['rt'][-1] / b4:.2f} x B4)")
+                  f" ({rates['rt'][-1] / b4:.2f} x B4)"
+                  + (f"   batch-handler without the retry lookup {rates['rtn'][-1]:>7,.0f}/s"
+                     f" ({rates['rtn'][-1] / b4:.2f} x B4)" if args.retry_lookup_ab else ""))
         best = {k: max(v) for k, v in rates.items() if v}
         print(f"  best of {args.rounds}: B2 {best['b2']:,.0f}/s, B4 {best['b4']:,.0f}/s"
               + (f", B4-copy {best['copy']:,.0f}/s" if args.copy else ""))
@@ -331,6 +371,11 @@ def main() -> None:
                   f" -> >= 8,000/s {'OK' if rate >= 8000 else 'MISSED'},"
                   f" >= 0.5 x B4 {'OK' if sorted(ratios)[len(ratios) // 2] >= 0.5 else 'MISSED'}"
                   " (median round)")
+        json_record("consumer", durability=durable.split()[0], events=n, batch_size=args.batch_size,
+                    members=args.members, rates={k: [round(x) for x in v] for k, v in rates.items()
+                                                 if v},
+                    ratios_b4={k: [round(a / b, 3) for a, b in zip(rates[k], rates["b4"])]
+                               for k in ("rtb", "rtg", "rt", "rtn") if rates[k]})
     finally:
         close_codec(codec)
         if not args.keep:
@@ -343,7 +388,7 @@ def main() -> None:
             from confluent_kafka.admin import AdminClient
 
             AdminClient({"bootstrap.servers": args.bootstrap}).delete_topics(
-                [topic] + [f"{consumers[(k, r)]}.{sfx}" for k in ("rt", "rtb", "rtg")
+                [topic] + [f"{consumers[(k, r)]}.{sfx}" for k in ("rt", "rtb", "rtg", "rtn")
                            for r in range(args.rounds) for sfx in ("dlq", "redrive")])
 
 

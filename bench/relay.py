@@ -21,14 +21,15 @@ In one run, on the real PostgreSQL and Kafka of ``deploy/infra.sh``:
 
 Usage: ``python bench/relay.py [--events 100000] [--aggregates 1000] [--payload 300]
 [--batch-size 1000] [--retention-s 3600|0] [--rate 1000] [--seconds 10]``.
-Prints one human summary and a final JSON line.
+Prints one human summary, the load average and a final one-line JSON record (``BENCH {...}``).
+Every connection of this process and of the writer/reader processes it starts (the relay's
+too) runs with ``synchronous_commit=on`` (libpq ``PGOPTIONS``) unless ``--fast`` (labelled).
 """
 
 from __future__ import annotations
 
 import argparse
 import gc
-import json
 import multiprocessing
 import os
 import random
@@ -48,7 +49,11 @@ from casestream.outbox.relay import store
 from casestream.outbox.relay.leases import LeaseManager
 from casestream.testing.relay import FakeEnvelope, JsonCodec, create_topics, delete_topics, isolated_schema
 
-PG = os.environ.get("CASESTREAM_BENCH_PG", "postgresql://postgres@127.0.0.1:15432/casestream_test")
+from common import check_durability, durability, json_record, load_average
+
+PG = os.environ.get("CASESTREAM_BENCH_PG") or (
+    os.environ.get("CASESTREAM_PG_URL", "postgresql://postgres@127.0.0.1:15432").rstrip("/")
+    + "/casestream_test")
 KAFKA = os.environ.get("CASESTREAM_KAFKA_BOOTSTRAP", "127.0.0.1:19092")
 
 
@@ -273,7 +278,12 @@ def main() -> None:
     ap.add_argument("--seconds", type=float, default=10.0)
     ap.add_argument("--skip-latency", action="store_true")
     ap.add_argument("--latency-only", action="store_true")
+    ap.add_argument("--fast", action="store_true",
+                    help="synchronous_commit=off (labelled: not production durability)")
     args = ap.parse_args()
+    label = durability(args.fast)
+    check_durability(PG, args.fast)
+    print(f"bench/relay: {label}; load average {load_average()}")
 
     prefix = f"bench{uuid.uuid4().hex[:8]}.outbox.event."
     topics = [prefix + "case", prefix + "b1"]
@@ -281,7 +291,7 @@ def main() -> None:
     delete = args.retention_s == 0
     result: dict = {"events": args.events, "aggregates": args.aggregates, "payload_bytes": args.payload,
                     "batch_size": args.batch_size, "mode": "delete" if delete else "mark-published",
-                    "cpus": os.cpu_count()}
+                    "cpus": os.cpu_count(), "durability": label.split()[0]}
     if args.latency_only:
         try:
             result["latency"] = bench_latency(PG, prefix, args.rate, args.seconds)
@@ -292,7 +302,8 @@ def main() -> None:
               f"p99 {lat['p99_ms']} ms, max {lat['max_ms']} ms")
         print(f"  split p50/p99: commit->produce {lat['commit_to_produce_p50_p99_ms']} ms, "
               f"produce->arrival {lat['produce_to_arrival_p50_p99_ms']} ms")
-        print(json.dumps(result))
+        print(f"load average {load_average()}")
+        json_record("relay", **result)
         return
     try:
         envs = make_envs(args.events, args.aggregates, args.payload)
@@ -326,7 +337,8 @@ def main() -> None:
               f"p99 {lat['p99_ms']} ms, max {lat['max_ms']} ms ({lat['received']}/{lat['events']})")
         print(f"  split p50/p99: commit->produce {lat['commit_to_produce_p50_p99_ms']} ms, "
               f"produce->arrival {lat['produce_to_arrival_p50_p99_ms']} ms")
-    print(json.dumps(result))
+    print(f"load average {load_average()}")
+    json_record("relay", **result)
 
 
 if __name__ == "__main__":

@@ -46,7 +46,7 @@ from casestream.events.catalog import load_catalog  # noqa: E402
 from casestream.testing.consumer import close_codec, create_topic, real_codec  # noqa: E402
 from casestream.events.envelope import Envelope  # noqa: E402
 from casestream.replay import ReplayOptions, Replayer, load_projection  # noqa: E402
-from common import produce_all  # noqa: E402
+from common import check_durability, durability, json_record, load_average, produce_all  # noqa: E402
 from services import schemas_dir
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
@@ -150,7 +150,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--pg-url", default=os.environ.get("CASESTREAM_PG_URL",
                                                        "postgresql://postgres@127.0.0.1:15432"))
     ap.add_argument("--keep", action="store_true", help="keep the bench database")
+    ap.add_argument("--fast", action="store_true",
+                    help="synchronous_commit=off (labelled: not production durability)")
     a = ap.parse_args(argv)
+    label = durability(a.fast)  # inherited by the replay's worker processes
     bootstrap = os.environ.get("CASESTREAM_KAFKA_BOOTSTRAP", "127.0.0.1:19092")
     codec = real_codec(os.environ.get("CASESTREAM_REGISTRY_URL"), fallback=True)
     sfx = uuid.uuid4().hex[:8]
@@ -159,6 +162,8 @@ def main(argv: list[str] | None = None) -> int:
     with psycopg.connect(base + "/postgres", autocommit=True) as conn:
         conn.execute(f'CREATE DATABASE "{db}"')
     dsn = f"{base}/{db}"
+    check_durability(dsn, a.fast)
+    print(f"bench/replay {a.projection}: {label}; load average {load_average()}")
     try:
         create_topic(bootstrap, topic, a.partitions)
         evs = (decision_events(a.events) if a.projection == "decision.statistics"
@@ -187,7 +192,10 @@ def main(argv: list[str] | None = None) -> int:
               f"({result.elapsed_s:.1f}s)")
         print(f"ratio replay / B2 = {result.rate / b2_rate:.2f}   "
               f"(targets: >= 20,000 events/s, >= 0.4 x B2)   "
-              f"load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+              f"load average {load_average()}")
+        json_record("replay", projection=a.projection, durability=label.split()[0],
+                    events=result.read, workers=a.workers, replay_events_s=round(result.rate),
+                    b2_events_s=round(b2_rate), ratio_b2=round(result.rate / b2_rate, 3))
     finally:
         close_codec(codec)
         if not a.keep:

@@ -1,7 +1,8 @@
 """The demo workload: real cases through the live suite, journeys printed, trails checked.
 
 ``python -m services.demo`` (what ``make demo`` runs after starting the infrastructure)
-starts the five services as processes, opens and submits cases over the case service's
+starts the five services as processes (``--replicas N``, ``make demo REPLICAS=N``: N
+instances of each, sharing databases, consumer groups and outbox shards), opens and submits cases over the case service's
 HTTP API, waits until each case reaches a final state, reads each case's audit timeline
 and prints the journey, then a summary line such as::
 
@@ -27,7 +28,7 @@ from dataclasses import dataclass
 
 import httpx
 
-from casestream.service import ServiceStack, StackError, service_port
+from casestream.service import CONSOLE_HINT, ServiceStack, StackError, console_process, replica_env, service_port
 
 #: The suite's services, the ones a case's journey passes through.
 SUITE = ("case", "audit", "saga", "decision", "notification")
@@ -115,16 +116,18 @@ def headers(tenant: str, **extra: str) -> dict[str, str]:
     return {"Authorization": f"Bearer {token}", **extra}
 
 
-def open_and_submit(client: httpx.Client, spec: CaseSpec) -> CaseRun:
-    """Open a case and submit it with an Idempotency-Key; return the run.
+def open_and_submit(client: httpx.Client, spec: CaseSpec, base: str | None = None) -> CaseRun:
+    """Open a case and submit it with an Idempotency-Key through the case service at ``base``
+    (default: :func:`case_url`); return the run.
 
     Raises:
         httpx.HTTPStatusError: the case service refused either request.
     """
-    opened = client.post(case_url("/cases"), json=spec.body(), headers=headers(spec.tenant))
+    base = case_url() if base is None else base
+    opened = client.post(f"{base}/cases", json=spec.body(), headers=headers(spec.tenant))
     opened.raise_for_status()
     case_id = opened.json()["id"]
-    submitted = client.post(case_url(f"/cases/{case_id}/submit"), json={},
+    submitted = client.post(f"{base}/cases/{case_id}/submit", json={},
                             headers=headers(spec.tenant, **{"Idempotency-Key": str(uuid.uuid4())}))
     submitted.raise_for_status()
     return CaseRun(spec, case_id)
@@ -207,20 +210,46 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--cases", type=int, default=25, help="number of cases (default 25)")
     parser.add_argument("--timeout", type=float, default=120.0,
                         help="seconds to wait for all cases to finish (default 120)")
+    parser.add_argument("--replicas", type=int, default=1, metavar="N",
+                        help="instances of every service (default 1): separate processes"
+                             " sharing their service's database, consumer groups and outbox"
+                             " shards, instance i on the service's port + 100*(i-1); cases"
+                             " are opened through the case instances in turn")
     parser.add_argument("--log-dir", default=".local/demo-logs",
                         help="where service logs go (default .local/demo-logs)")
+    parser.add_argument("--keep", action="store_true",
+                        help="keep the services and the console running after the summary, until Ctrl-C")
+    parser.add_argument("--no-console", action="store_true",
+                        help="do not start the operations console (casestream console)")
     args = parser.parse_args(argv)
+    if not 1 <= args.replicas <= 5:
+        parser.error("--replicas must be 1..5")
 
+    from contextlib import ExitStack
     from pathlib import Path
 
-    stack = ServiceStack(log_dir=Path(args.log_dir))
+    stacks = [ServiceStack(env=replica_env(SUITE, i),
+                           log_dir=Path(args.log_dir) / f"instance-{i}" if args.replicas > 1
+                           else Path(args.log_dir))
+              for i in range(1, args.replicas + 1)]
+    later = ExitStack()
     try:
-        print(f"demo: starting the {len(SUITE)} suite services (logs in {args.log_dir}) ...",
-              flush=True)
-        stack.start_all(list(SUITE))
+        print(f"demo: starting the {len(SUITE)} suite services"
+              + (f", {args.replicas} instances of each," if args.replicas > 1 else "")
+              + f" (logs in {args.log_dir}) ...", flush=True)
+        stacks[0].register_schemas()
+        for stack in stacks:  # one instance of each at a time: fewer processes importing at once
+            for name in SUITE:
+                stack.start(name)
+            stack.wait_ready(list(SUITE))
+        bases = [f"http://127.0.0.1:{service_port('case', stack.env)}" for stack in stacks]
+        if not args.no_console:
+            base = later.enter_context(console_process(log_dir=Path(args.log_dir)))
+            print(f"demo: console on {base} ({CONSOLE_HINT})", flush=True)
         started = time.monotonic()
         with httpx.Client(timeout=10.0) as client:
-            runs = [open_and_submit(client, spec) for spec in case_mix(args.cases)]
+            runs = [open_and_submit(client, spec, bases[i % len(bases)])
+                    for i, spec in enumerate(case_mix(args.cases))]
             print(f"demo: {len(runs)} cases opened and submitted; waiting for their journeys ...",
                   flush=True)
             wait_final(client, runs, args.timeout)
@@ -229,6 +258,13 @@ def main(argv: Sequence[str] | None = None) -> int:
             print_journey(run)
         ok, line = summarize(runs, elapsed)
         print(line)
+        if args.keep:
+            print("demo: services and console keep running (--keep); Ctrl-C stops them", flush=True)
+            try:
+                while True:
+                    time.sleep(1)
+            except KeyboardInterrupt:
+                pass
         return 0 if ok else 1
     except StackError as e:
         print(f"demo: {e}", file=sys.stderr)
@@ -237,7 +273,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"demo: the case service refused a request: {e}", file=sys.stderr)
         return 1
     finally:
-        stack.stop_all()
+        later.close()
+        for stack in reversed(stacks):
+            stack.stop_all()
 
 
 if __name__ == "__main__":

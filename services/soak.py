@@ -1,11 +1,14 @@
 """Fault soak of the suite: a steady stream of cases while faults are injected, then invariants.
 
 ``python -m services.soak --minutes 20`` (what ``make soak SOAK_MINUTES=20`` runs) starts the
-five services as processes — two instances each of case and audit (the second pair on
-``--second-case-port`` / ``--second-audit-port``) — and one standalone outbox relay on the
-saga database beside the saga service's own, opens and submits cases at ``--rate`` cases/s
-through either case instance (with Idempotency-Keys, retried while an instance is down), and
-meanwhile, at random times (``--seed``), injects faults one at a time:
+five services as processes — two instances each of case and audit, or ``--replicas N`` of
+every service (``make soak REPLICAS=N``): separate processes on the ports
+:func:`casestream.service.replica_env` gives instance ``i`` (the service's port + 100 (i-1)),
+sharing their service's database, consumer groups and outbox shards — and one standalone
+outbox relay on the saga database beside the saga instances' own, opens and submits cases at
+``--rate`` cases/s through the case instances in turn (with Idempotency-Keys, retried while
+an instance is down), and meanwhile, at random times (``--seed``), injects faults one at a
+time:
 
 ==================  ===============================================================
 ``kill``            SIGKILL one service instance (its consumers and relay die with it),
@@ -32,12 +35,23 @@ proves:
 4. no saga started twice: one saga per case;
 5. no partition left without progress: every suite consumer group has committed every
    partition it is assigned up to the log end;
-6. the only dead letters (``<consumer>.dlq`` since the start) are the injected poison messages.
+6. the only dead letters (``<consumer>.dlq`` since the start) are the injected poison messages;
+7. inbox sizes bounded: each consumer's inbox grew by at most the records it could be
+   delivered during the run (its lag at the start plus what was appended to its topics and
+   its ``.redrive`` topic since): one row per event, however many deliveries, retries and
+   rebalances (the topics keep 30-90 days and the dedup window is 7 days, so no row of the
+   run may be purged yet);
+8. work shared between instances: every consumer and relay of a service with several
+   instances applied events (while assigned partitions) or published rows (while holding
+   shard leases) in at least two of them, and the saga outbox shards were leased by at least
+   two relays (a :class:`casestream.testing.WorkSampler` reads every instance's
+   ``/metrics`` and the ``outbox_relay_lease`` tables every second).
 
 It prints each fault as it happens, the faults injected per kind, each invariant with its
-figures, and the inbox size (rows, bytes) of every service database at the end and at the
-start (the inbox is never purged by the soak: its growth is the run's); exits 0 only when every
-invariant holds. Run it, as the e2e tests, alone on the machine: it uses the services' fixed
+figures, the inbox size (rows, bytes) of every service database at the end and at the
+start, what each instance did (events applied and partitions per consumer, rows published
+and shards per relay, its processes) and Kafka's view of each group at the end (members and
+their partitions); exits 0 only when every invariant holds. Run it, as the e2e tests, alone on the machine: it uses the services' fixed
 HTTP ports and restarts the shared infrastructure (``flock /tmp/casestream-e2e.lock``).
 """
 
@@ -61,7 +75,7 @@ from typing import Any
 
 import httpx
 
-from casestream.service import CommonSettings, ServiceStack, StackError, service_port
+from casestream.service import CommonSettings, ServiceStack, StackError, replica_env, service_port
 from casestream import testing
 from services.demo import FINAL_CASE_STATES, SUITE, CaseRun, CaseSpec, check_trail, headers
 
@@ -80,6 +94,11 @@ GROUPS: dict[str, tuple[str, ...]] = {
     "decision.statistics": ("outbox.event.decision",),
     "notification.requests": ("outbox.event.saga",),
 }
+#: Instances per service without ``--replicas``: two case and two audit instances.
+DEFAULT_REPLICAS = {"case": 2, "audit": 2}
+#: The standalone outbox relay on the saga database (sharing its shards with the saga
+#: instances' own relays by lease).
+RELAY_NAME = "saga.relay-soak"
 _KINDS = (
     CaseSpec(title="[fail-decision]", severity=4, evidence_count=2, expected="decision_failed"),
     CaseSpec(title="unlicensed trading", severity=4, evidence_count=2, expected="violation"),
@@ -100,7 +119,8 @@ class Options:
         fault_gap_s: (min, max) pause between two faults.
         drain_s: time kept at the end for the cases to finish (part of ``minutes``).
         poison_max: poison messages injected at most.
-        second_ports: HTTP ports of the second case and audit instances.
+        replicas: service -> instances of it (absent: 1); :func:`every_service` gives N of each.
+        ready_timeout_s: how long a started instance may take to answer ``/readyz`` 200.
         log_dir: where the services' logs go.
         infra_script: ``deploy/infra.sh`` of this checkout.
     """
@@ -111,9 +131,18 @@ class Options:
     fault_gap_s: tuple[float, float] = (3.0, 10.0)
     drain_s: float = 45.0
     poison_max: int = 4
-    second_ports: tuple[int, int] = (18111, 18112)
+    replicas: Mapping[str, int] = field(default_factory=lambda: dict(DEFAULT_REPLICAS))
+    ready_timeout_s: float = 240.0
     log_dir: Path = Path(".local/soak-logs")
     infra_script: Path = Path(__file__).resolve().parents[1] / "deploy" / "infra.sh"
+
+    def replicas_of(self, service: str) -> int:
+        return max(1, int(self.replicas.get(service, 1)))
+
+
+def every_service(n: int) -> dict[str, int]:
+    """``Options.replicas`` for ``n`` instances of every suite service."""
+    return {name: n for name in SUITE}
 
 
 @dataclass(slots=True)
@@ -146,6 +175,8 @@ class Report:
     checks: list[Check] = field(default_factory=list)
     inbox: dict[str, tuple[int, int]] = field(default_factory=dict)
     inbox_at_start: dict[str, tuple[int, int]] = field(default_factory=dict)
+    work: dict[str, testing.InstanceWork] = field(default_factory=dict)
+    members: dict[str, list[tuple[str, list[str]]]] = field(default_factory=dict)
     elapsed_s: float = 0.0
 
     @property
@@ -162,7 +193,27 @@ class Report:
             rows0, size0 = self.inbox_at_start.get(db, (0, 0))
             out.append(f"inbox  {db}: {rows} rows, {size / 1024:.0f} kB"
                        f" (at the start {rows0} rows, {size0 / 1024:.0f} kB)")
+        out += self.work_lines()
         out.append(f"soak: {'all invariants hold' if self.ok else 'INVARIANTS VIOLATED'}")
+        return out
+
+    def work_lines(self) -> list[str]:
+        """Per instance: events applied and most partitions held per consumer, rows
+        published and most outbox shard leases held per relay; then Kafka's view of each
+        group at the end (members and their partition counts)."""
+        out = []
+        for instance, w in sorted(self.work.items()):
+            consumers = ", ".join(f"{c} {n} applied/{w.partitions_max.get(c, 0)} partitions"
+                                  for c, n in sorted(w.applied.items()))
+            relays = ", ".join(f"{r} {n} published/{w.shards_max.get(r, 0)} shards"
+                               for r, n in sorted(w.published.items()))
+            leases = ", ".join(f"{n} leases" for _db, n in sorted(w.leases_max.items()))
+            parts = [p for p in (consumers, relays or leases) if p]
+            out.append(f"work   {instance} ({len(w.incarnations)} processes): "
+                       + ("; ".join(parts) or "nothing sampled"))
+        for group, members in sorted(self.members.items()):
+            out.append(f"group  {group}: {len(members)} members, partitions "
+                       + "/".join(str(len(tps)) for _client, tps in members))
         return out
 
 
@@ -174,35 +225,38 @@ def say(msg: str) -> None:
 
 
 class Suite:
-    """The service instances (two stacks: the first runs all five, the second case and
-    audit again on other ports) and the standalone saga relay."""
+    """The service instances (``Options.replicas`` of each service: instance ``i`` in stack
+    ``i``, on the ports :func:`casestream.service.replica_env` gives it) and the standalone
+    saga relay."""
 
     def __init__(self, env: Mapping[str, str], opts: Options) -> None:
         # a killed instance's partitions move on after 6 s, not librdkafka's 45 s
         self.env = {"CASESTREAM_KAFKA_SESSION_TIMEOUT_MS": "6000", **env}
-        case2, audit2 = opts.second_ports
-        self.second_env = {**self.env, "CASESTREAM_CASE_PORT": str(case2),
-                           "CASESTREAM_AUDIT_PORT": str(audit2)}
-        self.first = ServiceStack(env=self.env, log_dir=opts.log_dir / "first")
-        self.second = ServiceStack(env=self.second_env, log_dir=opts.log_dir / "second")
+        counts = {n: opts.replicas_of(n) for n in SUITE}
+        self.stacks = [ServiceStack(env=replica_env(SUITE, i, self.env),
+                                    log_dir=opts.log_dir / f"instance-{i}",
+                                    ready_timeout_s=opts.ready_timeout_s)
+                       for i in range(1, max(counts.values()) + 1)]
         self.instances: dict[str, tuple[ServiceStack, str]] = {
-            f"{n}#1": (self.first, n) for n in SUITE}
-        self.instances.update({"case#2": (self.second, "case"), "audit#2": (self.second, "audit")})
+            f"{n}#{i}": (self.stacks[i - 1], n) for n in SUITE for i in range(1, counts[n] + 1)}
         self.log_dir = opts.log_dir
         self.relay: subprocess.Popen[bytes] | None = None
-        self.case_urls = [f"http://127.0.0.1:{service_port('case', self.env)}",
-                          f"http://127.0.0.1:{case2}"]
-        self.audit_url = f"http://127.0.0.1:{service_port('audit', self.env)}"
+        self.case_urls = [self.url(f"case#{i}") for i in range(1, counts["case"] + 1)]
+
+    def url(self, instance: str) -> str:
+        stack, name = self.instances[instance]
+        return f"http://127.0.0.1:{service_port(name, stack.env)}"
 
     def start(self) -> None:
-        """Register the schemas once, start every instance, wait until all are ready."""
-        self.first.register_schemas()
-        for name in SUITE:
-            self.first.start(name)
-        for name in ("case", "audit"):
-            self.second.start(name)
-        self.first.wait_ready(list(SUITE))
-        self.second.wait_ready(["case", "audit"])
+        """Register the schemas once, then start the instances one stack (instance number)
+        at a time, each stack ready before the next starts: ten Python processes importing
+        at once on a small machine take longer than a readiness timeout."""
+        self.stacks[0].register_schemas()
+        for stack in self.stacks:
+            names = [name for st, name in self.instances.values() if st is stack]
+            for name in names:
+                stack.start(name)
+            stack.wait_ready(names)
         self.start_relay()
 
     def start_relay(self) -> None:
@@ -211,7 +265,7 @@ class Suite:
         out = open(self.log_dir / "saga-relay.log", "ab")  # noqa: SIM115 - child owns it
         self.relay = subprocess.Popen(
             [sys.executable, "-m", "casestream.outbox.relay", "--dsn", dsn, "--bootstrap",
-             self.env["CASESTREAM_KAFKA_BOOTSTRAP"], "--name", "saga.relay-soak"],
+             self.env["CASESTREAM_KAFKA_BOOTSTRAP"], "--name", RELAY_NAME],
             env=self.env, stdout=out, stderr=subprocess.STDOUT)
         out.close()
 
@@ -238,13 +292,24 @@ class Suite:
                 say(f"soak:          {instance} did not start ({str(e)[:160]}); again")
                 time.sleep(3)
 
+    def targets(self) -> dict[str, testing.Target]:
+        """The running processes by instance name (the standalone relay without HTTP)."""
+        out = {}
+        for instance, (stack, name) in self.instances.items():
+            proc = stack.procs.get(name)
+            if proc is not None and proc.popen.poll() is None:
+                out[instance] = testing.Target(proc.popen.pid, self.url(instance))
+        if self.relay is not None and self.relay.poll() is None:
+            out[RELAY_NAME] = testing.Target(self.relay.pid)
+        return out
+
     def not_ready(self) -> dict[str, str]:
         """``/readyz`` of every instance that does not answer 200: instance -> its answer
         (a stalled consumer names the step it is stuck in)."""
         out: dict[str, str] = {}
-        for instance, (stack, name) in self.instances.items():
+        for instance in self.instances:
             try:
-                r = httpx.get(f"http://127.0.0.1:{service_port(name, stack.env)}/readyz", timeout=10.0)
+                r = httpx.get(f"{self.url(instance)}/readyz", timeout=10.0)
                 if r.status_code != 200:
                     out[instance] = r.text[:400]
             except httpx.HTTPError as e:
@@ -260,7 +325,7 @@ class Suite:
             self.start_relay()
 
     def stop(self) -> None:
-        for stack in (self.second, self.first):
+        for stack in reversed(self.stacks):
             stack.stop_all()
         if self.relay is not None and self.relay.poll() is None:
             self.relay.send_signal(signal.SIGTERM)
@@ -376,7 +441,7 @@ class Injector:
         fault.detail = f"SIGKILL, down {down:.1f} s"
 
     def _kill_relay(self, fault: Fault) -> None:
-        fault.target = "saga.relay-soak"
+        fault.target = RELAY_NAME
         self.suite.kill_relay()
         time.sleep(self.rng.uniform(1.0, 3.0))
         self.suite.start_relay()
@@ -563,6 +628,61 @@ class Checker:
     def inbox_sizes(self) -> dict[str, tuple[int, int]]:
         return {db: testing.inbox_size(self.dsn(db)) for db in SUITE}
 
+    # -- 7
+    def inbox_bound(self, rows_at_start: Mapping[str, int], lag_at_start: Mapping[str, int]) -> Check:
+        """Each suite consumer's inbox grew by at most the records it could be delivered in
+        the run: its lag at the start plus what was appended since to its topics and its
+        ``.redrive`` topic. An inbox row is one (consumer, event id), whatever the number of
+        deliveries, retries or rebalances; no row of the run may be purged yet (the topics
+        keep 30-90 days and the dedup window is 7 days), so growth beyond that bound is a
+        row per delivery, not per event."""
+        bootstrap = self.env["CASESTREAM_KAFKA_BOOTSTRAP"]
+        topics = sorted({t for g, ts in GROUPS.items() for t in (*ts, f"{g}.redrive")})
+        end = testing.end_offsets(bootstrap, topics)
+        appended = {t: sum(hi - self.start_offsets.get(t, {}).get(p, 0) for p, hi in parts.items())
+                    for t, parts in end.items()}
+        over, figures = [], []
+        for group, group_topics in GROUPS.items():
+            db = group.split(".")[0]
+            rows = dict(self.query(db, "SELECT consumer, count(*) FROM consumer_inbox"
+                                       " WHERE consumer = %s GROUP BY consumer", (group,)))
+            grown = int(rows.get(group, 0)) - int(rows_at_start.get(group, 0))
+            bound = int(lag_at_start.get(group, 0)) + sum(
+                appended.get(t, 0) for t in (*group_topics, f"{group}.redrive"))
+            figures.append(f"{group} +{grown} <= {bound}")
+            if grown > bound:
+                over.append(f"{group}: +{grown} rows > {bound} records")
+        detail = "inbox rows added <= records deliverable: " + ", ".join(figures)
+        if over:
+            detail += f"; OVER: {over}"
+        return Check("inbox sizes bounded", not over, detail)
+
+    def inbox_rows(self) -> dict[str, int]:
+        """Inbox rows per suite consumer (consumer -> rows)."""
+        out: dict[str, int] = {}
+        for db in sorted({g.split(".")[0] for g in GROUPS}):
+            for consumer, n in self.query(db, "SELECT consumer, count(*) FROM consumer_inbox"
+                                              " GROUP BY consumer"):
+                out[str(consumer)] = int(n)
+        return out
+
+
+def work_shared(work: Mapping[str, testing.InstanceWork], opts: Options) -> Check:
+    """Every consumer and relay of a service with several instances worked in at least two
+    of them (``testing.unshared``), and the saga database's shard leases were spread over
+    at least two relay owners."""
+    problems = testing.unshared({i: w for i, w in work.items() if i != RELAY_NAME},
+                                lambda instance: instance.split("#")[0])
+    lease_holders = [i for i, w in work.items() if w.leases_max.get("saga", 0) > 0]
+    if len(lease_holders) < 2:
+        problems.append(f"saga outbox shards leased by {len(lease_holders)} relays: {lease_holders}")
+    multi = [n for n in SUITE if opts.replicas_of(n) > 1]
+    detail = (f"services with several instances ({', '.join(multi) or 'none'}): every consumer"
+              f" and relay worked in >= 2; saga shard leases held by {len(lease_holders)} relays")
+    if problems:
+        detail = "; ".join(problems)
+    return Check("work shared between instances", not problems, detail)
+
 
 def _trail_problems(run: CaseRun) -> list[str]:
     """Problems of a finished case's trail for the outcome it reached (faults may turn a
@@ -598,17 +718,25 @@ def run(opts: Options, env: Mapping[str, str] | None = None,
     t0 = time.monotonic()
     budget_s = opts.minutes * 60.0
     bootstrap = env["CASESTREAM_KAFKA_BOOTSTRAP"]
-    start = testing.end_offsets(bootstrap, [*OUTBOX_TOPICS, *(f"{g}.dlq" for g in GROUPS)])
+    start = testing.end_offsets(bootstrap, [*OUTBOX_TOPICS, *(f"{g}.dlq" for g in GROUPS),
+                                            *(f"{g}.redrive" for g in GROUPS)])
+    lag_at_start: dict[str, int] = {}
+    for where, n in testing.group_lag(bootstrap, GROUPS).items():
+        lag_at_start[where.split(" ")[0]] = lag_at_start.get(where.split(" ")[0], 0) + n
     suite = Suite(env, opts)
     try:
         report.inbox_at_start = Checker(suite, start, None).inbox_sizes()
+        rows_at_start = Checker(suite, start, None).inbox_rows()
     except Exception:  # noqa: BLE001 - first run on this database: no inbox table yet
-        report.inbox_at_start = {}
+        report.inbox_at_start, rows_at_start = {}, {}
+    sampler = testing.WorkSampler(suite.targets, {db: _dsn(suite.env, db) for db in SUITE})
     maildir = Path(env["CASESTREAM_SMTP_MAILDIR"]) if env.get("CASESTREAM_SMTP_MAILDIR") else None
     try:
-        out(f"soak: starting 7 service instances and a saga relay (logs in {opts.log_dir}),"
-            f" {opts.minutes:g} min, seed {seed}")
+        out(f"soak: starting {len(suite.instances)} service instances ("
+            + ", ".join(f"{n} x{opts.replicas_of(n)}" for n in SUITE)
+            + f") and a saga relay (logs in {opts.log_dir}), {opts.minutes:g} min, seed {seed}")
         suite.start()
+        sampler.start()
         load_s = max(20.0, budget_s - (time.monotonic() - t0) - opts.drain_s)
         out(f"soak: load {opts.rate:g} cases/s with faults for {load_s:.0f} s")
         driver = Driver(suite, opts.rate)
@@ -631,6 +759,9 @@ def run(opts: Options, env: Mapping[str, str] | None = None,
         left = max(30.0, budget_s - (time.monotonic() - t0) - 15.0)
         out(f"soak: load stopped; {len(driver.runs)} cases, waiting up to {left:.0f} s for them")
         checker.wait_final(driver.runs, left)
+        sampler.stop()
+        report.work = sampler.work()
+        report.members = testing.group_members(bootstrap, list(GROUPS))
         report.checks = [
             checker.final_states(driver.runs, driver.failed),
             checker.notices(driver.runs),
@@ -638,11 +769,14 @@ def run(opts: Options, env: Mapping[str, str] | None = None,
             checker.sagas(driver.runs),
             checker.progress(30.0),
             checker.dead_letters(injector.poison_ids),
+            checker.inbox_bound(rows_at_start, lag_at_start),
+            work_shared(report.work, opts),
         ]
         if injector.errors:
             report.checks.append(Check("every fault injected", False, "; ".join(injector.errors)))
         report.inbox = checker.inbox_sizes()
     finally:
+        sampler.stop()
         suite.stop()
         # a restart that failed half-way must not leave the infrastructure down (idempotent)
         subprocess.run([str(opts.infra_script), "up"], env=suite.env, capture_output=True,
@@ -656,7 +790,8 @@ def run(opts: Options, env: Mapping[str, str] | None = None,
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m services.soak",
-        description="Run the five services (two case and two audit instances) under a steady"
+        description="Run the five services (two case and two audit instances, or --replicas N"
+                    " of each) under a steady"
                     " stream of cases while injecting faults (SIGKILL of instances and a relay,"
                     " Kafka and PostgreSQL restarts, consumer rebalances, poison messages);"
                     " then check the invariants. Exit 0 only if every invariant holds.")
@@ -664,14 +799,21 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="length of the whole run in minutes (default 20)")
     parser.add_argument("--rate", type=float, default=1.0, help="cases per second (default 1)")
     parser.add_argument("--seed", type=int, help="seed of the fault schedule (default random)")
+    parser.add_argument("--replicas", type=int, default=None, metavar="N",
+                        help="run N instances of every service (separate processes, same"
+                             " databases and consumer groups; instance i on port + 100*(i-1));"
+                             " default: two case and two audit instances, one of the others")
     parser.add_argument("--log-dir", default=".local/soak-logs",
                         help="where service logs go (default .local/soak-logs)")
     args = parser.parse_args(argv)
     if args.minutes < 1 or args.rate <= 0:
         parser.error("--minutes must be >= 1 and --rate > 0")
+    if args.replicas is not None and not 1 <= args.replicas <= 5:
+        parser.error("--replicas must be 1..5")
+    replicas = DEFAULT_REPLICAS if args.replicas is None else every_service(args.replicas)
     try:
         report = run(Options(minutes=args.minutes, rate=args.rate, seed=args.seed,
-                             log_dir=Path(args.log_dir)))
+                             replicas=replicas, log_dir=Path(args.log_dir)))
     except StackError as e:
         print(f"soak: {e}", file=sys.stderr)
         return 1

@@ -7,7 +7,8 @@
 #   process:  java -Xmx512m -cp <cp> kafka.Kafka server.properties  (log4j2 -> <node dir>/logs/)
 #   ready:    a metadata request lists every node, then the outbox topics exist with leaders.
 #   secured:  CASESTREAM_KAFKA_SECURE=1 (default) adds an SSL listener (TLS, no client
-#             certificate) and a SASL_SSL listener (SCRAM-SHA-512, user `casestream`), with
+#             certificate) and a SASL_SSL listener (SCRAM-SHA-512, user `casestream`; and
+#             OAUTHBEARER with Kafka's unsecured-JWT validator, for client tests only), with
 #             test certificates from deploy/kafka/tls.sh in $KAFKA_DIR/tls.
 # Node n (1-based) of a cluster lives in $KAFKA_DIR/node<n>/ and listens on node 1's ports
 # + (n-1) * CASESTREAM_KAFKA_NODE_PORT_STEP; a single node keeps $KAFKA_DIR/ itself.
@@ -103,8 +104,12 @@ ssl.keystore.location=$KAFKA_TLS/broker.p12
 ssl.keystore.password=$(<"$KAFKA_TLS/store.password")
 ssl.key.password=$(<"$KAFKA_TLS/store.password")
 ssl.client.auth=none
-sasl.enabled.mechanisms=SCRAM-SHA-512
+sasl.enabled.mechanisms=SCRAM-SHA-512,OAUTHBEARER
 listener.name.sasl_ssl.scram-sha-512.sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required;
+# OAUTHBEARER without a server callback handler: Kafka's OAuthBearerUnsecuredValidatorCallbackHandler
+# (unsigned JWS, alg "none"; it checks expiry and the required scope). A test of the client
+# side only: never a production set-up.
+listener.name.sasl_ssl.oauthbearer.sasl.jaas.config=org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule required unsecuredLoginStringClaim_sub="broker" unsecuredValidatorRequiredScope="casestream.clients";
 PROPS
     fi
     mv "$NODE_CONF.tmp" "$NODE_CONF"

@@ -24,6 +24,7 @@ a subpackage are named with their module; the rest live here::
     │   └── PoisonMessageError      never succeeds on retry: dead-lettered at once (bad wire
     │                               format, unknown schema id, resolution or validation failure)
     ├── DeadLetterError             consumer.deadletters: a dead-letter topic write or read failed
+    ├── ActionLogError              operations.actions: an operator action is invalid or not recorded
     ├── OutboxRowTooLarge           outbox.writer: an encoded event is larger than a message can be
     ├── OutboxDatabaseError         outbox.admin: an outbox database did not answer or a statement failed
     │   └── NoOutboxTable           outbox.admin: the database has no outbox table

@@ -25,7 +25,6 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -34,13 +33,10 @@ import pytest
 
 from casestream.auth.tokens import dev_token
 from casestream.service import ServiceStack
-from casestream.testing.relay import PrivateKafka, create_topics, free_port
-from tests.support.databases import created_databases
+from tests.support.suite import private_broker, running_stack, service_databases, suite_env
 
 pytestmark = pytest.mark.e2e
 
-REPO = Path(__file__).resolve().parents[2]
-CLASSPATH = REPO / ".local" / "kafka" / "classpath.txt"
 TOPICS = ["outbox.event.case", "outbox.event.saga", "outbox.event.decision",
           "outbox.event.notice", "outbox.event.watch"]
 FULL = os.environ.get("CASESTREAM_TEST_EDGE_FULL") == "1"
@@ -58,34 +54,11 @@ expected-statuses = ["2xx", "401", "403", "404", "409", "412", "429", "503"]
 @pytest.fixture(scope="module")
 def stack(pg_url: str, registry_url: str, smtp_address: tuple[str, int],
           tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServiceStack]:
-    if not CLASSPATH.is_file():
-        pytest.fail(f"Kafka jars not resolved ({CLASSPATH} missing): run `make infra-up`",
-                    pytrace=False)
-    broker = PrivateKafka(CLASSPATH, tmp_path_factory.mktemp("edge-kafka"))
-    broker.start()
-    suffix = uuid.uuid4().hex[:8]
-    names = {s: f"{s}_edge_{suffix}" for s in SERVICES}
-    try:
-        create_topics(broker.bootstrap, TOPICS, partitions=1)
-        env = {**os.environ, "CASESTREAM_KAFKA_BOOTSTRAP": broker.bootstrap,
-               "CASESTREAM_PG_URL": pg_url, "CASESTREAM_REGISTRY_URL": registry_url}
-        for name in SERVICES:
-            prefix = f"CASESTREAM_{name.upper()}_"
-            env[prefix + "DATABASE"] = names[name]
-            env[prefix + "PORT"] = str(free_port())
-            for limit in ("RATE_TENANT_PER_S", "RATE_TENANT_BURST", "RATE_CLIENT_PER_S",
-                          "RATE_CLIENT_BURST"):
-                env[prefix + limit] = "100000"
-        with created_databases(f"{pg_url}/postgres", names.values()):
-            services = ServiceStack(env=env, log_dir=tmp_path_factory.mktemp("edge-logs"),
-                                    ready_timeout_s=120)
-            try:
-                services.start_all(list(SERVICES))
-                yield services
-            finally:
-                services.stop_all()
-    finally:
-        broker.close()
+    with private_broker(tmp_path_factory, "edge-kafka", TOPICS, partitions=1) as broker, \
+            service_databases(pg_url, SERVICES, "edge") as databases:
+        env = suite_env(broker.bootstrap, pg_url, registry_url, databases, rate_limit=100_000)
+        with running_stack(env, SERVICES, tmp_path_factory.mktemp("edge-logs")) as services:
+            yield services
 
 
 def base_url(stack: ServiceStack, service: str) -> str:

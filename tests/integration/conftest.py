@@ -10,6 +10,9 @@ Fixtures:
         catalog, else in memory (``casestream.testing.consumer.real_codec``).
     consumer_harness -> (prefix) -> Harness   per test: a consumer-runtime test harness
         (``casestream.testing.consumer.Harness``) on ``registry_codec``; closed after the test.
+    private_kafka -> PrivateKafka   per test: a private single-node broker that the test may
+        kill and start again (``casestream.testing.relay.PrivateKafka``); one broker for the
+        session, started again before a test when the test before left it down.
 """
 
 from __future__ import annotations
@@ -31,6 +34,8 @@ from casestream.events.registry import InMemoryRegistry
 from services.upcasters import default_upcasters
 from services import schemas_dir
 from casestream.events import open_codec
+from casestream.testing.relay import PrivateKafka
+from tests.support.suite import private_broker
 
 PrivateSchema = Callable[[str, Sequence[Migration | Path]], str]
 
@@ -96,3 +101,17 @@ def consumer_harness(kafka_bootstrap: str, pg_url: str, registry_url: str,
     finally:
         for h in made:
             h.close()
+
+
+@pytest.fixture(scope="session")
+def _private_kafka_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PrivateKafka]:
+    with private_broker(tmp_path_factory, "private-kafka") as broker:
+        yield broker
+
+
+@pytest.fixture
+def private_kafka(_private_kafka_broker: PrivateKafka) -> PrivateKafka:
+    """The session's private broker, running (see the module docstring)."""
+    if _private_kafka_broker.proc is None:
+        _private_kafka_broker.start()
+    return _private_kafka_broker

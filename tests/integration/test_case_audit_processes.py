@@ -34,6 +34,7 @@ from confluent_kafka import Producer
 from test_case_support import server_url
 
 from tests.support.databases import created_databases, require_server
+from tests.support.suite import SESSION_TIMEOUT_MS, private_broker
 from tests.support.waiting import wait_for
 
 from casestream.auth.tokens import bearer_headers
@@ -41,7 +42,7 @@ from casestream.events.catalog import load_catalog
 from casestream.events.codec import EnvelopeCodec
 from casestream.events.envelope import Envelope, new_event
 from casestream.events.registry import ConfluentSchemaRegistry
-from casestream.testing.relay import PrivateKafka, create_topics, free_port
+from casestream.testing.relay import PrivateKafka, free_port
 from services.upcasters import default_upcasters
 from services import schemas_dir
 from casestream.events import open_codec
@@ -49,7 +50,6 @@ from casestream.events import open_codec
 pytestmark = pytest.mark.integration
 
 REPO = Path(__file__).resolve().parents[2]
-CLASSPATH = REPO / ".local" / "kafka" / "classpath.txt"
 TOPICS = ["outbox.event.case", "outbox.event.saga", "outbox.event.decision",
           "outbox.event.notice"]
 TENANT = "tenant-proc"
@@ -67,14 +67,8 @@ def databases(request: pytest.FixtureRequest) -> Iterator[tuple[str, dict[str, s
 
 @pytest.fixture(scope="module")
 def kafka(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PrivateKafka]:
-    if not CLASSPATH.is_file():
-        pytest.fail(f"Kafka jars not resolved ({CLASSPATH} missing): run `make infra-up` "
-                    "or the suite through `make test`", pytrace=False)
-    broker = PrivateKafka(CLASSPATH, tmp_path_factory.mktemp("case-audit-kafka"))
-    broker.start()
-    create_topics(broker.bootstrap, TOPICS, partitions=3)
-    yield broker
-    broker.close()
+    with private_broker(tmp_path_factory, "case-audit-kafka", TOPICS, partitions=3) as broker:
+        yield broker
 
 
 class Service:
@@ -126,7 +120,9 @@ def services(kafka: PrivateKafka, databases: tuple[str, dict[str, str]], registr
     env = {**os.environ, "CASESTREAM_KAFKA_BOOTSTRAP": kafka.bootstrap,
            "CASESTREAM_PG_URL": server, "CASESTREAM_REGISTRY_URL": registry_url,
            "CASESTREAM_CASE_DATABASE": names["case"], "CASESTREAM_AUDIT_DATABASE": names["audit"],
-           "CASESTREAM_CASE_PORT": str(free_port()), "CASESTREAM_AUDIT_PORT": str(free_port())}
+           "CASESTREAM_CASE_PORT": str(free_port()), "CASESTREAM_AUDIT_PORT": str(free_port()),
+           # the restarted audit gets the killed one's partitions after 6 s, not 45 s
+           "CASESTREAM_KAFKA_SESSION_TIMEOUT_MS": str(SESSION_TIMEOUT_MS)}
     started = {
         "case": Service("case", env, int(env["CASESTREAM_CASE_PORT"]), logs / "case.log"),
         "audit": Service("audit", env, int(env["CASESTREAM_AUDIT_PORT"]), logs / "audit.log"),

@@ -20,7 +20,6 @@ from casestream.testing.consumer import (
     FramedJsonCodec, Harness, committed, create_topic, make_event, produce_events, wait_until,
 )
 from casestream.testing.relay import PrivateKafka
-from test_relay_broker_outage import private_kafka  # noqa: F401 - fixture (module scope)
 
 pytestmark = pytest.mark.integration
 

@@ -84,7 +84,7 @@ def test_both_handovers_under_a_steady_writer_lose_nothing(
     relay = RelayThread(OutboxRelay(cdc_db.dsn, {"bootstrap.servers": kafka_bootstrap},
                                     settings("outbox.event."), "relay"))
     writer = LoadWriter(cdc_db.dsn, per_txn=3, aggregates=40, prefix="a", seed=7, pause_s=0.01,
-                        agg_type=cdc_db.agg_type)
+                        make=lambda agg, version: env(agg, version, agg_type=cdc_db.agg_type))
     log: list[str] = []
     try:
         time.sleep(1.0)

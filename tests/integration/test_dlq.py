@@ -59,7 +59,11 @@ def test_redrive_after_fix_is_processed_once_and_twice_is_still_once(env: Harnes
     assert "re-drove 1" in _cli(env, "redrive", env.name, "--event-id", bad.event_id)
     wait_until(lambda: env.versions("K") == [1, 2])  # v1 once, then the held v2 drained
     assert env.guard("K") == ("flowing", 2)
-    _cli(env, "redrive", env.name, "--all")  # twice: one effect still
+    # resolved once its re-driven copy is consumed: no longer open, --all finds nothing to do
+    wait_until(lambda: "0 open dead letter(s)" in _cli(env, "list", env.name, "--open"))
+    assert "resolved" in _cli(env, "list", env.name)
+    assert "re-drove 0" in _cli(env, "redrive", env.name, "--all")
+    _cli(env, "redrive", env.name, "--event-id", bad.event_id)  # twice: one effect still
     wait_until(lambda: rt.stats.duplicates >= 1)
     env.one_effect_each([bad.event_id, follower.event_id, other.event_id])
     assert env.projection.calls[bad.event_id] == 3  # 2 failed attempts + 1 re-driven success

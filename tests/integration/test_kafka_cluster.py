@@ -37,10 +37,17 @@ from casestream.consumer.handlers import HandlerRegistry
 from casestream.consumer.runtime import ConsumerRuntime
 from casestream.kafka import producer_config
 from casestream.outbox.relay import OutboxRelay
-from casestream.outbox.writer import OutboxWriter
 from casestream.testing.consumer import EffectsProjection, FramedJsonCodec, make_event, run_in_thread
 from casestream.testing.relay import create_topics, read_topics
-from test_relay_support import RelayThread, base_dsn, check_order, dsn, settings, wait_for  # noqa: F401
+from test_relay_support import (  # noqa: F401 - fixtures
+    LoadWriter,
+    RelayThread,
+    base_dsn,
+    check_order,
+    dsn,
+    settings,
+    wait_for,
+)
 
 pytestmark = [pytest.mark.integration, pytest.mark.cluster]
 
@@ -92,46 +99,6 @@ def cluster() -> Iterator[Cluster]:
         c.infra("down", "kafka")
 
 
-class Load:
-    """Appends ``per_txn`` events per transaction over ``aggregates`` aggregates to the
-    outbox of ``dsn`` (topic ``<prefix><aggregate_type>``), pausing ``pause_s``, until stopped;
-    records each aggregate's event ids in version order."""
-
-    def __init__(self, dsn: str, aggregate_type: str, *, per_txn: int = 5, aggregates: int = 40,
-                 pause_s: float = 0.05) -> None:
-        self.written: dict[str, list[str]] = defaultdict(list)
-        self.stop = threading.Event()
-        self.error: BaseException | None = None
-        self._args = (dsn, aggregate_type, per_txn, aggregates, pause_s)
-        self.thread = threading.Thread(target=self._run, daemon=True)
-        self.thread.start()
-
-    def _run(self) -> None:
-        dsn, agg_type, per_txn, aggregates, pause_s = self._args
-        writer = OutboxWriter(FramedJsonCodec())
-        n = 0
-        try:
-            with psycopg.connect(dsn) as conn:
-                while not self.stop.is_set():
-                    envs = []
-                    for _ in range(per_txn):
-                        agg = f"a{n % aggregates}"
-                        n += 1
-                        envs.append(make_event(agg, len(self.written[agg]) + 1, aggregate_type=agg_type))
-                        self.written[agg].append(envs[-1].event_id)
-                    with conn.transaction():
-                        writer.append(conn, envs)
-                    time.sleep(pause_s)
-        except BaseException as e:  # noqa: BLE001
-            self.error = e
-
-    def close(self) -> int:
-        self.stop.set()
-        self.thread.join(10)
-        assert self.error is None, repr(self.error)
-        return sum(map(len, self.written.values()))
-
-
 @dataclass
 class Progress:
     """Samples (time, published rows, effects rows) every 0.1 s in a thread."""
@@ -179,7 +146,7 @@ class Flow:
     cluster: Cluster
     dsn: str
     topic: str
-    load: Load
+    load: LoadWriter
     relay: RelayThread
     consumer: Any
     consumer_thread: Any
@@ -245,7 +212,10 @@ def flow(cluster: Cluster, dsn: str) -> Iterator[Flow]:  # noqa: F811 - fixture
     assert consumer.ready.wait(60), "consumer got no assignment"
     relay = RelayThread(OutboxRelay(dsn, producer_config(cluster.bootstrap, client_id="cluster.relay"),
                                     settings(prefix, batch_size=200), "cluster"))
-    f = Flow(cluster=cluster, dsn=dsn, topic=topic, load=Load(dsn, agg_type), relay=relay,
+    load = LoadWriter(dsn, per_txn=5, aggregates=40, prefix="a", seed=7, pause_s=0.05,
+                      make=lambda agg, v: make_event(agg, v, aggregate_type=agg_type),
+                      codec=FramedJsonCodec())
+    f = Flow(cluster=cluster, dsn=dsn, topic=topic, load=load, relay=relay,
              consumer=consumer, consumer_thread=consumer_thread, consumer_stop=consumer_stop,
              progress=Progress(dsn, projection.table), projection=projection, pool=pool)
     try:

@@ -2,7 +2,8 @@
 
 ``deploy/infra.sh`` (``CASESTREAM_KAFKA_SECURE=1``, the default) runs an SSL listener (TLS,
 test CA of ``deploy/kafka/tls.sh``) and a SASL_SSL listener (SCRAM-SHA-512, user
-``casestream``); ``deploy/infra.sh env`` names them. Every client here is configured only
+``casestream``; OAUTHBEARER with Kafka's unsecured-JWT validator, scope ``casestream.clients``
+required); ``deploy/infra.sh env`` names them. Every client here is configured only
 through the settings a deployment uses: ``CASESTREAM_KAFKA_PROP_*`` variables (the password
 from a file) or ``CASESTREAM_KAFKA_PROPERTIES_FILE``.
 """
@@ -82,28 +83,35 @@ def harness(tls_settings: CommonSettings, pg_url: str) -> Iterator[Harness]:
         h.close()
 
 
-def test_relay_publishes_over_sasl_ssl_scram_configured_by_variables(
-        scram_env: CommonSettings, dsn: str) -> None:  # noqa: F811 - fixture
-    prefix = f"sec{uuid.uuid4().hex[:8]}.outbox.event."
+def _relay_round_trip(secured_settings: CommonSettings, dsn: str, name: str, events: int) -> None:  # noqa: F811
+    """``events`` outbox rows published by a relay configured from ``secured_settings`` alone,
+    then read back over the same secured connection: every event id arrives."""
+    prefix = f"{name}{uuid.uuid4().hex[:8]}.outbox.event."
     topic = prefix + "case"
-    client = scram_env.kafka_client()
-    assert client["sasl.password"] == Path(os.environ["CASESTREAM_KAFKA_SCRAM_PASSWORD_FILE"]).read_text().strip()
+    client = secured_settings.kafka_client()
     create_topics(client, [topic], partitions=3)
     try:
-        envs = [env(f"s-{i % 5}", i // 5 + 1) for i in range(30)]
+        envs = [env(f"{name}-{i % 5}", i // 5 + 1) for i in range(events)]
         write(dsn, envs)
-        relay = OutboxRelay(dsn, producer_config(scram_env.kafka_bootstrap, client_id="secured.relay",
-                                                 overrides=scram_env.kafka_properties),
-                            settings(prefix), "secured")
+        relay = OutboxRelay(dsn, producer_config(secured_settings.kafka_bootstrap, client_id=f"{name}.relay",
+                                                 overrides=secured_settings.kafka_properties),
+                            settings(prefix), name)
         try:
-            assert run_until_idle(relay) == 30
+            assert run_until_idle(relay) == events
         finally:
             relay.close()
-        records = read_topics(client, [topic], expected=30, timeout_s=30)
+        records = read_topics(client, [topic], expected=events, timeout_s=30)
         assert sorted(r.headers["id"].decode() for r in records) == sorted(str(e.event_id) for e in envs)
         kafka_check(client, timeout_s=5)()  # the readiness probe authenticates the same way
     finally:
         delete_topics(client, [topic])
+
+
+def test_relay_publishes_over_sasl_ssl_scram_configured_by_variables(
+        scram_env: CommonSettings, dsn: str) -> None:  # noqa: F811 - fixture
+    client = scram_env.kafka_client()
+    assert client["sasl.password"] == Path(os.environ["CASESTREAM_KAFKA_SCRAM_PASSWORD_FILE"]).read_text().strip()
+    _relay_round_trip(scram_env, dsn, "secured", 30)
 
 
 def test_a_wrong_scram_password_is_refused_by_the_broker(
@@ -139,3 +147,36 @@ def test_consumer_runtime_and_its_dead_letters_over_tls(harness: Harness) -> Non
     wait_until(lambda: len(harness.rows()) == 10, timeout_s=30)
     harness.one_effect_each(str(e.event_id) for e in events)
     assert len(harness.dead_letters(1, timeout_s=30)) == 1
+
+
+def _oauth_settings(secured: dict[str, str], monkeypatch: pytest.MonkeyPatch,
+                    config: str) -> CommonSettings:
+    """SASL_SSL + OAUTHBEARER with librdkafka's unsecured JWT (``enable.sasl.oauthbearer.
+    unsecure.jwt``, ``sasl.oauthbearer.config``), the broker's unsecured validator checking it."""
+    for name, value in {
+        "CASESTREAM_KAFKA_BOOTSTRAP": secured["SASL_BOOTSTRAP"],
+        "CASESTREAM_KAFKA_PROP_SECURITY_PROTOCOL": "SASL_SSL",
+        "CASESTREAM_KAFKA_PROP_SASL_MECHANISM": "OAUTHBEARER",
+        "CASESTREAM_KAFKA_PROP_ENABLE_SASL_OAUTHBEARER_UNSECURE_JWT": "true",
+        "CASESTREAM_KAFKA_PROP_SASL_OAUTHBEARER_CONFIG": config,
+        "CASESTREAM_KAFKA_PROP_SSL_CA_LOCATION": secured["TLS_CA"],
+    }.items():
+        monkeypatch.setenv(name, value)
+    return CommonSettings()
+
+
+def test_relay_publishes_over_sasl_ssl_oauthbearer_configured_by_variables(
+        secured: dict[str, str], monkeypatch: pytest.MonkeyPatch, dsn: str) -> None:  # noqa: F811
+    oauth = _oauth_settings(secured, monkeypatch,
+                            "principal=casestream-relay scope=casestream.clients lifeSeconds=600")
+    assert oauth.kafka_client()["sasl.mechanism"] == "OAUTHBEARER"
+    _relay_round_trip(oauth, dsn, "oauth", 12)
+
+
+def test_an_oauthbearer_token_without_the_required_scope_is_refused_by_the_broker(
+        secured: dict[str, str], monkeypatch: pytest.MonkeyPatch) -> None:
+    """The listener's validator requires scope ``casestream.clients`` (deploy/lib/kafka.sh):
+    the same token without it fails authentication, so the broker really checks the token."""
+    oauth = _oauth_settings(secured, monkeypatch, "principal=casestream-relay lifeSeconds=600")
+    with pytest.raises(DependencyDown):
+        kafka_check(oauth.kafka_client(), timeout_s=5)()

@@ -9,8 +9,6 @@ shared broker other tests use. Skipped when the jars have not been resolved yet
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
-from pathlib import Path
 
 import psycopg
 import pytest
@@ -23,20 +21,6 @@ from test_relay_support import (  # noqa: F401 - fixtures
 )
 
 pytestmark = pytest.mark.integration
-
-REPO = Path(__file__).resolve().parents[2]
-CLASSPATH = REPO / ".local" / "kafka" / "classpath.txt"
-
-
-@pytest.fixture(scope="module")
-def private_kafka(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PrivateKafka]:
-    if not CLASSPATH.is_file():
-        pytest.fail(f"Kafka jars not resolved ({CLASSPATH} missing): run `make infra-up` or `make test`")
-    broker = PrivateKafka(CLASSPATH, tmp_path_factory.mktemp("private-kafka"))
-    broker.start()
-    yield broker
-    broker.close()
-
 
 def _outage_run(dsn: str, broker: PrivateKafka, prefix: str, producer_extra: dict, outage_s: float,
                 during_outage=None) -> tuple[RelayThread, dict, int]:
@@ -121,8 +105,7 @@ def test_a_retryable_error_has_a_bounded_number_of_attempts(
             rows = conn.execute("SELECT aggregate_version, status, attempts, last_error FROM outbox "
                                 "WHERE aggregateid = 'bounded-a' ORDER BY aggregate_version").fetchall()
     finally:
-        relay.close()
-        private_kafka.start()
+        relay.close()  # the broker stays down: the private_kafka fixture starts it for the next test
     assert [(v, status, attempts) for v, status, attempts, _ in rows] == \
         [(1, "failed", 2), (2, "failed", 2)], rows
     for *_, error in rows:

@@ -126,13 +126,16 @@ class RelayThread:
 
 class LoadWriter:
     """Appends events in transactions of ``per_txn`` over ``aggregates`` aggregates
-    (ids ``<prefix><n>``, aggregate type ``agg_type``), pausing ``pause_s`` between
-    transactions, until closed."""
+    (ids ``<prefix><n>``, drawn with ``seed``), pausing ``pause_s`` between transactions,
+    until closed. ``make(aggregate, version)`` builds each event (default :func:`env`),
+    encoded by ``codec`` (default ``JsonCodec``)."""
 
     def __init__(self, dsn: str, *, per_txn: int, aggregates: int, prefix: str, seed: int,
-                 pause_s: float, agg_type: str = "case") -> None:
+                 pause_s: float, make=None, codec=None) -> None:
         self.dsn, self.per_txn, self.aggregates = dsn, per_txn, aggregates
-        self.prefix, self.seed, self.pause_s, self.agg_type = prefix, seed, pause_s, agg_type
+        self.prefix, self.seed, self.pause_s = prefix, seed, pause_s
+        self.make = make or env
+        self.codec = codec or JsonCodec()
         self.written: dict[str, list[str]] = defaultdict(list)
         self.stop = threading.Event()
         self.error: BaseException | None = None
@@ -141,14 +144,14 @@ class LoadWriter:
 
     def _run(self) -> None:
         rng = random.Random(self.seed)
-        writer = OutboxWriter(JsonCodec())
+        writer = OutboxWriter(self.codec)
         try:
             with psycopg.connect(self.dsn) as conn:
                 while not self.stop.is_set():
                     envs = []
                     for _ in range(self.per_txn):
                         agg = f"{self.prefix}{rng.randrange(self.aggregates)}"
-                        envs.append(env(agg, len(self.written[agg]) + 1, agg_type=self.agg_type))
+                        envs.append(self.make(agg, len(self.written[agg]) + 1))
                         self.written[agg].append(envs[-1].event_id)
                     with conn.transaction():
                         writer.append(conn, envs)

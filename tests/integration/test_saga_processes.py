@@ -21,7 +21,6 @@ orchestrator killed mid-run and restarted -> all sagas finish. And on the live s
 
 from __future__ import annotations
 
-import os
 import re
 import time
 import uuid
@@ -35,7 +34,7 @@ import psycopg
 import pytest
 from confluent_kafka import Producer
 
-from tests.support.databases import created_databases
+from tests.support.suite import private_broker, running_stack, service_databases, suite_env
 from tests.support.waiting import wait_for
 
 from casestream.auth.tokens import bearer_headers
@@ -44,7 +43,7 @@ from casestream.events.codec import EnvelopeCodec
 from casestream.service.devstack import ServiceStack
 from casestream.consumer.deadletters import read_topic
 from casestream.events.registry import ConfluentSchemaRegistry
-from casestream.testing.relay import PrivateKafka, create_topics, free_port
+from casestream.testing.relay import PrivateKafka
 from services.upcasters import default_upcasters
 from services.saga.adapters.handlers import CONSUMER
 from services import schemas_dir
@@ -52,8 +51,6 @@ from casestream.events import open_codec
 
 pytestmark = pytest.mark.integration
 
-REPO = Path(__file__).resolve().parents[2]
-CLASSPATH = REPO / ".local" / "kafka" / "classpath.txt"
 TOPICS = ["outbox.event.case", "outbox.event.saga", "outbox.event.decision",
           "outbox.event.notice"]
 SERVICES = ("case", "audit", "saga", "decision", "notification")
@@ -72,52 +69,29 @@ RETURN_DEADLINE_S = 8
 
 @pytest.fixture(scope="module")
 def kafka(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PrivateKafka]:
-    if not CLASSPATH.is_file():
-        pytest.fail(f"Kafka jars not resolved ({CLASSPATH} missing): run `make infra-up`",
-                    pytrace=False)
-    broker = PrivateKafka(CLASSPATH, tmp_path_factory.mktemp("saga-kafka"))
-    broker.start()
-    create_topics(broker.bootstrap, TOPICS, partitions=3)
-    yield broker
-    broker.close()
+    with private_broker(tmp_path_factory, "saga-kafka", TOPICS, partitions=3) as broker:
+        yield broker
 
 
 @pytest.fixture(scope="module")
 def databases(pg_url: str) -> Iterator[dict[str, str]]:
-    suffix = uuid.uuid4().hex[:8]
-    names = {s: f"{s}_sagaproc_{suffix}" for s in SERVICES}
-    with created_databases(f"{pg_url}/postgres", names.values()):
+    with service_databases(pg_url, SERVICES, "sagaproc") as names:
         yield names
 
 
 @pytest.fixture(scope="module")
 def stack(kafka: PrivateKafka, databases: dict[str, str], pg_url: str, registry_url: str,
           smtp_maildir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServiceStack]:
-    env = {**os.environ, "CASESTREAM_KAFKA_BOOTSTRAP": kafka.bootstrap,
-           "CASESTREAM_PG_URL": pg_url, "CASESTREAM_REGISTRY_URL": registry_url,
-           "CASESTREAM_SAGA_DECISION_DEADLINE_S": str(DECISION_DEADLINE_S),
-           "CASESTREAM_SAGA_NOTICE_DEADLINE_S": "120",
-           "CASESTREAM_SAGA_CLOSE_DEADLINE_S": "30",
-           "CASESTREAM_SAGA_RETURN_DEADLINE_S": str(RETURN_DEADLINE_S),
-           "CASESTREAM_SAGA_RETURN_ATTEMPTS": "3",
-           "CASESTREAM_SAGA_SCHEDULER_INTERVAL_S": "0.2",
-           "CASESTREAM_SAGA_STUCK_GRACE_S": "30",
-           "CASESTREAM_CASE_RATE_TENANT_PER_S": "10000", "CASESTREAM_CASE_RATE_TENANT_BURST": "10000",
-           "CASESTREAM_CASE_RATE_CLIENT_PER_S": "10000", "CASESTREAM_CASE_RATE_CLIENT_BURST": "10000"}
-    for name in ("SAGA", "DECISION", "NOTIFICATION"):
-        for limit in ("RATE_TENANT_PER_S", "RATE_TENANT_BURST", "RATE_CLIENT_PER_S",
-                      "RATE_CLIENT_BURST"):
-            env[f"CASESTREAM_{name}_{limit}"] = "10000"
-    for name in SERVICES:
-        env[f"CASESTREAM_{name.upper()}_DATABASE"] = databases[name]
-        env[f"CASESTREAM_{name.upper()}_PORT"] = str(free_port())
-    services = ServiceStack(env=env, log_dir=tmp_path_factory.mktemp("saga-logs"),
-                            ready_timeout_s=120)
-    try:
-        services.start_all(list(SERVICES))
+    env = suite_env(kafka.bootstrap, pg_url, registry_url, databases, rate_limit=10_000, extra={
+        "CASESTREAM_SAGA_DECISION_DEADLINE_S": str(DECISION_DEADLINE_S),
+        "CASESTREAM_SAGA_NOTICE_DEADLINE_S": "120",
+        "CASESTREAM_SAGA_CLOSE_DEADLINE_S": "30",
+        "CASESTREAM_SAGA_RETURN_DEADLINE_S": str(RETURN_DEADLINE_S),
+        "CASESTREAM_SAGA_RETURN_ATTEMPTS": "3",
+        "CASESTREAM_SAGA_SCHEDULER_INTERVAL_S": "0.2",
+        "CASESTREAM_SAGA_STUCK_GRACE_S": "30"})
+    with running_stack(env, SERVICES, tmp_path_factory.mktemp("saga-logs")) as services:
         yield services
-    finally:
-        services.stop_all()
 
 
 # -- helpers ------------------------------------------------------------------------------

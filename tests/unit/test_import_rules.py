@@ -101,6 +101,7 @@ DRIVER_OWNERS: dict[str, set[str]] = {
         "casestream.telemetry.core", "casestream.telemetry.readiness",
         "casestream.cli.dlq", "casestream.cli.status",
         "casestream.outbox.switch",            # waits for its marker on the topic
+        "casestream.operations.actions", "casestream.operations.flow",
         "casestream.testing.*",
     },
     "psycopg": {
@@ -121,9 +122,10 @@ DRIVER_OWNERS: dict[str, set[str]] = {
         "casestream.http.pgdeadline", "casestream.outbox.relay.core", "casestream.service.builder",
         "casestream.testing.*",
     },
-    "starlette": {"casestream.http.*", "casestream.telemetry.http", "casestream.service.process"},
+    "starlette": {"casestream.http.*", "casestream.telemetry.http", "casestream.service.process",
+                  "casestream.console.*"},
     "fastavro": {"casestream.events.codec", "casestream.schemacheck.compat"},
-    "uvicorn": {"casestream.service.process"},
+    "uvicorn": {"casestream.service.process", "casestream.console.*"},
 }
 #: Drivers a service may import itself (in adapters/ and bootstrap.py only); the others go
 #: through casestream.

@@ -36,6 +36,8 @@ SUPERVISOR = bearer_headers("t", ("supervisor",), subject="op-7")
 OTHER_OFFICER = bearer_headers("t2", subject="officer-2")
 OTHER_SUPERVISOR = bearer_headers("t2", ("supervisor",), subject="op-9")
 NO_ROLE = bearer_headers("t", (), subject="nobody")
+OPERATOR = bearer_headers("t", ("operator",), subject="ops-1")
+OPERATOR_SUPERVISOR = bearer_headers("t", ("operator", "supervisor"), subject="ops-2")
 UNKNOWN = "00000000-0000-4000-8000-000000000000"
 
 
@@ -187,6 +189,20 @@ def test_another_tenants_saga_is_not_found_on_every_route(setup: Setup) -> None:
     assert setup.store.get(theirs).state == cr.MANUAL_REVIEW  # type: ignore[union-attr]
     assert c.post(f"/sagas/{theirs}/resolve", json={"reason": "ok"},
                   headers=OTHER_SUPERVISOR).status_code == 200
+
+
+def test_an_operator_reads_every_tenant_but_resolves_only_its_own(setup: Setup) -> None:
+    c, mine, theirs = setup.client, setup.saga_id, setup.other_id
+    assert c.get(f"/sagas/{theirs}", headers=OPERATOR).json()["tenant_id"] == "t2"
+    assert {s["saga_id"] for s in c.get("/sagas", headers=OPERATOR).json()["items"]} \
+        == {mine, theirs}
+    assert c.get(f"/sagas?case_id={OTHER_CASE}", headers=OPERATOR).json()["count"] == 1
+    gauges = c.get("/sagas/metrics", headers=OPERATOR).json()["gauges"]
+    assert gauges["sagas{state=AWAITING_DECISION}"] == 2
+    park(setup.orch, setup.store, setup.sink, OTHER_CASE, theirs, "t2")
+    problem(c.post(f"/sagas/{theirs}/resolve", json={"reason": "x"},
+                   headers=OPERATOR_SUPERVISOR), 404, "saga_not_found")
+    assert setup.store.get(theirs).state == cr.MANUAL_REVIEW  # type: ignore[union-attr]
 
 
 def test_stuck_and_metrics_are_scoped_to_the_tenant(setup: Setup) -> None:

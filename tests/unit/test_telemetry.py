@@ -22,7 +22,14 @@ from casestream.errors import ConfigError
 from casestream.outbox.relay.metrics import RelayMetrics
 from casestream.telemetry.http import TracingMiddleware, metrics_route
 from casestream.telemetry.logs import JsonFormatter, log_context
-from casestream.telemetry.metrics import HISTOGRAM_LABELS, METRIC_HELP, MetricsRegistry, render_prometheus
+from casestream.telemetry.metrics import (
+    BUILD_INFO,
+    HISTOGRAM_LABELS,
+    METRIC_HELP,
+    PROCESS_METRICS,
+    MetricsRegistry,
+    render_prometheus,
+)
 from casestream.telemetry.readiness import kafka_check, registry_check
 from casestream.telemetry.settings import TelemetrySettings
 from casestream.telemetry.sources import Sources
@@ -165,7 +172,8 @@ def test_every_name_of_issue_9_is_exposed_unchanged_by_the_exporter() -> None:
                              client_disconnects=0, internal_errors=0)))
     for name in ("saga_state_total", "compensation_total", "timeouts_total", "saga_stuck_total"):
         sources.add_gauge(name, lambda: {(("state", "COMPLETED"),): 1.0})
-    for name in ("inbox_purged_total", "guard_compacted_total", "inbox_retention_cutoff_age_seconds"):
+    for name in ("inbox_purged_total", "guard_compacted_total", "inbox_retention_cutoff_age_seconds",
+                 "dead_letter_open"):
         sources.add_gauge(name, lambda: {(("consumer", "c"),): 1.0})
     for name in ("outbox_cdc_lag_bytes", "outbox_cdc_unconfirmed_total",
                  "outbox_cdc_oldest_unconfirmed_age_seconds", "outbox_cdc_deleted_total"):
@@ -179,7 +187,9 @@ def test_every_name_of_issue_9_is_exposed_unchanged_by_the_exporter() -> None:
     finally:
         registry.shutdown()
     typed = dict(re.findall(r"^# TYPE (\S+) (\S+)$", text, re.MULTILINE))
-    assert typed == {name: kind for name, (kind, _) in METRIC_HELP.items()}
+    process = {name: "counter" if name.endswith("_total") else "gauge" for name in PROCESS_METRICS}
+    assert typed == {name: kind for name, (kind, _) in METRIC_HELP.items()} | process | {
+        BUILD_INFO: "gauge"}
     assert "idempotency_replays_total 1.0" in text.splitlines()
 
 

@@ -21,7 +21,9 @@ pytestmark = pytest.mark.unit
 
 def saga_metrics_text() -> str:
     sources = Sources()
-    lag = sources.add_consumer("saga.orchestrator", ConsumerStats(dead_lettered=2))
+    # 7 dead-lettered by this process, 2 of them still open on the topic: status shows 2
+    lag = sources.add_consumer("saga.orchestrator", ConsumerStats(dead_lettered=7))
+    sources.add_gauge("dead_letter_open", lambda: {(("consumer", "saga.orchestrator"),): 2})
     lag.messages["outbox.event.case"] = 5
     lag.seconds["outbox.event.case"] = 1.25
     sources.add_relay("saga.relay", RelayMetrics(outbox_pending_total=3,
@@ -44,6 +46,9 @@ def test_a_row_from_a_services_metrics() -> None:
     assert row.consumer == "saga.orchestrator"
     assert (row.lag_messages, row.lag_seconds) == (5, 1.25)
     assert (row.outbox_pending, row.outbox_oldest_s, row.dead_letters) == (3, 7.5, 2)
+    # the topics' open depth, when read, wins over the gauge
+    assert service_status("saga", saga_metrics_text(), "ready",
+                          open_dead_letters={"saga.orchestrator": 4}).dead_letters == 4
     assert row.sagas == {"COMPLETED": 4, "AWAITING_DECISION": 1}
     assert service_status("saga", saga_metrics_text(), "ready",
                           kafka_lag={"saga.orchestrator": 9}).lag_messages == 9

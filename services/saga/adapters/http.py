@@ -1,11 +1,13 @@
 """HTTP API of the saga-orchestrator (starlette), behind the shared edge.
 
 Every route needs a bearer token (``casestream.http.edge``: 401 without a valid one, 429
-past the rate limits, 503 when shedding load) and sees only the sagas of the token's
+past the rate limits, 503 when shedding load) and reads only the sagas of the token's
 ``tenant``: another tenant's saga is answered exactly like an unknown one (404,
 existence never leaks), and list queries filter on the tenant in SQL before their limit.
+A token with the ``operator`` role reads every tenant's sagas (``Principal.tenant_scope``);
+a resolve stays scoped to the token's tenant.
 
-Routes (roles ``officer`` or ``supervisor`` unless said):
+Routes (roles ``officer``, ``supervisor`` or ``operator`` unless said):
     GET  /sagas/{saga_id}          state, data, current deadline, history (oldest first)
     GET  /sagas?state=&case_id=&limit=   newest first (limit 1..1000, default 100)
     POST /sagas/{saga_id}/resolve  role ``supervisor`` only (officer -> 403); body
@@ -41,7 +43,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from casestream.auth import ROLE_OFFICER, ROLE_SUPERVISOR
+from casestream.auth import ROLE_OFFICER, ROLE_OPERATOR, ROLE_SUPERVISOR
 from casestream.errors import ConcurrencyError
 from casestream.http import EdgePolicy, Identifier, Limit, Operation, json_answer, principal_of
 from casestream.http import body_model, edge_app, guarded, problem_answer, problem_response
@@ -54,7 +56,7 @@ from services.saga.domain.errors import UnknownTrigger
 
 log = logging.getLogger(__name__)
 
-READ_ROLES = (ROLE_OFFICER, ROLE_SUPERVISOR)
+READ_ROLES = (ROLE_OFFICER, ROLE_SUPERVISOR, ROLE_OPERATOR)
 RESOLVE_ROLES = (ROLE_SUPERVISOR,)
 T = TypeVar("T")
 REASON_MAX = 1000
@@ -177,7 +179,7 @@ def build_routes(queries: SagaQueries, orchestrator: Orchestrator, resolver: Res
 
     @requires(*READ_ROLES)
     async def list_stuck(request: Request) -> Response:
-        tenant = principal_of(request).tenant_id
+        tenant = principal_of(request).tenant_scope
         query = query_model(request, StuckQuery)
         grace_s = stuck_grace.total_seconds() if query.grace_s is None else query.grace_s
         limit = query.limit
@@ -192,7 +194,7 @@ def build_routes(queries: SagaQueries, orchestrator: Orchestrator, resolver: Res
 
     @requires(*READ_ROLES)
     async def metrics(request: Request) -> Response:
-        tenant = principal_of(request).tenant_id
+        tenant = principal_of(request).tenant_scope
         g = await _guarded(request, lambda: dict(gauges(queries, definition, now=clock(),
                                                         grace=stuck_grace, tenant_id=tenant)))
         if isinstance(g, Response):
@@ -201,7 +203,7 @@ def build_routes(queries: SagaQueries, orchestrator: Orchestrator, resolver: Res
 
     @requires(*READ_ROLES)
     async def get_saga(request: Request) -> Response:
-        path, tenant = request.url.path, principal_of(request).tenant_id
+        path, tenant = request.url.path, principal_of(request).tenant_scope
         saga_id = request.path_params["saga_id"]
         if not _valid_uuid(saga_id):
             return problem(400, "invalid_saga_id", "Invalid saga id",
@@ -209,7 +211,7 @@ def build_routes(queries: SagaQueries, orchestrator: Orchestrator, resolver: Res
 
         def read() -> dict[str, Any] | None:
             saga = queries.get(saga_id)
-            if saga is None or saga.tenant_id != tenant:
+            if saga is None or tenant is not None and saga.tenant_id != tenant:
                 return None  # history is read only for the caller's own saga
             history = [{"seq": r.seq, "at": _iso(r.entry.at), "trigger": r.entry.trigger,
                         "event_id": r.entry.event_id, "from_state": r.entry.from_state,
@@ -227,7 +229,7 @@ def build_routes(queries: SagaQueries, orchestrator: Orchestrator, resolver: Res
 
     @requires(*READ_ROLES)
     async def list_sagas(request: Request) -> Response:
-        tenant = principal_of(request).tenant_id
+        tenant = principal_of(request).tenant_scope
         query = query_model(request, list_query)
         sagas = await _guarded(request, lambda: queries.list(
             tenant_id=tenant, state=query.state, case_id=query.case_id, limit=query.limit))

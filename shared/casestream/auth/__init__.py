@@ -13,6 +13,7 @@ from casestream.auth.tokens import (
     DEV_JWT_KEY,
     HMAC_MIN_KEY_BYTES,
     ROLE_OFFICER,
+    ROLE_OPERATOR,
     ROLE_SUPERVISOR,
     ROLES,
     SUBJECT_PATTERN,
@@ -31,7 +32,7 @@ from casestream.auth.tokens import (
 
 __all__ = [
     "DEFAULT_AUDIENCE", "DEV_ISSUER", "DEV_JWT_KEY", "HMAC_MIN_KEY_BYTES", "ROLES", "ROLE_OFFICER",
-    "ROLE_SUPERVISOR", "SUBJECT_PATTERN", "TENANT_PATTERN", "AccessDenied", "AuthError",
+    "ROLE_OPERATOR", "ROLE_SUPERVISOR", "SUBJECT_PATTERN", "TENANT_PATTERN", "AccessDenied", "AuthError",
     "AuthSettings", "InvalidToken", "Principal", "TokenVerifier", "bearer_headers", "dev_token",
     "mint_token", "principal_from_claims",
 ]

@@ -6,7 +6,8 @@ verified with PyJWT. Claims (RFC 7519 + ours):
     sub        the actor (user or service account); becomes ``actor_id`` of events
     tenant     the tenant the caller acts for; every read and write is scoped to it
     roles      list of role names: ``officer`` (open, submit, read), ``supervisor``
-               (read, resolve MANUAL_REVIEW sagas); unknown names grant nothing
+               (read, resolve MANUAL_REVIEW sagas, re-drive and discard dead letters in the
+               console), ``operator`` (the console shows every tenant); unknown names grant nothing
     client_id  optional OAuth client (RFC 9068 §2.2; ``azp`` accepted too); defaults to
                ``sub``. Idempotency keys and rate limits are scoped per client.
     iss, aud   must equal the configured issuer and audience
@@ -54,8 +55,10 @@ from casestream.errors import CasestreamError, ConfigError
 
 ROLE_OFFICER = "officer"
 ROLE_SUPERVISOR = "supervisor"
-ROLES = frozenset({ROLE_OFFICER, ROLE_SUPERVISOR})
-"""The roles the suite knows: officers open and submit cases, supervisors resolve."""
+ROLE_OPERATOR = "operator"
+ROLES = frozenset({ROLE_OFFICER, ROLE_SUPERVISOR, ROLE_OPERATOR})
+"""The roles the suite knows: officers open and submit cases, supervisors resolve; operators
+see every tenant in the operations console (their token's tenant is then only a default)."""
 
 log = logging.getLogger(__name__)
 
@@ -161,7 +164,8 @@ class Principal:
 
     Attributes:
         subject: ``sub``, the actor id written into events.
-        tenant_id: ``tenant``; the only tenant whose data the caller may see.
+        tenant_id: ``tenant``; the only tenant whose data the caller may see, unless it holds
+            the ``operator`` role (see :attr:`tenant_scope`).
         client_id: ``client_id`` / ``azp`` / ``sub``: scope of idempotency keys and rate limits.
         roles: role names from the token (unknown ones grant nothing).
     """
@@ -170,6 +174,12 @@ class Principal:
     tenant_id: str
     client_id: str
     roles: frozenset[str]
+
+    @property
+    def tenant_scope(self) -> str | None:
+        """The tenant whose data a read may return: ``tenant_id``, or None (every tenant) for
+        a principal holding the ``operator`` role. Writes stay scoped to ``tenant_id``."""
+        return None if ROLE_OPERATOR in self.roles else self.tenant_id
 
     def require(self, *allowed: str) -> None:
         """Raise :class:`AccessDenied` unless the principal holds one of ``allowed``."""

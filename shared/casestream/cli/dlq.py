@@ -2,11 +2,18 @@
 
 ::
 
-    casestream dlq list   [--json]                  every consumer: dead letters on <consumer>.dlq
-    casestream dlq list   CONSUMER [--limit 50] [--json]
+    casestream dlq list   [--open] [--json]         every consumer: dead letters on <consumer>.dlq
+    casestream dlq list   CONSUMER [--open] [--limit 50] [--json]
     casestream dlq show   CONSUMER --event-id ID | --offset N [--partition P]
-    casestream dlq redrive CONSUMER --all | --event-id ID [--event-id ID ...] | --first N
-                           [--accept-gap]
+    casestream dlq redrive CONSUMER --all | --event-id ID [--event-id ID ...] | --first N | --label P:O ...
+                           [--accept-gap] [--reason TEXT] [--actor NAME]
+    casestream dlq discard CONSUMER --label P:O [--label P:O ...] --reason TEXT [--actor NAME]
+
+``--open`` shows only the open entries: not re-driven successfully, not discarded, not
+superseded by a later dead letter of the same message (``casestream.operations.deadletters``).
+``--all`` and ``--first`` of ``redrive`` pick among the open entries. Every re-drive and
+discard is recorded on the operator-action topic (who, when, why:
+``casestream.operations.actions``), as the web console's actions are.
 
 Dead letters live on ``<consumer>.dlq``; re-drive copies them (bytes and headers unchanged) to
 ``<consumer>.redrive``, which the running consumer also reads, through the same decode,
@@ -41,11 +48,18 @@ from casestream.consumer.deadletters import (
     H_REASON,
     H_TOPIC,
     read_topic,
-    redrive,
     select,
 )
 from casestream.errors import CasestreamError
 from casestream.kafka.config import KafkaTarget, bootstrap_of, client_config
+from casestream.operations import (
+    Actor,
+    DeadLetterState,
+    dead_letter_counts,
+    discard_dead_letters,
+    load_dead_letter_state,
+    redrive_dead_letters,
+)
 
 Decoder = Callable[[bytes, Any], Any]
 
@@ -78,35 +92,15 @@ def _read(bootstrap: KafkaTarget, consumer: str) -> list[Record]:
 
 
 def _dlq_counts(bootstrap: KafkaTarget) -> dict[str, int]:
-    """Consumer name -> messages on its ``<consumer>.dlq`` topic (high - low watermark,
-    summed over partitions), for every such topic.
+    """Consumer name -> messages on its ``<consumer>.dlq`` topic, for every such topic.
 
     Raises:
         click.ClickException: Kafka did not answer.
     """
-    # lazy (start-up cost): loaded when this command runs, not for every CLI call
-    from confluent_kafka import Consumer, KafkaException, TopicPartition
-    from confluent_kafka.admin import AdminClient
-
     try:
-        topics = AdminClient(client_config(bootstrap)).list_topics(timeout=5).topics
-    except KafkaException as e:
+        return dead_letter_counts(bootstrap)
+    except CasestreamError as e:
         raise click.ClickException(f"Kafka at {bootstrap_of(bootstrap)} did not answer: {e}") from None
-    probe = Consumer({**client_config(bootstrap), "group.id": "casestream.dlq",
-                      "enable.auto.commit": False})
-    out: dict[str, int] = {}
-    try:
-        for name, meta in sorted(topics.items()):
-            if not name.endswith(".dlq"):
-                continue
-            total = 0
-            for p in meta.partitions:
-                low, high = probe.get_watermark_offsets(TopicPartition(name, p), timeout=5)
-                total += max(0, high - low)
-            out[name[: -len(".dlq")]] = total
-    finally:
-        probe.close()
-    return out
 
 
 def _dlq_consumers(bootstrap: KafkaTarget) -> list[str]:
@@ -142,50 +136,73 @@ def dlq(ctx: click.Context, bootstrap: str | None) -> None:
         cli_context(ctx).bootstrap = bootstrap
 
 
-def _overview(ctx: click.Context, as_json: bool) -> None:
-    """Every discovered consumer and every consumer with a DLQ topic, with its count."""
-    counts = _dlq_counts(_bootstrap(ctx, None))
+def _state(bootstrap: KafkaTarget, consumer: str) -> DeadLetterState:
+    try:
+        return load_dead_letter_state(bootstrap, consumer)
+    except CasestreamError as e:
+        raise click.ClickException(str(e)) from None
+
+
+def _overview(ctx: click.Context, as_json: bool, only_open: bool = False) -> None:
+    """Every discovered consumer and every consumer with a DLQ topic, with its count
+    (open entries only with ``only_open``)."""
+    bootstrap = _bootstrap(ctx, None)
+    counts = _dlq_counts(bootstrap)
     discovered = [c for spec in cli_context(ctx).services().values() for c in spec.consumers]
     names = list(dict.fromkeys([*discovered, *sorted(counts)]))
+    if only_open:
+        counts = {name: _state(bootstrap, name).depth for name in counts}
     width = max(map(len, names), default=0)
     for name in names:
         note = ("" if name in counts and name in discovered
                 else "  (no dead-letter topic yet)" if name not in counts
                 else "  (not a consumer of a discovered service)")
         if as_json:
-            click.echo(json.dumps({"consumer": name, "dead_letters": counts.get(name, 0),
+            click.echo(json.dumps({"consumer": name, ("open" if only_open else "dead_letters"):
+                                   counts.get(name, 0),
                                    "topic": f"{name}.dlq" if name in counts else None,
                                    "discovered": name in discovered}))
         else:
             click.echo(f"{name:<{width}}  {counts.get(name, 0):>6}{note}")
     if not as_json:
-        click.echo(f"{sum(counts.values())} dead letter(s) on {len(counts)} topic(s)")
+        click.echo(f"{sum(counts.values())} {'open ' if only_open else ''}dead letter(s) on "
+                   f"{len(counts)} topic(s)")
 
 
 @dlq.command("list")
 @click.argument("consumer", required=False)
 @click.option("--limit", type=int, default=None, help="Show at most N dead letters (oldest first).")
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per line.")
+@click.option("--open", "only_open", is_flag=True,
+              help="Only open entries: not re-driven successfully, not discarded, not superseded "
+                   "by a later dead letter of the same message.")
 @click.pass_context
-def list_(ctx: click.Context, consumer: str | None, limit: int | None, as_json: bool) -> None:
-    """List the dead letters of CONSUMER, oldest first; without CONSUMER, every consumer
-    (of the discovered services, or with a <consumer>.dlq topic) with its dead letters."""
+def list_(ctx: click.Context, consumer: str | None, limit: int | None, as_json: bool,
+          only_open: bool) -> None:
+    """List the dead letters of CONSUMER, oldest first, each with its state (open, redriving,
+    resolved, discarded, superseded); without CONSUMER, every consumer (of the discovered
+    services, or with a <consumer>.dlq topic) with its dead letters."""
     if consumer is None:
-        _overview(ctx, as_json)
+        _overview(ctx, as_json, only_open)
         return
-    records = _read(_bootstrap(ctx, None), consumer)
-    shown = records[:limit] if limit is not None else records
-    for r in shown:
-        s = _summary(r)
+    bootstrap = _bootstrap(ctx, None)
+    _read(bootstrap, consumer)  # names the consumers with a topic when this one has none
+    state = _state(bootstrap, consumer)
+    entries = [e for e in state.entries if e.open or not only_open]
+    shown = entries[:limit] if limit is not None else entries
+    for e in shown:
+        s = {**_summary(e.record), "label": e.label, "state": e.state}
         if as_json:
             click.echo(json.dumps(s))
         else:
-            click.echo(f"{s['partition']}:{s['offset']}  {s['event_id'] or '-'}  {s['type'] or '-'}"
+            click.echo(f"{s['partition']}:{s['offset']}  {e.state:<10}  {s['event_id'] or '-'}"
+                       f"  {s['type'] or '-'}"
                        f"  key={s['key'] or '-'}  reason={s['reason']}  attempts={s['attempts']}"
                        f"  last={s['last_failure']}  from={s['origin']}"
                        f"  {(s['message'] or '')[:120]}")
     if not as_json:
-        click.echo(f"{len(records)} dead letter(s) on {consumer}.dlq")
+        click.echo(f"{len(entries)} {'open ' if only_open else ''}dead letter(s) on {consumer}.dlq"
+                   + ("" if only_open else f" ({state.depth} open)"))
 
 
 @dlq.command("show")
@@ -248,29 +265,77 @@ def _parse_label(label: str) -> tuple[int, int]:
     return int(p), int(o)
 
 
+def _actor(actor: str | None) -> Actor:
+    import getpass
+
+    return Actor(actor or getpass.getuser())
+
+
+def _by_labels(state: DeadLetterState, labels: tuple[str, ...]) -> list[Record]:
+    wanted = [f"{p}:{o}" for p, o in map(_parse_label, labels)]
+    found = {e.label: e.record for e in state.entries}
+    missing = [w for w in wanted if w not in found]
+    if missing:
+        raise click.ClickException(f"not in {state.consumer}.dlq: {', '.join(missing)}")
+    return [found[w] for w in wanted]
+
+
 @dlq.command("redrive")
 @click.argument("consumer")
-@click.option("--all", "all_", is_flag=True, help="Re-drive every dead letter.")
+@click.option("--all", "all_", is_flag=True, help="Re-drive every open dead letter.")
 @click.option("--event-id", "event_ids", multiple=True, help="Re-drive these event ids (repeatable).")
-@click.option("--first", type=click.IntRange(min=1), help="Re-drive the first N dead letters (oldest first).")
+@click.option("--first", type=click.IntRange(min=1), help="Re-drive the first N open dead letters (oldest first).")
+@click.option("--label", "labels", multiple=True, metavar="P:O",
+              help="Re-drive the dead letter at PARTITION:OFFSET as 'dlq list' prints it (repeatable).")
 @click.option("--accept-gap", is_flag=True,
               help="Accept a version gap: the consumer records version-1 as seen and applies it.")
+@click.option("--reason", default="re-driven from the command line",
+              show_default=True, help="Why (recorded on the operator-action topic, 1..1000 characters).")
+@click.option("--actor", help="Who acts (recorded; default: the login name).")
 @click.pass_context
 def redrive_(ctx: click.Context, consumer: str, all_: bool, event_ids: tuple[str, ...],
-             first: int | None, accept_gap: bool) -> None:
-    """Re-drive dead letters of CONSUMER through its <consumer>.redrive topic."""
-    if sum([all_, bool(event_ids), first is not None]) != 1:
-        raise click.UsageError("give exactly one of --all, --event-id, --first")
+             first: int | None, labels: tuple[str, ...], accept_gap: bool, reason: str,
+             actor: str | None) -> None:
+    """Re-drive dead letters of CONSUMER through its <consumer>.redrive topic; the action is
+    recorded (who, when, why) on the operator-action topic."""
+    if sum([all_, bool(event_ids), first is not None, bool(labels)]) != 1:
+        raise click.UsageError("give exactly one of --all, --event-id, --first, --label")
     bootstrap = _bootstrap(ctx, None)
-    records = _read(bootstrap, consumer)
-    chosen = select(records, event_ids=event_ids, first=first)
-    if event_ids:
+    _read(bootstrap, consumer)
+    state = _state(bootstrap, consumer)
+    if labels:
+        chosen = _by_labels(state, labels)
+    elif event_ids:
+        chosen = select([e.record for e in state.entries if e.state != "superseded"], event_ids=event_ids)
         missing = set(event_ids) - {r.header("id") for r in chosen}
         if missing:
             raise click.ClickException(f"not in {consumer}.dlq: {', '.join(sorted(missing))}")
+    else:
+        chosen = select([e.record for e in state.open], first=first)
     try:
-        n = redrive(bootstrap, chosen, f"{consumer}.redrive", accept_gap=accept_gap)
+        done = redrive_dead_letters(bootstrap, consumer, chosen, actor=_actor(actor), reason=reason,
+                                    accept_gap=accept_gap)
     except CasestreamError as e:
         raise click.ClickException(str(e)) from e
-    click.echo(f"re-drove {n} dead letter(s) to {consumer}.redrive"
-               + (" (accepting version gaps)" if accept_gap else ""))
+    click.echo(done.detail)
+
+
+@dlq.command("discard")
+@click.argument("consumer")
+@click.option("--label", "labels", multiple=True, required=True, metavar="P:O",
+              help="The dead letter at PARTITION:OFFSET as 'dlq list' prints it (repeatable).")
+@click.option("--reason", required=True, help="Why it need not be processed (recorded, 1..1000 characters).")
+@click.option("--actor", help="Who acts (recorded; default: the login name).")
+@click.pass_context
+def discard(ctx: click.Context, consumer: str, labels: tuple[str, ...], reason: str,
+            actor: str | None) -> None:
+    """Discard dead letters of CONSUMER: they stop counting as open without being processed.
+    The dead-letter topic is not changed; the action is recorded (who, when, why)."""
+    bootstrap = _bootstrap(ctx, None)
+    _read(bootstrap, consumer)
+    chosen = _by_labels(_state(bootstrap, consumer), labels)
+    try:
+        done = discard_dead_letters(bootstrap, consumer, chosen, actor=_actor(actor), reason=reason)
+    except CasestreamError as e:
+        raise click.ClickException(str(e)) from e
+    click.echo(done.detail)

@@ -9,6 +9,7 @@ load Kafka or PostgreSQL drivers it does not need::
     casestream replay NAME | --list      rebuild a projection from the topics
     casestream token --tenant T --role R  mint a local bearer token (JWT)
     casestream status                    consumer lag, outbox, dead letters, sagas per service
+    casestream console                   the operations web console
 
 Installed packages add commands through the entry point group ``casestream.commands``
 (``name = "module:click_command"``, :func:`casestream.service.discovery.command_refs`). A
@@ -43,6 +44,8 @@ _GROUPS: dict[str, tuple[str, str, str]] = {
               "Mint a local bearer token (JWT) for a tenant and roles."),
     "status": ("casestream.cli.status", "status",
                "Per-service table: consumer lag, outbox, dead letters, sagas."),
+    "console": ("casestream.console.command", "console",
+                "Serve the operations web console: journeys, sagas, dead letters, flow."),
     "migrate": ("casestream.cli.migrate", "migrate",
                 "Apply the installed services' database migrations (before starting them)."),
 }

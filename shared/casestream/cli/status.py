@@ -8,7 +8,9 @@ other its ``/metrics`` names) has its own line — the first on the service's li
 below it with the service columns left blank — with its lag in messages (Kafka: high
 watermark - committed offset, summed over the group's partitions; the service's
 ``queue_lag_messages`` gauge when Kafka is unreachable), in seconds (``queue_lag_seconds``)
-and its dead letters since the process started (``dead_letter_total``).
+and its open dead letters: entries of ``<consumer>.dlq`` not re-driven successfully nor
+discarded, read from the topics (``casestream.operations.deadletters``), so the figure
+survives restarts; the service's ``dead_letter_open`` gauge when Kafka is unreachable.
 
 Sources: each service's ``/metrics`` and ``/readyz`` on ``127.0.0.1:<port>``
 (:meth:`ServiceSpec.port`: ``CASESTREAM_<SVC>_PORT`` or the settings' default;
@@ -21,7 +23,6 @@ service that does not answer shows ``down``.
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 
@@ -30,39 +31,12 @@ import httpx
 
 from casestream.cli.context import cli_context
 from casestream.kafka.config import KafkaTarget, bootstrap_of, client_config
+from casestream.operations.flow import Samples, parse_prometheus, sample_max, sample_sum
 
 __all__ = ["status", "ServiceStatus", "ConsumerStatus", "parse_prometheus", "service_status",
-           "render_table", "service_rows"]
+           "render_table", "service_rows", "open_dead_letters"]
 
-Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
-
-_LINE = re.compile(r'^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})?\s+(\S+)$')
-_LABEL = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"')
-
-
-def parse_prometheus(text: str) -> Samples:
-    """``{(name, sorted label pairs): value}`` of a Prometheus text exposition (comments skipped)."""
-    out: Samples = {}
-    for line in text.splitlines():
-        m = _LINE.match(line.strip())
-        if not m or line.startswith("#"):
-            continue
-        labels = tuple(sorted(_LABEL.findall(m.group(2) or "")))
-        try:
-            out[(m.group(1), labels)] = float(m.group(3))
-        except ValueError:
-            continue
-    return out
-
-
-def _sum(samples: Samples, name: str) -> float | None:
-    values = [v for (n, _), v in samples.items() if n == name]
-    return sum(values) if values else None
-
-
-def _max(samples: Samples, name: str) -> float | None:
-    values = [v for (n, _), v in samples.items() if n == name]
-    return max(values) if values else None
+_sum, _max = sample_sum, sample_max
 
 
 def _of(samples: Samples, consumer: str) -> Samples:
@@ -107,13 +81,16 @@ class ServiceStatus:
 
 def service_status(service: str, metrics_text: str | None, ready: str,
                    kafka_lag: Mapping[str, float] | None = None,
-                   consumers: Sequence[str] = ()) -> ServiceStatus:
+                   consumers: Sequence[str] = (),
+                   open_dead_letters: Mapping[str, int] | None = None) -> ServiceStatus:
     """Build a service's row from its ``/metrics`` text (None if unreachable), its readiness
     word (``ready``, ``not ready: kafka``, ``down``), the Kafka-side lag per consumer group
-    if known, and its declared consumers (``ServiceSpec.consumers``; consumers its metrics
-    name besides are added after them, sorted)."""
+    if known, its declared consumers (``ServiceSpec.consumers``; consumers its metrics
+    name besides are added after them, sorted) and the open dead letters per consumer read
+    from the topics if known (else the ``dead_letter_open`` gauge)."""
     row = ServiceStatus(service=service, ready=ready)
     lags = dict(kafka_lag or {})
+    opened = dict(open_dead_letters or {})
     s = parse_prometheus(metrics_text) if metrics_text is not None else {}
     seen = sorted({c for (_, lab) in s if (c := dict(lab).get("consumer"))} - set(consumers))
     for name in (*consumers, *seen):
@@ -122,7 +99,7 @@ def service_status(service: str, metrics_text: str | None, ready: str,
             name=name,
             lag_messages=lags[name] if name in lags else _sum(mine, "queue_lag_messages"),
             lag_seconds=_max(mine, "queue_lag_seconds"),
-            dead_letters=_sum(mine, "dead_letter_total")))
+            dead_letters=float(opened[name]) if name in opened else _sum(mine, "dead_letter_open")))
     row.consumer = ",".join(c.name for c in row.consumers)
     row.lag_messages = _total([c.lag_messages for c in row.consumers], sum)
     row.lag_seconds = _total([c.lag_seconds for c in row.consumers], max)
@@ -239,6 +216,20 @@ def kafka_lag(bootstrap: KafkaTarget, groups: Sequence[str], timeout_s: float = 
     return out
 
 
+def open_dead_letters(bootstrap: KafkaTarget, consumers: Sequence[str]) -> dict[str, int]:
+    """``{consumer: open dead letters}`` from the topics; consumers whose topics cannot be
+    read are left out."""
+    from casestream.operations import load_dead_letter_state
+
+    out: dict[str, int] = {}
+    for consumer in consumers:
+        try:
+            out[consumer] = load_dead_letter_state(bootstrap, consumer, timeout_s=5.0).depth
+        except Exception:  # noqa: BLE001 - unknown here: the gauge (or "-") is shown instead
+            continue
+    return out
+
+
 @click.command("status")
 @click.argument("services", nargs=-1)
 @click.option("--url", "urls", multiple=True, metavar="SVC=URL",
@@ -246,7 +237,7 @@ def kafka_lag(bootstrap: KafkaTarget, groups: Sequence[str], timeout_s: float = 
 @click.option("--no-kafka", is_flag=True, help="lag from the services' gauges only")
 @click.option("--json", "as_json", is_flag=True, help="one JSON object per service instead")
 def status(services: tuple[str, ...], urls: tuple[str, ...], no_kafka: bool, as_json: bool) -> None:
-    """Per service: readiness, consumer lag, outbox pending and oldest age, dead letters, sagas.
+    """Per service: readiness, consumer lag, outbox pending and oldest age, open dead letters, sagas.
 
     SERVICES restricts the table to those installed services (default: every one).
     Exit status 0 when every service shown is ready, 1 when any is down or not ready (for scripts)."""
@@ -265,17 +256,19 @@ def status(services: tuple[str, ...], urls: tuple[str, ...], no_kafka: bool, as_
                                    f"services: {', '.join(bases) or 'none installed'}")
         bases[name] = base.rstrip("/")
     lags: dict[str, float] = {}
+    opened: dict[str, int] = {}
     if not no_kafka:
         groups = [c for spec in specs.values() for c in spec.consumers]
         try:
             lags = kafka_lag(cli_context().kafka_client(), groups)
+            opened = open_dead_letters(cli_context().kafka_client(), groups)
         except RuntimeError as e:
-            click.echo(f"warning: {e}; lag from the services' gauges", err=True)
+            click.echo(f"warning: {e}; lag and dead letters from the services' gauges", err=True)
     rows = []
     with httpx.Client(timeout=3.0) as client:
         for name, base in bases.items():
             rows.append(service_status(name, _metrics(client, base), _readiness(client, base),
-                                       lags, specs[name].consumers))
+                                       lags, specs[name].consumers, opened))
     if not rows:
         click.echo("no services installed (entry point group casestream.services)", err=True)
     if as_json:

@@ -18,7 +18,9 @@ batch, no Kafka; its collaborators in ``batch_dispatch``, ``batch_fast``, ``batc
 ``batch_held``, ``batch_failures``, its values in ``batch_model``), ``settings`` (policy), ``failures``
 (classification), ``records`` (values and the decoder port). Tables: ``inbox``; durable
 attempt counts and backoffs: ``retries``; dead letters: ``deadletters``; the guard
-rule: ``guard``; handler registration: ``handlers``; processing modes: ``processing``.
+rule: ``guard``; handler registration: ``handlers``; processing modes: ``processing``;
+key-parallel mode (``ConsumerSettings.key_concurrency``): ``keyparallel`` (per-aggregate queues,
+committable offsets) and ``keyworkers`` (the worker threads).
 
 The handler, guard, processing, record and settings names import eagerly (no driver); the
 runtime, batch, inbox and dead-letter names (psycopg, confluent_kafka) are re-exported lazily.

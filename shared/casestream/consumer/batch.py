@@ -92,11 +92,14 @@ class BatchProcessor:
         settings: policy (retry, gap hold, first-seen, strict types, mode, fast path).
         outbox: appender given to handlers as ``ctx.outbox`` (REPLAY always discards).
         stats: counters to update (a fresh ``ConsumerStats`` by default).
+        guard_cache: share this guard-row cache (several processors of one consumer applying
+            different aggregates at once); default: its own of ``settings.guard_cache_size``.
     """
 
     def __init__(self, *, consumer: str, handlers: HandlerRegistry, decoder: EnvelopeDecoder,
                  dead_letters: DeadLetterSink, settings: ConsumerSettings | None = None,
-                 outbox: OutboxAppender | None = None, stats: ConsumerStats | None = None) -> None:
+                 outbox: OutboxAppender | None = None, stats: ConsumerStats | None = None,
+                 guard_cache: GuardCache | None = None) -> None:
         self.consumer = consumer
         self.handlers = handlers
         self.decoder = decoder
@@ -111,7 +114,7 @@ class BatchProcessor:
         self.redrive_topic = self.settings.redrive_topic_for(consumer)
         self._next_purge = 0.0
         s = self.settings
-        self._cache = GuardCache(s.guard_cache_size)
+        self._cache = guard_cache if guard_cache is not None else GuardCache(s.guard_cache_size)
         self._failures = FailureHandler(consumer=consumer, policy=s.retry, stats=self.stats,
                                         dead_letters=dead_letters)
         self._dispatch = Dispatcher(consumer=consumer, handlers=handlers, mode=self.mode,
@@ -248,6 +251,11 @@ class BatchProcessor:
     def attempts_of(self, conn: Any, rec: Record) -> int:
         """Failed attempts recorded so far for ``rec`` in ``consumer_retry`` (0 if none)."""
         return self._failures.count(conn, rec)
+
+    @property
+    def guard_cache(self) -> GuardCache:
+        """This processor's guard-row cache (to share with processors of the same consumer)."""
+        return self._cache
 
     @property
     def discarded_outbox(self) -> int:

@@ -51,7 +51,6 @@ import hashlib
 import logging
 import re
 import threading
-import uuid
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -368,46 +367,17 @@ def read_topic(bootstrap: KafkaTarget, topic: str, *, timeout_s: float = 10.0,
         DeadLetterError: the topic does not exist or the broker did not answer within ``timeout_s``.
     """
     # lazy (start-up cost): confluent_kafka loads when a client is built
-    from confluent_kafka import Consumer, TopicPartition
+    from confluent_kafka import KafkaException
 
-    conf = {**client_config(bootstrap), "group.id": f"casestream-dlq-reader-{uuid.uuid4()}",
-            "enable.auto.commit": False, "enable.partition.eof": False,
-            **(extra_config or {})}
-    consumer = Consumer(conf)
+    from casestream.kafka.topics import read_messages
+
     try:
-        md = consumer.list_topics(topic, timeout=timeout_s)
-        tmd = md.topics.get(topic)
-        if tmd is None or tmd.error is not None:
-            raise DeadLetterError(f"topic {topic} not found: {getattr(tmd, 'error', None)}")
-        wanted: dict[int, int] = {}
-        assign = []
-        for p in sorted(tmd.partitions):
-            lo, hi = consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=timeout_s)
-            if hi > lo:
-                wanted[p] = hi
-                assign.append(TopicPartition(topic, p, lo))
-        out: list[Record] = []
-        if not assign:
-            return out
-        consumer.assign(assign)
-        import time
-
-        deadline = time.monotonic() + timeout_s
-        while wanted and time.monotonic() < deadline:
-            for msg in consumer.consume(500, 0.5):
-                if msg.error():
-                    continue
-                p = msg.partition()
-                if p in wanted:
-                    out.append(record_from_message(msg))
-                    if msg.offset() + 1 >= wanted[p]:
-                        del wanted[p]
-        if wanted:
-            raise DeadLetterError(f"timed out reading {topic} (partitions left: {sorted(wanted)})")
-        out.sort(key=lambda r: (r.partition, r.offset))
-        return out
-    finally:
-        consumer.close()
+        messages = read_messages(bootstrap, [topic], timeout_s=timeout_s, extra_config=extra_config)
+    except KafkaException as e:
+        raise DeadLetterError(f"topic {topic} not found: {e}") from None
+    except TimeoutError as e:
+        raise DeadLetterError(f"timed out reading {topic}: {e}") from None
+    return [record_from_message(m) for m in messages]
 
 
 def record_from_message(msg: Any) -> Record:

@@ -85,7 +85,9 @@ class ConsumerGroup:
             runs, so ``max_size`` must be at least ``concurrency`` plus the service's other users.
 
     Raises:
-        ConfigError: ``concurrency`` < 1, or what :class:`ConsumerRuntime` raises.
+        ConfigError: ``concurrency`` < 1, a pool smaller than ``concurrency x
+            (key_concurrency + 1)`` when ``settings.key_concurrency > 1``, or what
+            :class:`ConsumerRuntime` raises.
     """
 
     def __init__(self, concurrency: int, name: str, topics: Sequence[str], handlers: HandlerRegistry,
@@ -94,6 +96,12 @@ class ConsumerGroup:
                  outbox: OutboxAppender | None = None) -> None:
         if concurrency < 1:
             raise ConfigError(f"consumer {name}: concurrency must be >= 1, got {concurrency}")
+        k = (settings or ConsumerSettings()).key_concurrency
+        max_size = getattr(pool, "max_size", None)
+        if k > 1 and isinstance(max_size, int) and max_size < concurrency * (k + 1):
+            raise ConfigError(f"consumer {name}: {concurrency} members with key_concurrency={k}"
+                              f" need a connection pool of max_size >= {concurrency * (k + 1)}"
+                              f" ({k + 1} per member), the pool has max_size={max_size}")
         self.name = name
         client_id = kafka_config.get("client.id", name)
         self.members = [

@@ -86,6 +86,8 @@ class ConsumerStats:
     accepted_gaps: version gaps accepted on a re-drive with ``dlq.accept_gap``.
     assignments / revocations: rebalance callbacks seen (eager protocol: all partitions each time).
     stalls: times the loop was seen stuck in one step longer than ``stall_after_s``.
+    partitions_assigned: partitions assigned to this runtime now (a gauge, not monotonic):
+        how the group's partitions are spread over the instances of a service.
     """
 
     applied: int = 0
@@ -106,6 +108,7 @@ class ConsumerStats:
     stalls: int = 0
     assignments: int = 0
     revocations: int = 0
+    partitions_assigned: int = 0
     by_reason: dict[str, int] = field(default_factory=dict)
 
     def count_reason(self, reason: str) -> None:

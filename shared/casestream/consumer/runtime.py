@@ -47,6 +47,15 @@ returns its description (the ``consumer`` readiness check of a service then fail
 end of the stall is logged at WARNING. A loop that stops making progress therefore shows in
 the log and on ``/readyz`` instead of silently holding its partitions.
 
+Key-parallel mode (``ConsumerSettings.key_concurrency > 1``): the loop decodes each poll
+batch and queues it per aggregate in a :class:`~casestream.consumer.keyparallel.KeyScheduler`;
+``key_concurrency`` worker threads (``casestream.consumer.keyworkers``) apply units of it, one
+transaction each, while the loop keeps fetching. Per partition the loop commits the lowest
+offset not yet applied; cuts seek their partition back as above. When more than
+``max(2 x batch_size, 32 x key_concurrency)`` entries are queued the loop pauses its partitions
+(flow control: what was fetched is kept) and resumes them once the queue has room. Rebalance
+and shutdown wait for the running units; the sweep runs in the loop beside them.
+
 Shutdown: when ``stop`` is set the current batch finishes and commits, pending offsets are
 committed, the consumer is closed (leaves the group) and the dead-letter producer is flushed.
 SIGTERM wiring belongs to the service (``casestream.service.process.ServiceProcess`` sets ``stop``).
@@ -70,6 +79,7 @@ from casestream.consumer.deadletters import DeadLetterSink, KafkaDeadLetters, re
 from casestream.errors import ConfigError
 from casestream.consumer.handlers import HandlerRegistry, OutboxAppender
 from casestream.consumer.inbox import ensure_schema
+from casestream.consumer.keyworkers import KeyWorkers, give_back
 from casestream.kafka.config import KafkaTarget, client_config, connection_config
 
 log = logging.getLogger("casestream.consumer")
@@ -158,6 +168,15 @@ class ConsumerRuntime:
         self.ready = threading.Event()  # set once the first assignment arrived
         self._phase: tuple[str, float] = ("starting", time.monotonic())  # watchdog's view
         self._stall_logged = False
+        self._workers: KeyWorkers | None = None  # key-parallel mode (key_concurrency > 1)
+        self._flow_paused: set[TP] = set()  # paused because the key queue is full
+        self._keyed_committed: dict[TP, int] = {}  # highest offset made pending per partition
+        k = self.settings.key_concurrency
+        max_size = getattr(pool, "max_size", None)
+        if k > 1 and isinstance(max_size, int) and max_size < k + 1:
+            raise ConfigError(f"consumer {name}: key_concurrency={k} needs a connection pool "
+                              f"of max_size >= {k + 1} (one per worker and one for the loop), "
+                              f"the pool has max_size={max_size}")
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -169,6 +188,8 @@ class ConsumerRuntime:
         self._prepare()
         self._consumer = Consumer(self._conf)
         self._executor = cf.ThreadPoolExecutor(1, thread_name_prefix=f"{self.name}.batch")
+        if self.settings.key_concurrency > 1:
+            self._start_workers()
         self._consumer.subscribe(self.topics, on_assign=self._on_assign,
                                  on_revoke=self._on_revoke, on_lost=self._on_lost)
         log.info("%s: consuming %s (batch %d, dlq %s)", self.name, ", ".join(self.topics),
@@ -225,6 +246,14 @@ class ConsumerRuntime:
                 flush_timeout_s=self.settings.dlq_flush_timeout_s)
         self.processor = BatchProcessor(dead_letters=self._dead_letters,
                                         **self._processor_args)  # type: ignore[arg-type]
+        if self.settings.key_concurrency > 1:
+            cache = self.processor.guard_cache
+            self._workers = KeyWorkers(
+                self.name, self.pool,
+                lambda: BatchProcessor(dead_letters=self._dead_letters, guard_cache=cache,
+                                       **self._processor_args),  # type: ignore[arg-type]
+                concurrency=self.settings.key_concurrency, max_unit=self.settings.batch_size,
+                retry=self.settings.retry)
         if self.settings.ensure_topics:
             ensure_topics(self._kafka_connection(), [self.dlq_topic, self.redrive_topic])
         if self.settings.ensure_schema:
@@ -247,6 +276,8 @@ class ConsumerRuntime:
             try:
                 self._consumer.close()
             finally:
+                if self._workers is not None:
+                    self._workers.stop()
                 if self._executor:
                     self._executor.shutdown(wait=True)
                 self._release_conn()
@@ -260,6 +291,9 @@ class ConsumerRuntime:
     # ------------------------------------------------------------------ one step
 
     def _step(self) -> None:
+        if self._workers is not None:
+            self._step_keyed(self._workers)
+            return
         self._resume_due()
         self._enter("polling")
         msgs = self._consumer.consume(self.settings.batch_size, self.settings.poll_timeout_s)
@@ -303,6 +337,10 @@ class ConsumerRuntime:
 
         Returns the first offsets of messages that arrived while waiting (to seek back to).
         """
+        if self._workers is not None:
+            self._workers.quiesce()
+            self._keyed_offsets(self._workers)
+            return {}
         if self._flight is None:
             return {}
         fut, records = self._flight
@@ -402,6 +440,78 @@ class ConsumerRuntime:
                 self._rewind(tp, off, delay)
         if not records:  # a failed sweep: back off before the next one
             self._next_sweep = time.monotonic() + delay
+
+    # ------------------------------------------------------------------ key-parallel mode
+
+    def _start_workers(self) -> None:
+        assert self._workers is not None
+        self._workers.start()
+        log.info("%s: key-parallel, %d workers", self.name, self.settings.key_concurrency)
+
+    def _step_keyed(self, workers: KeyWorkers) -> None:
+        """One loop step of key-parallel mode: flow control, fetch, queue, seek, sweep, commit."""
+        if workers.crashed is not None:
+            raise RuntimeError(f"{self.name}: a key worker thread failed: "
+                               f"{workers.crashed!r}") from workers.crashed
+        self._resume_due()
+        s = self.settings
+        limit = max(2 * s.batch_size, 32 * s.key_concurrency)
+        full = workers.queued >= limit
+        self._flow(full)
+        self._enter("polling")
+        msgs = self._consumer.consume(s.batch_size, 0.0 if full else s.poll_timeout_s)
+        records = [r for r in self._records(msgs) if r.tp in self._assigned]
+        self._probe.polled(records, self._consumer)
+        if records:
+            workers.add(self.processor.decode(records).entries)  # type: ignore[union-attr]
+        self._enter("handing over the next batch")
+        for tp, (off, delay) in workers.rewinds().items():
+            if tp in self._assigned:
+                self._rewind(tp, off, delay)
+        self._keyed_sweep()
+        self._keyed_offsets(workers)
+        self._enter("committing offsets")
+        self._commit_pending()
+        if full:
+            self._enter("waiting for the key queue")
+            workers.wait_room(limit, 0.02)
+
+    def _flow(self, full: bool) -> None:
+        """Pause every fetching partition while the key queue is full, resume when not."""
+        if full and not self._flow_paused:
+            self._flow_paused = {tp for tp in self._assigned if tp not in self._paused}
+            self._pause(list(self._flow_paused))
+        elif not full and self._flow_paused:
+            back = [tp for tp in self._flow_paused if tp in self._assigned and tp not in self._paused]
+            self._flow_paused = set()
+            self._resume(back)
+
+    def _keyed_sweep(self) -> None:
+        """When due, sweep held/parked aggregates on the loop's connection while units run:
+        the sweep locks the guard rows it works on ``FOR UPDATE SKIP LOCKED`` and a unit
+        advances a guard row only from the version it read (``GuardConflict`` otherwise, a
+        retryable failure), as between the members of a group."""
+        if time.monotonic() < self._next_sweep:
+            return
+        self._enter("sweeping held aggregates")
+        try:
+            self._work(None, True)
+            self._next_sweep = time.monotonic() + self.settings.sweep_interval_s
+        except Exception as e:  # noqa: BLE001 - retried after a backoff
+            self._infra_failures += 1
+            delay = self.settings.retry.delay(min(self._infra_failures, 30))
+            log.error("%s: sweep failed (%s: %s); retrying in %.2f s", self.name,
+                      type(e).__name__, e, delay)
+            self._next_sweep = time.monotonic() + delay
+        else:
+            self._infra_failures = 0
+
+    def _keyed_offsets(self, workers: KeyWorkers) -> None:
+        """Make the committable offsets of assigned partitions pending where they moved."""
+        for tp, off in workers.committable().items():
+            if tp in self._assigned and off > self._keyed_committed.get(tp, -1):
+                self._keyed_committed[tp] = off
+                self._pending[tp] = off
 
     # ------------------------------------------------------------------ offsets
 
@@ -504,6 +614,7 @@ class ConsumerRuntime:
         given = {(p.topic, p.partition) for p in partitions}
         self._assigned |= given
         self.stats.assignments += 1
+        self.stats.partitions_assigned = len(self._assigned)
         log.info("%s: assigned %s", self.name, _fmt(partitions))
         # A pause from before a revoke survives in librdkafka: nothing assigned now is paused
         # by a current decision of ours (the revoke forgot them), so fetch them all.
@@ -533,6 +644,11 @@ class ConsumerRuntime:
         self._phase = phase
 
     def _drain_inflight(self, *, commit: bool) -> None:
+        if self._workers is not None:
+            self._workers.quiesce()  # released by _forget
+            if commit:
+                self._keyed_offsets(self._workers)
+            return
         fut = self._inflight
         if fut is None:
             return
@@ -550,11 +666,17 @@ class ConsumerRuntime:
         the backoff itself stays due in ``consumer_retry`` for whoever gets them next."""
         self._resume([tp for tp in tps if tp in self._paused])
         self._assigned -= tps
+        self.stats.partitions_assigned = len(self._assigned)
         for tp in tps:
             self._paused.pop(tp, None)
             self._pending.pop(tp, None)
+            self._keyed_committed.pop(tp, None)
         if self.processor is not None:
             self.processor.forget(list(tps))
+        if self._workers is not None:
+            self._flow_paused -= tps
+            self._workers.forget(tps)
+            self._workers.release()
 
     # ------------------------------------------------------------------ database connection
 
@@ -569,12 +691,7 @@ class ConsumerRuntime:
     def _release_conn(self) -> None:
         conn, self._conn = self._conn, None
         if conn is not None:
-            try:
-                if not conn.closed:
-                    conn.autocommit = False
-            except Exception:  # noqa: BLE001
-                pass
-            self.pool.putconn(conn)
+            give_back(self.pool, conn)
 
 
 def ensure_topics(bootstrap: KafkaTarget, topics: Sequence[str], *, partitions: int = 1,

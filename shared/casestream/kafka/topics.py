@@ -17,14 +17,14 @@ from __future__ import annotations
 import logging
 import time
 from casestream.kafka.config import KafkaTarget, client_config
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, ConfigResource, ResourceType
 
 __all__ = ["TopicLimits", "record_batch_size", "describe_topic_configs", "committed_offsets",
-           "partition_positions", "topic_retention_ms",
+           "partition_positions", "topic_retention_ms", "read_messages",
            "RECORD_BATCH_OVERHEAD"]
 
 log = logging.getLogger("casestream.kafka")
@@ -148,6 +148,54 @@ class TopicLimits:
             self._cache[t] = (limit, now + self._ttl_s)
 
 
+def topic_names(bootstrap: KafkaTarget, timeout_s: float = 5.0) -> list[str]:
+    """Every topic of the cluster, sorted.
+
+    Raises:
+        KafkaException: the cluster did not answer within ``timeout_s``.
+    """
+    return sorted(AdminClient(client_config(bootstrap)).list_topics(timeout=timeout_s).topics)
+
+
+def watermark_totals(bootstrap: KafkaTarget, wanted: Callable[[str], bool],
+                     timeout_s: float = 5.0) -> dict[str, int]:
+    """Topic -> messages it holds (high - low watermark, summed over partitions), for every
+    topic of the cluster whose name ``wanted`` accepts (one metadata request, one client).
+
+    Raises:
+        KafkaException: the cluster did not answer within ``timeout_s``.
+    """
+    topics = AdminClient(client_config(bootstrap)).list_topics(timeout=timeout_s).topics
+    probe = Consumer({**client_config(bootstrap), "group.id": "casestream-watermarks",
+                      "enable.auto.commit": False})
+    try:
+        out: dict[str, int] = {}
+        for name, meta in sorted(topics.items()):
+            if not wanted(name):
+                continue
+            total = 0
+            for p in meta.partitions:
+                low, high = probe.get_watermark_offsets(TopicPartition(name, p), timeout=timeout_s)
+                total += max(0, high - low)
+            out[name] = total
+        return out
+    finally:
+        probe.close()
+
+
+def topic_partitions(bootstrap: KafkaTarget, topic: str, timeout_s: float = 10.0) -> list[int]:
+    """The partition numbers of ``topic``, sorted ([] when the topic does not exist).
+
+    Raises:
+        KafkaException: the cluster did not answer within ``timeout_s``.
+    """
+    admin = AdminClient(client_config(bootstrap))
+    meta = admin.list_topics(topic, timeout=timeout_s).topics.get(topic)
+    if meta is None or meta.error is not None:
+        return []
+    return sorted(meta.partitions)
+
+
 def committed_offsets(bootstrap: KafkaTarget, group: str, partitions: Iterable[tuple[str, int]],
                       timeout_s: float = 10.0) -> dict[tuple[str, int], int | None]:
     """The committed offset (next offset to read) of consumer group ``group`` per partition;
@@ -163,6 +211,62 @@ def committed_offsets(bootstrap: KafkaTarget, group: str, partitions: Iterable[t
     try:
         return {(tp.topic, tp.partition): (tp.offset if tp.offset >= 0 else None)
                 for tp in c.committed(tps, timeout=timeout_s)}
+    finally:
+        c.close()
+
+
+def read_messages(bootstrap: KafkaTarget, topics: Iterable[str],
+                  start: Mapping[str, Mapping[int, int]] | None = None, *,
+                  timeout_s: float = 10.0, skip_missing: bool = False,
+                  extra_config: Mapping[str, Any] | None = None) -> list[Any]:
+    """Every message (``confluent_kafka.Message``) of ``topics`` from ``start`` (topic ->
+    partition -> offset; a partition absent there, or below its low watermark: from the low
+    watermark) up to the high watermark as of the call, in (topic, partition, offset) order.
+    Reads with ``assign`` under a throw-away group id and never commits: it changes nothing.
+
+    Raises:
+        KafkaException: a topic does not exist (unless ``skip_missing``) or the broker did not
+            answer the metadata or watermark requests.
+        TimeoutError: not every partition was read to its high watermark within ``timeout_s``
+            (the message names the partitions left).
+    """
+    import uuid
+
+    conf = {**client_config(bootstrap), "group.id": f"casestream-reader-{uuid.uuid4()}",
+            "enable.auto.commit": False, "enable.partition.eof": False, **(extra_config or {})}
+    c = Consumer(conf)
+    try:
+        md = c.list_topics(timeout=timeout_s)
+        assign, ends = [], {}
+        for t in topics:
+            meta = md.topics.get(t)
+            if meta is None or meta.error is not None:
+                if skip_missing:
+                    continue
+                raise KafkaException(meta.error if meta is not None else f"unknown topic {t}")
+            for p in sorted(meta.partitions):
+                lo, hi = c.get_watermark_offsets(TopicPartition(t, p), timeout=timeout_s)
+                first = max(lo, (start or {}).get(t, {}).get(p, lo))
+                if hi > first:
+                    assign.append(TopicPartition(t, p, first))
+                    ends[(t, p)] = hi
+        out: list[Any] = []
+        if not assign:
+            return out
+        c.assign(assign)
+        deadline = time.monotonic() + timeout_s
+        while ends and time.monotonic() < deadline:
+            for m in c.consume(500, 0.5):
+                key = (m.topic(), m.partition())
+                if m.error() is None and key in ends:
+                    out.append(m)
+                    if m.offset() + 1 >= ends[key]:
+                        del ends[key]
+        if ends:
+            left = ", ".join(f"{t}[{p}]" for t, p in sorted(ends))
+            raise TimeoutError(f"not read to the end in {timeout_s:g} s: {left}")
+        out.sort(key=lambda m: (m.topic(), m.partition(), m.offset()))
+        return out
     finally:
         c.close()
 

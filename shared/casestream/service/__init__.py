@@ -6,7 +6,7 @@ Public API::
     from casestream.service import ServiceProcess, Worker, run_service     # process
     from casestream.service import ServiceSettings, CommonSettings, service_config, settings_table
     from casestream.service import migrate_service                          # casestream migrate
-    from casestream.service import ServiceStack, service_port               # dev stack
+    from casestream.service import ServiceStack, service_port, replica_env  # dev stack
     from casestream.service import ServiceSpec, discovery                    # what a service declares; entry points
 
 Modules: ``builder`` (:class:`ServiceBuilder`: settings, logging, edge, migrations, catalog,
@@ -26,7 +26,16 @@ from casestream._lazy import lazy_exports
 if TYPE_CHECKING:
     from casestream.service import discovery
     from casestream.service.builder import ServiceBuilder, consumer_ready, migrate_service, service_migrations
-    from casestream.service.devstack import ServiceStack, StackError, running_stack, selected_services, service_port
+    from casestream.service.devstack import (
+        CONSOLE_HINT,
+        ServiceStack,
+        StackError,
+        console_process,
+        replica_env,
+        running_stack,
+        selected_services,
+        service_port,
+    )
     from casestream.service.gctune import freeze_startup_objects
     from casestream.service.process import ReadinessCheck, ServiceProcess, Worker, configure_logging, run_service
     from casestream.service.settings import (
@@ -54,7 +63,8 @@ _LAZY = {
     "discovery": "casestream.service.discovery",
     **{name: "casestream.service.discovery" for name in ("command_refs", "projection_refs", "services")},
     **{name: "casestream.service.devstack" for name in (
-        "ServiceStack", "StackError", "running_stack", "selected_services", "service_port")},
+        "ServiceStack", "StackError", "replica_env", "running_stack", "selected_services",
+        "service_port", "console_process", "CONSOLE_HINT")},
 }
 
 __all__ = sorted(_LAZY)

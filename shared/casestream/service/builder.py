@@ -40,6 +40,7 @@ from casestream.http.edge import EdgePolicy, edge_policy
 from casestream.http.pgdeadline import DeadlinePool
 from casestream.kafka.config import producer_config
 from casestream.migrations import Migration, apply_migrations
+from casestream.operations.depth import DeadLetterDepth
 from casestream.outbox.relay.core import OutboxRelay
 from casestream.outbox.cdc import CdcRetention, default_slot_name
 from casestream.outbox.relay.settings import RelaySettings, relay_retry
@@ -335,7 +336,8 @@ class ServiceBuilder(Generic[S]):
     def build(self, *, app: Any, ready_table: str, kafka: bool | None = None) -> ServiceProcess:
         """The service process: ``app`` (its Starlette app; health routes are added) and the
         declared workers (and ``inbox-retention``, :class:`~casestream.consumer.retention.InboxRetention`
-        of the declared consumers every ``INBOX_RETENTION_INTERVAL_S``), with readiness ``postgres`` (reads ``ready_table``), ``consumer``
+        of the declared consumers every ``INBOX_RETENTION_INTERVAL_S``; and ``dead-letter-depth``,
+        :class:`~casestream.operations.DeadLetterDepth` every ``DEAD_LETTER_DEPTH_INTERVAL_S``), with readiness ``postgres`` (reads ``ready_table``), ``consumer``
         (the first consumer has an assignment, when there is one), ``kafka`` (when
         ``kafka``; default: a consumer or the relay runs) and ``registry``; closers: the
         declared ones, then codec and pool. Freezes the start-up objects
@@ -352,6 +354,10 @@ class ServiceBuilder(Generic[S]):
             retention = InboxRetention(str(dsn), s.kafka_client(), self._inboxes, RetentionSettings(
                 interval_s=s.inbox_retention_interval_s, min_age_s=s.inbox_dedup_window_s))
             self.worker("inbox-retention", retention.run)
+        if self._consumers and s.dead_letter_depth_interval_s > 0 and "dead-letter-depth" not in self._workers:
+            depth = DeadLetterDepth(s.kafka_client(), [name for name, _ in self._consumers],
+                                    interval_s=s.dead_letter_depth_interval_s)
+            self.worker("dead-letter-depth", depth.run)
         checks = dependency_checks(s.kafka_client(), s.registry_url,
                                    registry_properties=s.registry_properties)
         uses_kafka = (bool(self._consumers) or "relay" in self._workers) if kafka is None else kafka

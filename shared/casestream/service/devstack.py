@@ -24,7 +24,7 @@ import sys
 import threading
 import time
 from collections.abc import Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -36,6 +36,10 @@ from casestream.service.spec import ServiceSpec
 
 #: Comma-separated service names ``make run`` starts (default: every discovered service).
 RUN_SERVICES_VAR = "CASESTREAM_RUN_SERVICES"
+
+#: Port distance between two local instances of one service: instance ``i`` (1-based) listens
+#: on its service's port + ``REPLICA_PORT_STEP * (i - 1)`` (case: 18101, 18201, 18301, ...).
+REPLICA_PORT_STEP = 100
 
 
 class StackError(CasestreamError):
@@ -60,6 +64,31 @@ def service_port(name: str, env: Mapping[str, str] | None = None,
         ConfigError: unknown service, or ``CASESTREAM_<NAME>_PORT`` is not a port number.
     """
     return _spec(name, specs).port(env)
+
+
+def replica_env(names: Sequence[str], index: int, env: Mapping[str, str] | None = None,
+                specs: Mapping[str, ServiceSpec] | None = None) -> dict[str, str]:
+    """``env`` (default: this process's environment) for local instance ``index`` (1-based) of
+    the services ``names``: ``CASESTREAM_<NAME>_PORT`` moved by :data:`REPLICA_PORT_STEP`
+    per instance; every other variable (databases, consumer groups, Kafka) is the same, so
+    the instances share their service's database, consumer groups and outbox shards. Index 1
+    is ``env`` unchanged. One :class:`ServiceStack` per index runs that instance of each.
+
+    Raises:
+        ConfigError: ``index`` < 1, an unknown service, or a port past 65535.
+    """
+    env = dict(os.environ if env is None else env)
+    if index < 1:
+        raise ConfigError(f"replica index must be >= 1, got {index}")
+    if index == 1:
+        return env
+    for name in names:
+        port = service_port(name, env, specs) + REPLICA_PORT_STEP * (index - 1)
+        if port > 65535:
+            raise ConfigError(f"service {name}: instance {index} would listen on port {port}"
+                              f" (> 65535); lower CASESTREAM_{name.upper()}_PORT")
+        env[f"CASESTREAM_{name.upper()}_PORT"] = str(port)
+    return env
 
 
 def selected_services(names: str | Sequence[str] | None = None,
@@ -289,23 +318,89 @@ def running_stack(names: Sequence[str] | None = None, **kwargs: object) -> Itera
         stack.stop_all()
 
 
+CONSOLE_PORT = 18100
+"""``casestream console``'s default port (``ConsoleSettings.port``; not imported: the console
+package builds on this one)."""
+CONSOLE_HINT = "sign in with a token: casestream token --tenant tenant-a --role supervisor --role operator"
+
+
+@contextmanager
+def console_process(*, env: Mapping[str, str] | None = None, log_dir: Path | None = None,
+                    timeout_s: float = 30.0) -> Iterator[str]:
+    """Context manager: ``casestream console`` as a child process, answering ``/healthz``
+    inside (yields its base URL), stopped on exit. Its settings come from ``env``
+    (``CASESTREAM_CONSOLE_*``; default this process's environment).
+
+    Raises:
+        StackError: it did not answer within ``timeout_s`` (its log is named).
+    """
+    environ = dict(os.environ if env is None else env)
+    port = int(environ.get("CASESTREAM_CONSOLE_PORT") or CONSOLE_PORT)
+    base = f"http://127.0.0.1:{port}"
+    out = None
+    if log_dir is not None:
+        log_dir.mkdir(parents=True, exist_ok=True)
+        out = open(log_dir / "console.log", "wb")  # noqa: SIM115 - closed below
+    popen = subprocess.Popen([sys.executable, "-m", "casestream", "console"], env=environ,
+                             stdout=out if out is not None else None, stderr=subprocess.STDOUT)
+    try:
+        deadline = time.monotonic() + timeout_s
+        while True:
+            try:
+                if httpx.get(f"{base}/healthz", timeout=1.0).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            if popen.poll() is not None or time.monotonic() > deadline:
+                raise StackError(f"the console did not answer on {base} within {timeout_s:.0f} s"
+                                 + (f" (log: {log_dir / 'console.log'})" if log_dir else ""))
+            time.sleep(0.2)
+        yield base
+    finally:
+        popen.terminate()
+        try:
+            popen.wait(10)
+        except subprocess.TimeoutExpired:
+            popen.kill()
+        if out is not None:
+            out.close()
+
+
 def ready_message(names: Sequence[str]) -> str:
     """The line ``make run`` prints once ``names`` are ready, counting them."""
     count = "the one service" if len(names) == 1 else f"all {len(names)} services"
     return f"{count} ready ({', '.join(names)}); Ctrl-C stops them"
 
 
-def _run_foreground(names: Sequence[str]) -> int:
+def _run_foreground(names: Sequence[str], *, console: bool = True) -> int:
     stack = ServiceStack()
     stopping = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stopping.set())
-    try:
-        if not names:
-            print("run: no services installed (entry point group casestream.services)",
-                  file=sys.stderr)
+    with ExitStack() as later:
+        try:
+            if not names:
+                print("run: no services installed (entry point group casestream.services)",
+                      file=sys.stderr)
+                return 1
+            stack.start_all(names)
+            print(ready_message(names), flush=True)
+            if console:
+                base = later.enter_context(console_process(log_dir=stack.log_dir))
+                print(f"console: {base} ({CONSOLE_HINT})", flush=True)
+            return _watch(stack, stopping)
+        except KeyboardInterrupt:
+            return 0
+        except StackError as e:
+            print(f"run: {e}", file=sys.stderr)
             return 1
-        stack.start_all(names)
-        print(ready_message(names), flush=True)
+        finally:
+            later.close()
+            stack.stop_all()
+
+
+def _watch(stack: ServiceStack, stopping: threading.Event) -> int:
+    """Until ``stopping`` (or Ctrl-C): 1 as soon as a service exits, else 0."""
+    try:
         while not stopping.is_set():
             for proc in stack.procs.values():
                 if proc.popen.poll() is not None:
@@ -315,11 +410,6 @@ def _run_foreground(names: Sequence[str]) -> int:
             stopping.wait(0.5)
     except KeyboardInterrupt:
         pass
-    except StackError as e:
-        print(f"run: {e}", file=sys.stderr)
-        return 1
-    finally:
-        stack.stop_all()
     return 0
 
 
@@ -338,13 +428,16 @@ def main(argv: Sequence[str] | None = None) -> int:
                     f"(entry point group casestream.services).")
     run.add_argument("--services", metavar="NAMES", default=None,
                      help=f"comma-separated service names (default ${RUN_SERVICES_VAR} or all)")
+    run.add_argument("--no-console", action="store_true",
+                     help="do not start the operations console (casestream console, port "
+                          "CASESTREAM_CONSOLE_PORT, default 18100)")
     args = parser.parse_args(argv)
     try:
         names = selected_services(args.services)
     except ConfigError as e:
         print(f"run: {e}", file=sys.stderr)
         return 2
-    return _run_foreground(names)
+    return _run_foreground(names, console=not args.no_console)
 
 
 if __name__ == "__main__":

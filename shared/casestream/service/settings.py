@@ -373,6 +373,9 @@ class ServiceSettings(CommonSettings):
         600.0, ge=0, description="how often inbox rows no redelivery can need are purged, seconds (0: never)")
     inbox_dedup_window_s: float = Field(
         7 * 86400.0, ge=0, description="inbox rows younger than this are always kept, seconds")
+    dead_letter_depth_interval_s: float = Field(
+        30.0, ge=0, description="how often the open dead-letter depth of each consumer is read "
+                                "from its topics for /metrics (dead_letter_open), seconds (0: never)")
     auth: AuthSettings = Field(default_factory=AuthSettings,
                                description="bearer-token settings as JSON; normally unset: "
                                            "AuthSettings reads CASESTREAM_AUTH_*")

@@ -30,17 +30,20 @@ Observed from existing stats (``Sources``) at scrape time:
     dead_letter_reason_total{consumer,reason}, consumer_messages_total{consumer,outcome},
     consumer_batches_total{consumer}, queue_lag_seconds{consumer,topic},
     queue_lag_messages{consumer,topic}, queue_messages_inflight{consumer},
+    consumer_partitions_assigned{consumer}, relay_shards_held{relay},
     relay_published_total{relay}, relay_delivery_errors_total{relay}, relay_retried_total{relay},
     relay_failed_total{relay}, relay_gave_up_total{relay}, relay_size_rejections_total{relay},
     relay_batches_total{relay}, outbox_pending_total{relay},
     outbox_failed_total{relay}, outbox_oldest_pending_age_seconds{relay},
     inbox_purged_total{consumer}, guard_compacted_total{consumer},
     inbox_retention_cutoff_age_seconds{consumer} (casestream.consumer.retention),
+    dead_letter_open{consumer} (casestream.operations.depth, from the topics),
     idempotency_replays_total, idempotency_conflicts_total, http_shed_total,
     http_rate_limited_total, http_unauthorized_total, http_body_timeouts_total,
     http_client_disconnects_total, http_internal_errors_total,
     saga_state_total{state}, saga_stuck_total, compensation_total, timeouts_total{component}
     (the last four from SQL registered by the saga service: ``core.observe_query``)
+Process and build (prometheus_client collectors): :data:`PROCESS_METRICS`, :data:`BUILD_INFO`.
 Recorded by hooks (histograms, seconds):
     consumer_message_duration_seconds{consumer,topic}, consumer_batch_duration_seconds{consumer},
     relay_publish_duration_seconds{relay,topic}, http_server_duration_seconds{method,status}
@@ -56,12 +59,20 @@ from opentelemetry.exporter.prometheus import PrometheusMetricReader
 from opentelemetry.metrics import CallbackOptions, Observation
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.resources import Resource
-from prometheus_client import CollectorRegistry, Histogram, disable_created_metrics, generate_latest
+from prometheus_client import (
+    CollectorRegistry,
+    Histogram,
+    Info,
+    ProcessCollector,
+    disable_created_metrics,
+    generate_latest,
+)
 from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4
 
 from casestream.telemetry.sources import Sources
 
-__all__ = ["MetricsRegistry", "render_prometheus", "CONTENT_TYPE", "METRIC_HELP", "HISTOGRAM_LABELS"]
+__all__ = ["MetricsRegistry", "render_prometheus", "CONTENT_TYPE", "METRIC_HELP", "HISTOGRAM_LABELS",
+           "PROCESS_METRICS", "BUILD_INFO", "build_info"]
 
 # Process-wide switch of prometheus_client: no ``<histogram>_created`` gauge per label set (the
 # OpenTelemetry exporter never emitted one; it only adds series nobody queries).
@@ -83,8 +94,11 @@ METRIC_HELP: dict[str, tuple[str, str]] = {
     "queue_messages_inflight": ("gauge", "Messages in the batch being processed."),
     "dead_letter_total": ("counter", "Messages written to the dead-letter topic."),
     "dead_letter_reason_total": ("counter", "Dead letters by reason."),
+    "dead_letter_open": ("gauge", "Open dead letters on the consumer's dead-letter topic (not re-driven "
+                                  "successfully nor discarded), read from the topics."),
     "consumer_messages_total": ("counter", "Consumed messages by outcome."),
     "consumer_batches_total": ("counter", "Poll batches applied."),
+    "consumer_partitions_assigned": ("gauge", "Partitions assigned to this consumer member now."),
     "outbox_pending_total": ("gauge", "Pending outbox rows (whole table)."),
     "outbox_failed_total": ("gauge", "Outbox rows marked failed."),
     "outbox_oldest_pending_age_seconds": ("gauge", "Age of the oldest pending outbox row."),
@@ -99,6 +113,7 @@ METRIC_HELP: dict[str, tuple[str, str]] = {
     "relay_gave_up_total": ("counter", "Outbox rows failed after max_attempts retryable errors (alert)."),
     "relay_size_rejections_total": ("counter", "Record batches the broker refused as too large."),
     "relay_batches_total": ("counter", "Relay batches."),
+    "relay_shards_held": ("gauge", "Outbox shards this relay instance holds a lease on."),
     "inbox_purged_total": ("counter", "Inbox rows purged by the retention job."),
     "guard_compacted_total": ("counter", "Version-guard rows compacted by the retention job."),
     "inbox_retention_cutoff_age_seconds": ("gauge", "Age of the last inbox purge cutoff (0: none allowed)."),
@@ -146,6 +161,26 @@ _APP_COUNTERS = {"idempotency_replays_total": ("idempotency_replays",),
 the object is the edge's ``EdgeCounters`` itself (an app without counters of its own)."""
 
 
+PROCESS_METRICS = ("process_cpu_seconds_total", "process_resident_memory_bytes",
+                   "process_virtual_memory_bytes", "process_start_time_seconds",
+                   "process_open_fds", "process_max_fds")
+"""prometheus_client's process collector (Linux /proc), on every service's ``/metrics``."""
+BUILD_INFO = "casestream_build_info"
+"""``casestream_build_info{service,version,python} 1``."""
+
+
+def build_info(service: str) -> dict[str, str]:
+    """The labels of :data:`BUILD_INFO`."""
+    import platform
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        ours = version("casestream")
+    except PackageNotFoundError:
+        ours = "unknown"
+    return {"service": service, "version": ours, "python": platform.python_version()}
+
+
 class MetricsRegistry:
     """The process's meter provider and instruments, reading ``sources`` at collection.
 
@@ -167,6 +202,12 @@ class MetricsRegistry:
                                       resource=Resource.create({"service.name": service}))
         meter = self.provider.get_meter("casestream")
         self._histograms: dict[str, Histogram] = {}
+        # process_* (CPU, memory, file descriptors, start time) and casestream_build_info:
+        # prometheus_client collectors of the same registry, read at scrape time
+        self._process = ProcessCollector(registry=self.registry)
+        self._build = Info("casestream_build", "Build of this process: casestream version, service, Python.",
+                           registry=self.registry)
+        self._build.info(build_info(service))
         for name, (kind, help_) in METRIC_HELP.items():
             unit = "s" if name.endswith("_seconds") else ""
             if kind == "histogram":
@@ -205,9 +246,9 @@ class MetricsRegistry:
         """Stop the meter provider; its reader and the histograms leave ``registry``
         (idempotent)."""
         self.provider.shutdown()
-        for histogram in self._histograms.values():
+        for collector in (*self._histograms.values(), self._process, self._build):
             try:
-                self.registry.unregister(histogram)
+                self.registry.unregister(collector)
             except KeyError:
                 pass  # already unregistered by an earlier shutdown
 
@@ -240,6 +281,8 @@ class MetricsRegistry:
                     yield Observation(n, {**lab, "reason": reason})
             elif name == "consumer_batches_total":
                 yield Observation(st.batches, lab)
+            elif name == "consumer_partitions_assigned":
+                yield Observation(st.partitions_assigned, lab)
             elif name == "consumer_messages_total":
                 for outcome in _CONSUMER_OUTCOMES:
                     yield Observation(getattr(st, outcome), {**lab, "outcome": outcome})
@@ -256,6 +299,8 @@ class MetricsRegistry:
                 yield Observation(getattr(m, _RELAY_COUNTERS[name]), {"relay": rname})
             elif name in _RELAY_GAUGES:
                 yield Observation(getattr(m, name), {"relay": rname})
+            elif name == "relay_shards_held":
+                yield Observation(m.shards_held, {"relay": rname})
         if name in _APP_COUNTERS:
             for obj in counters.values():
                 value: Any = obj

@@ -4,7 +4,8 @@ Modules: ``consumer`` (consumer harness on the real Kafka / PostgreSQL, in-memor
 real codecs: ``memory_codec(catalog)`` is the one test codec; ``python -m casestream.testing.consumer`` is the crash-test child) and
 ``relay`` (isolated schemas, topics, a private Kafka broker) and ``faults`` (fault injection
 and invariant reads for soaks: infrastructure restarts, forced rebalances, poison messages,
-group lag, inbox sizes). Import the modules; the
+group lag, inbox sizes) and ``replicas`` (how work was shared between the instances of a
+service: per-instance applied events, partitions, relay shards and leases). Import the modules; the
 names below are re-exported lazily so that importing this package loads no driver.
 ``MemorySink`` is :class:`casestream.outbox.MemorySink` (the in-memory ``EventSink``).
 """
@@ -21,6 +22,9 @@ _LAZY = {
     **{name: "casestream.testing.faults" for name in (
         "end_offsets", "force_rebalance", "group_lag", "inbox_size", "inject_poison", "query",
         "read_since", "restart_infra")},
+    **{name: "casestream.testing.replicas" for name in (
+        "InstanceWork", "Target", "WorkSampler", "group_members", "relay_leases",
+        "scrape_metrics", "unshared")},
     **{name: "casestream.testing.relay" for name in (
         "FakeEnvelope", "JsonCodec", "PrivateKafka", "create_topics", "delete_topics",
         "isolated_schema", "read_topics")},

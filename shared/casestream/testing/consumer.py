@@ -406,6 +406,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                     help="constant retry backoff, seconds, no jitter (default: the consumer's)")
     ap.add_argument("--max-attempts", type=int, default=5,
                     help="attempts of a failing message before its dead letter (with --retry-delay-s)")
+    ap.add_argument("--key-concurrency", type=int, default=1,
+                    help="ConsumerSettings.key_concurrency (events of different aggregates at once)")
+    ap.add_argument("--handler-wait-ms", type=float, default=0.0,
+                    help="the handler sleeps this long per event first (an external call)")
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO, stream=sys.stderr,
                         format=f"%(asctime)s child {args.name} %(levelname)s %(message)s")
@@ -421,18 +425,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     def handle(ctx: HandlerContext, event: Any) -> None:
         if event.event_id in watched:
             print(f"CALL {event.event_id} {time.time():.6f}", file=sys.stderr, flush=True)
+        if args.handler_wait_ms:
+            time.sleep(args.handler_wait_ms / 1000.0)
         projection.handle(ctx, event)
 
     registry.add("CaseReturned", handle, kind=HandlerKind.PROJECTION)
-    settings = ConsumerSettings(batch_size=args.batch_size)
+    settings = ConsumerSettings(batch_size=args.batch_size, key_concurrency=args.key_concurrency)
     if args.retry_delay_s is not None:
         # lazy (start-up cost): drivers load only in the helpers that use them
         from casestream.retry import RetryPolicy
 
-        settings = ConsumerSettings(batch_size=args.batch_size, retry=RetryPolicy(
+        settings = ConsumerSettings(batch_size=args.batch_size,
+                                    key_concurrency=args.key_concurrency, retry=RetryPolicy(
             initial_delay_s=args.retry_delay_s, max_delay_s=args.retry_delay_s, multiplier=1.0,
             jitter=0.0, max_attempts=args.max_attempts))
-    pool = ConnectionPool(args.dsn, min_size=1, max_size=2, open=True)
+    pool = ConnectionPool(args.dsn, min_size=1, max_size=args.key_concurrency + 1, open=True)
     runtime = ConsumerRuntime(args.name, [args.topic], registry, codec, pool,
                               {"bootstrap.servers": args.bootstrap,
                                "session.timeout.ms": args.session_timeout_ms,

@@ -101,38 +101,15 @@ def read_since(bootstrap: str, topics: Sequence[str], start: Mapping[str, Mappin
                *, timeout_s: float = 60.0) -> list[Any]:
     """Every message (``confluent_kafka.Message``) of ``topics`` from the offsets ``start``
     (as :func:`end_offsets` returned them; a partition absent there: from its beginning) to
-    the log end as of the call."""
-    from confluent_kafka import Consumer, TopicPartition
+    the log end as of the call; topics that do not exist are skipped
+    (:func:`casestream.kafka.topics.read_messages`).
 
-    c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"faults-{uuid.uuid4()}",
-                  "enable.auto.commit": False})
-    out: list[Any] = []
-    try:
-        md = c.list_topics(timeout=10)
-        tps, ends = [], {}
-        for t in topics:
-            if t not in md.topics:
-                continue
-            for p in md.topics[t].partitions:
-                lo, hi = c.get_watermark_offsets(TopicPartition(t, p), timeout=10)
-                first = max(lo, start.get(t, {}).get(p, 0))
-                if hi > first:
-                    tps.append(TopicPartition(t, p, first))
-                    ends[(t, p)] = hi
-        if not tps:
-            return out
-        c.assign(tps)
-        deadline = time.monotonic() + timeout_s
-        while ends and time.monotonic() < deadline:
-            for m in c.consume(500, 1.0):
-                key = (m.topic(), m.partition())
-                if m.error() is None and key in ends:
-                    out.append(m)
-                    if m.offset() + 1 >= ends[key]:
-                        del ends[key]
-    finally:
-        c.close()
-    return out
+    Raises:
+        TimeoutError: not read to the end within ``timeout_s``.
+    """
+    from casestream.kafka.topics import read_messages
+
+    return read_messages(bootstrap, topics, start, timeout_s=timeout_s, skip_missing=True)
 
 
 def group_lag(bootstrap: str, groups: Mapping[str, Sequence[str]]) -> dict[str, int]:

@@ -1,0 +1,39 @@
+"""``casestream console``: serve the operations web console (:mod:`casestream.console.app`)."""
+
+from __future__ import annotations
+
+import click
+
+from casestream.cli.context import cli_context
+
+__all__ = ["console"]
+
+
+@click.command("console")
+@click.option("--host", default=None, help="Listen address (default CASESTREAM_CONSOLE_HOST, 127.0.0.1).")
+@click.option("--port", type=click.IntRange(1, 65535), default=None,
+              help="Listen port (default CASESTREAM_CONSOLE_PORT, 18100).")
+def console(host: str | None, port: int | None) -> None:
+    """Serve the operations console: journeys, sagas, dead letters, flow.
+
+    Sign in with a bearer token of the services (same key and roles: CASESTREAM_AUTH_*).
+    What it shows is configured by CASESTREAM_CONSOLE_* (services, consumers, journey
+    topics; default: the installed services and their catalogs). Runs until Ctrl-C."""
+    # lazy (start-up cost): the web stack loads only for this command
+    import uvicorn
+
+    from casestream.auth import AuthSettings, TokenVerifier
+    from casestream.console.app import console_app
+    from casestream.console.settings import ConsoleSettings
+    from casestream.console.sources import ConsoleSources
+
+    ctx = cli_context()
+    settings = ConsoleSettings()
+    # every installed catalog, prepared as a service prepares its codec: registering missing
+    # schemas where CASESTREAM_AUTO_REGISTER_SCHEMAS allows it (development), else looking ids up
+    codec = ctx.codec(auto_register=ctx.settings.auto_register_schemas)
+    sources = ConsoleSources.discover(settings, kafka=ctx.kafka_client(), codec=codec)
+    app = console_app(sources, TokenVerifier(AuthSettings()))
+    click.echo(f"console: http://{host or settings.host}:{port or settings.port} "
+               f"({len(sources.services)} services, {len(sources.consumers)} consumers)")
+    uvicorn.run(app, host=host or settings.host, port=port or settings.port, log_level="warning")

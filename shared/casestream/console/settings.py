@@ -1,0 +1,44 @@
+"""Settings of the web console (``casestream console``). Variables ``CASESTREAM_CONSOLE_<FIELD>``."""
+
+from __future__ import annotations
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+__all__ = ["ConsoleSettings"]
+
+
+class ConsoleSettings(BaseSettings):
+    """Where the console listens and what it shows. Every list is optional: empty means
+    "discovered" (the installed services, their consumers, the topics of their catalogs),
+    so a team points the console at its own services by configuration alone."""
+
+    model_config = SettingsConfigDict(env_prefix="CASESTREAM_CONSOLE_", extra="ignore")
+
+    host: str = Field("127.0.0.1", description="HTTP listen address")
+    port: int = Field(18100, ge=1, le=65535, description="HTTP listen port")
+    services: dict[str, str] = Field(
+        default_factory=dict,
+        description='service name -> base URL as JSON, e.g. {"billing": "http://billing:8080"} '
+                    "(empty: the installed services on 127.0.0.1:<their port>)")
+    consumers: list[str] = Field(
+        default_factory=list,
+        description="consumer names (= group ids) whose dead letters and lag are shown, JSON list "
+                    "(empty: the consumers of the services, and every <consumer>.dlq topic)")
+    journey_topics: list[str] = Field(
+        default_factory=list,
+        description="topics a journey is read from, JSON list (empty: the topics of the catalog)")
+    journey_max_messages: int = Field(
+        200_000, ge=1, description="messages read per topic for a journey, newest kept")
+    sagas_url: str = Field(
+        "", description="base URL of the service answering /sagas (empty: the configured service "
+                        "whose /openapi.json has /sagas/{saga_id}/resolve)")
+    review_states: list[str] = Field(
+        default_factory=lambda: ["MANUAL_REVIEW"],
+        description="saga states listed for a supervisor's resolve action, JSON list")
+    failed_states: list[str] = Field(
+        default_factory=lambda: ["COMPENSATION_FAILED"],
+        description="saga states listed as failed compensations, JSON list")
+    request_timeout_s: float = Field(5.0, gt=0, description="timeout of each call to a service, seconds")
+    cookie_secure: bool = Field(
+        False, description="send the session cookie over HTTPS only (set behind TLS in production)")

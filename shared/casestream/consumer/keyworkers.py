@@ -1,0 +1,198 @@
+"""Worker threads of a key-parallel consumer: each applies units of a :class:`KeyScheduler`.
+
+Driver module (psycopg pool). ``key_concurrency`` threads, each with its own connection from
+the runtime's pool and its own :class:`~casestream.consumer.batch.BatchProcessor` (the guard
+cache is shared), take units under one lock, apply each in one transaction
+(``BatchProcessor.process``: inbox, guard, handlers, dead letters exactly as for a poll batch)
+and report the offsets it applied and the cuts it made. A worker takes its next unit as soon
+as it has finished one; the runtime's loop only fetches, queues, seeks and commits.
+
+A unit that fails as a whole (database down, dead-letter delivery failed) is rolled back and
+its partitions are re-fetched from its first offsets after the consumer's exponential backoff
+(``retry``, counted over consecutive failed units), as a failed poll batch is.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from casestream.consumer.batch import TP, BatchProcessor, Decoded
+from casestream.consumer.failures import connection_broken
+from casestream.consumer.keyparallel import Entry, KeyScheduler
+from casestream.retry import RetryPolicy
+
+log = logging.getLogger("casestream.consumer")
+
+
+class KeyWorkers:
+    """``concurrency`` threads applying the units of one scheduler.
+
+    Args:
+        name: consumer name (thread names, logs).
+        pool: ``psycopg_pool.ConnectionPool``; each thread holds one connection while it runs.
+        make_processor: builds one BatchProcessor per thread.
+        concurrency: number of threads = units in flight at most.
+        max_unit: most entries per unit (one transaction).
+        retry: backoff of failed units.
+    """
+
+    def __init__(self, name: str, pool: Any, make_processor: Callable[[], BatchProcessor], *,
+                 concurrency: int, max_unit: int, retry: RetryPolicy) -> None:
+        self.name = name
+        self.pool = pool
+        self.sched = KeyScheduler(concurrency, max_unit)
+        self.processors = [make_processor() for _ in range(concurrency)]
+        self._retry = retry
+        lock = threading.Lock()
+        self._cond = threading.Condition(lock)  # the runtime waits here: room, no unit running
+        self._work = threading.Condition(lock)  # idle workers wait here for a unit
+        self._idle = 0  # workers waiting in ``_work``
+        self._stopping = False
+        self._failures = 0
+        #: seconds the workers spent applying units, summed over threads (utilisation =
+        #: busy_s / (wall seconds x concurrency))
+        self.busy_s = 0.0
+        #: the error that ended a worker thread outside a unit (a defect): the runtime raises it
+        self.crashed: BaseException | None = None
+        self._threads = [threading.Thread(target=self._run, args=(p,), daemon=True,
+                                          name=f"{name}.key{i}")
+                         for i, p in enumerate(self.processors)]
+
+    def start(self) -> None:
+        for t in self._threads:
+            t.start()
+
+    def stop(self) -> None:
+        """Let running units finish, then end the threads (queued entries are dropped: they
+        are behind the committable offsets and fetched again)."""
+        with self._cond:
+            self._stopping = True
+            self._work.notify_all()
+        for t in self._threads:
+            t.join()
+
+    # ------------------------------------------------------------------ runtime side
+
+    def add(self, entries: list[Entry]) -> None:
+        with self._cond:
+            self.sched.add(entries)
+            if self._idle:
+                self._work.notify(min(self._idle, len(entries)))
+
+    @property
+    def queued(self) -> int:
+        return self.sched.queued
+
+    @property
+    def inflight(self) -> int:
+        return self.sched.inflight
+
+    def rewinds(self) -> dict[TP, tuple[int, float]]:
+        with self._cond:
+            return self.sched.rewinds()
+
+    def committable(self) -> dict[TP, int]:
+        with self._cond:
+            return self.sched.committable()
+
+    def quiesce(self) -> None:
+        """Start no new units and wait for the running ones (rebalance, shutdown)."""
+        with self._cond:
+            self.sched.hold = True
+            while self.sched.inflight and self.crashed is None:
+                self._cond.wait()
+
+    def release(self) -> None:
+        with self._cond:
+            self.sched.hold = False
+            self._work.notify_all()
+
+    def forget(self, tps: set[TP]) -> None:
+        """Partitions revoked or lost (call after :meth:`quiesce`)."""
+        with self._cond:
+            self.sched.forget(tps)
+        for p in self.processors:
+            p.forget(list(tps))
+
+    def wait_room(self, limit: int, timeout_s: float) -> None:
+        """Wait up to ``timeout_s`` for the queue to fall below ``limit`` entries."""
+        with self._cond:
+            if self.sched.queued >= limit:
+                self._cond.wait(timeout_s)
+
+    # ------------------------------------------------------------------ worker threads
+
+    def _next(self, done: Any = None, outcome: Any = None) -> Any:
+        """Report the unit ``done`` (``outcome``: its BatchResult, or the delay in s after its
+        failure) and take the next one, under one acquisition of the lock; None: stop."""
+        with self._cond:
+            if done is not None:
+                if isinstance(outcome, float):
+                    self.sched.failed(done, outcome)
+                else:
+                    self.sched.finish(done, outcome.commits, outcome.rewinds)
+                self._cond.notify_all()  # the runtime: room in the queue, or none running
+            while True:
+                if self._stopping:
+                    return None
+                unit = self.sched.take()
+                if unit is not None:
+                    if self._idle and self.sched.queued:
+                        self._work.notify()  # more may be ready (keys this unit released)
+                    return unit
+                self._idle += 1
+                self._work.wait()
+                self._idle -= 1
+
+    def _run(self, processor: BatchProcessor) -> None:
+        conn = None
+        unit, outcome = None, None
+        try:
+            while (unit := self._next(unit, outcome)) is not None:
+                t0 = time.perf_counter()
+                try:
+                    if conn is None:
+                        conn = self.pool.getconn()
+                        conn.autocommit = True  # transactions are explicit
+                    outcome = processor.process(conn, Decoded(unit.entries))
+                    self._failures = 0
+                except Exception as e:  # noqa: BLE001 - the unit as a whole failed
+                    if conn is not None and connection_broken(conn):
+                        self._put(conn)
+                        conn = None
+                    self._failures += 1
+                    outcome = float(self._retry.delay(min(self._failures, 30)))
+                    log.error("%s: unit of %d failed (%s: %s); rolled back, its partitions are "
+                              "fetched again in %.2f s", self.name, len(unit.entries),
+                              type(e).__name__, e, outcome)
+                finally:
+                    self.busy_s += time.perf_counter() - t0
+        except BaseException as e:  # noqa: BLE001 - reported to the runtime, which stops
+            log.exception("%s: key worker thread failed", self.name)
+            with self._cond:
+                self.crashed = e
+                self._cond.notify_all()
+        finally:
+            if conn is not None:
+                self._put(conn)
+
+    def _put(self, conn: Any) -> None:
+        give_back(self.pool, conn)
+
+
+def give_back(pool: Any, conn: Any) -> None:
+    """Return a connection taken in autocommit mode to ``pool`` (autocommit off again, as the
+    pool hands them out)."""
+    try:
+        if not conn.closed:
+            conn.autocommit = False
+    except Exception:  # noqa: BLE001
+        pass
+    pool.putconn(conn)
+
+
+__all__ = ["KeyWorkers"]

@@ -1,0 +1,49 @@
+"""Operations read models and actions: what an operator sees and does, from the topics.
+
+Public API::
+
+    from casestream.operations import load_dead_letter_state, DeadLetterState, DeadLetterEntry
+    from casestream.operations import redrive_dead_letters, discard_dead_letters, Actor
+    from casestream.operations import OperatorAction, record_action, read_actions, ACTIONS_TOPIC
+    from casestream.operations import group_lag, outbox_flow, parse_prometheus, load_journey
+    from casestream.operations import DeadLetterDepth      # the dead_letter_open gauge worker
+
+Modules: ``deadletters`` (open / resolved / discarded entries of ``<consumer>.dlq``),
+``actions`` (the operator-action audit log, a Kafka topic), ``commands`` (re-drive and
+discard, each recorded), ``depth`` (the service worker behind ``dead_letter_open``),
+``flow`` (outbox backlog from ``/metrics``, lag per partition), ``journeys`` (a case's
+events across topics). Nothing here knows the suite's services: topics, consumers and
+service URLs are arguments, so the console and the CLI work for any team's services.
+"""
+
+from __future__ import annotations
+
+from casestream.operations.actions import (
+    ACTION_DISCARD,
+    ACTION_REDRIVE,
+    ACTION_SAGA_RESOLVE,
+    ACTIONS_TOPIC,
+    ActionLogError,
+    OperatorAction,
+    actions_topic,
+    read_actions,
+    record_action,
+)
+from casestream.operations.commands import Actor, discard_dead_letters, redrive_dead_letters
+from casestream.operations.deadletters import (
+    DeadLetterEntry,
+    DeadLetterState,
+    dead_letter_counts,
+    dead_letter_state,
+    load_dead_letter_state,
+)
+from casestream.operations.depth import DEPTH_METRIC, DeadLetterDepth
+from casestream.operations.flow import OutboxFlow, PartitionLag, group_lag, outbox_flow, parse_prometheus
+from casestream.operations.journeys import Journey, JourneyEvent, journey_of, load_journey
+
+__all__ = ["ACTION_DISCARD", "ACTION_REDRIVE", "ACTION_SAGA_RESOLVE", "ACTIONS_TOPIC", "ActionLogError",
+           "OperatorAction", "actions_topic", "read_actions", "record_action", "Actor",
+           "discard_dead_letters", "redrive_dead_letters", "DeadLetterEntry", "DeadLetterState", "dead_letter_counts",
+           "dead_letter_state", "load_dead_letter_state", "DEPTH_METRIC", "DeadLetterDepth",
+           "OutboxFlow", "PartitionLag", "group_lag", "outbox_flow", "parse_prometheus",
+           "Journey", "JourneyEvent", "journey_of", "load_journey"]

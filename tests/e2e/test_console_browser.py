@@ -1,0 +1,291 @@
+"""The operations console in a real browser: headless Chromium (Debian's ``chromium`` and
+``chromium-driver``) driven by Selenium against the running suite.
+
+One stack for every check (module fixture): the five services on their own ports (1840x) and
+databases (``con_<service>``, recreated), and ``casestream console`` on 18400 pointed at them by
+configuration (``CASESTREAM_CONSOLE_SERVICES``). Screenshots of each page are written to
+``.local/test-output/console/`` (kept after the run, to look at).
+
+Kafka consumer groups are shared with any other stack on the same broker (group id =
+consumer name): run this test when no other casestream stack consumes from that broker.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import socket
+import uuid
+from collections.abc import Iterator
+from datetime import datetime, timezone
+from pathlib import Path
+
+import httpx
+import psycopg
+import pytest
+from confluent_kafka import Producer
+
+from casestream.auth import ROLE_OFFICER, ROLE_SUPERVISOR, dev_token
+from casestream.consumer import DeadLetter
+from casestream.consumer.deadletters import dead_letter_headers, read_topic
+from casestream.operations import read_actions
+from casestream.service.devstack import ServiceStack, console_process
+from services.demo import CaseSpec
+from tests.support.waiting import wait_for
+
+pytestmark = pytest.mark.e2e
+
+SERVICES = ("case", "audit", "saga", "decision", "notification")
+PORTS = {name: 18401 + i for i, name in enumerate(SERVICES)}
+CONSOLE_PORT = 18400
+CONSOLE = f"http://127.0.0.1:{CONSOLE_PORT}"
+ROOT = Path(__file__).resolve().parents[2]
+SHOTS = ROOT / ".local" / "test-output" / "console"
+TENANT = "tenant-a"
+SUPERVISOR = dev_token(TENANT, (ROLE_SUPERVISOR, ROLE_OFFICER), subject="sup-alice")
+
+
+def _free(port: int) -> bool:
+    with socket.socket() as probe:
+        probe.settimeout(0.3)
+        return probe.connect_ex(("127.0.0.1", port)) != 0
+
+
+def url(service: str, path: str) -> str:
+    return f"http://127.0.0.1:{PORTS[service]}{path}"
+
+
+@pytest.fixture(scope="module")
+def suite(infra_env: dict[str, str], pg_url: str, kafka_bootstrap: str) -> Iterator[ServiceStack]:
+    busy = [p for p in (*PORTS.values(), CONSOLE_PORT) if not _free(p)]
+    if busy:
+        pytest.fail(f"ports {busy} are taken (another console test stack running?)", pytrace=False)
+    with psycopg.connect(f"{pg_url}/postgres", autocommit=True) as conn:
+        for name in SERVICES:
+            conn.execute(f'DROP DATABASE IF EXISTS "con_{name}" WITH (FORCE)')
+            conn.execute(f'CREATE DATABASE "con_{name}"')
+    shutil.rmtree(SHOTS, ignore_errors=True)
+    SHOTS.mkdir(parents=True)
+    env = dict(infra_env, CASESTREAM_AUDIT_DEAD_LETTER_DEPTH_INTERVAL_S="1")
+    for name in SERVICES:
+        env[f"CASESTREAM_{name.upper()}_PORT"] = str(PORTS[name])
+        env[f"CASESTREAM_{name.upper()}_DATABASE"] = f"con_{name}"
+    stack = ServiceStack(env=env, log_dir=SHOTS / "logs")
+    try:
+        stack.start_all(list(SERVICES))
+        console_env = dict(env, CASESTREAM_CONSOLE_PORT=str(CONSOLE_PORT),
+                           CASESTREAM_CONSOLE_SERVICES=json.dumps(
+                               {n: f"http://127.0.0.1:{p}" for n, p in PORTS.items()}))
+        with console_process(env=console_env, log_dir=SHOTS / "logs") as base:
+            assert base == CONSOLE
+            yield stack
+    finally:
+        stack.stop_all()
+
+
+@pytest.fixture(scope="module")
+def browser(suite: ServiceStack) -> Iterator[object]:
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    options = webdriver.ChromeOptions()
+    options.binary_location = shutil.which("chromium") or "/usr/bin/chromium"
+    for arg in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu",
+                "--window-size=1400,1000"):
+        options.add_argument(arg)
+    driver = webdriver.Chrome(options=options, service=Service(shutil.which("chromedriver") or "/usr/bin/chromedriver"))
+    driver.implicitly_wait(2)
+    try:
+        driver.get(f"{CONSOLE}/login")
+        driver.find_element("id", "token").send_keys(SUPERVISOR)
+        driver.find_element("id", "login").click()
+        yield driver
+    finally:
+        driver.quit()
+
+
+def shot(driver, name: str) -> Path:  # noqa: ANN001
+    path = SHOTS / f"{name}.png"
+    driver.save_screenshot(str(path))
+    return path
+
+
+def open_case(body: dict[str, object]) -> str:
+    token = dev_token(TENANT, (ROLE_OFFICER,), subject="demo-officer")
+    h = {"Authorization": f"Bearer {token}"}
+    with httpx.Client(timeout=10) as client:
+        opened = client.post(url("case", "/cases"), json=body, headers=h)
+        assert opened.status_code == 201, opened.text
+        case_id = opened.json()["id"]
+        r = client.post(url("case", f"/cases/{case_id}/submit"), json={},
+                        headers={**h, "Idempotency-Key": str(uuid.uuid4())})
+        assert r.status_code in (200, 202), r.text
+    return case_id
+
+
+def saga_of(case_id: str) -> dict | None:
+    r = httpx.get(url("saga", f"/sagas?case_id={case_id}"), timeout=5,
+                  headers={"Authorization": f"Bearer {SUPERVISOR}"})
+    items = r.json().get("items", []) if r.status_code == 200 else []
+    return items[0] if items else None
+
+
+def test_console_pages_and_actions_in_a_browser(browser, suite: ServiceStack, kafka_bootstrap: str) -> None:  # noqa: ANN001
+    try:
+        scenario(browser, suite, kafka_bootstrap)
+    except BaseException:
+        shot(browser, "failure")  # the page the scenario stopped on
+        raise
+
+
+def scenario(driver, suite: ServiceStack, kafka_bootstrap: str) -> None:  # noqa: ANN001
+    body = CaseSpec(title="Case console unreachable reporter", severity=4, evidence_count=2,
+                    expected="violation").body()
+    body["reporter_email"] = "nobody@fail.invalid"  # the notice fails: the saga goes to MANUAL_REVIEW
+    case_id = open_case(body)
+    saga = wait_for(lambda: (s := saga_of(case_id)) and s["state"] == "MANUAL_REVIEW" and s, 60,
+                    "the saga in MANUAL_REVIEW")
+
+    # 1. a journey: the case's events across services, in order, with causation arrows
+    driver.get(f"{CONSOLE}/journeys?case_id={case_id}")
+    timeline = driver.find_element("id", "timeline").text
+    for event_type in ("CaseOpened", "CaseSubmitted", "DecisionRequested", "NoticeRequested"):
+        assert event_type in timeline, timeline
+    assert timeline.index("CaseOpened") < timeline.index("CaseSubmitted") < timeline.index("DecisionRequested")
+    assert driver.find_elements("css selector", "a.arrow"), "no causation arrows drawn"
+    assert "MANUAL_REVIEW" in driver.find_element("id", "case-sagas").text
+    shot(driver, "journey")
+
+    # 2. resolve the manual-review saga with a reason
+    driver.get(f"{CONSOLE}/sagas")
+    review = driver.find_element("id", "manual-review")
+    row = next(r for r in review.find_elements("css selector", "tbody tr") if saga["saga_id"] in r.text)
+    shot(driver, "sagas")
+    row.find_element("css selector", "input.reason").send_keys("notice delivered by registered post")
+    row.find_element("css selector", "button.resolve").click()
+    assert "resolved" in driver.find_element("id", "done").text
+    wait_for(lambda: (s := saga_of(case_id)) and s["state"] == "COMPLETED", 60, "the saga completed")
+    resolved = [a for a in read_actions(kafka_bootstrap) if a.action == "saga.resolve" and a.target == saga["saga_id"]]
+    assert resolved and resolved[-1].actor == "sup-alice" and resolved[-1].reason == "notice delivered by registered post"
+
+    # 3. a dead letter (a real event of the case, dead-lettered for audit.journal): re-drive it, see it resolved
+    [original] = [r for r in read_topic(kafka_bootstrap, "outbox.event.case")
+                  if r.key == case_id.encode() and r.header("type") == "CaseOpened"]
+    now = datetime.now(timezone.utc)
+    dl = DeadLetter(record=original, error_class="builtins.RuntimeError", reason="retries_exhausted",
+                    message="database unavailable for inspector@example.org", attempts=5,
+                    first_failure=now, last_failure=now)
+    producer = Producer({"bootstrap.servers": kafka_bootstrap})
+    producer.produce("audit.journal.dlq", key=original.key, value=original.value,
+                     headers=dead_letter_headers("audit.journal", dl))
+    assert producer.flush(10) == 0
+    driver.get(f"{CONSOLE}/deadletters?consumer=audit.journal")
+    table = driver.find_element("id", "dead-letters").text
+    assert "CaseOpened" in table and "retries_exhausted" in table
+    assert "inspector@example.org" not in table and "<email>" in table  # redacted
+    # another tenant does not see it
+    other = httpx.get(f"{CONSOLE}/deadletters?consumer=audit.journal", timeout=20, headers={
+        "Authorization": f"Bearer {dev_token('tenant-b', (ROLE_OFFICER,), subject='bob')}"})
+    assert 'data-consumer="audit.journal">0<' in other.text
+    shot(driver, "deadletters-open")
+    driver.find_element("css selector", "input.pick").click()
+    driver.find_element("id", "reason").send_keys("journal database back")
+    driver.find_element("id", "redrive").click()
+    assert "re-drove 1" in driver.find_element("id", "done").text
+
+    def resolved_in_page() -> bool:
+        driver.get(f"{CONSOLE}/deadletters?consumer=audit.journal")
+        return bool(driver.find_elements("id", "no-open"))
+
+    wait_for(resolved_in_page, 60, "the dead letter resolved in the console")
+    shot(driver, "deadletters-resolved")
+    gauge = 'dead_letter_open{consumer="audit.journal"} 0.0'
+    wait_for(lambda: gauge in httpx.get(url("audit", "/metrics"), timeout=5).text, 30,
+             "audit's dead_letter_open back to 0")
+
+    # 4. lag rises while audit is stopped and falls once it runs again
+    driver.get(f"{CONSOLE}/flow")
+    assert "case" in driver.find_element("id", "outbox").text
+    suite.stop("audit")
+    for i in range(3):
+        open_case(CaseSpec(title=f"Case console lag {i}", severity=1, evidence_count=0,
+                           expected="no_violation").body())
+
+    def audit_lag() -> int:
+        from selenium.common.exceptions import StaleElementReferenceException
+
+        try:  # the page's script replaces the tables every 2 s
+            cells = driver.find_elements("css selector", 'span.lag[data-group="audit.journal"]')
+            return sum(int(c.text) for c in cells) if cells else -1
+        except StaleElementReferenceException:
+            return -1
+
+    wait_for(lambda: audit_lag() > 0, 30, "audit.journal's lag to rise on the flow page (refreshed by its script)")
+    shot(driver, "flow-lag")
+    suite.start("audit")
+    suite.wait_ready(["audit"])
+    wait_for(lambda: audit_lag() == 0, 60, "audit.journal's lag to fall back to 0")
+    shot(driver, "flow-caught-up")
+
+
+# -- the ops pack: every metric the dashboard and the alert rules use is served -------------
+
+PROMETHEUS_BUILTINS = {"up"}  # made by Prometheus itself, not by a service
+PROMQL_WORDS = {"sum", "max", "min", "avg", "count", "by", "without", "rate", "increase", "delta",
+                "and", "or", "unless", "on", "ignoring", "group_left", "group_right", "bool", "offset",
+                "histogram_quantile", "irate", "topk", "bottomk", "abs", "clamp_min", "clamp_max"}
+
+
+def queries() -> list[str]:
+    import re
+
+    import yaml
+
+    rules = yaml.safe_load((ROOT / "deploy" / "prometheus" / "alerts.yml").read_text())
+    exprs = [r["expr"] for g in rules["groups"] for r in g["rules"]]
+    dashboard = json.loads((ROOT / "deploy" / "grafana" / "casestream.json").read_text())
+    exprs += [t["expr"] for p in dashboard["panels"] for t in p["targets"]]
+    assert len(exprs) >= 15
+    return [re.sub(r"\[[^\]]*\]", "", e) for e in exprs]  # range selectors out
+
+
+def used_metrics(expr: str) -> dict[str, set[str]]:
+    """Metric name -> label names the expression uses with it (matchers and by/without)."""
+    import re
+
+    out: dict[str, set[str]] = {}
+    grouping = set()
+    for labels in re.findall(r"\b(?:by|without)\s*\(([^)]*)\)", expr):
+        grouping |= {x.strip() for x in labels.split(",") if x.strip()}
+    stripped = re.sub(r"\b(?:by|without)\s*\([^)]*\)", " ", expr)
+    stripped = re.sub(r'"[^"]*"', '""', stripped)
+    for name, matchers in re.findall(r"\b([a-zA-Z_:][a-zA-Z0-9_:]*)\s*(\{[^}]*\})?", stripped):
+        if name in PROMQL_WORDS or name.isdigit() or name in ("job", "le"):
+            continue
+        labels = set(re.findall(r"([a-zA-Z_]\w*)\s*[=!~]", matchers or ""))
+        out.setdefault(name, set()).update(labels)
+    for name in out:
+        out[name] |= grouping
+    return out
+
+
+def test_every_metric_of_the_dashboard_and_rules_is_served_with_its_labels(suite: ServiceStack) -> None:
+    from casestream.operations import parse_prometheus
+
+    served: dict[str, set[str]] = {}
+    for name in SERVICES:
+        text = httpx.get(url(name, "/metrics"), timeout=5).text
+        assert "process_resident_memory_bytes" in text and "casestream_build_info{" in text, name
+        for (metric, labels), _ in parse_prometheus(text).items():
+            served.setdefault(metric, set()).update(k for k, _ in labels)
+    missing = []
+    for expr in queries():
+        for metric, labels in used_metrics(expr).items():
+            if metric in PROMETHEUS_BUILTINS or metric in ("instance", "consumer", "relay", "state", "service",
+                                                           "version", "outcome"):
+                continue
+            if metric not in served:
+                missing.append(f"{metric} (in {expr!r}) is on no service's /metrics")
+            elif labels - served[metric] - {"job", "instance"}:
+                missing.append(f"{metric} lacks labels {sorted(labels - served[metric])} (in {expr!r})")
+    assert not missing, "\n".join(missing)
