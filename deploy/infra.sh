@@ -93,7 +93,8 @@ cmd_up() {
 cmd_down() {
     pick "$@"
     with_lock
-    if has connect; then connect_down; fi
+    # A plain `down` also stops a Connect worker that a test or `up connect` started.
+    if has connect || [[ $# -eq 0 ]]; then connect_down; fi
     if has smtp; then smtp_down; fi
     if has registry; then registry_down; fi
     if has kafka; then kafka_down; fi
