@@ -7,6 +7,10 @@
     The v3 schema carries the Avro alias ``description`` so BACKWARD compatibility holds for
     generic readers; only this upcaster applies the value mapping.
 
+``EvidenceRequested``:
+  * v1 -> v2: adds ``description`` = ``""`` (the v2 schema's default: a v1 request named
+    no description; readers show "evidence requested" alone).
+
 ``DecisionRequested``:
   * v1 -> v2: adds ``title`` = ``""`` (the v2 schema's default; the decision rules read it).
 
@@ -34,6 +38,7 @@ __all__ = [
     "case_opened_v2_v3",
     "collapse_summary",
     "default_upcasters",
+    "evidence_requested_v1_v2",
     "decision_requested_v1_v2",
     "register_case_upcasters",
     "register_saga_upcasters",
@@ -77,10 +82,17 @@ def split_case_updated(event: Envelope) -> Iterator[Envelope]:
                                   payload={"priority": priority if priority in PRIORITIES else "NORMAL"})
 
 
+def evidence_requested_v1_v2(payload: Mapping[str, Any]) -> dict[str, Any]:
+    """EvidenceRequested v1 -> v2: add ``description = ""``."""
+    return {**payload, "description": ""}
+
+
 def register_case_upcasters(chain: UpcasterChain) -> UpcasterChain:
-    """Register the CaseOpened steps and the CaseUpdated split on ``chain``; returns ``chain``."""
+    """Register the CaseOpened and EvidenceRequested steps and the CaseUpdated split on
+    ``chain``; returns ``chain``."""
     chain.add("CaseOpened", 1, case_opened_v1_v2)
     chain.add("CaseOpened", 2, case_opened_v2_v3)
+    chain.add("EvidenceRequested", 1, evidence_requested_v1_v2)
     chain.add_event("CaseUpdated", 1, split_case_updated,
                     produces=[("CaseRetitled", 1), ("CaseReprioritized", 1)])
     return chain

@@ -5,8 +5,9 @@
 - HTTP: the case API (``services.case.adapters.http.app``) + ``/healthz`` ``/readyz``,
   behind the shared edge (bearer tokens, load shedding, rate limits, request deadlines:
   ``casestream.http``); HTTP use cases draw connections through ``DeadlinePool``;
-- worker ``consumer``: consumer ``case.saga-requests`` on ``outbox.event.saga``, and worker
-  ``dashboard``: the ``case.dashboard`` projection (both off with CONSUMER_ENABLED=false);
+- worker ``consumer``: consumer ``case.saga-requests`` on ``outbox.event.saga``, worker
+  ``dashboard``: the ``case.dashboard`` projection, and worker ``workload``: the
+  ``case.workload`` projection (all off with CONSUMER_ENABLED=false);
 - worker ``relay``: the outbox relay of the case database (off when Debezium publishes);
 - worker ``idempotency-purge``: deletes expired idempotency records periodically.
 """
@@ -25,7 +26,7 @@ from casestream.migrations import Migration
 from casestream.service import ServiceBuilder, ServiceProcess, Worker, service_migrations
 from services import schemas_dir
 from services.case import SERVICE
-from services.case.adapters import dashboard, saga_requests
+from services.case.adapters import dashboard, saga_requests, workload
 from services.case.adapters.http.app import build_app
 from services.case.adapters.postgres import PgUnitOfWork
 from services.case.application.service import CaseService
@@ -81,6 +82,7 @@ def build(settings: CaseSettings | None = None) -> ServiceProcess:
         b.consumer(saga_requests.CONSUMER, saga_requests.TOPICS, saga_requests.build_registry(service),
                    emits=True, pipeline=True)
         b.projection(dashboard.PROJECTION, worker="dashboard", pipeline=True)  # `casestream replay case.dashboard`
+        b.projection(workload.PROJECTION, worker="workload", pipeline=True)  # `casestream replay case.workload`
     if s.relay_enabled:
         b.relay()
     return b.build(app=build_app(service, edge=b.edge), ready_table="cases")

@@ -17,7 +17,7 @@ from casestream.events.codec import ENVELOPE_FIELDS, EnvelopeCodec, InvalidEvent
 from casestream.events.envelope import Envelope, new_event
 from casestream.errors import PoisonMessageError, RegistryUnavailable, UnknownSchemaError, UpcasterChainError
 from casestream.events.registry import InMemoryRegistry
-from services.upcasters import default_upcasters, register_saga_upcasters
+from services.upcasters import default_upcasters, evidence_requested_v1_v2, register_saga_upcasters
 from casestream.events.upcasting import UpcasterChain
 from services import schemas_dir
 from casestream.events import open_codec
@@ -216,6 +216,7 @@ def test_poison_when_an_upcaster_fails() -> None:
         raise KeyError("description")
 
     chain.add("CaseOpened", 2, broken)
+    chain.add("EvidenceRequested", 1, evidence_requested_v1_v2)
     register_saga_upcasters(chain)
     codec = EnvelopeCodec(CATALOG, InMemoryRegistry(), chain)
     codec.prepare(auto_register=True)
@@ -226,6 +227,7 @@ def test_poison_when_an_upcaster_produces_an_invalid_payload() -> None:
     chain = UpcasterChain()
     chain.add("CaseOpened", 1, lambda p: {**p, "priority": "NORMAL"})
     chain.add("CaseOpened", 2, lambda p: dict(p))  # forgets the rename
+    chain.add("EvidenceRequested", 1, evidence_requested_v1_v2)
     register_saga_upcasters(chain)
     codec = EnvelopeCodec(CATALOG, InMemoryRegistry(), chain)
     codec.prepare(auto_register=True)
