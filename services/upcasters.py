@@ -11,6 +11,10 @@
   * v1 -> v2: adds ``description`` = ``""`` (the v2 schema's default: a v1 request named
     no description; readers show "evidence requested" alone).
 
+``NoticeIssued``:
+  * v1 -> v2: adds ``document_sha256`` = ``""`` (the v2 schema's default: v1 notices were
+    sent without a document).
+
 ``DecisionRequested``:
   * v1 -> v2: adds ``title`` = ``""`` (the v2 schema's default; the decision rules read it).
 
@@ -39,6 +43,8 @@ __all__ = [
     "collapse_summary",
     "default_upcasters",
     "evidence_requested_v1_v2",
+    "notice_issued_v1_v2",
+    "register_notice_upcasters",
     "decision_requested_v1_v2",
     "register_case_upcasters",
     "register_saga_upcasters",
@@ -109,6 +115,17 @@ def register_saga_upcasters(chain: UpcasterChain) -> UpcasterChain:
     return chain
 
 
+def notice_issued_v1_v2(payload: Mapping[str, Any]) -> dict[str, Any]:
+    """NoticeIssued v1 -> v2: add ``document_sha256 = ""``."""
+    return {**payload, "document_sha256": ""}
+
+
+def register_notice_upcasters(chain: UpcasterChain) -> UpcasterChain:
+    """Register the notice steps on ``chain``; returns ``chain``."""
+    chain.add("NoticeIssued", 1, notice_issued_v1_v2)
+    return chain
+
+
 def default_upcasters() -> UpcasterChain:
     """A new chain holding every casestream upcaster (verify it with ``chain.verify(catalog)``)."""
-    return register_saga_upcasters(register_case_upcasters(UpcasterChain()))
+    return register_notice_upcasters(register_saga_upcasters(register_case_upcasters(UpcasterChain())))
