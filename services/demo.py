@@ -36,7 +36,7 @@ FINAL_CASE_STATES = frozenset({"closed", "returned"})
 
 EXPECTED_TRAIL: dict[str, tuple[str, ...]] = {
     "violation": ("CaseOpened", "CaseSubmitted", "DecisionRequested", "ViolationDetermined",
-                  "NoticeRequested", "NoticeIssued", "CaseCloseRequested", "CaseClosed",
+                  "PenaltyProposed", "NoticeRequested", "NoticeIssued", "CaseCloseRequested", "CaseClosed",
                   "SagaCompleted"),
     "no_violation": ("CaseOpened", "CaseSubmitted", "DecisionRequested", "NoViolationFound",
                      "CaseCloseRequested", "CaseClosed", "SagaCompleted"),
