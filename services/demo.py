@@ -8,7 +8,9 @@ and prints the journey, then a summary line such as::
     demo: 25/25 cases reached a final state (15 closed, 5 returned ...) in 14.2 s
 
 Then it drives the regulator's journeys (``services.journeys``: no violation, violation with
-a PDF notice, decision failure returned, withdrawal, appeal), prints each, and keeps one
+a PDF notice, decision failure returned, withdrawal, appeal, evidence overdue escalated to
+manual review; the case service runs with ``journeys.DEMO_CASE_SETTINGS`` unless those
+variables are set), prints each, and keeps one
 notice PDF at ``--notice-pdf`` (default ``.local/demo-notice.pdf``, taken from the SMTP
 sink's maildir, ``CASESTREAM_SMTP_MAILDIR``).
 
@@ -260,6 +262,12 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="where one notice PDF is kept (default .local/demo-notice.pdf)")
     args = parser.parse_args(argv)
 
+    import os
+
+    from services.journeys import DEMO_CASE_SETTINGS
+
+    for name, value in DEMO_CASE_SETTINGS.items():  # the overdue journey escalates in seconds
+        os.environ.setdefault(name, value)
     stack = ServiceStack(log_dir=Path(args.log_dir))
     try:
         print(f"demo: starting the {len(SUITE)} suite services (logs in {args.log_dir}) ...",

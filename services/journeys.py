@@ -11,7 +11,11 @@ Paths (:data:`JOURNEYS`; the decision rules of ``services.decision.domain.rules`
 - ``withdrawn``: evidence requested, then the case is withdrawn before its decision;
 - ``appealed``: a ``violation`` journey, then the party appeals within the window;
 - ``evidence_pending``: evidence requested and not (yet) submitted: the case waits, and the
-  officer workload counts it overdue once the due date passed.
+  officer workload counts it overdue once the due date passed;
+- ``evidence_overdue``: evidence due in :data:`SOON_S` seconds never arrives: the deadline
+  worker reminds (EvidenceOverdue), then escalates to manual review (CaseEscalated) after
+  ``CASESTREAM_CASE_EVIDENCE_GRACE_S`` (the demo and the e2e test run the case service with
+  :data:`DEMO_CASE_SETTINGS`).
 
 :func:`drive` runs one journey up to the point where the saga takes over, :func:`finish`
 applies the step that follows the saga's end (the appeal), :func:`wait_journeys` polls until
@@ -33,6 +37,13 @@ import httpx
 from services.demo import audit_url, case_url, headers
 
 EVIDENCE = b"%PDF-1.4\n% ledger of April (evidence sample)\n"
+
+SOON_S = 2.0
+"""Due date of the ``evidence_overdue`` journey's request, seconds ahead."""
+
+DEMO_CASE_SETTINGS = {"CASESTREAM_CASE_EVIDENCE_GRACE_S": "2",
+                      "CASESTREAM_CASE_DEADLINE_INTERVAL_S": "0.5"}
+"""Case service settings that let the overdue journey escalate within seconds."""
 
 _DECIDED = ("CaseSubmitted", "DecisionRequested")
 _VIOLATION = (*_DECIDED, "ViolationDetermined", "PenaltyProposed", "NoticeRequested",
@@ -76,6 +87,10 @@ JOURNEYS: tuple[Journey, ...] = (
             final_status="appealed", notices=1, appeal=True,
             trail=("CaseOpened", "CaseAssigned", "EvidenceRequested", "EvidenceSubmitted",
                    *_VIOLATION, "AppealSubmitted")),
+    Journey(name="evidence_overdue", title="Unanswered request for the ledger", severity=3,
+            steps=("assign", "request_evidence_soon"), final_status="manual_review",
+            trail=("CaseOpened", "CaseAssigned", "EvidenceRequested", "EvidenceOverdue",
+                   "CaseEscalated")),
     Journey(name="evidence_pending", title="Missing hygiene certificate", severity=3,
             steps=("assign", "request_evidence"), final_status="awaiting_evidence",
             trail=("CaseOpened", "CaseAssigned", "EvidenceRequested")),
@@ -150,6 +165,11 @@ def drive(client: httpx.Client, journey: Journey, *, tenant: str = "tenant-a",
             case "request_evidence":
                 version = _write(client, run, "evidence-requests",
                                  {"description": "the sales ledger of April", "due_at": due},
+                                 version)
+            case "request_evidence_soon":
+                soon = (datetime.now(UTC) + timedelta(seconds=SOON_S)).isoformat()
+                version = _write(client, run, "evidence-requests",
+                                 {"description": "the sales ledger of April", "due_at": soon},
                                  version)
             case "submit_evidence":
                 version = _write(client, run, "evidence", {

@@ -9,7 +9,9 @@
   ``dashboard``: the ``case.dashboard`` projection, and worker ``workload``: the
   ``case.workload`` projection (all off with CONSUMER_ENABLED=false);
 - worker ``relay``: the outbox relay of the case database (off when Debezium publishes);
-- worker ``idempotency-purge``: deletes expired idempotency records periodically.
+- worker ``idempotency-purge``: deletes expired idempotency records periodically;
+- worker ``evidence-deadlines``: every DEADLINE_INTERVAL_S, reminds cases whose evidence is
+  overdue (EvidenceOverdue) and escalates them to manual review EVIDENCE_GRACE_S later.
 """
 
 from __future__ import annotations
@@ -66,6 +68,22 @@ def purge_worker(service: CaseService, interval_s: float) -> Worker:
     return run
 
 
+def deadline_worker(service: CaseService, grace_s: float, interval_s: float) -> Worker:
+    """A worker running the evidence deadlines every ``interval_s`` seconds."""
+
+    def run(stop: threading.Event) -> None:
+        while not stop.wait(interval_s):
+            try:
+                while service.run_evidence_deadlines(timedelta(seconds=grace_s)) == 100 \
+                        and not stop.is_set():
+                    pass
+            except Exception:  # noqa: BLE001 - a failed scan is retried next period
+                log.warning("evidence deadline scan failed; retrying in %.0f s", interval_s,
+                            exc_info=True)
+
+    return run
+
+
 def build(settings: CaseSettings | None = None) -> ServiceProcess:
     """Build the case service process (see the module docstring).
 
@@ -78,6 +96,8 @@ def build(settings: CaseSettings | None = None) -> ServiceProcess:
                           new_id=lambda: str(uuid.uuid4()),
                           idempotency_ttl=timedelta(seconds=s.idempotency_ttl_s))
     b.worker("idempotency-purge", purge_worker(service, s.purge_interval_s))
+    b.worker("evidence-deadlines", deadline_worker(service, s.evidence_grace_s,
+                                                   s.deadline_interval_s))
     if s.consumer_enabled:
         b.consumer(saga_requests.CONSUMER, saga_requests.TOPICS, saga_requests.build_registry(service),
                    emits=True, pipeline=True)

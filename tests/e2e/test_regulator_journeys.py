@@ -2,7 +2,7 @@
 PostgreSQL, registry and SMTP sink (one suite start for every assertion).
 
 Each path of ``services.journeys`` (no violation, violation with a PDF notice, decision
-failure returned, withdrawal, appeal): the case ends in its status and its audit timeline
+failure returned, withdrawal, appeal, evidence overdue -> reminder -> manual review): the case ends in its status and its audit timeline
 holds the path's events in order; each violating case sent exactly one notice to its party,
 with a PDF attached whose SHA-256 the notice record (NoticeIssued v2) carries; the dashboard
 shows officer, evidence status, penalty and appeal state; the officer workload counts open
@@ -26,14 +26,15 @@ from psycopg.conninfo import make_conninfo
 
 from casestream.service.devstack import ServiceStack
 from services.demo import SUITE
-from services.journeys import JOURNEYS, JourneyRun, drive, wait_journeys
+from services.journeys import DEMO_CASE_SETTINGS, JOURNEYS, JourneyRun, drive, wait_journeys
 
 pytestmark = pytest.mark.e2e
 
 
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory: pytest.TempPathFactory, infra_env: dict[str, str]) -> ServiceStack:
-    services = ServiceStack(env=infra_env, log_dir=tmp_path_factory.mktemp("journeys") / "logs")
+    services = ServiceStack(env={**infra_env, **DEMO_CASE_SETTINGS},
+                            log_dir=tmp_path_factory.mktemp("journeys") / "logs")
     try:
         services.start_all(list(SUITE))
         yield services
@@ -110,6 +111,10 @@ def test_dashboard_and_officer_workload_follow_the_journeys(
         assert mine[violation.officer] == (0, 0) and mine[withdrawn.officer] == (0, 0)
         assert mine[pending.officer] == (1, 1)  # still awaiting: overdue once its date passed
         assert now[pending.officer] == 0 and now[appealed.officer] == 0
+        overdue = runs["evidence_overdue"]
+        assert case_row(conn, overdue.case_id)[:3] == ("manual_review", overdue.officer,
+                                                       "overdue")
+        assert mine[overdue.officer] == (1, 1) and now[overdue.officer] == 1
         before = conn.execute("SELECT case_id, officer_id, open, evidence_status, "
                               "evidence_due_at, last_version FROM officer_workload "
                               "ORDER BY case_id").fetchall()

@@ -66,6 +66,10 @@ def act(case: Case, action: Action) -> None:
             case.return_(reason="no decision", actor_id="saga", at=at)
         case Action.APPEAL:
             case.appeal(reason="wrong", actor_id="party", at=at)
+        case Action.MARK_OVERDUE:
+            case.mark_overdue(grace=timedelta(days=1), actor_id="deadline", at=at)
+        case Action.ESCALATE:
+            case.escalate(actor_id="deadline", at=at)
 
 
 def _closed_violation(status: CaseStatus) -> dict[str, Any]:
@@ -73,6 +77,8 @@ def _closed_violation(status: CaseStatus) -> dict[str, Any]:
 
     if status is CaseStatus.CLOSED:
         return {"resolution": Resolution.closed("violation", 100), "resolved_at": T0}
+    if status is CaseStatus.AWAITING_EVIDENCE:  # overdue since T0, escalation due at T0
+        return {"evidence_status": "overdue", "evidence_due_at": T0, "evidence_escalate_at": T0}
     return {}
 
 
@@ -85,7 +91,8 @@ class TestStateMachine:
         case = case_in(status, **_closed_violation(status))
         if status in rule.allowed:
             act(case, action)
-            assert case.status is (rule.target or status)
+            if action is not Action.MARK_OVERDUE:  # already reminded: a no-op
+                assert case.status is (rule.target or status)
         elif (action, status) == (Action.RETURN, CaseStatus.RETURNED):
             act(case, action)  # the saga asking twice: a no-op, not a refusal
             assert case.pending_events == ()
@@ -291,3 +298,36 @@ def test_workload_fold_tracks_officer_openness_and_the_evidence_request() -> Non
     ])
     assert rows == [("A", "t", "o-1", True, "requested", due, 3),
                     ("B", "t", "o-2", False, None, None, 3)]
+
+
+# --- evidence deadlines ------------------------------------------------------------------
+
+def test_overdue_evidence_is_reminded_then_escalated_to_manual_review() -> None:
+    from services.case.adapters.memory import InMemoryUnitOfWork
+    from services.case.application import CaseService
+
+    class Clock:
+        at = T0
+
+        def now(self) -> datetime:
+            return self.at
+
+    store, clock = InMemoryStore(), Clock()
+    case = case_in(CaseStatus.OPEN, loaded_version=0)
+    case.request_evidence(request_id="r", description="ledger", due_at=T0 + timedelta(days=1),
+                          actor_id="o", at=T0)
+    case.pull_events()
+    store.cases[case.id] = case
+    service = CaseService(uow=lambda: InMemoryUnitOfWork(store), clock=clock,
+                          new_id=lambda: str(uuid.uuid4()), idempotency_ttl=timedelta(hours=1))
+    grace = timedelta(days=2)
+    assert service.run_evidence_deadlines(grace) == 0  # not due yet
+    clock.at = T0 + timedelta(days=1)
+    assert service.run_evidence_deadlines(grace) == 1
+    assert service.run_evidence_deadlines(grace) == 0  # reminded once
+    clock.at = T0 + timedelta(days=3)
+    assert service.run_evidence_deadlines(grace) == 1
+    assert [e.event_type for e in store.outbox] == ["EvidenceOverdue", "CaseEscalated"]
+    assert store.outbox[0].payload["escalate_at"] == T0 + timedelta(days=3)
+    assert store.cases[case.id].status is CaseStatus.MANUAL_REVIEW
+    assert service.run_evidence_deadlines(grace) == 0

@@ -97,6 +97,9 @@ _SUMMARIES: dict[str, Callable[[Mapping[str, Any]], str]] = {
                                     f"{str(p.get('sha256'))[:12]})"),
     "ReviewStarted": lambda p: f"Review started by {p.get('officer_id') or 'an unassigned officer'}",
     "CaseWithdrawn": lambda p: f"Case withdrawn: {p.get('reason')}",
+    "EvidenceOverdue": lambda p: (f"Evidence overdue since {p.get('due_at')}: reminder; "
+                                  f"escalation at {p.get('escalate_at')}"),
+    "CaseEscalated": lambda p: f"Case escalated to manual review: {p.get('reason')}",
     "AppealSubmitted": lambda p: (f"Appeal submitted against {p.get('outcome')}, "
                                   f"{_money(p.get('penalty_cents'))}: {p.get('reason')}"),
     "NoticeFailed": lambda p: f"Notice failed: {p.get('reason')}",

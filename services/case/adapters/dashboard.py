@@ -13,7 +13,8 @@ so re-applying an event already reflected changes nothing.
 Status from the last event that sets one (:data:`STATUS_OF`; None keeps it): CaseOpened →
 open, CaseSubmitted → submitted, CaseClosed → closed (with outcome and penalty), CaseReturned →
 returned, the workflow events → their status (``services.case.domain.values.CaseStatus``).
-Evidence status: EvidenceRequested → requested, EvidenceSubmitted → submitted. Appeal state:
+Evidence status: EvidenceRequested → requested, EvidenceOverdue → overdue,
+EvidenceSubmitted → submitted. Appeal state:
 AppealSubmitted → appealed, a CaseClosed after it → decided. A field no event of a batch sets is
 kept (``coalesce`` with the stored row). Tables created before these columns get them added
 (``create_tables``), empty until ``casestream replay case.dashboard`` fills them.
@@ -39,7 +40,8 @@ STATUS_OF: dict[str, str | None] = {
     "CaseOpened": "open", "CaseSubmitted": "submitted", "CaseClosed": "closed",
     "CaseReturned": "returned", "CaseAssigned": None, "EvidenceRequested": "awaiting_evidence",
     "EvidenceSubmitted": "under_review", "ReviewStarted": "under_review",
-    "CaseWithdrawn": "withdrawn", "AppealSubmitted": "appealed"}
+    "CaseWithdrawn": "withdrawn", "AppealSubmitted": "appealed", "EvidenceOverdue": None,
+    "CaseEscalated": "manual_review"}
 COLUMNS = ("case_id", "tenant_id", "status", "severity", "priority", "outcome", "opened_at",
            "last_change", "last_event_type", "last_version", "officer_id", "evidence_status",
            "penalty_cents", "appeal_state")
@@ -151,6 +153,8 @@ def fold(events: Sequence[Envelope]) -> list[tuple[Any, ...]]:
                 r[11] = "requested"
             case "EvidenceSubmitted":
                 r[11] = "submitted"
+            case "EvidenceOverdue":
+                r[11] = "overdue"
             case "AppealSubmitted":
                 r[13] = "appealed"
         r[7], r[8], r[9] = e.occurred_at, e.event_type, e.aggregate_version

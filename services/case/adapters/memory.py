@@ -66,6 +66,16 @@ class _Cases:
                        key=lambda c: (c.opened_at, c.id))
         return [copy.deepcopy(c) for c in found[:query.limit]]
 
+    def evidence_deadlines_due(self, now: datetime, limit: int) -> list[tuple[str, str]]:
+        due = [c for c in {**self._store.cases, **self._staged}.values()
+               if c.status.value == "awaiting_evidence" and (
+                   (c.evidence_status == "requested" and c.evidence_due_at is not None
+                    and c.evidence_due_at <= now)
+                   or (c.evidence_status == "overdue" and c.evidence_escalate_at is not None
+                       and c.evidence_escalate_at <= now))]
+        due.sort(key=lambda c: c.evidence_due_at or now)
+        return [(c.tenant_id, c.id) for c in due[:limit]]
+
     @staticmethod
     def _snapshot(case: Case) -> Case:
         stored = copy.deepcopy(case)

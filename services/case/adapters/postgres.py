@@ -59,11 +59,11 @@ _CASE_COLUMNS = (
     "priority, opened_by, opened_at, updated_at, submitted_by, submitted_at, note, outcome, "
     "penalty_cents, return_reason, resolved_at, officer_id, evidence_status, "
     "evidence_request_id, evidence_description, evidence_due_at, review_started_at, "
-    "withdraw_reason, appeal_reason, appealed_at"
+    "withdraw_reason, appeal_reason, appealed_at, evidence_escalate_at"
 )
 _WORKFLOW_FIELDS = ("officer_id", "evidence_status", "evidence_request_id", "evidence_description",
                     "evidence_due_at", "review_started_at", "withdraw_reason", "appeal_reason",
-                    "appealed_at")
+                    "appealed_at", "evidence_escalate_at")
 
 
 def _case_params(case: Case) -> dict[str, Any]:
@@ -161,6 +161,17 @@ class PgCaseRepository:
             cur.execute(f"SELECT {_CASE_COLUMNS} FROM cases WHERE {' AND '.join(where)} "
                         "ORDER BY opened_at, id LIMIT %s", params)
             return [_case_from_row(row) for row in cur.fetchall()]
+
+
+    def evidence_deadlines_due(self, now: datetime, limit: int) -> list[tuple[str, str]]:
+        """``(tenant_id, id)`` of cases awaiting evidence whose due date or escalation time
+        passed at ``now`` (oldest first, at most ``limit``)."""
+        rows = self._conn.execute(
+            "SELECT tenant_id, id FROM cases WHERE status = 'awaiting_evidence' AND ("
+            "(evidence_status = 'requested' AND evidence_due_at <= %s) OR "
+            "(evidence_status = 'overdue' AND evidence_escalate_at <= %s)) "
+            "ORDER BY evidence_due_at LIMIT %s", (now, now, limit)).fetchall()
+        return [(tenant, str(case_id)) for tenant, case_id in rows]
 
 
 class PgEvidenceStore:

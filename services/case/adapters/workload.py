@@ -4,7 +4,7 @@ One row per case in ``officer_workload`` (case database): its officer, whether i
 and its evidence request (status, due date), maintained by PROJECTION handlers from
 ``outbox.event.case``; the per-officer view is a ``GROUP BY`` over it (:func:`workload`),
 where evidence counts as overdue when it was requested, not submitted, and its due date
-has passed at query time. Live: consumer ``case.workload`` (wired in ``bootstrap``);
+has passed at query time (whether or not the reminder, EvidenceOverdue, was recorded yet). Live: consumer ``case.workload`` (wired in ``bootstrap``);
 rebuild: ``casestream replay case.workload``.
 
 Idempotent per event (handover rule of ``casestream.replay.projection``): a row is only
@@ -37,6 +37,7 @@ OPEN_AFTER: dict[str, bool | None] = {
     "CaseOpened": True, "AppealSubmitted": True, "CaseClosed": False, "CaseReturned": False,
     "CaseWithdrawn": False, "CaseAssigned": None, "EvidenceRequested": None,
     "EvidenceSubmitted": None, "ReviewStarted": None, "CaseSubmitted": None,
+    "EvidenceOverdue": None, "CaseEscalated": None,
 }
 """Event types handled -> the case is open after it (None: unchanged)."""
 
@@ -74,7 +75,7 @@ WHERE w.last_version < EXCLUDED.last_version
 
 WORKLOAD = """
 SELECT tenant_id, officer_id, count(*) FILTER (WHERE open) AS open_cases,
-       count(*) FILTER (WHERE open AND evidence_status = 'requested'
+       count(*) FILTER (WHERE open AND evidence_status IN ('requested', 'overdue')
                         AND evidence_due_at < %s) AS overdue_evidence
 FROM {t} WHERE officer_id IS NOT NULL
 GROUP BY tenant_id, officer_id ORDER BY tenant_id, officer_id
@@ -108,6 +109,8 @@ def fold(events: Sequence[Envelope]) -> list[tuple[Any, ...]]:
             r[4], r[5] = "requested", p["due_at"]
         elif e.event_type == "EvidenceSubmitted":
             r[4] = "submitted"
+        elif e.event_type == "EvidenceOverdue":
+            r[4] = "overdue"
         r[6] = e.aggregate_version
     return [tuple(r) for r in rows.values()]
 

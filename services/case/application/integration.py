@@ -19,11 +19,13 @@ from services.case.domain.events import (
     AppealSubmitted,
     CaseAssigned,
     CaseClosed,
+    CaseEscalated,
     CaseEvent,
     CaseOpened,
     CaseReturned,
     CaseSubmitted,
     CaseWithdrawn,
+    EvidenceOverdue,
     EvidenceRequested,
     EvidenceSubmitted,
     ReviewStarted,
@@ -42,6 +44,8 @@ EVENT_VERSIONS: dict[str, int] = {
     "ReviewStarted": 1,
     "CaseWithdrawn": 1,
     "AppealSubmitted": 1,
+    "EvidenceOverdue": 1,
+    "CaseEscalated": 1,
 }
 
 
@@ -97,6 +101,10 @@ def payload_of(event: CaseEvent, reporter_email: str = "") -> tuple[str, dict[st
             return "ReviewStarted", {"officer_id": officer}
         case CaseWithdrawn(reason=reason):
             return "CaseWithdrawn", {"reason": reason}
+        case EvidenceOverdue(request_id=rid, due_at=due, escalate_at=escalate):
+            return "EvidenceOverdue", {"request_id": rid, "due_at": due, "escalate_at": escalate}
+        case CaseEscalated(reason=reason):
+            return "CaseEscalated", {"reason": reason}
         case AppealSubmitted(reason=reason, outcome=outcome, penalty_cents=penalty):
             return "AppealSubmitted", {"reason": reason, "outcome": outcome.value,
                                        "penalty_cents": penalty, "reporter_email": reporter_email}

@@ -46,6 +46,12 @@ class CaseRepository(Protocol):
         ...
 
 
+    def evidence_deadlines_due(self, now: datetime, limit: int) -> list[tuple[str, str]]:
+        """``(tenant_id, case_id)`` of cases awaiting evidence whose due date (no reminder
+        yet) or escalation time (reminded) passed at ``now``; at most ``limit``."""
+        ...
+
+
 class EvidenceStore(Protocol):
     """Evidence items (metadata and content) of cases, tenant-scoped."""
 

@@ -39,10 +39,14 @@ from services.case.application.idempotency import (
 from services.case.application.integration import Causation, to_envelopes
 from services.case.application.ports import Clock, IdFactory, UnitOfWork, UnitOfWorkFactory
 from services.case.domain.case import Case
-from services.case.domain.errors import CaseNotFound, EvidenceNotFound
+from casestream.errors import ConcurrencyError
+from services.case.domain.errors import CaseNotFound, EvidenceNotFound, InvalidTransition
 from services.case.domain.values import CaseContent, priority_of
 
 log = logging.getLogger(__name__)
+
+DEADLINE_ACTOR = "evidence-deadlines"
+"""Actor of the events the evidence deadline worker records."""
 
 Render = Callable[[CaseView], StoredResponse]
 """Turns the resulting case into the HTTP response to send (and to store for replay)."""
@@ -168,6 +172,31 @@ class CaseService:
                 case.appeal(reason=reason, actor_id=actor, at=now)
             case _:
                 raise TypeError(f"no workflow command {type(cmd).__name__}")
+
+    def run_evidence_deadlines(self, grace: timedelta, limit: int = 100) -> int:
+        """Remind (EvidenceOverdue) the cases whose evidence is past its due date, and
+        escalate (CaseEscalated -> manual_review) those reminded ``grace`` ago; one
+        transaction per case, so a conflict with a concurrent write (evidence arriving)
+        skips that case until the next run. Returns how many cases changed.
+
+        Raises:
+            StorageUnavailable: the database cannot be reached.
+        """
+        with self._uow() as uow:
+            due = uow.cases.evidence_deadlines_due(self._clock.now(), limit)
+        changed = 0
+        for tenant_id, case_id in due:
+            try:
+                with self._uow() as uow:
+                    case = self._load(uow, tenant_id, case_id)
+                    now = self._clock.now()
+                    if case.mark_overdue(grace=grace, actor_id=DEADLINE_ACTOR, at=now) or \
+                            case.escalate(actor_id=DEADLINE_ACTOR, at=now):
+                        self._save(uow, case, Causation())
+                        changed += 1
+            except (ConcurrencyError, InvalidTransition, CaseNotFound) as e:
+                log.info("evidence deadline of case %s skipped this run: %s", case_id, e)
+        return changed
 
     def search_cases(self, query: CaseQuery) -> list[CaseView]:
         """The tenant's cases matching ``query`` (see :class:`CaseQuery`), one keyset page."""

@@ -12,17 +12,20 @@ from services.case.domain.events import (
     AppealSubmitted,
     CaseAssigned,
     CaseClosed,
+    CaseEscalated,
     CaseEvent,
     CaseOpened,
     CaseReturned,
     CaseSubmitted,
     CaseWithdrawn,
+    EvidenceOverdue,
     EvidenceRequested,
     EvidenceSubmitted,
     ReviewStarted,
 )
 from services.case.domain.workflow import (
     APPEAL_WINDOW,
+    EVIDENCE_GRACE,
     EVIDENCE_MAX_BYTES,
     TRANSITIONS,
     Action,
@@ -32,7 +35,10 @@ from services.case.domain.values import CaseContent, CaseStatus, Outcome, Priori
 
 __all__ = [
     "APPEAL_WINDOW",
+    "EVIDENCE_GRACE",
     "EVIDENCE_MAX_BYTES",
+    "CaseEscalated",
+    "EvidenceOverdue",
     "TRANSITIONS",
     "Action",
     "AppealSubmitted",

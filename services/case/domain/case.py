@@ -23,11 +23,13 @@ from services.case.domain.events import (
     AppealSubmitted,
     CaseAssigned,
     CaseClosed,
+    CaseEscalated,
     CaseEvent,
     CaseOpened,
     CaseReturned,
     CaseSubmitted,
     CaseWithdrawn,
+    EvidenceOverdue,
     EvidenceRequested,
     EvidenceSubmitted,
     ReviewStarted,
@@ -79,10 +81,11 @@ class Case:
     resolution: Resolution | None = None
     resolved_at: datetime | None = None
     officer_id: str | None = None
-    evidence_status: str = "none"  # none | requested | submitted
+    evidence_status: str = "none"  # none | requested | overdue | submitted
     evidence_request_id: str | None = None
     evidence_description: str | None = None
     evidence_due_at: datetime | None = None
+    evidence_escalate_at: datetime | None = None
     review_started_at: datetime | None = None
     withdraw_reason: str | None = None
     appeal_reason: str | None = None
@@ -224,6 +227,42 @@ class Case:
                                   sha256=sha256)
         self._record(event)
         return event
+
+    def mark_overdue(self, *, grace: timedelta, actor_id: str, at: datetime) -> bool:
+        """Record that the evidence is overdue (:class:`EvidenceOverdue`, the reminder),
+        escalating ``grace`` later.
+
+        Returns:
+            False (no event) before the due date, or when the reminder was already recorded.
+        Raises:
+            InvalidTransition: the case is not AWAITING_EVIDENCE.
+        """
+        self._require(Action.MARK_OVERDUE)
+        assert self.evidence_due_at is not None
+        if self.evidence_status != "requested" or at < self.evidence_due_at:
+            return False
+        self.evidence_status, self.evidence_escalate_at = "overdue", at + grace
+        self._record(EvidenceOverdue(**self._meta(actor_id, at),
+                                     request_id=self.evidence_request_id,
+                                     due_at=self.evidence_due_at, escalate_at=at + grace))
+        return True
+
+    def escalate(self, *, actor_id: str, at: datetime) -> bool:
+        """Escalate overdue evidence to manual review (:class:`CaseEscalated`).
+
+        Returns:
+            False (no event) when no reminder was recorded or its grace has not passed.
+        Raises:
+            InvalidTransition: the case is not AWAITING_EVIDENCE.
+        """
+        self._require(Action.ESCALATE)
+        if self.evidence_status != "overdue" or self.evidence_escalate_at is None \
+                or at < self.evidence_escalate_at:
+            return False
+        self.status = CaseStatus.MANUAL_REVIEW
+        self._record(CaseEscalated(**self._meta(actor_id, at),
+                                   reason="evidence overdue after the reminder"))
+        return True
 
     def start_review(self, *, actor_id: str, at: datetime) -> None:
         """Start reviewing an open case, recording :class:`ReviewStarted`.

@@ -113,3 +113,20 @@ class AppealSubmitted(CaseEvent):
     reason: str
     outcome: Outcome
     penalty_cents: int | None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class EvidenceOverdue(CaseEvent):
+    """The evidence request's due date passed without evidence: the party is reminded, and
+    the case escalates to manual review at ``escalate_at`` unless evidence arrives."""
+
+    request_id: str | None
+    due_at: datetime
+    escalate_at: datetime
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CaseEscalated(CaseEvent):
+    """The case was escalated to manual review (an officer decides how it goes on)."""
+
+    reason: str

@@ -34,7 +34,8 @@ _EMAIL = re.compile(r"^[^@\s]+@[^@\s]+\.[^@\s]+$")
 class CaseStatus(StrEnum):
     """Lifecycle (``services.case.domain.workflow`` draws every transition): OPEN ->
     [AWAITING_EVIDENCE | UNDER_REVIEW] -> SUBMITTED -> CLOSED | RETURNED; an appeal moves
-    CLOSED -> APPEALED -> CLOSED; WITHDRAWN ends a case before its decision."""
+    CLOSED -> APPEALED -> CLOSED; WITHDRAWN ends a case before its decision; overdue evidence
+    escalates AWAITING_EVIDENCE -> MANUAL_REVIEW."""
 
     OPEN = "open"
     AWAITING_EVIDENCE = "awaiting_evidence"
@@ -44,6 +45,7 @@ class CaseStatus(StrEnum):
     RETURNED = "returned"
     WITHDRAWN = "withdrawn"
     APPEALED = "appealed"
+    MANUAL_REVIEW = "manual_review"
 
     @property
     def is_final(self) -> bool:

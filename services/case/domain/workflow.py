@@ -8,7 +8,10 @@ Statuses and actions (``TRANSITIONS``; an action missing for a status is refused
     open | under_review ──submit──▶ submitted ──close──▶ closed ──appeal──▶ appealed
                                               └─return─▶ returned (final)
     appealed ──close──▶ closed (the appeal's decision; a closed case is appealed once)
-    open | awaiting_evidence | under_review ──withdraw──▶ withdrawn (final)
+    open | awaiting_evidence | under_review | manual_review ──withdraw──▶ withdrawn (final)
+    awaiting_evidence ──mark_overdue (due date passed)──▶ awaiting_evidence (reminder)
+    awaiting_evidence ──escalate (grace after the reminder passed)──▶ manual_review
+    manual_review ──submit_evidence──▶ under_review;  manual_review ──submit──▶ submitted
     assign: any status but closed, returned, withdrawn; the status does not change
 
 Rules of values (``services.case.domain.values`` holds the limits): an evidence request's due
@@ -30,6 +33,10 @@ EVIDENCE_MAX_BYTES = 32 * 1024
 APPEAL_WINDOW = timedelta(days=30)
 """How long after the closing decision an appeal is accepted."""
 
+EVIDENCE_GRACE = timedelta(days=7)
+"""Default time between the overdue reminder and the escalation to manual review (the case
+service's ``CASESTREAM_CASE_EVIDENCE_GRACE_S``)."""
+
 
 class Action(StrEnum):
     """What a client or the saga asks of a case."""
@@ -43,6 +50,8 @@ class Action(StrEnum):
     CLOSE = "close"
     RETURN = "return"
     APPEAL = "appeal"
+    MARK_OVERDUE = "mark_overdue"
+    ESCALATE = "escalate"
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,20 +76,26 @@ class Rule:
 S = CaseStatus
 TRANSITIONS: dict[Action, Rule] = {
     Action.ASSIGN: Rule("assign-while-active", frozenset(
-        {S.OPEN, S.AWAITING_EVIDENCE, S.UNDER_REVIEW, S.SUBMITTED, S.APPEALED}), None),
+        {S.OPEN, S.AWAITING_EVIDENCE, S.UNDER_REVIEW, S.SUBMITTED, S.APPEALED,
+         S.MANUAL_REVIEW}), None),
     Action.REQUEST_EVIDENCE: Rule("evidence-request-before-decision",
                                   frozenset({S.OPEN, S.UNDER_REVIEW}), S.AWAITING_EVIDENCE),
-    Action.SUBMIT_EVIDENCE: Rule("evidence-after-request", frozenset({S.AWAITING_EVIDENCE}),
-                                 S.UNDER_REVIEW),
+    Action.SUBMIT_EVIDENCE: Rule("evidence-after-request",
+                                 frozenset({S.AWAITING_EVIDENCE, S.MANUAL_REVIEW}), S.UNDER_REVIEW),
     Action.START_REVIEW: Rule("review-from-open", frozenset({S.OPEN}), S.UNDER_REVIEW),
-    Action.SUBMIT: Rule("submit-after-intake-or-review", frozenset({S.OPEN, S.UNDER_REVIEW}),
-                        S.SUBMITTED),
+    Action.SUBMIT: Rule("submit-after-intake-or-review",
+                        frozenset({S.OPEN, S.UNDER_REVIEW, S.MANUAL_REVIEW}), S.SUBMITTED),
     Action.WITHDRAW: Rule("withdraw-before-decision",
-                          frozenset({S.OPEN, S.AWAITING_EVIDENCE, S.UNDER_REVIEW}), S.WITHDRAWN),
+                          frozenset({S.OPEN, S.AWAITING_EVIDENCE, S.UNDER_REVIEW,
+                                     S.MANUAL_REVIEW}), S.WITHDRAWN),
     Action.CLOSE: Rule("close-after-decision-or-appeal", frozenset({S.SUBMITTED, S.APPEALED}),
                        S.CLOSED),
     Action.RETURN: Rule("return-submitted-only", frozenset({S.SUBMITTED}), S.RETURNED),
     Action.APPEAL: Rule("appeal-closed-once", frozenset({S.CLOSED}), S.APPEALED),
+    Action.MARK_OVERDUE: Rule("overdue-while-awaiting-evidence", frozenset({S.AWAITING_EVIDENCE}),
+                              None),
+    Action.ESCALATE: Rule("escalate-overdue-evidence", frozenset({S.AWAITING_EVIDENCE}),
+                          S.MANUAL_REVIEW),
 }
 """Every action's rule (module docstring draws them)."""
 

@@ -63,7 +63,7 @@ CASE_SCHEMA: dict[str, Any] = {
         "return_reason": _NULL_STR,
         "resolved_at": {"type": ["string", "null"], "format": "date-time"},
         "officer_id": _NULL_STR,
-        "evidence_status": {"type": "string", "enum": ["none", "requested", "submitted"]},
+        "evidence_status": {"type": "string", "enum": ["none", "requested", "overdue", "submitted"]},
         "evidence_due_at": {"type": ["string", "null"], "format": "date-time"},
         "evidence_description": _NULL_STR,
         "review_started_at": {"type": ["string", "null"], "format": "date-time"},
