@@ -16,6 +16,9 @@ import email.policy
 import hashlib
 import subprocess
 import sys
+import time
+import uuid
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -29,6 +32,9 @@ from services.demo import SUITE
 from services.journeys import DEMO_CASE_SETTINGS, JOURNEYS, JourneyRun, drive, wait_journeys
 
 pytestmark = pytest.mark.e2e
+
+TENANT = f"tenant-journeys-{uuid.uuid4().hex[:8]}"
+"""This run's tenant: the workload counts of earlier runs stay apart."""
 
 
 @pytest.fixture(scope="module")
@@ -45,9 +51,22 @@ def stack(tmp_path_factory: pytest.TempPathFactory, infra_env: dict[str, str]) -
 @pytest.fixture(scope="module")
 def runs(stack: ServiceStack) -> dict[str, JourneyRun]:
     with httpx.Client(timeout=10.0) as client:
-        driven = [drive(client, j, tenant="tenant-journeys") for j in JOURNEYS]
+        driven = [drive(client, j, tenant=TENANT) for j in JOURNEYS]
         wait_journeys(client, driven, timeout_s=150)
     return {r.journey.name: r for r in driven}
+
+
+def _eventually(check: Callable[[], None], timeout_s: float = 20.0) -> None:
+    """Run ``check`` until it passes (the projections may trail the audit journal)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            check()
+            return
+        except AssertionError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.25)
 
 
 def _db(pg_url: str, name: str) -> psycopg.Connection:
@@ -94,39 +113,42 @@ def test_dashboard_and_officer_workload_follow_the_journeys(
     from services.case.adapters.workload import workload
 
     appealed, violation, withdrawn = runs["appealed"], runs["violation"], runs["withdrawn"]
-    pending = runs["evidence_pending"]
+    pending, overdue = runs["evidence_pending"], runs["evidence_overdue"]
+    query = ("SELECT case_id, officer_id, open, evidence_status, evidence_due_at, last_version "
+             "FROM officer_workload ORDER BY case_id")
     with _db(pg_url, "case") as conn:
-        assert case_row(conn, violation.case_id) == (
-            "closed", violation.officer, "submitted", "violation", 200_000, None)
-        assert case_row(conn, appealed.case_id) == (
-            "appealed", appealed.officer, "submitted", "violation", 150_000, "appealed")
-        assert case_row(conn, withdrawn.case_id)[:3] == ("withdrawn", withdrawn.officer,
-                                                         "requested")
-        later = datetime.now(UTC) + timedelta(days=30)  # every evidence request is overdue then
-        mine = {officer: (open_cases, overdue) for tenant, officer, open_cases, overdue
-                in workload(conn, later) if tenant == "tenant-journeys"}
-        now = {officer: overdue for tenant, officer, _, overdue
-               in workload(conn, datetime.now(UTC)) if tenant == "tenant-journeys"}
-        assert mine[appealed.officer] == (1, 0)  # reopened by the appeal; evidence arrived
-        assert mine[violation.officer] == (0, 0) and mine[withdrawn.officer] == (0, 0)
-        assert mine[pending.officer] == (1, 1)  # still awaiting: overdue once its date passed
-        assert now[pending.officer] == 0 and now[appealed.officer] == 0
-        overdue = runs["evidence_overdue"]
-        assert case_row(conn, overdue.case_id)[:3] == ("manual_review", overdue.officer,
-                                                       "overdue")
-        assert mine[overdue.officer] == (1, 1) and now[overdue.officer] == 1
-        before = conn.execute("SELECT case_id, officer_id, open, evidence_status, "
-                              "evidence_due_at, last_version FROM officer_workload "
-                              "ORDER BY case_id").fetchall()
+        def dashboard() -> None:
+            assert case_row(conn, violation.case_id) == (
+                "closed", violation.officer, "submitted", "violation", 200_000, None)
+            assert case_row(conn, appealed.case_id) == (
+                "appealed", appealed.officer, "submitted", "violation", 150_000, "appealed")
+            assert case_row(conn, withdrawn.case_id)[:3] == ("withdrawn", withdrawn.officer,
+                                                             "requested")
+            assert case_row(conn, overdue.case_id)[:3] == ("manual_review", overdue.officer,
+                                                           "overdue")
+
+        def officers() -> None:
+            later = datetime.now(UTC) + timedelta(days=30)  # every request is overdue then
+            mine = {officer: (open_cases, late) for tenant, officer, open_cases, late
+                    in workload(conn, later) if tenant == TENANT}
+            now = {officer: late for tenant, officer, _, late
+                   in workload(conn, datetime.now(UTC)) if tenant == TENANT}
+            assert mine[appealed.officer] == (1, 0)  # reopened by the appeal; evidence arrived
+            assert mine[violation.officer] == (0, 0) and mine[withdrawn.officer] == (0, 0)
+            assert mine[pending.officer] == (1, 1)  # still awaiting: overdue once its date passed
+            assert now[pending.officer] == 0 and now[appealed.officer] == 0
+            assert mine[overdue.officer] == (1, 1) and now[overdue.officer] == 1
+
+        _eventually(dashboard)
+        _eventually(officers)
+        before = conn.execute(query).fetchall()
 
     replay = subprocess.run([sys.executable, "-m", "casestream", "replay", "case.workload",
                              "--workers", "1"], env=infra_env, capture_output=True, text=True,
                             timeout=300)
     assert replay.returncode == 0, replay.stdout + replay.stderr
     with _db(pg_url, "case") as conn:
-        after = conn.execute("SELECT case_id, officer_id, open, evidence_status, "
-                             "evidence_due_at, last_version FROM officer_workload "
-                             "ORDER BY case_id").fetchall()
+        after = conn.execute(query).fetchall()
     ours = {r.case_id for r in runs.values()}
     assert [r for r in after if r[0] in ours] == [r for r in before if r[0] in ours]
     assert len([r for r in after if r[0] in ours]) == len(runs)
