@@ -271,8 +271,10 @@ class TestWorkflowRoutes:
             if after is None:
                 break
         assert sorted(seen) == sorted(ids[0::2])
-        bad = client.get("/cases", params={"after": "bm90LWEtY3Vyc29y"}, headers=H)
+        bad = client.get("/cases", params={"after": "not-a-case-id"}, headers=H)
         assert bad.status_code == 400 and bad.json()["errors"][0]["field"] == "after"
+        unknown = client.get("/cases", params={"after": str(uuid.uuid4())}, headers=H)
+        assert unknown.status_code == 404
 
 
 # --- projections ------------------------------------------------------------------------

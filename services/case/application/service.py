@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import logging
 from collections.abc import Callable
+from dataclasses import replace
 from datetime import timedelta
 
 from services.case.application.commands import (
@@ -198,9 +199,17 @@ class CaseService:
                 log.info("evidence deadline of case %s skipped this run: %s", case_id, e)
         return changed
 
-    def search_cases(self, query: CaseQuery) -> list[CaseView]:
-        """The tenant's cases matching ``query`` (see :class:`CaseQuery`), one keyset page."""
+    def search_cases(self, query: CaseQuery, after_case: str | None = None) -> list[CaseView]:
+        """The tenant's cases matching ``query`` (see :class:`CaseQuery`), one keyset page;
+        ``after_case`` (the last case of the previous page) sets ``query.after``.
+
+        Raises:
+            CaseNotFound: ``after_case`` is no case of the tenant.
+        """
         with self._uow() as uow:
+            if after_case is not None:
+                last = self._load(uow, query.tenant_id, after_case)
+                query = replace(query, after=(last.opened_at, last.id))
             return [CaseView.of(c) for c in uow.cases.search(query)]
 
     def list_evidence(self, tenant_id: str, case_id: str) -> list[EvidenceView]:

@@ -215,8 +215,9 @@ def _search() -> dict[str, Any]:
             "application/json": {"schema": {
                 "type": "object", "required": ["items", "next_after"], "properties": {
                     "items": {"type": "array", "items": {"$ref": "#/components/schemas/Case"}},
-                    "next_after": {"type": ["string", "null"]}}}}}},
-            "400": _problem("Invalid query parameter (named in errors)"), **_common()},
+                    "next_after": {"type": ["string", "null"], "format": "uuid"}}}}}},
+            "400": _problem("Invalid query parameter (named in errors)"),
+            "404": _problem("after names no case of this tenant"), **_common()},
     }}
 
 
