@@ -190,6 +190,8 @@ def _dsn() -> str:
 
 
 PROJECTION = ProjectionSpec(
-    name=NAME, description="case dashboard (cases per status and tenant, last change)",
+    name=NAME,
+    description="case dashboard (cases per status and tenant; officer, evidence, penalty, "
+                "appeal per case)",
     topics=TOPICS, live_consumer=CONSUMER, tables=(TABLE,), dsn=_dsn,
     create_tables=create_tables, registry=registry, freshness=freshness)
