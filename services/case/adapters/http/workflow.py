@@ -60,7 +60,9 @@ BASE64_MAX = (EVIDENCE_MAX_BYTES + 2) // 3 * 4
 """Longest ``content_base64`` accepted (characters): EVIDENCE_MAX_BYTES encoded."""
 
 MEDIA_TYPE_PATTERN = r"^[a-z0-9][a-z0-9!#$&^_.+-]{0,62}/[a-z0-9][a-z0-9!#$&^_.+-]{0,62}$"
-BASE64_PATTERN = r"^[A-Za-z0-9+/]+={0,2}$"
+BASE64_PATTERN = (r"^(?:[A-Za-z0-9+/]{4})*"
+                  r"(?:[A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=|[A-Za-z0-9+/]{4})$")
+"""Padded base64 (RFC 4648 §4): every string it matches decodes."""
 
 Timestamp = Annotated[AwareDatetime, Strict(False)]
 """An RFC 3339 date-time with its offset (a JSON string)."""
