@@ -186,13 +186,13 @@ class Case:
 
         Raises:
             InvalidTransition: the case is not OPEN or UNDER_REVIEW.
-            CaseValidationError: empty/over-long description, or ``due_at`` not after ``at``.
+            CaseValidationError: empty/over-long description, or ``due_at`` without a time
+                zone. A ``due_at`` already passed is accepted: the evidence is overdue at
+                once (the deadline worker reminds at its next scan).
         """
         description = check_text("description", description, DESCRIPTION_MAX)
         if due_at.tzinfo is None:
             raise CaseValidationError("due_at", "must carry a time zone")
-        if due_at <= at:
-            raise CaseValidationError("due_at", "must be in the future")
         self._require(Action.REQUEST_EVIDENCE)
         self.status = CaseStatus.AWAITING_EVIDENCE
         self.evidence_status, self.evidence_request_id = "requested", request_id

@@ -15,7 +15,7 @@ Statuses and actions (``TRANSITIONS``; an action missing for a status is refused
     assign: any status but closed, returned, withdrawn; the status does not change
 
 Rules of values (``services.case.domain.values`` holds the limits): an evidence request's due
-date lies in the future; an evidence item is 1..:data:`EVIDENCE_MAX_BYTES` bytes; an appeal
+date carries a time zone (one already passed makes the evidence overdue at once); an evidence item is 1..:data:`EVIDENCE_MAX_BYTES` bytes; an appeal
 is filed within :data:`APPEAL_WINDOW` of the closing decision, against a ``violation``.
 """
 

@@ -28,11 +28,12 @@ from __future__ import annotations
 
 import base64
 import binascii
+import re
 import uuid
 from collections.abc import Callable
 from typing import Annotated, Any, Literal
 
-from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, Strict
+from pydantic import AwareDatetime, BaseModel, BeforeValidator, ConfigDict, Field, Strict
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
@@ -64,7 +65,18 @@ BASE64_PATTERN = (r"^(?:[A-Za-z0-9+/]{4})*"
                   r"(?:[A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=|[A-Za-z0-9+/]{4})$")
 """Padded base64 (RFC 4648 §4): every string it matches decodes."""
 
-Timestamp = Annotated[AwareDatetime, Strict(False)]
+_RFC3339 = re.compile(r"^\d{4}-\d{2}-\d{2}[Tt]\d{2}:\d{2}:\d{2}")
+
+
+def _rfc3339_text(value: Any) -> Any:
+    """Only a date-time text reaches the datetime parser (pydantic's lax mode would read
+    ``0.5`` as a Unix time)."""
+    if not isinstance(value, str) or not _RFC3339.match(value):
+        raise ValueError("must be an RFC 3339 date-time with its offset")
+    return value
+
+
+Timestamp = Annotated[AwareDatetime, Strict(False), BeforeValidator(_rfc3339_text)]
 """An RFC 3339 date-time with its offset (a JSON string)."""
 
 
@@ -83,7 +95,8 @@ class EvidenceRequestBody(_Body):
     """``POST /cases/{id}/evidence-requests`` body."""
 
     description: text(1000) = Field(description="What is asked for, 1..1000 characters.")  # type: ignore[valid-type]
-    due_at: Timestamp = Field(description="When it is due (RFC 3339 with offset; in the future).")
+    due_at: Timestamp = Field(description="When it is due (RFC 3339 with offset); a date "
+                                          "already passed makes the evidence overdue at once.")
 
 
 class EvidenceBody(_Body):
