@@ -261,6 +261,15 @@ class TestWorkflowRoutes:
         started = client.post(f"/cases/{case_id}/review", headers=key(**{"If-Match": '"1"'}))
         assert started.status_code == 200 and started.json()["status"] == "under_review"
 
+    @pytest.mark.parametrize("raw", [b"null", b"[]", b"0"])
+    def test_an_optional_body_that_is_not_an_object_is_400(self, client: TestClient,
+                                                          raw: bytes) -> None:
+        case_id = opened(client)
+        response = client.post(f"/cases/{case_id}/review", content=raw,
+                               headers=key(**{"Content-Type": "application/json"}))
+        assert response.status_code == 400, response.text
+        assert response.json()["errors"][0]["field"] == "body"
+
     def test_a_number_is_no_date_time_in_the_query(self, client: TestClient) -> None:
         response = client.get("/cases", params={"opened_to": "0.5"}, headers=H)
         assert response.status_code == 400 and response.json()["errors"][0]["field"] == "opened_to"

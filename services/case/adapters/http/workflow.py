@@ -169,6 +169,8 @@ class WorkflowRoutes:
         case_id = case_id_of(request)
         key = rq.idempotency_key_of(request, required=True)
         data = await rq.read_json_object(request, required=body_required)
+        if not data and not body_required and (await request.body()).strip() not in (b"", b"{}"):
+            raise validation("body", "must be a JSON object")  # e.g. null: not an absent body
         body = validate_body(model, data)
         expected = await self._routes.expected_version(request, who.tenant_id, case_id)
         cmd = command(tenant_id=who.tenant_id, actor_id=who.subject, case_id=case_id,
