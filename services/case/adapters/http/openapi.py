@@ -149,6 +149,11 @@ def _key(required: bool) -> dict[str, Any]:
 _CASE_LINKS = {
     "GetCase": {"operationId": "getCase", "parameters": {"case_id": "$response.body#/id"}},
     "SubmitCase": {"operationId": "submitCase", "parameters": {"case_id": "$response.body#/id"}},
+    **{name: {"operationId": op, "parameters": {"case_id": "$response.body#/id"}}
+       for name, op in (("AssignOfficer", "assignOfficer"), ("RequestEvidence", "requestEvidence"),
+                        ("SubmitEvidence", "submitEvidence"), ("ListEvidence", "listEvidence"),
+                        ("StartReview", "startReview"), ("WithdrawCase", "withdrawCase"),
+                        ("AppealCase", "appealCase"))},
 }
 
 
