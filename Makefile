@@ -76,7 +76,7 @@ infra-logs: ## last lines of each infrastructure log
 run: infra-up ## infrastructure + the installed services in the foreground (SERVICES=case,audit chooses; Ctrl-C stops all)
 	@$(WITH_ENV) exec $(VENV)/bin/python -m casestream.service.devstack run $(if $(SERVICES),--services $(SERVICES))
 
-demo: infra-up ## start the five suite services (REPLICAS=N instances of each), drive 25 cases through them, print each journey
+demo: infra-up ## start the five suite services (REPLICAS=N instances of each), drive 25 cases and the regulator journeys through them, print each, keep a notice PDF in .local/demo-notice.pdf
 	@$(WITH_ENV) $(VENV)/bin/python -m services.demo $(if $(REPLICAS),--replicas $(REPLICAS)) $(DEMO_ARGS)
 
 soak: infra-up ## fault soak: the suite under load while instances, relays, Kafka and PostgreSQL are killed/restarted (SOAK_MINUTES=20, REPLICAS=N of every service), then invariants

@@ -8,7 +8,15 @@ and prints the journey, then a summary line such as::
 
     demo: 25/25 cases reached a final state (15 closed, 5 returned ...) in 14.2 s
 
-It exits 0 only if every case reached a final state and every audit trail is complete.
+Then it drives the regulator's journeys (``services.journeys``: no violation, violation with
+a PDF notice, decision failure returned, withdrawal, appeal, evidence overdue escalated to
+manual review; the case service runs with ``journeys.DEMO_CASE_SETTINGS`` unless those
+variables are set), prints each, and keeps one
+notice PDF at ``--notice-pdf`` (default ``.local/demo-notice.pdf``, taken from the SMTP
+sink's maildir, ``CASESTREAM_SMTP_MAILDIR``).
+
+It exits 0 only if every case reached a final state, every audit trail is complete and
+every journey is complete.
 The end-to-end tests reuse :func:`open_and_submit`, :func:`wait_final` and
 :func:`check_trail`.
 
@@ -20,11 +28,13 @@ evidence is a violation (notice sent by SMTP, then closed); the rest close with 
 from __future__ import annotations
 
 import argparse
+import email.policy
 import sys
 import time
 import uuid
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 import httpx
 
@@ -37,7 +47,7 @@ FINAL_CASE_STATES = frozenset({"closed", "returned"})
 
 EXPECTED_TRAIL: dict[str, tuple[str, ...]] = {
     "violation": ("CaseOpened", "CaseSubmitted", "DecisionRequested", "ViolationDetermined",
-                  "NoticeRequested", "NoticeIssued", "CaseCloseRequested", "CaseClosed",
+                  "PenaltyProposed", "NoticeRequested", "NoticeIssued", "CaseCloseRequested", "CaseClosed",
                   "SagaCompleted"),
     "no_violation": ("CaseOpened", "CaseSubmitted", "DecisionRequested", "NoViolationFound",
                      "CaseCloseRequested", "CaseClosed", "SagaCompleted"),
@@ -203,6 +213,45 @@ def print_journey(run: CaseRun) -> None:
         print(f"      {problem}")
 
 
+def keep_notice_pdf(case_id: str, target: Path) -> Path | None:
+    """Copy the PDF attached to the notice of ``case_id`` (from the SMTP sink's maildir,
+    ``CASESTREAM_SMTP_MAILDIR``) to ``target``; None if no such mail is there."""
+    import email
+    import os
+
+    maildir = Path(os.environ.get("CASESTREAM_SMTP_MAILDIR", ".local/smtp/maildir"))
+    for path in sorted(maildir.glob("*.eml")):
+        message = email.message_from_bytes(path.read_bytes(), policy=email.policy.default)
+        if message.get("X-Casestream-Case-Id") != case_id:
+            continue
+        for part in message.iter_attachments():  # type: ignore[attr-defined]
+            if part.get_content_type() == "application/pdf":
+                target.parent.mkdir(parents=True, exist_ok=True)
+                target.write_bytes(part.get_content())
+                return target
+    return None
+
+
+def run_journeys(client: httpx.Client, timeout_s: float, notice_pdf: Path) -> bool:
+    """Drive every regulator journey, print each, keep one notice PDF; True if all complete."""
+    from services import journeys
+
+    started = time.monotonic()
+    runs = [journeys.drive(client, j) for j in journeys.JOURNEYS]
+    print(f"demo: {len(runs)} regulator journeys driven; waiting for them ...", flush=True)
+    journeys.wait_journeys(client, runs, timeout_s)
+    for run in runs:
+        journeys.print_journey(run)
+    complete = sum(not r.problems() for r in runs)
+    print(f"demo: {complete}/{len(runs)} regulator journeys complete in "
+          f"{time.monotonic() - started:.1f} s")
+    violation = next(r for r in runs if r.journey.name == "violation")
+    kept = keep_notice_pdf(violation.case_id, notice_pdf)
+    print(f"demo: notice PDF of case {violation.case_id} kept at {kept}" if kept else
+          f"demo: no notice PDF found for case {violation.case_id}")
+    return complete == len(runs) and kept is not None
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m services.demo",
@@ -221,13 +270,19 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="keep the services and the console running after the summary, until Ctrl-C")
     parser.add_argument("--no-console", action="store_true",
                         help="do not start the operations console (casestream console)")
+    parser.add_argument("--notice-pdf", default=".local/demo-notice.pdf",
+                        help="where one notice PDF is kept (default .local/demo-notice.pdf)")
     args = parser.parse_args(argv)
     if not 1 <= args.replicas <= 5:
         parser.error("--replicas must be 1..5")
 
+    import os
     from contextlib import ExitStack
-    from pathlib import Path
 
+    from services.journeys import DEMO_CASE_SETTINGS
+
+    for name, value in DEMO_CASE_SETTINGS.items():  # the overdue journey escalates in seconds
+        os.environ.setdefault(name, value)
     stacks = [ServiceStack(env=replica_env(SUITE, i),
                            log_dir=Path(args.log_dir) / f"instance-{i}" if args.replicas > 1
                            else Path(args.log_dir))
@@ -253,11 +308,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"demo: {len(runs)} cases opened and submitted; waiting for their journeys ...",
                   flush=True)
             wait_final(client, runs, args.timeout)
-        elapsed = time.monotonic() - started
-        for run in runs:
-            print_journey(run)
-        ok, line = summarize(runs, elapsed)
-        print(line)
+            elapsed = time.monotonic() - started
+            for run in runs:
+                print_journey(run)
+            ok, line = summarize(runs, elapsed)
+            print(line, flush=True)
+            journeys_ok = run_journeys(client, args.timeout, Path(args.notice_pdf))
         if args.keep:
             print("demo: services and console keep running (--keep); Ctrl-C stops them", flush=True)
             try:
@@ -265,7 +321,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                     time.sleep(1)
             except KeyboardInterrupt:
                 pass
-        return 0 if ok else 1
+        return 0 if ok and journeys_ok else 1
     except StackError as e:
         print(f"demo: {e}", file=sys.stderr)
         return 1

@@ -7,6 +7,14 @@
     The v3 schema carries the Avro alias ``description`` so BACKWARD compatibility holds for
     generic readers; only this upcaster applies the value mapping.
 
+``EvidenceRequested``:
+  * v1 -> v2: adds ``description`` = ``""`` (the v2 schema's default: a v1 request named
+    no description; readers show "evidence requested" alone).
+
+``NoticeIssued``:
+  * v1 -> v2: adds ``document_sha256`` = ``""`` (the v2 schema's default: v1 notices were
+    sent without a document).
+
 ``DecisionRequested``:
   * v1 -> v2: adds ``title`` = ``""`` (the v2 schema's default; the decision rules read it).
 
@@ -34,6 +42,9 @@ __all__ = [
     "case_opened_v2_v3",
     "collapse_summary",
     "default_upcasters",
+    "evidence_requested_v1_v2",
+    "notice_issued_v1_v2",
+    "register_notice_upcasters",
     "decision_requested_v1_v2",
     "register_case_upcasters",
     "register_saga_upcasters",
@@ -77,10 +88,17 @@ def split_case_updated(event: Envelope) -> Iterator[Envelope]:
                                   payload={"priority": priority if priority in PRIORITIES else "NORMAL"})
 
 
+def evidence_requested_v1_v2(payload: Mapping[str, Any]) -> dict[str, Any]:
+    """EvidenceRequested v1 -> v2: add ``description = ""``."""
+    return {**payload, "description": ""}
+
+
 def register_case_upcasters(chain: UpcasterChain) -> UpcasterChain:
-    """Register the CaseOpened steps and the CaseUpdated split on ``chain``; returns ``chain``."""
+    """Register the CaseOpened and EvidenceRequested steps and the CaseUpdated split on
+    ``chain``; returns ``chain``."""
     chain.add("CaseOpened", 1, case_opened_v1_v2)
     chain.add("CaseOpened", 2, case_opened_v2_v3)
+    chain.add("EvidenceRequested", 1, evidence_requested_v1_v2)
     chain.add_event("CaseUpdated", 1, split_case_updated,
                     produces=[("CaseRetitled", 1), ("CaseReprioritized", 1)])
     return chain
@@ -97,6 +115,17 @@ def register_saga_upcasters(chain: UpcasterChain) -> UpcasterChain:
     return chain
 
 
+def notice_issued_v1_v2(payload: Mapping[str, Any]) -> dict[str, Any]:
+    """NoticeIssued v1 -> v2: add ``document_sha256 = ""``."""
+    return {**payload, "document_sha256": ""}
+
+
+def register_notice_upcasters(chain: UpcasterChain) -> UpcasterChain:
+    """Register the notice steps on ``chain``; returns ``chain``."""
+    chain.add("NoticeIssued", 1, notice_issued_v1_v2)
+    return chain
+
+
 def default_upcasters() -> UpcasterChain:
     """A new chain holding every casestream upcaster (verify it with ``chain.verify(catalog)``)."""
-    return register_saga_upcasters(register_case_upcasters(UpcasterChain()))
+    return register_notice_upcasters(register_saga_upcasters(register_case_upcasters(UpcasterChain())))

@@ -9,6 +9,6 @@ Layers import in one direction: ``domain`` (pure) <- ``application`` (use cases,
 from casestream.service import ServiceSpec
 
 SERVICE = ServiceSpec(
-    name="case", module="services.case", description="opens, submits, closes and returns cases (HTTP API)",
+    name="case", module="services.case", description="opens cases and runs the regulator's workflow on them: assignment, evidence, review, submission, withdrawal, appeal (HTTP API)",
     settings="services.case.settings:CaseSettings", build="services.case.bootstrap:build",
-    consumers=('case.saga-requests', 'case.dashboard'), outbox=True)
+    consumers=('case.saga-requests', 'case.dashboard', 'case.workload'), outbox=True)

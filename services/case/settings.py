@@ -35,4 +35,6 @@ class CaseSettings(ServiceSettings):
     pool_timeout_s: float = Field(5.0, gt=0, description="wait for a pooled connection, seconds (then 503)")
     consumer_batch_size: int = Field(500, ge=1, description="events per consumer transaction")
     relay_enabled: bool = Field(True, description="run the outbox relay in this process (false when Debezium publishes the outbox)")
+    evidence_grace_s: float = Field(7 * 86_400.0, gt=0, description="time from the overdue-evidence reminder to the escalation to manual review, seconds")
+    deadline_interval_s: float = Field(30.0, gt=0, description="evidence deadline scan period (reminders, escalations), seconds")
     consumer_enabled: bool = Field(True, description="run consumer case.saga-requests and the dashboard projection")

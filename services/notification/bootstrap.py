@@ -20,6 +20,7 @@ from services.notification.adapters import handlers
 from services.notification.adapters.http import build_app
 from services.notification.adapters.postgres import PgNoticeQueries
 from services.notification.adapters.sender_worker import SenderWorker
+from services.notification.adapters.pdf import render_notice_pdf
 from services.notification.adapters.smtp import SmtpMailer
 from services.notification.application.sender import NoticeSender
 from services.notification.settings import NotificationSettings
@@ -50,7 +51,8 @@ def build(settings: NotificationSettings | None = None) -> ServiceProcess:
     b.consumer(handlers.CONSUMER, handlers.TOPICS, handlers.register(HandlerRegistry(), clock=b.clock),
                emits=True, pipeline=True)
     mailer = SmtpMailer(s.smtp_host, s.smtp_port, timeout_s=s.smtp_timeout_s)
-    b.worker("sender", SenderWorker(b.pool, s.dsn, NoticeSender(policy=send_policy(s), clock=b.clock),
+    b.worker("sender", SenderWorker(b.pool, s.dsn, NoticeSender(policy=send_policy(s), clock=b.clock,
+                                                              render=render_notice_pdf),
                                     mailer, b.outbox, interval_s=s.sender_interval_s))
     b.relay()
     return b.build(app=build_app(PgNoticeQueries(b.request_pool), edge=b.edge), ready_table="notice")

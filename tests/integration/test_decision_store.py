@@ -61,10 +61,12 @@ def test_decision_and_reply_commit_together(dsn: str, codec: EnvelopeCodec) -> N
         d = PgDecisionStore(conn).get("case-1")
     assert d is not None and d.verdict.outcome is Outcome.VIOLATION
     assert d.verdict.penalty_cents == 400_000 and d.saga_id == req.aggregate_id
-    [ev] = replies(dsn, codec)
+    ev, penalty = replies(dsn, codec)
     assert (ev.event_type, ev.aggregate_type, ev.aggregate_id, ev.aggregate_version) == (
         "ViolationDetermined", "decision", "case-1", 1)
     assert ev.payload["saga_id"] == req.aggregate_id and ev.causation_id == req.event_id
+    assert (penalty.event_type, penalty.aggregate_version) == ("PenaltyProposed", 2)
+    assert penalty.payload["reason"] == d.verdict.penalty_reason and d.version == 2
 
 
 def test_rolled_back_request_leaves_no_decision(dsn: str, codec: EnvelopeCodec) -> None:

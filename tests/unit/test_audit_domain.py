@@ -29,7 +29,9 @@ def test_every_contract_event_type_has_a_summary() -> None:
                 "DecisionRequested", "NoticeRequested", "CaseCloseRequested",
                 "CaseReturnRequested", "SagaCompleted", "SagaCompensated",
                 "ViolationDetermined", "NoViolationFound", "DecisionFailed",
-                "NoticeIssued", "NoticeFailed"}
+                "NoticeIssued", "NoticeFailed", "PenaltyProposed", "CaseAssigned",
+                "EvidenceRequested", "EvidenceSubmitted", "ReviewStarted", "CaseWithdrawn",
+                "AppealSubmitted", "EvidenceOverdue", "CaseEscalated"}
     assert KNOWN_EVENT_TYPES == expected
 
 

@@ -228,7 +228,9 @@ class TestRead:
     def test_openapi_document_describes_the_routes(self, client: TestClient) -> None:
         doc = client.get("/openapi.json").json()
         assert doc["openapi"].startswith("3.1")
-        assert set(doc["paths"]) == {"/cases", "/cases/{case_id}", "/cases/{case_id}/submit"}
+        assert set(doc["paths"]) == {"/cases", "/cases/{case_id}", "/cases/{case_id}/submit"} | {
+            f"/cases/{{case_id}}/{p}" for p in ("assignment", "evidence-requests", "evidence",
+                                                "review", "withdrawal", "appeal")}
         props = doc["components"]["schemas"]["OpenCaseBody"]["properties"]
         assert props["severity"]["minimum"] == 1 and props["severity"]["maximum"] == 5
         assert doc["components"]["schemas"]["OpenCaseBody"]["additionalProperties"] is False

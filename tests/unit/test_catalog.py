@@ -113,8 +113,8 @@ def test_missing_version_file(tmp_schemas: Path) -> None:
 
 
 def test_orphan_version_file_is_an_unknown_subject(tmp_schemas: Path) -> None:
-    (tmp_schemas / "case" / "CaseAssigned.v1.avsc").write_text("{}")
-    with pytest.raises(CatalogError, match="unknown subject or version: CaseAssigned v1"):
+    (tmp_schemas / "case" / "CaseArchived.v1.avsc").write_text("{}")
+    with pytest.raises(CatalogError, match="unknown subject or version: CaseArchived v1"):
         load_catalog(tmp_schemas)
 
 

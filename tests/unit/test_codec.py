@@ -17,7 +17,12 @@ from casestream.events.codec import ENVELOPE_FIELDS, EnvelopeCodec, InvalidEvent
 from casestream.events.envelope import Envelope, new_event
 from casestream.errors import PoisonMessageError, RegistryUnavailable, UnknownSchemaError, UpcasterChainError
 from casestream.events.registry import InMemoryRegistry
-from services.upcasters import default_upcasters, register_saga_upcasters
+from services.upcasters import (
+    default_upcasters,
+    evidence_requested_v1_v2,
+    register_notice_upcasters,
+    register_saga_upcasters,
+)
 from casestream.events.upcasting import UpcasterChain
 from services import schemas_dir
 from casestream.events import open_codec
@@ -149,7 +154,7 @@ def test_decode_upcasts_old_versions_to_newest(codec: EnvelopeCodec) -> None:
 
 
 def test_headers_topic_and_key(codec: EnvelopeCodec) -> None:
-    env = make_env("NoticeIssued")
+    env = make_env("NoticeIssued", 1)
     assert codec.headers(env) == [
         ("id", env.event_id.encode()), ("type", b"NoticeIssued"), ("event_version", b"1"),
         ("traceparent", TRACEPARENT.encode()), ("correlation_id", b"case-1"),
@@ -216,7 +221,8 @@ def test_poison_when_an_upcaster_fails() -> None:
         raise KeyError("description")
 
     chain.add("CaseOpened", 2, broken)
-    register_saga_upcasters(chain)
+    chain.add("EvidenceRequested", 1, evidence_requested_v1_v2)
+    register_notice_upcasters(register_saga_upcasters(chain))
     codec = EnvelopeCodec(CATALOG, InMemoryRegistry(), chain)
     codec.prepare(auto_register=True)
     assert _reason(codec, codec.encode(make_env("CaseOpened", 1))) == "upcast"
@@ -226,7 +232,8 @@ def test_poison_when_an_upcaster_produces_an_invalid_payload() -> None:
     chain = UpcasterChain()
     chain.add("CaseOpened", 1, lambda p: {**p, "priority": "NORMAL"})
     chain.add("CaseOpened", 2, lambda p: dict(p))  # forgets the rename
-    register_saga_upcasters(chain)
+    chain.add("EvidenceRequested", 1, evidence_requested_v1_v2)
+    register_notice_upcasters(register_saga_upcasters(chain))
     codec = EnvelopeCodec(CATALOG, InMemoryRegistry(), chain)
     codec.prepare(auto_register=True)
     assert _reason(codec, codec.encode(make_env("CaseOpened", 2))) == "validation"

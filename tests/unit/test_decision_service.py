@@ -39,8 +39,13 @@ def test_violation_reply_envelope(world) -> None:
     req = request()
     decision = decider.handle(store, sink, req)
     assert decision.verdict.outcome is Outcome.VIOLATION
-    [ev] = sink.events
+    ev, penalty = sink.events
     assert ev.event_type == "ViolationDetermined"
+    assert penalty.event_type == "PenaltyProposed" and penalty.aggregate_version == 2
+    assert penalty.payload == {
+        "case_id": "case-1", "saga_id": "saga-1", "penalty_cents": 400_000,
+        "violation_code": "REG-4", "rules_version": "2025-01",
+        "reason": "severity 4 x 2 evidence item(s) x EUR 500.00 (rules 2025-01, rule 3)"}
     assert ev.payload == {"case_id": "case-1", "saga_id": "saga-1", "violation_code": "REG-4",
                           "penalty_cents": 400_000}
     assert (ev.aggregate_type, ev.aggregate_id, ev.aggregate_version) == ("decision", "case-1", 1)
@@ -77,9 +82,12 @@ def test_one_decision_per_case_later_requests_get_the_stored_verdict(world) -> N
     again = decider.handle(store, sink, request(saga_id="saga-2", severity=1, version=1))
     assert again.verdict.outcome is Outcome.VIOLATION and again.saga_id == "saga-2"
     assert len(store.decisions) == 1
-    assert [e.aggregate_version for e in sink.events] == [1, 2]
-    assert sink.events[1].payload["saga_id"] == "saga-2"
-    assert store.get("case-1").version == 2  # type: ignore[union-attr]
+    assert [(e.event_type, e.aggregate_version) for e in sink.events] == [
+        ("ViolationDetermined", 1), ("PenaltyProposed", 2),
+        ("ViolationDetermined", 3), ("PenaltyProposed", 4)]
+    assert sink.events[2].payload["saga_id"] == "saga-2"
+    assert sink.events[3].payload["reason"] == sink.events[1].payload["reason"]
+    assert store.get("case-1").version == 4  # type: ignore[union-attr]
 
 
 def test_unreadable_request_raises(world) -> None:

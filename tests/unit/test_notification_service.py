@@ -73,7 +73,7 @@ def test_sender_sends_once_and_emits_notice_issued(world) -> None:
     assert ev.event_type == "NoticeIssued"
     assert ev.payload == {"case_id": "case-1", "saga_id": "saga-1",
                           "recipient_email": "owner@example.org",
-                          "message_id": "<case-1@notice.casestream>"}
+                          "message_id": "<case-1@notice.casestream>", "document_sha256": ""}
     assert (ev.aggregate_type, ev.aggregate_id, ev.aggregate_version) == ("notice", "case-1", 1)
     assert ev.causation_id == req.event_id and ev.correlation_id == "case-1"
     assert sender.send_next(store, mailer, sink) is None  # nothing left: never sent twice
@@ -154,3 +154,23 @@ def test_send_retries_back_off_exponentially_with_a_cap_then_give_up() -> None:
     assert [w - T0 for w in waits[:4] if w is not None] == [
         timedelta(seconds=1), timedelta(seconds=2), timedelta(seconds=4), timedelta(seconds=5)]
     assert waits[4] is None
+
+
+def test_the_notice_pdf_is_attached_and_its_hash_is_in_notice_issued(world) -> None:
+    import hashlib
+
+    from services.notification.adapters.pdf import render_notice_pdf
+
+    clock, sender, store, mailer, sink = world
+    sender.render = render_notice_pdf
+    record_request(store, sink, requested(), clock=clock)
+    sent = sender.send_next(store, mailer, sink)
+    assert sent is not None
+    [message] = mailer.sent
+    [attachment] = list(message.iter_attachments())
+    pdf = attachment.get_content()
+    assert attachment.get_content_type() == "application/pdf" and pdf.startswith(b"%PDF-")
+    assert attachment.get_filename() == "notice-case-1.pdf"
+    assert sink.events[0].payload["document_sha256"] == hashlib.sha256(pdf).hexdigest()
+    assert sent.document_sha256 == hashlib.sha256(pdf).hexdigest()
+    assert render_notice_pdf(sent) == pdf  # deterministic: a re-send carries the same document

@@ -205,13 +205,27 @@ def test_dashboard_fold_keeps_the_state_after_the_last_event_per_case() -> None:
         ev("CaseOpened", "B", 1, {"severity": 2, "priority": "NORMAL"}, tenant="t2"),
         ev("CaseSubmitted", "A", 2, {"severity": 5}, at=AT + timedelta(minutes=1)),
         ev("CaseClosed", "A", 3, {"outcome": "violation"}, at=AT + timedelta(minutes=2)),
-        ev("CaseAssigned", "A", 4),  # unknown type: ignored by the fold
+        ev("CaseRetitled", "A", 4),  # unknown type: ignored by the fold
+        ev("CaseAssigned", "B", 2, {"officer_id": "o-1"}, tenant="t2"),  # keeps the status
     ])
     assert rows == [
         ("A", "t1", "closed", 5, "HIGH", "violation", AT, AT + timedelta(minutes=2),
-         "CaseClosed", 3),
-        ("B", "t2", "open", 2, "NORMAL", None, AT, AT, "CaseOpened", 1),
+         "CaseClosed", 3, None, None, None, None),
+        ("B", "t2", "open", 2, "NORMAL", None, AT, AT, "CaseAssigned", 2, "o-1", None, None, None),
     ]
+
+
+def test_dashboard_fold_carries_officer_evidence_penalty_and_appeal() -> None:
+    from services.case.adapters.dashboard import fold
+
+    rows = fold([
+        ev("CaseAssigned", "A", 2, {"officer_id": "o-1"}),
+        ev("EvidenceRequested", "A", 3, {"due_at": AT}),
+        ev("CaseClosed", "A", 4, {"outcome": "violation", "penalty_cents": 5000}),
+        ev("AppealSubmitted", "A", 5, {"reason": "r"}),
+        ev("CaseClosed", "A", 6, {"outcome": "violation", "penalty_cents": 2500}),
+    ])
+    assert rows[0][2] == "closed" and rows[0][10:] == ("o-1", "requested", 2500, "decided")
 
 
 def test_statistics_fact_per_decision_event() -> None:

@@ -120,9 +120,9 @@ def test_invalid_avro_is_exit_2_naming_the_file(tree: Path) -> None:
 def test_unknown_subject_and_orphan_file_exit_2(tree: Path) -> None:
     code, _, err = run("check", "--schemas-dir", str(tree), "--subject", "casestream.case.Nope")
     assert code == 2 and "unknown subject" in err and "catalog.toml" in err
-    (tree / "case" / "CaseAssigned.v1.avsc").write_text("{}")
+    (tree / "case" / "CaseArchived.v1.avsc").write_text("{}")
     code, _, err = run("check", "--schemas-dir", str(tree))
-    assert code == 2 and "case/CaseAssigned.v1.avsc" in err and "unknown subject" in err
+    assert code == 2 and "case/CaseArchived.v1.avsc" in err and "unknown subject" in err
 
 
 def test_subject_filter(tree: Path) -> None:

@@ -83,7 +83,25 @@ _SUMMARIES: dict[str, Callable[[Mapping[str, Any]], str]] = {
                                       f"{_money(p.get('penalty_cents'))}"),
     "NoViolationFound": lambda p: "No violation found",
     "DecisionFailed": lambda p: f"Decision failed: {p.get('reason')}",
-    "NoticeIssued": lambda p: f"Notice issued (message {p.get('message_id')})",
+    "NoticeIssued": lambda p: (f"Notice issued (message {p.get('message_id')}, "
+                               f"document sha256 {str(p.get('document_sha256') or 'none')[:12]})"),
+    "PenaltyProposed": lambda p: (f"Penalty proposed: {_money(p.get('penalty_cents'))} "
+                                  f"({p.get('reason') or 'no reason recorded'})"),
+    "CaseAssigned": lambda p: (f"Case assigned to {p.get('officer_id')}"
+                               + (f" (was {p['previous_officer_id']})"
+                                  if p.get("previous_officer_id") else "")),
+    "EvidenceRequested": lambda p: (f"Evidence requested by {p.get('due_at')}"
+                                    + (f": {p['description']}" if p.get("description") else "")),
+    "EvidenceSubmitted": lambda p: (f"Evidence submitted: {p.get('name')} "
+                                    f"({p.get('size_bytes')} bytes, sha256 "
+                                    f"{str(p.get('sha256'))[:12]})"),
+    "ReviewStarted": lambda p: f"Review started by {p.get('officer_id') or 'an unassigned officer'}",
+    "CaseWithdrawn": lambda p: f"Case withdrawn: {p.get('reason')}",
+    "EvidenceOverdue": lambda p: (f"Evidence overdue since {p.get('due_at')}: reminder; "
+                                  f"escalation at {p.get('escalate_at')}"),
+    "CaseEscalated": lambda p: f"Case escalated to manual review: {p.get('reason')}",
+    "AppealSubmitted": lambda p: (f"Appeal submitted against {p.get('outcome')}, "
+                                  f"{_money(p.get('penalty_cents'))}: {p.get('reason')}"),
     "NoticeFailed": lambda p: f"Notice failed: {p.get('reason')}",
 }
 

@@ -1,4 +1,5 @@
-"""Case dashboard projection (``case.dashboard``): cases per status and tenant, last change.
+"""Case dashboard projection (``case.dashboard``): cases per status and tenant, last change,
+and per case its officer, evidence status, penalty and appeal state.
 
 One row per case in ``case_dashboard`` (case database), maintained by PROJECTION handlers
 from ``outbox.event.case``; the per-tenant/per-status view is a ``GROUP BY`` over it
@@ -9,8 +10,14 @@ Idempotent per event (handover rule of ``casestream.replay.projection``): a case
 only replaced by a higher aggregate version (``WHERE last_version < EXCLUDED.last_version``),
 so re-applying an event already reflected changes nothing.
 
-Status from the last event: CaseOpened → open, CaseSubmitted → submitted,
-CaseClosed → closed (with outcome), CaseReturned → returned (``services.case.domain.values``).
+Status from the last event that sets one (:data:`STATUS_OF`; None keeps it): CaseOpened →
+open, CaseSubmitted → submitted, CaseClosed → closed (with outcome and penalty), CaseReturned →
+returned, the workflow events → their status (``services.case.domain.values.CaseStatus``).
+Evidence status: EvidenceRequested → requested, EvidenceOverdue → overdue,
+EvidenceSubmitted → submitted. Appeal state:
+AppealSubmitted → appealed, a CaseClosed after it → decided. A field no event of a batch sets is
+kept (``coalesce`` with the stored row). Tables created before these columns get them added
+(``create_tables``), empty until ``casestream replay case.dashboard`` fills them.
 """
 
 from __future__ import annotations
@@ -29,16 +36,23 @@ NAME = "case.dashboard"
 CONSUMER = "case.dashboard"
 TOPICS = ("outbox.event.case",)
 TABLE = "case_dashboard"
-STATUS_OF = {"CaseOpened": "open", "CaseSubmitted": "submitted", "CaseClosed": "closed",
-             "CaseReturned": "returned"}
+STATUS_OF: dict[str, str | None] = {
+    "CaseOpened": "open", "CaseSubmitted": "submitted", "CaseClosed": "closed",
+    "CaseReturned": "returned", "CaseAssigned": None, "EvidenceRequested": "awaiting_evidence",
+    "EvidenceSubmitted": "under_review", "ReviewStarted": "under_review",
+    "CaseWithdrawn": "withdrawn", "AppealSubmitted": "appealed", "EvidenceOverdue": None,
+    "CaseEscalated": "manual_review"}
 COLUMNS = ("case_id", "tenant_id", "status", "severity", "priority", "outcome", "opened_at",
-           "last_change", "last_event_type", "last_version")
+           "last_change", "last_event_type", "last_version", "officer_id", "evidence_status",
+           "penalty_cents", "appeal_state")
+_ADDED = {"officer_id": "text", "evidence_status": "text", "penalty_cents": "bigint",
+          "appeal_state": "text"}
 
 _DDL = """
 CREATE TABLE {t} (
     case_id         text        PRIMARY KEY,
     tenant_id       text        NOT NULL,
-    status          text        NOT NULL,
+    status          text,
     severity        integer,
     priority        text,
     outcome         text,
@@ -46,19 +60,30 @@ CREATE TABLE {t} (
     last_change     timestamptz NOT NULL,
     last_event_type text        NOT NULL,
     last_version    bigint      NOT NULL,
-    applied_at      timestamptz NOT NULL DEFAULT now()
+    applied_at      timestamptz NOT NULL DEFAULT now(),
+    officer_id      text,
+    evidence_status text,
+    penalty_cents   bigint,
+    appeal_state    text
 )
 """
 _INDEX = "CREATE INDEX ON {t} (tenant_id, status)"
 
 _UPSERT = """
 INSERT INTO {t} AS d (case_id, tenant_id, status, severity, priority, outcome, opened_at,
-                      last_change, last_event_type, last_version)
+                      last_change, last_event_type, last_version, officer_id, evidence_status,
+                      penalty_cents, appeal_state)
 SELECT r->>0, r->>1, r->>2, (r->>3)::int, r->>4, r->>5, (r->>6)::timestamptz,
-       (r->>7)::timestamptz, r->>8, (r->>9)::bigint
+       (r->>7)::timestamptz, r->>8, (r->>9)::bigint, r->>10, r->>11, (r->>12)::bigint, r->>13
 FROM jsonb_array_elements(%s::jsonb) r
 ON CONFLICT (case_id) DO UPDATE SET
-    status = EXCLUDED.status,
+    status = coalesce(EXCLUDED.status, d.status),
+    officer_id = coalesce(EXCLUDED.officer_id, d.officer_id),
+    evidence_status = coalesce(EXCLUDED.evidence_status, d.evidence_status),
+    penalty_cents = coalesce(EXCLUDED.penalty_cents, d.penalty_cents),
+    appeal_state = CASE WHEN EXCLUDED.appeal_state IS NULL AND EXCLUDED.outcome IS NOT NULL
+                             AND d.appeal_state = 'appealed' THEN 'decided'
+                        ELSE coalesce(EXCLUDED.appeal_state, d.appeal_state) END,
     severity = coalesce(EXCLUDED.severity, d.severity),
     priority = coalesce(EXCLUDED.priority, d.priority),
     outcome = coalesce(EXCLUDED.outcome, d.outcome),
@@ -75,11 +100,22 @@ SELECT tenant_id, status, count(*) AS cases, max(last_change) AS last_change
 FROM {t} GROUP BY tenant_id, status ORDER BY tenant_id, status
 """
 
+CASE_ROW = """
+SELECT status, officer_id, evidence_status, outcome, penalty_cents, appeal_state
+FROM {t} WHERE case_id = %s
+"""
+
 
 def create_tables(conn: Any, names: TableNames) -> None:
-    """Create ``names[case_dashboard]`` with its index unless it exists (index auto-named)."""
+    """Create ``names[case_dashboard]`` with its index unless it exists (index auto-named);
+    add the columns a table created by an earlier version lacks."""
     table = names[TABLE]
     if conn.execute("SELECT to_regclass(%s)", (table,)).fetchone()[0] is not None:
+        for column, kind in _ADDED.items():
+            conn.execute(sql.SQL("ALTER TABLE {} ADD COLUMN IF NOT EXISTS {} " + kind).format(
+                sql.Identifier(table), sql.Identifier(column)))
+        conn.execute(sql.SQL("ALTER TABLE {} ALTER COLUMN status DROP NOT NULL").format(
+            sql.Identifier(table)))
         return
     conn.execute(sql.SQL(_DDL).format(t=sql.Identifier(table)))
     conn.execute(sql.SQL(_INDEX).format(t=sql.Identifier(table)))
@@ -92,22 +128,35 @@ def fold(events: Sequence[Envelope]) -> list[tuple[Any, ...]]:
     """
     rows: dict[str, list[Any]] = {}
     for e in events:
-        status = STATUS_OF.get(e.event_type)
-        if status is None:
+        if e.event_type not in STATUS_OF:
             continue
+        status = STATUS_OF[e.event_type]
         r = rows.get(e.aggregate_id)
         if r is None:
-            r = rows[e.aggregate_id] = [e.aggregate_id, e.tenant_id, status, None, None, None,
-                                        None, None, None, None]
+            r = rows[e.aggregate_id] = [e.aggregate_id, e.tenant_id, status] + [None] * 11
         p = e.payload
-        r[2] = status
+        if status is not None:
+            r[2] = status
         if "severity" in p:
             r[3] = p["severity"]
-        if e.event_type == "CaseOpened":
-            r[4] = p.get("priority")
-            r[6] = e.occurred_at
-        elif e.event_type == "CaseClosed":
-            r[5] = p.get("outcome")
+        match e.event_type:
+            case "CaseOpened":
+                r[4] = p.get("priority")
+                r[6] = e.occurred_at
+            case "CaseClosed":
+                r[5], r[12] = p.get("outcome"), p.get("penalty_cents")
+                if r[13] == "appealed":  # an appeal earlier in the batch (else: the SQL)
+                    r[13] = "decided"
+            case "CaseAssigned":
+                r[10] = p["officer_id"]
+            case "EvidenceRequested":
+                r[11] = "requested"
+            case "EvidenceSubmitted":
+                r[11] = "submitted"
+            case "EvidenceOverdue":
+                r[11] = "overdue"
+            case "AppealSubmitted":
+                r[13] = "appealed"
         r[7], r[8], r[9] = e.occurred_at, e.event_type, e.aggregate_version
     return [tuple(r) for r in rows.values()]
 
@@ -123,6 +172,11 @@ def summary(conn: Any, table: str = TABLE) -> list[tuple[str, str, int, datetime
     return conn.execute(sql.SQL(SUMMARY).format(t=sql.Identifier(table))).fetchall()
 
 
+def case_row(conn: Any, case_id: str, table: str = TABLE) -> tuple[Any, ...] | None:
+    """(status, officer_id, evidence_status, outcome, penalty_cents, appeal_state) of a case."""
+    return conn.execute(sql.SQL(CASE_ROW).format(t=sql.Identifier(table)), (case_id,)).fetchone()
+
+
 def freshness(conn: Any, names: TableNames) -> datetime | None:
     """When a row was last changed (None if empty)."""
     return conn.execute(sql.SQL("SELECT max(applied_at) FROM {}").format(
@@ -136,6 +190,8 @@ def _dsn() -> str:
 
 
 PROJECTION = ProjectionSpec(
-    name=NAME, description="case dashboard (cases per status and tenant, last change)",
+    name=NAME,
+    description="case dashboard (cases per status and tenant; officer, evidence, penalty, "
+                "appeal per case)",
     topics=TOPICS, live_consumer=CONSUMER, tables=(TABLE,), dsn=_dsn,
     create_tables=create_tables, registry=registry, freshness=freshness)

@@ -18,6 +18,7 @@ from types import TracebackType
 from casestream.events import Envelope
 from casestream.errors import ConcurrencyError
 
+from services.case.application.commands import CaseQuery, EvidenceView
 from services.case.application.idempotency import IdempotencyRecord, IdempotencyScope
 from services.case.domain.case import Case
 
@@ -30,6 +31,7 @@ class InMemoryStore:
     records: dict[IdempotencyScope, IdempotencyRecord] = field(default_factory=dict)
     outbox: list[Envelope] = field(default_factory=list)
     locks: set[IdempotencyScope] = field(default_factory=set)
+    evidence: dict[str, tuple[EvidenceView, str, bytes]] = field(default_factory=dict)
     commits: int = 0
 
 
@@ -58,11 +60,57 @@ class _Cases:
             raise ConcurrencyError("case", case.id, case.loaded_version, actual)
         self._staged[case.id] = self._snapshot(case)
 
+    def search(self, query: CaseQuery) -> list[Case]:
+        merged = {**self._store.cases, **self._staged}
+        found = sorted((c for c in merged.values() if matches(c, query)),
+                       key=lambda c: (c.opened_at, c.id))
+        return [copy.deepcopy(c) for c in found[:query.limit]]
+
+    def evidence_deadlines_due(self, now: datetime, limit: int) -> list[tuple[str, str]]:
+        due = [c for c in {**self._store.cases, **self._staged}.values()
+               if c.status.value == "awaiting_evidence" and (
+                   (c.evidence_status == "requested" and c.evidence_due_at is not None
+                    and c.evidence_due_at <= now)
+                   or (c.evidence_status == "overdue" and c.evidence_escalate_at is not None
+                       and c.evidence_escalate_at <= now))]
+        due.sort(key=lambda c: c.evidence_due_at or now)
+        return [(c.tenant_id, c.id) for c in due[:limit]]
+
     @staticmethod
     def _snapshot(case: Case) -> Case:
         stored = copy.deepcopy(case)
         stored.pull_events()
         return stored
+
+
+def matches(case: Case, q: CaseQuery) -> bool:
+    """True when ``case`` passes every filter of ``q`` and lies after its keyset cursor."""
+    return (case.tenant_id == q.tenant_id
+            and (q.status is None or case.status.value == q.status)
+            and (q.officer_id is None or case.officer_id == q.officer_id)
+            and (q.severity is None or case.content.severity == q.severity)
+            and (q.opened_from is None or case.opened_at >= q.opened_from)
+            and (q.opened_to is None or case.opened_at < q.opened_to)
+            and (q.after is None or (case.opened_at, case.id) > q.after))
+
+
+class _Evidence:
+    def __init__(self, store: InMemoryStore, staged: dict[str, tuple[EvidenceView, str, bytes]]
+                 ) -> None:
+        self._store, self._staged = store, staged
+
+    def add(self, item: EvidenceView, content: bytes) -> None:
+        self._staged[item.id] = (item, item.case_id, content)
+
+    def _items(self, case_id: str) -> list[tuple[EvidenceView, str, bytes]]:
+        merged = {**self._store.evidence, **self._staged}
+        return [v for v in merged.values() if v[1] == case_id]
+
+    def list(self, tenant_id: str, case_id: str) -> list[EvidenceView]:
+        return sorted((v[0] for v in self._items(case_id)), key=lambda e: (e.submitted_at, e.id))
+
+    def content(self, tenant_id: str, case_id: str, evidence_id: str) -> bytes | None:
+        return next((v[2] for v in self._items(case_id) if v[0].id == evidence_id), None)
 
 
 class _Idempotency:
@@ -109,6 +157,8 @@ class InMemoryUnitOfWork:
         self._staged_records: dict[IdempotencyScope, IdempotencyRecord] = {}
         self._staged_outbox: list[Envelope] = []
         self._held: set[IdempotencyScope] = set()
+        self._staged_evidence: dict[str, tuple[EvidenceView, str, bytes]] = {}
+        self.evidence = _Evidence(store, self._staged_evidence)
         self.cases = _Cases(store, self._staged_cases)
         self.idempotency = _Idempotency(store, self._held, self._staged_records)
         self.outbox = _Outbox(self._staged_outbox)
@@ -130,6 +180,8 @@ class InMemoryUnitOfWork:
         self._store.cases.update(self._staged_cases)
         self._store.records.update(self._staged_records)
         self._store.outbox.extend(self._staged_outbox)
+        self._store.evidence.update(self._staged_evidence)
+        self._staged_evidence.clear()
         self._store.commits += 1
         self._staged_cases.clear()
         self._staged_records.clear()

@@ -1,6 +1,6 @@
 """PostgreSQL adapters of the case ports (psycopg 3): repository, idempotency store, unit of work.
 
-Tables: ``migrations/001_cases.sql`` (``cases``, ``idempotency_records``) and the outbox
+Tables: ``migrations/*.sql`` (``cases``, ``idempotency_records``, ``case_evidence``) and the outbox
 from ``casestream.outbox.writer``. A :class:`PgUnitOfWork` is one transaction on a pooled
 connection; :meth:`PgUnitOfWork.bound` wraps a connection whose transaction belongs to
 someone else (the consumer runtime's batch) and never commits or rolls back itself.
@@ -29,6 +29,7 @@ from psycopg_pool import ConnectionPool, PoolTimeout
 from casestream.events import Envelope
 from casestream.errors import ConcurrencyError
 
+from services.case.application.commands import CaseQuery, EvidenceView
 from services.case.application.errors import StorageUnavailable
 from services.case.application.idempotency import (
     IdempotencyRecord,
@@ -56,8 +57,13 @@ def translate_errors() -> Iterator[None]:
 _CASE_COLUMNS = (
     "id, tenant_id, status, version, title, summary, severity, evidence_count, reporter_email, "
     "priority, opened_by, opened_at, updated_at, submitted_by, submitted_at, note, outcome, "
-    "penalty_cents, return_reason, resolved_at"
+    "penalty_cents, return_reason, resolved_at, officer_id, evidence_status, "
+    "evidence_request_id, evidence_description, evidence_due_at, review_started_at, "
+    "withdraw_reason, appeal_reason, appealed_at, evidence_escalate_at"
 )
+_WORKFLOW_FIELDS = ("officer_id", "evidence_status", "evidence_request_id", "evidence_description",
+                    "evidence_due_at", "review_started_at", "withdraw_reason", "appeal_reason",
+                    "appealed_at", "evidence_escalate_at")
 
 
 def _case_params(case: Case) -> dict[str, Any]:
@@ -74,6 +80,7 @@ def _case_params(case: Case) -> dict[str, Any]:
         "penalty_cents": r.penalty_cents if r else None,
         "return_reason": r.reason if r else None, "resolved_at": case.resolved_at,
         "loaded_version": case.loaded_version,
+        **{f: getattr(case, f) for f in _WORKFLOW_FIELDS},
     }
 
 
@@ -92,6 +99,8 @@ def _case_from_row(row: dict[str, Any]) -> Case:
         opened_at=row["opened_at"], updated_at=row["updated_at"],
         submitted_by=row["submitted_by"], submitted_at=row["submitted_at"], note=row["note"],
         resolution=resolution, resolved_at=row["resolved_at"],
+        **{f: (str(row[f]) if f == "evidence_request_id" and row[f] is not None else row[f])
+           for f in _WORKFLOW_FIELDS},
     )
 
 
@@ -129,6 +138,73 @@ class PgCaseRepository:
             row = self._conn.execute("SELECT version FROM cases WHERE id = %s",
                                      (case.id,)).fetchone()
             raise ConcurrencyError("case", case.id, case.loaded_version, row[0] if row else None)
+
+
+    def search(self, query: CaseQuery) -> list[Case]:
+        where, params = ["tenant_id = %s"], [query.tenant_id]
+        for column, value in (("status", query.status), ("officer_id", query.officer_id),
+                              ("severity", query.severity)):
+            if value is not None:
+                where.append(f"{column} = %s")
+                params.append(value)
+        if query.opened_from is not None:
+            where.append("opened_at >= %s")
+            params.append(query.opened_from)
+        if query.opened_to is not None:
+            where.append("opened_at < %s")
+            params.append(query.opened_to)
+        if query.after is not None:
+            where.append("(opened_at, id) > (%s, %s)")
+            params.extend(query.after)
+        params.append(query.limit)
+        with self._conn.cursor(row_factory=dict_row) as cur:
+            cur.execute(f"SELECT {_CASE_COLUMNS} FROM cases WHERE {' AND '.join(where)} "
+                        "ORDER BY opened_at, id LIMIT %s", params)
+            return [_case_from_row(row) for row in cur.fetchall()]
+
+
+    def evidence_deadlines_due(self, now: datetime, limit: int) -> list[tuple[str, str]]:
+        """``(tenant_id, id)`` of cases awaiting evidence whose due date or escalation time
+        passed at ``now`` (oldest first, at most ``limit``)."""
+        rows = self._conn.execute(
+            "SELECT tenant_id, id FROM cases WHERE status = 'awaiting_evidence' AND ("
+            "(evidence_status = 'requested' AND evidence_due_at <= %s) OR "
+            "(evidence_status = 'overdue' AND evidence_escalate_at <= %s)) "
+            "ORDER BY evidence_due_at LIMIT %s", (now, now, limit)).fetchall()
+        return [(tenant, str(case_id)) for tenant, case_id in rows]
+
+
+class PgEvidenceStore:
+    """``EvidenceStore`` over one connection: ``case_evidence`` rows, content as bytea."""
+
+    _COLUMNS = ("id, case_id, request_id, name, media_type, size_bytes, sha256, submitted_by, "
+                "submitted_at")
+
+    def __init__(self, conn: psycopg.Connection[Any]) -> None:
+        self._conn = conn
+
+    def add(self, item: EvidenceView, content: bytes) -> None:
+        self._conn.execute(
+            "INSERT INTO case_evidence (id, case_id, tenant_id, request_id, name, media_type, "
+            "size_bytes, sha256, content, submitted_by, submitted_at) "
+            "SELECT %s, id, tenant_id, %s, %s, %s, %s, %s, %s, %s, %s FROM cases WHERE id = %s",
+            (item.id, item.request_id, item.name, item.media_type, item.size_bytes, item.sha256,
+             content, item.submitted_by, item.submitted_at, item.case_id))
+
+    def list(self, tenant_id: str, case_id: str) -> list[EvidenceView]:
+        with self._conn.cursor(row_factory=dict_row) as cur:
+            cur.execute(f"SELECT {self._COLUMNS} FROM case_evidence WHERE tenant_id = %s "
+                        "AND case_id = %s ORDER BY submitted_at, id", (tenant_id, case_id))
+            rows = cur.fetchall()
+        return [EvidenceView(**{**row, "id": str(row["id"]), "case_id": str(row["case_id"]),
+                                "request_id": str(row["request_id"]) if row["request_id"] else None})
+                for row in rows]
+
+    def content(self, tenant_id: str, case_id: str, evidence_id: str) -> bytes | None:
+        row = self._conn.execute(
+            "SELECT content FROM case_evidence WHERE tenant_id = %s AND case_id = %s AND id = %s",
+            (tenant_id, case_id, evidence_id)).fetchone()
+        return bytes(row[0]) if row else None
 
 
 class PgIdempotencyStore:
@@ -225,6 +301,7 @@ class PgUnitOfWork:
         self.conn = conn
         self.cases = PgCaseRepository(conn)
         self.idempotency = PgIdempotencyStore(conn)
+        self.evidence = PgEvidenceStore(conn)
         self.outbox = _BoundOutbox(conn, self._append)
 
     def __enter__(self) -> PgUnitOfWork:

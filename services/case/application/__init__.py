@@ -1,6 +1,21 @@
 """Case application layer: use cases, commands/views, ports, idempotency, event mapping."""
 
-from services.case.application.commands import CaseView, CloseCase, OpenCase, ReturnCase, SubmitCase
+from services.case.application.commands import (
+    AppealCase,
+    AssignOfficer,
+    CaseQuery,
+    CaseView,
+    CaseWrite,
+    CloseCase,
+    EvidenceView,
+    OpenCase,
+    RequestEvidence,
+    ReturnCase,
+    StartReview,
+    SubmitCase,
+    SubmitEvidence,
+    WithdrawCase,
+)
 from services.case.application.errors import (
     IdempotencyConflict,
     PreconditionFailed,
@@ -17,6 +32,15 @@ from services.case.application.integration import Causation
 from services.case.application.service import CaseService
 
 __all__ = [
+    "AppealCase",
+    "AssignOfficer",
+    "CaseQuery",
+    "CaseWrite",
+    "EvidenceView",
+    "RequestEvidence",
+    "StartReview",
+    "SubmitEvidence",
+    "WithdrawCase",
     "CaseService",
     "CaseView",
     "Causation",

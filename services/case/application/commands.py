@@ -10,6 +10,100 @@ from services.case.domain.case import Case
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class CaseWrite:
+    """Fields of every workflow command on an existing case (HTTP, Idempotency-Key required).
+
+    ``expected_version`` (from If-Match) is checked when given.
+    """
+
+    tenant_id: str
+    actor_id: str
+    case_id: str
+    expected_version: int | None = None
+    traceparent: str | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AssignOfficer(CaseWrite):
+    """Make ``officer_id`` responsible (the same officer again changes nothing)."""
+
+    officer_id: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RequestEvidence(CaseWrite):
+    """Ask for evidence due by ``due_at`` (timezone-aware)."""
+
+    description: str
+    due_at: datetime
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SubmitEvidence(CaseWrite):
+    """Submit one evidence item (content decoded, at most ``EVIDENCE_MAX_BYTES`` bytes)."""
+
+    name: str
+    media_type: str
+    content: bytes
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StartReview(CaseWrite):
+    """Start reviewing an open case."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class WithdrawCase(CaseWrite):
+    """Withdraw a case before its decision."""
+
+    reason: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AppealCase(CaseWrite):
+    """Appeal the closing decision of a case (within the appeal window)."""
+
+    reason: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CaseQuery:
+    """``GET /cases`` filters, all optional, and the keyset page.
+
+    Attributes:
+        status, officer_id, severity: equality filters.
+        opened_from, opened_to: ``opened_from <= opened_at < opened_to``.
+        limit: most cases returned (1..1000).
+        after: the ``(opened_at, id)`` of the last case of the previous page; the page holds
+            cases ordered by ``(opened_at, id)`` strictly after it.
+    """
+
+    tenant_id: str
+    status: str | None = None
+    officer_id: str | None = None
+    severity: int | None = None
+    opened_from: datetime | None = None
+    opened_to: datetime | None = None
+    limit: int = 50
+    after: tuple[datetime, str] | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class EvidenceView:
+    """An evidence item's metadata as clients see it (never its content)."""
+
+    id: str
+    case_id: str
+    request_id: str | None
+    name: str
+    media_type: str
+    size_bytes: int
+    sha256: str
+    submitted_by: str
+    submitted_at: datetime
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class OpenCase:
     """Open a case for ``tenant_id``; content is validated by ``CaseContent``."""
 
@@ -83,6 +177,14 @@ class CaseView:
     penalty_cents: int | None
     return_reason: str | None
     resolved_at: datetime | None
+    officer_id: str | None
+    evidence_status: str
+    evidence_due_at: datetime | None
+    evidence_description: str | None
+    review_started_at: datetime | None
+    withdraw_reason: str | None
+    appeal_reason: str | None
+    appealed_at: datetime | None
 
     @classmethod
     def of(cls, case: Case) -> CaseView:
@@ -98,4 +200,8 @@ class CaseView:
             outcome=r.outcome.value if r and r.outcome else None,
             penalty_cents=r.penalty_cents if r else None,
             return_reason=r.reason if r else None, resolved_at=case.resolved_at,
+            officer_id=case.officer_id, evidence_status=case.evidence_status,
+            evidence_due_at=case.evidence_due_at, evidence_description=case.evidence_description,
+            review_started_at=case.review_started_at, withdraw_reason=case.withdraw_reason,
+            appeal_reason=case.appeal_reason, appealed_at=case.appealed_at,
         )

@@ -2,8 +2,8 @@
 
 Contract (schemas/case/*.avsc): aggregate ``case``,
 aggregate id = case id, source ``case``, topic ``outbox.event.case``. Versions written:
-CaseOpened v3, CaseSubmitted v1, CaseClosed v1, CaseReturned v1 (pinned here, not
-"newest", so a later schema version cannot change what this code writes unnoticed).
+:data:`EVENT_VERSIONS` (pinned here, not "newest", so a later schema version cannot change
+what this code writes unnoticed).
 correlation_id = the case id for events caused by an HTTP command; for events caused by
 a saga request it is the request's correlation id, and causation_id is its event id.
 """
@@ -16,11 +16,19 @@ from typing import Any
 from casestream.events import Envelope, new_event
 
 from services.case.domain.events import (
+    AppealSubmitted,
+    CaseAssigned,
     CaseClosed,
+    CaseEscalated,
     CaseEvent,
     CaseOpened,
     CaseReturned,
     CaseSubmitted,
+    CaseWithdrawn,
+    EvidenceOverdue,
+    EvidenceRequested,
+    EvidenceSubmitted,
+    ReviewStarted,
 )
 
 AGGREGATE_TYPE = "case"
@@ -30,6 +38,14 @@ EVENT_VERSIONS: dict[str, int] = {
     "CaseSubmitted": 1,
     "CaseClosed": 1,
     "CaseReturned": 1,
+    "CaseAssigned": 1,
+    "EvidenceRequested": 2,
+    "EvidenceSubmitted": 1,
+    "ReviewStarted": 1,
+    "CaseWithdrawn": 1,
+    "AppealSubmitted": 1,
+    "EvidenceOverdue": 1,
+    "CaseEscalated": 1,
 }
 
 
@@ -48,8 +64,10 @@ class Causation:
     traceparent: str | None = None
 
 
-def payload_of(event: CaseEvent) -> tuple[str, dict[str, Any]]:
+def payload_of(event: CaseEvent, reporter_email: str = "") -> tuple[str, dict[str, Any]]:
     """Return ``(event_type, payload)`` for a domain event, per the contract schemas.
+
+    ``reporter_email`` fills AppealSubmitted (the party a correction notice goes to).
 
     Raises:
         TypeError: for an event type this mapping does not know (a programming error).
@@ -70,14 +88,35 @@ def payload_of(event: CaseEvent) -> tuple[str, dict[str, Any]]:
             return "CaseClosed", {"outcome": outcome.value, "penalty_cents": penalty}
         case CaseReturned(reason=reason):
             return "CaseReturned", {"reason": reason}
+        case CaseAssigned(officer_id=officer, previous_officer_id=previous):
+            return "CaseAssigned", {"officer_id": officer, "previous_officer_id": previous}
+        case EvidenceRequested(request_id=rid, description=text, due_at=due):
+            return "EvidenceRequested", {"request_id": rid, "due_at": due, "description": text}
+        case EvidenceSubmitted():
+            return "EvidenceSubmitted", {
+                "request_id": event.request_id, "evidence_id": event.evidence_id,
+                "name": event.name, "media_type": event.media_type,
+                "size_bytes": event.size_bytes, "sha256": event.sha256}
+        case ReviewStarted(officer_id=officer):
+            return "ReviewStarted", {"officer_id": officer}
+        case CaseWithdrawn(reason=reason):
+            return "CaseWithdrawn", {"reason": reason}
+        case EvidenceOverdue(request_id=rid, due_at=due, escalate_at=escalate):
+            return "EvidenceOverdue", {"request_id": rid, "due_at": due, "escalate_at": escalate}
+        case CaseEscalated(reason=reason):
+            return "CaseEscalated", {"reason": reason}
+        case AppealSubmitted(reason=reason, outcome=outcome, penalty_cents=penalty):
+            return "AppealSubmitted", {"reason": reason, "outcome": outcome.value,
+                                       "penalty_cents": penalty, "reporter_email": reporter_email}
     raise TypeError(f"no integration event for {type(event).__name__}")
 
 
-def to_envelopes(events: list[CaseEvent], causation: Causation) -> list[Envelope]:
+def to_envelopes(events: list[CaseEvent], causation: Causation,
+                 reporter_email: str = "") -> list[Envelope]:
     """Map domain events (oldest first) to envelopes ready for the outbox, same order."""
     envelopes = []
     for event in events:
-        event_type, payload = payload_of(event)
+        event_type, payload = payload_of(event, reporter_email)
         envelopes.append(new_event(
             event_type=event_type,
             event_version=EVENT_VERSIONS[event_type],

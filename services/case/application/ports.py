@@ -16,6 +16,7 @@ from typing import Protocol
 
 from casestream.events import Envelope
 
+from services.case.application.commands import CaseQuery, EvidenceView
 from services.case.application.idempotency import IdempotencyRecord, IdempotencyScope
 from services.case.domain.case import Case
 
@@ -37,6 +38,33 @@ class CaseRepository(Protocol):
         Raises:
             casestream.errors.ConcurrencyError: the stored version differs.
         """
+        ...
+
+    def search(self, query: CaseQuery) -> list[Case]:
+        """Cases of ``query.tenant_id`` matching its filters, by ``(opened_at, id)``, at most
+        ``query.limit``, strictly after ``query.after``."""
+        ...
+
+
+    def evidence_deadlines_due(self, now: datetime, limit: int) -> list[tuple[str, str]]:
+        """``(tenant_id, case_id)`` of cases awaiting evidence whose due date (no reminder
+        yet) or escalation time (reminded) passed at ``now``; at most ``limit``."""
+        ...
+
+
+class EvidenceStore(Protocol):
+    """Evidence items (metadata and content) of cases, tenant-scoped."""
+
+    def add(self, item: EvidenceView, content: bytes) -> None:
+        """Store an item with its content (in the unit of work's transaction)."""
+        ...
+
+    def list(self, tenant_id: str, case_id: str) -> list[EvidenceView]:
+        """The case's items, oldest first (metadata only)."""
+        ...
+
+    def content(self, tenant_id: str, case_id: str, evidence_id: str) -> bytes | None:
+        """The item's content, or None if the case has no such item."""
         ...
 
 
@@ -76,6 +104,9 @@ class UnitOfWork(Protocol):
 
     @property
     def idempotency(self) -> IdempotencyStore: ...
+
+    @property
+    def evidence(self) -> EvidenceStore: ...
 
     @property
     def outbox(self) -> EventOutbox: ...

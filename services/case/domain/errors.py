@@ -7,6 +7,7 @@ the HTTP adapter maps each leaf to one problem ``code`` and status at one bounda
     ├── CaseValidationError      a value breaks a domain rule (field + message)     -> 400
     ├── CaseNotFound             no such case for this tenant                      -> 404
     ├── InvalidTransition        the case's status does not allow the action       -> 409
+    ├── EvidenceNotFound         no such evidence item on this case                -> 404
     └── (application layer, services.case.application.errors)
         ├── IdempotencyConflict  same key, different request                        -> 409
         ├── RequestInFlight      same key, first request not finished                -> 409
@@ -47,16 +48,29 @@ class CaseNotFound(CaseServiceError):
 
 
 class InvalidTransition(CaseServiceError):
-    """The case's current status does not allow the requested action.
+    """The case's current status (or history) does not allow the requested action.
 
     Attributes:
         case_id: the case concerned.
         status: its current status (a ``CaseStatus`` value).
         action: the attempted action, e.g. ``submit``.
+        rule: the rule that refuses it (``services.case.domain.workflow``), e.g.
+            ``withdraw-before-decision: allowed from awaiting_evidence, open, under_review``.
     """
 
-    def __init__(self, case_id: str, status: str, action: str):
-        super().__init__(f"case {case_id} is {status}; cannot {action}")
+    def __init__(self, case_id: str, status: str, action: str, rule: str = ""):
+        text = f"case {case_id} is {status}; cannot {action}"
+        super().__init__(f"{text} (rule {rule})" if rule else text)
         self.case_id = case_id
         self.status = status
         self.action = action
+        self.rule = rule
+
+
+class EvidenceNotFound(CaseServiceError):
+    """No evidence item with this id belongs to the case."""
+
+    def __init__(self, case_id: str, evidence_id: str):
+        super().__init__(f"evidence {evidence_id} not found on case {case_id}")
+        self.case_id = case_id
+        self.evidence_id = evidence_id

@@ -24,21 +24,33 @@ AVRO_INT_MAX = 2**31 - 1
 EMAIL_MAX = 254
 REASON_MAX = 1000
 NOTE_MAX = 1000
+OFFICER_MAX = 128
+DESCRIPTION_MAX = 1000
+EVIDENCE_NAME_MAX = 200
+MEDIA_TYPE_MAX = 127
 _EMAIL = re.compile(r"^[^@\s]+@[^@\s]+\.[^@\s]+$")
 
 
 class CaseStatus(StrEnum):
-    """Lifecycle: OPEN -> SUBMITTED -> CLOSED | RETURNED. CLOSED and RETURNED are final."""
+    """Lifecycle (``services.case.domain.workflow`` draws every transition): OPEN ->
+    [AWAITING_EVIDENCE | UNDER_REVIEW] -> SUBMITTED -> CLOSED | RETURNED; an appeal moves
+    CLOSED -> APPEALED -> CLOSED; WITHDRAWN ends a case before its decision; overdue evidence
+    escalates AWAITING_EVIDENCE -> MANUAL_REVIEW."""
 
     OPEN = "open"
+    AWAITING_EVIDENCE = "awaiting_evidence"
+    UNDER_REVIEW = "under_review"
     SUBMITTED = "submitted"
     CLOSED = "closed"
     RETURNED = "returned"
+    WITHDRAWN = "withdrawn"
+    APPEALED = "appealed"
+    MANUAL_REVIEW = "manual_review"
 
     @property
     def is_final(self) -> bool:
-        """True for CLOSED and RETURNED."""
-        return self in (CaseStatus.CLOSED, CaseStatus.RETURNED)
+        """True for CLOSED, RETURNED and WITHDRAWN (a closed case may still be appealed once)."""
+        return self in (CaseStatus.CLOSED, CaseStatus.RETURNED, CaseStatus.WITHDRAWN)
 
 
 class Priority(StrEnum):
@@ -102,6 +114,15 @@ def priority_of(value: str | Priority) -> Priority:
 def check_reason(value: str) -> str:
     """Return a return-reason trimmed and non-empty, at most 1000 characters."""
     return _text("reason", value, REASON_MAX)
+
+
+def check_text(field: str, value: str, max_len: int) -> str:
+    """Return ``value`` trimmed, non-empty and at most ``max_len`` characters.
+
+    Raises:
+        CaseValidationError: naming ``field`` otherwise.
+    """
+    return _text(field, value, max_len)
 
 
 def check_note(value: str | None) -> str | None:

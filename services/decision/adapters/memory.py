@@ -23,10 +23,11 @@ class MemoryDecisionStore:
         self.decisions[decision.case_id] = decision
         return True
 
-    def readdress(self, case_id: str, *, saga_id: str, expected_version: int) -> None:
+    def readdress(self, case_id: str, *, saga_id: str, expected_version: int,
+                  step: int = 1) -> None:
         current = self.decisions.get(case_id)
         if current is None or current.version != expected_version:
             raise ConcurrencyError("decision", case_id, expected_version,
                                    None if current is None else current.version)
-        self.decisions[case_id] = replace(current, saga_id=saga_id, version=current.version + 1)
+        self.decisions[case_id] = replace(current, saga_id=saga_id, version=current.version + step)
 

@@ -6,7 +6,8 @@
 - A later *different* request for the same case (a retry by the saga, or a new saga after
   the case was returned and submitted again): the rules are not run again; the stored
   decision is re-addressed to the asking saga and the same verdict is emitted again with
-  the next aggregate version. A redelivery of the *same* request never reaches here (inbox).
+  the next aggregate versions. A violation is announced as ``ViolationDetermined`` then
+  ``PenaltyProposed`` (amount and reason), one version each. A redelivery of the *same* request never reaches here (inbox).
 
 Reply envelope: correlation id and tenant of the request, causation id = the request's
 event id, traceparent propagated, actor ``decision-engine``.
@@ -66,22 +67,29 @@ class Decider:
                                 saga_id=saga_id, verdict=decide(facts),
                                 rules_version=RULES_VERSION, decided_at=self.clock(),
                                 request_event_id=request.event_id, version=1)
+            decision = replace(decision, version=decision.events_per_announcement)
             if store.insert(decision):
-                sink.append([self._reply(decision, request)])
+                sink.append(self._replies(decision, request))
                 return decision
             existing = store.get(facts.case_id)
             assert existing is not None  # insert refused only because a decision exists
-        store.readdress(facts.case_id, saga_id=saga_id, expected_version=existing.version)
-        decision = replace(existing, saga_id=saga_id, version=existing.version + 1)
+        step = existing.events_per_announcement
+        store.readdress(facts.case_id, saga_id=saga_id, expected_version=existing.version,
+                        step=step)
+        decision = replace(existing, saga_id=saga_id, version=existing.version + step)
         log.info("case %s already decided (%s); re-announced to saga %s as version %d",
                  decision.case_id, decision.verdict.outcome.value, saga_id, decision.version)
-        sink.append([self._reply(decision, request)])
+        sink.append(self._replies(decision, request))
         return decision
 
-    def _reply(self, decision: Decision, request: Envelope) -> Envelope:
-        return new_event(event_type=decision.reply_event_type, aggregate_type=AGGREGATE_TYPE,
-                         aggregate_id=decision.case_id, aggregate_version=decision.version,
-                         payload=decision.reply_payload(), tenant_id=request.tenant_id,
-                         source=SOURCE, actor_id=ACTOR, correlation_id=request.correlation_id,
-                         causation_id=request.event_id, traceparent=request.traceparent,
-                         occurred_at=self.clock())
+    def _replies(self, decision: Decision, request: Envelope) -> list[Envelope]:
+        """The announcement's events, versions ending at ``decision.version``."""
+        replies = decision.replies()
+        first = decision.version - len(replies) + 1
+        return [new_event(event_type=event_type, aggregate_type=AGGREGATE_TYPE,
+                          aggregate_id=decision.case_id, aggregate_version=first + i,
+                          payload=payload, tenant_id=request.tenant_id,
+                          source=SOURCE, actor_id=ACTOR, correlation_id=request.correlation_id,
+                          causation_id=request.event_id, traceparent=request.traceparent,
+                          occurred_at=self.clock())
+                for i, (event_type, payload) in enumerate(replies)]

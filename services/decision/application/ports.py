@@ -20,8 +20,10 @@ class DecisionStore(Protocol):
         """Store a first decision; False (nothing stored) if the case already has one."""
         ...
 
-    def readdress(self, case_id: str, *, saga_id: str, expected_version: int) -> None:
-        """Point the decision at ``saga_id`` and bump its version to ``expected_version + 1``.
+    def readdress(self, case_id: str, *, saga_id: str, expected_version: int,
+                  step: int = 1) -> None:
+        """Point the decision at ``saga_id`` and bump its version to
+        ``expected_version + step`` (one version per event re-announced).
 
         Raises:
             casestream.errors.ConcurrencyError: the stored version is not ``expected_version``.

@@ -1,4 +1,9 @@
-"""The stored decision of a case (one per case) and the reply event it answers with."""
+"""The stored decision of a case (one per case) and the reply events it answers with.
+
+A violation answers with two facts, in this order: ``ViolationDetermined`` (the saga's
+reply) and ``PenaltyProposed`` (the amount and the reason the rules give for it); the other
+outcomes with one. Each announcement takes one aggregate version per event.
+"""
 
 from __future__ import annotations
 
@@ -44,6 +49,22 @@ class Decision:
     def reply_event_type(self) -> str:
         """``ViolationDetermined`` | ``NoViolationFound`` | ``DecisionFailed``."""
         return REPLY_EVENT[self.verdict.outcome]
+
+    @property
+    def events_per_announcement(self) -> int:
+        """How many events one announcement of this decision emits (2 for a violation)."""
+        return len(self.replies())
+
+    def replies(self) -> list[tuple[str, dict[str, Any]]]:
+        """``(event_type, payload)`` of every event of one announcement, in order."""
+        out = [(self.reply_event_type, self.reply_payload())]
+        if self.verdict.outcome is Outcome.VIOLATION:
+            out.append(("PenaltyProposed", {
+                "case_id": self.case_id, "saga_id": self.saga_id,
+                "penalty_cents": self.verdict.penalty_cents,
+                "violation_code": self.verdict.violation_code,
+                "reason": self.verdict.penalty_reason or "", "rules_version": self.rules_version}))
+        return out
 
     def reply_payload(self) -> dict[str, Any]:
         """The reply's payload, addressed to :attr:`saga_id`."""

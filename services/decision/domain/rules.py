@@ -14,7 +14,8 @@ Rules, applied in this order to a case's facts (severity 1..5, evidence_count >=
    ``violation_code = "REG-<severity>"`` and
    ``penalty_cents = severity * 50_000 * max(1, evidence_count)``
    (EUR 500.00 per severity point and piece of evidence; the ``max`` keeps the formula total
-   for callers that price a case without evidence).
+   for callers that price a case without evidence); the penalty is proposed with its reason
+   (:func:`penalty_reason`: the formula with the case's numbers).
 4. Otherwise **no violation**.
 """
 
@@ -77,17 +78,27 @@ class Verdict:
         violation_code: ``"REG-<severity>"`` for a violation, else None.
         penalty_cents: the penalty in cents for a violation, else None.
         reason: why the decision failed (FAILED only), else None.
+        penalty_reason: how the penalty was computed (VIOLATION only), else None.
     """
 
     outcome: Outcome
     violation_code: str | None = None
     penalty_cents: int | None = None
     reason: str | None = None
+    penalty_reason: str | None = None
 
 
 def penalty_cents(severity: int, evidence_count: int) -> int:
     """``severity * 50_000 * max(1, evidence_count)`` cents (rule 3)."""
     return severity * PENALTY_PER_POINT_CENTS * max(1, evidence_count)
+
+
+def penalty_reason(severity: int, evidence_count: int) -> str:
+    """Why the penalty is what it is, e.g. ``severity 4 x 2 evidence item(s) x EUR 500.00
+    (rules 2025-01, rule 3)``."""
+    return (f"severity {severity} x {max(1, evidence_count)} evidence item(s) x EUR "
+            f"{PENALTY_PER_POINT_CENTS // 100:,}.{PENALTY_PER_POINT_CENTS % 100:02d} "
+            f"(rules {RULES_VERSION}, rule 3)")
 
 
 def decide(facts: CaseFacts) -> Verdict:
@@ -105,5 +116,6 @@ def decide(facts: CaseFacts) -> Verdict:
                        reason=FAILURE_PREFIX + f"evidence count {facts.evidence_count} is negative")
     if facts.severity >= MIN_VIOLATION_SEVERITY and facts.evidence_count >= MIN_VIOLATION_EVIDENCE:
         return Verdict(outcome=Outcome.VIOLATION, violation_code=f"REG-{facts.severity}",
-                       penalty_cents=penalty_cents(facts.severity, facts.evidence_count))
+                       penalty_cents=penalty_cents(facts.severity, facts.evidence_count),
+                       penalty_reason=penalty_reason(facts.severity, facts.evidence_count))
     return Verdict(outcome=Outcome.NO_VIOLATION)

@@ -1,4 +1,4 @@
-"""PostgreSQL notice store (table ``notice`` of ``migrations/001_notices.sql``), psycopg 3.
+"""PostgreSQL notice store (table ``notice`` of ``migrations/*.sql``), psycopg 3.
 
 Works on the caller's connection inside the caller's transaction (never commits).
 :meth:`PgNoticeStore.insert` also issues ``NOTIFY notification_pending`` (delivered at
@@ -17,20 +17,20 @@ WAKE_CHANNEL = "notification_pending"
 
 _COLUMNS = ("case_id, saga_id, tenant_id, correlation_id, request_event_id, traceparent, "
             "recipient_email, penalty_cents, violation_code, message_id, status, attempts, "
-            "next_attempt_at, last_error, version, created_at")
+            "next_attempt_at, last_error, version, created_at, document_sha256")
 
 
 def notice_from_row(row: tuple[Any, ...]) -> Notice:
     """A :class:`Notice` from a row of ``SELECT {_COLUMNS}``."""
     (case_id, saga_id, tenant_id, correlation_id, request_event_id, traceparent, recipient,
      penalty, code, message_id, status, attempts, next_attempt_at, last_error, version,
-     created_at) = row
+     created_at, document_sha256) = row
     return Notice(case_id=case_id, saga_id=saga_id, tenant_id=tenant_id,
                   correlation_id=correlation_id, request_event_id=request_event_id,
                   traceparent=traceparent, recipient_email=recipient, penalty_cents=penalty,
                   violation_code=code, message_id=message_id, status=NoticeStatus(status),
                   attempts=attempts, next_attempt_at=next_attempt_at, last_error=last_error,
-                  version=version, created_at=created_at)
+                  version=version, created_at=created_at, document_sha256=document_sha256)
 
 
 class PgNoticeStore:
@@ -47,13 +47,13 @@ class PgNoticeStore:
     def insert(self, notice: Notice) -> bool:
         row = self.conn.execute(
             f"""INSERT INTO notice ({_COLUMNS})
-                VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)
+                VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)
                 ON CONFLICT DO NOTHING RETURNING 1""",
             (notice.case_id, notice.saga_id, notice.tenant_id, notice.correlation_id,
              notice.request_event_id, notice.traceparent, notice.recipient_email,
              notice.penalty_cents, notice.violation_code, notice.message_id,
              notice.status.value, notice.attempts, notice.next_attempt_at, notice.last_error,
-             notice.version, notice.created_at),
+             notice.version, notice.created_at, notice.document_sha256),
         ).fetchone()
         if row is None:
             return False
@@ -73,13 +73,13 @@ class PgNoticeStore:
             """UPDATE notice SET saga_id = %s, request_event_id = %s, correlation_id = %s,
                                  traceparent = %s, status = %s, attempts = %s,
                                  next_attempt_at = %s, last_error = %s, version = %s,
-                                 updated_at = now(),
+                                 document_sha256 = %s, updated_at = now(),
                                  sent_at = CASE WHEN %s = 'sent' THEN coalesce(sent_at, now())
                                                 ELSE sent_at END
                WHERE case_id = %s""",
             (notice.saga_id, notice.request_event_id, notice.correlation_id, notice.traceparent,
              notice.status.value, notice.attempts, notice.next_attempt_at, notice.last_error,
-             notice.version, notice.status.value, notice.case_id))
+             notice.version, notice.document_sha256, notice.status.value, notice.case_id))
 
 
 class PgNoticeQueries:

@@ -10,10 +10,13 @@ from services.notification.domain.notice import Notice, NoticeStatus
 AGGREGATE_TYPE = "notice"
 SOURCE = "notification"
 ACTOR = "notification-sender"
+EVENT_VERSIONS = {"NoticeIssued": 2, "NoticeFailed": 1}
+"""Versions written (pinned: a newer schema version cannot change what this code writes)."""
 
 
 def reply_for(notice: Notice, *, reason: str | None, now: datetime) -> Envelope:
-    """``NoticeIssued`` (SENT) or ``NoticeFailed`` (FAILED) for ``notice`` at its ``version``.
+    """``NoticeIssued`` v2 (SENT, with the attached document's SHA-256) or ``NoticeFailed``
+    (FAILED) for ``notice`` at its ``version``.
 
     Raises:
         ValueError: the notice is still PENDING.
@@ -21,14 +24,16 @@ def reply_for(notice: Notice, *, reason: str | None, now: datetime) -> Envelope:
     if notice.status is NoticeStatus.SENT:
         event_type = "NoticeIssued"
         payload = {"case_id": notice.case_id, "saga_id": notice.saga_id,
-                   "recipient_email": notice.recipient_email, "message_id": notice.message_id}
+                   "recipient_email": notice.recipient_email, "message_id": notice.message_id,
+                   "document_sha256": notice.document_sha256 or ""}
     elif notice.status is NoticeStatus.FAILED:
         event_type = "NoticeFailed"
         payload = {"case_id": notice.case_id, "saga_id": notice.saga_id,
                    "reason": reason or notice.last_error or "notice failed"}
     else:
         raise ValueError(f"notice of case {notice.case_id} is still pending")
-    return new_event(event_type=event_type, aggregate_type=AGGREGATE_TYPE,
+    return new_event(event_type=event_type, event_version=EVENT_VERSIONS[event_type],
+                     aggregate_type=AGGREGATE_TYPE,
                      aggregate_id=notice.case_id, aggregate_version=notice.version,
                      payload=payload, tenant_id=notice.tenant_id, source=SOURCE, actor_id=ACTOR,
                      correlation_id=notice.correlation_id, causation_id=notice.request_event_id,

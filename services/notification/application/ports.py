@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import datetime
 from email.message import EmailMessage
 from typing import Protocol
@@ -37,6 +37,10 @@ class NoticeStore(Protocol):
     def save(self, notice: Notice) -> None:
         """Overwrite the stored notice (status, attempts, next attempt, error, saga, version)."""
         ...
+
+
+NoticeDocument = Callable[[Notice], bytes]
+"""Renders a notice's document (PDF bytes), deterministically (same notice, same bytes)."""
 
 
 class Mailer(Protocol):

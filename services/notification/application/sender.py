@@ -5,7 +5,8 @@ One call = one unit of work (the caller's transaction):
 1. claim the oldest due PENDING notice (``FOR UPDATE SKIP LOCKED``: several senders never
    send the same notice concurrently);
 2. if its recipient is undeliverable (``@fail.invalid``) it FAILS at once, no SMTP;
-3. otherwise the mail (deterministic Message-ID) is sent over SMTP *while the row is locked*;
+3. otherwise the notice document (PDF, deterministic) is rendered and the mail (deterministic
+   Message-ID, the PDF attached) is sent over SMTP *while the row is locked*;
 4. success: SENT + ``NoticeIssued`` appended to the outbox; transient failure: attempts+1
    and ``next_attempt_at`` by the :class:`~casestream.retry.RetryPolicy`, or FAILED + ``NoticeFailed`` once the
    attempts are used up; permanent failure (5yz): FAILED + ``NoticeFailed`` at once;
@@ -29,6 +30,7 @@ Exactly one SMTP notice per case — what holds and what does not:
 
 from __future__ import annotations
 
+import hashlib
 import logging
 from collections.abc import Callable
 from dataclasses import replace
@@ -37,7 +39,7 @@ from datetime import datetime, timedelta
 from casestream.retry import RetryPolicy
 
 from services.notification.application.events import reply_for
-from services.notification.application.ports import EventSink, Mailer, NoticeStore
+from services.notification.application.ports import EventSink, Mailer, NoticeDocument, NoticeStore
 from services.notification.domain.errors import MailError
 from services.notification.domain.notice import (
     Notice,
@@ -56,11 +58,15 @@ class NoticeSender:
         policy: backoff of transient SMTP failures; ``max_attempts`` bounds the SMTP attempts
             of a notice (a notice records no first-failure time: ``max_elapsed_s`` is unused).
         clock: returns the current time (timezone-aware UTC).
+        render: renders the notice document attached to the mail (PDF bytes); None sends
+            the text alone. Its SHA-256 goes into ``NoticeIssued.document_sha256``.
     """
 
-    def __init__(self, *, policy: RetryPolicy, clock: Callable[[], datetime]):
+    def __init__(self, *, policy: RetryPolicy, clock: Callable[[], datetime],
+                 render: NoticeDocument | None = None):
         self.policy = policy
         self.clock = clock
+        self.render = render
 
     def send_next(self, store: NoticeStore, mailer: Mailer, sink: EventSink) -> Notice | None:
         """Claim, send and record one due notice; None if none is due.
@@ -76,8 +82,9 @@ class NoticeSender:
         reason = undeliverable_reason(notice.recipient_email)
         if reason is not None:
             return self._fail(store, sink, notice, reason=reason, now=now)
+        document = self.render(notice) if self.render is not None else None
         try:
-            mailer.send(compose(notice, date=now))
+            mailer.send(compose(notice, date=now, document=document))
         except MailError as e:
             attempts = notice.attempts + 1
             error = str(e)[:500]
@@ -96,7 +103,8 @@ class NoticeSender:
             store.save(pending)
             return pending
         sent = replace(notice, status=NoticeStatus.SENT, attempts=notice.attempts + 1,
-                       last_error=None, version=notice.version + 1)
+                       last_error=None, version=notice.version + 1,
+                       document_sha256=hashlib.sha256(document).hexdigest() if document else None)
         store.save(sent)
         sink.append([reply_for(sent, reason=None, now=now)])
         log.info("notice of case %s sent to %s as %s", sent.case_id, sent.recipient_email,

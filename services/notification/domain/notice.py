@@ -50,6 +50,7 @@ class Notice:
         last_error: the last SMTP error, if any.
         version: aggregate version of the last event emitted for this notice (0 = none).
         created_at: when the request was recorded.
+        document_sha256: SHA-256 (hex) of the PDF attached when it was sent, if any.
     """
 
     case_id: str
@@ -68,6 +69,7 @@ class Notice:
     last_error: str | None = None
     traceparent: str | None = None
     version: int = 0
+    document_sha256: str | None = None
 
 
 def message_id_for(case_id: str) -> str:
@@ -84,11 +86,24 @@ def undeliverable_reason(recipient_email: str) -> str | None:
     return None
 
 
-def compose(notice: Notice, *, date: datetime) -> EmailMessage:
-    """The notice mail: plain text, deterministic Message-ID, case headers.
+def penalty_text(penalty_cents: int) -> str:
+    """``EUR 1,250.00 (125000 cents)``."""
+    euros, cents = divmod(penalty_cents, 100)
+    return f"EUR {euros:,}.{cents:02d} ({penalty_cents} cents)"
+
+
+def document_name(notice: Notice) -> str:
+    """File name of the notice's PDF attachment: ``notice-<case id>.pdf``."""
+    return f"notice-{notice.case_id}.pdf"
+
+
+def compose(notice: Notice, *, date: datetime, document: bytes | None = None) -> EmailMessage:
+    """The notice mail: plain text, deterministic Message-ID, case headers, and the notice
+    document attached as ``application/pdf`` when given.
 
     Args:
         date: the Date header (the time of the attempt, timezone-aware).
+        document: the PDF (bytes) to attach, named :func:`document_name`.
     """
     msg = EmailMessage()
     msg["From"] = SENDER
@@ -98,10 +113,12 @@ def compose(notice: Notice, *, date: datetime) -> EmailMessage:
     msg["Date"] = format_datetime(date)
     msg["X-Casestream-Case-Id"] = notice.case_id
     msg["X-Casestream-Saga-Id"] = notice.saga_id
-    euros, cents = divmod(notice.penalty_cents, 100)
     msg.set_content(
         f"Case {notice.case_id} was found in violation of {notice.violation_code}.\n"
-        f"Penalty: EUR {euros:,}.{cents:02d} ({notice.penalty_cents} cents).\n"
+        f"Penalty: {penalty_text(notice.penalty_cents)}.\n"
         "This notice is sent once; its Message-ID identifies it.\n"
     )
+    if document is not None:
+        msg.add_attachment(document, maintype="application", subtype="pdf",
+                           filename=document_name(notice))
     return msg

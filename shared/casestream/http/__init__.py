@@ -69,6 +69,7 @@ if TYPE_CHECKING:
         openapi_document,
         openapi_route,
         problem_answer,
+        query_parameters,
     )
     from casestream.http.pgdeadline import DeadlinePool
 
@@ -80,7 +81,7 @@ _LAZY = {"edge_app": "casestream.http.app", "guarded": "casestream.http.app",
              "json_body", "query_model", "text", "validate")},
          **{name: "casestream.http.openapi" for name in (
              "PROBLEM_SCHEMA", "RATE_LIMITED_SCHEMA", "RETRY_AFTER", "Operation", "json_answer",
-             "openapi_document", "openapi_route", "problem_answer")}}
+             "openapi_document", "openapi_route", "problem_answer", "query_parameters")}}
 
 __all__ = [
     "AuthAnswer", "DeadlinePool", "answer_for", "edge_app", "guarded",
@@ -94,7 +95,7 @@ __all__ = [
     "BLANK", "TEXT_PATTERN", "Identifier", "Limit", "body_model", "field_message", "json_body",
     "query_model", "text", "validate",
     "PROBLEM_SCHEMA", "RATE_LIMITED_SCHEMA", "RETRY_AFTER", "Operation", "json_answer",
-    "openapi_document", "openapi_route", "problem_answer",
+    "openapi_document", "openapi_route", "problem_answer", "query_parameters",
 ]
 
 

@@ -7,6 +7,8 @@ Routes (bearer token required except for the OpenAPI document):
     POST /cases/{id}/submit      role officer: submit; Idempotency-Key required;
                                  optional If-Match -> 412
     GET  /openapi.json           the OpenAPI 3.1 document (public)
+    and the regulator's workflow (search, assignment, evidence, review, withdrawal, appeal):
+    ``workflow.py``
 
 The tenant is the token's ``tenant`` claim, the actor its ``sub``, the idempotency client
 its ``client_id``; another tenant's case is 404 on every route (existence never leaks).
@@ -38,9 +40,14 @@ from starlette.routing import Route
 from casestream.auth import ROLE_OFFICER, ROLE_SUPERVISOR, Principal
 from casestream.http import EdgePolicy, edge_app, principal_of
 from services.case.adapters.http import requests as rq
+from services.case.adapters.http.common import case_id_of as _case_id
+from services.case.adapters.http.common import case_json, etag
+from services.case.adapters.http.common import principal_with as _principal
+from services.case.adapters.http.common import validate_body as _validate
 from services.case.adapters.http.counters import CaseApiCounters
 from services.case.adapters.http.models import OpenCaseBody, SubmitCaseBody, field_errors
 from services.case.adapters.http.openapi import REPLAYED, openapi_document
+from services.case.adapters.http.workflow import WorkflowRoutes
 from services.case.adapters.http.problems import INTERNAL_ERROR, Problem, problem_for
 from services.case.application.commands import CaseView, OpenCase, SubmitCase
 from services.case.application.idempotency import (
@@ -60,42 +67,11 @@ REPLAYED_HEADER = REPLAYED
 Endpoint = Callable[[Request], Awaitable[Response]]
 
 
-def case_json(view: CaseView) -> dict[str, Any]:
-    """The JSON representation of a case (timestamps as ISO-8601 UTC strings)."""
-    out: dict[str, Any] = {}
-    for f in dataclasses.fields(view):
-        value = getattr(view, f.name)
-        out[f.name] = value.isoformat() if isinstance(value, datetime) else value
-    return out
-
-
-def etag(version: int) -> str:
-    """The ETag of a case representation: its aggregate version, quoted."""
-    return f'"{version}"'
-
-
 def _send(stored: StoredResponse, replayed: bool) -> JSONResponse:
     headers = dict(stored.headers)
     if replayed:
         headers[REPLAYED_HEADER] = "true"
     return JSONResponse(dict(stored.body), status_code=stored.status, headers=headers)
-
-
-def _case_id(request: Request) -> str:
-    raw = request.path_params["case_id"]
-    try:
-        return str(uuid.UUID(raw))
-    except ValueError:
-        raise Problem(status=404, code="case_not_found", detail=f"case {raw} not found") from None
-
-
-def _validate(model: type[Any], data: dict[str, Any]) -> Any:
-    try:
-        return model.model_validate(data)
-    except ValidationError as e:
-        errors = field_errors(e)
-        detail = "; ".join(f"{err.field}: {err.message}" for err in errors)
-        raise Problem(status=400, code="validation_error", detail=detail, errors=errors) from None
 
 
 def _boundary(fn: Endpoint, counters: CaseApiCounters) -> Endpoint:
@@ -120,13 +96,6 @@ def _boundary(fn: Endpoint, counters: CaseApiCounters) -> Endpoint:
             return problem.response(request.url.path)
 
     return wrapper
-
-
-def _principal(request: Request, *roles: str) -> Principal:
-    """The caller, if it holds one of ``roles`` (raises InvalidToken / AccessDenied)."""
-    principal = principal_of(request)
-    principal.require(*roles)
-    return principal
 
 
 class CaseRoutes:
@@ -178,21 +147,26 @@ class CaseRoutes:
         view = await run_in_threadpool(self._service.get_case, who.tenant_id, case_id)
         return JSONResponse(case_json(view), headers={"ETag": etag(view.version)})
 
+    async def expected_version(self, request: Request, tenant_id: str,
+                               case_id: str) -> int | None:
+        """The version ``If-Match`` requires (None: no precondition; see ``requests.IfMatch``)."""
+        if_match = rq.if_match_of(request)
+        if if_match is None:
+            return None
+        current = None
+        if if_match.needs_current:
+            view = await run_in_threadpool(self._service.get_case, tenant_id, case_id)
+            current = view.version
+        return if_match.expected_version(current)
+
     async def submit_case(self, request: Request) -> Response:
         who = _principal(request, ROLE_OFFICER)
         case_id = _case_id(request)
         key = rq.idempotency_key_of(request, required=True)
         assert key is not None
-        if_match = rq.if_match_of(request)
         data = await rq.read_json_object(request, required=False)
         body: SubmitCaseBody = _validate(SubmitCaseBody, data)
-        expected = None
-        if if_match is not None:
-            current = None
-            if if_match.needs_current:
-                view = await run_in_threadpool(self._service.get_case, who.tenant_id, case_id)
-                current = view.version
-            expected = if_match.expected_version(current)
+        expected = await self.expected_version(request, who.tenant_id, case_id)
         cmd = SubmitCase(tenant_id=who.tenant_id, actor_id=who.subject, case_id=case_id,
                          note=body.note, expected_version=expected,
                          traceparent=rq.traceparent_of(request))
@@ -200,6 +174,25 @@ class CaseRoutes:
         assert idem is not None
         stored, replayed = await run_in_threadpool(
             self._service.submit_case, cmd, idem, self._render(200))
+        return self._send(stored, replayed)
+
+    # the names the workflow routes use (``workflow.WorkflowRoutes``)
+    @property
+    def service(self) -> CaseService:
+        """The use cases."""
+        return self._service
+
+    def render(self, status: int) -> Callable[[CaseView], StoredResponse]:
+        """A renderer answering the case with ``status`` and its ETag."""
+        return self._render(status)
+
+    def idempotent(self, request: Request, principal: Principal, route: str, key: str | None,
+                   body: dict[str, Any]) -> IdempotentRequest | None:
+        """The idempotent request of ``key`` in ``route``'s scope (None without a key)."""
+        return self._idempotent(request, principal, route, key, body)
+
+    def send(self, stored: StoredResponse, replayed: bool) -> JSONResponse:
+        """Answer ``stored`` (``Idempotent-Replayed: true`` when replayed; counted)."""
         return self._send(stored, replayed)
 
 
@@ -217,8 +210,21 @@ def build_app(service: CaseService, *, edge: EdgePolicy) -> Starlette:
     """
     counters = CaseApiCounters()
     routes = CaseRoutes(service, counters=counters)
+    flow = WorkflowRoutes(routes)
+
+    def route(path: str, endpoint: Endpoint, method: str) -> Route:
+        return Route(path, _boundary(endpoint, counters), methods=[method])
+
     app = edge_app([
         Route("/cases", _boundary(routes.open_case, counters), methods=["POST"]),
+        route("/cases", flow.search, "GET"),
+        route("/cases/{case_id}/assignment", flow.assign, "POST"),
+        route("/cases/{case_id}/evidence-requests", flow.request_evidence, "POST"),
+        route("/cases/{case_id}/evidence", flow.submit_evidence, "POST"),
+        route("/cases/{case_id}/evidence", flow.list_evidence, "GET"),
+        route("/cases/{case_id}/review", flow.start_review, "POST"),
+        route("/cases/{case_id}/withdrawal", flow.withdraw, "POST"),
+        route("/cases/{case_id}/appeal", flow.appeal, "POST"),
         Route("/cases/{case_id}", _boundary(routes.get_case, counters), methods=["GET"]),
         Route("/cases/{case_id}/submit", _boundary(routes.submit_case, counters),
               methods=["POST"]),

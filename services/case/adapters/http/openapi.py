@@ -12,9 +12,24 @@ from __future__ import annotations
 from functools import cache
 from typing import Any
 
-from casestream.http import PROBLEM_SCHEMA, RATE_LIMITED_SCHEMA, RETRY_AFTER, problem_answer
+from casestream.http import (
+    PROBLEM_SCHEMA,
+    RATE_LIMITED_SCHEMA,
+    RETRY_AFTER,
+    problem_answer,
+    query_parameters,
+)
 from services.case.adapters.http.models import OpenCaseBody, SubmitCaseBody
 from services.case.adapters.http.requests import KEY_PATTERN
+from services.case.adapters.http.workflow import (
+    AssignBody,
+    CaseSearchQuery,
+    EmptyBody,
+    EvidenceBody,
+    EvidenceRequestBody,
+    ReasonBody,
+)
+from services.case.domain.values import CaseStatus
 
 REPLAYED = "Idempotent-Replayed"
 
@@ -29,7 +44,7 @@ CASE_SCHEMA: dict[str, Any] = {
     "properties": {
         "id": {"type": "string", "format": "uuid"},
         "tenant_id": {"type": "string"},
-        "status": {"type": "string", "enum": ["open", "submitted", "closed", "returned"]},
+        "status": {"type": "string", "enum": [s.value for s in CaseStatus]},
         "version": {"type": "integer", "minimum": 1},
         "title": {"type": "string"},
         "summary": {"type": "string"},
@@ -47,6 +62,31 @@ CASE_SCHEMA: dict[str, Any] = {
         "penalty_cents": {"type": ["integer", "null"], "minimum": 0},
         "return_reason": _NULL_STR,
         "resolved_at": {"type": ["string", "null"], "format": "date-time"},
+        "officer_id": _NULL_STR,
+        "evidence_status": {"type": "string", "enum": ["none", "requested", "overdue", "submitted"]},
+        "evidence_due_at": {"type": ["string", "null"], "format": "date-time"},
+        "evidence_description": _NULL_STR,
+        "review_started_at": {"type": ["string", "null"], "format": "date-time"},
+        "withdraw_reason": _NULL_STR,
+        "appeal_reason": _NULL_STR,
+        "appealed_at": {"type": ["string", "null"], "format": "date-time"},
+    },
+}
+
+EVIDENCE_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "required": ["id", "case_id", "name", "media_type", "size_bytes", "sha256", "submitted_by",
+                 "submitted_at"],
+    "properties": {
+        "id": {"type": "string", "format": "uuid"},
+        "case_id": {"type": "string", "format": "uuid"},
+        "request_id": {"type": ["string", "null"]},
+        "name": {"type": "string"},
+        "media_type": {"type": "string"},
+        "size_bytes": {"type": "integer", "minimum": 1},
+        "sha256": {"type": "string", "pattern": "^[0-9a-f]{64}$"},
+        "submitted_by": {"type": "string"},
+        "submitted_at": _TS,
     },
 }
 
@@ -109,7 +149,81 @@ def _key(required: bool) -> dict[str, Any]:
 _CASE_LINKS = {
     "GetCase": {"operationId": "getCase", "parameters": {"case_id": "$response.body#/id"}},
     "SubmitCase": {"operationId": "submitCase", "parameters": {"case_id": "$response.body#/id"}},
+    **{name: {"operationId": op, "parameters": {"case_id": "$response.body#/id"}}
+       for name, op in (("AssignOfficer", "assignOfficer"), ("RequestEvidence", "requestEvidence"),
+                        ("SubmitEvidence", "submitEvidence"), ("ListEvidence", "listEvidence"),
+                        ("StartReview", "startReview"), ("WithdrawCase", "withdrawCase"),
+                        ("AppealCase", "appealCase"))},
 }
+
+
+def _workflow_write(operation_id: str, summary: str, body: type[Any], *,
+                    body_required: bool = True) -> dict[str, Any]:
+    return {"post": {
+        "operationId": operation_id, "summary": summary,
+        "parameters": [_CASE_ID, _key(True), _IF_MATCH, _TRACEPARENT],
+        "requestBody": {"required": body_required, "content": {"application/json": {
+            "schema": {"$ref": f"#/components/schemas/{body.__name__}"}}}},
+        "responses": {
+            "200": _case("The case after the action (or the stored response, replayed)",
+                         replayable=True),
+            "400": _problem("Invalid input (field named in errors) or malformed JSON"),
+            "404": _problem("No such case for this tenant"),
+            "409": _problem("The case's status does not allow this action (invalid_transition, "
+                            "the rule named in detail and errors), Idempotency-Key conflict or "
+                            "in flight, or concurrent modification"),
+            "412": _problem("If-Match does not match the case version"),
+            "408": _problem("The body did not arrive within the read timeout"),
+            "413": _problem("Body too large"),
+            "415": _problem("Body is not JSON"), **_common()},
+    }}
+
+
+def workflow_paths() -> dict[str, Any]:
+    """The paths of the workflow routes (``workflow.py``)."""
+    return {
+        "/cases/{case_id}/assignment": _workflow_write(
+            "assignOfficer", "Assign an officer (role officer or supervisor); the same officer "
+                             "again changes nothing", AssignBody),
+        "/cases/{case_id}/evidence-requests": _workflow_write(
+            "requestEvidence", "Request evidence by a due date (role officer)",
+            EvidenceRequestBody),
+        "/cases/{case_id}/evidence": {**_workflow_write(
+            "submitEvidence", "Submit an evidence item (role officer)", EvidenceBody),
+            "get": {"operationId": "listEvidence",
+                    "summary": "The case's evidence items, metadata and SHA-256 (role officer "
+                               "or supervisor)",
+                    "parameters": [_CASE_ID],
+                    "responses": {"200": {"description": "The items, oldest first", "content": {
+                        "application/json": {"schema": {
+                            "type": "object", "required": ["items"], "properties": {"items": {
+                                "type": "array",
+                                "items": {"$ref": "#/components/schemas/Evidence"}}}}}}},
+                        "404": _problem("No such case for this tenant"), **_common()}}},
+        "/cases/{case_id}/review": _workflow_write(
+            "startReview", "Start reviewing an open case (role officer)", EmptyBody,
+            body_required=False),
+        "/cases/{case_id}/withdrawal": _workflow_write(
+            "withdrawCase", "Withdraw a case before its decision (role officer)", ReasonBody),
+        "/cases/{case_id}/appeal": _workflow_write(
+            "appealCase", "Appeal a closed violation within the appeal window (role officer)",
+            ReasonBody),
+    }
+
+
+def _search() -> dict[str, Any]:
+    return {"get": {
+        "operationId": "searchCases",
+        "summary": "Search the tenant's cases, oldest opened first (role officer or supervisor)",
+        "parameters": query_parameters(CaseSearchQuery),
+        "responses": {"200": {"description": "One page; next_after is null on the last", "content": {
+            "application/json": {"schema": {
+                "type": "object", "required": ["items", "next_after"], "properties": {
+                    "items": {"type": "array", "items": {"$ref": "#/components/schemas/Case"}},
+                    "next_after": {"type": ["string", "null"], "format": "uuid"}}}}}},
+            "400": _problem("Invalid query parameter (named in errors)"),
+            "404": _problem("after names no case of this tenant"), **_common()},
+    }}
 
 
 @cache
@@ -125,7 +239,7 @@ def openapi_document() -> dict[str, Any]:
                                 "sub. Data of other tenants is never visible (404)."},
         "security": [{"bearerAuth": []}],
         "paths": {
-            "/cases": {"post": {
+            "/cases": {**_search(), "post": {
                 "operationId": "openCase",
                 "summary": "Open a case (role officer)",
                 "parameters": [_key(False), _TRACEPARENT],
@@ -163,6 +277,7 @@ def openapi_document() -> dict[str, Any]:
                               "413": _problem("Body too large"),
                               "415": _problem("Body is not JSON"), **_common()},
             }},
+            **workflow_paths(),
         },
         "components": {
             "securitySchemes": {"bearerAuth": {"type": "http", "scheme": "bearer",
@@ -171,6 +286,9 @@ def openapi_document() -> dict[str, Any]:
                 "OpenCaseBody": OpenCaseBody.model_json_schema(),
                 "SubmitCaseBody": SubmitCaseBody.model_json_schema(),
                 "Case": CASE_SCHEMA,
+                "Evidence": EVIDENCE_SCHEMA,
+                **{m.__name__: m.model_json_schema() for m in (
+                    AssignBody, EvidenceRequestBody, EvidenceBody, ReasonBody, EmptyBody)},
                 "Problem": PROBLEM_SCHEMA,
                 "RateLimited": RATE_LIMITED_SCHEMA,
             },

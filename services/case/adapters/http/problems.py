@@ -26,7 +26,12 @@ from services.case.application.errors import (
     RequestInFlight,
     StorageUnavailable,
 )
-from services.case.domain.errors import CaseNotFound, CaseValidationError, InvalidTransition
+from services.case.domain.errors import (
+    CaseNotFound,
+    CaseValidationError,
+    EvidenceNotFound,
+    InvalidTransition,
+)
 
 PROBLEM_JSON = "application/problem+json"
 
@@ -40,6 +45,7 @@ TITLES: dict[str, str] = {
     "missing_header": "Required header missing",
     "missing_idempotency_key": "Idempotency-Key header required",
     "case_not_found": "Case not found",
+    "evidence_not_found": "Evidence item not found",
     "not_found": "Not found",
     "method_not_allowed": "Method not allowed",
     "invalid_transition": "Case state does not allow this action",
@@ -121,8 +127,11 @@ def problem_for(exc: Exception) -> Problem | None:
             return validation(f, m)
         case CaseNotFound():
             return Problem(status=404, code="case_not_found", detail=str(exc))
-        case InvalidTransition():
-            return Problem(status=409, code="invalid_transition", detail=str(exc))
+        case EvidenceNotFound():
+            return Problem(status=404, code="evidence_not_found", detail=str(exc))
+        case InvalidTransition(rule=rule):
+            return Problem(status=409, code="invalid_transition", detail=str(exc),
+                           errors=[FieldError(field="status", message=rule)] if rule else ())
         case IdempotencyConflict():
             return Problem(status=409, code="idempotency_conflict",
                            detail="this Idempotency-Key was already used for a different request")

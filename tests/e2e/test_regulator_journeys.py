@@ -1,0 +1,154 @@
+"""End-to-end: the regulator's journeys through the five services on the real Kafka,
+PostgreSQL, registry and SMTP sink (one suite start for every assertion).
+
+Each path of ``services.journeys`` (no violation, violation with a PDF notice, decision
+failure returned, withdrawal, appeal, evidence overdue -> reminder -> manual review): the case ends in its status and its audit timeline
+holds the path's events in order; each violating case sent exactly one notice to its party,
+with a PDF attached whose SHA-256 the notice record (NoticeIssued v2) carries; the dashboard
+shows officer, evidence status, penalty and appeal state; the officer workload counts open
+cases and overdue evidence, and ``casestream replay case.workload`` rebuilds it identically.
+"""
+
+from __future__ import annotations
+
+import email
+import email.policy
+import hashlib
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import httpx
+import psycopg
+import pytest
+from psycopg.conninfo import make_conninfo
+
+from casestream.service.devstack import ServiceStack
+from services.demo import SUITE
+from services.journeys import DEMO_CASE_SETTINGS, JOURNEYS, JourneyRun, drive, wait_journeys
+
+pytestmark = pytest.mark.e2e
+
+TENANT = f"tenant-journeys-{uuid.uuid4().hex[:8]}"
+"""This run's tenant: the workload counts of earlier runs stay apart."""
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory: pytest.TempPathFactory, infra_env: dict[str, str]) -> ServiceStack:
+    services = ServiceStack(env={**infra_env, **DEMO_CASE_SETTINGS},
+                            log_dir=tmp_path_factory.mktemp("journeys") / "logs")
+    try:
+        services.start_all(list(SUITE))
+        yield services
+    finally:
+        services.stop_all()
+
+
+@pytest.fixture(scope="module")
+def runs(stack: ServiceStack) -> dict[str, JourneyRun]:
+    with httpx.Client(timeout=10.0) as client:
+        driven = [drive(client, j, tenant=TENANT) for j in JOURNEYS]
+        wait_journeys(client, driven, timeout_s=150)
+    return {r.journey.name: r for r in driven}
+
+
+def _eventually(check: Callable[[], None], timeout_s: float = 20.0) -> None:
+    """Run ``check`` until it passes (the projections may trail the audit journal)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            check()
+            return
+        except AssertionError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.25)
+
+
+def _db(pg_url: str, name: str) -> psycopg.Connection:
+    return psycopg.connect(make_conninfo(pg_url, dbname=name), autocommit=True)
+
+
+def _notices(maildir: Path, case_id: str) -> list[email.message.EmailMessage]:
+    out = []
+    for path in maildir.glob("*.eml"):
+        message = email.message_from_bytes(path.read_bytes(), policy=email.policy.default)
+        if message.get("X-Casestream-Case-Id") == case_id:
+            out.append(message)
+    return out
+
+
+def test_every_journey_ends_in_its_status_with_its_events_in_order(
+        runs: dict[str, JourneyRun]) -> None:
+    for run in runs.values():
+        assert run.problems() == [], (run.journey.name, run.case_id, run.status, run.trail)
+    assert set(runs) == {j.name for j in JOURNEYS}
+
+
+def test_one_notice_per_violating_party_with_the_pdf_whose_hash_the_notice_records(
+        runs: dict[str, JourneyRun], smtp_maildir: Path, pg_url: str) -> None:
+    with _db(pg_url, "notification") as conn:
+        for run in runs.values():
+            mails = _notices(smtp_maildir, run.case_id)
+            assert len(mails) == run.journey.notices, (run.journey.name, len(mails))
+            if not mails:
+                continue
+            [mail] = mails
+            assert mail["To"] == "party@example.org"
+            [pdf] = [p for p in mail.iter_attachments() if p.get_content_type() == "application/pdf"]
+            content = pdf.get_content()
+            assert content.startswith(b"%PDF-")
+            stored = conn.execute("SELECT document_sha256 FROM notice WHERE case_id = %s",
+                                  (run.case_id,)).fetchone()
+            assert stored == (hashlib.sha256(content).hexdigest(),)
+
+
+def test_dashboard_and_officer_workload_follow_the_journeys(
+        runs: dict[str, JourneyRun], infra_env: dict[str, str], pg_url: str) -> None:
+    from services.case.adapters.dashboard import case_row
+    from services.case.adapters.workload import workload
+
+    appealed, violation, withdrawn = runs["appealed"], runs["violation"], runs["withdrawn"]
+    pending, overdue = runs["evidence_pending"], runs["evidence_overdue"]
+    query = ("SELECT case_id, officer_id, open, evidence_status, evidence_due_at, last_version "
+             "FROM officer_workload ORDER BY case_id")
+    with _db(pg_url, "case") as conn:
+        def dashboard() -> None:
+            assert case_row(conn, violation.case_id) == (
+                "closed", violation.officer, "submitted", "violation", 200_000, None)
+            assert case_row(conn, appealed.case_id) == (
+                "appealed", appealed.officer, "submitted", "violation", 150_000, "appealed")
+            assert case_row(conn, withdrawn.case_id)[:3] == ("withdrawn", withdrawn.officer,
+                                                             "requested")
+            assert case_row(conn, overdue.case_id)[:3] == ("manual_review", overdue.officer,
+                                                           "overdue")
+
+        def officers() -> None:
+            later = datetime.now(UTC) + timedelta(days=30)  # every request is overdue then
+            mine = {officer: (open_cases, late) for tenant, officer, open_cases, late
+                    in workload(conn, later) if tenant == TENANT}
+            now = {officer: late for tenant, officer, _, late
+                   in workload(conn, datetime.now(UTC)) if tenant == TENANT}
+            assert mine[appealed.officer] == (1, 0)  # reopened by the appeal; evidence arrived
+            assert mine[violation.officer] == (0, 0) and mine[withdrawn.officer] == (0, 0)
+            assert mine[pending.officer] == (1, 1)  # still awaiting: overdue once its date passed
+            assert now[pending.officer] == 0 and now[appealed.officer] == 0
+            assert mine[overdue.officer] == (1, 1) and now[overdue.officer] == 1
+
+        _eventually(dashboard)
+        _eventually(officers)
+        before = conn.execute(query).fetchall()
+
+    replay = subprocess.run([sys.executable, "-m", "casestream", "replay", "case.workload",
+                             "--workers", "1"], env=infra_env, capture_output=True, text=True,
+                            timeout=300)
+    assert replay.returncode == 0, replay.stdout + replay.stderr
+    with _db(pg_url, "case") as conn:
+        after = conn.execute(query).fetchall()
+    ours = {r.case_id for r in runs.values()}
+    assert [r for r in after if r[0] in ours] == [r for r in before if r[0] in ours]
+    assert len([r for r in after if r[0] in ours]) == len(runs)
