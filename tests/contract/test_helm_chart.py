@@ -122,7 +122,7 @@ def test_production_values_scale_on_lag_capped_by_partitions(helm: str) -> None:
     scaled = {d["metadata"]["name"]: d for d in docs if d["kind"] == "ScaledObject"}
     assert set(scaled) == {f"cs-{s}" for s in SERVICES}
     case = scaled["cs-case"]["spec"]
-    assert [t["metadata"]["consumerGroup"] for t in case["triggers"]] == ["case.saga-requests", "case.dashboard"]
+    assert [t["metadata"]["consumerGroup"] for t in case["triggers"]] == ["case.saga-requests", "case.dashboard", "case.workload"]
     assert case["maxReplicaCount"] == 6  # 12 partitions / consumer concurrency 2
     assert all(t["authenticationRef"]["name"] == "cs-kafka" for t in case["triggers"])
     deployment = next(d for d in docs if d["kind"] == "Deployment" and d["metadata"]["name"] == "cs-case")

@@ -32,6 +32,13 @@ MAX_EXAMPLES = 60
 CONFIG = """\
 [checks.positive_data_acceptance]
 expected-statuses = ["2xx", "401", "403", "404", "409", "412", "429", "503"]
+
+# Appeal and evidence need a closed case or an open evidence request, which a fuzzer never
+# builds: their valid requests are mostly 404/409, documented answers. The two warnings about
+# that are off for them only; every check still runs.
+[[operations]]
+include-path-regex = "^/cases/[^/]+/(appeal|evidence)"
+warnings = { display = ["missing_auth", "base_url_mismatch", "missing_deserializer", "unsupported_regex", "method_not_allowed", "unresolvable_reference"] }
 """
 HIGH_LIMITS = {
     "CASESTREAM_CASE_RATE_TENANT_PER_S": "100000", "CASESTREAM_CASE_RATE_TENANT_BURST": "100000",
@@ -53,7 +60,9 @@ def test_schemathesis_finds_no_5xx_and_no_contract_violation(service: LiveServic
         "--checks", "all",
         "--phases", "examples,coverage,fuzzing,stateful",
         "--header", f"Authorization: Bearer {token}",
-        "--max-examples", str(MAX_EXAMPLES), "--seed", str(SEED), "--workers", "2",
+        # one worker: hypothesis parses source in threads, which CPython 3.11 can break
+        # ("AST constructor recursion depth mismatch", python/cpython#106905)
+        "--max-examples", str(MAX_EXAMPLES), "--seed", str(SEED), "--workers", "1",
         "--request-timeout", "10", "--output-sanitize", "false",
         "--report", "junit", "--report-dir", str(tmp_path / "report"),
     ]
