@@ -153,6 +153,16 @@ def test_rebuilt_projections_equal_live_row_for_row(world: World) -> None:
         assert prios == {"NORMAL": 20, "LOW": 20, "HIGH": 20}
         leftovers = conn.execute("SELECT count(*) FROM replay_run").fetchone()[0]
         assert leftovers == 0
+        # the run history outlives the checkpoint: one finished row per run, with its counts
+        from casestream.operations import read_replay_runs
+
+        runs = {r.projection: r for r in read_replay_runs(conn)}
+        assert set(runs) == {dash.name, stats.name}
+        for r, result in ((runs[dash.name], r1), (runs[stats.name], r2)):
+            assert (r.state, r.mode, r.error) == ("finished", "rebuild", None)
+            assert (r.events_read, r.events_applied, r.events_remaining) == (result.read, result.applied, 0)
+            assert r.fraction == 1.0 and r.finished_at is not None and r.finished_at >= r.started_at
+        assert runs[stats.name].events_read == len(decisions)
         assert conn.execute("SELECT to_regclass('case_dashboard_shadow')").fetchone()[0] is None
 
 
