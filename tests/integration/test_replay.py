@@ -153,6 +153,16 @@ def test_rebuilt_projections_equal_live_row_for_row(world: World) -> None:
         assert prios == {"NORMAL": 20, "LOW": 20, "HIGH": 20}
         leftovers = conn.execute("SELECT count(*) FROM replay_run").fetchone()[0]
         assert leftovers == 0
+        # the run history outlives the checkpoint: one finished row per run, with its counts
+        from casestream.operations import read_replay_runs
+
+        runs = {r.projection: r for r in read_replay_runs(conn)}
+        assert set(runs) == {dash.name, stats.name}
+        for r, result in ((runs[dash.name], r1), (runs[stats.name], r2)):
+            assert (r.state, r.mode, r.error) == ("finished", "rebuild", None)
+            assert (r.events_read, r.events_applied, r.events_remaining) == (result.read, result.applied, 0)
+            assert r.fraction == 1.0 and r.finished_at is not None and r.finished_at >= r.started_at
+        assert runs[stats.name].events_read == len(decisions)
         assert conn.execute("SELECT to_regclass('case_dashboard_shadow')").fetchone()[0] is None
 
 
@@ -457,3 +467,43 @@ def test_a_second_replay_of_the_same_projection_is_refused_while_one_runs(world:
         holder.execute("SELECT pg_advisory_lock(hashtext('casestream.replay:case.dashboard'))")
         with pytest.raises(ReplayError, match="another replay"):
             world.replayer(dash).run(ReplayOptions())
+
+
+def test_a_replay_that_cannot_swap_leaves_a_failed_run_record(world: World) -> None:
+    from casestream.operations import read_replay_runs
+    from casestream.replay import ReplayError
+
+    cases, decisions = history(4)
+    world.produce(cases, decisions)
+    dash = world.spec("case.dashboard")
+    with psycopg.connect(world.dsn, autocommit=True) as conn:
+        dash.create_tables(conn, dash.live_names())
+    with psycopg.connect(world.dsn) as reader:
+        # an open reader's ACCESS SHARE lock blocks the swap's ACCESS EXCLUSIVE lock
+        reader.execute("SELECT count(*) FROM case_dashboard").fetchone()
+        with pytest.raises(ReplayError, match="stayed locked"):
+            world.replayer(dash).run(ReplayOptions(swap_attempts=1, lock_timeout_s=0.2))
+    with psycopg.connect(world.dsn, autocommit=True) as conn:
+        (run,) = read_replay_runs(conn)
+    assert (run.projection, run.state) == (dash.name, "failed")
+    assert "stayed locked" in (run.error or "") and run.finished_at is not None
+    assert run.events_read == len(cases) and run.eta_s(run.updated_at) is None
+
+
+def test_a_running_replay_records_its_progress_with_its_batches(
+        world: World, monkeypatch: pytest.MonkeyPatch) -> None:
+    from casestream.operations import read_replay_runs
+    from casestream.replay import history as run_history
+
+    cases, decisions = history(6)
+    world.produce(cases, decisions)
+    stats = world.spec("decision.statistics")
+    monkeypatch.setattr(run_history, "UPDATE_INTERVAL_S", 0.0)  # every batch
+    monkeypatch.setattr(run_history, "end", lambda *a, **k: None)  # the row stays as last updated
+    world.replayer(stats).run(ReplayOptions(batch_size=2))
+    with psycopg.connect(world.dsn, autocommit=True) as conn:
+        (run,) = read_replay_runs(conn)
+    assert run.state == "running" and run.finished_at is None
+    assert run.events_read == len(decisions) and run.events_applied == len(decisions)
+    # remaining is the reader's lag, which may lag one batch behind its read counter
+    assert 0 <= run.events_remaining <= 2 and run.updated_at > run.started_at

@@ -116,6 +116,7 @@ DRIVER_OWNERS: dict[str, set[str]] = {
         "casestream.service.settings",           # psycopg.conninfo: DSN parsing
         "casestream.service.builder",
         "casestream.outbox.admin", "casestream.outbox.cdc", "casestream.outbox.switch",
+        "casestream.operations.replays",         # replay_history of the projection databases
         "casestream.testing.*",
     },
     "psycopg_pool": {

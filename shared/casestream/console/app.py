@@ -9,7 +9,8 @@ or sent as ``Authorization: Bearer``):
     POST /sagas/{saga_id}/resolve form ``reason``: the saga service's resolve route, as the caller
     GET  /deadletters?consumer=C  open dead letters per consumer, decoded and redacted
     POST /deadletters/{consumer}  form ``action`` (redrive|discard), ``label`` (repeatable), ``reason``
-    GET  /flow                    outbox backlog per service, lag per partition per group
+    GET  /flow                    outbox backlog per service, lag per partition per group,
+                                  recent replay runs (progress, rate, ETA)
 
 Roles: reading needs ``officer``, ``supervisor`` or ``operator``; actions need ``supervisor``.
 Tenancy: a caller sees the dead letters and journeys of their token's tenant only, unless
@@ -23,6 +24,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from datetime import datetime, timezone
 from typing import Any
 from urllib.parse import parse_qs, quote, urlencode
 
@@ -34,7 +36,7 @@ from starlette.routing import Route
 
 from casestream.auth import ROLE_OFFICER, ROLE_OPERATOR, ROLE_SUPERVISOR, InvalidToken, Principal, TokenVerifier
 from casestream.consumer.deadletters import redact
-from casestream.console.pages import esc, fmt, page, pretty, table
+from casestream.console.pages import esc, fmt, page, pretty, replay_runs_table, table
 from casestream.console.sources import ConsoleSources
 from casestream.errors import CasestreamError
 from casestream.operations import (
@@ -429,8 +431,11 @@ def console_app(sources: ConsoleSources, verifier: TokenVerifier) -> Starlette:
         total = sum(int(r[5].split(">")[1].split("<")[0]) for r in lag_rows if 'class="num lag"' in r[5])
         out += (f'<h2>Lag per partition <span id="total-lag" class="num">(total {total})</span></h2>'
                 + table(("group", "topic", "partition", "committed", "high watermark", "lag"), lag_rows, id_="lag"))
-        out += ("<h2>Replay runs</h2><p class=muted>Replay progress is printed by <code>casestream replay"
-                "</code> (rate and ETA); runs are not recorded for the console.</p>")
+        out += "<h2>Replay runs</h2>"
+        if sources.replay_runs is None:
+            out += "<p class=muted>No projection database configured (CASESTREAM_CONSOLE_REPLAY_DATABASES).</p>"
+        else:
+            out += replay_runs_table(sources.replay_runs(), datetime.now(timezone.utc))
         return out
 
     def _topics_of(consumer: str) -> list[str]:

@@ -5,9 +5,13 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Sequence
 from html import escape
+from datetime import datetime
 from typing import Any
 
-__all__ = ["page", "table", "esc", "fmt"]
+from casestream.operations import ReplayRuns
+from casestream.replay.progress import fmt_eta
+
+__all__ = ["page", "table", "esc", "fmt", "replay_runs_table"]
 
 NAV = (("/journeys", "Journeys"), ("/sagas", "Sagas"), ("/deadletters", "Dead letters"), ("/flow", "Flow"))
 
@@ -60,3 +64,26 @@ def page(title: str, body: str, *, active: str = "", who: str = "", script: str 
 
 def pretty(value: Any) -> str:
     return json.dumps(value, indent=2, default=str, sort_keys=True)
+
+
+def replay_runs_table(view: ReplayRuns, now: datetime) -> str:
+    """The replay runs table: state, progress (%, events read of read + remaining), rate
+    (events/s since start), ETA of a running run at ``now``; then the unreadable databases."""
+    rows = []
+    for r in view.runs:
+        frac = r.fraction
+        state = {"finished": "ok", "failed": "bad"}.get(r.state, "warn")
+        rows.append((esc(r.projection), esc(r.mode), f'<span class="{state} state">{esc(r.state)}</span>',
+                     esc(r.started_at.isoformat(timespec="seconds")),
+                     f'<span class="num progress">{"-" if frac is None else f"{frac * 100:.1f}%"}</span>'
+                     f" ({r.events_read} of {r.events_read + r.events_remaining})",
+                     fmt(r.events_applied), fmt(r.rate), 
+                     f'<span class="eta">{fmt_eta(r.eta_s(now)) if r.state == "running" else "-"}</span>',
+                     esc(r.finished_at.isoformat(timespec="seconds") if r.finished_at else None),
+                     f"<span class=bad>{esc(r.error)}</span>" if r.error else "-"))
+    out = table(("projection", "mode", "state", "started", "progress (events read)", "applied",
+                 "events/s", "ETA", "finished", "error"), rows, id_="replays")
+    if not rows:
+        out += "<p class=muted>No replay run recorded.</p>"
+    out += "".join(f"<p class=bad>{esc(e)}</p>" for e in view.errors)
+    return out

@@ -39,6 +39,11 @@ class ConsoleSettings(BaseSettings):
     failed_states: list[str] = Field(
         default_factory=lambda: ["COMPENSATION_FAILED"],
         description="saga states listed as failed compensations, JSON list")
+    replay_databases: list[str] = Field(
+        default_factory=list,
+        description="PostgreSQL URLs of the projection databases whose replay runs the Flow page "
+                    "lists, JSON list (empty: the databases of the installed projections)")
+    replay_runs_shown: int = Field(20, ge=1, description="replay runs listed on the Flow page, newest first")
     request_timeout_s: float = Field(5.0, gt=0, description="timeout of each call to a service, seconds")
     cookie_secure: bool = Field(
         False, description="send the session cookie over HTTPS only (set behind TLS in production)")

@@ -9,12 +9,15 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 import httpx
 
 from casestream.console.settings import ConsoleSettings
+from casestream.operations import ReplayRuns, load_replay_runs
 
 log = logging.getLogger(__name__)
 
@@ -27,7 +30,8 @@ SAGA_RESOLVE_PATH = "/sagas/{saga_id}/resolve"
 @dataclass
 class ConsoleSources:
     """Resolved configuration: ``services`` name -> base URL, ``consumers``, ``journey_topics``,
-    ``kafka`` (client config), ``codec`` (an envelope codec or decoder), ``sagas_url``."""
+    ``kafka`` (client config), ``codec`` (an envelope codec or decoder), ``sagas_url``,
+    ``replay_runs`` (reads the recent replay runs; None: no projection database known)."""
 
     settings: ConsoleSettings
     kafka: dict[str, Any]
@@ -36,6 +40,7 @@ class ConsoleSources:
     consumers: list[str]
     journey_topics: list[str]
     sagas_url: str | None = None
+    replay_runs: Callable[[], ReplayRuns] | None = None
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
     _sagas_probed: bool = False
 
@@ -56,10 +61,13 @@ class ConsoleSources:
             catalog = getattr(codec, "catalog", None)
             if catalog is not None:
                 topics = sorted({catalog.subject_for(t).topic for t in catalog.event_types})
+        dsns = list(settings.replay_databases) or _projection_databases()
+        replay_runs = (partial(load_replay_runs, dsns, settings.replay_runs_shown,
+                               timeout_s=settings.request_timeout_s) if dsns else None)
         return cls(settings=settings, kafka=kafka, codec=codec, services=services,
                    consumers=consumers, journey_topics=topics,
                    sagas_url=settings.sagas_url.rstrip("/") or None,
-                   _sagas_probed=bool(settings.sagas_url))
+                   _sagas_probed=bool(settings.sagas_url), replay_runs=replay_runs)
 
     def saga_service(self) -> str | None:
         """Base URL of the service answering the saga routes, probed once from the
@@ -81,3 +89,17 @@ class ConsoleSources:
             # a service not up yet is probed again next time
             self.sagas_url, self._sagas_probed = found, found is not None
         return found
+
+
+def _projection_databases() -> list[str]:
+    """Database URLs of the installed projections (``casestream.replay.known_projections``);
+    a projection whose settings do not resolve is left out (logged)."""
+    from casestream.replay import known_projections, load_projection
+
+    out = []
+    for name in known_projections():
+        try:
+            out.append(load_projection(name).dsn())
+        except Exception as e:  # noqa: BLE001 - one bad projection must not hide the others
+            log.warning("console: replay runs of projection %s not shown: %s", name, e)
+    return list(dict.fromkeys(out))

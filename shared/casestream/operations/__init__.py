@@ -6,13 +6,14 @@ Public API::
     from casestream.operations import redrive_dead_letters, discard_dead_letters, Actor
     from casestream.operations import OperatorAction, record_action, read_actions, ACTIONS_TOPIC
     from casestream.operations import group_lag, outbox_flow, parse_prometheus, load_journey
+    from casestream.operations import load_replay_runs, ReplayRun, ReplayRuns
     from casestream.operations import DeadLetterDepth      # the dead_letter_open gauge worker
 
 Modules: ``deadletters`` (open / resolved / discarded entries of ``<consumer>.dlq``),
 ``actions`` (the operator-action audit log, a Kafka topic), ``commands`` (re-drive and
 discard, each recorded), ``depth`` (the service worker behind ``dead_letter_open``),
 ``flow`` (outbox backlog from ``/metrics``, lag per partition), ``journeys`` (a case's
-events across topics). Nothing here knows the suite's services: topics, consumers and
+events across topics), ``replays`` (replay runs with progress and ETA). Nothing here knows the suite's services: topics, consumers and
 service URLs are arguments, so the console and the CLI work for any team's services.
 """
 
@@ -40,10 +41,12 @@ from casestream.operations.deadletters import (
 from casestream.operations.depth import DEPTH_METRIC, DeadLetterDepth
 from casestream.operations.flow import OutboxFlow, PartitionLag, group_lag, outbox_flow, parse_prometheus
 from casestream.operations.journeys import Journey, JourneyEvent, journey_of, load_journey
+from casestream.operations.replays import ReplayRun, ReplayRuns, load_replay_runs, read_replay_runs
 
 __all__ = ["ACTION_DISCARD", "ACTION_REDRIVE", "ACTION_SAGA_RESOLVE", "ACTIONS_TOPIC", "ActionLogError",
            "OperatorAction", "actions_topic", "read_actions", "record_action", "Actor",
            "discard_dead_letters", "redrive_dead_letters", "DeadLetterEntry", "DeadLetterState", "dead_letter_counts",
            "dead_letter_state", "load_dead_letter_state", "DEPTH_METRIC", "DeadLetterDepth",
            "OutboxFlow", "PartitionLag", "group_lag", "outbox_flow", "parse_prometheus",
-           "Journey", "JourneyEvent", "journey_of", "load_journey"]
+           "Journey", "JourneyEvent", "journey_of", "load_journey",
+           "ReplayRun", "ReplayRuns", "load_replay_runs", "read_replay_runs"]

@@ -35,6 +35,8 @@ from typing import Any
 
 from psycopg import sql
 
+from casestream.replay import history
+
 DDL = """
 CREATE TABLE IF NOT EXISTS replay_run (
     projection     text        PRIMARY KEY,
@@ -84,10 +86,11 @@ class RunRow:
 
 
 def ensure_schema(conn: Any) -> None:
-    """Create the checkpoint tables if missing (idempotent; serialised by an advisory lock)."""
+    """Create the checkpoint tables and ``replay_history`` if missing (idempotent; serialised by an advisory lock)."""
     with conn.transaction():
         conn.execute("SELECT pg_advisory_xact_lock(hashtext('casestream.replay.ddl'))")
         conn.execute(DDL)
+        conn.execute(history.DDL)
         if conn.execute("SELECT 1 FROM information_schema.columns WHERE table_name = 'replay_run'"
                         " AND column_name = 'deferred_indexes'"
                         " AND table_schema = current_schema()").fetchone() is None:

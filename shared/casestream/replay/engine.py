@@ -44,7 +44,7 @@ from psycopg import sql
 
 from casestream.errors import PoisonMessageError
 from casestream.consumer.guard import FirstSeenPolicy
-from casestream.replay import checkpoint, names
+from casestream.replay import checkpoint, history, names
 from casestream.replay.checkpoint import fast_commits
 from casestream.replay.applier import Planned, ReplayApplier
 from casestream.replay.errors import PartialReplayRefused, ReplayConfigError, ReplayError
@@ -238,6 +238,8 @@ class Replayer:
         self.shadow = spec.shadow_names()
         self.handlers = replay_handlers(spec.registry(self.shadow, tuple(event_types)), spec.name)
         self.progress = Progress()
+        self._history_id: str | None = None  # this run's replay_history row, once recorded
+        self._history_at = 0.0  # monotonic time of its last progress update
 
     # ------------------------------------------------------------------ plan
 
@@ -309,16 +311,37 @@ class Replayer:
     def run(self, options: ReplayOptions) -> ReplayResult:
         """Rebuild (resuming if possible); swap and hand over when ``options.end`` is now.
 
+        The run is recorded in ``replay_history`` (``casestream.replay.history``): running
+        while it rebuilds, then finished, or failed with the error's first line.
+
         Raises:
             ReplayConfigError: bad options. ReplayHandlerError: a handler failed (checkpoint
             intact). ReplayError: Kafka/registry trouble, or the live tables stayed locked.
         """
+        self._history_id = None
         try:
-            return self._run(options)
+            try:
+                return self._run(options)
+            except psycopg.Error as e:
+                raise ReplayError(f"replay {self.spec.name}: database error "
+                                  f"({type(e).__name__}: {e}); live tables untouched unless the "
+                                  f"swap committed, rerun resumes from the checkpoint") from e
+        except BaseException as e:
+            self._record_failure(e)
+            raise
+
+    def _record_failure(self, error: BaseException) -> None:
+        """Mark this run's history row failed, on a connection of its own (the run's may be
+        broken); a database that cannot be reached leaves the row 'running' (logged)."""
+        if self._history_id is None:
+            return
+        text = str(error).splitlines()[0] if str(error) else type(error).__name__
+        p = self.progress
+        try:
+            with psycopg.connect(self.dsn, autocommit=True, connect_timeout=5) as conn:
+                history.end(conn, self._history_id, "failed", p.read, p.applied, p.lag, text)
         except psycopg.Error as e:
-            raise ReplayError(f"replay {self.spec.name}: database error "
-                              f"({type(e).__name__}: {e}); live tables untouched unless the "
-                              f"swap committed, rerun resumes from the checkpoint") from e
+            log.warning("replay %s: could not record the failed run: %s", self.spec.name, e)
 
     def _run(self, options: ReplayOptions) -> ReplayResult:
         t0 = time.monotonic()
@@ -344,6 +367,9 @@ class Replayer:
                             for q in plan.partitions))
                     self._start_run(conn, options, merge=plan.mode == Mode.MERGE)
                     guard = {}
+                run_id = str(uuid.uuid4())
+                history.begin(conn, run_id, self.spec.name, plan.mode, plan.count)
+                self._history_id, self._history_at = run_id, time.monotonic()
                 # Strict first-seen (version 1 first) only over the whole history: after a
                 # later --from or retention the first event of an aggregate sets its baseline.
                 applier = ReplayApplier(
@@ -369,6 +395,10 @@ class Replayer:
                         checkpoint.mark_built(conn, self.spec.name)
                     self._say(f"replay {self.spec.name}: built up to {options.end.text()} in "
                               f"{', '.join(self.shadow.values())} (not swapped)")
+                with conn.transaction():
+                    conn.execute("SET LOCAL synchronous_commit = on")  # the end state is durable
+                    history.end(conn, run_id, "finished", p.read, p.applied, 0)
+                self._history_id = None
         finally:
             source.close()
         if self.reporter:
@@ -505,6 +535,11 @@ class Replayer:
         with conn.pipeline(), conn.transaction():
             applier.execute(conn, planned)
             checkpoint.save(conn, self.spec.name, new, planned.changed, planned.applied)
+            now = time.monotonic()
+            if self._history_id is not None and now - self._history_at >= history.UPDATE_INTERVAL_S:
+                self._history_at = now
+                p = self.progress  # the reader may be one batch ahead: progress, not an audit
+                history.update(conn, self._history_id, p.read, p.applied, p.lag)
 
     def _rebuild(self, conn: Any, source: KafkaSource, applier: ReplayApplier,
                  positions: dict[TP, int], ends: dict[TP, int] | None,

@@ -115,6 +115,7 @@ def _worker(replayer: Replayer, positions: dict[TP, int], ends: dict[TP, int],
     try:
         _die_with_parent()
         replayer.reporter = None
+        replayer._history_id = None  # the parent records the run
         replayer.progress = p = Progress(started=time.monotonic())
         source = replayer._source()
         try:
