@@ -111,11 +111,18 @@ def create_tables(conn: Any, names: TableNames) -> None:
     add the columns a table created by an earlier version lacks."""
     table = names[TABLE]
     if conn.execute("SELECT to_regclass(%s)", (table,)).fetchone()[0] is not None:
+        # ALTER TABLE takes an ACCESS EXCLUSIVE lock even when it changes nothing: only
+        # alter what is missing, so a start or a replay never queues behind readers.
+        present = {name: not_null for name, not_null in conn.execute(
+            "SELECT attname, attnotnull FROM pg_attribute WHERE attrelid = to_regclass(%s)"
+            " AND attnum > 0 AND NOT attisdropped", (table,)).fetchall()}
         for column, kind in _ADDED.items():
-            conn.execute(sql.SQL("ALTER TABLE {} ADD COLUMN IF NOT EXISTS {} " + kind).format(
-                sql.Identifier(table), sql.Identifier(column)))
-        conn.execute(sql.SQL("ALTER TABLE {} ALTER COLUMN status DROP NOT NULL").format(
-            sql.Identifier(table)))
+            if column not in present:
+                conn.execute(sql.SQL("ALTER TABLE {} ADD COLUMN IF NOT EXISTS {} " + kind).format(
+                    sql.Identifier(table), sql.Identifier(column)))
+        if present.get("status"):
+            conn.execute(sql.SQL("ALTER TABLE {} ALTER COLUMN status DROP NOT NULL").format(
+                sql.Identifier(table)))
         return
     conn.execute(sql.SQL(_DDL).format(t=sql.Identifier(table)))
     conn.execute(sql.SQL(_INDEX).format(t=sql.Identifier(table)))
