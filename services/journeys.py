@@ -201,9 +201,12 @@ def timeline(client: httpx.Client, run: JourneyRun) -> tuple[str, ...]:
 
 
 def finish(client: httpx.Client, run: JourneyRun) -> None:
-    """The step after the saga: appeal a closed case once (journeys with ``appeal``)."""
+    """The step after the saga: appeal a closed case once (journeys with ``appeal``), after
+    the audit trail shows the saga completed, so the appeal follows it in the timeline."""
+    if not run.journey.appeal or run.appealed:
+        return
     status, version = status_of(client, run)
-    if run.journey.appeal and not run.appealed and status == "closed":
+    if status == "closed" and "SagaCompleted" in timeline(client, run):
         _write(client, run, "appeal", {"reason": "the penalty ignores the licence applied for"},
                version)
         run.appealed = True

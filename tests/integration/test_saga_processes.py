@@ -253,7 +253,7 @@ def test_happy_paths_complete_and_every_transition_reaches_the_audit_trail(
     assert set(before) == {"CaseOpened", "CaseSubmitted"}
     journey = {e.event_type: e for service in ("case", "decision", "notification")
                for e in journey_events(stack, service, saga_id)}
-    assert set(journey) == {"ViolationDetermined", "NoticeIssued", "CaseClosed"}
+    assert set(journey) == {"ViolationDetermined", "PenaltyProposed", "NoticeIssued", "CaseClosed"}
     by_type = before | journey
     saga_events = journey_events(stack, "saga", saga_id)
     assert [e.event_type for e in saga_events] == [e[0] for e in events]
@@ -263,7 +263,7 @@ def test_happy_paths_complete_and_every_transition_reaches_the_audit_trail(
         assert e.correlation_id == saga_id, e.event_type
         assert e.causation_id == by_type[causes[e.event_type]].event_id, e.event_type
     expected = ["CaseOpened", "CaseSubmitted", "DecisionRequested", "ViolationDetermined",
-                "NoticeRequested", "NoticeIssued", "CaseCloseRequested", "CaseClosed",
+                "PenaltyProposed", "NoticeRequested", "NoticeIssued", "CaseCloseRequested", "CaseClosed",
                 "SagaCompleted"]
     wait_for(lambda: sorted(audit_trail(stack, violation)) == sorted(expected), 60,
              "complete audit trail of the violation case")

@@ -39,6 +39,24 @@ RECORD_BATCH_OVERHEAD = 61
 BROKER_DEFAULT_LIMIT = 1_048_588
 
 
+
+def watermarks(client: Any, tp: TopicPartition, timeout_s: float) -> tuple[int, int]:
+    """``(low, high)`` offsets of ``tp``, retrying a retriable broker error (e.g.
+    NOT_LEADER_FOR_PARTITION while a leader moves after a restart) until ``timeout_s``.
+
+    Raises:
+        KafkaException: a non-retriable error, or a retriable one still there at the deadline.
+    """
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            return client.get_watermark_offsets(tp, timeout=max(0.1, deadline - time.monotonic()))
+        except KafkaException as e:
+            err = e.args[0] if e.args else None
+            if not (isinstance(err, KafkaError) and err.retriable()) or time.monotonic() >= deadline:
+                raise
+            time.sleep(0.2)
+
 def _varint_size(n: int) -> int:
     """Bytes of ``n`` as a zig-zag varint (Kafka protocol ``varint``)."""
     z = (n << 1) ^ (n >> 63)
@@ -175,7 +193,7 @@ def watermark_totals(bootstrap: KafkaTarget, wanted: Callable[[str], bool],
                 continue
             total = 0
             for p in meta.partitions:
-                low, high = probe.get_watermark_offsets(TopicPartition(name, p), timeout=timeout_s)
+                low, high = watermarks(probe, TopicPartition(name, p), timeout_s)
                 total += max(0, high - low)
             out[name] = total
         return out
@@ -245,7 +263,7 @@ def read_messages(bootstrap: KafkaTarget, topics: Iterable[str],
                     continue
                 raise KafkaException(meta.error if meta is not None else f"unknown topic {t}")
             for p in sorted(meta.partitions):
-                lo, hi = c.get_watermark_offsets(TopicPartition(t, p), timeout=timeout_s)
+                lo, hi = watermarks(c, TopicPartition(t, p), timeout_s)
                 first = max(lo, (start or {}).get(t, {}).get(p, lo))
                 if hi > first:
                     assign.append(TopicPartition(t, p, first))
@@ -298,7 +316,7 @@ def partition_positions(bootstrap: KafkaTarget, group: str, topics: Iterable[str
         out = []
         wanted: dict[tuple[str, int, int], None] = {}
         for tp in tps:
-            low, high = c.get_watermark_offsets(tp, timeout=timeout_s)
+            low, high = watermarks(c, tp, timeout_s)
             co = committed[(tp.topic, tp.partition)]
             out.append({"topic": tp.topic, "partition": tp.partition, "low": low, "high": high,
                         "committed": co if co >= 0 else None})
