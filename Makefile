@@ -27,7 +27,7 @@ SERVICES ?=
 # Runs a command with the CASESTREAM_* endpoints of the local infrastructure exported.
 WITH_ENV := eval "$$($(INFRA) env)" &&
 
-.PHONY: help venv compose k8s-tools prometheus-tools browser infra-up infra-down infra-status infra-logs run demo soak test test-edge test-cluster schema-check clean
+.PHONY: help venv compose k8s-tools prometheus-tools browser infra-up infra-down infra-status infra-logs run demo soak bench-journeys test test-edge test-cluster schema-check clean
 
 help: ## list the targets
 	@echo "casestream - make targets:"
@@ -81,6 +81,9 @@ demo: infra-up ## start the five suite services (REPLICAS=N instances of each), 
 
 soak: infra-up ## fault soak: the suite under load while instances, relays, Kafka and PostgreSQL are killed/restarted (SOAK_MINUTES=20, REPLICAS=N of every service), then invariants
 	@$(WITH_ENV) $(VENV)/bin/python -m services.soak --minutes $(SOAK_MINUTES) $(if $(REPLICAS),--replicas $(REPLICAS)) $(SOAK_ARGS)
+
+bench-journeys: infra-up ## load bench: cases through the running suite's HTTP API at 25/50/100 journeys/s and at saturation; journey and per-stage latency, CPU per process (JOURNEYS_ARGS="--help"; run under flock /tmp/casestream-e2e.lock)
+	@$(WITH_ENV) $(VENV)/bin/python bench/journeys.py $(JOURNEYS_ARGS)
 
 test: venv compose k8s-tools prometheus-tools browser infra-up ## the whole test suite against the real infrastructure (.ci/run calls this)
 	@$(WITH_ENV) { $(VENV)/bin/pytest -m "not cluster and not debezium" $(PYTEST_ARGS); rc=$$?; \

@@ -38,12 +38,24 @@ def produce_all(bootstrap: str, topic: str, codec: Any, evs: Sequence[Envelope],
     return time.perf_counter() - t
 
 
+PAIR_CHILD = "CASESTREAM_BENCH_PAIR_CHILD"
+"""Set (to ``on`` / ``off``) in the two runs a ``--fast`` bench starts of itself."""
+
+
 def durability(fast: bool) -> str:
     """Set libpq's ``PGOPTIONS`` for every connection this process opens (the bench's and the
     code under test's): ``synchronous_commit=on`` (production durability) unless ``fast``, then
-    ``off``. Call before the first connection. Returns the label to print."""
+    ``off``. Call before the first connection. Returns the label to print.
+
+    With ``fast`` in the bench's own process, the figure with production durability is shown
+    beside the fast one: the bench runs itself twice as child processes (the same arguments
+    without ``--fast``, then with it), prints their output labelled, then both runs' numeric
+    ``BENCH`` fields side by side (:func:`print_pair`), and this process exits with the worse
+    exit status (``SystemExit``)."""
     import os
 
+    if fast and not os.environ.get(PAIR_CHILD):
+        raise SystemExit(run_pair())
     mode = "off" if fast else "on"
     opts = os.environ.get("PGOPTIONS", "")
     os.environ["PGOPTIONS"] = f"{opts} -c synchronous_commit={mode}".strip()
@@ -78,3 +90,84 @@ def json_record(bench: str, **fields: Any) -> None:
     rec = {"bench": bench, "at": datetime.now(UTC).isoformat(timespec="seconds"),
            "loadavg": [round(x, 2) for x in os.getloadavg()], **fields}
     print("BENCH " + json.dumps(rec, sort_keys=True))
+
+
+def run_pair(argv: Sequence[str] | None = None) -> int:
+    """Run this bench script (``sys.argv[0]``) twice: ``argv`` (default ``sys.argv[1:]``)
+    without ``--fast`` (synchronous_commit=on), then with it; each line of their output
+    printed prefixed ``[sync on]`` / ``[--fast]``; then :func:`print_pair` of their ``BENCH``
+    records. Returns the larger exit status."""
+    import os
+    import subprocess
+    import sys
+
+    argv = list(sys.argv[1:] if argv is None else argv)
+    records: dict[str, dict[str, Any]] = {}
+    status = 0
+    for mode, label, args in (("on", "[sync on]", [a for a in argv if a != "--fast"]),
+                              ("off", "[--fast] ", [*argv] if "--fast" in argv else [*argv, "--fast"])):
+        proc = subprocess.Popen([sys.executable, sys.argv[0], *args], stdout=subprocess.PIPE,
+                                stderr=subprocess.STDOUT, text=True,
+                                env={**os.environ, PAIR_CHILD: mode})
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            print(f"{label} {line}", end="", flush=True)
+            if line.startswith("BENCH "):
+                records[mode] = _json_loads(line[len("BENCH "):])
+        status = max(status, proc.wait())
+    print_pair(records.get("on", {}), records.get("off", {}))
+    return status
+
+
+def _json_loads(text: str) -> dict[str, Any]:
+    import json
+
+    try:
+        value = json.loads(text)
+    except ValueError:
+        return {}
+    return value if isinstance(value, dict) else {}
+
+
+def numeric_fields(record: Any, prefix: str = "") -> dict[str, float]:
+    """The numeric leaves of a ``BENCH`` record, by dotted path (list items by index; the
+    time and load average left out): ``{"rates.b4.0": 4948.0, ...}``."""
+    out: dict[str, float] = {}
+    if isinstance(record, dict):
+        items = [(k, v) for k, v in record.items() if k not in ("at", "loadavg")]
+    elif isinstance(record, list):
+        items = [(str(i), v) for i, v in enumerate(record)]
+    else:
+        return out
+    for key, value in items:
+        path = f"{prefix}.{key}" if prefix else str(key)
+        if isinstance(value, bool):
+            continue
+        if isinstance(value, (int, float)):
+            out[path] = float(value)
+        else:
+            out.update(numeric_fields(value, path))
+    return out
+
+
+def print_pair(on: dict[str, Any], off: dict[str, Any]) -> None:
+    """Print the numeric fields of the synchronous_commit=on and --fast records side by side
+    (with fast ÷ on), their load averages, and one ``BENCH`` record holding both."""
+    import json
+
+    a, b = numeric_fields(on), numeric_fields(off)
+    print("\nsame bench, two runs: synchronous_commit=on (production durability) | --fast "
+          "(synchronous_commit=off, NOT production durability)")
+    print(f"  load average: on {on.get('loadavg', '?')} | fast {off.get('loadavg', '?')}")
+    width = max(map(len, [*a, *b]), default=10)
+    for key in sorted(set(a) | set(b)):
+        x, y = a.get(key), b.get(key)
+        ratio = f"{y / x:.2f} ×" if x and y is not None else "-"
+        print(f"  {key:<{width}}  on {_num(x):>12}  fast {_num(y):>12}  fast/on {ratio}")
+    print("BENCH " + json.dumps({"bench": on.get("bench") or off.get("bench"),
+                                 "pair": {"synchronous_commit_on": on, "fast": off}},
+                                sort_keys=True))
+
+
+def _num(x: float | None) -> str:
+    return "-" if x is None else f"{x:,.3f}".rstrip("0").rstrip(".")

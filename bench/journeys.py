@@ -1,0 +1,634 @@
+"""Whole journeys: cases driven through the HTTP API of the running five-service suite.
+
+The bench starts the suite's five services (case, decision, audit, notification, saga) as
+processes with the project's own launcher (``tests.support.suite``: fresh databases for the
+run on the local PostgreSQL, free HTTP ports, the local Kafka and registry of
+``deploy/infra.sh``, rate limits raised so the bench is not throttled; the load shedding
+limit, ``max_in_flight`` 32 per process, is the production default). Then, phase by phase,
+it opens and submits cases (``POST /cases`` then ``POST /cases/{id}/submit`` with an
+Idempotency-Key, the demo's case mix: a fifth decision failures, the rest violations and
+no-violations alternating) with a bounded asynchronous client (httpx, at most ``--connections``
+requests in flight):
+
+- ``rate R`` (open loop): journey i is started at t0 + i / R whatever the answers; a start
+  that finds every client slot taken is not sent and is counted as ``dropped``;
+- ``saturation`` (closed loop): ``--concurrency`` N workers, each starts a journey and waits
+  until its saga ended, then starts the next;
+- ``submit-only`` (the same-run baseline): N workers open and submit cases without waiting
+  for the journey: the HTTP edge alone, requests/s of the open+submit pair (run last, and
+  its cases are drained before the bench ends).
+
+A journey ends when the saga's last event (``SagaCompleted``, or ``SagaCompensated`` for a
+decision failure) is in the audit journal; the bench reads the journal of its own database
+every 100 ms. Journey latency = that event's ``occurred_at`` (set by the saga service in the
+transaction that writes it to its outbox) minus the client's clock just before it sent the
+submit request (one machine, one clock); ``CaseSubmitted → saga end`` (both from the audit
+trail) is printed beside it. Journeys/s sustained = journeys whose saga ended within the
+phase's clock, after its first 20%, divided by that time. A phase's journeys not ended
+``--drain-s`` seconds after it are reported as ``unfinished`` and count as infinitely slow in
+the percentiles.
+
+Per stage (ms, p50/p95/p99 over the phase's events), from what the services record:
+``occurred_at → topic`` per producing service (the Kafka record timestamp, ``published_at``
+in the audit journal: set by the relay's producer), and ``topic → commit`` per consumer
+(``consumer_inbox.processed_at`` of each service database, and the audit journal's
+``recorded_at``: both PostgreSQL ``now()``, the start of the consumer's transaction).
+
+CPU seconds per process over each phase (``/proc/<pid>/stat`` utime + stime, the process and
+its descendants): the five services, PostgreSQL (the postmaster and its backends), Kafka, the
+registry and the bench itself; the service with the most is named the bottleneck.
+``--profile SERVICE`` samples that service with py-spy during the saturation phase and prints
+where its time goes (``--profile auto``: the busiest service of the previous phase).
+
+Every connection runs with ``synchronous_commit=on`` (libpq ``PGOPTIONS``, inherited by the
+service processes) unless ``--fast``. The 2-core box is shared: the load average is printed
+with every phase, and a one-line ``BENCH {...}`` JSON record ends the run. Run it alone (it
+starts service processes): ``flock /tmp/casestream-e2e.lock make bench-journeys``.
+
+Usage::
+
+    eval "$(deploy/infra.sh env)"
+    .venv/bin/python bench/journeys.py [--rates 25,50,100] [--seconds 20] [--concurrency 64]
+        [--connections 24] [--drain-s 30] [--profile auto|SERVICE] [--fast]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import math
+import os
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from collections import Counter, defaultdict
+from collections.abc import Iterable, Mapping, Sequence
+from contextlib import ExitStack
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))  # services.demo and tests.support: the project's launcher
+
+from common import check_durability, durability, json_record, load_average  # noqa: E402
+
+END_TYPES = ("SagaCompleted", "SagaCompensated")
+"""The saga's last event of a journey (compensated: the decision failed, the case returned)."""
+
+WARMUP_SHARE = 0.2
+"""Share of a phase's clock left out of journeys/s sustained (the pipeline filling up)."""
+
+
+# --- statistics (pure) ---------------------------------------------------------------------
+
+def percentile(values: Sequence[float], q: float) -> float:
+    """The ``q``-th percentile (0-100) of ``values`` by the nearest-rank method (the smallest
+    value with at least q% of the values at or below it); ``math.inf`` entries stand for
+    journeys that never ended. NaN for no values.
+
+    Raises:
+        ValueError: ``q`` outside 0..100.
+    """
+    if not 0 <= q <= 100:
+        raise ValueError(f"percentile q must be within 0..100, got {q}")
+    if not values:
+        return math.nan
+    ordered = sorted(values)
+    rank = max(1, math.ceil(q / 100 * len(ordered)))
+    return ordered[rank - 1]
+
+
+def summary_ms(values_s: Sequence[float]) -> dict[str, float | int]:
+    """``{"n", "p50", "p95", "p99", "max"}`` of durations given in seconds, in ms (inf kept)."""
+    out: dict[str, float | int] = {"n": len(values_s)}
+    for q in (50, 95, 99):
+        out[f"p{q}"] = percentile(values_s, q) * 1000
+    out["max"] = max(values_s) * 1000 if values_s else math.nan
+    return out
+
+
+def sustained_rate(ends: Iterable[float], start: float, stop: float,
+                   warmup_share: float = WARMUP_SHARE) -> float:
+    """Journeys/s that ended within ``[start + warmup_share × (stop - start), stop]`` (epoch
+    seconds), divided by that window's length.
+
+    Raises:
+        ValueError: ``stop <= start`` or ``warmup_share`` outside [0, 1).
+    """
+    if stop <= start or not 0 <= warmup_share < 1:
+        raise ValueError(f"sustained_rate needs start < stop and 0 <= warmup_share < 1, got "
+                         f"{start}, {stop}, {warmup_share}")
+    begin = start + warmup_share * (stop - start)
+    return sum(begin <= t <= stop for t in ends) / (stop - begin)
+
+
+def fmt_ms(x: float) -> str:
+    if math.isnan(x):
+        return "-"
+    return "inf" if math.isinf(x) else f"{x:,.0f}" if x >= 100 else f"{x:.1f}"
+
+
+def json_safe(d: Mapping[str, Any]) -> dict[str, Any]:
+    """``d`` with inf/NaN turned into None (JSON has neither)."""
+    return {k: (None if isinstance(v, float) and not math.isfinite(v) else
+                round(v, 2) if isinstance(v, float) else v) for k, v in d.items()}
+
+
+# --- CPU per process -----------------------------------------------------------------------
+
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def _proc_table() -> dict[int, tuple[int, float]]:
+    """``{pid: (ppid, utime + stime in s)}`` of every process readable in /proc."""
+    out = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            raw = Path(f"/proc/{entry}/stat").read_text()
+        except OSError:
+            continue
+        fields = raw[raw.rindex(")") + 2:].split()  # after "pid (comm) "
+        out[int(entry)] = (int(fields[1]), (int(fields[11]) + int(fields[12])) / CLOCK_TICKS)
+    return out
+
+
+def tree_cpu(roots: Mapping[str, int], table: Mapping[int, tuple[int, float]] | None = None
+             ) -> dict[str, float]:
+    """CPU seconds (user + system) so far of each named root pid and its live descendants."""
+    table = _proc_table() if table is None else table
+    children: dict[int, list[int]] = defaultdict(list)
+    for pid, (ppid, _) in table.items():
+        children[ppid].append(pid)
+    out = {}
+    for name, root in roots.items():
+        total, todo = 0.0, [root]
+        while todo:
+            pid = todo.pop()
+            if pid in table:
+                total += table[pid][1]
+                todo.extend(children.get(pid, ()))
+        out[name] = total
+    return out
+
+
+def infra_pids(local: Path) -> dict[str, int]:
+    """The pids of this checkout's PostgreSQL, Kafka and registry (``deploy/infra.sh`` state
+    in ``.local``), those that are running."""
+    files = {"postgres": local / "pg" / "data" / "postmaster.pid",
+             "kafka": local / "kafka" / "kafka.pid",
+             "registry": local / "apicurio" / "registry.pid"}
+    out = {}
+    for name, path in files.items():
+        try:
+            pid = int(path.read_text().split()[0])
+        except (OSError, ValueError, IndexError):
+            continue
+        if Path(f"/proc/{pid}").exists():
+            out[name] = pid
+    return out
+
+
+# --- the load ------------------------------------------------------------------------------
+
+@dataclass(slots=True)
+class Started:
+    """One journey the client started: case id and client clocks (epoch s)."""
+
+    case_id: str
+    submit_sent: float
+    submit_answered: float
+
+
+@dataclass(slots=True)
+class Phase:
+    """What a phase did: its journeys, its clock (epoch s), and what went wrong."""
+
+    name: str
+    started: list[Started] = field(default_factory=list)
+    errors: Counter[str] = field(default_factory=Counter)
+    dropped: int = 0
+    t0: float = 0.0
+    t1: float = 0.0
+    cpu_s: dict[str, float] = field(default_factory=dict)
+    load: str = ""
+
+
+class JourneyWatch:
+    """Reads the audit journal every ``interval_s`` for saga ends of the cases it was told
+    about; ``ends[case_id]`` = the end event's ``occurred_at`` (epoch s), and an awaitable
+    per case."""
+
+    def __init__(self, audit_dsn: str, interval_s: float = 0.1) -> None:
+        self.dsn = audit_dsn
+        self.interval_s = interval_s
+        self.ends: dict[str, float] = {}
+        self._waiting: dict[str, asyncio.Event] = {}
+        self._pending: set[str] = set()
+
+    def watch(self, case_id: str) -> asyncio.Event:
+        self._pending.add(case_id)
+        return self._waiting.setdefault(case_id, asyncio.Event())
+
+    async def run(self, stop: asyncio.Event) -> None:
+        import psycopg
+
+        async with await psycopg.AsyncConnection.connect(self.dsn, autocommit=True) as conn:
+            while not stop.is_set():
+                if self._pending:
+                    rows = await (await conn.execute(
+                        "SELECT case_id, extract(epoch FROM occurred_at) FROM audit_journal"
+                        " WHERE event_type = ANY(%s) AND case_id = ANY(%s)",
+                        (list(END_TYPES), list(self._pending)))).fetchall()
+                    for case_id, at in rows:
+                        self.ends[case_id] = float(at)
+                        self._pending.discard(case_id)
+                        if (ev := self._waiting.pop(case_id, None)) is not None:
+                            ev.set()
+                try:
+                    await asyncio.wait_for(stop.wait(), self.interval_s)
+                except TimeoutError:
+                    pass
+
+    def pending(self) -> int:
+        return len(self._pending)
+
+
+class Driver:
+    """Opens and submits cases over HTTP, at most ``connections`` requests in flight."""
+
+    def __init__(self, base: str, connections: int) -> None:
+        import httpx
+
+        from services.demo import case_mix
+
+        self.base = base
+        self.slots = asyncio.Semaphore(connections)
+        self.client = httpx.AsyncClient(
+            timeout=30.0, limits=httpx.Limits(max_connections=connections,
+                                              max_keepalive_connections=connections))
+        self.mix = case_mix(100)
+        self.n = 0
+
+    async def start(self, phase: Phase) -> Started | None:
+        """Open and submit one case; None (error counted) when the service refused."""
+        import httpx
+
+        from services.demo import headers
+
+        spec = self.mix[self.n % len(self.mix)]
+        self.n += 1
+        async with self.slots:
+            try:
+                opened = await self.client.post(f"{self.base}/cases", json=spec.body(),
+                                                headers=headers(spec.tenant))
+                if opened.status_code != 201:
+                    phase.errors[f"open {opened.status_code}"] += 1
+                    return None
+                case_id = opened.json()["id"]
+                sent = time.time()
+                submitted = await self.client.post(
+                    f"{self.base}/cases/{case_id}/submit", json={},
+                    headers=headers(spec.tenant, **{"Idempotency-Key": str(uuid.uuid4())}))
+                answered = time.time()
+            except httpx.HTTPError as e:
+                phase.errors[type(e).__name__] += 1
+                return None
+        if submitted.status_code >= 300:
+            phase.errors[f"submit {submitted.status_code}"] += 1
+            return None
+        started = Started(case_id, sent, answered)
+        phase.started.append(started)
+        return started
+
+    async def close(self) -> None:
+        await self.client.aclose()
+
+
+async def open_loop(driver: Driver, watch: JourneyWatch, phase: Phase, rate: float,
+                    seconds: float) -> None:
+    """Start ``rate`` journeys/s for ``seconds`` on schedule (an arrival that finds no free
+    client slot is dropped and counted), then wait for the answers."""
+    loop = asyncio.get_running_loop()
+    tasks = []
+    t0 = loop.time()
+    for i in range(int(rate * seconds)):
+        await asyncio.sleep(max(0.0, t0 + i / rate - loop.time()))
+        if driver.slots.locked():
+            phase.dropped += 1
+            continue
+        tasks.append(asyncio.create_task(_start_watched(driver, watch, phase)))
+    await asyncio.sleep(max(0.0, t0 + seconds - loop.time()))
+    await asyncio.gather(*tasks)
+
+
+async def _start_watched(driver: Driver, watch: JourneyWatch, phase: Phase) -> None:
+    if (s := await driver.start(phase)) is not None:
+        watch.watch(s.case_id)
+
+
+async def closed_loop(driver: Driver, watch: JourneyWatch, phase: Phase, workers: int,
+                      seconds: float, wait_journey: bool) -> None:
+    """``workers`` loops for ``seconds``: start a journey, then (``wait_journey``) wait until
+    its saga ended."""
+    deadline = time.monotonic() + seconds
+
+    async def worker() -> None:
+        while time.monotonic() < deadline:
+            s = await driver.start(phase)
+            if s is None:
+                await asyncio.sleep(0.05)
+                continue
+            done = watch.watch(s.case_id)
+            if wait_journey:
+                try:
+                    await asyncio.wait_for(done.wait(), max(0.01, deadline - time.monotonic()))
+                except TimeoutError:
+                    return
+
+    await asyncio.gather(*(worker() for _ in range(workers)))
+
+
+# --- what the services recorded ------------------------------------------------------------
+
+def journey_report(phase: Phase, ends: Mapping[str, float],
+                   submitted_at: Mapping[str, float]) -> dict[str, Any]:
+    """Latencies and rate of ``phase`` from the saga ends (``ends``: case id → epoch s) and
+    the audit trail's ``CaseSubmitted`` times (``submitted_at``)."""
+    lat = [ends.get(s.case_id, math.inf) - s.submit_sent for s in phase.started]
+    inner = [ends[s.case_id] - submitted_at[s.case_id] for s in phase.started
+             if s.case_id in ends and s.case_id in submitted_at]
+    http = [s.submit_answered - s.submit_sent for s in phase.started]
+    mine = [ends[s.case_id] for s in phase.started if s.case_id in ends]
+    return {"started": len(phase.started),
+            "ended": sum(s.case_id in ends for s in phase.started),
+            "per_s": sustained_rate(mine, phase.t0, phase.t1) if phase.t1 > phase.t0 else 0.0,
+            "journey_ms": summary_ms(lat), "submitted_to_end_ms": summary_ms(inner),
+            "submit_http_ms": summary_ms(http)}
+
+
+def stage_latencies(dsns: Mapping[str, str], case_ids: Sequence[str]) -> dict[str, list[float]]:
+    """Seconds per stage over the events of ``case_ids`` (module docstring): ``"<service>
+    occurred → topic"`` and ``"topic → <consumer> commit"``."""
+    import psycopg
+
+    stages: dict[str, list[float]] = defaultdict(list)
+    published: dict[str, float] = {}
+    with psycopg.connect(dsns["audit"]) as conn:
+        rows = conn.execute(
+            "SELECT event_id::text, source, extract(epoch FROM occurred_at),"
+            " extract(epoch FROM published_at), extract(epoch FROM recorded_at)"
+            " FROM audit_journal WHERE case_id = ANY(%s)", (list(case_ids),)).fetchall()
+    for event_id, source, occurred, pub, recorded in rows:
+        if pub is None:
+            continue
+        published[event_id] = float(pub)
+        stages[f"{source} occurred → topic"].append(float(pub) - float(occurred))
+        stages["topic → audit-journal commit"].append(float(recorded) - float(pub))
+    ids = list(published)
+    for service, dsn in dsns.items():
+        with psycopg.connect(dsn) as conn:
+            for consumer, event_id, at in conn.execute(
+                    "SELECT consumer, event_id, extract(epoch FROM processed_at)"
+                    " FROM consumer_inbox WHERE event_id = ANY(%s)", (ids,)):
+                stages[f"topic → {consumer} commit"].append(float(at) - published[event_id])
+    return dict(stages)
+
+
+def submitted_times(audit_dsn: str, case_ids: Sequence[str]) -> dict[str, float]:
+    import psycopg
+
+    with psycopg.connect(audit_dsn) as conn:
+        return {c: float(t) for c, t in conn.execute(
+            "SELECT case_id, extract(epoch FROM occurred_at) FROM audit_journal"
+            " WHERE event_type = 'CaseSubmitted' AND case_id = ANY(%s)", (list(case_ids),))}
+
+
+# --- profile -------------------------------------------------------------------------------
+
+def py_spy(pid: int, seconds: float, out: Path) -> subprocess.Popen[bytes]:
+    """Start py-spy sampling ``pid`` for ``seconds`` (raw collapsed stacks to ``out``)."""
+    exe = Path(sys.executable).with_name("py-spy")
+    return subprocess.Popen([str(exe), "record", "--pid", str(pid), "--duration",
+                             str(max(1, int(seconds))), "--rate", "50", "--format", "raw",
+                             "--threads", "--nonblocking", "--output", str(out)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
+def profile_shares(collapsed: str, top: int = 12) -> tuple[list[tuple[str, float]],
+                                                             list[tuple[str, float]]]:
+    """From py-spy's raw collapsed stacks (``frame;frame;... count`` per line): the ``top``
+    leaf frames by share of samples, and the ``top`` frames of casestream/services code by
+    inclusive share (the stack they are on), both as ``(frame, share 0..1)``."""
+    leaf: Counter[str] = Counter()
+    inclusive: Counter[str] = Counter()
+    total = 0
+    for line in collapsed.splitlines():
+        stack, _, count = line.rpartition(" ")
+        if not stack or not count.isdigit():
+            continue
+        n = int(count)
+        total += n
+        frames = [f for f in stack.split(";") if not f.startswith("thread (")
+                  and not f.startswith("process ")]
+        if frames:
+            leaf[frames[-1]] += n
+        for f in set(frames):
+            if "casestream/" in f or "services/" in f:
+                inclusive[f] += n
+    if not total:
+        return [], []
+    return ([(f, c / total) for f, c in leaf.most_common(top)],
+            [(f, c / total) for f, c in inclusive.most_common(top)])
+
+
+# --- the run -------------------------------------------------------------------------------
+
+def print_phase(phase: Phase, rep: Mapping[str, Any], stages: Mapping[str, list[float]]) -> None:
+    j, inner, http = rep["journey_ms"], rep["submitted_to_end_ms"], rep["submit_http_ms"]
+    errs = ", ".join(f"{k} ×{v}" for k, v in sorted(phase.errors.items())) or "none"
+    print(f"\n== {phase.name}: {rep['started']} journeys started, {rep['ended']} ended, "
+          f"{rep['started'] - rep['ended']} unfinished; dropped {phase.dropped}; "
+          f"refused/failed {errs}; load average {phase.load}")
+    print(f"   journeys/s sustained: {rep['per_s']:.1f}")
+    for label, s in (("journey (submit sent → saga end)", j),
+                     ("CaseSubmitted → saga end (audit)", inner),
+                     ("submit HTTP answer", http)):
+        print(f"   {label:<36} p50 {fmt_ms(s['p50'])}  p95 {fmt_ms(s['p95'])}  "
+              f"p99 {fmt_ms(s['p99'])}  max {fmt_ms(s['max'])} ms")
+    if stages:
+        print(f"   {'stage':<44} {'n':>6} {'p50':>7} {'p95':>7} {'p99':>7} ms")
+        for name in sorted(stages):
+            s = summary_ms(stages[name])
+            print(f"   {name:<44} {s['n']:>6} {fmt_ms(s['p50']):>7} {fmt_ms(s['p95']):>7} "
+                  f"{fmt_ms(s['p99']):>7}")
+    span = max(phase.t1 - phase.t0, 1e-9)
+    cpu = sorted(phase.cpu_s.items(), key=lambda kv: -kv[1])
+    print("   CPU s over the phase (share of one core): " + ", ".join(
+        f"{k} {v:.1f} ({v / span:.0%})" for k, v in cpu))
+    print(f"   bottleneck (busiest service): {busiest(phase.cpu_s)}")
+
+
+def busiest(cpu_s: Mapping[str, float]) -> str:
+    from services.demo import SUITE
+
+    services = {k: v for k, v in cpu_s.items() if k in SUITE}
+    return max(services, key=services.__getitem__) if services else "-"
+
+
+async def run_phases(args: argparse.Namespace, base: str, dsns: Mapping[str, str],
+                     roots: Mapping[str, int]) -> list[tuple[Phase, dict[str, Any]]]:
+    watch = JourneyWatch(dsns["audit"])
+    stop = asyncio.Event()
+    watcher = asyncio.create_task(watch.run(stop))
+    driver = Driver(base, args.connections)
+    results: list[tuple[Phase, dict[str, Any]]] = []
+    profile_target = args.profile
+    try:
+        plan: list[tuple[str, Any]] = [(f"rate {r:g}/s", r) for r in args.rates]
+        if args.concurrency:
+            plan.append((f"saturation ({args.concurrency} concurrent)", "closed"))
+            plan.append((f"submit-only baseline ({args.connections} concurrent)", "submit"))
+        for name, mode in plan:
+            phase = Phase(name)
+            spy = None
+            if mode == "closed" and profile_target:
+                target = (busiest(results[-1][0].cpu_s) if profile_target == "auto" and results
+                          else profile_target)
+                if target in roots:
+                    spy_out = Path(tempfile.gettempdir()) / f"journeys-{target}-{os.getpid()}.txt"
+                    spy = (target, spy_out, py_spy(roots[target], args.seconds, spy_out))
+            before = tree_cpu(roots)
+            phase.t0 = time.time()
+            if mode == "closed":
+                await closed_loop(driver, watch, phase, args.concurrency, args.seconds, True)
+            elif mode == "submit":
+                await closed_loop(driver, watch, phase, args.connections, args.seconds, False)
+            else:
+                await open_loop(driver, watch, phase, mode, args.seconds)
+            phase.t1 = time.time()
+            after = tree_cpu(roots)
+            phase.cpu_s = {k: after[k] - before.get(k, 0.0) for k in after}
+            phase.load = load_average()
+            drain_until = time.monotonic() + args.drain_s
+            ids = {s.case_id for s in phase.started}
+            while time.monotonic() < drain_until and any(i not in watch.ends for i in ids):
+                await asyncio.sleep(0.2)
+            ids_list = sorted(ids)
+            rep = journey_report(phase, watch.ends, submitted_times(dsns["audit"], ids_list))
+            if mode == "submit":  # the baseline's figure is the HTTP pair, not the journey
+                rep["per_s"] = len(phase.started) / (phase.t1 - phase.t0)
+            stages = stage_latencies(dsns, ids_list)
+            rep["stages_ms"] = {k: json_safe(summary_ms(v)) for k, v in stages.items()}
+            print_phase(phase, rep, stages)
+            if mode == "submit":
+                print(f"   (baseline: {rep['per_s']:.1f} open+submit pairs/s through the HTTP "
+                      "edge, not waiting for the journeys)")
+            if spy is not None:
+                print_profile(*spy)
+            results.append((phase, rep))
+            sys.stdout.flush()
+    finally:
+        stop.set()
+        await watcher
+        await driver.close()
+    return results
+
+
+def print_profile(target: str, out: Path, proc: subprocess.Popen[bytes]) -> None:
+    try:
+        proc.wait(30)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+    if not out.exists():
+        print(f"   profile of {target}: py-spy wrote nothing (exit {proc.returncode})")
+        return
+    leaves, inclusive = profile_shares(out.read_text())
+    print(f"   profile of {target} (py-spy, 50 Hz, all threads incl. idle; stacks in {out}):")
+    print("     leaf frames:")
+    for f, share in leaves:
+        print(f"       {share:6.1%}  {f}")
+    print("     casestream/services frames, inclusive:")
+    for f, share in inclusive:
+        print(f"       {share:6.1%}  {f}")
+
+
+def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    ap = argparse.ArgumentParser(
+        prog="bench/journeys.py", description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--rates", default="25,50,100",
+                    help="open-loop phases, journeys/s, comma-separated (default 25,50,100; "
+                         "'' for none)")
+    ap.add_argument("--seconds", type=float, default=20.0,
+                    help="length of each phase's load, s (default 20)")
+    ap.add_argument("--concurrency", type=int, default=64,
+                    help="journeys in flight in the saturation phase (default 64; 0 skips it "
+                         "and the submit-only baseline)")
+    ap.add_argument("--connections", type=int, default=24,
+                    help="HTTP requests in flight at most (default 24; the case service sheds "
+                         "above max_in_flight 32)")
+    ap.add_argument("--drain-s", type=float, default=30.0,
+                    help="after a phase, s to wait for its journeys to end (default 30)")
+    ap.add_argument("--profile", default="",
+                    help="py-spy the named service (case, decision, audit, notification, saga) "
+                         "or 'auto' (the busiest of the phase before) during saturation")
+    ap.add_argument("--log-dir", default=".local/bench-journeys-logs",
+                    help="service logs (default .local/bench-journeys-logs)")
+    ap.add_argument("--fast", action="store_true",
+                    help="synchronous_commit=off everywhere (NOT production durability)")
+    args = ap.parse_args(argv)
+    try:
+        args.rates = [float(r) for r in args.rates.split(",") if r.strip()]
+    except ValueError:
+        ap.error(f"--rates: comma-separated numbers expected, got {args.rates!r}")
+    if any(r <= 0 for r in args.rates):
+        ap.error("--rates: every rate must be > 0 journeys/s")
+    if args.seconds <= 0 or args.drain_s < 0 or args.connections < 1 or args.concurrency < 0:
+        ap.error("--seconds > 0, --drain-s >= 0, --connections >= 1 and --concurrency >= 0")
+    return args
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse_args(argv)
+    label = durability(args.fast)
+    pg_url = os.environ.get("CASESTREAM_PG_URL", "postgresql://postgres@127.0.0.1:15432")
+    bootstrap = os.environ.get("CASESTREAM_KAFKA_BOOTSTRAP", "127.0.0.1:19092")
+    registry = os.environ.get("CASESTREAM_REGISTRY_URL", "http://127.0.0.1:18081/apis/ccompat/v7")
+    from casestream.service import StackError
+    from services.demo import SUITE
+    from tests.support.suite import running_stack, service_databases, suite_env
+
+    check_durability(f"{pg_url}/postgres", args.fast)
+    print(f"journeys: {label}; load average {load_average()}; starting the suite ...", flush=True)
+    with ExitStack() as stack:
+        databases = stack.enter_context(service_databases(pg_url, SUITE, "bench"))
+        env = suite_env(bootstrap, pg_url, registry, databases, rate_limit=1_000_000)
+        try:
+            services = stack.enter_context(running_stack(env, SUITE, Path(args.log_dir)))
+        except StackError as e:
+            print(f"journeys: {e} (logs in {args.log_dir})", file=sys.stderr)
+            return 1
+        base = f"http://127.0.0.1:{env['CASESTREAM_CASE_PORT']}"
+        dsns = {name: f"{pg_url}/{db}" for name, db in databases.items()}
+        roots = {name: services.procs[name].popen.pid for name in SUITE}
+        roots.update(infra_pids(REPO / ".local"))
+        roots["bench"] = os.getpid()
+        results = asyncio.run(run_phases(args, base, dsns, roots))
+    print(f"\njourneys: {label}; load average at the end {load_average()}")
+    json_record("journeys", durability=label.split(" ")[0], phases=[
+        {"phase": p.name, "dropped": p.dropped, "errors": sum(p.errors.values()),
+         "started": r["started"], "ended": r["ended"], "per_s": round(r["per_s"], 1),
+         "journey_ms": json_safe(r["journey_ms"]), "submit_http_ms": json_safe(r["submit_http_ms"]),
+         "cpu_s": {k: round(v, 1) for k, v in p.cpu_s.items()}, "bottleneck": busiest(p.cpu_s),
+         "load": p.load} for p, r in results])
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
