@@ -151,19 +151,23 @@ def numeric_fields(record: Any, prefix: str = "") -> dict[str, float]:
 
 
 def print_pair(on: dict[str, Any], off: dict[str, Any]) -> None:
-    """Print the numeric fields of the synchronous_commit=on and --fast records side by side
-    (with fast ÷ on), their load averages, and one ``BENCH`` record holding both."""
+    """Print the numeric fields of the synchronous_commit=on and --fast records that differ
+    side by side (with fast ÷ on), their load averages, and one ``BENCH`` record holding both."""
     import json
 
     a, b = numeric_fields(on), numeric_fields(off)
     print("\nsame bench, two runs: synchronous_commit=on (production durability) | --fast "
           "(synchronous_commit=off, NOT production durability)")
     print(f"  load average: on {on.get('loadavg', '?')} | fast {off.get('loadavg', '?')}")
-    width = max(map(len, [*a, *b]), default=10)
-    for key in sorted(set(a) | set(b)):
+    differ = sorted(k for k in set(a) | set(b) if a.get(k) != b.get(k))
+    same = len(set(a) | set(b)) - len(differ)
+    width = max(map(len, differ), default=10)
+    for key in differ:
         x, y = a.get(key), b.get(key)
         ratio = f"{y / x:.2f} ×" if x and y is not None else "-"
         print(f"  {key:<{width}}  on {_num(x):>12}  fast {_num(y):>12}  fast/on {ratio}")
+    if same:
+        print(f"  ({same} fields equal in both runs, the settings, not shown)")
     print("BENCH " + json.dumps({"bench": on.get("bench") or off.get("bench"),
                                  "pair": {"synchronous_commit_on": on, "fast": off}},
                                 sort_keys=True))

@@ -222,30 +222,41 @@ class Phase:
 class JourneyWatch:
     """Reads the audit journal every ``interval_s`` for saga ends of the cases it was told
     about; ``ends[case_id]`` = the end event's ``occurred_at`` (epoch s), and an awaitable
-    per case."""
+    per case.
 
-    def __init__(self, audit_dsn: str, interval_s: float = 0.1) -> None:
+    Each read takes the end events recorded since the previous read's clock minus
+    ``overlap_s`` (``recorded_at`` is the start of the audit consumer's transaction, which
+    commits later), so its cost follows the rate of ends, not the number of cases waited for.
+    """
+
+    def __init__(self, audit_dsn: str, interval_s: float = 0.1, overlap_s: float = 5.0) -> None:
         self.dsn = audit_dsn
         self.interval_s = interval_s
+        self.overlap_s = overlap_s
         self.ends: dict[str, float] = {}
         self._waiting: dict[str, asyncio.Event] = {}
         self._pending: set[str] = set()
 
     def watch(self, case_id: str) -> asyncio.Event:
-        self._pending.add(case_id)
+        if case_id not in self.ends:
+            self._pending.add(case_id)
         return self._waiting.setdefault(case_id, asyncio.Event())
 
     async def run(self, stop: asyncio.Event) -> None:
         import psycopg
 
+        since = 0.0
         async with await psycopg.AsyncConnection.connect(self.dsn, autocommit=True) as conn:
             while not stop.is_set():
-                if self._pending:
-                    rows = await (await conn.execute(
-                        "SELECT case_id, extract(epoch FROM occurred_at) FROM audit_journal"
-                        " WHERE event_type = ANY(%s) AND case_id = ANY(%s)",
-                        (list(END_TYPES), list(self._pending)))).fetchall()
-                    for case_id, at in rows:
+                now = float((await (await conn.execute(
+                    "SELECT extract(epoch FROM clock_timestamp())")).fetchone())[0])
+                rows = await (await conn.execute(
+                    "SELECT case_id, extract(epoch FROM occurred_at) FROM audit_journal"
+                    " WHERE event_type = ANY(%s) AND recorded_at >= to_timestamp(%s)",
+                    (list(END_TYPES), since))).fetchall()
+                since = now - self.overlap_s
+                for case_id, at in rows:
+                    if case_id in self._pending:
                         self.ends[case_id] = float(at)
                         self._pending.discard(case_id)
                         if (ev := self._waiting.pop(case_id, None)) is not None:
