@@ -89,6 +89,25 @@ _FORCED = {"enable.auto.commit": False, "enable.auto.offset.store": False}
 _COMMIT_RESEND_S = 10.0  # an asynchronous offset commit unanswered this long is sent again
 
 
+
+def fetch_batch(consumer: Any, max_messages: int, timeout_s: float) -> list[Any]:
+    """Up to ``max_messages`` records from ``consumer`` (``confluent_kafka.Consumer``): what
+    is already fetched, at once; when nothing is, the first record to arrive within
+    ``timeout_s`` s together with what came with it.
+
+    ``Consumer.consume(n, timeout)`` returns only when n messages are there or the timeout has
+    passed (librdkafka ``rd_kafka_consume_batch_queue``), so a batch of ``batch_size`` asked
+    with the poll timeout waited up to the whole timeout whenever fewer records than a batch
+    were arriving: each hop of a flow of events waited up to ``poll_timeout_s``.
+    """
+    msgs = consumer.consume(max_messages, 0)
+    if msgs or timeout_s <= 0:
+        return msgs
+    msgs = consumer.consume(1, timeout_s)
+    if msgs and max_messages > 1:
+        msgs.extend(consumer.consume(max_messages - 1, 0))
+    return msgs
+
 class ConsumerRuntime:
     """Consumes ``topics`` (plus ``<name>.redrive``) as group ``name`` and applies ``handlers``.
 
@@ -296,7 +315,7 @@ class ConsumerRuntime:
             return
         self._resume_due()
         self._enter("polling")
-        msgs = self._consumer.consume(self.settings.batch_size, self.settings.poll_timeout_s)
+        msgs = fetch_batch(self._consumer, self.settings.batch_size, self.settings.poll_timeout_s)
         generation = self._generation
         records = self._records(msgs)
         self._probe.polled(records, self._consumer)
@@ -459,7 +478,7 @@ class ConsumerRuntime:
         full = workers.queued >= limit
         self._flow(full)
         self._enter("polling")
-        msgs = self._consumer.consume(s.batch_size, 0.0 if full else s.poll_timeout_s)
+        msgs = fetch_batch(self._consumer, s.batch_size, 0.0 if full else s.poll_timeout_s)
         records = [r for r in self._records(msgs) if r.tp in self._assigned]
         self._probe.polled(records, self._consumer)
         if records:
