@@ -28,7 +28,8 @@ from typing import Any
 
 from opentelemetry import trace
 
-__all__ = ["JsonFormatter", "log_context", "redact", "CONTEXT_FIELDS"]
+__all__ = ["JsonFormatter", "log_context", "pop_log_context", "push_log_context", "redact",
+           "CONTEXT_FIELDS"]
 
 CONTEXT_FIELDS = ("correlation_id", "event_id", "aggregate_id", "consumer", "attempt",
                   "failure_class")
