@@ -83,7 +83,7 @@ soak: infra-up ## fault soak: the suite under load while instances, relays, Kafk
 	@$(WITH_ENV) $(VENV)/bin/python -m services.soak --minutes $(SOAK_MINUTES) $(if $(REPLICAS),--replicas $(REPLICAS)) $(SOAK_ARGS)
 
 test: venv compose k8s-tools prometheus-tools browser infra-up ## the whole test suite against the real infrastructure (.ci/run calls this)
-	@$(WITH_ENV) { $(VENV)/bin/pytest -m "not debezium and not secured" $(PYTEST_ARGS); rc=$$?; \
+	@$(WITH_ENV) { $(VENV)/bin/pytest -m "not debezium" $(PYTEST_ARGS); rc=$$?; \
 		if [ $$rc -eq 5 ]; then echo "make test: pytest collected no tests (exit status 5); that is a failure" >&2; fi; \
 		exit $$rc; }
 
@@ -96,7 +96,7 @@ test-debezium: venv infra-up ## Debezium as the outbox publisher: same records a
 test-cluster: venv infra-up ## only the three-broker tests (also in make test): a broker SIGKILLed under load, two brokers stopped (~2.5 min; own throwaway cluster in .local/kafka-cluster-test)
 	@$(WITH_ENV) $(VENV)/bin/pytest -m cluster -s tests/integration/test_kafka_cluster.py $(PYTEST_ARGS)
 
-test-secured: venv infra-up ## the registry client against a second Apicurio Registry that demands bearer JWTs / HTTP basic (~1-1.5 min, mostly its start)
+test-secured: venv infra-up ## only the registry-authentication tests (also in make test): the registry client against a second Apicurio Registry that demands bearer JWTs / HTTP basic (~30-40 s, mostly its start)
 	@$(WITH_ENV) $(VENV)/bin/pytest -m secured -s tests/integration/test_registry_auth.py $(PYTEST_ARGS)
 
 SCHEMA_BASE ?= origin/main

@@ -146,7 +146,20 @@ registry_wait() {
     ok "registry: ready on $REG_URL"
 }
 
-registry_down() { stop_pid "$REG_PID" "$REG_MARK" registry 30; }
+registry_down() {
+    local pid
+    if [[ "$CASESTREAM_REGISTRY_STORAGE" == memory ]]; then
+        # Nothing to keep in memory, so SIGKILL: a stop would write the class-data archive (~10 s).
+        if pid="$(pid_alive "$REG_PID" "$REG_MARK")"; then
+            kill -KILL "$pid"
+            while [[ -d /proc/$pid ]]; do sleep 0.05; done
+        fi
+        rm -f "$REG_PID"
+        ok "registry $REG_NAME: killed (in-memory storage)"
+        return 0
+    fi
+    stop_pid "$REG_PID" "$REG_MARK" registry 30
+}
 
 registry_status() {
     local pid
