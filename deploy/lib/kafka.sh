@@ -142,6 +142,11 @@ kafka_up() {
     # nodes already booting.
     kafka_need_java
     kafka_install
+    # what the nodes share is made once, before they are prepared side by side
+    kafka_cluster_id >/dev/null
+    if [[ "$CASESTREAM_KAFKA_SECURE" == 1 ]]; then
+        bash "$CS_DEPLOY_DIR/kafka/tls.sh" "$KAFKA_TLS" || die "kafka: could not make the test certificates in $KAFKA_TLS."
+    fi
     for ((n = 1; n <= KAFKA_NODES; n++)); do
         kafka_node "$n"
         pid_alive "$NODE_PID" "$NODE_MARK" >/dev/null && continue
