@@ -9,8 +9,8 @@ inbox and aggregate-version guard into an effects table with no unique key, so a
 effect would show as two rows.
 
 One cluster serves both tests (module fixture). It is throwaway, so it starts with
-``CASESTREAM_KAFKA_QUICK_START=1`` (serial GC, C1 compiler only, a class-data-sharing archive:
-start-up over throughput) and is torn down by SIGKILL of every node plus deletion of its data,
+``CASESTREAM_KAFKA_QUICK_START=1`` (serial GC and the C1 compiler only: start-up over
+throughput) and is torn down by SIGKILL of every node plus deletion of its data,
 not by controlled shutdown. Marked ``cluster``: ``make test`` runs it, ``make test-cluster``
 runs only it.
 
