@@ -29,7 +29,9 @@ cs_defaults() {
     : "${CASESTREAM_KAFKA_NODE_PORT_STEP:=10}"
     : "${CASESTREAM_KAFKA_SECURE:=1}"
     : "${CASESTREAM_KAFKA_HEAP:=512m}"
+    : "${CASESTREAM_KAFKA_QUICK_START:=0}"
     : "${CASESTREAM_REGISTRY_HEAP:=512m}"
+    : "${CASESTREAM_REGISTRY_STORAGE:=postgresql}"
     : "${CASESTREAM_READY_TIMEOUT:=120}"
     : "${CASESTREAM_PYTHON:=$CS_REPO/.venv/bin/python}"
     CS_LOCAL="$CASESTREAM_LOCAL_DIR"
@@ -46,6 +48,10 @@ cs_defaults() {
         || die "CASESTREAM_KAFKA_BROKERS='$CASESTREAM_KAFKA_BROKERS': 1 (default) or 3."
     [[ "$CASESTREAM_KAFKA_SECURE" == 0 || "$CASESTREAM_KAFKA_SECURE" == 1 ]] \
         || die "CASESTREAM_KAFKA_SECURE='$CASESTREAM_KAFKA_SECURE': 1 (default: SSL and SASL_SSL listeners too) or 0."
+    [[ "$CASESTREAM_REGISTRY_STORAGE" == postgresql || "$CASESTREAM_REGISTRY_STORAGE" == memory ]] \
+        || die "CASESTREAM_REGISTRY_STORAGE='$CASESTREAM_REGISTRY_STORAGE': postgresql (default: database 'registry') or memory (H2, lost at stop)."
+    [[ "$CASESTREAM_KAFKA_QUICK_START" == 0 || "$CASESTREAM_KAFKA_QUICK_START" == 1 ]] \
+        || die "CASESTREAM_KAFKA_QUICK_START='$CASESTREAM_KAFKA_QUICK_START': 0 (default: G1 and C2, for throughput) or 1 (start-up first, for throwaway test clusters)."
     [[ "$CASESTREAM_KAFKA_NODE_PORT_STEP" =~ ^[0-9]+$ ]] && ((CASESTREAM_KAFKA_NODE_PORT_STEP >= 4)) \
         || die "CASESTREAM_KAFKA_NODE_PORT_STEP='$CASESTREAM_KAFKA_NODE_PORT_STEP': a number >= 4 (each node uses 4 ports)."
 }
