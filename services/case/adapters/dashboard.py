@@ -30,7 +30,9 @@ from psycopg import sql
 
 from casestream.events import Envelope
 from casestream.consumer import HandlerRegistry
-from casestream.replay import ProjectionSpec, TableNames, json_batch_registry
+from casestream.replay import ProjectionSpec, TableNames, json_batch_registry, max_applied_at
+
+from services.case.settings import projection_dsn
 
 NAME = "case.dashboard"
 CONSUMER = "case.dashboard"
@@ -184,21 +186,9 @@ def case_row(conn: Any, case_id: str, table: str = TABLE) -> tuple[Any, ...] | N
     return conn.execute(sql.SQL(CASE_ROW).format(t=sql.Identifier(table)), (case_id,)).fetchone()
 
 
-def freshness(conn: Any, names: TableNames) -> datetime | None:
-    """When a row was last changed (None if empty)."""
-    return conn.execute(sql.SQL("SELECT max(applied_at) FROM {}").format(
-        sql.Identifier(names[TABLE]))).fetchone()[0]
-
-
-def _dsn() -> str:
-    from services.case.settings import CaseSettings
-
-    return CaseSettings().dsn
-
-
 PROJECTION = ProjectionSpec(
     name=NAME,
     description="case dashboard (cases per status and tenant; officer, evidence, penalty, "
                 "appeal per case)",
-    topics=TOPICS, live_consumer=CONSUMER, tables=(TABLE,), dsn=_dsn,
-    create_tables=create_tables, registry=registry, freshness=freshness)
+    topics=TOPICS, live_consumer=CONSUMER, tables=(TABLE,), dsn=projection_dsn,
+    create_tables=create_tables, registry=registry, freshness=max_applied_at(TABLE))

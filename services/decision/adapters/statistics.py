@@ -12,14 +12,14 @@ on ``outbox.event.decision`` (wired in ``bootstrap``); rebuild:
 from __future__ import annotations
 
 from collections.abc import Iterable
-from datetime import datetime, timezone
+from datetime import timezone
 from typing import Any
 
 from psycopg import sql
 
 from casestream.events import Envelope
 from casestream.consumer import HandlerRegistry
-from casestream.replay import ProjectionSpec, TableNames, json_batch_registry
+from casestream.replay import ProjectionSpec, TableNames, json_batch_registry, max_applied_at
 
 NAME = "decision.statistics"
 CONSUMER = "decision.statistics"
@@ -100,12 +100,6 @@ def totals(conn: Any, period: str = "day", table: str = TABLE) -> list[tuple[Any
     return conn.execute(q).fetchall()
 
 
-def freshness(conn: Any, names: TableNames) -> datetime | None:
-    """When a fact was last applied (None if empty)."""
-    return conn.execute(sql.SQL("SELECT max(applied_at) FROM {}").format(
-        sql.Identifier(names[TABLE]))).fetchone()[0]
-
-
 def _dsn() -> str:
     from services.decision.settings import DecisionSettings
 
@@ -116,4 +110,4 @@ def _dsn() -> str:
 PROJECTION = ProjectionSpec(
     name=NAME, description="decision statistics (violations and penalty totals per period)",
     topics=TOPICS, live_consumer=CONSUMER, tables=(TABLE,), dsn=_dsn,
-    create_tables=create_tables, registry=registry, freshness=freshness)
+    create_tables=create_tables, registry=registry, freshness=max_applied_at(TABLE))
