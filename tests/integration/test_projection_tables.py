@@ -1,5 +1,6 @@
-"""Projection tables on real PostgreSQL: the library's ``max_applied_at`` freshness. One
-scratch database for the module."""
+"""Projection tables on real PostgreSQL: the library's ``max_applied_at`` freshness, and the
+case migration that brings a ``case_dashboard`` table of an earlier version up to date
+without an ALTER TABLE where nothing is missing. One scratch database for the module."""
 
 from __future__ import annotations
 
@@ -11,11 +12,24 @@ import psycopg
 import pytest
 from psycopg import sql
 
-from casestream.migrations import create_database
+from casestream.migrations import Migration, apply_migrations, create_database
 from casestream.replay import ReplayConfigError, max_applied_at
 from casestream.service.settings import CommonSettings
+from services.case.adapters import dashboard
+from services.case.bootstrap import MIGRATIONS
 
 pytestmark = pytest.mark.integration
+
+DASHBOARD_MIGRATION = Migration.from_file(MIGRATIONS / "004_dashboard_columns.sql")
+
+#: case_dashboard as created before the officer/evidence/penalty/appeal columns.
+OLD_DASHBOARD = """
+CREATE TABLE case_dashboard (
+    case_id text PRIMARY KEY, tenant_id text NOT NULL, status text NOT NULL, severity integer,
+    priority text, outcome text, opened_at timestamptz, last_change timestamptz NOT NULL,
+    last_event_type text NOT NULL, last_version bigint NOT NULL,
+    applied_at timestamptz NOT NULL DEFAULT now())
+"""
 
 
 @pytest.fixture(scope="module")
@@ -28,6 +42,13 @@ def dsn(pg_url: str) -> Iterator[str]:
     finally:
         with psycopg.connect(common.database_url("postgres"), autocommit=True) as conn:
             conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
+
+
+def _columns(conn: psycopg.Connection, table: str) -> dict[str, bool]:
+    """column -> NOT NULL."""
+    return dict(conn.execute(
+        "SELECT attname, attnotnull FROM pg_attribute WHERE attrelid = to_regclass(%s)"
+        " AND attnum > 0 AND NOT attisdropped", (table,)).fetchall())
 
 
 def test_max_applied_at_reads_the_named_table_and_names_an_unknown_one(dsn: str) -> None:
@@ -46,3 +67,41 @@ def test_max_applied_at_reads_the_named_table_and_names_an_unknown_one(dsn: str)
             fresh(conn, {"billing": "billing"})
         with pytest.raises(psycopg.errors.UndefinedColumn):
             max_applied_at("ledger", "written_at")(conn, {"ledger": "ledger"})
+
+
+def test_the_dashboard_migration_completes_an_old_table_and_leaves_a_current_one_unlocked(
+        dsn: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(OLD_DASHBOARD)
+        conn.execute("INSERT INTO case_dashboard VALUES ('c1', 't1', 'open', 2, 'high', NULL,"
+                     " now(), now(), 'CaseOpened', 1)")
+    apply_migrations(dsn, [DASHBOARD_MIGRATION])
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        columns = _columns(conn, "case_dashboard")
+        assert set(dashboard.COLUMNS) <= set(columns) and columns["status"] is False
+        assert conn.execute("SELECT case_id, officer_id, appeal_state FROM case_dashboard"
+                            ).fetchall() == [("c1", None, None)]
+        # the current table (as create_tables makes it), read by an open transaction
+        conn.execute("DROP TABLE case_dashboard")
+        conn.execute("DELETE FROM casestream_migrations WHERE name = %s", (DASHBOARD_MIGRATION.name,))
+        dashboard.create_tables(conn, dashboard.PROJECTION.live_names())
+    with psycopg.connect(dsn) as reader:
+        reader.execute("SELECT count(*) FROM case_dashboard").fetchone()  # ACCESS SHARE until rollback
+        # an ALTER TABLE would wait for the reader: lock_timeout (libpq PGOPTIONS) makes it an error
+        monkeypatch.setenv("PGOPTIONS", "-c lock_timeout=2000")
+        apply_migrations(dsn, [DASHBOARD_MIGRATION])
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        assert conn.execute("SELECT count(*) FROM casestream_migrations WHERE name = %s",
+                            (DASHBOARD_MIGRATION.name,)).fetchone()[0] == 1
+
+
+def test_create_tables_leaves_an_existing_dashboard_table_unaltered(dsn: str) -> None:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("DROP TABLE IF EXISTS case_dashboard")
+        conn.execute(OLD_DASHBOARD)
+    with psycopg.connect(dsn) as reader:
+        reader.execute("SELECT count(*) FROM case_dashboard").fetchone()
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            conn.execute("SET lock_timeout = '2s'")
+            dashboard.create_tables(conn, dashboard.PROJECTION.live_names())
+            assert "officer_id" not in _columns(conn, "case_dashboard")  # the migration's job

@@ -17,7 +17,8 @@ Evidence status: EvidenceRequested → requested, EvidenceOverdue → overdue,
 EvidenceSubmitted → submitted. Appeal state:
 AppealSubmitted → appealed, a CaseClosed after it → decided. A field no event of a batch sets is
 kept (``coalesce`` with the stored row). Tables created before these columns get them added
-(``create_tables``), empty until ``casestream replay case.dashboard`` fills them.
+by the case migration ``004_dashboard_columns.sql``, empty until ``casestream replay
+case.dashboard`` fills them.
 """
 
 from __future__ import annotations
@@ -47,8 +48,6 @@ STATUS_OF: dict[str, str | None] = {
 COLUMNS = ("case_id", "tenant_id", "status", "severity", "priority", "outcome", "opened_at",
            "last_change", "last_event_type", "last_version", "officer_id", "evidence_status",
            "penalty_cents", "appeal_state")
-_ADDED = {"officer_id": "text", "evidence_status": "text", "penalty_cents": "bigint",
-          "appeal_state": "text"}
 
 _DDL = """
 CREATE TABLE {t} (
@@ -109,22 +108,13 @@ FROM {t} WHERE case_id = %s
 
 
 def create_tables(conn: Any, names: TableNames) -> None:
-    """Create ``names[case_dashboard]`` with its index unless it exists (index auto-named);
-    add the columns a table created by an earlier version lacks."""
+    """Create ``names[case_dashboard]`` with its index unless it exists (index auto-named).
+
+    An existing table is not checked (start-up and replays issue no ALTER TABLE): the case
+    migration ``004_dashboard_columns.sql`` brings a table of an earlier version up to
+    :data:`COLUMNS`."""
     table = names[TABLE]
     if conn.execute("SELECT to_regclass(%s)", (table,)).fetchone()[0] is not None:
-        # ALTER TABLE takes an ACCESS EXCLUSIVE lock even when it changes nothing: only
-        # alter what is missing, so a start or a replay never queues behind readers.
-        present = {name: not_null for name, not_null in conn.execute(
-            "SELECT attname, attnotnull FROM pg_attribute WHERE attrelid = to_regclass(%s)"
-            " AND attnum > 0 AND NOT attisdropped", (table,)).fetchall()}
-        for column, kind in _ADDED.items():
-            if column not in present:
-                conn.execute(sql.SQL("ALTER TABLE {} ADD COLUMN IF NOT EXISTS {} " + kind).format(
-                    sql.Identifier(table), sql.Identifier(column)))
-        if present.get("status"):
-            conn.execute(sql.SQL("ALTER TABLE {} ALTER COLUMN status DROP NOT NULL").format(
-                sql.Identifier(table)))
         return
     conn.execute(sql.SQL(_DDL).format(t=sql.Identifier(table)))
     conn.execute(sql.SQL(_INDEX).format(t=sql.Identifier(table)))
