@@ -1,4 +1,5 @@
-"""Projection tables on real PostgreSQL: the library's ``max_applied_at`` freshness, and the
+"""Projection tables on real PostgreSQL: the library's ``create_table_unless_exists`` and
+``max_applied_at`` freshness, and the
 case migration that brings a ``case_dashboard`` table of an earlier version up to date
 without an ALTER TABLE where nothing is missing. One scratch database for the module."""
 
@@ -13,7 +14,7 @@ import pytest
 from psycopg import sql
 
 from casestream.migrations import Migration, apply_migrations, create_database
-from casestream.replay import ReplayConfigError, max_applied_at
+from casestream.replay import ReplayConfigError, create_table_unless_exists, max_applied_at
 from casestream.service.settings import CommonSettings
 from services.case.adapters import dashboard
 from services.case.bootstrap import MIGRATIONS
@@ -67,6 +68,17 @@ def test_max_applied_at_reads_the_named_table_and_names_an_unknown_one(dsn: str)
             fresh(conn, {"billing": "billing"})
         with pytest.raises(psycopg.errors.UndefinedColumn):
             max_applied_at("ledger", "written_at")(conn, {"ledger": "ledger"})
+
+
+def test_create_table_unless_exists_runs_its_ddl_only_for_a_missing_table(dsn: str) -> None:
+    ddl = ("CREATE TABLE {t} (id int PRIMARY KEY, note text)", "CREATE INDEX ON {t} (note)")
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        assert create_table_unless_exists(conn, "Notes Shadow", *ddl) is True  # quoted name
+        assert conn.execute("SELECT count(*) FROM pg_indexes WHERE tablename = 'Notes Shadow'"
+                            ).fetchone()[0] == 2
+        conn.execute('INSERT INTO "Notes Shadow" VALUES (1, %s)', ("kept",))
+        assert create_table_unless_exists(conn, "Notes Shadow", "DROP TABLE {t}", *ddl) is False
+        assert conn.execute('SELECT note FROM "Notes Shadow"').fetchall() == [("kept",)]
 
 
 def test_the_dashboard_migration_completes_an_old_table_and_leaves_a_current_one_unlocked(

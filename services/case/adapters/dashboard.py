@@ -31,7 +31,13 @@ from psycopg import sql
 
 from casestream.events import Envelope
 from casestream.consumer import HandlerRegistry
-from casestream.replay import ProjectionSpec, TableNames, json_batch_registry, max_applied_at
+from casestream.replay import (
+    ProjectionSpec,
+    TableNames,
+    create_table_unless_exists,
+    json_batch_registry,
+    max_applied_at,
+)
 
 from services.case.settings import projection_dsn
 
@@ -113,11 +119,7 @@ def create_tables(conn: Any, names: TableNames) -> None:
     An existing table is not checked (start-up and replays issue no ALTER TABLE): the case
     migration ``004_dashboard_columns.sql`` brings a table of an earlier version up to
     :data:`COLUMNS`."""
-    table = names[TABLE]
-    if conn.execute("SELECT to_regclass(%s)", (table,)).fetchone()[0] is not None:
-        return
-    conn.execute(sql.SQL(_DDL).format(t=sql.Identifier(table)))
-    conn.execute(sql.SQL(_INDEX).format(t=sql.Identifier(table)))
+    create_table_unless_exists(conn, names[TABLE], _DDL, _INDEX)
 
 
 def fold(events: Sequence[Envelope]) -> list[tuple[Any, ...]]:

@@ -26,7 +26,13 @@ from psycopg import sql
 
 from casestream.consumer import HandlerRegistry
 from casestream.events import Envelope
-from casestream.replay import ProjectionSpec, TableNames, json_batch_registry, max_applied_at
+from casestream.replay import (
+    ProjectionSpec,
+    TableNames,
+    create_table_unless_exists,
+    json_batch_registry,
+    max_applied_at,
+)
 
 from services.case.settings import projection_dsn
 
@@ -86,11 +92,7 @@ GROUP BY tenant_id, officer_id ORDER BY tenant_id, officer_id
 
 def create_tables(conn: Any, names: TableNames) -> None:
     """Create ``names[officer_workload]`` with its index unless it exists."""
-    table = names[TABLE]
-    if conn.execute("SELECT to_regclass(%s)", (table,)).fetchone()[0] is not None:
-        return
-    conn.execute(sql.SQL(_DDL).format(t=sql.Identifier(table)))
-    conn.execute(sql.SQL(_INDEX).format(t=sql.Identifier(table)))
+    create_table_unless_exists(conn, names[TABLE], _DDL, _INDEX)
 
 
 def fold(events: Sequence[Envelope]) -> list[tuple[Any, ...]]:

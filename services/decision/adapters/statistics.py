@@ -19,7 +19,13 @@ from psycopg import sql
 
 from casestream.events import Envelope
 from casestream.consumer import HandlerRegistry
-from casestream.replay import ProjectionSpec, TableNames, json_batch_registry, max_applied_at
+from casestream.replay import (
+    ProjectionSpec,
+    TableNames,
+    create_table_unless_exists,
+    json_batch_registry,
+    max_applied_at,
+)
 
 NAME = "decision.statistics"
 CONSUMER = "decision.statistics"
@@ -62,11 +68,7 @@ FROM {t} GROUP BY 1, 2 ORDER BY 1, 2
 
 def create_tables(conn: Any, names: TableNames) -> None:
     """Create ``names[decision_statistics]`` and its index unless it exists."""
-    table = names[TABLE]
-    if conn.execute("SELECT to_regclass(%s)", (table,)).fetchone()[0] is not None:
-        return
-    conn.execute(sql.SQL(_DDL).format(t=sql.Identifier(table)))
-    conn.execute(sql.SQL(_INDEX).format(t=sql.Identifier(table)))
+    create_table_unless_exists(conn, names[TABLE], _DDL, _INDEX)
 
 
 def fact(e: Envelope) -> tuple[Any, ...] | None:

@@ -9,6 +9,7 @@ and gives three functions that take *table names* (live or shadow):
 
 - ``create_tables(conn, names)`` — create the tables ``names`` (live name → actual name) empty,
   with the projection's current DDL (so a changed handler's new column exists in the shadow);
+  :func:`create_table_unless_exists` runs a table's DDL unless the table exists;
 - ``registry(names, event_types)`` — a :class:`~casestream.consumer.handlers.HandlerRegistry` whose
   handlers write into ``names``; only ``PROJECTION`` handlers run in a replay;
 - ``freshness(conn, names)`` — when the tables last changed (None if empty);
@@ -132,6 +133,25 @@ def replay_handlers(registry: HandlerRegistry, name: str) -> HandlerRegistry:
     if runnable == 0:
         raise ReplayConfigError(f"projection {name}: no PROJECTION handler to replay")
     return registry
+
+
+def create_table_unless_exists(conn: Any, table: str, *statements: str) -> bool:
+    """Run ``statements`` (DDL with the placeholder ``{t}`` for the table, e.g. ``CREATE
+    TABLE {t} (...)`` then ``CREATE INDEX ON {t} (...)``) with ``{t}`` the quoted identifier
+    ``table``, unless ``table`` exists (``to_regclass`` of the quoted name, on the connection's
+    search path).
+    True if it ran them. For a projection's ``create_tables(conn, names)`` with
+    ``table=names[<live name>]``: an existing table is left alone, so a start or a replay
+    takes no lock on it (bring an older table up to date with a service migration).
+
+    Raises:
+        psycopg.Error: a statement failed (the caller's transaction is then aborted).
+    """
+    if conn.execute("SELECT to_regclass(quote_ident(%s))", (table,)).fetchone()[0] is not None:
+        return False
+    for statement in statements:
+        conn.execute(sql.SQL(statement).format(t=sql.Identifier(table)))
+    return True
 
 
 def max_applied_at(table: str, column: str = "applied_at") -> Callable[[Any, TableNames], datetime | None]:

@@ -17,7 +17,7 @@ from psycopg import sql
 
 from casestream.consumer import HandlerContext, HandlerKind, HandlerRegistry
 from casestream.events import Envelope
-from casestream.replay import ProjectionSpec, TableNames, max_applied_at
+from casestream.replay import ProjectionSpec, TableNames, create_table_unless_exists, max_applied_at
 from watch.domain import CASE_STATES, CaseView, apply_case_event
 from watch.settings import WatchSettings
 
@@ -54,8 +54,7 @@ WHERE w.last_version < EXCLUDED.last_version
 
 def create_tables(conn: Any, names: TableNames) -> None:
     """Create ``names[watch_cases]`` unless it exists."""
-    conn.execute(sql.SQL(_DDL.replace("CREATE TABLE", "CREATE TABLE IF NOT EXISTS", 1)).format(
-        t=sql.Identifier(names[TABLE])))
+    create_table_unless_exists(conn, names[TABLE], _DDL)
 
 
 def fold(events: Sequence[Envelope]) -> list[CaseView]:
