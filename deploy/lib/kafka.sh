@@ -56,14 +56,7 @@ kafka_node() {  # kafka_node <n>: the NODE_* paths and ports of node n
 }
 
 kafka_install() {
-    local pom="$CS_DEPLOY_DIR/kafka/pom.xml"
-    if [[ -s "$KAFKA_CP" && "$KAFKA_CP" -nt "$pom" ]]; then return 0; fi
-    need_mvn
-    log "kafka: resolving jars from Maven Central (deploy/kafka/pom.xml, cached in ~/.m2)"
-    mkdir -p "$KAFKA_DIR"
-    mvn -q -B -f "$pom" dependency:build-classpath -Dmdep.outputFile="$KAFKA_CP.tmp" \
-        >"$KAFKA_DIR/mvn.log" 2>&1 || { show_tail "$KAFKA_DIR/mvn.log"; die "kafka: mvn could not resolve deploy/kafka/pom.xml (log: $KAFKA_DIR/mvn.log)."; }
-    mv "$KAFKA_CP.tmp" "$KAFKA_CP"
+    mvn_classpath kafka "$CS_DEPLOY_DIR/kafka/pom.xml" "$KAFKA_CP" jars
 }
 
 kafka_java() {  # kafka_java <main class> <args...> (foreground tools: StorageTool)
@@ -129,12 +122,9 @@ kafka_up() {
 }
 
 kafka_up_node() {  # kafka_up_node <n>: start node n unless it runs (does not wait)
-    local n=$1 pid
+    local n=$1
     kafka_node "$n"
-    if pid="$(pid_alive "$NODE_PID" "$NODE_MARK")"; then
-        log "kafka: node $n already running (pid $pid)"
-        return 0
-    fi
+    already_running "$NODE_PID" "$NODE_MARK" "kafka: node $n" && return 0
     need_java 17 CASESTREAM_KAFKA_JAVA_HOME "Kafka 4"
     ensure_port_free "$NODE_PORT" "Kafka" CASESTREAM_KAFKA_PORT
     ensure_port_free "$NODE_CONTROLLER_PORT" "Kafka controller" CASESTREAM_KAFKA_CONTROLLER_PORT
@@ -157,8 +147,8 @@ kafka_wait() {
     local n
     for ((n = 1; n <= KAFKA_NODES; n++)); do
         kafka_node "$n"
-        wait_until "$CASESTREAM_READY_TIMEOUT" "kafka node $n" "$NODE_LOGS/server.log" "$NODE_PID" "$NODE_MARK" \
-            probe kafka --bootstrap "$KAFKA_BOOTSTRAP" --brokers "$KAFKA_NODES" --timeout 2
+        wait_ready "kafka node $n" "$NODE_LOGS/server.log" "$NODE_PID" "$NODE_MARK" \
+            kafka --bootstrap "$KAFKA_BOOTSTRAP" --brokers "$KAFKA_NODES"
     done
     local topic retention _reason
     while read -r topic retention _reason; do
@@ -186,20 +176,11 @@ kafka_down() {
 }
 
 kafka_status() {
-    local n pid
+    local n
     for ((n = 1; n <= KAFKA_NODES; n++)); do
         kafka_node "$n"
-        if pid="$(pid_alive "$NODE_PID" "$NODE_MARK")"; then
-            if probe kafka --bootstrap "$CS_HOST:$NODE_PORT" --timeout 2 2>/dev/null; then
-                status_line kafka up "$pid" "$CS_HOST:$NODE_PORT"
-            else
-                status_line kafka starting "$pid" "$CS_HOST:$NODE_PORT"
-            fi
-        elif port_open "$NODE_PORT"; then
-            status_line kafka foreign - "$CS_HOST:$NODE_PORT (in use by $(port_owner "$NODE_PORT"))"
-        else
-            status_line kafka down - "$CS_HOST:$NODE_PORT"
-        fi
+        daemon_status kafka "$NODE_PID" "$NODE_MARK" "$NODE_PORT" "$CS_HOST:$NODE_PORT" "" \
+            kafka --bootstrap "$CS_HOST:$NODE_PORT"
     done
     kafka_node 1
 }
