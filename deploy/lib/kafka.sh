@@ -56,14 +56,7 @@ kafka_node() {  # kafka_node <n>: the NODE_* paths and ports of node n
 }
 
 kafka_install() {
-    local pom="$CS_DEPLOY_DIR/kafka/pom.xml"
-    if [[ -s "$KAFKA_CP" && "$KAFKA_CP" -nt "$pom" ]]; then return 0; fi
-    need_mvn
-    log "kafka: resolving jars from Maven Central (deploy/kafka/pom.xml, cached in ~/.m2)"
-    mkdir -p "$KAFKA_DIR"
-    mvn -q -B -f "$pom" dependency:build-classpath -Dmdep.outputFile="$KAFKA_CP.tmp" \
-        >"$KAFKA_DIR/mvn.log" 2>&1 || { show_tail "$KAFKA_DIR/mvn.log"; die "kafka: mvn could not resolve deploy/kafka/pom.xml (log: $KAFKA_DIR/mvn.log)."; }
-    mv "$KAFKA_CP.tmp" "$KAFKA_CP"
+    mvn_classpath kafka "$CS_DEPLOY_DIR/kafka/pom.xml" "$KAFKA_CP" jars
 }
 
 kafka_need_java() {  # KAFKA_JAVA: Java 17+, looked up once per run (each look-up starts a JVM)
@@ -173,12 +166,9 @@ kafka_prepare_node() {  # kafka_prepare_node <n>: check ports, render the config
 }
 
 kafka_up_node() {  # kafka_up_node <n>: start node n unless it runs (does not wait)
-    local n=$1 pid jvm=()
+    local n=$1 jvm=()
     kafka_node "$n"
-    if pid="$(pid_alive "$NODE_PID" "$NODE_MARK")"; then
-        log "kafka: node $n already running (pid $pid)"
-        return 0
-    fi
+    already_running "$NODE_PID" "$NODE_MARK" "kafka: node $n" && return 0
     kafka_prepare_node "$n"
     if [[ "$CASESTREAM_KAFKA_QUICK_START" == 1 ]]; then
         jvm=("${KAFKA_QUICK_JVM[@]}")
@@ -197,8 +187,8 @@ kafka_wait() {
     local n
     for ((n = 1; n <= KAFKA_NODES; n++)); do
         kafka_node "$n"
-        wait_until "$CASESTREAM_READY_TIMEOUT" "kafka node $n" "$NODE_LOGS/server.log" "$NODE_PID" "$NODE_MARK" \
-            probe kafka --bootstrap "$KAFKA_BOOTSTRAP" --brokers "$KAFKA_NODES" --timeout 2
+        wait_ready "kafka node $n" "$NODE_LOGS/server.log" "$NODE_PID" "$NODE_MARK" \
+            kafka --bootstrap "$KAFKA_BOOTSTRAP" --brokers "$KAFKA_NODES"
     done
     local topic retention _reason pids=() topics=() i
     # one probe per topic (each has its own retention), side by side
@@ -230,20 +220,11 @@ kafka_down() {
 }
 
 kafka_status() {
-    local n pid
+    local n
     for ((n = 1; n <= KAFKA_NODES; n++)); do
         kafka_node "$n"
-        if pid="$(pid_alive "$NODE_PID" "$NODE_MARK")"; then
-            if probe kafka --bootstrap "$CS_HOST:$NODE_PORT" --timeout 2 2>/dev/null; then
-                status_line kafka up "$pid" "$CS_HOST:$NODE_PORT"
-            else
-                status_line kafka starting "$pid" "$CS_HOST:$NODE_PORT"
-            fi
-        elif port_open "$NODE_PORT"; then
-            status_line kafka foreign - "$CS_HOST:$NODE_PORT (in use by $(port_owner "$NODE_PORT"))"
-        else
-            status_line kafka down - "$CS_HOST:$NODE_PORT"
-        fi
+        daemon_status kafka "$NODE_PID" "$NODE_MARK" "$NODE_PORT" "$CS_HOST:$NODE_PORT" "" \
+            kafka --bootstrap "$CS_HOST:$NODE_PORT"
     done
     kafka_node 1
 }

@@ -99,11 +99,7 @@ registry_install() {
 }
 
 registry_up() {
-    local pid
-    if pid="$(pid_alive "$REG_PID" "$REG_MARK")"; then
-        log "registry: already running (pid $pid)"
-        return 0
-    fi
+    already_running "$REG_PID" "$REG_MARK" registry: && return 0
     need_java 21 CASESTREAM_REGISTRY_JAVA_HOME "Apicurio Registry $REGISTRY_VERSION (built for Java 21)"
     ensure_port_free "$CASESTREAM_REGISTRY_PORT" "schema registry" CASESTREAM_REGISTRY_PORT
     ensure_port_free "$CASESTREAM_REGISTRY_MGMT_PORT" "schema registry management" CASESTREAM_REGISTRY_MGMT_PORT
@@ -141,8 +137,7 @@ registry_up() {
 }
 
 registry_wait() {
-    wait_until "$CASESTREAM_READY_TIMEOUT" "registry" "$REG_LOG" "$REG_PID" "$REG_MARK" \
-        probe http "$REG_READY_URL" --timeout 2
+    wait_ready registry "$REG_LOG" "$REG_PID" "$REG_MARK" http "$REG_READY_URL"
     ok "registry: ready on $REG_URL"
 }
 
@@ -162,18 +157,8 @@ registry_down() {
 }
 
 registry_status() {
-    local pid
-    if pid="$(pid_alive "$REG_PID" "$REG_MARK")"; then
-        if probe http "$REG_READY_URL" --timeout 2 2>/dev/null; then
-            status_line registry up "$pid" "$REG_URL"
-        else
-            status_line registry starting "$pid" "$REG_URL"
-        fi
-    elif port_open "$CASESTREAM_REGISTRY_PORT"; then
-        status_line registry foreign - "$REG_URL (in use by $(port_owner "$CASESTREAM_REGISTRY_PORT"))"
-    else
-        status_line registry down - "$REG_URL"
-    fi
+    daemon_status registry "$REG_PID" "$REG_MARK" "$CASESTREAM_REGISTRY_PORT" "$REG_URL" "" \
+        http "$REG_READY_URL"
 }
 
 registry_logs() { echo "$REG_LOG"; }
