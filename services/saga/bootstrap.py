@@ -1,7 +1,7 @@
 """Wiring of the saga-orchestrator — the only place that builds adapters.
 
-``build()`` builds the case-review and appeal sagas from the settings, checks them against
-the catalog,
+``build()`` builds the case-review, appeal and notice-correction sagas from the settings,
+checks them against the catalog,
 and returns a :class:`~casestream.service.process.ServiceProcess` with three workers:
 
 - ``consumer``: :class:`~casestream.consumer.runtime.ConsumerRuntime` ``saga.orchestrator``
@@ -37,6 +37,7 @@ from services.saga.application.contract import check_against_catalog, payload_fi
 from services.saga.application.orchestrator import Orchestrator
 from services.saga.domain.appeal import appeal_saga
 from services.saga.domain.case_review import case_review_saga
+from services.saga.domain.correction import notice_correction_saga
 from services.saga.domain.definition import SagaDefinition
 from services.saga.domain.errors import DefinitionError
 from services.saga.domain.engine import SagaInstance
@@ -75,8 +76,9 @@ def definition_from(settings: SagaSettings, catalog: Catalog) -> SagaDefinition:
 
 def definitions_from(settings: SagaSettings, catalog: Catalog) -> tuple[SagaDefinition, ...]:
     """The sagas this service runs — case review (started by ``CaseSubmitted``) first, then
-    the appeal (``AppealSubmitted``) — with the configured deadlines, checked against
-    ``catalog``. The appeal saga's decision and notice steps use the case-review deadlines.
+    the appeal (``AppealSubmitted``) and the notice correction (``NoticeCorrectionOrdered``)
+    — with the configured deadlines, checked against ``catalog``. The appeal and correction
+    sagas' decision and notice steps use the case-review deadlines.
 
     Raises:
         ConfigError: a definition is inconsistent or does not match the catalog.
@@ -86,10 +88,13 @@ def definitions_from(settings: SagaSettings, catalog: Catalog) -> tuple[SagaDefi
                              notice_deadline=timedelta(seconds=settings.notice_deadline_s),
                              close_deadline=timedelta(seconds=settings.close_deadline_s),
                              close_attempts=settings.close_attempts)
+        correction = notice_correction_saga(
+            notice_deadline=timedelta(seconds=settings.notice_deadline_s))
     except DefinitionError as e:
         raise ConfigError(str(e)) from e
     check_against_catalog(appeal, catalog)
-    return definition_from(settings, catalog), appeal
+    check_against_catalog(correction, catalog)
+    return definition_from(settings, catalog), appeal, correction
 
 
 def build(settings: SagaSettings | None = None) -> ServiceProcess:
