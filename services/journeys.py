@@ -16,6 +16,9 @@ Paths (:data:`JOURNEYS`; the decision rules of ``services.decision.domain.rules`
   closes again without a penalty;
 - ``appeal_rejected``: the same, with grounds naming no new evidence: the appeal is
   rejected, the party is told by mail and the case closes again with its penalty;
+- ``corrected``: a ``violation`` journey, then a supervisor corrects the sent notice
+  (``POST /cases/{id}/correction``): the notice-correction saga sends a correction notice
+  (PDF) through the same path as an upheld appeal; the first notice stays in the trail;
 - ``evidence_pending``: evidence requested and not (yet) submitted: the case waits, and the
   officer workload counts it overdue once the due date passed;
 - ``evidence_overdue``: evidence due in :data:`SOON_S` seconds never arrives: the deadline
@@ -79,6 +82,7 @@ class Journey:
     notices: int = 0
     corrections: int = 0
     appeal_grounds: str | None = None
+    correction_reason: str | None = None
 
     @property
     def appeal(self) -> bool:
@@ -90,7 +94,11 @@ class Journey:
         """Event types the trail may hold twice: the decision's announcement, and with an
         appeal the second saga's close (the case closes again)."""
         twice = {"ViolationDetermined", "PenaltyProposed"}
-        return frozenset(twice | set(_CLOSED) if self.appeal else twice)
+        if self.appeal:
+            twice |= set(_CLOSED)
+        if self.correction_reason is not None:
+            twice.add("SagaCompleted")
+        return frozenset(twice)
 
 
 JOURNEYS: tuple[Journey, ...] = (
@@ -122,6 +130,11 @@ JOURNEYS: tuple[Journey, ...] = (
             trail=(*_EVIDENCED, *_VIOLATION, "AppealSubmitted", "AppealDecisionRequested",
                    "AppealRejected", "AppealRejectionNoticeRequested",
                    "AppealRejectionNoticeSent", *_CLOSED)),
+    Journey(name="corrected", title="Expired food licence at the kiosk", severity=3,
+            steps=_VIOLATION_STEPS, final_status="closed", notices=1, corrections=1,
+            correction_reason="the penalty was computed on the wrong severity",
+            trail=(*_EVIDENCED, *_VIOLATION, "NoticeCorrectionOrdered",
+                   "CorrectionNoticeRequested", "CorrectionNoticeIssued", "SagaCompleted")),
     Journey(name="evidence_overdue", title="Unanswered request for the ledger", severity=3,
             steps=("assign", "request_evidence_soon"), final_status="manual_review",
             trail=("CaseOpened", "CaseAssigned", "EvidenceRequested", "EvidenceOverdue",
@@ -143,6 +156,7 @@ class JourneyRun:
     status: str = ""
     trail: tuple[str, ...] = ()
     appealed: bool = False
+    corrected: bool = False
     answers: list[int] = field(default_factory=list)
 
     def problems(self) -> list[str]:
@@ -166,10 +180,11 @@ def in_order(expected: Sequence[str], seen: Sequence[str]) -> bool:
 
 
 def _write(client: httpx.Client, run: JourneyRun, path: str, body: dict[str, object] | None,
-           version: int) -> int:
+           version: int, *, supervisor: bool = False) -> int:
+    extra = {"Idempotency-Key": str(uuid.uuid4()), "If-Match": f'"{version}"'}
     response = client.post(case_url(f"/cases/{run.case_id}/{path}"), json=body or {},
-                           headers=headers(run.tenant, **{"Idempotency-Key": str(uuid.uuid4()),
-                                                          "If-Match": f'"{version}"'}))
+                           headers=supervisor_headers(run.tenant, **extra) if supervisor
+                           else headers(run.tenant, **extra))
     response.raise_for_status()
     run.answers.append(response.status_code)
     return int(response.json()["version"])
@@ -235,16 +250,33 @@ def timeline(client: httpx.Client, run: JourneyRun) -> tuple[str, ...]:
     return tuple(e["event_type"] for e in response.json()["events"])
 
 
+def supervisor_headers(tenant: str, **extra: str) -> dict[str, str]:
+    """Request headers acting as supervisor ``demo-supervisor`` of ``tenant``, plus ``extra``
+    (the token minted as :func:`services.demo.headers` does)."""
+    from casestream.auth import ROLE_SUPERVISOR, dev_token
+
+    token = dev_token(tenant, (ROLE_SUPERVISOR,), subject="demo-supervisor")
+    return {"Authorization": f"Bearer {token}", **extra}
+
+
 def finish(client: httpx.Client, run: JourneyRun) -> None:
-    """The step after the first saga: appeal a closed case once (journeys with
-    ``appeal_grounds``), after the audit trail shows the saga completed, so the appeal follows
-    it in the timeline."""
-    if run.journey.appeal_grounds is None or run.appealed:
+    """The step after the first saga, once the audit trail shows it completed (so the step
+    follows it in the timeline): the party appeals (journeys with ``appeal_grounds``), or a
+    supervisor corrects the sent notice (``correction_reason``); each once."""
+    j = run.journey
+    if (j.appeal_grounds is None or run.appealed) and (j.correction_reason is None
+                                                       or run.corrected):
         return
     status, version = status_of(client, run)
-    if status == "closed" and "SagaCompleted" in timeline(client, run):
-        _write(client, run, "appeal", {"reason": run.journey.appeal_grounds}, version)
+    if status != "closed" or "SagaCompleted" not in timeline(client, run):
+        return
+    if j.appeal_grounds is not None:
+        _write(client, run, "appeal", {"reason": j.appeal_grounds}, version)
         run.appealed = True
+    else:
+        _write(client, run, "correction", {"reason": j.correction_reason, "penalty_cents": 50_000},
+               version, supervisor=True)
+        run.corrected = True
 
 
 def wait_journeys(client: httpx.Client, runs: Sequence[JourneyRun], timeout_s: float) -> None:

@@ -536,7 +536,10 @@ class Checker:
         ids = {r.case_id for r in runs}
         if self.maildir is not None:
             for path in self.maildir.glob("*.eml"):
-                text = str(email.message_from_bytes(path.read_bytes()))
+                message = email.message_from_bytes(path.read_bytes())
+                if message.get("X-Casestream-Notice-Kind", "notice") != "notice":
+                    continue  # a correction / appeal-rejection mail is not a second notice
+                text = str(message)
                 for case_id in ids:
                     if case_id in text:
                         counts[case_id] += 1
