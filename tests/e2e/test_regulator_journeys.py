@@ -134,7 +134,7 @@ def test_upheld_appeal_sends_one_correction_and_keeps_the_first_notice(
     upheld = runs["appeal_upheld"]
     with _db(pg_url, "audit") as conn:
         rows = conn.execute(
-            "SELECT event_id::text, event_type, causation_id, aggregate_id, payload "
+            "SELECT event_id::text, event_type, causation_id::text, aggregate_id, payload "
             "FROM audit_journal WHERE tenant_id = %s AND case_id = %s ORDER BY occurred_at",
             (upheld.tenant, upheld.case_id)).fetchall()
     events = [{"event_id": r[0], "event_type": r[1], "causation_id": r[2], "aggregate_id": r[3],
