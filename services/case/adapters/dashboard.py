@@ -87,7 +87,8 @@ ON CONFLICT (case_id) DO UPDATE SET
     status = coalesce(EXCLUDED.status, d.status),
     officer_id = coalesce(EXCLUDED.officer_id, d.officer_id),
     evidence_status = coalesce(EXCLUDED.evidence_status, d.evidence_status),
-    penalty_cents = coalesce(EXCLUDED.penalty_cents, d.penalty_cents),
+    penalty_cents = CASE WHEN EXCLUDED.outcome = 'no_violation' THEN NULL  -- withdrawn on appeal
+                         ELSE coalesce(EXCLUDED.penalty_cents, d.penalty_cents) END,
     appeal_state = CASE WHEN EXCLUDED.appeal_state IS NULL AND EXCLUDED.outcome IS NOT NULL
                              AND d.appeal_state = 'appealed' THEN 'decided'
                         ELSE coalesce(EXCLUDED.appeal_state, d.appeal_state) END,
