@@ -27,7 +27,7 @@ SERVICES ?=
 # Runs a command with the CASESTREAM_* endpoints of the local infrastructure exported.
 WITH_ENV := eval "$$($(INFRA) env)" &&
 
-.PHONY: help venv compose k8s-tools prometheus-tools browser infra-up infra-down infra-status infra-logs run demo soak bench-journeys test test-edge test-cluster schema-check clean
+.PHONY: help venv compose k8s-tools prometheus-tools browser infra-up infra-down infra-status infra-logs run demo soak bench-journeys test test-edge test-cluster test-secured schema-check clean
 
 help: ## list the targets
 	@echo "casestream - make targets:"
@@ -86,7 +86,7 @@ bench-journeys: infra-up ## load bench: cases through the running suite's HTTP A
 	@$(WITH_ENV) $(VENV)/bin/python bench/journeys.py $(JOURNEYS_ARGS)
 
 test: venv compose k8s-tools prometheus-tools browser infra-up ## the whole test suite against the real infrastructure (.ci/run calls this)
-	@$(WITH_ENV) { $(VENV)/bin/pytest -m "not cluster and not debezium" $(PYTEST_ARGS); rc=$$?; \
+	@$(WITH_ENV) { $(VENV)/bin/pytest -m "not debezium" $(PYTEST_ARGS); rc=$$?; \
 		if [ $$rc -eq 5 ]; then echo "make test: pytest collected no tests (exit status 5); that is a failure" >&2; fi; \
 		exit $$rc; }
 
@@ -96,8 +96,11 @@ test-edge: venv infra-up ## the live-edge e2e test in full: schemathesis against
 test-debezium: venv infra-up ## Debezium as the outbox publisher: same records as the relay, CDC status/retention, both handovers under a steady writer (starts Kafka Connect; ~40 s warm, + ~90 s Maven resolution cold)
 	@$(WITH_ENV) $(VENV)/bin/pytest -m debezium -s tests/integration/test_debezium.py $(PYTEST_ARGS)
 
-test-cluster: venv infra-up ## the three-broker tests: a broker SIGKILLed under load, two brokers stopped (~5 min; own cluster in .local/kafka-cluster-test)
+test-cluster: venv infra-up ## only the three-broker tests (also in make test): a broker SIGKILLed under load, two brokers stopped (~2.5 min; own throwaway cluster in .local/kafka-cluster-test)
 	@$(WITH_ENV) $(VENV)/bin/pytest -m cluster -s tests/integration/test_kafka_cluster.py $(PYTEST_ARGS)
+
+test-secured: venv infra-up ## only the registry-authentication tests (also in make test): the registry client against a second Apicurio Registry that demands bearer JWTs / HTTP basic (~30-40 s, mostly its start)
+	@$(WITH_ENV) $(VENV)/bin/pytest -m secured -s tests/integration/test_registry_auth.py $(PYTEST_ARGS)
 
 SCHEMA_BASE ?= origin/main
 schema-check: venv ## check schemas/: compatibility of every subject's versions; published versions unchanged against $(SCHEMA_BASE) when that ref exists

@@ -38,6 +38,20 @@ def produce_all(bootstrap: str, topic: str, codec: Any, evs: Sequence[Envelope],
     return time.perf_counter() - t
 
 
+def infra_arguments(ap: Any) -> None:
+    """Add ``--bootstrap`` (default ``CASESTREAM_KAFKA_BOOTSTRAP``, else 127.0.0.1:19092),
+    ``--registry-url`` (default ``CASESTREAM_REGISTRY_URL``) and ``--dsn`` (default
+    ``CASESTREAM_PG_URL`` + ``/casestream_test``) to the ``argparse`` parser ``ap``."""
+    import os
+
+    ap.add_argument("--bootstrap", default=os.environ.get("CASESTREAM_KAFKA_BOOTSTRAP",
+                                                          "127.0.0.1:19092"))
+    ap.add_argument("--registry-url", default=os.environ.get("CASESTREAM_REGISTRY_URL"))
+    ap.add_argument("--dsn", default=os.environ.get("CASESTREAM_PG_URL",
+                                                    "postgresql://postgres@127.0.0.1:15432")
+                    .rstrip("/") + "/casestream_test")
+
+
 PAIR_CHILD = "CASESTREAM_BENCH_PAIR_CHILD"
 """Set (to ``on`` / ``off``) in the two runs a ``--fast`` bench starts of itself."""
 

@@ -37,7 +37,6 @@ import argparse
 import contextlib
 import io
 import logging
-import os
 import threading
 import time
 import uuid
@@ -57,7 +56,7 @@ from casestream.service.gctune import freeze_startup_objects
 from casestream.consumer.handlers import HandlerContext, HandlerKind, HandlerRegistry
 from casestream.consumer.inbox import ensure_schema
 
-from common import check_durability, durability, json_record, load_average, produce_all
+from common import check_durability, durability, infra_arguments, json_record, load_average, produce_all
 
 PAYLOAD = {"title": "Unlicensed waste disposal near the river",
            "summary": "Reporter saw barrels dumped behind the depot on two nights; photos attached.",
@@ -266,12 +265,7 @@ def main() -> None:
     ap.add_argument("--aggregates", type=int, default=10_000)
     ap.add_argument("--partitions", type=int, default=4)
     ap.add_argument("--batch-size", type=int, default=500)
-    ap.add_argument("--bootstrap", default=os.environ.get("CASESTREAM_KAFKA_BOOTSTRAP",
-                                                          "127.0.0.1:19092"))
-    ap.add_argument("--registry-url", default=os.environ.get("CASESTREAM_REGISTRY_URL"))
-    ap.add_argument("--dsn", default=os.environ.get("CASESTREAM_PG_URL",
-                                                    "postgresql://postgres@127.0.0.1:15432")
-                    .rstrip("/") + "/casestream_test")
+    infra_arguments(ap)
     ap.add_argument("--rounds", type=int, default=3,
                     help="interleaved rounds of B2, B4 and both runtime variants (best-of/median)")
     ap.add_argument("--members", type=int, default=2,

@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import argparse
 import logging
-import os
 import sys
 import threading
 import time
@@ -46,7 +45,7 @@ from casestream.consumer.inbox import ensure_schema
 from casestream.events.envelope import Envelope
 from casestream.testing.consumer import close_codec, create_topic, real_codec
 
-from common import check_durability, durability, json_record, load_average, produce_all
+from common import check_durability, durability, infra_arguments, json_record, load_average, produce_all
 from consumer import UPSERT, _row, events, projection_ddl
 
 
@@ -126,12 +125,7 @@ def main() -> None:
                     help="sys.setswitchinterval for this process (CPython default 5 ms)")
     ap.add_argument("--fast", action="store_true",
                     help="synchronous_commit=off (labelled: not production durability)")
-    ap.add_argument("--bootstrap", default=os.environ.get("CASESTREAM_KAFKA_BOOTSTRAP",
-                                                          "127.0.0.1:19092"))
-    ap.add_argument("--registry-url", default=os.environ.get("CASESTREAM_REGISTRY_URL"))
-    ap.add_argument("--dsn", default=os.environ.get("CASESTREAM_PG_URL",
-                                                    "postgresql://postgres@127.0.0.1:15432")
-                    .rstrip("/") + "/casestream_test")
+    infra_arguments(ap)
     args = ap.parse_args()
     logging.basicConfig(level=logging.WARNING)
     label = durability(args.fast)

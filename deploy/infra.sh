@@ -24,7 +24,12 @@
 #   listeners with test certificates (deploy/kafka/tls.sh); `env` prints how to reach them.
 # Other env: CASESTREAM_LOCAL_DIR (.local), CASESTREAM_PYTHON (.venv/bin/python),
 #   CASESTREAM_READY_TIMEOUT (120 s per component), CASESTREAM_KAFKA_HEAP / _REGISTRY_HEAP (512m),
-#   CASESTREAM_PG_BIN, CASESTREAM_PG_DIR, CASESTREAM_SMTP_MAILDIR, REGISTRY_VERSION (3.3.3).
+#   CASESTREAM_PG_BIN, CASESTREAM_PG_DIR, CASESTREAM_SMTP_MAILDIR, REGISTRY_VERSION (3.3.3),
+#   CASESTREAM_KAFKA_QUICK_START (0; 1: JVM options for start-up over throughput, for throwaway
+#   test clusters), CASESTREAM_REGISTRY_NAME (registry; another name: a second registry beside the
+#   first, same install, own pid/log, give it other ports), CASESTREAM_REGISTRY_STORAGE
+#   (postgresql; memory: H2, lost at stop), CASESTREAM_REGISTRY_JWT_PUBLIC_KEY_FILE /
+#   CASESTREAM_REGISTRY_USERS_FILE (the registry demands bearer JWTs / HTTP basic; lib/registry.sh).
 set -euo pipefail
 
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -71,7 +76,7 @@ with_lock() {  # serialize up/down of this .local (several shells, one working t
 
 cmd_up() {
     pick "$@"
-    has registry && ! has postgres && PICKED=(postgres "${PICKED[@]}")
+    has registry && ! has postgres && [[ "$CASESTREAM_REGISTRY_STORAGE" != memory ]] && PICKED=(postgres "${PICKED[@]}")
     has connect && ! has kafka && PICKED=(kafka "${PICKED[@]}")
     has connect && ! has postgres && PICKED=(postgres "${PICKED[@]}")
     with_lock

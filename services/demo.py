@@ -9,11 +9,13 @@ and prints the journey, then a summary line such as::
     demo: 25/25 cases reached a final state (15 closed, 5 returned ...) in 14.2 s
 
 Then it drives the regulator's journeys (``services.journeys``: no violation, violation with
-a PDF notice, decision failure returned, withdrawal, appeal, evidence overdue escalated to
-manual review; the case service runs with ``journeys.DEMO_CASE_SETTINGS`` unless those
+a PDF notice, decision failure returned, withdrawal, appeal upheld -> correction notice,
+appeal rejected -> party told, supervisor correction, evidence overdue escalated to manual
+review; the case service runs with ``journeys.DEMO_CASE_SETTINGS`` unless those
 variables are set), prints each, and keeps one
 notice PDF at ``--notice-pdf`` (default ``.local/demo-notice.pdf``, taken from the SMTP
-sink's maildir, ``CASESTREAM_SMTP_MAILDIR``).
+sink's maildir, ``CASESTREAM_SMTP_MAILDIR``) and the upheld appeal's correction notice PDF
+beside it (``demo-correction.pdf``).
 
 It exits 0 only if every case reached a final state, every audit trail is complete and
 every journey is complete.
@@ -213,16 +215,18 @@ def print_journey(run: CaseRun) -> None:
         print(f"      {problem}")
 
 
-def keep_notice_pdf(case_id: str, target: Path) -> Path | None:
-    """Copy the PDF attached to the notice of ``case_id`` (from the SMTP sink's maildir,
-    ``CASESTREAM_SMTP_MAILDIR``) to ``target``; None if no such mail is there."""
+def keep_notice_pdf(case_id: str, target: Path, kind: str = "notice") -> Path | None:
+    """Copy the PDF attached to the ``kind`` notice (``notice`` or ``correction``) of
+    ``case_id`` (from the SMTP sink's maildir, ``CASESTREAM_SMTP_MAILDIR``) to ``target``;
+    None if no such mail is there."""
     import email
     import os
 
     maildir = Path(os.environ.get("CASESTREAM_SMTP_MAILDIR", ".local/smtp/maildir"))
     for path in sorted(maildir.glob("*.eml")):
         message = email.message_from_bytes(path.read_bytes(), policy=email.policy.default)
-        if message.get("X-Casestream-Case-Id") != case_id:
+        if (message.get("X-Casestream-Case-Id") != case_id
+                or message.get("X-Casestream-Notice-Kind", "notice") != kind):
             continue
         for part in message.iter_attachments():  # type: ignore[attr-defined]
             if part.get_content_type() == "application/pdf":
@@ -249,7 +253,12 @@ def run_journeys(client: httpx.Client, timeout_s: float, notice_pdf: Path) -> bo
     kept = keep_notice_pdf(violation.case_id, notice_pdf)
     print(f"demo: notice PDF of case {violation.case_id} kept at {kept}" if kept else
           f"demo: no notice PDF found for case {violation.case_id}")
-    return complete == len(runs) and kept is not None
+    upheld = next(r for r in runs if r.journey.name == "appeal_upheld")
+    correction = keep_notice_pdf(upheld.case_id, notice_pdf.with_name("demo-correction.pdf"),
+                                 kind="correction")
+    print(f"demo: correction notice PDF of case {upheld.case_id} kept at {correction}"
+          if correction else f"demo: no correction notice PDF found for case {upheld.case_id}")
+    return complete == len(runs) and kept is not None and correction is not None
 
 
 def main(argv: Sequence[str] | None = None) -> int:

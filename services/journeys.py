@@ -9,7 +9,16 @@ Paths (:data:`JOURNEYS`; the decision rules of ``services.decision.domain.rules`
 - ``decision_failed``: the ``[fail-decision]`` marker -> the decision fails and the saga
   returns the case (compensation);
 - ``withdrawn``: evidence requested, then the case is withdrawn before its decision;
-- ``appealed``: a ``violation`` journey, then the party appeals within the window;
+- ``appeal_upheld``: a ``violation`` journey, then the party appeals within the window with
+  grounds naming a licence: the appeal saga (a second saga, started by AppealSubmitted) has
+  the appeal upheld (rule ``appeal-new-grounds``, ``services.decision.domain.appeal``), a
+  correction notice (PDF) is sent — the first notice stays in the trail — and the case
+  closes again without a penalty;
+- ``appeal_rejected``: the same, with grounds naming no new evidence: the appeal is
+  rejected, the party is told by mail and the case closes again with its penalty;
+- ``corrected``: a ``violation`` journey, then a supervisor corrects the sent notice
+  (``POST /cases/{id}/correction``): the notice-correction saga sends a correction notice
+  (PDF) through the same path as an upheld appeal; the first notice stays in the trail;
 - ``evidence_pending``: evidence requested and not (yet) submitted: the case waits, and the
   officer workload counts it overdue once the due date passed;
 - ``evidence_overdue``: evidence due in :data:`SOON_S` seconds never arrives: the deadline
@@ -18,7 +27,8 @@ Paths (:data:`JOURNEYS`; the decision rules of ``services.decision.domain.rules`
   :data:`DEMO_CASE_SETTINGS`).
 
 :func:`drive` runs one journey up to the point where the saga takes over, :func:`finish`
-applies the step that follows the saga's end (the appeal), :func:`wait_journeys` polls until
+applies the step that follows the first saga's end (the appeal, with the journey's
+``appeal_grounds``), :func:`wait_journeys` polls until
 each case reached its final status and its timeline holds the expected events in order.
 ``python -m services.demo`` runs them after the case mix; ``tests/e2e`` asserts them.
 """
@@ -46,8 +56,16 @@ DEMO_CASE_SETTINGS = {"CASESTREAM_CASE_EVIDENCE_GRACE_S": "2",
 """Case service settings that let the overdue journey escalate within seconds."""
 
 _DECIDED = ("CaseSubmitted", "DecisionRequested")
+_CLOSED = ("CaseCloseRequested", "CaseClosed", "SagaCompleted")
 _VIOLATION = (*_DECIDED, "ViolationDetermined", "PenaltyProposed", "NoticeRequested",
-              "NoticeIssued", "CaseCloseRequested", "CaseClosed", "SagaCompleted")
+              "NoticeIssued", *_CLOSED)
+_EVIDENCED = ("CaseOpened", "CaseAssigned", "EvidenceRequested", "EvidenceSubmitted")
+_VIOLATION_STEPS = ("assign", "request_evidence", "submit_evidence", "submit")
+
+UPHOLDING_GROUNDS = "the licence for the depot was granted before the inspection"
+"""Appeal grounds the decision rule upholds (they name a licence)."""
+REJECTED_GROUNDS = "the penalty is too high for a first offence"
+"""Appeal grounds the decision rule rejects (no new evidence, licence or permit)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -62,7 +80,25 @@ class Journey:
     final_status: str
     trail: tuple[str, ...]
     notices: int = 0
-    appeal: bool = False
+    corrections: int = 0
+    appeal_grounds: str | None = None
+    correction_reason: str | None = None
+
+    @property
+    def appeal(self) -> bool:
+        """True if the party appeals once the first saga closed the case."""
+        return self.appeal_grounds is not None
+
+    @property
+    def repeats(self) -> frozenset[str]:
+        """Event types the trail may hold twice: the decision's announcement, and with an
+        appeal the second saga's close (the case closes again)."""
+        twice = {"ViolationDetermined", "PenaltyProposed"}
+        if self.appeal:
+            twice |= set(_CLOSED)
+        if self.correction_reason is not None:
+            twice.add("SagaCompleted")
+        return frozenset(twice)
 
 
 JOURNEYS: tuple[Journey, ...] = (
@@ -82,11 +118,23 @@ JOURNEYS: tuple[Journey, ...] = (
     Journey(name="withdrawn", title="Complaint withdrawn by the reporter", severity=2,
             steps=("assign", "request_evidence", "withdraw"), final_status="withdrawn",
             trail=("CaseOpened", "CaseAssigned", "EvidenceRequested", "CaseWithdrawn")),
-    Journey(name="appealed", title="Overcharging at the depot", severity=3,
-            steps=("assign", "request_evidence", "submit_evidence", "submit"),
-            final_status="appealed", notices=1, appeal=True,
-            trail=("CaseOpened", "CaseAssigned", "EvidenceRequested", "EvidenceSubmitted",
-                   *_VIOLATION, "AppealSubmitted")),
+    Journey(name="appeal_upheld", title="Overcharging at the depot", severity=3,
+            steps=_VIOLATION_STEPS, final_status="closed", notices=1, corrections=1,
+            appeal_grounds=UPHOLDING_GROUNDS,
+            trail=(*_EVIDENCED, *_VIOLATION, "AppealSubmitted", "AppealDecisionRequested",
+                   "AppealUpheld", "CorrectionNoticeRequested", "CorrectionNoticeIssued",
+                   *_CLOSED)),
+    Journey(name="appeal_rejected", title="Short weight at the bakery", severity=3,
+            steps=_VIOLATION_STEPS, final_status="closed", notices=1,
+            appeal_grounds=REJECTED_GROUNDS,
+            trail=(*_EVIDENCED, *_VIOLATION, "AppealSubmitted", "AppealDecisionRequested",
+                   "AppealRejected", "AppealRejectionNoticeRequested",
+                   "AppealRejectionNoticeSent", *_CLOSED)),
+    Journey(name="corrected", title="Expired food licence at the kiosk", severity=3,
+            steps=_VIOLATION_STEPS, final_status="closed", notices=1, corrections=1,
+            correction_reason="the penalty was computed on the wrong severity",
+            trail=(*_EVIDENCED, *_VIOLATION, "NoticeCorrectionOrdered",
+                   "CorrectionNoticeRequested", "CorrectionNoticeIssued", "SagaCompleted")),
     Journey(name="evidence_overdue", title="Unanswered request for the ledger", severity=3,
             steps=("assign", "request_evidence_soon"), final_status="manual_review",
             trail=("CaseOpened", "CaseAssigned", "EvidenceRequested", "EvidenceOverdue",
@@ -108,6 +156,7 @@ class JourneyRun:
     status: str = ""
     trail: tuple[str, ...] = ()
     appealed: bool = False
+    corrected: bool = False
     answers: list[int] = field(default_factory=list)
 
     def problems(self) -> list[str]:
@@ -118,7 +167,7 @@ class JourneyRun:
         if not in_order(self.journey.trail, self.trail):
             out.append(f"timeline lacks, in order: {' → '.join(self.journey.trail)}")
         doubled = sorted({t for t in self.trail if self.trail.count(t) > 1
-                          and t not in ("ViolationDetermined", "PenaltyProposed")})
+                          and t not in self.journey.repeats})
         if doubled:
             out.append(f"recorded twice: {', '.join(doubled)}")
         return out
@@ -131,10 +180,11 @@ def in_order(expected: Sequence[str], seen: Sequence[str]) -> bool:
 
 
 def _write(client: httpx.Client, run: JourneyRun, path: str, body: dict[str, object] | None,
-           version: int) -> int:
+           version: int, *, supervisor: bool = False) -> int:
+    extra = {"Idempotency-Key": str(uuid.uuid4()), "If-Match": f'"{version}"'}
     response = client.post(case_url(f"/cases/{run.case_id}/{path}"), json=body or {},
-                           headers=headers(run.tenant, **{"Idempotency-Key": str(uuid.uuid4()),
-                                                          "If-Match": f'"{version}"'}))
+                           headers=supervisor_headers(run.tenant, **extra) if supervisor
+                           else headers(run.tenant, **extra))
     response.raise_for_status()
     run.answers.append(response.status_code)
     return int(response.json()["version"])
@@ -200,16 +250,33 @@ def timeline(client: httpx.Client, run: JourneyRun) -> tuple[str, ...]:
     return tuple(e["event_type"] for e in response.json()["events"])
 
 
+def supervisor_headers(tenant: str, **extra: str) -> dict[str, str]:
+    """Request headers acting as supervisor ``demo-supervisor`` of ``tenant``, plus ``extra``
+    (the token minted as :func:`services.demo.headers` does)."""
+    from casestream.auth import ROLE_SUPERVISOR, dev_token
+
+    token = dev_token(tenant, (ROLE_SUPERVISOR,), subject="demo-supervisor")
+    return {"Authorization": f"Bearer {token}", **extra}
+
+
 def finish(client: httpx.Client, run: JourneyRun) -> None:
-    """The step after the saga: appeal a closed case once (journeys with ``appeal``), after
-    the audit trail shows the saga completed, so the appeal follows it in the timeline."""
-    if not run.journey.appeal or run.appealed:
+    """The step after the first saga, once the audit trail shows it completed (so the step
+    follows it in the timeline): the party appeals (journeys with ``appeal_grounds``), or a
+    supervisor corrects the sent notice (``correction_reason``); each once."""
+    j = run.journey
+    if (j.appeal_grounds is None or run.appealed) and (j.correction_reason is None
+                                                       or run.corrected):
         return
     status, version = status_of(client, run)
-    if status == "closed" and "SagaCompleted" in timeline(client, run):
-        _write(client, run, "appeal", {"reason": "the penalty ignores the licence applied for"},
-               version)
+    if status != "closed" or "SagaCompleted" not in timeline(client, run):
+        return
+    if j.appeal_grounds is not None:
+        _write(client, run, "appeal", {"reason": j.appeal_grounds}, version)
         run.appealed = True
+    else:
+        _write(client, run, "correction", {"reason": j.correction_reason, "penalty_cents": 50_000},
+               version, supervisor=True)
+        run.corrected = True
 
 
 def wait_journeys(client: httpx.Client, runs: Sequence[JourneyRun], timeout_s: float) -> None:

@@ -32,7 +32,8 @@ proves:
 2. one notice (SMTP message) per case with a violation determined, none for the others;
 3. one audit journal entry per event: every event id published on the outbox topics since the
    start is in ``audit_journal`` (its primary key keeps it at one);
-4. no saga started twice: one saga per case;
+4. no saga started twice: one case-review saga per case (an appeal or a correction is a
+   saga of its own definition);
 5. no partition left without progress: every suite consumer group has committed every
    partition it is assigned up to the log end;
 6. the only dead letters (``<consumer>.dlq`` since the start) are the injected poison messages;
@@ -536,7 +537,10 @@ class Checker:
         ids = {r.case_id for r in runs}
         if self.maildir is not None:
             for path in self.maildir.glob("*.eml"):
-                text = str(email.message_from_bytes(path.read_bytes()))
+                message = email.message_from_bytes(path.read_bytes())
+                if message.get("X-Casestream-Notice-Kind", "notice") != "notice":
+                    continue  # a correction / appeal-rejection mail is not a second notice
+                text = str(message)
                 for case_id in ids:
                     if case_id in text:
                         counts[case_id] += 1
@@ -597,7 +601,8 @@ class Checker:
     def sagas(self, runs: list[CaseRun]) -> Check:
         ids = [r.case_id for r in runs]
         counts = dict(self.query("saga", "SELECT case_id, count(*) FROM saga"
-                                         " WHERE case_id = ANY(%s) GROUP BY case_id", (ids,)))
+                                         " WHERE case_id = ANY(%s) AND definition = 'case-review'"
+                                         " GROUP BY case_id", (ids,)))
         twice = [f"{c}: {n}" for c, n in counts.items() if n > 1]
         none = [c for c in ids if c not in counts]
         detail = f"{len(counts)} sagas for {len(ids)} cases"

@@ -29,7 +29,9 @@ cs_defaults() {
     : "${CASESTREAM_KAFKA_NODE_PORT_STEP:=10}"
     : "${CASESTREAM_KAFKA_SECURE:=1}"
     : "${CASESTREAM_KAFKA_HEAP:=512m}"
+    : "${CASESTREAM_KAFKA_QUICK_START:=0}"
     : "${CASESTREAM_REGISTRY_HEAP:=512m}"
+    : "${CASESTREAM_REGISTRY_STORAGE:=postgresql}"
     : "${CASESTREAM_READY_TIMEOUT:=120}"
     : "${CASESTREAM_PYTHON:=$CS_REPO/.venv/bin/python}"
     CS_LOCAL="$CASESTREAM_LOCAL_DIR"
@@ -46,6 +48,10 @@ cs_defaults() {
         || die "CASESTREAM_KAFKA_BROKERS='$CASESTREAM_KAFKA_BROKERS': 1 (default) or 3."
     [[ "$CASESTREAM_KAFKA_SECURE" == 0 || "$CASESTREAM_KAFKA_SECURE" == 1 ]] \
         || die "CASESTREAM_KAFKA_SECURE='$CASESTREAM_KAFKA_SECURE': 1 (default: SSL and SASL_SSL listeners too) or 0."
+    [[ "$CASESTREAM_REGISTRY_STORAGE" == postgresql || "$CASESTREAM_REGISTRY_STORAGE" == memory ]] \
+        || die "CASESTREAM_REGISTRY_STORAGE='$CASESTREAM_REGISTRY_STORAGE': postgresql (default: database 'registry') or memory (H2, lost at stop)."
+    [[ "$CASESTREAM_KAFKA_QUICK_START" == 0 || "$CASESTREAM_KAFKA_QUICK_START" == 1 ]] \
+        || die "CASESTREAM_KAFKA_QUICK_START='$CASESTREAM_KAFKA_QUICK_START': 0 (default: G1 and C2, for throughput) or 1 (start-up first, for throwaway test clusters)."
     [[ "$CASESTREAM_KAFKA_NODE_PORT_STEP" =~ ^[0-9]+$ ]] && ((CASESTREAM_KAFKA_NODE_PORT_STEP >= 4)) \
         || die "CASESTREAM_KAFKA_NODE_PORT_STEP='$CASESTREAM_KAFKA_NODE_PORT_STEP': a number >= 4 (each node uses 4 ports)."
 }
@@ -193,6 +199,28 @@ start_daemon() {
     echo $! >"$pidfile"
 }
 
+# already_running <pidfile> <marker> <who>: true, and logs "<who> already running (pid N)", if
+# our process runs (a component's `_up` then has nothing to start); <who>: e.g. "registry:".
+already_running() {
+    local pid
+    pid="$(pid_alive "$1" "$2")" || return 1
+    log "$3 already running (pid $pid)"
+}
+
+# mvn_classpath <name> <pom> <classpath file> <what>: resolve the jars of <pom> (and their
+# dependencies, cached in ~/.m2) into <classpath file>, unless it is newer than <pom>.
+mvn_classpath() {
+    local name=$1 pom=$2 cp=$3 what=$4 dir
+    if [[ -s "$cp" && "$cp" -nt "$pom" ]]; then return 0; fi
+    need_mvn
+    dir="$(dirname "$cp")"
+    log "$name: resolving $what from Maven Central (${pom#"$CS_REPO/"}, cached in ~/.m2)"
+    mkdir -p "$dir"
+    mvn -q -B -f "$pom" dependency:build-classpath -Dmdep.outputFile="$cp.tmp" >"$dir/mvn.log" 2>&1 \
+        || { show_tail "$dir/mvn.log"; die "$name: mvn could not resolve ${pom#"$CS_REPO/"} (log: $dir/mvn.log)."; }
+    mv "$cp.tmp" "$cp"
+}
+
 # stop_pid <pidfile> <marker> <name> [timeout]: TERM, wait, then KILL.
 stop_pid() {
     local pidfile=$1 marker=$2 name=$3 timeout=${4:-30} pid i
@@ -227,6 +255,31 @@ wait_until() {
     done
     show_tail "$logfile"
     die "$what not ready after ${timeout}s (log: $logfile)."
+}
+
+# wait_ready <name> <logfile> <pidfile> <marker> <probe args...>: wait_until the probe
+# (2 s per attempt) answers, within CASESTREAM_READY_TIMEOUT seconds.
+wait_ready() {
+    local name=$1 logfile=$2 pidfile=$3 marker=$4; shift 4
+    wait_until "$CASESTREAM_READY_TIMEOUT" "$name" "$logfile" "$pidfile" "$marker" probe "$@" --timeout 2
+}
+
+# daemon_status <name> <pidfile> <marker> <port> <address> <down note> <probe args...>: one
+# status_line: up (our process runs and the probe answers), starting (it runs, the probe does
+# not answer yet), foreign (another process holds <port>) or down (<address><down note>).
+daemon_status() {
+    local name=$1 pidfile=$2 marker=$3 port=$4 address=$5 note=$6 pid; shift 6
+    if pid="$(pid_alive "$pidfile" "$marker")"; then
+        if probe "$@" --timeout 2 2>/dev/null; then
+            status_line "$name" up "$pid" "$address"
+        else
+            status_line "$name" starting "$pid" "$address"
+        fi
+    elif port_open "$port"; then
+        status_line "$name" foreign - "$address (in use by $(port_owner "$port"))"
+    else
+        status_line "$name" down - "$address$note"
+    fi
 }
 
 show_tail() {

@@ -20,22 +20,11 @@ connect_vars() {
 }
 
 connect_install() {
-    local pom="$CS_DEPLOY_DIR/connect/pom.xml"
-    if [[ -s "$CONNECT_CP" && "$CONNECT_CP" -nt "$pom" ]]; then return 0; fi
-    need_mvn
-    log "connect: resolving Kafka Connect + Debezium jars from Maven Central (deploy/connect/pom.xml, cached in ~/.m2)"
-    mkdir -p "$CONNECT_DIR"
-    mvn -q -B -f "$pom" dependency:build-classpath -Dmdep.outputFile="$CONNECT_CP.tmp" \
-        >"$CONNECT_DIR/mvn.log" 2>&1 || { show_tail "$CONNECT_DIR/mvn.log"; die "connect: mvn could not resolve deploy/connect/pom.xml (log: $CONNECT_DIR/mvn.log)."; }
-    mv "$CONNECT_CP.tmp" "$CONNECT_CP"
+    mvn_classpath connect "$CS_DEPLOY_DIR/connect/pom.xml" "$CONNECT_CP" "Kafka Connect + Debezium jars"
 }
 
 connect_up() {
-    local pid
-    if pid="$(pid_alive "$CONNECT_PID" "$CONNECT_MARK")"; then
-        log "connect: already running (pid $pid)"
-        return 0
-    fi
+    already_running "$CONNECT_PID" "$CONNECT_MARK" connect: && return 0
     need_java 17 CASESTREAM_KAFKA_JAVA_HOME "Kafka Connect 4"
     ensure_port_free "$CASESTREAM_CONNECT_PORT" "Kafka Connect REST" CASESTREAM_CONNECT_PORT
     connect_install
@@ -52,26 +41,16 @@ connect_up() {
 }
 
 connect_wait() {
-    wait_until "$CASESTREAM_READY_TIMEOUT" "connect" "$CONNECT_LOGS/connect.log" "$CONNECT_PID" "$CONNECT_MARK" \
-        probe http "$CONNECT_URL/connector-plugins?connectorsOnly=true" --timeout 2 --contains PostgresConnector
+    wait_ready connect "$CONNECT_LOGS/connect.log" "$CONNECT_PID" "$CONNECT_MARK" \
+        http "$CONNECT_URL/connector-plugins?connectorsOnly=true" --contains PostgresConnector
     ok "connect: ready on $CONNECT_URL (Debezium PostgreSQL connector loaded)"
 }
 
 connect_down() { stop_pid "$CONNECT_PID" "$CONNECT_MARK" connect 30; }
 
 connect_status() {
-    local pid
-    if pid="$(pid_alive "$CONNECT_PID" "$CONNECT_MARK")"; then
-        if probe http "$CONNECT_URL/" --timeout 2 2>/dev/null; then
-            status_line connect up "$pid" "$CONNECT_URL"
-        else
-            status_line connect starting "$pid" "$CONNECT_URL"
-        fi
-    elif port_open "$CASESTREAM_CONNECT_PORT"; then
-        status_line connect foreign - "$CONNECT_URL (in use by $(port_owner "$CASESTREAM_CONNECT_PORT"))"
-    else
-        status_line connect down - "$CONNECT_URL (off by default: deploy/infra.sh up connect)"
-    fi
+    daemon_status connect "$CONNECT_PID" "$CONNECT_MARK" "$CASESTREAM_CONNECT_PORT" "$CONNECT_URL" \
+        " (off by default: deploy/infra.sh up connect)" http "$CONNECT_URL/"
 }
 
 connect_logs() { echo "$CONNECT_LOGS/connect.log"; }

@@ -11,11 +11,7 @@ smtp_vars() {
 }
 
 smtp_up() {
-    local pid
-    if pid="$(pid_alive "$SMTP_PID" "$SMTP_MARK")"; then
-        log "smtp: already running (pid $pid)"
-        return 0
-    fi
+    already_running "$SMTP_PID" "$SMTP_MARK" smtp: && return 0
     ensure_port_free "$CASESTREAM_SMTP_PORT" "SMTP sink" CASESTREAM_SMTP_PORT
     mkdir -p "$CASESTREAM_SMTP_MAILDIR"
     log "smtp: starting the sink on $CS_HOST:$CASESTREAM_SMTP_PORT (mail in $CASESTREAM_SMTP_MAILDIR)"
@@ -25,8 +21,7 @@ smtp_up() {
 }
 
 smtp_wait() {
-    wait_until "$CASESTREAM_READY_TIMEOUT" "smtp" "$SMTP_LOG" "$SMTP_PID" "$SMTP_MARK" \
-        probe smtp "$CS_HOST" "$CASESTREAM_SMTP_PORT" --timeout 2
+    wait_ready smtp "$SMTP_LOG" "$SMTP_PID" "$SMTP_MARK" smtp "$CS_HOST" "$CASESTREAM_SMTP_PORT"
     ok "smtp: ready on $CS_HOST:$CASESTREAM_SMTP_PORT"
 }
 

@@ -38,3 +38,14 @@ class CaseSettings(ServiceSettings):
     evidence_grace_s: float = Field(7 * 86_400.0, gt=0, description="time from the overdue-evidence reminder to the escalation to manual review, seconds")
     deadline_interval_s: float = Field(30.0, gt=0, description="evidence deadline scan period (reminders, escalations), seconds")
     consumer_enabled: bool = Field(True, description="run consumer case.saga-requests and the dashboard projection")
+
+
+def projection_dsn() -> str:
+    """The case database's URL from the environment (``CaseSettings().dsn``): the ``dsn`` of
+    the case service's projections (``case.dashboard``, ``case.workload``).
+
+    Raises:
+        pydantic.ValidationError: an invalid ``CASESTREAM_CASE_*`` variable.
+        ConfigError: an empty database name.
+    """
+    return CaseSettings().dsn

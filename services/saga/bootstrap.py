@@ -1,6 +1,7 @@
 """Wiring of the saga-orchestrator — the only place that builds adapters.
 
-``build()`` builds the case-review saga from the settings, checks it against the catalog,
+``build()`` builds the case-review, appeal and notice-correction sagas from the settings,
+checks them against the catalog,
 and returns a :class:`~casestream.service.process.ServiceProcess` with three workers:
 
 - ``consumer``: :class:`~casestream.consumer.runtime.ConsumerRuntime` ``saga.orchestrator``
@@ -34,7 +35,9 @@ from services.saga.adapters.postgres import PgSagaQueries, PgSagaStore
 from services.saga.adapters.scheduler import DeadlineScheduler
 from services.saga.application.contract import check_against_catalog, payload_fields
 from services.saga.application.orchestrator import Orchestrator
+from services.saga.domain.appeal import appeal_saga
 from services.saga.domain.case_review import case_review_saga
+from services.saga.domain.correction import notice_correction_saga
 from services.saga.domain.definition import SagaDefinition
 from services.saga.domain.errors import DefinitionError
 from services.saga.domain.engine import SagaInstance
@@ -71,6 +74,29 @@ def definition_from(settings: SagaSettings, catalog: Catalog) -> SagaDefinition:
     return definition
 
 
+def definitions_from(settings: SagaSettings, catalog: Catalog) -> tuple[SagaDefinition, ...]:
+    """The sagas this service runs — case review (started by ``CaseSubmitted``) first, then
+    the appeal (``AppealSubmitted``) and the notice correction (``NoticeCorrectionOrdered``)
+    — with the configured deadlines, checked against ``catalog``. The appeal and correction
+    sagas' decision and notice steps use the case-review deadlines.
+
+    Raises:
+        ConfigError: a definition is inconsistent or does not match the catalog.
+    """
+    try:
+        appeal = appeal_saga(decision_deadline=timedelta(seconds=settings.decision_deadline_s),
+                             notice_deadline=timedelta(seconds=settings.notice_deadline_s),
+                             close_deadline=timedelta(seconds=settings.close_deadline_s),
+                             close_attempts=settings.close_attempts)
+        correction = notice_correction_saga(
+            notice_deadline=timedelta(seconds=settings.notice_deadline_s))
+    except DefinitionError as e:
+        raise ConfigError(str(e)) from e
+    check_against_catalog(appeal, catalog)
+    check_against_catalog(correction, catalog)
+    return definition_from(settings, catalog), appeal, correction
+
+
 def build(settings: SagaSettings | None = None) -> ServiceProcess:
     """Build the saga-orchestrator process (see the module docstring).
 
@@ -80,8 +106,8 @@ def build(settings: SagaSettings | None = None) -> ServiceProcess:
     """
     b = ServiceBuilder(SERVICE, settings, migrations=MIGRATIONS, schemas=schemas_dir())
     s, outbox = b.settings, b.outbox
-    definition = definition_from(s, b.catalog)
-    orchestrator = Orchestrator(definition, clock=b.clock)
+    definitions = definitions_from(s, b.catalog)
+    orchestrator = Orchestrator(definitions, clock=b.clock)
     b.consumer(handlers.CONSUMER, handlers.TOPICS, handlers.register(HandlerRegistry(), orchestrator),
                emits=True, pipeline=True)
     b.relay()
@@ -95,6 +121,6 @@ def build(settings: SagaSettings | None = None) -> ServiceProcess:
 
     stuck_grace = timedelta(seconds=s.stuck_grace_s)
     # saga_state_total, compensation_total, timeouts_total, saga_stuck_total
-    register_saga_metrics(b.pool, definition, stuck_grace=stuck_grace)
+    register_saga_metrics(b.pool, definitions, stuck_grace=stuck_grace)
     return b.build(app=build_app(PgSagaQueries(b.request_pool), orchestrator, resolve, edge=b.edge,
                                  stuck_grace=stuck_grace, clock=b.clock), ready_table="saga")

@@ -20,6 +20,7 @@ a subpackage are named with their module; the rest live here::
     ├── HandlerError                steers message handling in the consumer runtime
     │   ├── RetryableError          transient: retried with backoff, bounded, then dead-lettered
     │   │   ├── RegistryUnavailable the schema registry did not answer or answered garbage
+    │   │   │   └── RegistryAuthError the registry refused the credentials (HTTP 401/403)
     │   │   └── GuardConflict       consumer.inbox: a guard row changed under a batch
     │   └── PoisonMessageError      never succeeds on retry: dead-lettered at once (bad wire
     │                               format, unknown schema id, resolution or validation failure)
@@ -108,6 +109,12 @@ class RetryableError(HandlerError):
 
 class RegistryUnavailable(RetryableError):
     """The schema registry is unreachable, timed out, or answered something unparseable."""
+
+
+class RegistryAuthError(RegistryUnavailable):
+    """The schema registry refused the request's credentials (HTTP 401: none, wrong, expired)
+    or their rights (HTTP 403). Set through the registry client properties
+    (``basic.auth.user.info``, ``bearer.auth.*``)."""
 
 
 class PoisonMessageError(HandlerError):

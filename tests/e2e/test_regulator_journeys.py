@@ -2,9 +2,12 @@
 PostgreSQL, registry and SMTP sink (one suite start for every assertion).
 
 Each path of ``services.journeys`` (no violation, violation with a PDF notice, decision
-failure returned, withdrawal, appeal, evidence overdue -> reminder -> manual review): the case ends in its status and its audit timeline
-holds the path's events in order; each violating case sent exactly one notice to its party,
-with a PDF attached whose SHA-256 the notice record (NoticeIssued v2) carries; the dashboard
+failure returned, withdrawal, appeal upheld -> correction notice, appeal rejected -> party
+told, evidence overdue -> reminder -> manual review): the case ends in its status and its
+audit timeline holds the path's events in order; each violating case sent exactly one notice
+to its party, with a PDF attached whose SHA-256 the notice record (NoticeIssued v2) carries,
+and an upheld appeal exactly one correction notice (its own PDF and hash, the first notice
+kept); the appeal saga is linked to the first by its record and by causation; the dashboard
 shows officer, evidence status, penalty and appeal state; the officer workload counts open
 cases and overdue evidence, and ``casestream replay case.workload`` rebuilds it identically.
 """
@@ -73,13 +76,21 @@ def _db(pg_url: str, name: str) -> psycopg.Connection:
     return psycopg.connect(make_conninfo(pg_url, dbname=name), autocommit=True)
 
 
-def _notices(maildir: Path, case_id: str) -> list[email.message.EmailMessage]:
+def _notices(maildir: Path, case_id: str, kind: str = "notice") -> list[email.message.EmailMessage]:
     out = []
     for path in maildir.glob("*.eml"):
         message = email.message_from_bytes(path.read_bytes(), policy=email.policy.default)
-        if message.get("X-Casestream-Case-Id") == case_id:
+        if (message.get("X-Casestream-Case-Id") == case_id
+                and message.get("X-Casestream-Notice-Kind", "notice") == kind):
             out.append(message)
     return out
+
+
+def _pdf_hash(mail: email.message.EmailMessage) -> str:
+    [pdf] = [p for p in mail.iter_attachments() if p.get_content_type() == "application/pdf"]
+    content = pdf.get_content()
+    assert content.startswith(b"%PDF-")
+    return hashlib.sha256(content).hexdigest()
 
 
 def test_every_journey_ends_in_its_status_with_its_events_in_order(
@@ -99,12 +110,57 @@ def test_one_notice_per_violating_party_with_the_pdf_whose_hash_the_notice_recor
                 continue
             [mail] = mails
             assert mail["To"] == "party@example.org"
-            [pdf] = [p for p in mail.iter_attachments() if p.get_content_type() == "application/pdf"]
-            content = pdf.get_content()
-            assert content.startswith(b"%PDF-")
-            stored = conn.execute("SELECT document_sha256 FROM notice WHERE case_id = %s",
-                                  (run.case_id,)).fetchone()
-            assert stored == (hashlib.sha256(content).hexdigest(),)
+            stored = conn.execute("SELECT document_sha256 FROM notice WHERE case_id = %s "
+                                  "AND kind = 'notice'", (run.case_id,)).fetchone()
+            assert stored == (_pdf_hash(mail),)
+
+
+def test_upheld_appeal_sends_one_correction_and_keeps_the_first_notice(
+        runs: dict[str, JourneyRun], smtp_maildir: Path, pg_url: str) -> None:
+    with _db(pg_url, "notification") as conn:
+        for run in runs.values():
+            corrections = _notices(smtp_maildir, run.case_id, "correction")
+            assert len(corrections) == run.journey.corrections, (run.journey.name, len(corrections))
+            rejections = _notices(smtp_maildir, run.case_id, "appeal_rejection")
+            assert len(rejections) == (run.journey.name == "appeal_rejected"), run.journey.name
+            kinds = dict(conn.execute("SELECT kind, status FROM notice WHERE case_id = %s",
+                                      (run.case_id,)).fetchall())
+            if run.journey.corrections:
+                [mail] = corrections
+                assert kinds == {"notice": "sent", "correction": "sent"}
+                stored = conn.execute("SELECT document_sha256 FROM notice WHERE case_id = %s "
+                                      "AND kind = 'correction'", (run.case_id,)).fetchone()
+                assert stored == (_pdf_hash(mail),)
+    upheld = runs["appeal_upheld"]
+    with _db(pg_url, "audit") as conn:
+        rows = conn.execute(
+            "SELECT event_id::text, event_type, causation_id::text, aggregate_id, payload "
+            "FROM audit_journal WHERE tenant_id = %s AND case_id = %s ORDER BY occurred_at",
+            (upheld.tenant, upheld.case_id)).fetchall()
+    events = [{"event_id": r[0], "event_type": r[1], "causation_id": r[2], "aggregate_id": r[3],
+               "payload": r[4]} for r in rows]
+    by_type = {e["event_type"]: e for e in events}
+    by_id = {e["event_id"]: e for e in events}
+    # both notices stay in the audit trail; the correction's hash is the one mailed
+    assert [e["event_type"] for e in events].count("NoticeIssued") == 1
+    issued = by_type["CorrectionNoticeIssued"]
+    [mail] = _notices(smtp_maildir, upheld.case_id, "correction")
+    assert issued["payload"]["document_sha256"] == _pdf_hash(mail)
+    # the correction's causation chain leads back to the AppealSubmitted
+    chain, cursor = [], issued
+    while cursor is not None:
+        chain.append(cursor["event_type"])
+        cursor = by_id.get(cursor.get("causation_id") or "")
+    assert chain == ["CorrectionNoticeIssued", "CorrectionNoticeRequested", "AppealUpheld",
+                     "AppealDecisionRequested", "AppealSubmitted"]
+    # the appeal saga is a second saga of the case, and its record names the first
+    appeal_saga = by_type["AppealDecisionRequested"]["aggregate_id"]
+    review_saga = by_type["DecisionRequested"]["aggregate_id"]
+    assert appeal_saga != review_saga
+    with _db(pg_url, "saga") as conn:
+        row = conn.execute("SELECT definition, state, data->>'original_saga_id' FROM saga "
+                           "WHERE saga_id = %s::uuid", (appeal_saga,)).fetchone()
+    assert row == ("appeal", "COMPLETED", review_saga)
 
 
 def test_dashboard_and_officer_workload_follow_the_journeys(
@@ -112,7 +168,8 @@ def test_dashboard_and_officer_workload_follow_the_journeys(
     from services.case.adapters.dashboard import case_row
     from services.case.adapters.workload import workload
 
-    appealed, violation, withdrawn = runs["appealed"], runs["violation"], runs["withdrawn"]
+    appealed, violation, withdrawn = runs["appeal_upheld"], runs["violation"], runs["withdrawn"]
+    rejected = runs["appeal_rejected"]
     pending, overdue = runs["evidence_pending"], runs["evidence_overdue"]
     query = ("SELECT case_id, officer_id, open, evidence_status, evidence_due_at, last_version "
              "FROM officer_workload ORDER BY case_id")
@@ -121,7 +178,9 @@ def test_dashboard_and_officer_workload_follow_the_journeys(
             assert case_row(conn, violation.case_id) == (
                 "closed", violation.officer, "submitted", "violation", 200_000, None)
             assert case_row(conn, appealed.case_id) == (
-                "appealed", appealed.officer, "submitted", "violation", 150_000, "appealed")
+                "closed", appealed.officer, "submitted", "no_violation", None, "decided")
+            assert case_row(conn, rejected.case_id) == (
+                "closed", rejected.officer, "submitted", "violation", 150_000, "decided")
             assert case_row(conn, withdrawn.case_id)[:3] == ("withdrawn", withdrawn.officer,
                                                              "requested")
             assert case_row(conn, overdue.case_id)[:3] == ("manual_review", overdue.officer,
@@ -133,7 +192,7 @@ def test_dashboard_and_officer_workload_follow_the_journeys(
                     in workload(conn, later) if tenant == TENANT}
             now = {officer: late for tenant, officer, _, late
                    in workload(conn, datetime.now(UTC)) if tenant == TENANT}
-            assert mine[appealed.officer] == (1, 0)  # reopened by the appeal; evidence arrived
+            assert mine[appealed.officer] == (0, 0)  # the appeal closed again; evidence arrived
             assert mine[violation.officer] == (0, 0) and mine[withdrawn.officer] == (0, 0)
             assert mine[pending.officer] == (1, 1)  # still awaiting: overdue once its date passed
             assert now[pending.officer] == 0 and now[appealed.officer] == 0

@@ -159,6 +159,43 @@ def test_notice_is_mailed_once_and_issued(dsn: str, sink: Sink, codec: EnvelopeC
     assert issued.payload["saga_id"] == req.aggregate_id and issued.causation_id == req.event_id
 
 
+def test_a_case_has_its_notice_and_one_correction_in_postgres(dsn: str, sink: Sink,
+                                                              codec: EnvelopeCodec) -> None:
+    import hashlib
+
+    from services.notification.adapters.pdf import render_notice_pdf
+    from services.notification.domain import NoticeKind
+
+    notice = requested("case-c")
+    correction = new_event(event_type="CorrectionNoticeRequested", aggregate_type="saga",
+                           aggregate_id=str(uuid.uuid4()), aggregate_version=1,
+                           tenant_id="tenant-a", source="saga", actor_id="saga-orchestrator",
+                           correlation_id="case-c",
+                           payload={"case_id": "case-c", "recipient_email": "owner@example.org",
+                                    "reason": "appeal upheld", "penalty_cents": 0})
+    record(dsn, codec, notice, correction, correction)  # the correction redelivered
+    with ConnectionPool(dsn, min_size=1, max_size=2) as pool:
+        sender = NoticeSender(policy=RetryPolicy(max_attempts=2, initial_delay_s=0.05,
+                                                 max_delay_s=0.1, jitter=0.0),
+                              clock=utc_now, render=render_notice_pdf)
+        w = SenderWorker(pool, dsn, sender, SmtpMailer("127.0.0.1", sink.port),
+                         OutboxWriter(codec), interval_s=0.2)
+        assert w.drain() == 2 and w.drain() == 0
+    mails = sink.messages()
+    assert sorted(m["Message-ID"] for m in mails) == sorted(
+        [message_id_for("case-c"), message_id_for("case-c", NoticeKind.CORRECTION)])
+    with psycopg.connect(dsn) as conn:
+        rows = dict(conn.execute("SELECT kind, document_sha256 FROM notice WHERE case_id = %s",
+                                 ("case-c",)).fetchall())
+    [fixed] = [m for m in mails if m["X-Casestream-Notice-Kind"] == "correction"]
+    [pdf] = [p for p in fixed.walk() if p.get_content_type() == "application/pdf"]
+    assert rows["correction"] == hashlib.sha256(pdf.get_payload(decode=True)).hexdigest()
+    assert rows["notice"] is not None and rows["notice"] != rows["correction"]
+    events = [(e.event_type, e.aggregate_id) for e in outbox_events(dsn, codec)]
+    assert sorted(events) == [("CorrectionNoticeIssued", "case-c/correction"),
+                              ("NoticeIssued", "case-c")]
+
+
 def test_concurrent_senders_send_every_notice_exactly_once(dsn: str, sink: Sink,
                                                            codec: EnvelopeCodec) -> None:
     cases = [f"case-{i}" for i in range(30)]

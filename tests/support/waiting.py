@@ -8,9 +8,11 @@ from collections.abc import Callable
 from typing import Any
 
 
-def wait_for(check: Callable[[], Any], timeout_s: float, what: str, *, step_s: float = 0.3) -> Any:
+def wait_for(check: Callable[[], Any], timeout_s: float, what: str, *, step_s: float = 0.3,
+             describe: Callable[[], Any] | None = None) -> Any:
     """Call ``check`` every ``step_s`` seconds until it returns something truthy, and return
-    that; after ``timeout_s`` seconds fail, naming ``what`` and the last value."""
+    that; after ``timeout_s`` seconds fail, naming ``what`` and the last value (or what
+    ``describe()`` says then)."""
     deadline = time.monotonic() + timeout_s
     last: Any = None
     while time.monotonic() < deadline:
@@ -18,6 +20,8 @@ def wait_for(check: Callable[[], Any], timeout_s: float, what: str, *, step_s: f
         if last:
             return last
         time.sleep(step_s)
+    if describe is not None:
+        last = describe()
     raise AssertionError(f"timed out after {timeout_s} s waiting for {what} (last: {last!r})")
 
 

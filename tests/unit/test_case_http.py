@@ -230,7 +230,7 @@ class TestRead:
         assert doc["openapi"].startswith("3.1")
         assert set(doc["paths"]) == {"/cases", "/cases/{case_id}", "/cases/{case_id}/submit"} | {
             f"/cases/{{case_id}}/{p}" for p in ("assignment", "evidence-requests", "evidence",
-                                                "review", "withdrawal", "appeal")}
+                                                "review", "withdrawal", "appeal", "correction")}
         props = doc["components"]["schemas"]["OpenCaseBody"]["properties"]
         assert props["severity"]["minimum"] == 1 and props["severity"]["maximum"] == 5
         assert doc["components"]["schemas"]["OpenCaseBody"]["additionalProperties"] is False

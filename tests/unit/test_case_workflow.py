@@ -66,6 +66,8 @@ def act(case: Case, action: Action) -> None:
             case.return_(reason="no decision", actor_id="saga", at=at)
         case Action.APPEAL:
             case.appeal(reason="wrong", actor_id="party", at=at)
+        case Action.CORRECT_NOTICE:
+            case.correct_notice(reason="wrong severity", penalty_cents=100, actor_id="sup", at=at)
         case Action.MARK_OVERDUE:
             case.mark_overdue(grace=timedelta(days=1), actor_id="deadline", at=at)
         case Action.ESCALATE:
@@ -350,3 +352,73 @@ def test_overdue_evidence_is_reminded_then_escalated_to_manual_review() -> None:
     assert store.outbox[0].payload["escalate_at"] == T0 + timedelta(days=3)
     assert store.cases[case.id].status is CaseStatus.MANUAL_REVIEW
     assert service.run_evidence_deadlines(grace) == 0
+
+
+class TestSupervisorCorrection:
+    """``POST /cases/{id}/correction``: supervisor only, a closed violation, problem+json."""
+
+    def closed(self, client: TestClient, store: InMemoryStore, outcome: str = "violation") -> str:
+        from services.case.adapters.memory import InMemoryUnitOfWork
+        from services.case.application import CloseCase
+        from services.case.application.integration import Causation
+
+        case_id = opened(client)
+        assert client.post(f"/cases/{case_id}/submit", headers=key()).status_code == 200
+        with InMemoryUnitOfWork(store) as uow:
+            memory_case_service(store).close_case(uow, CloseCase(
+                tenant_id="tenant-a", case_id=case_id, outcome=outcome,
+                penalty_cents=40_000 if outcome == "violation" else None, actor_id="saga",
+                causation=Causation()))
+        return case_id
+
+    def test_supervisor_orders_a_correction_of_a_closed_violation(
+            self, client: TestClient, store: InMemoryStore) -> None:
+        case_id = self.closed(client, store)
+        version = client.get(f"/cases/{case_id}", headers=H).json()["version"]
+        headers = {**SUP, "Idempotency-Key": "c1", "If-Match": f'"{version}"'}
+        body = {"reason": "the penalty used the wrong severity", "penalty_cents": 10_000}
+        response = client.post(f"/cases/{case_id}/correction", json=body, headers=headers)
+        assert response.status_code == 200, response.text
+        assert response.json()["status"] == "closed"
+        ordered = store.outbox[-1]
+        assert ordered.event_type == "NoticeCorrectionOrdered"
+        assert ordered.payload == {"reason": body["reason"], "penalty_cents": 10_000,
+                                   "reporter_email": BODY["reporter_email"], "ordered_by": "sup-1"}
+        again = client.post(f"/cases/{case_id}/correction", json=body, headers=headers)
+        assert again.status_code == 200 and again.headers.get("idempotent-replayed") == "true"
+        assert [e.event_type for e in store.outbox].count("NoticeCorrectionOrdered") == 1
+
+    def test_an_officer_may_not_order_a_correction(self, client: TestClient,
+                                                   store: InMemoryStore) -> None:
+        case_id = self.closed(client, store)
+        response = client.post(f"/cases/{case_id}/correction", headers=key(),
+                               json={"reason": "x", "penalty_cents": 0})
+        assert response.status_code == 403, response.text
+
+    @pytest.mark.parametrize(("body", "field"), [
+        ({"reason": "x", "penalty_cents": -1}, "penalty_cents"),
+        ({"reason": "x", "penalty_cents": "10"}, "penalty_cents"),
+        ({"reason": "x"}, "penalty_cents"),
+        ({"reason": " ", "penalty_cents": 0}, "reason"),
+        ({"reason": "x", "penalty_cents": 0, "extra": 1}, "extra"),
+    ])
+    def test_bad_input_is_400_naming_the_field(self, client: TestClient, store: InMemoryStore,
+                                               body: dict[str, Any], field: str) -> None:
+        case_id = self.closed(client, store)
+        response = client.post(f"/cases/{case_id}/correction", json=body,
+                               headers={**SUP, "Idempotency-Key": str(uuid.uuid4())})
+        assert response.status_code == 400, response.text
+        assert response.headers["content-type"].startswith("application/problem+json")
+        assert field in [e["field"] for e in response.json()["errors"]]
+
+    @pytest.mark.parametrize("closed_as", [None, "no_violation"])
+    def test_no_sent_notice_is_409_naming_the_rule(self, client: TestClient, store: InMemoryStore,
+                                                   closed_as: str | None) -> None:
+        case_id = opened(client) if closed_as is None else self.closed(client, store, closed_as)
+        response = client.post(f"/cases/{case_id}/correction",
+                               json={"reason": "x", "penalty_cents": 0},
+                               headers={**SUP, "Idempotency-Key": str(uuid.uuid4())})
+        assert response.status_code == 409, response.text
+        rule = "correction-after-notice" if closed_as is None else "correction-violation-only"
+        assert response.json()["code"] == "invalid_transition"
+        assert rule in response.json()["detail"]

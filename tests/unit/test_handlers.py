@@ -109,3 +109,12 @@ def test_batch_handlers_receive_one_event_lists_when_called_singly() -> None:
     assert got == [["event"]]
     with pytest.raises(ValueError):
         registry.on_batch("X", kind=HandlerKind.SIDE_EFFECT)
+
+
+def test_a_side_effect_handler_registered_after_a_lookup_is_seen() -> None:
+    registry = HandlerRegistry()
+    registry.on("CaseOpened", kind=HandlerKind.PROJECTION)(lambda ctx, ev: None)
+    assert not registry.has_side_effects("CaseOpened", ProcessingMode.LIVE)
+    registry.on("CaseOpened", kind=HandlerKind.SIDE_EFFECT)(lambda ctx, ev: None)
+    assert registry.has_side_effects("CaseOpened", ProcessingMode.LIVE)
+    assert not registry.has_side_effects("CaseOpened", ProcessingMode.REPLAY)

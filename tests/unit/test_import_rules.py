@@ -112,6 +112,7 @@ DRIVER_OWNERS: dict[str, set[str]] = {
         "casestream.http.pgdeadline",
         "casestream.replay.checkpoint", "casestream.replay.engine", "casestream.replay.parallel",
         "casestream.replay.names",
+        "casestream.replay.projection",          # psycopg.sql: max_applied_at's identifiers
         "casestream.replay.status",
         "casestream.service.settings",           # psycopg.conninfo: DSN parsing
         "casestream.service.builder",

@@ -1,4 +1,5 @@
-"""Replay runs read model (progress, rate, ETA arithmetic) and the Flow page's replay table."""
+"""Replay runs read model (progress, rate, ETA arithmetic), the cache of its reads, and the Flow
+page's replay table."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from starlette.testclient import TestClient
 
 from casestream.auth import ROLE_OFFICER, AuthSettings, TokenVerifier, dev_token
 from casestream.console import ConsoleSettings, ConsoleSources, console_app
-from casestream.operations import ReplayRun, ReplayRuns
+from casestream.operations import ReplayRun, ReplayRuns, ReplayRunsCache
 
 pytestmark = pytest.mark.unit
 
@@ -41,6 +42,52 @@ def test_no_eta_without_a_rate_or_once_ended() -> None:
     done = run(state="finished", events_remaining=0, finished_at=T0 + timedelta(seconds=40))
     assert done.fraction == 1.0 and done.eta_s(T0) is None
     assert run(state="failed").eta_s(T0 + timedelta(seconds=15)) is None
+
+
+class Reads:
+    """A ``load`` answering the runs it is given and counting its calls; a fake clock."""
+
+    def __init__(self, *answers: ReplayRuns) -> None:
+        self.answers, self.calls, self.now = list(answers), 0, 100.0
+
+    def __call__(self) -> ReplayRuns:
+        self.calls += 1
+        return self.answers[min(self.calls, len(self.answers)) - 1]
+
+    def clock(self) -> float:
+        return self.now
+
+
+def test_the_cache_reads_again_after_idle_s_when_no_run_is_running() -> None:
+    reads = Reads(ReplayRuns([run(state="finished")]), ReplayRuns([run()]))
+    cache = ReplayRunsCache(reads, idle_s=10.0, running_s=1.0, clock=reads.clock)
+    assert cache().runs[0].state == "finished" and reads.calls == 1
+    reads.now += 9.9  # a refresh every 2 s for almost 10 s: no new read
+    assert cache().runs[0].state == "finished" and reads.calls == 1
+    reads.now += 0.1
+    assert cache().runs[0].state == "running" and reads.calls == 2  # a run started meanwhile
+
+
+def test_the_cache_reads_again_after_running_s_while_a_run_runs_or_a_database_failed() -> None:
+    for answer in (ReplayRuns([run()]), ReplayRuns([], ["db:5432/case: OperationalError"])):
+        reads = Reads(answer)
+        cache = ReplayRunsCache(reads, idle_s=10.0, running_s=1.0, clock=reads.clock)
+        cache()
+        reads.now += 0.5
+        cache()
+        assert reads.calls == 1
+        reads.now += 0.5
+        cache()
+        assert reads.calls == 2
+    with pytest.raises(ValueError, match="idle_s and running_s must be >= 0"):
+        ReplayRunsCache(reads, idle_s=-1)
+
+
+def test_console_sources_cache_the_replay_runs_for_replay_runs_idle_s() -> None:
+    sources = ConsoleSources.discover(
+        ConsoleSettings(replay_databases=["postgresql://postgres@127.0.0.1:1/x"], replay_runs_idle_s=30),
+        kafka={}, codec=None, specs={})
+    assert isinstance(sources.replay_runs, ReplayRunsCache) and sources.replay_runs._idle_s == 30
 
 
 def test_flow_page_lists_runs_with_progress_and_eta_from_an_in_memory_source() -> None:

@@ -310,3 +310,31 @@ def test_the_catalogue_holds_every_metric_issue_9_names() -> None:
         "consumer lag in messages is missing"
     kinds = {kind for kind, _ in METRIC_HELP.values()}
     assert "histogram" in kinds  # relay and consumer latency histograms
+
+
+def test_consume_span_without_tracing_sets_and_restores_the_log_context() -> None:
+    telemetry.install("unit", TelemetrySettings(OTEL_TRACES_EXPORTER="none"))
+    tel = telemetry.current()
+    assert not tel.recording
+    seen: list[float] = []
+    tel._observers[("consumer_message_duration_seconds", ("audit.journal", "outbox.event.case"))] = (
+        seen.append)
+    fmt = JsonFormatter("audit")
+    logger = logging.getLogger("unit.telemetry")
+
+    def line() -> dict:
+        return json.loads(fmt.format(logger.makeRecord("unit.telemetry", logging.INFO, __file__, 1,
+                                                       "m", (), None)))
+
+    with log_context(attempt=3):
+        with pytest.raises(RuntimeError, match="boom"):
+            with telemetry.consume_span("audit.journal", record(TP), ENV) as span:
+                inside = line()
+                raise RuntimeError("boom")
+        after = line()
+    assert not span.is_recording()
+    assert inside["consumer"] == "audit.journal" and inside["event_id"] == "e1"
+    assert inside["correlation_id"] == "c1" and inside["aggregate_id"] == "c1"
+    assert inside["attempt"] == 3
+    assert after["attempt"] == 3 and "event_id" not in after and "consumer" not in after
+    assert len(seen) == 1 and seen[0] >= 0

@@ -23,6 +23,8 @@ import psycopg
 from psycopg import sql
 from psycopg.types.json import Jsonb
 
+from casestream.replay import max_applied_at
+
 from services.audit.domain.entries import JournalEntry
 
 LIVE_JOURNAL = "audit_journal"
@@ -127,9 +129,6 @@ WHERE tenant_id = %s AND case_id = %s
 ORDER BY occurred_at, aggregate_version, event_id
 """
 
-FRESHNESS_QUERY = "SELECT max(applied_at) FROM {timeline}"
-
-
 def timeline_rows(conn: psycopg.Connection[Any], tables: AuditTables, tenant_id: str,
                   case_id: str) -> list[dict[str, Any]]:
     """The tenant's timeline rows of ``case_id`` in timeline order (dict rows)."""
@@ -141,11 +140,12 @@ def timeline_rows(conn: psycopg.Connection[Any], tables: AuditTables, tenant_id:
         return cur.fetchall()
 
 
+_TIMELINE_FRESHNESS = max_applied_at(LIVE_TIMELINE)
+
+
 def projection_freshness(conn: psycopg.Connection[Any], tables: AuditTables) -> datetime | None:
-    """When any event was last applied to the timeline (None if empty)."""
-    query = sql.SQL(FRESHNESS_QUERY).format(timeline=sql.Identifier(tables.timeline))
-    row = conn.execute(query).fetchone()
-    return row[0] if row else None
+    """When any event was last applied to the timeline ``tables.timeline`` (None if empty)."""
+    return _TIMELINE_FRESHNESS(conn, {LIVE_TIMELINE: tables.timeline})
 
 
 def create_shadow_timeline(conn: psycopg.Connection[Any], shadow: str,

@@ -15,21 +15,19 @@ live ``audit.journal`` consumer exact (see ``casestream.replay.engine``).
 from __future__ import annotations
 
 from collections.abc import Iterable
-from datetime import datetime
 from typing import Any
 
 from psycopg import sql
 
 from casestream.events import Envelope
 from casestream.consumer import HandlerRegistry
-from casestream.replay import ProjectionSpec, TableNames, json_batch_registry
+from casestream.replay import ProjectionSpec, TableNames, json_batch_registry, max_applied_at
 
 from services.audit.adapters import handlers
 from services.audit.adapters.projection import (
     LIVE_TIMELINE,
     AuditTables,
     create_shadow_timeline,
-    projection_freshness,
 )
 from services.audit.domain.entries import KNOWN_EVENT_TYPES, case_id_of, summarize
 
@@ -90,11 +88,6 @@ def batch_registry(names: TableNames, event_types: Iterable[str]) -> HandlerRegi
                                sorted({*KNOWN_EVENT_TYPES, *event_types}))
 
 
-def freshness(conn: Any, names: TableNames) -> datetime | None:
-    """When an event was last applied to the timeline."""
-    return projection_freshness(conn, AuditTables(journal=None, timeline=names[LIVE_TIMELINE]))
-
-
 PROJECTION = ProjectionSpec(
     name=handlers.PROJECTION_NAME,
     description="audit case timeline (one row per event of a case)",
@@ -104,5 +97,5 @@ PROJECTION = ProjectionSpec(
     dsn=_dsn,
     create_tables=create_tables,
     registry=batch_registry,
-    freshness=freshness,
+    freshness=max_applied_at(LIVE_TIMELINE),
 )

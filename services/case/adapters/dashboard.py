@@ -17,7 +17,8 @@ Evidence status: EvidenceRequested → requested, EvidenceOverdue → overdue,
 EvidenceSubmitted → submitted. Appeal state:
 AppealSubmitted → appealed, a CaseClosed after it → decided. A field no event of a batch sets is
 kept (``coalesce`` with the stored row). Tables created before these columns get them added
-(``create_tables``), empty until ``casestream replay case.dashboard`` fills them.
+by the case migration ``004_dashboard_columns.sql``, empty until ``casestream replay
+case.dashboard`` fills them.
 """
 
 from __future__ import annotations
@@ -30,7 +31,15 @@ from psycopg import sql
 
 from casestream.events import Envelope
 from casestream.consumer import HandlerRegistry
-from casestream.replay import ProjectionSpec, TableNames, json_batch_registry
+from casestream.replay import (
+    ProjectionSpec,
+    TableNames,
+    create_table_unless_exists,
+    json_batch_registry,
+    max_applied_at,
+)
+
+from services.case.settings import projection_dsn
 
 NAME = "case.dashboard"
 CONSUMER = "case.dashboard"
@@ -45,8 +54,6 @@ STATUS_OF: dict[str, str | None] = {
 COLUMNS = ("case_id", "tenant_id", "status", "severity", "priority", "outcome", "opened_at",
            "last_change", "last_event_type", "last_version", "officer_id", "evidence_status",
            "penalty_cents", "appeal_state")
-_ADDED = {"officer_id": "text", "evidence_status": "text", "penalty_cents": "bigint",
-          "appeal_state": "text"}
 
 _DDL = """
 CREATE TABLE {t} (
@@ -80,7 +87,8 @@ ON CONFLICT (case_id) DO UPDATE SET
     status = coalesce(EXCLUDED.status, d.status),
     officer_id = coalesce(EXCLUDED.officer_id, d.officer_id),
     evidence_status = coalesce(EXCLUDED.evidence_status, d.evidence_status),
-    penalty_cents = coalesce(EXCLUDED.penalty_cents, d.penalty_cents),
+    penalty_cents = CASE WHEN EXCLUDED.outcome = 'no_violation' THEN NULL  -- withdrawn on appeal
+                         ELSE coalesce(EXCLUDED.penalty_cents, d.penalty_cents) END,
     appeal_state = CASE WHEN EXCLUDED.appeal_state IS NULL AND EXCLUDED.outcome IS NOT NULL
                              AND d.appeal_state = 'appealed' THEN 'decided'
                         ELSE coalesce(EXCLUDED.appeal_state, d.appeal_state) END,
@@ -107,25 +115,12 @@ FROM {t} WHERE case_id = %s
 
 
 def create_tables(conn: Any, names: TableNames) -> None:
-    """Create ``names[case_dashboard]`` with its index unless it exists (index auto-named);
-    add the columns a table created by an earlier version lacks."""
-    table = names[TABLE]
-    if conn.execute("SELECT to_regclass(%s)", (table,)).fetchone()[0] is not None:
-        # ALTER TABLE takes an ACCESS EXCLUSIVE lock even when it changes nothing: only
-        # alter what is missing, so a start or a replay never queues behind readers.
-        present = {name: not_null for name, not_null in conn.execute(
-            "SELECT attname, attnotnull FROM pg_attribute WHERE attrelid = to_regclass(%s)"
-            " AND attnum > 0 AND NOT attisdropped", (table,)).fetchall()}
-        for column, kind in _ADDED.items():
-            if column not in present:
-                conn.execute(sql.SQL("ALTER TABLE {} ADD COLUMN IF NOT EXISTS {} " + kind).format(
-                    sql.Identifier(table), sql.Identifier(column)))
-        if present.get("status"):
-            conn.execute(sql.SQL("ALTER TABLE {} ALTER COLUMN status DROP NOT NULL").format(
-                sql.Identifier(table)))
-        return
-    conn.execute(sql.SQL(_DDL).format(t=sql.Identifier(table)))
-    conn.execute(sql.SQL(_INDEX).format(t=sql.Identifier(table)))
+    """Create ``names[case_dashboard]`` with its index unless it exists (index auto-named).
+
+    An existing table is not checked (start-up and replays issue no ALTER TABLE): the case
+    migration ``004_dashboard_columns.sql`` brings a table of an earlier version up to
+    :data:`COLUMNS`."""
+    create_table_unless_exists(conn, names[TABLE], _DDL, _INDEX)
 
 
 def fold(events: Sequence[Envelope]) -> list[tuple[Any, ...]]:
@@ -184,21 +179,9 @@ def case_row(conn: Any, case_id: str, table: str = TABLE) -> tuple[Any, ...] | N
     return conn.execute(sql.SQL(CASE_ROW).format(t=sql.Identifier(table)), (case_id,)).fetchone()
 
 
-def freshness(conn: Any, names: TableNames) -> datetime | None:
-    """When a row was last changed (None if empty)."""
-    return conn.execute(sql.SQL("SELECT max(applied_at) FROM {}").format(
-        sql.Identifier(names[TABLE]))).fetchone()[0]
-
-
-def _dsn() -> str:
-    from services.case.settings import CaseSettings
-
-    return CaseSettings().dsn
-
-
 PROJECTION = ProjectionSpec(
     name=NAME,
     description="case dashboard (cases per status and tenant; officer, evidence, penalty, "
                 "appeal per case)",
-    topics=TOPICS, live_consumer=CONSUMER, tables=(TABLE,), dsn=_dsn,
-    create_tables=create_tables, registry=registry, freshness=freshness)
+    topics=TOPICS, live_consumer=CONSUMER, tables=(TABLE,), dsn=projection_dsn,
+    create_tables=create_tables, registry=registry, freshness=max_applied_at(TABLE))

@@ -26,7 +26,15 @@ from psycopg import sql
 
 from casestream.consumer import HandlerRegistry
 from casestream.events import Envelope
-from casestream.replay import ProjectionSpec, TableNames, json_batch_registry
+from casestream.replay import (
+    ProjectionSpec,
+    TableNames,
+    create_table_unless_exists,
+    json_batch_registry,
+    max_applied_at,
+)
+
+from services.case.settings import projection_dsn
 
 NAME = "case.workload"
 CONSUMER = "case.workload"
@@ -84,11 +92,7 @@ GROUP BY tenant_id, officer_id ORDER BY tenant_id, officer_id
 
 def create_tables(conn: Any, names: TableNames) -> None:
     """Create ``names[officer_workload]`` with its index unless it exists."""
-    table = names[TABLE]
-    if conn.execute("SELECT to_regclass(%s)", (table,)).fetchone()[0] is not None:
-        return
-    conn.execute(sql.SQL(_DDL).format(t=sql.Identifier(table)))
-    conn.execute(sql.SQL(_INDEX).format(t=sql.Identifier(table)))
+    create_table_unless_exists(conn, names[TABLE], _DDL, _INDEX)
 
 
 def fold(events: Sequence[Envelope]) -> list[tuple[Any, ...]]:
@@ -126,19 +130,7 @@ def workload(conn: Any, now: datetime, table: str = TABLE) -> list[tuple[str, st
     return conn.execute(sql.SQL(WORKLOAD).format(t=sql.Identifier(table)), (now,)).fetchall()
 
 
-def freshness(conn: Any, names: TableNames) -> datetime | None:
-    """When a row was last changed (None if empty)."""
-    return conn.execute(sql.SQL("SELECT max(applied_at) FROM {}").format(
-        sql.Identifier(names[TABLE]))).fetchone()[0]
-
-
-def _dsn() -> str:
-    from services.case.settings import CaseSettings
-
-    return CaseSettings().dsn
-
-
 PROJECTION = ProjectionSpec(
     name=NAME, description="officer workload (open cases and overdue evidence per officer)",
-    topics=TOPICS, live_consumer=CONSUMER, tables=(TABLE,), dsn=_dsn,
-    create_tables=create_tables, registry=registry, freshness=freshness)
+    topics=TOPICS, live_consumer=CONSUMER, tables=(TABLE,), dsn=projection_dsn,
+    create_tables=create_tables, registry=registry, freshness=max_applied_at(TABLE))

@@ -2,6 +2,7 @@
 
 from services.case.application.commands import (
     AppealCase,
+    CorrectNotice,
     AssignOfficer,
     CaseQuery,
     CaseView,
@@ -33,6 +34,7 @@ from services.case.application.service import CaseService
 
 __all__ = [
     "AppealCase",
+    "CorrectNotice",
     "AssignOfficer",
     "CaseQuery",
     "CaseWrite",

@@ -67,6 +67,14 @@ class AppealCase(CaseWrite):
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class CorrectNotice(CaseWrite):
+    """Order a correction of a closed case's sent notice (supervisor)."""
+
+    reason: str
+    penalty_cents: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class CaseQuery:
     """``GET /cases`` filters, all optional, and the keyset page.
 

@@ -26,6 +26,7 @@ from services.case.domain.events import (
     CaseSubmitted,
     CaseWithdrawn,
     EvidenceOverdue,
+    NoticeCorrectionOrdered,
     EvidenceRequested,
     EvidenceSubmitted,
     ReviewStarted,
@@ -45,6 +46,7 @@ EVENT_VERSIONS: dict[str, int] = {
     "CaseWithdrawn": 1,
     "AppealSubmitted": 1,
     "EvidenceOverdue": 1,
+    "NoticeCorrectionOrdered": 1,
     "CaseEscalated": 1,
 }
 
@@ -67,7 +69,8 @@ class Causation:
 def payload_of(event: CaseEvent, reporter_email: str = "") -> tuple[str, dict[str, Any]]:
     """Return ``(event_type, payload)`` for a domain event, per the contract schemas.
 
-    ``reporter_email`` fills AppealSubmitted (the party a correction notice goes to).
+    ``reporter_email`` fills AppealSubmitted and NoticeCorrectionOrdered (the party a
+    correction notice goes to).
 
     Raises:
         TypeError: for an event type this mapping does not know (a programming error).
@@ -108,6 +111,10 @@ def payload_of(event: CaseEvent, reporter_email: str = "") -> tuple[str, dict[st
         case AppealSubmitted(reason=reason, outcome=outcome, penalty_cents=penalty):
             return "AppealSubmitted", {"reason": reason, "outcome": outcome.value,
                                        "penalty_cents": penalty, "reporter_email": reporter_email}
+        case NoticeCorrectionOrdered(reason=reason, penalty_cents=penalty, actor_id=actor):
+            return "NoticeCorrectionOrdered", {"reason": reason, "penalty_cents": penalty,
+                                               "reporter_email": reporter_email,
+                                               "ordered_by": actor}
     raise TypeError(f"no integration event for {type(event).__name__}")
 
 

@@ -17,6 +17,7 @@ from datetime import timedelta
 
 from services.case.application.commands import (
     AppealCase,
+    CorrectNotice,
     AssignOfficer,
     CaseQuery,
     CaseView,
@@ -171,6 +172,8 @@ class CaseService:
                 case.withdraw(reason=reason, actor_id=actor, at=now)
             case AppealCase(reason=reason):
                 case.appeal(reason=reason, actor_id=actor, at=now)
+            case CorrectNotice(reason=reason, penalty_cents=penalty):
+                case.correct_notice(reason=reason, penalty_cents=penalty, actor_id=actor, at=now)
             case _:
                 raise TypeError(f"no workflow command {type(cmd).__name__}")
 

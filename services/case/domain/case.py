@@ -30,6 +30,7 @@ from services.case.domain.events import (
     CaseSubmitted,
     CaseWithdrawn,
     EvidenceOverdue,
+    NoticeCorrectionOrdered,
     EvidenceRequested,
     EvidenceSubmitted,
     ReviewStarted,
@@ -311,6 +312,27 @@ class Case:
         self._record(AppealSubmitted(**self._meta(actor_id, at), reason=reason,
                                      outcome=self.resolution.outcome,
                                      penalty_cents=self.resolution.penalty_cents))
+
+    def correct_notice(self, *, reason: str, penalty_cents: int, actor_id: str,
+                       at: datetime) -> None:
+        """Order a correction of the sent notice, recording :class:`NoticeCorrectionOrdered`
+        (the status does not change; the correction notice is sent by the correction saga).
+
+        Raises:
+            InvalidTransition: the case is not CLOSED, or was closed without a violation
+                (rule ``correction-violation-only``: no notice was sent).
+            CaseValidationError: empty or over-long reason, negative penalty.
+        """
+        reason = check_reason(reason)
+        self._require(Action.CORRECT_NOTICE)
+        if self.resolution is None or self.resolution.outcome is not Outcome.VIOLATION:
+            raise InvalidTransition(self.id, self.status.value, Action.CORRECT_NOTICE.value,
+                                    "correction-violation-only: only a sent violation notice "
+                                    "can be corrected")
+        if isinstance(penalty_cents, bool) or not 0 <= penalty_cents < 2**63:
+            raise CaseValidationError("penalty_cents", "must be an integer >= 0")
+        self._record(NoticeCorrectionOrdered(**self._meta(actor_id, at), reason=reason,
+                                             penalty_cents=penalty_cents))
 
     # --- events ---------------------------------------------------------------------
 

@@ -116,6 +116,15 @@ class AppealSubmitted(CaseEvent):
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class NoticeCorrectionOrdered(CaseEvent):
+    """A supervisor ordered a correction of the case's sent notice: why, and the corrected
+    penalty (cents). The sent notice stays on record; a correction notice follows it."""
+
+    reason: str
+    penalty_cents: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class EvidenceOverdue(CaseEvent):
     """The evidence request's due date passed without evidence: the party is reminded, and
     the case escalates to manual review at ``escalate_at`` unless evidence arrives."""

@@ -8,6 +8,7 @@ Statuses and actions (``TRANSITIONS``; an action missing for a status is refused
     open | under_review ──submit──▶ submitted ──close──▶ closed ──appeal──▶ appealed
                                               └─return─▶ returned (final)
     appealed ──close──▶ closed (the appeal's decision; a closed case is appealed once)
+    closed ──correct_notice (supervisor; a closed violation)──▶ closed (a correction notice)
     open | awaiting_evidence | under_review | manual_review ──withdraw──▶ withdrawn (final)
     awaiting_evidence ──mark_overdue (due date passed)──▶ awaiting_evidence (reminder)
     awaiting_evidence ──escalate (grace after the reminder passed)──▶ manual_review
@@ -50,6 +51,7 @@ class Action(StrEnum):
     CLOSE = "close"
     RETURN = "return"
     APPEAL = "appeal"
+    CORRECT_NOTICE = "correct_notice"
     MARK_OVERDUE = "mark_overdue"
     ESCALATE = "escalate"
 
@@ -92,6 +94,7 @@ TRANSITIONS: dict[Action, Rule] = {
                        S.CLOSED),
     Action.RETURN: Rule("return-submitted-only", frozenset({S.SUBMITTED}), S.RETURNED),
     Action.APPEAL: Rule("appeal-closed-once", frozenset({S.CLOSED}), S.APPEALED),
+    Action.CORRECT_NOTICE: Rule("correction-after-notice", frozenset({S.CLOSED}), None),
     Action.MARK_OVERDUE: Rule("overdue-while-awaiting-evidence", frozenset({S.AWAITING_EVIDENCE}),
                               None),
     Action.ESCALATE: Rule("escalate-overdue-evidence", frozenset({S.AWAITING_EVIDENCE}),

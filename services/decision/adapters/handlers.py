@@ -1,6 +1,7 @@
 """Consumer-runtime handler of the decision service (consumer ``decision.requests``).
 
-A PROCESS handler for ``DecisionRequested`` (topic ``outbox.event.saga``); the saga's other
+A PROCESS handler for ``DecisionRequested`` and one for ``AppealDecisionRequested`` (topic
+``outbox.event.saga``; the appeal's answer is a pure rule, :func:`appeal_replies`); the saga's other
 events are declared ``ignore``d. It runs :class:`~services.decision.application.decide.Decider`
 in a savepoint on ``ctx.conn`` and appends the reply through ``ctx.outbox``, so the decision,
 the reply's outbox row and the inbox row commit together. A concurrent re-address is
@@ -16,11 +17,12 @@ from casestream.errors import ConcurrencyError, PoisonMessageError, RetryableErr
 from casestream.consumer import HandlerContext, HandlerKind, HandlerRegistry
 from casestream.outbox import OutboxSink
 from services.decision.adapters.postgres import PgDecisionStore
-from services.decision.application.decide import Decider
+from services.decision.application.decide import Decider, appeal_replies
 
 CONSUMER = "decision.requests"
 TOPICS = ("outbox.event.saga",)
 REQUEST = "DecisionRequested"
+APPEAL_REQUEST = "AppealDecisionRequested"
 
 
 def register(registry: HandlerRegistry, decider: Decider, *,
@@ -37,6 +39,15 @@ def register(registry: HandlerRegistry, decider: Decider, *,
             raise PoisonMessageError(f"{REQUEST} {event.event_id} is unreadable: {e!r}",
                                      reason="validation") from e
 
+    def on_appeal(ctx: HandlerContext, event: Envelope) -> None:
+        try:
+            replies = appeal_replies(event, now=decider.clock())
+        except (KeyError, ValueError, TypeError) as e:
+            raise PoisonMessageError(f"{APPEAL_REQUEST} {event.event_id} is unreadable: {e!r}",
+                                     reason="validation") from e
+        OutboxSink(ctx.outbox, ctx.conn).append(replies)
+
     registry.add(REQUEST, on_request, kind=HandlerKind.PROCESS)
-    registry.ignore(*(t for t in also_known if t != REQUEST))
+    registry.add(APPEAL_REQUEST, on_appeal, kind=HandlerKind.PROCESS)
+    registry.ignore(*(t for t in also_known if t not in (REQUEST, APPEAL_REQUEST)))
     return registry

@@ -12,14 +12,20 @@ on ``outbox.event.decision`` (wired in ``bootstrap``); rebuild:
 from __future__ import annotations
 
 from collections.abc import Iterable
-from datetime import datetime, timezone
+from datetime import timezone
 from typing import Any
 
 from psycopg import sql
 
 from casestream.events import Envelope
 from casestream.consumer import HandlerRegistry
-from casestream.replay import ProjectionSpec, TableNames, json_batch_registry
+from casestream.replay import (
+    ProjectionSpec,
+    TableNames,
+    create_table_unless_exists,
+    json_batch_registry,
+    max_applied_at,
+)
 
 NAME = "decision.statistics"
 CONSUMER = "decision.statistics"
@@ -62,11 +68,7 @@ FROM {t} GROUP BY 1, 2 ORDER BY 1, 2
 
 def create_tables(conn: Any, names: TableNames) -> None:
     """Create ``names[decision_statistics]`` and its index unless it exists."""
-    table = names[TABLE]
-    if conn.execute("SELECT to_regclass(%s)", (table,)).fetchone()[0] is not None:
-        return
-    conn.execute(sql.SQL(_DDL).format(t=sql.Identifier(table)))
-    conn.execute(sql.SQL(_INDEX).format(t=sql.Identifier(table)))
+    create_table_unless_exists(conn, names[TABLE], _DDL, _INDEX)
 
 
 def fact(e: Envelope) -> tuple[Any, ...] | None:
@@ -100,12 +102,6 @@ def totals(conn: Any, period: str = "day", table: str = TABLE) -> list[tuple[Any
     return conn.execute(q).fetchall()
 
 
-def freshness(conn: Any, names: TableNames) -> datetime | None:
-    """When a fact was last applied (None if empty)."""
-    return conn.execute(sql.SQL("SELECT max(applied_at) FROM {}").format(
-        sql.Identifier(names[TABLE]))).fetchone()[0]
-
-
 def _dsn() -> str:
     from services.decision.settings import DecisionSettings
 
@@ -116,4 +112,4 @@ def _dsn() -> str:
 PROJECTION = ProjectionSpec(
     name=NAME, description="decision statistics (violations and penalty totals per period)",
     topics=TOPICS, live_consumer=CONSUMER, tables=(TABLE,), dsn=_dsn,
-    create_tables=create_tables, registry=registry, freshness=freshness)
+    create_tables=create_tables, registry=registry, freshness=max_applied_at(TABLE))

@@ -23,6 +23,7 @@ from datetime import datetime
 from casestream.events import Envelope, new_event
 from services.decision.application.ports import DecisionStore, EventSink
 from services.decision.domain.decision import Decision
+from services.decision.domain.appeal import rule_on_appeal
 from services.decision.domain.rules import RULES_VERSION, CaseFacts, decide
 
 log = logging.getLogger(__name__)
@@ -93,3 +94,29 @@ class Decider:
                           causation_id=request.event_id, traceparent=request.traceparent,
                           occurred_at=self.clock())
                 for i, (event_type, payload) in enumerate(replies)]
+
+
+def appeal_replies(request: Envelope, *, now: datetime) -> list[Envelope]:
+    """The answer to an ``AppealDecisionRequested``: ``AppealUpheld`` or ``AppealRejected``
+    (rule :func:`~services.decision.domain.appeal.rule_on_appeal`).
+
+    Stateless: the verdict is a pure function of the request, so nothing is stored; a
+    redelivered request never reaches here (inbox), and the appeal saga issues its request
+    once. Reply: aggregate ``decision``, id = the asking saga's id, version 1; correlation
+    id, tenant and traceparent of the request, causation id = the request.
+
+    Raises:
+        KeyError / ValueError: the payload lacks ``case_id`` or ``reason``.
+    """
+    p = request.payload
+    case_id, saga_id = str(p["case_id"]), request.aggregate_id
+    verdict = rule_on_appeal(str(p["reason"]))
+    payload: dict[str, object] = {"case_id": case_id, "saga_id": saga_id, "reason": verdict.reason}
+    if verdict.upheld:
+        payload["penalty_cents"] = verdict.penalty_cents
+    log.info("appeal of case %s %s", case_id, "upheld" if verdict.upheld else "rejected")
+    return [new_event(event_type="AppealUpheld" if verdict.upheld else "AppealRejected",
+                      aggregate_type=AGGREGATE_TYPE, aggregate_id=saga_id, aggregate_version=1,
+                      payload=payload, tenant_id=request.tenant_id, source=SOURCE, actor_id=ACTOR,
+                      correlation_id=request.correlation_id, causation_id=request.event_id,
+                      traceparent=request.traceparent, occurred_at=now)]

@@ -1,6 +1,8 @@
 """Consumer-runtime handler of the notification service (consumer ``notification.requests``).
 
-A SIDE_EFFECT handler for ``NoticeRequested`` (topic ``outbox.event.saga``), so replay
+A SIDE_EFFECT handler for each request of ``REQUEST_KINDS`` (``NoticeRequested``,
+``CorrectionNoticeRequested``, ``AppealRejectionNoticeRequested``; topic
+``outbox.event.saga``), so replay
 never (re)sends notices; the saga's other events are declared ``ignore``d. The handler only
 records the notice as PENDING on ``ctx.conn`` — in the runtime's transaction, with the inbox
 row — and the sender worker (:mod:`.sender_worker`) sends it. A request that cannot be read
@@ -19,7 +21,7 @@ from casestream.consumer import HandlerContext, HandlerKind, HandlerRegistry
 from casestream.telemetry import traceparent_for_row
 from casestream.outbox import OutboxSink
 from services.notification.adapters.postgres import PgNoticeStore
-from services.notification.application.requests import record_request
+from services.notification.application.requests import REQUEST_KINDS, record_request
 
 CONSUMER = "notification.requests"
 TOPICS = ("outbox.event.saga",)
@@ -28,7 +30,7 @@ REQUEST = "NoticeRequested"
 
 def register(registry: HandlerRegistry, *, clock: Callable[[], datetime],
              also_known: Sequence[str] = ()) -> HandlerRegistry:
-    """Register the NoticeRequested handler on ``registry``; ``also_known`` are ignored types."""
+    """Register the notice request handlers on ``registry``; ``also_known`` are ignored types."""
 
     def on_request(ctx: HandlerContext, event: Envelope) -> None:
         try:
@@ -38,9 +40,10 @@ def register(registry: HandlerRegistry, *, clock: Callable[[], datetime],
                 record_request(PgNoticeStore(ctx.conn), OutboxSink(ctx.outbox, ctx.conn), traced,
                                clock=clock)
         except (KeyError, ValueError, TypeError) as e:
-            raise PoisonMessageError(f"{REQUEST} {event.event_id} is unreadable: {e!r}",
+            raise PoisonMessageError(f"{event.event_type} {event.event_id} is unreadable: {e!r}",
                                      reason="validation") from e
 
-    registry.add(REQUEST, on_request, kind=HandlerKind.SIDE_EFFECT)
-    registry.ignore(*(t for t in also_known if t != REQUEST))
+    for request_type in REQUEST_KINDS:
+        registry.add(request_type, on_request, kind=HandlerKind.SIDE_EFFECT)
+    registry.ignore(*(t for t in also_known if t not in REQUEST_KINDS))
     return registry

@@ -68,7 +68,8 @@ def notice_json(n: Notice) -> dict[str, Any]:
             "violation_code": n.violation_code, "message_id": n.message_id,
             "status": n.status.value, "attempts": n.attempts,
             "next_attempt_at": n.next_attempt_at.isoformat(), "last_error": n.last_error,
-            "version": n.version, "created_at": n.created_at.isoformat()}
+            "version": n.version, "created_at": n.created_at.isoformat(),
+            "kind": n.kind.value, "reason": n.reason, "document_sha256": n.document_sha256}
 
 
 async def _read(request: Request, work: Callable[[], T]) -> T | Response:
@@ -83,6 +84,7 @@ NOTICE_SCHEMA: dict[str, Any] = {
     "required": ["case_id", "saga_id", "tenant_id", "recipient_email", "status", "attempts",
                  "version", "created_at"],
     "properties": {"status": {"type": "string", "enum": ["pending", "sent", "failed"]},
+                   "kind": {"type": "string", "enum": ["notice", "correction", "appeal_rejection"]},
                    "attempts": {"type": "integer", "minimum": 0},
                    "penalty_cents": {"type": ["integer", "null"]},
                    "created_at": {"type": "string", "format": "date-time"}},

@@ -11,23 +11,23 @@ from datetime import datetime
 from email.message import EmailMessage
 
 from services.notification.domain.errors import MailError
-from services.notification.domain.notice import Notice, NoticeStatus
+from services.notification.domain.notice import Notice, NoticeKind, NoticeStatus
 
 
 @dataclass(slots=True)
 class MemoryNoticeStore:
     """Dict-backed :class:`~services.notification.application.ports.NoticeStore`."""
 
-    notices: dict[str, Notice] = field(default_factory=dict)
+    notices: dict[tuple[str, NoticeKind], Notice] = field(default_factory=dict)
     wakeups: int = 0
 
-    def get(self, case_id: str) -> Notice | None:
-        return self.notices.get(case_id)
+    def get(self, case_id: str, kind: NoticeKind = NoticeKind.NOTICE) -> Notice | None:
+        return self.notices.get((case_id, kind))
 
     def insert(self, notice: Notice) -> bool:
-        if notice.case_id in self.notices:
+        if (notice.case_id, notice.kind) in self.notices:
             return False
-        self.notices[notice.case_id] = notice
+        self.notices[(notice.case_id, notice.kind)] = notice
         self.wakeups += 1
         return True
 
@@ -38,8 +38,8 @@ class MemoryNoticeStore:
         return due[0] if due else None
 
     def save(self, notice: Notice) -> None:
-        assert notice.case_id in self.notices
-        self.notices[notice.case_id] = notice
+        assert (notice.case_id, notice.kind) in self.notices
+        self.notices[(notice.case_id, notice.kind)] = notice
 
 
 @dataclass(slots=True)

@@ -10,27 +10,28 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from services.notification.domain.notice import Notice, NoticeStatus
+from services.notification.domain.notice import Notice, NoticeKind, NoticeStatus
 
 WAKE_CHANNEL = "notification_pending"
 """LISTEN/NOTIFY channel that wakes the sender when a notice is recorded."""
 
 _COLUMNS = ("case_id, saga_id, tenant_id, correlation_id, request_event_id, traceparent, "
             "recipient_email, penalty_cents, violation_code, message_id, status, attempts, "
-            "next_attempt_at, last_error, version, created_at, document_sha256")
+            "next_attempt_at, last_error, version, created_at, document_sha256, kind, reason")
 
 
 def notice_from_row(row: tuple[Any, ...]) -> Notice:
     """A :class:`Notice` from a row of ``SELECT {_COLUMNS}``."""
     (case_id, saga_id, tenant_id, correlation_id, request_event_id, traceparent, recipient,
      penalty, code, message_id, status, attempts, next_attempt_at, last_error, version,
-     created_at, document_sha256) = row
+     created_at, document_sha256, kind, reason) = row
     return Notice(case_id=case_id, saga_id=saga_id, tenant_id=tenant_id,
                   correlation_id=correlation_id, request_event_id=request_event_id,
                   traceparent=traceparent, recipient_email=recipient, penalty_cents=penalty,
                   violation_code=code, message_id=message_id, status=NoticeStatus(status),
                   attempts=attempts, next_attempt_at=next_attempt_at, last_error=last_error,
-                  version=version, created_at=created_at, document_sha256=document_sha256)
+                  version=version, created_at=created_at, document_sha256=document_sha256,
+                  kind=NoticeKind(kind), reason=reason)
 
 
 class PgNoticeStore:
@@ -39,21 +40,22 @@ class PgNoticeStore:
     def __init__(self, conn: Any):
         self.conn = conn
 
-    def get(self, case_id: str) -> Notice | None:
-        row = self.conn.execute(f"SELECT {_COLUMNS} FROM notice WHERE case_id = %s",
-                                (case_id,)).fetchone()
+    def get(self, case_id: str, kind: NoticeKind = NoticeKind.NOTICE) -> Notice | None:
+        row = self.conn.execute(f"SELECT {_COLUMNS} FROM notice WHERE case_id = %s AND kind = %s",
+                                (case_id, kind.value)).fetchone()
         return None if row is None else notice_from_row(row)
 
     def insert(self, notice: Notice) -> bool:
         row = self.conn.execute(
             f"""INSERT INTO notice ({_COLUMNS})
-                VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)
+                VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)
                 ON CONFLICT DO NOTHING RETURNING 1""",
             (notice.case_id, notice.saga_id, notice.tenant_id, notice.correlation_id,
              notice.request_event_id, notice.traceparent, notice.recipient_email,
              notice.penalty_cents, notice.violation_code, notice.message_id,
              notice.status.value, notice.attempts, notice.next_attempt_at, notice.last_error,
-             notice.version, notice.created_at, notice.document_sha256),
+             notice.version, notice.created_at, notice.document_sha256, notice.kind.value,
+             notice.reason),
         ).fetchone()
         if row is None:
             return False
@@ -76,10 +78,11 @@ class PgNoticeStore:
                                  document_sha256 = %s, updated_at = now(),
                                  sent_at = CASE WHEN %s = 'sent' THEN coalesce(sent_at, now())
                                                 ELSE sent_at END
-               WHERE case_id = %s""",
+               WHERE case_id = %s AND kind = %s""",
             (notice.saga_id, notice.request_event_id, notice.correlation_id, notice.traceparent,
              notice.status.value, notice.attempts, notice.next_attempt_at, notice.last_error,
-             notice.version, notice.document_sha256, notice.status.value, notice.case_id))
+             notice.version, notice.document_sha256, notice.status.value, notice.case_id,
+             notice.kind.value))
 
 
 class PgNoticeQueries:
@@ -88,9 +91,9 @@ class PgNoticeQueries:
     def __init__(self, pool: Any):
         self.pool = pool
 
-    def get(self, case_id: str) -> Notice | None:
+    def get(self, case_id: str, kind: NoticeKind = NoticeKind.NOTICE) -> Notice | None:
         with self.pool.connection() as conn:
-            return PgNoticeStore(conn).get(case_id)
+            return PgNoticeStore(conn).get(case_id, kind)
 
     def list(self, *, tenant_id: str, status: str | None, limit: int) -> list[Notice]:
         """Notices of ``tenant_id`` (filtered before the limit), newest first."""

@@ -9,18 +9,18 @@ from email.message import EmailMessage
 from typing import Protocol
 
 from casestream.events import Envelope
-from services.notification.domain.notice import Notice
+from services.notification.domain.notice import Notice, NoticeKind
 
 
 class NoticeStore(Protocol):
-    """Notices, one per case, inside the caller's unit of work (transaction)."""
+    """Notices, one per case and kind, inside the caller's unit of work (transaction)."""
 
-    def get(self, case_id: str) -> Notice | None:
-        """The notice of ``case_id``, or None."""
+    def get(self, case_id: str, kind: NoticeKind = NoticeKind.NOTICE) -> Notice | None:
+        """The ``kind`` notice of ``case_id``, or None."""
         ...
 
     def insert(self, notice: Notice) -> bool:
-        """Record a new notice; False (nothing stored) if the case already has one.
+        """Record a new notice; False (nothing stored) if the case already has one of its kind.
 
         Also wakes the sender once the unit of work commits (PostgreSQL: NOTIFY).
         """

@@ -1,8 +1,11 @@
-"""Use case: record a ``NoticeRequested`` (the consumer handler's whole job; no SMTP here).
+"""Use case: record a ``NoticeRequested``, ``CorrectionNoticeRequested`` or
+``AppealRejectionNoticeRequested`` (the consumer handler's whole job; no SMTP here).
 
 The notice is stored as PENDING in the caller's transaction — the same transaction as the
 consumer runtime's inbox row — so a request is recorded exactly once even if the process
-dies; the sender worker does the sending. One notice per case:
+dies; the sender worker does the sending. One notice per case and kind
+(:data:`REQUEST_KINDS`: a case has at most one violation notice, one correction notice and
+one appeal-rejection mail):
 
 - first request: recorded PENDING (``next_attempt_at`` = now);
 - a later request for a case whose notice is still PENDING: re-addressed to the asking
@@ -21,25 +24,37 @@ from datetime import datetime
 from casestream.events import Envelope
 from services.notification.application.events import reply_for
 from services.notification.application.ports import EventSink, NoticeStore
-from services.notification.domain.notice import Notice, NoticeStatus, message_id_for
+from services.notification.domain.notice import Notice, NoticeKind, NoticeStatus, message_id_for
 
 log = logging.getLogger(__name__)
 
 
+REQUEST_KINDS = {"NoticeRequested": NoticeKind.NOTICE,
+                 "CorrectionNoticeRequested": NoticeKind.CORRECTION,
+                 "AppealRejectionNoticeRequested": NoticeKind.APPEAL_REJECTION}
+"""Request event type -> the kind of notice it asks for."""
+
+
 def notice_from(request: Envelope, *, now: datetime) -> Notice:
-    """A PENDING notice from a ``NoticeRequested`` envelope (saga id = its aggregate id).
+    """A PENDING notice from a request envelope (:data:`REQUEST_KINDS`; saga id = its
+    aggregate id). A correction carries the corrected penalty and its reason; an appeal
+    rejection its reason (penalty 0).
 
     Raises:
-        KeyError / ValueError: a payload field is missing or malformed.
+        KeyError / ValueError: unknown request type, or a payload field is missing or malformed.
     """
     p = request.payload
     case_id = str(p["case_id"])
+    kind = REQUEST_KINDS[request.event_type]
     return Notice(case_id=case_id, saga_id=request.aggregate_id, tenant_id=request.tenant_id,
                   correlation_id=request.correlation_id, request_event_id=request.event_id,
                   recipient_email=str(p["recipient_email"]),
-                  penalty_cents=int(p["penalty_cents"]), violation_code=str(p["violation_code"]),
-                  message_id=message_id_for(case_id), status=NoticeStatus.PENDING, attempts=0,
-                  next_attempt_at=now, created_at=now, traceparent=request.traceparent)
+                  penalty_cents=int(p.get("penalty_cents") or 0),
+                  violation_code=str(p["violation_code"]) if kind is NoticeKind.NOTICE else "",
+                  message_id=message_id_for(case_id, kind), status=NoticeStatus.PENDING,
+                  attempts=0, next_attempt_at=now, created_at=now,
+                  traceparent=request.traceparent, kind=kind,
+                  reason=None if kind is NoticeKind.NOTICE else str(p["reason"]))
 
 
 def record_request(store: NoticeStore, sink: EventSink, request: Envelope, *,
@@ -49,7 +64,7 @@ def record_request(store: NoticeStore, sink: EventSink, request: Envelope, *,
     notice = notice_from(request, now=now)
     if store.insert(notice):
         return notice
-    existing = store.get(notice.case_id)
+    existing = store.get(notice.case_id, notice.kind)
     assert existing is not None  # insert refused only because a notice exists
     if existing.status is NoticeStatus.PENDING:
         if existing.saga_id != notice.saga_id:

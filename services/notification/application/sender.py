@@ -12,9 +12,9 @@ One call = one unit of work (the caller's transaction):
    attempts are used up; permanent failure (5yz): FAILED + ``NoticeFailed`` at once;
 5. the caller commits.
 
-Exactly one SMTP notice per case — what holds and what does not:
+Exactly one SMTP notice per case and kind — what holds and what does not:
 
-- a request is recorded once (unique case id, same transaction as the inbox row);
+- a request is recorded once (unique case id + kind, same transaction as the inbox row);
 - a notice is sent only by the holder of its row lock, and once SENT is never claimed again;
 - a process killed before step 3 (or during it, before the SMTP server accepted the DATA)
   rolls back: the row is PENDING again and is sent by the next sender — no mail was
@@ -45,6 +45,7 @@ from services.notification.domain.notice import (
     Notice,
     NoticeStatus,
     compose,
+    has_document,
     undeliverable_reason,
 )
 
@@ -82,7 +83,8 @@ class NoticeSender:
         reason = undeliverable_reason(notice.recipient_email)
         if reason is not None:
             return self._fail(store, sink, notice, reason=reason, now=now)
-        document = self.render(notice) if self.render is not None else None
+        document = (self.render(notice) if self.render is not None and has_document(notice)
+                    else None)
         try:
             mailer.send(compose(notice, date=now, document=document))
         except MailError as e:

@@ -1,8 +1,13 @@
 """A violation notice: its record, its mail, and which recipients cannot be served.
 
 Rules:
-- one notice per case (the case id is the notice's identity and its event aggregate id);
-- the mail's Message-ID is derived from the case id only (:func:`message_id_for`), so a
+- one notice of each :class:`NoticeKind` per case (case id + kind is the notice's
+  identity): the violation notice, a correction notice (an upheld appeal or a supervisor's
+  correction) and the mail telling the party their appeal was rejected; a correction never
+  replaces the notice it corrects — both stay on record;
+- event aggregate id: the case id for the violation notice, ``<case id>/<kind>`` for the
+  others (:func:`aggregate_id_for`), so each has its own consecutive aggregate versions;
+- the mail's Message-ID is derived from the case id and kind only (:func:`message_id_for`), so a
   re-send after a crash carries the same Message-ID (RFC 5322 §3.6.4: a retransmission of
   the same message keeps its identifier) and a receiving system can drop the duplicate;
 - a recipient whose address ends with ``@fail.invalid`` cannot be served (RFC 2606 reserves
@@ -23,6 +28,14 @@ FAIL_DOMAIN = "fail.invalid"
 
 MESSAGE_ID_DOMAIN = "notice.casestream"
 SENDER = "Casestream Notices <notices@casestream.example>"
+
+
+class NoticeKind(enum.Enum):
+    """What a notice is; each kind is sent at most once per case."""
+
+    NOTICE = "notice"
+    CORRECTION = "correction"
+    APPEAL_REJECTION = "appeal_rejection"
 
 
 class NoticeStatus(enum.Enum):
@@ -51,6 +64,8 @@ class Notice:
         version: aggregate version of the last event emitted for this notice (0 = none).
         created_at: when the request was recorded.
         document_sha256: SHA-256 (hex) of the PDF attached when it was sent, if any.
+        kind: see :class:`NoticeKind`.
+        reason: why a correction was made / an appeal rejected (None for a NOTICE).
     """
 
     case_id: str
@@ -70,11 +85,28 @@ class Notice:
     traceparent: str | None = None
     version: int = 0
     document_sha256: str | None = None
+    kind: NoticeKind = NoticeKind.NOTICE
+    reason: str | None = None
 
 
-def message_id_for(case_id: str) -> str:
-    """The deterministic Message-ID of the notice of ``case_id``: ``<case_id@notice.casestream>``."""
-    return f"<{case_id}@{MESSAGE_ID_DOMAIN}>"
+def message_id_for(case_id: str, kind: NoticeKind = NoticeKind.NOTICE) -> str:
+    """The deterministic Message-ID of the ``kind`` notice of ``case_id``:
+    ``<case_id@notice.casestream>`` for the NOTICE, ``<case_id.<kind>@notice.casestream>``
+    for the others."""
+    if kind is NoticeKind.NOTICE:
+        return f"<{case_id}@{MESSAGE_ID_DOMAIN}>"
+    return f"<{case_id}.{kind.value}@{MESSAGE_ID_DOMAIN}>"
+
+
+def aggregate_id_for(case_id: str, kind: NoticeKind) -> str:
+    """The event aggregate id of the ``kind`` notice of ``case_id`` (module docstring)."""
+    return case_id if kind is NoticeKind.NOTICE else f"{case_id}/{kind.value}"
+
+
+def has_document(notice: Notice) -> bool:
+    """True if the notice's mail carries a PDF (the violation and the correction notice;
+    the appeal-rejection mail is text only)."""
+    return notice.kind is not NoticeKind.APPEAL_REJECTION
 
 
 def undeliverable_reason(recipient_email: str) -> str | None:
@@ -93,8 +125,10 @@ def penalty_text(penalty_cents: int) -> str:
 
 
 def document_name(notice: Notice) -> str:
-    """File name of the notice's PDF attachment: ``notice-<case id>.pdf``."""
-    return f"notice-{notice.case_id}.pdf"
+    """File name of the notice's PDF attachment: ``notice-<case id>.pdf`` (a correction:
+    ``correction-<case id>.pdf``)."""
+    prefix = "correction" if notice.kind is NoticeKind.CORRECTION else "notice"
+    return f"{prefix}-{notice.case_id}.pdf"
 
 
 def compose(notice: Notice, *, date: datetime, document: bytes | None = None) -> EmailMessage:
@@ -108,17 +142,38 @@ def compose(notice: Notice, *, date: datetime, document: bytes | None = None) ->
     msg = EmailMessage()
     msg["From"] = SENDER
     msg["To"] = notice.recipient_email
-    msg["Subject"] = f"Notice of violation {notice.violation_code} for case {notice.case_id}"
+    msg["Subject"] = subject_of(notice)
     msg["Message-ID"] = notice.message_id
     msg["Date"] = format_datetime(date)
     msg["X-Casestream-Case-Id"] = notice.case_id
     msg["X-Casestream-Saga-Id"] = notice.saga_id
-    msg.set_content(
-        f"Case {notice.case_id} was found in violation of {notice.violation_code}.\n"
-        f"Penalty: {penalty_text(notice.penalty_cents)}.\n"
-        "This notice is sent once; its Message-ID identifies it.\n"
-    )
+    msg["X-Casestream-Notice-Kind"] = notice.kind.value
+    msg.set_content(body_of(notice))
     if document is not None:
         msg.add_attachment(document, maintype="application", subtype="pdf",
                            filename=document_name(notice))
     return msg
+
+
+def subject_of(notice: Notice) -> str:
+    """The mail's Subject, by kind."""
+    if notice.kind is NoticeKind.CORRECTION:
+        return f"Correction notice for case {notice.case_id}"
+    if notice.kind is NoticeKind.APPEAL_REJECTION:
+        return f"Your appeal of case {notice.case_id} was rejected"
+    return f"Notice of violation {notice.violation_code} for case {notice.case_id}"
+
+
+def body_of(notice: Notice) -> str:
+    """The mail's text, by kind."""
+    if notice.kind is NoticeKind.CORRECTION:
+        return (f"The notice sent for case {notice.case_id} "
+                f"({message_id_for(notice.case_id)}) is corrected: {notice.reason}.\n"
+                f"Corrected penalty: {penalty_text(notice.penalty_cents)}.\n"
+                "The original notice stays on record; this correction is attached.\n")
+    if notice.kind is NoticeKind.APPEAL_REJECTION:
+        return (f"Your appeal of case {notice.case_id} was rejected: {notice.reason}.\n"
+                f"The notice {message_id_for(notice.case_id)} stands.\n")
+    return (f"Case {notice.case_id} was found in violation of {notice.violation_code}.\n"
+            f"Penalty: {penalty_text(notice.penalty_cents)}.\n"
+            "This notice is sent once; its Message-ID identifies it.\n")

@@ -137,14 +137,14 @@ class _SagaRepairs:
         from services import schemas_dir
         from services.saga import SERVICE
         from services.saga.application.orchestrator import Orchestrator
-        from services.saga.bootstrap import definition_from
+        from services.saga.bootstrap import definitions_from
         from services.saga.settings import SagaSettings
 
         settings = read_settings(SagaSettings, SERVICE.name)
         catalog = load_catalog(schemas_dir())
         self.codec = open_codec(catalog, registry_url or settings.registry_url, auto_register=False)
         self.registry = self.codec.registry
-        self.orchestrator = Orchestrator(definition_from(settings, catalog), clock=SystemClock())
+        self.orchestrator = Orchestrator(definitions_from(settings, catalog), clock=SystemClock())
         self.outbox = OutboxWriter(self.codec)
 
     def close(self) -> None:

@@ -50,7 +50,7 @@ from casestream.http import body_model, edge_app, guarded, problem_answer, probl
 from casestream.http import openapi_document, openapi_route, query_model, requires, text
 from services.saga.application.orchestrator import Orchestrator
 from services.saga.application.ports import SagaQueries
-from services.saga.application.stuck import STUCK_LIMIT, find_stuck, gauges
+from services.saga.application.stuck import STUCK_LIMIT, find_stuck, gauges, states_of
 from services.saga.domain.engine import SagaInstance
 from services.saga.domain.errors import UnknownTrigger
 
@@ -133,7 +133,7 @@ def _iso(value: datetime | None) -> str | None:
 
 def saga_json(saga: SagaInstance, orchestrator: Orchestrator) -> dict[str, Any]:
     """The JSON view of ``saga`` (without history)."""
-    d = orchestrator.definition
+    d = orchestrator.definition_of(saga)
     step = d.step(saga.step) if saga.step else None
     return {
         "saga_id": saga.saga_id, "definition": saga.definition, "case_id": saga.case_id,
@@ -174,8 +174,8 @@ def build_routes(queries: SagaQueries, orchestrator: Orchestrator, resolver: Res
     ``stuck_grace`` is the default grace of ``/sagas/stuck`` and of the stuck gauge. The
     routes expect the edge's principal (``casestream.http.principal_of``).
     """
-    list_query = saga_list_query(s.name for s in orchestrator.definition.states)
-    definition = orchestrator.definition
+    definition = tuple(orchestrator.definitions.values())
+    list_query = saga_list_query(s.name for s in states_of(definition))
 
     @requires(*READ_ROLES)
     async def list_stuck(request: Request) -> Response:
@@ -263,7 +263,7 @@ def build_routes(queries: SagaQueries, orchestrator: Orchestrator, resolver: Res
         return JSONResponse(saga_json(saga, orchestrator))
 
     return [
-        openapi_route(openapi_document_of(definition.states, list_query)),
+        openapi_route(openapi_document_of(states_of(definition), list_query)),
         Route("/sagas", list_sagas, methods=["GET"]),
         Route("/sagas/stuck", list_stuck, methods=["GET"]),
         Route("/sagas/metrics", metrics, methods=["GET"]),

@@ -20,8 +20,7 @@ from datetime import timedelta
 from typing import Any
 
 from casestream.telemetry import observe_query
-from services.saga.application.stuck import waiting_states
-from services.saga.domain.definition import SagaDefinition
+from services.saga.application.stuck import Definitions, waiting_states
 
 QUERIES = {
     "saga_state_total": "SELECT state, count(*) FROM saga GROUP BY state",
@@ -57,12 +56,12 @@ def stuck_query(states: Iterable[str], grace: timedelta) -> str:
             f"AND (deadline_at < {cutoff} OR (deadline_at IS NULL AND updated_at < {cutoff}))")
 
 
-def register_saga_metrics(pool: Any, definition: SagaDefinition, *,
+def register_saga_metrics(pool: Any, definition: Definitions, *,
                           stuck_grace: timedelta) -> None:
     """Serve the saga metrics above from ``pool`` (the saga database) at ``/metrics``.
 
     Args:
-        definition: the saga definition (its ACTIVE states are the ones that can be stuck).
+        definition: the saga definition(s) (their ACTIVE states are the ones that can be stuck).
         stuck_grace: tolerated delay past a deadline (``CASESTREAM_SAGA_STUCK_GRACE_S``).
     """
     for metric, query in QUERIES.items():

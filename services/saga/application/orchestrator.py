@@ -1,6 +1,10 @@
 """The orchestrator use case: events in, saga transitions and requests out.
 
-One :class:`Orchestrator` serves one :class:`SagaDefinition`. Every method runs inside the
+One :class:`Orchestrator` serves one or more :class:`SagaDefinition` s, each started by its
+own start event type (``SagaDefinition.start_on``; two definitions may not share one). A team
+with several sagas passes them all: ``Orchestrator([review, appeal], clock=...)``. A stored
+saga names its definition (``SagaInstance.definition``), and every later step of that saga
+(replies, deadlines, operator actions) is interpreted by that definition. Every method runs inside the
 caller's unit of work (the consumer runtime's transaction, or the scheduler's): it reads and
 writes sagas through a :class:`SagaStore` and appends the resulting events through an
 :class:`EventSink`, so the saga change, its history entry, its outgoing events and the
@@ -8,9 +12,13 @@ inbox row of the triggering event commit together.
 
 Routing of an incoming event:
 
-- the definition's start event (``CaseSubmitted``) starts a saga whose id is derived from
-  the event id (uuid5), so a redelivered start event finds its saga and is a no-op; a
-  second submit while the case has an active saga is recorded on that saga and ignored;
+- a definition's start event (``CaseSubmitted``, ``AppealSubmitted``) starts a saga of that
+  definition whose id is derived from the event id (uuid5), so a redelivered start event
+  finds its saga and is a no-op; a start event while the case has an active saga is
+  recorded on that saga and ignored. The facts a start event offers the definition's
+  ``start_record`` are its payload plus ``aggregate_id`` and ``previous_saga_id`` (the id
+  of the case's newest earlier saga, or None): a follow-up saga (an appeal) records which
+  saga it follows;
 - a reply carrying ``saga_id`` in its payload is routed to that saga; any other trigger (the
   case's ``CaseClosed`` / ``CaseReturned``) to the newest saga of the case (aggregate id);
 - a reply already in the saga's history is a duplicate: nothing happens (not even a
@@ -35,7 +43,7 @@ from __future__ import annotations
 
 import logging
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
@@ -44,6 +52,7 @@ from casestream.events import Envelope, new_event
 from services.saga.application.metrics import SagaMetrics
 from services.saga.application.ports import EventSink, SagaStore
 from services.saga.domain.definition import SagaDefinition, StateKind
+from services.saga.domain.errors import DefinitionError
 from services.saga.domain.engine import (
     Disposition,
     HistoryEntry,
@@ -87,24 +96,60 @@ class Handled:
 
 
 class Orchestrator:
-    """Runs one saga definition against a store and an event sink.
+    """Runs one or more saga definitions against a store and an event sink.
 
     Args:
-        definition: a validated saga definition.
+        definitions: a validated saga definition, or several with distinct names and
+            distinct start event types; the first is :attr:`definition` (the primary one).
         clock: returns the current time (timezone-aware UTC).
         metrics: counters to increment (see :mod:`.metrics`); a fresh set if None.
+
+    Raises:
+        DefinitionError: no definition, two with one name, or two started by one event type.
     """
 
-    def __init__(self, definition: SagaDefinition, *, clock: Callable[[], datetime],
-                 metrics: SagaMetrics | None = None):
-        self.definition = definition
+    def __init__(self, definitions: SagaDefinition | Sequence[SagaDefinition], *,
+                 clock: Callable[[], datetime], metrics: SagaMetrics | None = None):
+        listed = (definitions,) if isinstance(definitions, SagaDefinition) else tuple(definitions)
+        if not listed:
+            raise DefinitionError("orchestrator", ["it needs at least one saga definition"])
+        self.definitions: dict[str, SagaDefinition] = {}
+        self._starters: dict[str, SagaDefinition] = {}
+        for d in listed:
+            if d.name in self.definitions:
+                raise DefinitionError(d.name, [f"two saga definitions are named {d.name!r}"])
+            if d.start_on in self._starters:
+                raise DefinitionError(d.name, [
+                    f"saga definitions {self._starters[d.start_on].name!r} and {d.name!r} are "
+                    f"both started by {d.start_on}; each needs its own start event type"])
+            self.definitions[d.name] = d
+            self._starters[d.start_on] = d
+        self.definition = listed[0]
         self.clock = clock
         self.metrics = metrics if metrics is not None else SagaMetrics()
 
+    def definition_of(self, saga: SagaInstance) -> SagaDefinition:
+        """The definition that interprets ``saga``.
+
+        Raises:
+            DefinitionError: the saga names a definition this orchestrator does not run
+                (a deployment that dropped a definition while its sagas still run).
+        """
+        try:
+            return self.definitions[saga.definition]
+        except KeyError:
+            raise DefinitionError(saga.definition, [
+                f"saga {saga.saga_id} is of definition {saga.definition!r}, which this "
+                f"orchestrator does not run (it runs {sorted(self.definitions)})"]) from None
+
     # -- events ----------------------------------------------------------------------
     def handles(self) -> frozenset[str]:
-        """Event types this orchestrator consumes (start event and every reply trigger)."""
-        return self.definition.triggers() | {self.definition.start_on}
+        """Event types this orchestrator consumes (every definition's start event and reply
+        triggers)."""
+        out: set[str] = set(self._starters)
+        for d in self.definitions.values():
+            out |= d.triggers()
+        return frozenset(out)
 
     def handle(self, store: SagaStore, sink: EventSink, event: Envelope) -> Handled:
         """Apply ``event`` (see the module docstring for routing).
@@ -113,8 +158,9 @@ class Orchestrator:
             casestream.errors.ConcurrencyError: the saga changed under us (retry the unit).
             KeyError: the event lacks a field the definition records (contract breach).
         """
-        if event.event_type == self.definition.start_on:
-            return self._start(store, sink, event)
+        starter = self._starters.get(event.event_type)
+        if starter is not None:
+            return self._start(starter, store, sink, event)
         saga = self._route(store, event)
         if saga is None:
             log.warning("no saga for %s %s (aggregate %s); dropped", event.event_type,
@@ -127,13 +173,14 @@ class Orchestrator:
             return Handled(saga_id=saga.saga_id, disposition=None, note="case mismatch")
         if store.seen(saga.saga_id, event.event_id):
             return Handled(saga_id=saga.saga_id, disposition=None, note="duplicate")
-        outcome = apply_event(self.definition, saga, event_type=event.event_type,
+        outcome = apply_event(self.definition_of(saga), saga, event_type=event.event_type,
                               payload=event.payload, event_id=event.event_id, now=self.clock())
         self._save(store, sink, saga, outcome, cause=event)
         return Handled(saga_id=saga.saga_id, disposition=outcome.history.disposition,
                        note=outcome.history.note)
 
-    def _start(self, store: SagaStore, sink: EventSink, event: Envelope) -> Handled:
+    def _start(self, definition: SagaDefinition, store: SagaStore, sink: EventSink,
+               event: Envelope) -> Handled:
         case_id = event.aggregate_id
         saga_id = saga_id_for(event.event_id)
         if store.get(saga_id) is not None:
@@ -147,8 +194,10 @@ class Orchestrator:
                     from_state=active.state, to_state=active.state,
                     disposition=Disposition.IGNORED, note=note))
             return Handled(saga_id=active.saga_id, disposition=Disposition.IGNORED, note=note)
-        facts: dict[str, Any] = {**event.payload, "aggregate_id": case_id}
-        outcome = start_saga(self.definition, saga_id=saga_id, case_id=case_id,
+        previous = store.newest_for_case(case_id)
+        facts: dict[str, Any] = {**event.payload, "aggregate_id": case_id,
+                                 "previous_saga_id": None if previous is None else previous.saga_id}
+        outcome = start_saga(definition, saga_id=saga_id, case_id=case_id,
                              tenant_id=event.tenant_id, correlation_id=saga_id,
                              facts=facts, event_id=event.event_id, now=self.clock())
         saga = replace(outcome.saga, version=1)
@@ -176,7 +225,7 @@ class Orchestrator:
         now = self.clock()
         fired = 0
         for saga in store.claim_due(now, limit):
-            outcome = fire_deadline(self.definition, saga, now=now)
+            outcome = fire_deadline(self.definition_of(saga), saga, now=now)
             if outcome.changed:
                 self._save(store, sink, saga, outcome, cause=None)
                 fired += 1
@@ -197,7 +246,7 @@ class Orchestrator:
         saga = store.get(saga_id)
         if saga is None or (tenant_id is not None and saga.tenant_id != tenant_id):
             return None
-        outcome = resolve(self.definition, saga, input={"reason": reason}, now=self.clock())
+        outcome = resolve(self.definition_of(saga), saga, input={"reason": reason}, now=self.clock())
         return self._save(store, sink, saga, outcome, cause=None, actor_id=actor_id)
 
     def reissue(self, store: SagaStore, sink: EventSink, saga_id: str, *, step: str,
@@ -212,12 +261,12 @@ class Orchestrator:
         saga = store.get(saga_id)
         if saga is None:
             return None
-        outcome = reissue(self.definition, saga, step=step, now=self.clock(), note=note)
+        outcome = reissue(self.definition_of(saga), saga, step=step, now=self.clock(), note=note)
         return self._save(store, sink, saga, outcome, cause=None, actor_id=actor_id)
 
     # -- persistence -----------------------------------------------------------------
     def _active(self, saga: SagaInstance) -> bool:
-        return self.definition.state(saga.state).kind is not StateKind.TERMINAL
+        return self.definition_of(saga).state(saga.state).kind is not StateKind.TERMINAL
 
     def _save(self, store: SagaStore, sink: EventSink, before: SagaInstance, outcome: Outcome,
               *, cause: Envelope | None, actor_id: str = ACTOR) -> SagaInstance:
@@ -241,7 +290,7 @@ class Orchestrator:
             self.metrics.inc("ignored_replies_total")
         elif disposition is Disposition.TRANSITIONED and before.state != saga.state:
             self.metrics.inc("transitions_total", saga.state)
-            if self.definition.state(saga.state).alert:
+            if self.definition_of(saga).state(saga.state).alert:
                 self.metrics.inc("alerts_total", saga.state)
                 log.error("ALERT saga %s (case %s, tenant %s) entered %s: %s; operator action "
                           "needed", saga.saga_id, saga.case_id, saga.tenant_id, saga.state,

@@ -44,6 +44,9 @@ class ConsoleSettings(BaseSettings):
         description="PostgreSQL URLs of the projection databases whose replay runs the Flow page "
                     "lists, JSON list (empty: the databases of the installed projections)")
     replay_runs_shown: int = Field(20, ge=1, description="replay runs listed on the Flow page, newest first")
+    replay_runs_idle_s: float = Field(
+        10.0, ge=0, description="how long the Flow page shows the replay runs it read while none is "
+                                "running, seconds (while one runs: read again at most once a second)")
     request_timeout_s: float = Field(5.0, gt=0, description="timeout of each call to a service, seconds")
     cookie_secure: bool = Field(
         False, description="send the session cookie over HTTPS only (set behind TLS in production)")

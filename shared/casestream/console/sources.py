@@ -17,7 +17,7 @@ from typing import Any
 import httpx
 
 from casestream.console.settings import ConsoleSettings
-from casestream.operations import ReplayRuns, load_replay_runs
+from casestream.operations import ReplayRuns, ReplayRunsCache, load_replay_runs
 
 log = logging.getLogger(__name__)
 
@@ -62,8 +62,9 @@ class ConsoleSources:
             if catalog is not None:
                 topics = sorted({catalog.subject_for(t).topic for t in catalog.event_types})
         dsns = list(settings.replay_databases) or _projection_databases()
-        replay_runs = (partial(load_replay_runs, dsns, settings.replay_runs_shown,
-                               timeout_s=settings.request_timeout_s) if dsns else None)
+        replay_runs = (ReplayRunsCache(partial(load_replay_runs, dsns, settings.replay_runs_shown,
+                                               timeout_s=settings.request_timeout_s),
+                                       idle_s=settings.replay_runs_idle_s) if dsns else None)
         return cls(settings=settings, kafka=kafka, codec=codec, services=services,
                    consumers=consumers, journey_topics=topics,
                    sagas_url=settings.sagas_url.rstrip("/") or None,

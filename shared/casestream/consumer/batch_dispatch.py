@@ -88,9 +88,14 @@ class Dispatcher:
         and identical form one run; every other event is a run of its own. Order is kept; a record
         an event upcaster made several events of takes one place per event."""
         runs: list[tuple[list[_Item], tuple[Any, ...]]] = []
+        by_type: dict[str, tuple[tuple[Any, ...], bool]] = {}  # a batch has few event types
         for it in _each_event(apply):
-            hs = self.handlers.handlers_for(it.env.event_type, self.mode)
-            batchable = bool(hs) and all(h.batch for h in hs)
+            event_type = it.env.event_type
+            known = by_type.get(event_type)
+            if known is None:
+                hs = self.handlers.handlers_for(event_type, self.mode)
+                known = by_type[event_type] = (hs, bool(hs) and all(h.batch for h in hs))
+            hs, batchable = known
             if batchable and runs and runs[-1][1] == hs:
                 runs[-1][0].append(it)
             else:

@@ -144,7 +144,7 @@ class FastPath:
         cache = self.cache.rows
         start = {k: GuardRow(cache[k], AggregateState.FLOWING) for k in keys if k in cache}
         missing = keys - start.keys() if start else keys
-        claim_cur = claim_inbox(conn, self.consumer, [it.entry() for it in items])
+        claim_cur = claim_inbox(conn, self.consumer, [it.env for it in items])
         guards_cur = query_guards(conn, self.consumer, missing) if missing else None
         retries_cur = query_retries(conn, self.consumer, [it.env.event_id for it in items])
         claimed = read_claimed(claim_cur)

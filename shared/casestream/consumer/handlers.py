@@ -144,6 +144,7 @@ class HandlerRegistry:
     _ignored: set[str] = field(default_factory=set)
     _cache: dict[tuple[str, ProcessingMode], tuple[RegisteredHandler, ...]] = field(
         default_factory=dict)
+    _side_effects: dict[tuple[str, ProcessingMode], bool] = field(default_factory=dict)
 
     def on(self, event_type: str, *, kind: HandlerKind) -> Callable[[Handler], Handler]:
         """Decorator registering ``fn`` for ``event_type``; returns ``fn`` unchanged.
@@ -156,6 +157,7 @@ class HandlerRegistry:
         def register(fn: Handler) -> Handler:
             self._by_type.setdefault(event_type, []).append(RegisteredHandler(event_type, kind, fn))
             self._cache.clear()
+            self._side_effects.clear()
             return fn
 
         return register
@@ -180,6 +182,7 @@ class HandlerRegistry:
             self._by_type.setdefault(event_type, []).append(
                 RegisteredHandler(event_type, kind, fn, batch=True))
             self._cache.clear()
+            self._side_effects.clear()
             return fn
 
         return register
@@ -214,7 +217,12 @@ class HandlerRegistry:
 
     def has_side_effects(self, event_type: str, mode: ProcessingMode) -> bool:
         """True if a ``SIDE_EFFECT`` handler would run for ``event_type`` in ``mode``."""
-        return any(h.kind is HandlerKind.SIDE_EFFECT for h in self.handlers_for(event_type, mode))
+        key = (event_type, mode)
+        hit = self._side_effects.get(key)
+        if hit is None:
+            hit = self._side_effects[key] = any(
+                h.kind is HandlerKind.SIDE_EFFECT for h in self.handlers_for(event_type, mode))
+        return hit
 
     @property
     def event_types(self) -> frozenset[str]:

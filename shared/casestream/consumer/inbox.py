@@ -24,7 +24,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from casestream.errors import RetryableError
 from casestream.consumer.guard import AggregateState
@@ -106,6 +106,21 @@ class InboxEntry:
     aggregate_type: str
     aggregate_id: str
     aggregate_version: int
+
+
+class InboxRow(Protocol):
+    """What an inbox row is written from: an :class:`InboxEntry` or an ``Envelope``."""
+
+    @property
+    def event_id(self) -> str: ...
+    @property
+    def event_type(self) -> str: ...
+    @property
+    def aggregate_type(self) -> str: ...
+    @property
+    def aggregate_id(self) -> str: ...
+    @property
+    def aggregate_version(self) -> int: ...
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -204,9 +219,13 @@ def read_guards(cur: Any) -> dict[tuple[str, str], GuardRow]:
     return {(t, i): GuardRow(v, AggregateState(s)) for t, i, v, s in cur.fetchall()}
 
 
-def claim_inbox(conn: Any, consumer: str, entries: Sequence[InboxEntry]) -> Any:
+def claim_inbox(conn: Any, consumer: str, entries: Sequence[InboxRow]) -> Any:
     """Send one statement inserting inbox rows for ``entries`` where absent; read the ids it
     inserted with :func:`read_claimed` — the others were already recorded (duplicates).
+
+    ``entries`` are :class:`InboxEntry` values or the envelopes themselves (any
+    :class:`InboxRow`): the fast path passes envelopes, which saves building an
+    ``InboxEntry`` per event (~1.5-3 µs each, on the batch's critical path).
 
     ``ON CONFLICT DO NOTHING``: a row another transaction is inserting concurrently makes this
     statement wait for it; if that transaction commits, the event counts as a duplicate here,

@@ -32,7 +32,13 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from casestream.events.catalog import same_schema, schema_text
-from casestream.errors import IncompatibleSchemaError, RegistryUnavailable, SchemaError, UnknownSchemaError
+from casestream.errors import (
+    IncompatibleSchemaError,
+    RegistryAuthError,
+    RegistryUnavailable,
+    SchemaError,
+    UnknownSchemaError,
+)
 
 __all__ = [
     "ConfluentSchemaRegistry",
@@ -187,6 +193,9 @@ class ConfluentSchemaRegistry:
                 raise IncompatibleSchemaError(msg) from e
             if status == 422:
                 raise SchemaError(msg) from e
+            if status in (401, 403):
+                raise RegistryAuthError(f"{msg}: the registry refused the credentials (registry client "
+                                        "properties basic.auth.user.info, bearer.auth.*)") from e
             raise RegistryUnavailable(msg) from e
         except (httpx.HTTPError, httpx.InvalidURL, OAuthTokenError, OSError) as e:
             raise RegistryUnavailable(f"{self.url}: {what}: registry unreachable: {type(e).__name__}: {e}") from e

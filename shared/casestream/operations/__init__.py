@@ -6,7 +6,7 @@ Public API::
     from casestream.operations import redrive_dead_letters, discard_dead_letters, Actor
     from casestream.operations import OperatorAction, record_action, read_actions, ACTIONS_TOPIC
     from casestream.operations import group_lag, outbox_flow, parse_prometheus, load_journey
-    from casestream.operations import load_replay_runs, ReplayRun, ReplayRuns
+    from casestream.operations import load_replay_runs, ReplayRun, ReplayRuns, ReplayRunsCache
     from casestream.operations import DeadLetterDepth      # the dead_letter_open gauge worker
 
 Modules: ``deadletters`` (open / resolved / discarded entries of ``<consumer>.dlq``),
@@ -41,7 +41,7 @@ from casestream.operations.deadletters import (
 from casestream.operations.depth import DEPTH_METRIC, DeadLetterDepth
 from casestream.operations.flow import OutboxFlow, PartitionLag, group_lag, outbox_flow, parse_prometheus
 from casestream.operations.journeys import Journey, JourneyEvent, journey_of, load_journey
-from casestream.operations.replays import ReplayRun, ReplayRuns, load_replay_runs, read_replay_runs
+from casestream.operations.replays import ReplayRun, ReplayRuns, ReplayRunsCache, load_replay_runs, read_replay_runs
 
 __all__ = ["ACTION_DISCARD", "ACTION_REDRIVE", "ACTION_SAGA_RESOLVE", "ACTIONS_TOPIC", "ActionLogError",
            "OperatorAction", "actions_topic", "read_actions", "record_action", "Actor",
@@ -49,4 +49,4 @@ __all__ = ["ACTION_DISCARD", "ACTION_REDRIVE", "ACTION_SAGA_RESOLVE", "ACTIONS_T
            "dead_letter_state", "load_dead_letter_state", "DEPTH_METRIC", "DeadLetterDepth",
            "OutboxFlow", "PartitionLag", "group_lag", "outbox_flow", "parse_prometheus",
            "Journey", "JourneyEvent", "journey_of", "load_journey",
-           "ReplayRun", "ReplayRuns", "load_replay_runs", "read_replay_runs"]
+           "ReplayRun", "ReplayRuns", "ReplayRunsCache", "load_replay_runs", "read_replay_runs"]

@@ -5,16 +5,23 @@ Source: ``replay_history`` in each projection database (written by the replay, s
 is the messages between the run's positions and its targets when the row was last updated;
 the rate is events read per second since the start (``updated_at - started_at``) and the ETA
 is remaining / rate, counted from ``updated_at``.
+
+:class:`ReplayRunsCache` keeps a page that refreshes every few seconds from opening a
+connection per projection database each time: it reads again at most every ``idle_s``
+seconds while no run is running, and at most every ``running_s`` while one is (the replay
+updates its row at most once a second, ``casestream.replay.history.UPDATE_INTERVAL_S``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import threading
+import time
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
-__all__ = ["ReplayRun", "ReplayRuns", "read_replay_runs", "load_replay_runs"]
+__all__ = ["ReplayRun", "ReplayRuns", "ReplayRunsCache", "read_replay_runs", "load_replay_runs"]
 
 _COLUMNS = ("run_id::text, projection, mode, state, started_at, updated_at, finished_at,"
             " events_read, events_applied, events_remaining, error")
@@ -103,3 +110,35 @@ def load_replay_runs(dsns: Iterable[str], limit: int = 20, *,
             errors.append(f"{where}: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}")
     runs.sort(key=lambda r: r.started_at, reverse=True)
     return ReplayRuns(runs[:limit], errors)
+
+
+class ReplayRunsCache:
+    """``load()`` (e.g. ``partial(load_replay_runs, dsns)``) read again only when its last
+    answer is older than ``idle_s`` seconds, or ``running_s`` seconds when that answer holds
+    a running run (or could not read a database: it may hold one); else the last answer.
+
+    Call it as ``load``: ``cache() -> ReplayRuns``. Thread-safe (one read at a time);
+    ``clock``: monotonic seconds. Raises what ``load`` raises (nothing is cached then).
+    """
+
+    def __init__(self, load: Callable[[], ReplayRuns], *, idle_s: float = 10.0,
+                 running_s: float = 1.0, clock: Callable[[], float] = time.monotonic) -> None:
+        if idle_s < 0 or running_s < 0:
+            raise ValueError(f"idle_s and running_s must be >= 0 seconds, got {idle_s}, {running_s}")
+        self._load, self._idle_s, self._running_s, self._clock = load, idle_s, running_s, clock
+        self._lock = threading.Lock()
+        self._last: ReplayRuns | None = None
+        self._read_at = 0.0
+
+    def __call__(self) -> ReplayRuns:
+        with self._lock:
+            now = self._clock()
+            last = self._last
+            if last is None or now - self._read_at >= self._max_age(last):
+                last = self._last = self._load()
+                self._read_at = now
+            return last
+
+    def _max_age(self, last: ReplayRuns) -> float:
+        active = last.errors or any(r.state == "running" for r in last.runs)
+        return self._running_s if active else self._idle_s

@@ -13,7 +13,7 @@ Public API::
     # run() raises PartialReplayRefused before writing anything (Plan.mode says which)
 
 Modules: ``projection`` (what a rebuildable projection declares; catalog by name; the
-JSON-batch PROJECTION handlers),
+JSON-batch PROJECTION handlers, ``create_table_unless_exists``, the ``max_applied_at`` freshness),
 ``engine`` (phases), ``applier`` (guard + REPLAY dispatch, no I/O of its own),
 ``checkpoint`` (PostgreSQL checkpoint tables), ``names`` (index/constraint names across a
 swap, the live-table copy of a merge), ``source`` (Kafka reading), ``positions``
@@ -28,14 +28,16 @@ from casestream.replay.progress import Progress, ProgressReporter
 from casestream.replay.projection import (
     ProjectionSpec,
     TableNames,
+    create_table_unless_exists,
     json_batch_registry,
     known_projections,
     load_projection,
+    max_applied_at,
     replay_handlers,
 )
 
 __all__ = [
     "EndSpec", "Mode", "PartialReplayRefused", "Plan", "Progress", "ProgressReporter", "ProjectionSpec",
     "ReplayConfigError", "ReplayError", "ReplayHandlerError", "ReplayOptions", "ReplayResult",
-    "Replayer", "StartSpec", "TableNames", "json_batch_registry", "known_projections", "load_projection", "parse_from", "parse_to", "replay_handlers",
+    "Replayer", "StartSpec", "TableNames", "create_table_unless_exists", "json_batch_registry", "known_projections", "load_projection", "max_applied_at", "parse_from", "parse_to", "replay_handlers",
 ]

@@ -9,9 +9,11 @@ and gives three functions that take *table names* (live or shadow):
 
 - ``create_tables(conn, names)`` — create the tables ``names`` (live name → actual name) empty,
   with the projection's current DDL (so a changed handler's new column exists in the shadow);
+  :func:`create_table_unless_exists` runs a table's DDL unless the table exists;
 - ``registry(names, event_types)`` — a :class:`~casestream.consumer.handlers.HandlerRegistry` whose
   handlers write into ``names``; only ``PROJECTION`` handlers run in a replay;
-- ``freshness(conn, names)`` — when the tables last changed (None if empty).
+- ``freshness(conn, names)`` — when the tables last changed (None if empty);
+  :func:`max_applied_at` makes one for a table with an ``applied_at`` column.
 
 Handover rule: every projection write must be idempotent per event (``ON CONFLICT
 (event_id) DO NOTHING`` or an aggregate-version-guarded upsert), because after the swap the
@@ -26,6 +28,8 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import date, datetime
 from typing import Any
+
+from psycopg import sql
 
 from casestream.consumer.handlers import HandlerKind, HandlerRegistry
 from casestream.consumer.processing import ProcessingMode
@@ -129,6 +133,52 @@ def replay_handlers(registry: HandlerRegistry, name: str) -> HandlerRegistry:
     if runnable == 0:
         raise ReplayConfigError(f"projection {name}: no PROJECTION handler to replay")
     return registry
+
+
+def create_table_unless_exists(conn: Any, table: str, *statements: str) -> bool:
+    """Run ``statements`` (DDL with the placeholder ``{t}`` for the table, e.g. ``CREATE
+    TABLE {t} (...)`` then ``CREATE INDEX ON {t} (...)``) with ``{t}`` the quoted identifier
+    ``table``, unless ``table`` exists (``to_regclass`` of the quoted name, on the connection's
+    search path).
+    True if it ran them. For a projection's ``create_tables(conn, names)`` with
+    ``table=names[<live name>]``: an existing table is left alone, so a start or a replay
+    takes no lock on it (bring an older table up to date with a service migration).
+
+    Raises:
+        psycopg.Error: a statement failed (the caller's transaction is then aborted).
+    """
+    if conn.execute("SELECT to_regclass(quote_ident(%s))", (table,)).fetchone()[0] is not None:
+        return False
+    for statement in statements:
+        conn.execute(sql.SQL(statement).format(t=sql.Identifier(table)))
+    return True
+
+
+def max_applied_at(table: str, column: str = "applied_at") -> Callable[[Any, TableNames], datetime | None]:
+    """A ``freshness`` function for :class:`ProjectionSpec`: ``SELECT max(<column>) FROM
+    names[table]`` (both quoted as identifiers), so it reads the live or the shadow table.
+
+    ``column`` holds when a row was last written (``timestamptz NOT NULL DEFAULT now()``,
+    set to ``now()`` again by each upsert); the function returns that time (timezone-aware
+    ``datetime``), or None when the table is empty. Use as
+    ``ProjectionSpec(..., tables=("billing_ledger",), freshness=max_applied_at("billing_ledger"))``.
+
+    Raises (when called):
+        ReplayConfigError: ``names`` has no entry for ``table`` (not one of the spec's tables).
+        psycopg.errors.UndefinedTable / UndefinedColumn: the table or the column does not exist.
+    """
+
+    def freshness(conn: Any, names: TableNames) -> datetime | None:
+        actual = names.get(table)
+        if actual is None:
+            raise ReplayConfigError(f"freshness of table {table!r}: not among the projection's "
+                                    f"tables ({', '.join(names) or 'none'})")
+        row = conn.execute(sql.SQL("SELECT max({}) FROM {}").format(
+            sql.Identifier(column), sql.Identifier(actual))).fetchone()
+        return row[0] if row else None
+
+    freshness.__qualname__ = f"max_applied_at({table!r})"
+    return freshness
 
 
 def json_batch_registry(name: str, statement: Any, rows_of: Callable[[Sequence[Any]], list[Any]],

@@ -28,7 +28,8 @@ from typing import Any
 
 from opentelemetry import trace
 
-__all__ = ["JsonFormatter", "log_context", "redact", "CONTEXT_FIELDS"]
+__all__ = ["JsonFormatter", "log_context", "pop_log_context", "push_log_context", "redact",
+           "CONTEXT_FIELDS"]
 
 CONTEXT_FIELDS = ("correlation_id", "event_id", "aggregate_id", "consumer", "attempt",
                   "failure_class")
@@ -52,12 +53,22 @@ def _redacted(value: Any) -> Any:
 def log_context(**fields: Any) -> Iterator[None]:
     """Add ``fields`` (names from CONTEXT_FIELDS; None values dropped) to every log line
     emitted in this context (thread / task), restoring the previous context on exit."""
-    merged = {**_CONTEXT.get(), **{k: v for k, v in fields.items() if v is not None}}
-    token = _CONTEXT.set(merged)
+    token = push_log_context(fields)
     try:
         yield
     finally:
-        _CONTEXT.reset(token)
+        pop_log_context(token)
+
+
+def push_log_context(fields: dict[str, Any]) -> contextvars.Token[dict[str, Any]]:
+    """:func:`log_context` without the context manager (for hooks run once per message):
+    add ``fields`` (None values dropped); returns the token to give :func:`pop_log_context`."""
+    return _CONTEXT.set({**_CONTEXT.get(), **{k: v for k, v in fields.items() if v is not None}})
+
+
+def pop_log_context(token: contextvars.Token[dict[str, Any]]) -> None:
+    """Restore the log context from before the :func:`push_log_context` that returned ``token``."""
+    _CONTEXT.reset(token)
 
 
 class JsonFormatter(logging.Formatter):

@@ -11,14 +11,13 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Sequence
-from datetime import datetime
 from typing import Any
 
 from psycopg import sql
 
 from casestream.consumer import HandlerContext, HandlerKind, HandlerRegistry
 from casestream.events import Envelope
-from casestream.replay import ProjectionSpec, TableNames
+from casestream.replay import ProjectionSpec, TableNames, create_table_unless_exists, max_applied_at
 from watch.domain import CASE_STATES, CaseView, apply_case_event
 from watch.settings import WatchSettings
 
@@ -55,8 +54,7 @@ WHERE w.last_version < EXCLUDED.last_version
 
 def create_tables(conn: Any, names: TableNames) -> None:
     """Create ``names[watch_cases]`` unless it exists."""
-    conn.execute(sql.SQL(_DDL.replace("CREATE TABLE", "CREATE TABLE IF NOT EXISTS", 1)).format(
-        t=sql.Identifier(names[TABLE])))
+    create_table_unless_exists(conn, names[TABLE], _DDL)
 
 
 def fold(events: Sequence[Envelope]) -> list[CaseView]:
@@ -89,12 +87,6 @@ def registry(names: TableNames, event_types: Iterable[str] = ()) -> HandlerRegis
     return reg
 
 
-def freshness(conn: Any, names: TableNames) -> datetime | None:
-    """When a row was last changed (None if empty)."""
-    return conn.execute(sql.SQL("SELECT max(applied_at) FROM {}").format(
-        sql.Identifier(names[TABLE]))).fetchone()[0]
-
-
 def rows(conn: Any, table: str = TABLE) -> list[tuple[Any, ...]]:
     """Every row (case_id, tenant_id, state, title, last_version, updated_at), by case id."""
     return conn.execute(sql.SQL(
@@ -109,4 +101,4 @@ def _dsn() -> str:
 PROJECTION = ProjectionSpec(
     name=NAME, description="watched cases (state, last aggregate version, last change)",
     topics=TOPICS, live_consumer=CONSUMER, tables=(TABLE,), dsn=_dsn,
-    create_tables=create_tables, registry=registry, freshness=freshness)
+    create_tables=create_tables, registry=registry, freshness=max_applied_at(TABLE))

@@ -225,6 +225,7 @@ def build_app(service: CaseService, *, edge: EdgePolicy) -> Starlette:
         route("/cases/{case_id}/review", flow.start_review, "POST"),
         route("/cases/{case_id}/withdrawal", flow.withdraw, "POST"),
         route("/cases/{case_id}/appeal", flow.appeal, "POST"),
+        route("/cases/{case_id}/correction", flow.correct_notice, "POST"),
         Route("/cases/{case_id}", _boundary(routes.get_case, counters), methods=["GET"]),
         Route("/cases/{case_id}/submit", _boundary(routes.submit_case, counters),
               methods=["POST"]),

@@ -28,6 +28,7 @@ from services.case.adapters.http.workflow import (
     EvidenceBody,
     EvidenceRequestBody,
     ReasonBody,
+    CorrectionBody,
 )
 from services.case.domain.values import CaseStatus
 
@@ -153,7 +154,7 @@ _CASE_LINKS = {
        for name, op in (("AssignOfficer", "assignOfficer"), ("RequestEvidence", "requestEvidence"),
                         ("SubmitEvidence", "submitEvidence"), ("ListEvidence", "listEvidence"),
                         ("StartReview", "startReview"), ("WithdrawCase", "withdrawCase"),
-                        ("AppealCase", "appealCase"))},
+                        ("AppealCase", "appealCase"), ("CorrectNotice", "correctNotice"))},
 }
 
 
@@ -208,6 +209,10 @@ def workflow_paths() -> dict[str, Any]:
         "/cases/{case_id}/appeal": _workflow_write(
             "appealCase", "Appeal a closed violation within the appeal window (role officer)",
             ReasonBody),
+        "/cases/{case_id}/correction": _workflow_write(
+            "correctNotice", "Correct the sent notice of a closed violation by a correction "
+                             "notice (role supervisor; the notice stays on record)",
+            CorrectionBody),
     }
 
 
@@ -288,7 +293,7 @@ def openapi_document() -> dict[str, Any]:
                 "Case": CASE_SCHEMA,
                 "Evidence": EVIDENCE_SCHEMA,
                 **{m.__name__: m.model_json_schema() for m in (
-                    AssignBody, EvidenceRequestBody, EvidenceBody, ReasonBody, EmptyBody)},
+                    AssignBody, EvidenceRequestBody, EvidenceBody, ReasonBody, CorrectionBody, EmptyBody)},
                 "Problem": PROBLEM_SCHEMA,
                 "RateLimited": RATE_LIMITED_SCHEMA,
             },

@@ -18,6 +18,9 @@ Routes (bearer token; every write needs an ``Idempotency-Key`` and honours ``If-
     POST /cases/{id}/withdrawal              officer: {reason}
     POST /cases/{id}/appeal                  officer: {reason} (a closed violation, within
                                              the appeal window)
+    POST /cases/{id}/correction              supervisor: {reason, penalty_cents} (a closed
+                                             violation: its sent notice is corrected by a
+                                             correction notice; the notice stays on record)
 
 A refused transition is 409 ``invalid_transition`` whose detail names the rule and whose
 ``errors`` hold ``{"field": "status", "message": <rule>}`` (``problems.py``); bad input is 400
@@ -45,6 +48,7 @@ from services.case.adapters.http.common import case_id_of, case_json, principal_
 from services.case.adapters.http.problems import validation
 from services.case.application.commands import (
     AppealCase,
+    CorrectNotice,
     AssignOfficer,
     CaseQuery,
     CaseWrite,
@@ -114,6 +118,14 @@ class ReasonBody(_Body):
     """``POST /cases/{id}/withdrawal`` and ``/appeal`` body."""
 
     reason: text(1000) = Field(description="Why, 1..1000 characters.")  # type: ignore[valid-type]
+
+
+class CorrectionBody(_Body):
+    """``POST /cases/{id}/correction`` body."""
+
+    reason: text(1000) = Field(description="Why the sent notice is corrected, 1..1000 characters.")  # type: ignore[valid-type]
+    penalty_cents: int = Field(ge=0, le=2**63 - 1, strict=True,
+                               description="The corrected penalty in cents (0: withdrawn).")
 
 
 class EmptyBody(_Body):
@@ -210,6 +222,12 @@ class WorkflowRoutes:
     async def appeal(self, request: Request) -> Response:
         return await self._write(request, "POST /cases/{id}/appeal", ReasonBody,
                                  (ROLE_OFFICER,), lambda b, _: {"reason": b.reason}, AppealCase)
+
+    async def correct_notice(self, request: Request) -> Response:
+        return await self._write(request, "POST /cases/{id}/correction", CorrectionBody,
+                                 (ROLE_SUPERVISOR,),
+                                 lambda b, _: {"reason": b.reason, "penalty_cents": b.penalty_cents},
+                                 CorrectNotice)
 
     async def list_evidence(self, request: Request) -> Response:
         who = principal_with(request, ROLE_OFFICER, ROLE_SUPERVISOR)
