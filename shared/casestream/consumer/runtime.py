@@ -108,6 +108,7 @@ def fetch_batch(consumer: Any, max_messages: int, timeout_s: float) -> list[Any]
         msgs.extend(consumer.consume(max_messages - 1, 0))
     return msgs
 
+
 class ConsumerRuntime:
     """Consumes ``topics`` (plus ``<name>.redrive``) as group ``name`` and applies ``handlers``.
 
