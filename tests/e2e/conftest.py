@@ -4,10 +4,14 @@ suite stack the modules on the shared infrastructure share.
     infra_env -> dict   (session) this process's environment with the infrastructure's
                         CASESTREAM_* endpoints and a 6 s ``session.timeout.ms``;
     suite_stack -> ServiceStack   (module) the five services of ``services.demo.SUITE`` on
-                        their default ports and databases, with ``infra_env`` and the demo's
+                        their default ports and databases, with ``infra_env``, the demo's
                         case settings (``services.journeys.DEMO_CASE_SETTINGS``: the overdue
                         journey escalates in seconds; cases without an evidence request are
-                        not affected), running and ready.
+                        not affected) and the file span exporter (``OTEL_TRACES_EXPORTER=file``,
+                        ``CASESTREAM_TELEMETRY_TRACES_FILE`` in its ``env``: one JSON line per
+                        span, one ``os.write`` each, so a SIGKILL leaves no partial line),
+                        audit's ``dead_letter_open`` gauge refreshed every second (the
+                        console test watches it), running and ready.
 
 One start serves every module that asks for ``suite_stack``: those modules run one after
 the other (``pytest_collection_modifyitems`` moves them together, keeping their order), each
@@ -50,8 +54,11 @@ def infra_env(kafka_bootstrap: str, registry_url: str, pg_url: str) -> dict[str,
 @pytest.fixture(scope="session")
 def _shared_suite(request: pytest.FixtureRequest, infra_env: dict[str, str],
                   tmp_path_factory: pytest.TempPathFactory) -> Iterator[SharedStack]:
-    holder = SharedStack({**infra_env, **DEMO_CASE_SETTINGS}, SUITE,
-                         tmp_path_factory.mktemp("suite") / "logs")
+    work = tmp_path_factory.mktemp("suite")
+    env = {**infra_env, **DEMO_CASE_SETTINGS, "OTEL_TRACES_EXPORTER": "file",
+           "CASESTREAM_TELEMETRY_TRACES_FILE": str(work / "spans.jsonl"),
+           "CASESTREAM_AUDIT_DEAD_LETTER_DEPTH_INTERVAL_S": "1"}
+    holder = SharedStack(env, SUITE, work / "logs")
     request.config.stash[_HOLDER] = holder
     try:
         yield holder
