@@ -1,10 +1,11 @@
 """The operations console in a real browser: headless Chromium (Debian's ``chromium`` and
 ``chromium-driver``) driven by Selenium against the running suite.
 
-One stack for every check (module fixture): the five services on their own ports (1840x) and
-databases (``con_<service>``, recreated), and ``casestream console`` on 18400 pointed at them by
-configuration (``CASESTREAM_CONSOLE_SERVICES``). Screenshots of each page are written to
-``.local/test-output/console/`` (kept after the run, to look at).
+One stack for every check: the shared suite stack (``suite_stack``, tests/e2e/conftest.py: the
+five services on their default ports and databases, audit's ``dead_letter_open`` refreshed
+every second), and ``casestream console`` on 18400 pointed at them by configuration
+(``CASESTREAM_CONSOLE_SERVICES``); the scenario follows a case of its own. Screenshots of each
+page are written to ``.local/test-output/console/`` (kept after the run, to look at).
 
 Kafka consumer groups are shared with any other stack on the same broker (group id =
 consumer name): run this test when no other casestream stack consumes from that broker.
@@ -13,6 +14,7 @@ consumer name): run this test when no other casestream stack consumes from that 
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import socket
 import uuid
@@ -21,7 +23,6 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 import httpx
-import psycopg
 import pytest
 from confluent_kafka import Producer
 
@@ -29,14 +30,14 @@ from casestream.auth import ROLE_OFFICER, ROLE_SUPERVISOR, dev_token
 from casestream.consumer import DeadLetter
 from casestream.consumer.deadletters import dead_letter_headers, read_topic
 from casestream.operations import read_actions
-from casestream.service.devstack import ServiceStack, console_process
+from casestream.service.devstack import ServiceStack, console_process, service_port
 from services.demo import CaseSpec
 from tests.support.waiting import wait_for
 
 pytestmark = pytest.mark.e2e
 
 SERVICES = ("case", "audit", "saga", "decision", "notification")
-PORTS = {name: 18401 + i for i, name in enumerate(SERVICES)}
+PORTS = {name: service_port(name) for name in SERVICES}  # the shared stack's (default) ports
 CONSOLE_PORT = 18400
 CONSOLE = f"http://127.0.0.1:{CONSOLE_PORT}"
 ROOT = Path(__file__).resolve().parents[2]
@@ -56,31 +57,17 @@ def url(service: str, path: str) -> str:
 
 
 @pytest.fixture(scope="module")
-def suite(infra_env: dict[str, str], pg_url: str, kafka_bootstrap: str) -> Iterator[ServiceStack]:
-    busy = [p for p in (*PORTS.values(), CONSOLE_PORT) if not _free(p)]
-    if busy:
-        pytest.fail(f"ports {busy} are taken (another console test stack running?)", pytrace=False)
-    with psycopg.connect(f"{pg_url}/postgres", autocommit=True) as conn:
-        for name in SERVICES:
-            conn.execute(f'DROP DATABASE IF EXISTS "con_{name}" WITH (FORCE)')
-            conn.execute(f'CREATE DATABASE "con_{name}"')
+def suite(suite_stack: ServiceStack) -> Iterator[ServiceStack]:
+    if not _free(CONSOLE_PORT):
+        pytest.fail(f"port {CONSOLE_PORT} is taken (another console test running?)", pytrace=False)
     shutil.rmtree(SHOTS, ignore_errors=True)
     SHOTS.mkdir(parents=True)
-    env = dict(infra_env, CASESTREAM_AUDIT_DEAD_LETTER_DEPTH_INTERVAL_S="1")
-    for name in SERVICES:
-        env[f"CASESTREAM_{name.upper()}_PORT"] = str(PORTS[name])
-        env[f"CASESTREAM_{name.upper()}_DATABASE"] = f"con_{name}"
-    stack = ServiceStack(env=env, log_dir=SHOTS / "logs")
-    try:
-        stack.start_all(list(SERVICES))
-        console_env = dict(env, CASESTREAM_CONSOLE_PORT=str(CONSOLE_PORT),
-                           CASESTREAM_CONSOLE_SERVICES=json.dumps(
-                               {n: f"http://127.0.0.1:{p}" for n, p in PORTS.items()}))
-        with console_process(env=console_env, log_dir=SHOTS / "logs") as base:
-            assert base == CONSOLE
-            yield stack
-    finally:
-        stack.stop_all()
+    console_env = dict(suite_stack.env, CASESTREAM_CONSOLE_PORT=str(CONSOLE_PORT),
+                       CASESTREAM_CONSOLE_SERVICES=json.dumps(
+                           {n: f"http://127.0.0.1:{p}" for n, p in PORTS.items()}))
+    with console_process(env=console_env, log_dir=SHOTS / "logs") as base:
+        assert base == CONSOLE
+        yield suite_stack
 
 
 @pytest.fixture(scope="module")
@@ -169,6 +156,16 @@ def scenario(driver, suite: ServiceStack, kafka_bootstrap: str) -> None:  # noqa
     assert resolved and resolved[-1].actor == "sup-alice" and resolved[-1].reason == "notice delivered by registered post"
 
     # 3. a dead letter (a real event of the case, dead-lettered for audit.journal): re-drive it, see it resolved
+    # the gauge counts every open dead letter of audit.journal on the broker, other tests' and
+    # earlier runs' too: this one counted, it must come back to what it was before
+    gauge = re.compile(r'^dead_letter_open\{consumer="audit\.journal"\} (\S+)$', re.MULTILINE)
+
+    def open_dead_letters() -> float | None:
+        found = gauge.search(httpx.get(url("audit", "/metrics"), timeout=5).text)
+        return float(found.group(1)) if found else None
+
+    before = wait_for(lambda: (n := open_dead_letters()) is not None and (n,), 30,
+                      "audit's dead_letter_open gauge")[0]
     [original] = [r for r in read_topic(kafka_bootstrap, "outbox.event.case")
                   if r.key == case_id.encode() and r.header("type") == "CaseOpened"]
     now = datetime.now(timezone.utc)
@@ -199,14 +196,9 @@ def scenario(driver, suite: ServiceStack, kafka_bootstrap: str) -> None:  # noqa
 
     wait_for(resolved_in_page, 60, "the dead letter resolved in the console")
     shot(driver, "deadletters-resolved")
-    def audit_open_gauge() -> str:
-        lines = [line for line in httpx.get(url("audit", "/metrics"), timeout=5).text.splitlines()
-                 if line.startswith('dead_letter_open{consumer="audit.journal"}')]
-        return lines[0] if lines else "absent"
-
     # the audit process re-reads the topics every second, on a loaded box more slowly
-    wait_for(lambda: audit_open_gauge().endswith(" 0.0"), 60, "audit's dead_letter_open back to 0",
-             describe=audit_open_gauge)
+    wait_for(lambda: open_dead_letters() == before, 60,
+             f"audit's dead_letter_open back to {before:.0f}", describe=open_dead_letters)
 
     # 4. lag rises while audit is stopped and falls once it runs again
     driver.get(f"{CONSOLE}/flow")

@@ -16,7 +16,7 @@ from confluent_kafka import Producer
 
 from casestream.events.catalog import load_catalog
 from casestream.events.codec import EnvelopeCodec
-from services.demo import SUITE, audit_url, case_mix, headers, open_and_submit, wait_final
+from services.demo import audit_url, case_mix, headers, open_and_submit, wait_final
 from casestream.service.devstack import ServiceStack
 from casestream.events.envelope import new_event
 from casestream.events.registry import ConfluentSchemaRegistry
@@ -35,13 +35,10 @@ LEGACY_PAYLOADS = {
 
 
 @pytest.fixture(scope="module")
-def stack(tmp_path_factory: pytest.TempPathFactory, infra_env: dict[str, str]) -> ServiceStack:
-    services = ServiceStack(env=infra_env, log_dir=tmp_path_factory.mktemp("versions") / "logs")
-    try:
-        services.start_all(list(SUITE))
-        yield services
-    finally:
-        services.stop_all()
+def stack(suite_stack: ServiceStack) -> ServiceStack:
+    """The shared suite stack (tests/e2e/conftest.py): the legacy events are new cases of
+    their own, and the dead letters looked at are those keyed by them."""
+    return suite_stack
 
 
 def produce_legacy(kafka_bootstrap: str, registry_url: str, tenant: str) -> dict[int, str]:

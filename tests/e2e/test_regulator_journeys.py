@@ -31,8 +31,7 @@ import pytest
 from psycopg.conninfo import make_conninfo
 
 from casestream.service.devstack import ServiceStack
-from services.demo import SUITE
-from services.journeys import DEMO_CASE_SETTINGS, JOURNEYS, JourneyRun, drive, wait_journeys
+from services.journeys import JOURNEYS, JourneyRun, drive, wait_journeys
 
 pytestmark = pytest.mark.e2e
 
@@ -41,14 +40,10 @@ TENANT = f"tenant-journeys-{uuid.uuid4().hex[:8]}"
 
 
 @pytest.fixture(scope="module")
-def stack(tmp_path_factory: pytest.TempPathFactory, infra_env: dict[str, str]) -> ServiceStack:
-    services = ServiceStack(env={**infra_env, **DEMO_CASE_SETTINGS},
-                            log_dir=tmp_path_factory.mktemp("journeys") / "logs")
-    try:
-        services.start_all(list(SUITE))
-        yield services
-    finally:
-        services.stop_all()
+def stack(suite_stack: ServiceStack) -> ServiceStack:
+    """The shared suite stack (tests/e2e/conftest.py), which runs with ``DEMO_CASE_SETTINGS``;
+    the journeys' cases and workload counts are this run's tenant's."""
+    return suite_stack
 
 
 @pytest.fixture(scope="module")

@@ -18,7 +18,6 @@ import httpx
 import pytest
 
 from services.demo import (
-    SUITE,
     FINAL_CASE_STATES,
     CaseRun,
     audit_url,
@@ -36,15 +35,11 @@ pytestmark = pytest.mark.e2e
 
 
 @pytest.fixture(scope="module")
-def stack(tmp_path_factory: pytest.TempPathFactory, infra_env: dict[str, str]) -> ServiceStack:
-    """One stack for the module: every test drives its own new cases, so they share it;
-    the kill tests restart their victim, and the next test finds all five running."""
-    services = ServiceStack(env=infra_env, log_dir=tmp_path_factory.mktemp("e2e") / "logs")
-    try:
-        services.start_all(list(SUITE))
-        yield services
-    finally:
-        services.stop_all()
+def stack(suite_stack: ServiceStack) -> ServiceStack:
+    """The shared suite stack (tests/e2e/conftest.py): every test drives its own new cases,
+    so they share it; the kill tests restart their victim, and the next test finds all five
+    running."""
+    return suite_stack
 
 
 def notices_by_case(maildir: Path, runs: list[CaseRun]) -> Counter[str]:

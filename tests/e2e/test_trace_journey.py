@@ -1,10 +1,10 @@
 """End-to-end observability: one case journey = one trace across the five service processes,
 and ``/metrics`` counters move as they should.
 
-The five services run as processes (``casestream.service.devstack.ServiceStack``) with the file span
-exporter (``OTEL_TRACES_EXPORTER=file``, one JSON line per span, shared by the processes),
-on their own ports (1830x) and their own databases (``obs_<service>``, recreated), so they
-do not collide with a developer's stack on the default ports and databases.
+The five services are the shared suite stack (``suite_stack``, tests/e2e/conftest.py), which
+runs with the file span exporter (``OTEL_TRACES_EXPORTER=file``, one JSON line per span,
+shared by the processes): the journey's spans are those of its own trace id, and every
+metric is compared with its value at the start of the test.
 
 Kafka consumer groups are shared with any other stack on the same broker (group id = consumer
 name): run this test when no other casestream stack consumes from that broker.
@@ -14,59 +14,31 @@ from __future__ import annotations
 
 import json
 import secrets
-import socket
 import time
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
-import psycopg
 import pytest
 from click.testing import CliRunner
 from confluent_kafka import Producer
 
 from casestream.cli.status import status
 from services.demo import CaseSpec, headers
-from casestream.service.devstack import ServiceStack
+from casestream.service.devstack import ServiceStack, service_port
 
 pytestmark = pytest.mark.e2e
 
 SERVICES = ("case", "audit", "saga", "decision", "notification")  # the suite
-PORTS = {name: 18301 + i for i, name in enumerate(SERVICES)}
+PORTS = {name: service_port(name) for name in SERVICES}  # the shared stack's (default) ports
 CONSUMERS = {"saga.orchestrator", "decision.requests", "notification.requests",
              "case.saga-requests", "audit.journal"}
 
 
-def _free(port: int) -> bool:
-    with socket.socket() as probe:
-        probe.settimeout(0.3)
-        return probe.connect_ex(("127.0.0.1", port)) != 0
-
-
 @pytest.fixture(scope="module")
-def observed(tmp_path_factory: pytest.TempPathFactory, infra_env: dict[str, str],
-             pg_url: str) -> Iterator[tuple[ServiceStack, Path]]:
-    busy = [p for p in PORTS.values() if not _free(p)]
-    if busy:
-        pytest.fail(f"ports {busy} are taken (another observability test stack running?)",
-                    pytrace=False)
-    with psycopg.connect(f"{pg_url}/postgres", autocommit=True) as conn:
-        for name in SERVICES:
-            conn.execute(f'DROP DATABASE IF EXISTS "obs_{name}" WITH (FORCE)')
-            conn.execute(f'CREATE DATABASE "obs_{name}"')
-    tmp = tmp_path_factory.mktemp("observability")
-    spans = tmp / "spans.jsonl"
-    env = dict(infra_env, OTEL_TRACES_EXPORTER="file", CASESTREAM_TELEMETRY_TRACES_FILE=str(spans))
-    for name in SERVICES:
-        env[f"CASESTREAM_{name.upper()}_PORT"] = str(PORTS[name])
-        env[f"CASESTREAM_{name.upper()}_DATABASE"] = f"obs_{name}"
-    stack = ServiceStack(env=env, log_dir=tmp / "logs")
-    try:
-        stack.start_all(list(SERVICES))
-        yield stack, spans
-    finally:
-        stack.stop_all()
+def observed(suite_stack: ServiceStack) -> tuple[ServiceStack, Path]:
+    """The shared suite stack and its span file."""
+    return suite_stack, Path(suite_stack.env["CASESTREAM_TELEMETRY_TRACES_FILE"])
 
 
 def url(service: str, path: str) -> str:

@@ -22,7 +22,6 @@ orchestrator killed mid-run and restarted -> all sagas finish. And on the live s
 from __future__ import annotations
 
 import re
-import time
 import uuid
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -43,6 +42,7 @@ from casestream.events.codec import EnvelopeCodec
 from casestream.service.devstack import ServiceStack
 from casestream.consumer.deadletters import read_topic
 from casestream.events.registry import ConfluentSchemaRegistry
+from casestream.testing.consumer import committed
 from casestream.testing.relay import PrivateKafka
 from services.upcasters import default_upcasters
 from services.saga.adapters.handlers import CONSUMER
@@ -396,13 +396,23 @@ def test_duplicate_replies_are_no_ops(stack: ServiceStack, kafka: PrivateKafka, 
         codec.prepare(auto_register=False)  # the stack registered the catalog
         env = codec.decode(bytes(payload))
         assert env.event_type == "NoViolationFound"
+        delivered: list[tuple[int, int]] = []
         for _ in range(3):  # the same reply redelivered three times
             producer.produce("outbox.event.decision", key=env.aggregate_id.encode(),
-                             value=bytes(payload), headers=codec.headers(env))
+                             value=bytes(payload), headers=codec.headers(env),
+                             on_delivery=lambda err, msg: delivered.append(
+                                 (msg.partition(), msg.offset())))
         assert producer.flush(30) == 0
     finally:
         registry.close()
-    time.sleep(5)
+    [partition] = {p for p, _ in delivered}  # one key: one partition
+    last = max(o for _, o in delivered)
+    assert len(delivered) == 3 and min(o for _, o in delivered) >= 0, delivered  # all acked
+    # the saga consumer commits an offset only after the batch's transaction committed: once
+    # its offset passes the last duplicate, all three were handled
+    wait_for(lambda: committed(kafka.bootstrap, CONSUMER, "outbox.event.decision",
+                               partitions=3)[partition] > last,
+             60, "the saga consumer's offset past the duplicate replies")
     after = saga_of(stack, case_id)
     assert after is not None and after["state"] == "COMPLETED"
     assert len(after["history"]) == before_history

@@ -14,7 +14,12 @@ set of databases, one stack per module):
         ``session.timeout.ms`` of 6000 ms (the broker's minimum) so that the partitions of
         a SIGKILLed consumer move on after 6 s, not librdkafka's 45 s;
     running_stack(env, services, log_dir) -> ServiceStack
-        the services started and ready; stopped (SIGTERM) afterwards.
+        the services started and ready; stopped (SIGTERM) afterwards;
+    SharedStack(env, services, log_dir)
+        one stack several test modules share (``tests/e2e/conftest.py``: the modules that
+        run the suite on the shared infrastructure with the same settings): started by the
+        first module that asks for it, every stopped service started again for the next,
+        stopped when no further test asks for it.
 """
 
 from __future__ import annotations
@@ -91,3 +96,40 @@ def running_stack(env: Mapping[str, str], services: Iterable[str],
         yield stack
     finally:
         stack.stop_all()
+
+
+class SharedStack:
+    """``services`` run with ``env`` (logs in ``log_dir``), shared by the modules that call
+    :meth:`get`; :meth:`close` stops them (a later :meth:`get` starts them again)."""
+
+    def __init__(self, env: Mapping[str, str], services: Iterable[str], log_dir: Path) -> None:
+        self.env, self.services, self.log_dir = dict(env), list(services), log_dir
+        self.stack: ServiceStack | None = None
+
+    def get(self) -> ServiceStack:
+        """The running stack with every service of it running and ready: started now if it
+        is not (the first module), and any service a test before killed or stopped started
+        again, so each module finds the whole suite.
+
+        Raises:
+            casestream.service.StackError: a service exited or was not ready in time.
+        """
+        if self.stack is None:
+            stack = ServiceStack(env=self.env, log_dir=self.log_dir)
+            try:
+                stack.start_all(self.services)
+            except BaseException:
+                stack.stop_all()
+                raise
+            self.stack = stack
+        else:
+            for name in self.services:
+                self.stack.start(name)  # no-op for a running service
+            self.stack.wait_ready(self.services)
+        return self.stack
+
+    def close(self) -> None:
+        """Stop the services (SIGTERM), if they run."""
+        stack, self.stack = self.stack, None
+        if stack is not None:
+            stack.stop_all()
