@@ -114,12 +114,14 @@ def test_killing_a_service_mid_flow_loses_and_doubles_nothing(
 ) -> None:
     with httpx.Client(timeout=10.0) as client:
         runs = [open_and_submit(client, spec) for spec in case_mix(10)]
-        time.sleep(0.5)  # let some journeys start, so the kill lands mid-flow
+        # no pause: a journey takes well under a second, the last ones have just been submitted
         in_flight = [r for r in runs if case_status(client, r) not in FINAL_CASE_STATES]
         stack.kill(victim)
-        assert in_flight, "every journey had finished before the kill: not a mid-flow kill"
-        time.sleep(1.0)
-        stack.start(victim)
-        stack.wait_ready([victim])
+        try:
+            assert in_flight, "every journey had finished before the kill: not a mid-flow kill"
+            time.sleep(1.0)
+        finally:  # the stack is shared: the next test needs the victim back either way
+            stack.start(victim)
+            stack.wait_ready([victim])
         wait_final(client, runs, timeout_s=180)
     assert_journeys(runs, smtp_maildir)
