@@ -22,7 +22,8 @@ Paths (:data:`JOURNEYS`; the decision rules of ``services.decision.domain.rules`
 - ``evidence_pending``: evidence requested and not (yet) submitted: the case waits, and the
   officer workload counts it overdue once the due date passed;
 - ``evidence_overdue``: evidence due in :data:`SOON_S` seconds never arrives: the deadline
-  worker reminds (EvidenceOverdue), then escalates to manual review (CaseEscalated) after
+  worker reminds (EvidenceOverdue; the notification service mails the party one reminder,
+  EvidenceReminderSent), then escalates to manual review (CaseEscalated) after
   ``CASESTREAM_CASE_EVIDENCE_GRACE_S`` (the demo and the e2e test run the case service with
   :data:`DEMO_CASE_SETTINGS`).
 

@@ -93,7 +93,7 @@ GROUPS: dict[str, tuple[str, ...]] = {
     "saga.orchestrator": ("outbox.event.case", "outbox.event.decision", "outbox.event.notice"),
     "decision.requests": ("outbox.event.saga",),
     "decision.statistics": ("outbox.event.decision",),
-    "notification.requests": ("outbox.event.saga",),
+    "notification.requests": ("outbox.event.saga", "outbox.event.case"),
 }
 #: Instances per service without ``--replicas``: two case and two audit instances.
 DEFAULT_REPLICAS = {"case": 2, "audit": 2}

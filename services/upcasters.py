@@ -11,6 +11,10 @@
   * v1 -> v2: adds ``description`` = ``""`` (the v2 schema's default: a v1 request named
     no description; readers show "evidence requested" alone).
 
+``EvidenceOverdue``:
+  * v1 -> v2: adds ``recipient_email`` = None (the v2 schema's default: a v1 event named no
+    address, so no reminder mail can be sent for it).
+
 ``NoticeIssued``:
   * v1 -> v2: adds ``document_sha256`` = ``""`` (the v2 schema's default: v1 notices were
     sent without a document).
@@ -42,6 +46,7 @@ __all__ = [
     "case_opened_v2_v3",
     "collapse_summary",
     "default_upcasters",
+    "evidence_overdue_v1_v2",
     "evidence_requested_v1_v2",
     "notice_issued_v1_v2",
     "register_notice_upcasters",
@@ -93,12 +98,18 @@ def evidence_requested_v1_v2(payload: Mapping[str, Any]) -> dict[str, Any]:
     return {**payload, "description": ""}
 
 
+def evidence_overdue_v1_v2(payload: Mapping[str, Any]) -> dict[str, Any]:
+    """EvidenceOverdue v1 -> v2: add ``recipient_email = None``."""
+    return {**payload, "recipient_email": None}
+
+
 def register_case_upcasters(chain: UpcasterChain) -> UpcasterChain:
-    """Register the CaseOpened and EvidenceRequested steps and the CaseUpdated split on
+    """Register the CaseOpened, EvidenceRequested and EvidenceOverdue steps and the CaseUpdated split on
     ``chain``; returns ``chain``."""
     chain.add("CaseOpened", 1, case_opened_v1_v2)
     chain.add("CaseOpened", 2, case_opened_v2_v3)
     chain.add("EvidenceRequested", 1, evidence_requested_v1_v2)
+    chain.add("EvidenceOverdue", 1, evidence_overdue_v1_v2)
     chain.add_event("CaseUpdated", 1, split_case_updated,
                     produces=[("CaseRetitled", 1), ("CaseReprioritized", 1)])
     return chain

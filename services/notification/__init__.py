@@ -5,7 +5,9 @@ a SIDE_EFFECT handler, skipped in replay) and records the notice as *pending* in
 transaction as the inbox row. A separate sender worker claims pending notices
 (``FOR UPDATE SKIP LOCKED``), sends each over SMTP with a deterministic Message-ID, and in
 the same transaction marks it sent and appends ``NoticeIssued`` (or, after bounded retries
-or a permanent failure, marks it failed and appends ``NoticeFailed``). See
+or a permanent failure, marks it failed and appends ``NoticeFailed``). The same consumer
+reads ``EvidenceOverdue`` from the case topic and mails the party one evidence reminder per
+case and evidence request (``EvidenceReminderSent``). See
 :mod:`services.notification.application.sender` for the remaining crash window.
 
 Layers: ``domain`` (pure) <- ``application`` <- ``adapters`` (PostgreSQL, SMTP, handler,

@@ -1,7 +1,8 @@
 """Wiring of the notification service — the only place that builds adapters.
 
 Workers: ``consumer`` (``notification.requests`` on ``outbox.event.saga``: records
-NoticeRequested as pending notices), ``sender`` (:class:`SenderWorker`: SMTP to
+NoticeRequested and the other notice requests as pending notices; on ``outbox.event.case``:
+records each EvidenceOverdue as a pending evidence reminder), ``sender`` (:class:`SenderWorker`: SMTP to
 CASESTREAM_SMTP_HOST:PORT, bounded retries), ``relay``. HTTP: ``/notices`` behind the shared
 edge. SMTP is deliberately not a readiness condition: notices wait as pending while it is down.
 """

@@ -7,7 +7,9 @@ told, evidence overdue -> reminder -> manual review): the case ends in its statu
 audit timeline holds the path's events in order; each violating case sent exactly one notice
 to its party, with a PDF attached whose SHA-256 the notice record (NoticeIssued v2) carries,
 and an upheld appeal exactly one correction notice (its own PDF and hash, the first notice
-kept); the appeal saga is linked to the first by its record and by causation; the dashboard
+kept); the overdue evidence's party gets exactly one reminder mail and the audit trail
+holds its EvidenceReminderSent (caused by the EvidenceOverdue); the appeal saga is linked to
+the first by its record and by causation; the dashboard
 shows officer, evidence status, penalty and appeal state; the officer workload counts open
 cases and overdue evidence, and ``casestream replay case.workload`` rebuilds it identically.
 """
@@ -156,6 +158,33 @@ def test_upheld_appeal_sends_one_correction_and_keeps_the_first_notice(
         row = conn.execute("SELECT definition, state, data->>'original_saga_id' FROM saga "
                            "WHERE saga_id = %s::uuid", (appeal_saga,)).fetchone()
     assert row == ("appeal", "COMPLETED", review_saga)
+
+
+def test_overdue_evidence_reminds_its_party_once_and_the_trail_shows_the_reminder(
+        runs: dict[str, JourneyRun], smtp_maildir: Path, pg_url: str) -> None:
+    overdue = runs["evidence_overdue"]
+    for run in runs.values():
+        if run is not overdue:
+            assert _notices(smtp_maildir, run.case_id, "evidence_reminder") == [], run.journey.name
+
+    def reminded() -> None:
+        [mail] = _notices(smtp_maildir, overdue.case_id, "evidence_reminder")
+        assert mail["To"] == "party@example.org" and "overdue" in mail["Subject"]
+        with _db(pg_url, "audit") as conn:
+            rows = conn.execute(
+                "SELECT event_id::text, event_type, causation_id::text, payload FROM audit_journal "
+                "WHERE tenant_id = %s AND case_id = %s ORDER BY occurred_at",
+                (overdue.tenant, overdue.case_id)).fetchall()
+        [reminder] = [r for r in rows if r[1] == "EvidenceReminderSent"]
+        [reminded_of] = [r for r in rows if r[1] == "EvidenceOverdue"]
+        assert reminder[2] == reminded_of[0]  # caused by the EvidenceOverdue
+        assert reminder[3]["message_id"] == mail["Message-ID"]
+        assert reminder[3]["request_id"] == reminded_of[3]["request_id"]
+        with _db(pg_url, "notification") as conn:
+            assert conn.execute("SELECT status FROM notice WHERE case_id = %s AND kind = "
+                                "'evidence_reminder'", (overdue.case_id,)).fetchall() == [("sent",)]
+
+    _eventually(reminded, timeout_s=15.0)
 
 
 def test_dashboard_and_officer_workload_follow_the_journeys(

@@ -196,6 +196,48 @@ def test_a_case_has_its_notice_and_one_correction_in_postgres(dsn: str, sink: Si
                               ("NoticeIssued", "case-c")]
 
 
+def overdue(case_id: str, request_id: str) -> Envelope:
+    now = utc_now()
+    return new_event(event_type="EvidenceOverdue", event_version=2, aggregate_type="case",
+                     aggregate_id=case_id, aggregate_version=5, tenant_id="tenant-a",
+                     source="case", actor_id="evidence-deadlines", correlation_id=case_id,
+                     payload={"request_id": request_id, "due_at": now, "escalate_at": now,
+                              "recipient_email": "party@example.org"})
+
+
+def test_a_twice_delivered_evidence_overdue_mails_one_reminder(dsn: str, sink: Sink,
+                                                               codec: EnvelopeCodec) -> None:
+    from casestream.consumer import HandlerContext, HandlerRegistry
+    from casestream.consumer.processing import ProcessingMode
+    from services.notification.adapters import handlers
+
+    registry = handlers.register(HandlerRegistry(), clock=utc_now)
+    [handler] = registry.handlers_for("EvidenceOverdue", ProcessingMode.LIVE)
+    first, second = overdue("case-r", "req-1"), overdue("case-r", "req-2")
+    with psycopg.connect(dsn) as conn:
+        ctx = HandlerContext(conn=conn, outbox=OutboxWriter(codec), mode=ProcessingMode.LIVE,
+                             consumer=handlers.CONSUMER)
+        for event in (first, first, second):  # the first delivered twice
+            handler.fn(ctx, event)
+        conn.commit()
+    with ConnectionPool(dsn, min_size=1, max_size=2) as pool:
+        w = worker(pool, dsn, codec, SmtpMailer("127.0.0.1", sink.port))
+        assert w.drain() == 2 and w.drain() == 0
+        with pool.connection() as conn:  # delivered again after the mail went out
+            handler.fn(HandlerContext(conn=conn, outbox=OutboxWriter(codec),
+                                      mode=ProcessingMode.LIVE, consumer=handlers.CONSUMER), first)
+        assert w.drain() == 0
+    mails = sink.messages()
+    assert sorted(m["Message-ID"] for m in mails) == [
+        "<case-r.evidence_reminder.req-1@notice.casestream>",
+        "<case-r.evidence_reminder.req-2@notice.casestream>"]
+    assert {m["X-Original-To"] for m in mails} == {"party@example.org"}
+    sent = outbox_events(dsn, codec)
+    assert sorted((e.event_type, e.payload["request_id"], e.causation_id) for e in sent) == sorted(
+        [("EvidenceReminderSent", "req-1", first.event_id),
+         ("EvidenceReminderSent", "req-2", second.event_id)])
+
+
 def test_concurrent_senders_send_every_notice_exactly_once(dsn: str, sink: Sink,
                                                            codec: EnvelopeCodec) -> None:
     cases = [f"case-{i}" for i in range(30)]

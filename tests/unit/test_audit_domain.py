@@ -31,7 +31,7 @@ def test_every_contract_event_type_has_a_summary() -> None:
                 "ViolationDetermined", "NoViolationFound", "DecisionFailed",
                 "NoticeIssued", "NoticeFailed", "PenaltyProposed", "CaseAssigned",
                 "EvidenceRequested", "EvidenceSubmitted", "ReviewStarted", "CaseWithdrawn",
-                "AppealSubmitted", "EvidenceOverdue", "CaseEscalated"}
+                "AppealSubmitted", "EvidenceOverdue", "CaseEscalated", "EvidenceReminderSent"}
     assert KNOWN_EVENT_TYPES == expected
 
 

@@ -350,6 +350,9 @@ def test_overdue_evidence_is_reminded_then_escalated_to_manual_review() -> None:
     assert service.run_evidence_deadlines(grace) == 1
     assert [e.event_type for e in store.outbox] == ["EvidenceOverdue", "CaseEscalated"]
     assert store.outbox[0].payload["escalate_at"] == T0 + timedelta(days=3)
+    # the reminder names the party to mail (EvidenceOverdue v2)
+    assert store.outbox[0].event_version == 2
+    assert store.outbox[0].payload["recipient_email"] == case.content.reporter_email
     assert store.cases[case.id].status is CaseStatus.MANUAL_REVIEW
     assert service.run_evidence_deadlines(grace) == 0
 

@@ -19,6 +19,7 @@ from casestream.errors import PoisonMessageError, RegistryUnavailable, UnknownSc
 from casestream.events.registry import InMemoryRegistry
 from services.upcasters import (
     default_upcasters,
+    evidence_overdue_v1_v2,
     evidence_requested_v1_v2,
     register_notice_upcasters,
     register_saga_upcasters,
@@ -222,6 +223,7 @@ def test_poison_when_an_upcaster_fails() -> None:
 
     chain.add("CaseOpened", 2, broken)
     chain.add("EvidenceRequested", 1, evidence_requested_v1_v2)
+    chain.add("EvidenceOverdue", 1, evidence_overdue_v1_v2)
     register_notice_upcasters(register_saga_upcasters(chain))
     codec = EnvelopeCodec(CATALOG, InMemoryRegistry(), chain)
     codec.prepare(auto_register=True)
@@ -233,6 +235,7 @@ def test_poison_when_an_upcaster_produces_an_invalid_payload() -> None:
     chain.add("CaseOpened", 1, lambda p: {**p, "priority": "NORMAL"})
     chain.add("CaseOpened", 2, lambda p: dict(p))  # forgets the rename
     chain.add("EvidenceRequested", 1, evidence_requested_v1_v2)
+    chain.add("EvidenceOverdue", 1, evidence_overdue_v1_v2)
     register_notice_upcasters(register_saga_upcasters(chain))
     codec = EnvelopeCodec(CATALOG, InMemoryRegistry(), chain)
     codec.prepare(auto_register=True)

@@ -103,6 +103,7 @@ _SUMMARIES: dict[str, Callable[[Mapping[str, Any]], str]] = {
     "AppealSubmitted": lambda p: (f"Appeal submitted against {p.get('outcome')}, "
                                   f"{_money(p.get('penalty_cents'))}: {p.get('reason')}"),
     "NoticeFailed": lambda p: f"Notice failed: {p.get('reason')}",
+    "EvidenceReminderSent": lambda p: f"Evidence reminder sent (message {p.get('message_id')})",
 }
 
 KNOWN_EVENT_TYPES: frozenset[str] = frozenset(_SUMMARIES)

@@ -45,7 +45,7 @@ EVENT_VERSIONS: dict[str, int] = {
     "ReviewStarted": 1,
     "CaseWithdrawn": 1,
     "AppealSubmitted": 1,
-    "EvidenceOverdue": 1,
+    "EvidenceOverdue": 2,
     "NoticeCorrectionOrdered": 1,
     "CaseEscalated": 1,
 }
@@ -104,8 +104,9 @@ def payload_of(event: CaseEvent, reporter_email: str = "") -> tuple[str, dict[st
             return "ReviewStarted", {"officer_id": officer}
         case CaseWithdrawn(reason=reason):
             return "CaseWithdrawn", {"reason": reason}
-        case EvidenceOverdue(request_id=rid, due_at=due, escalate_at=escalate):
-            return "EvidenceOverdue", {"request_id": rid, "due_at": due, "escalate_at": escalate}
+        case EvidenceOverdue(request_id=rid, due_at=due, escalate_at=escalate, recipient_email=to):
+            return "EvidenceOverdue", {"request_id": rid, "due_at": due, "escalate_at": escalate,
+                                       "recipient_email": to}
         case CaseEscalated(reason=reason):
             return "CaseEscalated", {"reason": reason}
         case AppealSubmitted(reason=reason, outcome=outcome, penalty_cents=penalty):

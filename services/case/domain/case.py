@@ -245,7 +245,8 @@ class Case:
         self.evidence_status, self.evidence_escalate_at = "overdue", at + grace
         self._record(EvidenceOverdue(**self._meta(actor_id, at),
                                      request_id=self.evidence_request_id,
-                                     due_at=self.evidence_due_at, escalate_at=at + grace))
+                                     due_at=self.evidence_due_at, escalate_at=at + grace,
+                                     recipient_email=self.content.reporter_email))
         return True
 
     def escalate(self, *, actor_id: str, at: datetime) -> bool:

@@ -127,11 +127,13 @@ class NoticeCorrectionOrdered(CaseEvent):
 @dataclass(frozen=True, slots=True, kw_only=True)
 class EvidenceOverdue(CaseEvent):
     """The evidence request's due date passed without evidence: the party is reminded, and
-    the case escalates to manual review at ``escalate_at`` unless evidence arrives."""
+    the case escalates to manual review at ``escalate_at`` unless evidence arrives.
+    ``recipient_email``: the party to remind (the case's reporter); None when unknown."""
 
     request_id: str | None
     due_at: datetime
     escalate_at: datetime
+    recipient_email: str | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

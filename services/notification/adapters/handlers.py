@@ -2,9 +2,9 @@
 
 A SIDE_EFFECT handler for each request of ``REQUEST_KINDS`` (``NoticeRequested``,
 ``CorrectionNoticeRequested``, ``AppealRejectionNoticeRequested``; topic
-``outbox.event.saga``), so replay
-never (re)sends notices; the saga's other events are declared ``ignore``d. The handler only
-records the notice as PENDING on ``ctx.conn`` — in the runtime's transaction, with the inbox
+``outbox.event.saga``) and for ``EvidenceOverdue`` (topic ``outbox.event.case``: the evidence
+reminder), so replay never (re)sends notices; the topics' other events are declared
+``ignore``d. The handler only records the notice as PENDING on ``ctx.conn`` — in the runtime's transaction, with the inbox
 row — and the sender worker (:mod:`.sender_worker`) sends it. A request that cannot be read
 is poison (dead-lettered).
 """
@@ -21,10 +21,15 @@ from casestream.consumer import HandlerContext, HandlerKind, HandlerRegistry
 from casestream.telemetry import traceparent_for_row
 from casestream.outbox import OutboxSink
 from services.notification.adapters.postgres import PgNoticeStore
-from services.notification.application.requests import REQUEST_KINDS, record_request
+from services.notification.application.requests import (
+    REMINDER,
+    REQUEST_KINDS,
+    record_reminder,
+    record_request,
+)
 
 CONSUMER = "notification.requests"
-TOPICS = ("outbox.event.saga",)
+TOPICS = ("outbox.event.saga", "outbox.event.case")
 REQUEST = "NoticeRequested"
 
 
@@ -37,13 +42,16 @@ def register(registry: HandlerRegistry, *, clock: Callable[[], datetime],
             with ctx.conn.transaction():
                 # the notice (sent later, by the sender worker) continues this consumer's span
                 traced = replace(event, traceparent=traceparent_for_row(event.traceparent))
-                record_request(PgNoticeStore(ctx.conn), OutboxSink(ctx.outbox, ctx.conn), traced,
-                               clock=clock)
-        except (KeyError, ValueError, TypeError) as e:
+                if event.event_type == REMINDER:
+                    record_reminder(PgNoticeStore(ctx.conn), traced, clock=clock)
+                else:
+                    record_request(PgNoticeStore(ctx.conn), OutboxSink(ctx.outbox, ctx.conn),
+                                   traced, clock=clock)
+        except (KeyError, ValueError, TypeError, AttributeError) as e:
             raise PoisonMessageError(f"{event.event_type} {event.event_id} is unreadable: {e!r}",
                                      reason="validation") from e
 
-    for request_type in REQUEST_KINDS:
+    for request_type in (*REQUEST_KINDS, REMINDER):
         registry.add(request_type, on_request, kind=HandlerKind.SIDE_EFFECT)
-    registry.ignore(*(t for t in also_known if t not in REQUEST_KINDS))
+    registry.ignore(*(t for t in also_known if t not in REQUEST_KINDS and t != REMINDER))
     return registry

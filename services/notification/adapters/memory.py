@@ -18,16 +18,17 @@ from services.notification.domain.notice import Notice, NoticeKind, NoticeStatus
 class MemoryNoticeStore:
     """Dict-backed :class:`~services.notification.application.ports.NoticeStore`."""
 
-    notices: dict[tuple[str, NoticeKind], Notice] = field(default_factory=dict)
+    notices: dict[tuple[str, NoticeKind, str], Notice] = field(default_factory=dict)
     wakeups: int = 0
 
-    def get(self, case_id: str, kind: NoticeKind = NoticeKind.NOTICE) -> Notice | None:
-        return self.notices.get((case_id, kind))
+    def get(self, case_id: str, kind: NoticeKind = NoticeKind.NOTICE,
+            evidence_request_id: str = "") -> Notice | None:
+        return self.notices.get((case_id, kind, evidence_request_id))
 
     def insert(self, notice: Notice) -> bool:
-        if (notice.case_id, notice.kind) in self.notices:
+        if (notice.case_id, notice.kind, notice.evidence_request_id) in self.notices:
             return False
-        self.notices[(notice.case_id, notice.kind)] = notice
+        self.notices[(notice.case_id, notice.kind, notice.evidence_request_id)] = notice
         self.wakeups += 1
         return True
 
@@ -38,8 +39,8 @@ class MemoryNoticeStore:
         return due[0] if due else None
 
     def save(self, notice: Notice) -> None:
-        assert (notice.case_id, notice.kind) in self.notices
-        self.notices[(notice.case_id, notice.kind)] = notice
+        assert (notice.case_id, notice.kind, notice.evidence_request_id) in self.notices
+        self.notices[(notice.case_id, notice.kind, notice.evidence_request_id)] = notice
 
 
 @dataclass(slots=True)

@@ -17,21 +17,22 @@ WAKE_CHANNEL = "notification_pending"
 
 _COLUMNS = ("case_id, saga_id, tenant_id, correlation_id, request_event_id, traceparent, "
             "recipient_email, penalty_cents, violation_code, message_id, status, attempts, "
-            "next_attempt_at, last_error, version, created_at, document_sha256, kind, reason")
+            "next_attempt_at, last_error, version, created_at, document_sha256, kind, reason, "
+            "evidence_request_id")
 
 
 def notice_from_row(row: tuple[Any, ...]) -> Notice:
     """A :class:`Notice` from a row of ``SELECT {_COLUMNS}``."""
     (case_id, saga_id, tenant_id, correlation_id, request_event_id, traceparent, recipient,
      penalty, code, message_id, status, attempts, next_attempt_at, last_error, version,
-     created_at, document_sha256, kind, reason) = row
+     created_at, document_sha256, kind, reason, evidence_request_id) = row
     return Notice(case_id=case_id, saga_id=saga_id, tenant_id=tenant_id,
                   correlation_id=correlation_id, request_event_id=request_event_id,
                   traceparent=traceparent, recipient_email=recipient, penalty_cents=penalty,
                   violation_code=code, message_id=message_id, status=NoticeStatus(status),
                   attempts=attempts, next_attempt_at=next_attempt_at, last_error=last_error,
                   version=version, created_at=created_at, document_sha256=document_sha256,
-                  kind=NoticeKind(kind), reason=reason)
+                  kind=NoticeKind(kind), reason=reason, evidence_request_id=evidence_request_id)
 
 
 class PgNoticeStore:
@@ -40,22 +41,26 @@ class PgNoticeStore:
     def __init__(self, conn: Any):
         self.conn = conn
 
-    def get(self, case_id: str, kind: NoticeKind = NoticeKind.NOTICE) -> Notice | None:
-        row = self.conn.execute(f"SELECT {_COLUMNS} FROM notice WHERE case_id = %s AND kind = %s",
-                                (case_id, kind.value)).fetchone()
+    def get(self, case_id: str, kind: NoticeKind = NoticeKind.NOTICE,
+            evidence_request_id: str = "") -> Notice | None:
+        row = self.conn.execute(
+            f"""SELECT {_COLUMNS} FROM notice
+                WHERE case_id = %s AND kind = %s AND evidence_request_id = %s""",
+            (case_id, kind.value, evidence_request_id)).fetchone()
         return None if row is None else notice_from_row(row)
 
     def insert(self, notice: Notice) -> bool:
         row = self.conn.execute(
             f"""INSERT INTO notice ({_COLUMNS})
-                VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)
+                VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s,
+                        %s)
                 ON CONFLICT DO NOTHING RETURNING 1""",
             (notice.case_id, notice.saga_id, notice.tenant_id, notice.correlation_id,
              notice.request_event_id, notice.traceparent, notice.recipient_email,
              notice.penalty_cents, notice.violation_code, notice.message_id,
              notice.status.value, notice.attempts, notice.next_attempt_at, notice.last_error,
              notice.version, notice.created_at, notice.document_sha256, notice.kind.value,
-             notice.reason),
+             notice.reason, notice.evidence_request_id),
         ).fetchone()
         if row is None:
             return False
@@ -78,11 +83,11 @@ class PgNoticeStore:
                                  document_sha256 = %s, updated_at = now(),
                                  sent_at = CASE WHEN %s = 'sent' THEN coalesce(sent_at, now())
                                                 ELSE sent_at END
-               WHERE case_id = %s AND kind = %s""",
+               WHERE case_id = %s AND kind = %s AND evidence_request_id = %s""",
             (notice.saga_id, notice.request_event_id, notice.correlation_id, notice.traceparent,
              notice.status.value, notice.attempts, notice.next_attempt_at, notice.last_error,
              notice.version, notice.document_sha256, notice.status.value, notice.case_id,
-             notice.kind.value))
+             notice.kind.value, notice.evidence_request_id))
 
 
 class PgNoticeQueries:

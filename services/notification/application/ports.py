@@ -15,8 +15,9 @@ from services.notification.domain.notice import Notice, NoticeKind
 class NoticeStore(Protocol):
     """Notices, one per case and kind, inside the caller's unit of work (transaction)."""
 
-    def get(self, case_id: str, kind: NoticeKind = NoticeKind.NOTICE) -> Notice | None:
-        """The ``kind`` notice of ``case_id``, or None."""
+    def get(self, case_id: str, kind: NoticeKind = NoticeKind.NOTICE,
+            evidence_request_id: str = "") -> Notice | None:
+        """The ``kind`` notice of ``case_id`` (of that evidence request for a reminder), or None."""
         ...
 
     def insert(self, notice: Notice) -> bool:

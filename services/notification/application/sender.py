@@ -7,7 +7,7 @@ One call = one unit of work (the caller's transaction):
 2. if its recipient is undeliverable (``@fail.invalid``) it FAILS at once, no SMTP;
 3. otherwise the notice document (PDF, deterministic) is rendered and the mail (deterministic
    Message-ID, the PDF attached) is sent over SMTP *while the row is locked*;
-4. success: SENT + ``NoticeIssued`` appended to the outbox; transient failure: attempts+1
+4. success: SENT + ``NoticeIssued`` (by kind: :data:`~.events.SENT_EVENTS`) appended to the outbox; transient failure: attempts+1
    and ``next_attempt_at`` by the :class:`~casestream.retry.RetryPolicy`, or FAILED + ``NoticeFailed`` once the
    attempts are used up; permanent failure (5yz): FAILED + ``NoticeFailed`` at once;
 5. the caller commits.
@@ -38,7 +38,7 @@ from datetime import datetime, timedelta
 
 from casestream.retry import RetryPolicy
 
-from services.notification.application.events import reply_for
+from services.notification.application.events import announce, reply_for
 from services.notification.application.ports import EventSink, Mailer, NoticeDocument, NoticeStore
 from services.notification.domain.errors import MailError
 from services.notification.domain.notice import (
@@ -108,7 +108,7 @@ class NoticeSender:
                        last_error=None, version=notice.version + 1,
                        document_sha256=hashlib.sha256(document).hexdigest() if document else None)
         store.save(sent)
-        sink.append([reply_for(sent, reason=None, now=now)])
+        announce(sink, reply_for(sent, reason=None, now=now))
         log.info("notice of case %s sent to %s as %s", sent.case_id, sent.recipient_email,
                  sent.message_id)
         return sent
@@ -125,6 +125,6 @@ class NoticeSender:
         failed = replace(notice, status=NoticeStatus.FAILED, last_error=reason,
                          version=notice.version + 1)
         store.save(failed)
-        sink.append([reply_for(failed, reason=reason, now=now)])
+        announce(sink, reply_for(failed, reason=reason, now=now))
         log.warning("notice of case %s failed: %s", failed.case_id, reason)
         return failed

@@ -1,13 +1,15 @@
 """A violation notice: its record, its mail, and which recipients cannot be served.
 
 Rules:
-- one notice of each :class:`NoticeKind` per case (case id + kind is the notice's
-  identity): the violation notice, a correction notice (an upheld appeal or a supervisor's
-  correction) and the mail telling the party their appeal was rejected; a correction never
-  replaces the notice it corrects — both stay on record;
+- one notice of each :class:`NoticeKind` per case (case id + kind + evidence request id is the
+  notice's identity): the violation notice, a correction notice (an upheld appeal or a
+  supervisor's correction), the mail telling the party their appeal was rejected, and one
+  evidence reminder per evidence request (the other kinds have evidence request id ``""``);
+  a correction never replaces the notice it corrects — both stay on record;
 - event aggregate id: the case id for the violation notice, ``<case id>/<kind>`` for the
-  others (:func:`aggregate_id_for`), so each has its own consecutive aggregate versions;
-- the mail's Message-ID is derived from the case id and kind only (:func:`message_id_for`), so a
+  others and ``<case id>/evidence_reminder/<request id>`` for a reminder
+  (:func:`aggregate_id_for`), so each has its own consecutive aggregate versions;
+- the mail's Message-ID is derived from that identity only (:func:`message_id_for`), so a
   re-send after a crash carries the same Message-ID (RFC 5322 §3.6.4: a retransmission of
   the same message keeps its identifier) and a receiving system can drop the duplicate;
 - a recipient whose address ends with ``@fail.invalid`` cannot be served (RFC 2606 reserves
@@ -36,6 +38,7 @@ class NoticeKind(enum.Enum):
     NOTICE = "notice"
     CORRECTION = "correction"
     APPEAL_REJECTION = "appeal_rejection"
+    EVIDENCE_REMINDER = "evidence_reminder"
 
 
 class NoticeStatus(enum.Enum):
@@ -52,7 +55,8 @@ class Notice:
 
     Attributes:
         case_id: the case (unique).
-        saga_id: the saga to answer (NoticeIssued / NoticeFailed carry it).
+        saga_id: the saga to answer (NoticeIssued / NoticeFailed carry it); ``""`` for an
+            evidence reminder (no saga waits for it).
         tenant_id, correlation_id, traceparent: copied from the request for the reply.
         request_event_id: the NoticeRequested event (causation of the reply).
         recipient_email, penalty_cents, violation_code: the notice's content.
@@ -65,7 +69,10 @@ class Notice:
         created_at: when the request was recorded.
         document_sha256: SHA-256 (hex) of the PDF attached when it was sent, if any.
         kind: see :class:`NoticeKind`.
-        reason: why a correction was made / an appeal rejected (None for a NOTICE).
+        reason: why a correction was made / an appeal rejected; for an evidence reminder,
+            when the evidence was due and when the case goes to manual review (None for a
+            NOTICE).
+        evidence_request_id: the evidence request a reminder is for (``""`` for other kinds).
     """
 
     case_id: str
@@ -87,26 +94,35 @@ class Notice:
     document_sha256: str | None = None
     kind: NoticeKind = NoticeKind.NOTICE
     reason: str | None = None
+    evidence_request_id: str = ""
 
 
-def message_id_for(case_id: str, kind: NoticeKind = NoticeKind.NOTICE) -> str:
+def message_id_for(case_id: str, kind: NoticeKind = NoticeKind.NOTICE,
+                   evidence_request_id: str = "") -> str:
     """The deterministic Message-ID of the ``kind`` notice of ``case_id``:
     ``<case_id@notice.casestream>`` for the NOTICE, ``<case_id.<kind>@notice.casestream>``
-    for the others."""
+    for the others, ``<case_id.evidence_reminder.<request id>@notice.casestream>`` for the
+    reminder of one evidence request."""
     if kind is NoticeKind.NOTICE:
         return f"<{case_id}@{MESSAGE_ID_DOMAIN}>"
+    if evidence_request_id:
+        return f"<{case_id}.{kind.value}.{evidence_request_id}@{MESSAGE_ID_DOMAIN}>"
     return f"<{case_id}.{kind.value}@{MESSAGE_ID_DOMAIN}>"
 
 
-def aggregate_id_for(case_id: str, kind: NoticeKind) -> str:
+def aggregate_id_for(case_id: str, kind: NoticeKind, evidence_request_id: str = "") -> str:
     """The event aggregate id of the ``kind`` notice of ``case_id`` (module docstring)."""
-    return case_id if kind is NoticeKind.NOTICE else f"{case_id}/{kind.value}"
+    if kind is NoticeKind.NOTICE:
+        return case_id
+    if evidence_request_id:
+        return f"{case_id}/{kind.value}/{evidence_request_id}"
+    return f"{case_id}/{kind.value}"
 
 
 def has_document(notice: Notice) -> bool:
     """True if the notice's mail carries a PDF (the violation and the correction notice;
-    the appeal-rejection mail is text only)."""
-    return notice.kind is not NoticeKind.APPEAL_REJECTION
+    the appeal-rejection mail and the evidence reminder are text only)."""
+    return notice.kind in (NoticeKind.NOTICE, NoticeKind.CORRECTION)
 
 
 def undeliverable_reason(recipient_email: str) -> str | None:
@@ -146,7 +162,8 @@ def compose(notice: Notice, *, date: datetime, document: bytes | None = None) ->
     msg["Message-ID"] = notice.message_id
     msg["Date"] = format_datetime(date)
     msg["X-Casestream-Case-Id"] = notice.case_id
-    msg["X-Casestream-Saga-Id"] = notice.saga_id
+    if notice.saga_id:
+        msg["X-Casestream-Saga-Id"] = notice.saga_id
     msg["X-Casestream-Notice-Kind"] = notice.kind.value
     msg.set_content(body_of(notice))
     if document is not None:
@@ -161,6 +178,8 @@ def subject_of(notice: Notice) -> str:
         return f"Correction notice for case {notice.case_id}"
     if notice.kind is NoticeKind.APPEAL_REJECTION:
         return f"Your appeal of case {notice.case_id} was rejected"
+    if notice.kind is NoticeKind.EVIDENCE_REMINDER:
+        return f"Reminder: evidence for case {notice.case_id} is overdue"
     return f"Notice of violation {notice.violation_code} for case {notice.case_id}"
 
 
@@ -174,6 +193,9 @@ def body_of(notice: Notice) -> str:
     if notice.kind is NoticeKind.APPEAL_REJECTION:
         return (f"Your appeal of case {notice.case_id} was rejected: {notice.reason}.\n"
                 f"The notice {message_id_for(notice.case_id)} stands.\n")
+    if notice.kind is NoticeKind.EVIDENCE_REMINDER:
+        return (f"The evidence requested for case {notice.case_id} has not arrived: "
+                f"{notice.reason}.\nPlease submit it; this reminder is sent once.\n")
     return (f"Case {notice.case_id} was found in violation of {notice.violation_code}.\n"
             f"Penalty: {penalty_text(notice.penalty_cents)}.\n"
             "This notice is sent once; its Message-ID identifies it.\n")
