@@ -45,6 +45,7 @@ from casestream.auth import ROLE_OFFICER, ROLE_SUPERVISOR
 from casestream.http import Identifier, Limit, query_model, text
 from services.case.adapters.http import requests as rq
 from services.case.adapters.http.common import case_id_of, case_json, principal_with, validate_body
+from services.case.adapters.http.models import JsonInt
 from services.case.adapters.http.problems import validation
 from services.case.application.commands import (
     AppealCase,
@@ -124,7 +125,7 @@ class CorrectionBody(_Body):
     """``POST /cases/{id}/correction`` body."""
 
     reason: text(1000) = Field(description="Why the sent notice is corrected, 1..1000 characters.")  # type: ignore[valid-type]
-    penalty_cents: int = Field(ge=0, le=2**63 - 1, strict=True,
+    penalty_cents: JsonInt = Field(ge=0, le=2**63 - 1, strict=True,
                                description="The corrected penalty in cents (0: withdrawn).")
 
 
