@@ -41,7 +41,6 @@ from datetime import timedelta
 
 from services.saga.domain.definition import (
     DEADLINE,
-    RESOLVE,
     Request,
     RetryPolicy,
     SagaDefinition,
@@ -52,6 +51,7 @@ from services.saga.domain.definition import (
     Transition,
     fields,
 )
+from services.saga.domain.case_review import resolve_to_close
 
 AWAITING_APPEAL_DECISION = "AWAITING_APPEAL_DECISION"
 AWAITING_CORRECTION = "AWAITING_CORRECTION"
@@ -132,11 +132,7 @@ def appeal_saga(*, decision_deadline: timedelta = timedelta(minutes=5),
         Transition(source=AWAITING_CLOSE, on="CaseClosed", target=COMPLETED),
         Transition(source=AWAITING_CLOSE, on=DEADLINE, target=MANUAL_REVIEW,
                    assign={"review_reason": "case close not confirmed after retries"}),
-        Transition(source=MANUAL_REVIEW, on=RESOLVE, target=AWAITING_CLOSE,
-                   record=fields(resolution_reason="reason"), assign={"resolution": "close"},
-                   emits=(Request(event_type="SagaResolved",
-                                  payload=fields("case_id", "resolution",
-                                                 reason="resolution_reason")),)),
+        resolve_to_close(MANUAL_REVIEW, AWAITING_CLOSE),
     )
     return SagaDefinition(
         name="appeal",

@@ -66,6 +66,16 @@ COMPENSATION_FAILED = "COMPENSATION_FAILED"
 MANUAL_REVIEW = "MANUAL_REVIEW"
 
 
+def resolve_to_close(manual_review: str, awaiting_close: str) -> Transition:
+    """An operator's resolve of a parked saga: record the reason, announce ``SagaResolved``
+    (case id, resolution ``close``, reason) and go on to closing the case."""
+    return Transition(source=manual_review, on=RESOLVE, target=awaiting_close,
+                      record=fields(resolution_reason="reason"), assign={"resolution": "close"},
+                      emits=(Request(event_type="SagaResolved",
+                                     payload=fields("case_id", "resolution",
+                                                    reason="resolution_reason")),))
+
+
 def case_review_saga(*, decision_deadline: timedelta = timedelta(minutes=5),
                      notice_deadline: timedelta = timedelta(minutes=15),
                      close_deadline: timedelta = timedelta(minutes=2), close_attempts: int = 3,
@@ -140,11 +150,7 @@ def case_review_saga(*, decision_deadline: timedelta = timedelta(minutes=5),
         Transition(source=COMPENSATING, on="CaseReturned", target=COMPENSATED),
         Transition(source=COMPENSATING, on=DEADLINE, target=COMPENSATION_FAILED,
                    assign={"failure": "case return not confirmed after retries"}),
-        Transition(source=MANUAL_REVIEW, on=RESOLVE, target=AWAITING_CLOSE,
-                   record=fields(resolution_reason="reason"), assign={"resolution": "close"},
-                   emits=(Request(event_type="SagaResolved",
-                                  payload=fields("case_id", "resolution",
-                                                 reason="resolution_reason")),)),
+        resolve_to_close(MANUAL_REVIEW, AWAITING_CLOSE),
     )
     return SagaDefinition(
         name="case-review",
