@@ -31,10 +31,10 @@ def ctx() -> HandlerContext:
                           mode=ProcessingMode.LIVE, consumer="test")
 
 
-def request(event_type: str) -> Envelope:
+def request(event_type: str, case_id: str = "case-1") -> Envelope:
     return new_event(event_type=event_type, aggregate_type="saga", aggregate_id="saga-1",
                      aggregate_version=1, tenant_id="tenant-a", source="saga", actor_id="svc",
-                     correlation_id="saga-1", payload={"case_id": "case-1"})
+                     correlation_id="saga-1", payload={"case_id": case_id})
 
 
 def only_handler(registry: HandlerRegistry, event_type: str) -> Any:
@@ -60,9 +60,7 @@ def test_the_decision_handler_decides_in_the_batch_transaction() -> None:
     ev = request(handlers.REQUEST)
     fn(ctx(), ev)
     assert seen == [ev.event_id]
-    bad = new_event(event_type=handlers.REQUEST, aggregate_type="saga", aggregate_id="s",
-                    aggregate_version=1, tenant_id="t", source="saga", actor_id="svc",
-                    correlation_id="s", payload={"case_id": "unreadable"})
+    bad = request(handlers.REQUEST, case_id="unreadable")
     with pytest.raises(PoisonMessageError):  # leaves the handler: the runtime's savepoint path
         fn(ctx(), bad)
 
@@ -85,8 +83,6 @@ def test_the_notice_request_handler_records_in_the_batch_transaction(
     ev = request(handlers.REQUEST)
     fn(ctx(), ev)
     assert recorded == [ev.event_id]
-    bad = new_event(event_type=handlers.REQUEST, aggregate_type="saga", aggregate_id="s",
-                    aggregate_version=1, tenant_id="t", source="saga", actor_id="svc",
-                    correlation_id="s", payload={"case_id": "unreadable"})
+    bad = request(handlers.REQUEST, case_id="unreadable")
     with pytest.raises(PoisonMessageError):
         fn(ctx(), bad)
