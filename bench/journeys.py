@@ -35,8 +35,10 @@ in the audit journal: set by the relay's producer), and ``topic → commit`` per
 ``recorded_at``: both PostgreSQL ``now()``, the start of the consumer's transaction).
 
 CPU seconds per process over each phase (``/proc/<pid>/stat`` utime + stime, the process and
-its descendants): the five services, PostgreSQL (the postmaster and its backends), Kafka, the
-registry and the bench itself; the service with the most is named the bottleneck.
+its descendants, a descendant that is itself listed counted under its own name only): the five
+services, PostgreSQL (the postmaster and its backends), Kafka, the registry and the bench's own
+client (without the service processes it started); the service with the most is named the
+bottleneck.
 ``--profile SERVICE`` samples that service with py-spy during the saturation phase and prints
 where its time goes (``--profile auto``: the busiest service of the previous phase).
 
@@ -160,11 +162,15 @@ def _proc_table() -> dict[int, tuple[int, float]]:
 
 def tree_cpu(roots: Mapping[str, int], table: Mapping[int, tuple[int, float]] | None = None
              ) -> dict[str, float]:
-    """CPU seconds (user + system) so far of each named root pid and its live descendants."""
+    """CPU seconds (user + system) so far of each named root pid and its live descendants,
+    a descendant that is itself a named root (and its subtree) counted under its own name
+    only: the services are children of the bench's process, and the bench's figure must be
+    its own client's, not the suite's."""
     table = _proc_table() if table is None else table
     children: dict[int, list[int]] = defaultdict(list)
     for pid, (ppid, _) in table.items():
         children[ppid].append(pid)
+    named = set(roots.values())
     out = {}
     for name, root in roots.items():
         total, todo = 0.0, [root]
@@ -172,7 +178,7 @@ def tree_cpu(roots: Mapping[str, int], table: Mapping[int, tuple[int, float]] | 
             pid = todo.pop()
             if pid in table:
                 total += table[pid][1]
-                todo.extend(children.get(pid, ()))
+                todo.extend(c for c in children.get(pid, ()) if c not in named)
         out[name] = total
     return out
 

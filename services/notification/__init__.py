@@ -1,7 +1,7 @@
 """The notification service: sends the violation notice of a case over SMTP, exactly once.
 
 It consumes ``NoticeRequested`` from the saga topic (consumer ``notification.requests``,
-a SIDE_EFFECT handler, skipped in replay) and records the notice as *pending* in the same
+a PROCESS handler, skipped in replay) and records the notice as *pending* in the same
 transaction as the inbox row. A separate sender worker claims pending notices
 (``FOR UPDATE SKIP LOCKED``), sends each over SMTP with a deterministic Message-ID, and in
 the same transaction marks it sent and appends ``NoticeIssued`` (or, after bounded retries

@@ -26,7 +26,7 @@ from casestream.events.envelope import Envelope, new_event
 from casestream.errors import ConcurrencyError, RetryableError
 from casestream.outbox.writer import OutboxWriter
 from casestream.outbox import OutboxSink
-from services.saga.adapters.handlers import handle_in_savepoint
+from services.saga.adapters.handlers import handle_event
 from services.saga.adapters.postgres import PgSagaQueries, PgSagaStore
 from services.saga.adapters.scheduler import DeadlineScheduler
 from services.saga.application.contract import payload_fields
@@ -185,22 +185,22 @@ def test_journey_commits_saga_history_and_outbox_together(dsn: str, codec: Envel
     outbox = OutboxWriter(codec)
     start = submitted("case-9")
     with psycopg.connect(dsn) as conn, conn.transaction() as batch:  # the runtime's batch tx
-        done = handle_in_savepoint(orch, conn, outbox, start)
+        done = handle_event(orch, conn, outbox, start)
         raise psycopg.Rollback(batch)  # the batch aborts: nothing of the handler stays
     with psycopg.connect(dsn) as conn:
         assert PgSagaStore(conn).get(done.saga_id or "") is None
         assert conn.execute("SELECT count(*) FROM outbox").fetchone()[0] == 0
     with psycopg.connect(dsn) as conn:
-        done = handle_in_savepoint(orch, conn, outbox, start)
+        done = handle_event(orch, conn, outbox, start)
         conn.commit()
         saga_id = done.saga_id or ""
         reply = new_event(event_type="NoViolationFound", aggregate_type="decision",
                           aggregate_id="case-9", aggregate_version=1, tenant_id="tenant-a",
                           source="decision", actor_id="d", correlation_id="case-9",
                           payload={"case_id": "case-9", "saga_id": saga_id})
-        assert handle_in_savepoint(orch, conn, outbox, reply).disposition is \
+        assert handle_event(orch, conn, outbox, reply).disposition is \
             Disposition.TRANSITIONED
-        assert handle_in_savepoint(orch, conn, outbox, reply).note == "duplicate"
+        assert handle_event(orch, conn, outbox, reply).note == "duplicate"
         conn.commit()
     events = outbox_events(dsn, codec)
     assert [(e.event_type, e.aggregate_id, e.aggregate_version) for e in events] == [
@@ -221,7 +221,7 @@ def test_journey_commits_saga_history_and_outbox_together(dsn: str, codec: Envel
 
 
 def test_handler_gives_up_after_repeated_conflicts(dsn: str, codec: EnvelopeCodec) -> None:
-    """A store whose update always conflicts: 3 savepoint retries, then RetryableError."""
+    """A store whose update always conflicts: 3 retries, then RetryableError."""
 
     class Conflicting(Orchestrator):
         calls = 0
@@ -232,7 +232,7 @@ def test_handler_gives_up_after_repeated_conflicts(dsn: str, codec: EnvelopeCode
 
     orch = Conflicting(definition(), clock=Clock())
     with psycopg.connect(dsn) as conn, pytest.raises(RetryableError):
-        handle_in_savepoint(orch, conn, OutboxWriter(codec), submitted("c"))
+        handle_event(orch, conn, OutboxWriter(codec), submitted("c"))
     assert Conflicting.calls == 3
 
 
@@ -243,7 +243,7 @@ def test_two_schedulers_fire_each_deadline_exactly_once(dsn: str, codec: Envelop
     n = 60
     with psycopg.connect(dsn) as conn:
         for i in range(n):
-            handle_in_savepoint(orch, conn, outbox, submitted(f"case-{i}"))
+            handle_event(orch, conn, outbox, submitted(f"case-{i}"))
         conn.commit()
     clock.now = T0 + timedelta(seconds=31)
     with ConnectionPool(dsn, min_size=2, max_size=4) as pool:

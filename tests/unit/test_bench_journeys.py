@@ -65,6 +65,14 @@ def test_tree_cpu_sums_a_process_and_its_descendants_only():
         "svc": 3.5, "other": 7.0, "gone": 0.0}
 
 
+def test_tree_cpu_counts_a_named_descendant_under_its_own_name_only():
+    # the bench (1) started the services (10, 20) as its children: the bench's figure is its
+    # own client's CPU, each service's (with its own children) is the service's
+    table = {1: (0, 0.5), 10: (1, 3.0), 11: (10, 1.0), 20: (1, 2.0), 30: (1, 0.25)}
+    assert journeys.tree_cpu({"bench": 1, "case": 10, "saga": 20}, table) == {
+        "bench": 0.75, "case": 4.0, "saga": 2.0}
+
+
 def test_tree_cpu_reads_this_process_from_proc():
     child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(5)"])
     try:

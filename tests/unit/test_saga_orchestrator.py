@@ -431,3 +431,38 @@ def test_every_saga_event_carries_the_journey_correlation_and_its_cause(
 
     assert len(checked) == len(sink.events)  # every emitted event was checked
     assert {t for t, _ in checked} == orch.definition.emitted_event_types()  # every kind
+
+
+class _NoSavepointConn:
+    """A connection that fails any savepoint: the handler must run in the caller's
+    transaction (the runtime's batch, which isolates a failed message itself)."""
+
+    def transaction(self) -> Any:
+        raise AssertionError("the saga handler opened a savepoint of its own")
+
+
+def test_the_handler_retries_a_conflict_in_the_batch_transaction_without_a_savepoint() -> None:
+    from casestream.errors import RetryableError
+    from services.saga.adapters.handlers import handle_event
+    from services.saga.application.orchestrator import Handled
+
+    class ConflictsOnce(Orchestrator):
+        calls = 0
+
+        def handle(self, store: Any, sink: Any, event: Envelope) -> Handled:
+            ConflictsOnce.calls += 1
+            if ConflictsOnce.calls == 1:
+                raise ConcurrencyError("saga", "s", 1, 2)  # found before any write
+            return Handled(saga_id="s", disposition=Disposition.TRANSITIONED)
+
+    orch = ConflictsOnce(case_review_saga(), clock=Clock())
+    done = handle_event(orch, _NoSavepointConn(), None, submitted())
+    assert done.saga_id == "s" and ConflictsOnce.calls == 2
+
+    class AlwaysConflicts(Orchestrator):
+        def handle(self, store: Any, sink: Any, event: Envelope) -> Handled:
+            raise ConcurrencyError("saga", "s", 1, 2)
+
+    with pytest.raises(RetryableError, match="concurrently"):
+        handle_event(AlwaysConflicts(case_review_saga(), clock=Clock()), _NoSavepointConn(),
+                     None, submitted())

@@ -3,9 +3,11 @@
 A PROCESS handler for ``DecisionRequested`` and one for ``AppealDecisionRequested`` (topic
 ``outbox.event.saga``; the appeal's answer is a pure rule, :func:`appeal_replies`); the saga's other
 events are declared ``ignore``d. It runs :class:`~services.decision.application.decide.Decider`
-in a savepoint on ``ctx.conn`` and appends the reply through ``ctx.outbox``, so the decision,
-the reply's outbox row and the inbox row commit together. A concurrent re-address is
-retried (RetryableError); a request the rules cannot read is poison (dead-lettered).
+on ``ctx.conn`` (the runtime's batch transaction) and appends the reply through ``ctx.outbox``,
+so the decision, the reply's outbox row and the inbox row commit together. A concurrent
+re-address is retried (RetryableError); a request the rules cannot read is poison
+(dead-lettered). No savepoint of its own: every failure leaves the handler, and the runtime
+then rolls the batch back and applies each message in a savepoint of its own.
 """
 
 from __future__ import annotations
@@ -31,8 +33,7 @@ def register(registry: HandlerRegistry, decider: Decider, *,
 
     def on_request(ctx: HandlerContext, event: Envelope) -> None:
         try:
-            with ctx.conn.transaction():
-                decider.handle(PgDecisionStore(ctx.conn), OutboxSink(ctx.outbox, ctx.conn), event)
+            decider.handle(PgDecisionStore(ctx.conn), OutboxSink(ctx.outbox, ctx.conn), event)
         except ConcurrencyError as e:
             raise RetryableError(f"decision changed concurrently: {e}") from e
         except (KeyError, ValueError, TypeError) as e:

@@ -2,8 +2,8 @@
 
 One PROCESS handler per event type the orchestrator reacts to (the start event and every
 reply trigger of the definition); other event types on the consumed topics are declared
-``ignore``d. Each handler runs the orchestrator inside a savepoint of the runtime's batch
-transaction, using ``ctx.conn`` (so the saga change, its history, its outbox rows and the
+``ignore``d. Each handler runs the orchestrator in the runtime's batch transaction, using
+``ctx.conn`` (so the saga change, its history, its outbox rows and the
 inbox row commit together) and ``ctx.outbox`` for the outgoing events.
 
 An optimistic-concurrency conflict (the deadline scheduler moved the saga meanwhile) is
@@ -32,9 +32,19 @@ CONSUMER = "saga.orchestrator"
 TOPICS = ("outbox.event.case", "outbox.event.decision", "outbox.event.notice")
 
 
-def handle_in_savepoint(orchestrator: Orchestrator, conn: Any, outbox: Any, event: Envelope, *,
-                        attempts: int = 3) -> Handled:
-    """Run ``orchestrator.handle`` in a savepoint, retrying optimistic conflicts.
+def handle_event(orchestrator: Orchestrator, conn: Any, outbox: Any, event: Envelope, *,
+                 attempts: int = 3) -> Handled:
+    """Run ``orchestrator.handle`` on ``conn`` (the runtime's batch transaction), retrying
+    optimistic conflicts.
+
+    No savepoint of its own: a conflict is found by the saga's ``UPDATE ... WHERE version``
+    matching no row, before this attempt wrote anything (the update is the first write of a
+    transition, and a start inserts with ``ON CONFLICT DO NOTHING``), so the retry runs in
+    the same transaction; any other failure leaves the handler, and the consumer runtime
+    rolls back the batch and applies its messages again each in a savepoint of its own
+    (``casestream.consumer``). A savepoint per event cost two round trips to PostgreSQL
+    (``SAVEPOINT`` and ``RELEASE``, each a pipeline sync) and kept every batch off the
+    pipelined fast path's single round trip.
 
     Raises:
         RetryableError: still conflicting after ``attempts`` tries.
@@ -42,8 +52,7 @@ def handle_in_savepoint(orchestrator: Orchestrator, conn: Any, outbox: Any, even
     """
     for attempt in range(1, attempts + 1):
         try:
-            with conn.transaction():
-                return orchestrator.handle(PgSagaStore(conn), OutboxSink(outbox, conn), event)
+            return orchestrator.handle(PgSagaStore(conn), OutboxSink(outbox, conn), event)
         except ConcurrencyError as e:
             log.info("saga conflict on %s %s (attempt %d): %s", event.event_type, event.event_id,
                      attempt, e)
@@ -64,7 +73,7 @@ def register(registry: HandlerRegistry, orchestrator: Orchestrator, *,
     """
 
     def on_event(ctx: HandlerContext, event: Envelope) -> None:
-        done = handle_in_savepoint(orchestrator, ctx.conn, ctx.outbox, event)
+        done = handle_event(orchestrator, ctx.conn, ctx.outbox, event)
         log.debug("%s %s -> saga %s: %s %s", event.event_type, event.event_id, done.saga_id,
                   done.disposition.value if done.disposition else "no-op", done.note)
 

@@ -22,7 +22,8 @@ Handler kinds:
   outbox (sagas, decisions). Runs in LIVE only.
 - ``SIDE_EFFECT`` — talks to the outside world (SMTP, HTTP). Runs in LIVE only; the runtime
   never runs a batch holding one of these on its fast path (each message gets its own
-  savepoint and is attempted once per delivery), see ``casestream.consumer.batch``.
+  savepoint and is attempted once per delivery), see ``casestream.consumer.batch``. A handler
+  that only writes rows (a notice recorded for a sender worker to mail later) is ``PROCESS``.
 
 A handler is ``fn(ctx: HandlerContext, event: Envelope) -> None``. A *batch handler*
 (``on_batch``) is ``fn(ctx, events: Sequence[Envelope]) -> None``: on the runtime's fast path it
@@ -33,6 +34,10 @@ one run are called one after the other, each with the whole run: handlers that d
 other's effects for the same event should be a single handler. It runs inside the batch
 transaction, within a savepoint of its own message; it must use ``ctx.conn`` for every database
 effect so that the effect, the inbox row and the version-guard row commit or roll back together.
+A handler needs no savepoint of its own (``ctx.conn.transaction()``): when it raises, the runtime
+rolls its fast-path batch back and applies the messages again each in a savepoint; one of its
+own costs two round trips to PostgreSQL per event (``SAVEPOINT``, ``RELEASE``: each a pipeline
+sync on the fast path).
 To steer the runtime it raises :class:`casestream.errors.RetryableError` (transient, retried with
 backoff, bounded) or :class:`casestream.errors.PoisonMessageError` (dead-lettered at once); any
 other exception is treated as retryable-bounded (then dead-lettered).
