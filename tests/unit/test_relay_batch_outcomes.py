@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 from confluent_kafka import KafkaError
 
-from casestream.kafka.topics import RECORD_BATCH_OVERHEAD, record_batch_size
+from casestream.kafka.topics import RECORD_BATCH_OVERHEAD, record_batch_size, record_batch_size_at_most
 from casestream.outbox.relay import RelaySettings
 from casestream.outbox.relay.batch import InFlightBatch
 from casestream.outbox.relay.store import OutboxRow
@@ -103,3 +103,37 @@ def test_record_batch_size_of_one_record() -> None:
     body = 3 + (1 + 3) + (1 + 10) + 1 + (1 + 2 + 1 + 1)
     assert record_batch_size(b"agg", b"0123456789", [("id", b"1")]) == RECORD_BATCH_OVERHEAD + 1 + body
     assert record_batch_size(None, b"x" * 1000) > 1000 + RECORD_BATCH_OVERHEAD
+
+
+@pytest.mark.parametrize("key, value, headers", [
+    (None, None, []),
+    (b"agg", b"0123456789", [("id", b"1")]),
+    (b"k" * 200, b"v" * 70_000, [("id", b"x" * 36), ("type", None), ("\u00e9v\u00e9nement", b"y" * 20_000)]),
+    (b"k", b"v" * 3_000_000, [(f"h{i}", b"z" * 127) for i in range(40)]),
+])
+def test_the_cheap_size_bound_is_never_below_the_exact_size(key: Any, value: Any, headers: Any) -> None:
+    exact = record_batch_size(key, value, headers)
+    assert exact <= record_batch_size_at_most(key, value, headers) <= exact + 64 + 14 * len(headers)
+
+
+def test_a_row_exactly_at_the_topic_limit_is_sent_and_one_byte_over_is_refused() -> None:
+    # The bound exceeds the limit in both cases, so the exact size decides.
+    row = _row(1, "a", size=1000)
+    size = record_batch_size(b"a", row.payload, [("id", row.id.encode()), ("type", b"CaseOpened"),
+                                                  ("event_version", b"1"), ("traceparent", None),
+                                                  ("correlation_id", None)])
+    producer = ReportingProducer([None])
+    assert _run([row], producer, limit=size).failed == [] and producer.sent == ["a"]
+    out = _run([row], ReportingProducer([]), limit=size - 1)
+    assert f"record of {size} bytes exceeds max.message.bytes={size - 1}" in out.failed[0][1]
+
+
+def test_topic_limits_warm_starts_the_admin_client_without_waiting_for_a_broker() -> None:
+    from casestream.kafka.topics import TopicLimits
+
+    limits = TopicLimits({"bootstrap.servers": "127.0.0.1:1", "socket.timeout.ms": 100})
+    limits.warm()  # no broker listens there: neither raises nor blocks
+    assert limits._admin is not None
+    admin = limits._admin
+    limits.warm()
+    assert limits._admin is admin  # one client, reused by limits()

@@ -23,7 +23,7 @@ from typing import Any
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, ConfigResource, ResourceType
 
-__all__ = ["TopicLimits", "record_batch_size", "describe_topic_configs", "committed_offsets",
+__all__ = ["TopicLimits", "record_batch_size", "record_batch_size_at_most", "describe_topic_configs", "committed_offsets",
            "partition_positions", "topic_retention_ms", "read_messages",
            "RECORD_BATCH_OVERHEAD"]
 
@@ -86,6 +86,18 @@ def record_batch_size(key: bytes | None, value: bytes | None,
     return RECORD_BATCH_OVERHEAD + _varint_size(body) + body
 
 
+def record_batch_size_at_most(key: bytes | None, value: bytes | None,
+                              headers: Sequence[tuple[str, bytes | None]] = ()) -> int:
+    """An upper bound of :func:`record_batch_size` (bytes), cheaper to compute: every varint
+    counted at its 5-byte maximum for 32-bit lengths and a header name at 4 bytes per
+    character (UTF-8's maximum). A record whose bound is within a limit fits it; only a
+    record above the bound needs :func:`record_batch_size`."""
+    size = RECORD_BATCH_OVERHEAD + 5 + 3 + 10 + 5 + (len(key) if key else 0) + (len(value) if value else 0)
+    for name, hval in headers:
+        size += 10 + 4 * len(name) + (len(hval) if hval else 0)
+    return size
+
+
 def describe_topic_configs(admin: AdminClient, topics: Iterable[str], names: Sequence[str],
                            timeout_s: float = 10.0) -> dict[str, dict[str, str]]:
     """Read the effective values of config ``names`` of each topic (``DescribeConfigs``).
@@ -146,6 +158,18 @@ class TopicLimits:
         if stale:
             self._refresh(stale, now)
         return {t: self._cache[t][0] for t in wanted}
+
+    def warm(self) -> None:
+        """Create the admin client and start its broker connection (a ``DescribeCluster``
+        request whose answer is not awaited), so the first :meth:`limits` pays one round
+        trip rather than the client's start-up and bootstrap as well. Never raises: a broker
+        that does not answer is met again, and logged, by :meth:`limits`."""
+        try:
+            if self._admin is None:
+                self._admin = AdminClient(self._admin_config)
+            self._admin.describe_cluster(request_timeout=10.0)
+        except KafkaException as e:
+            log.debug("topic limits: admin client not warmed (%s)", e)
 
     def forget(self, topic: str) -> None:
         """Read ``topic``'s limit again at its next use."""

@@ -20,7 +20,7 @@ from typing import Any
 from confluent_kafka import KafkaError, KafkaException, Producer
 
 from casestream import telemetry
-from casestream.kafka.topics import record_batch_size
+from casestream.kafka.topics import record_batch_size, record_batch_size_at_most
 from casestream.outbox.writer import headers_for
 from casestream.outbox.relay import store
 from casestream.outbox.relay.classify import classify
@@ -84,7 +84,7 @@ class InFlightBatch:
         self.aggregate_ids = {r.aggregateid for r in rows}
         self.topics = [topic_prefix + r.aggregatetype for r in rows]
         self._results: list[Any] = [_PENDING] * len(rows)
-        self._sizes: list[int] = [0] * len(rows)
+        self._headers: list[Any] = [()] * len(rows)
         self._limits: dict[str, int] = {}
         self._spans: list[Any] = [None] * len(rows)
         self._outstanding = 0
@@ -124,12 +124,16 @@ class InFlightBatch:
             headers = headers_for(row.id, row.type, row.event_version, span.traceparent,
                                   row.correlation_id)
             key = row.aggregateid.encode()
-            size = self._sizes[i] = record_batch_size(key, row.payload, headers)
+            self._headers[i] = headers
             limit = limits.get(topic)
-            if limit is not None and size > limit and not compressed:
-                self._refuse(i, agg, blocked, f"MSG_SIZE_TOO_LARGE: record of {size} bytes exceeds "
-                                              f"max.message.bytes={limit} of topic {topic}")
-                continue
+            # The exact size only when the cheap bound does not already fit (most rows).
+            if (limit is not None and not compressed
+                    and record_batch_size_at_most(key, row.payload, headers) > limit):
+                size = record_batch_size(key, row.payload, headers)
+                if size > limit:
+                    self._refuse(i, agg, blocked, f"MSG_SIZE_TOO_LARGE: record of {size} bytes "
+                                                  f"exceeds max.message.bytes={limit} of topic {topic}")
+                    continue
             while True:
                 try:
                     producer.produce(topic, value=row.payload, key=key,
@@ -143,6 +147,7 @@ class InFlightBatch:
                     if err.code() == KafkaError.MSG_SIZE_TOO_LARGE:
                         limit_text = (f"message.max.bytes={message_max_bytes}"
                                       if message_max_bytes else "message.max.bytes")
+                        size = record_batch_size(key, row.payload, headers)
                         self._refuse(i, agg, blocked, f"MSG_SIZE_TOO_LARGE: record of {size} bytes "
                                                       f"exceeds the producer's {limit_text}")
                     else:
@@ -150,6 +155,10 @@ class InFlightBatch:
                         span.end(err)
                         blocked.add(agg)
                     break
+
+    def _size(self, i: int) -> int:
+        row = self.rows[i]
+        return record_batch_size(row.aggregateid.encode(), row.payload, self._headers[i])
 
     def _refuse(self, i: int, agg: tuple[str, str], blocked: set[tuple[str, str]], reason: str) -> None:
         self._results[i] = Refused(reason)
@@ -213,7 +222,7 @@ class InFlightBatch:
                 retryable = True
                 out.rejected_topics.add(topic)
                 reason = (f"{res.name()}: the broker rejected the record batch holding this "
-                          f"row ({self._sizes[i]} bytes alone; topic {topic} "
+                          f"row ({self._size(i)} bytes alone; topic {topic} "
                           f"max.message.bytes={limit if limit is not None else 'unknown'} when "
                           f"sent); retried in smaller batches")
             failed_aggs[agg] = reason

@@ -198,6 +198,7 @@ class OutboxRelay:
         # Create the producer now: its broker connection and idempotent producer id
         # (InitProducerId) are then ready before the first event commits.
         self._get_producer().poll(0)
+        self._topic_limits.warm()  # likewise the admin client that reads topic limits
         try:
             self._listener()  # LISTEN before the first claim: no commit after it goes unnoticed
         except (psycopg.OperationalError, psycopg.InterfaceError) as e:
