@@ -418,9 +418,10 @@ class Replayer:
                   positions: dict[TP, int], ends: dict[TP, int] | None,
                   options: ReplayOptions) -> None:
         """The bulk in worker processes (``casestream.replay.parallel``), then reload the
-        checkpoint they wrote as a resume would."""
+        offsets they checkpointed as a resume would and take the guard rows they changed."""
         targets = ends if ends is not None else source.high_watermarks(positions)
-        done = run_workers(self, options, positions, targets, applier.first_seen, options.workers)
+        done, changed = run_workers(self, options, positions, targets, applier.first_seen,
+                                    options.workers, applier.guard)
         p = self.progress
         p.read += done.read
         p.applied += done.applied
@@ -430,7 +431,7 @@ class Replayer:
         p.unhandled += done.unhandled
         saved = checkpoint.load_offsets(conn, self.spec.name)
         positions.update({tp: o for tp, o in saved.items() if tp in positions})
-        applier.guard = checkpoint.load_guard(conn, self.spec.name)
+        applier.commit(changed)
 
     def _exclusive(self, conn: Any) -> None:
         """One replay per projection and database: a session advisory lock (released when the
@@ -565,23 +566,30 @@ class Replayer:
                    options: ReplayOptions, writer: cf.ThreadPoolExecutor,
                    pending: list[cf.Future[None]]) -> None:
         p = self.progress
-        highs = source.high_watermarks(positions)
         if ends is not None:
+            # A bounded range needs no high watermarks until a poll comes back empty (a
+            # worker's whole range, a --to time): the broker round trip is saved.
+            highs: dict[TP, int] = dict(ends)
             done = {tp for tp, o in positions.items() if o >= ends[tp]}
             if done:
                 source.pause(done)
+        else:
+            highs = source.high_watermarks(positions)
+        fresh = ends is None  # highs were just asked for
         empty = 0
         p.lag = self._lag(positions, ends or highs)
         while True:
             if ends is not None and all(positions[tp] >= ends[tp] for tp in positions):
                 return
             if ends is None and p.lag == 0:
-                # Caught up with the last known high watermarks: ask the broker now instead
-                # of waiting a whole poll timeout (0.5 s) in consume() for nothing.
-                highs = source.high_watermarks(positions)
-                p.lag = self._lag(positions, highs)
+                # Caught up with the last known high watermarks: ask the broker now (unless
+                # it was just asked) instead of waiting a whole poll timeout in consume().
+                if not fresh:
+                    highs = source.high_watermarks(positions)
+                    p.lag = self._lag(positions, highs)
                 if p.lag == 0:
                     return
+            fresh = False
             msgs = source.consume(options.batch_size, options.poll_timeout_s)
             if not msgs:
                 empty += 1

@@ -6,10 +6,15 @@ the shadow rows of different workers never collide (different cases / event ids)
 is the ordinary phase-2 loop (``Replayer._rebuild``) on its partitions, up to the high
 watermarks the parent snapshotted, each batch one transaction with its checkpoint.
 
-The parent then reloads offsets and guard rows from the checkpoint — exactly what a resume
-does — and runs the rest (tail, locked catch-up, swap) alone. Workers are forked (the spec,
-handlers and prepared codec are inherited, nothing is pickled), use their own Kafka client and
-PostgreSQL connection, never touch the parent's, and leave with ``os._exit``. Each asks the
+The parent then reloads the offsets from the checkpoint — exactly what a resume does — and
+takes each worker's guard rows from the worker itself (sent back over a pipe when its last
+batch committed: the rows it changed, the same the checkpoint holds for its partitions; folding
+them from the checkpoint's batch rows again cost the parent 3-6 µs per aggregate, 0.1-0.15 s
+of a 50,000-event rebuild; bench/README.md, "Replay"), then runs
+the rest (tail, locked catch-up, swap) alone. Workers are forked (the spec, handlers, prepared
+codec and the guard the run started with are inherited, nothing is pickled on the way in), use
+their own Kafka client and PostgreSQL connection, never touch the parent's, and leave with
+``os._exit``. Each asks the
 kernel to SIGKILL it when the parent dies (``PR_SET_PDEATHSIG``), so a killed replay leaves no
 orphan writing into the shadow tables; its open transaction rolls back.
 """
@@ -18,6 +23,7 @@ from __future__ import annotations
 
 import ctypes
 import multiprocessing
+import multiprocessing.connection
 import os
 import signal
 import sys
@@ -27,7 +33,6 @@ from typing import TYPE_CHECKING, Any
 
 import psycopg
 
-from casestream.replay import checkpoint
 from casestream.replay.checkpoint import fast_commits
 from casestream.replay.applier import ReplayApplier
 from casestream.replay.errors import ReplayError
@@ -37,6 +42,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from casestream.replay.engine import ReplayOptions, Replayer
 
 TP = tuple[str, int]
+Key = tuple[str, str]  # (aggregate_type, aggregate_id)
 _PR_SET_PDEATHSIG = 1
 
 
@@ -47,47 +53,70 @@ def split(tps: list[TP], workers: int) -> list[list[TP]]:
 
 
 def run_workers(replayer: Replayer, options: ReplayOptions, positions: dict[TP, int],
-                ends: dict[TP, int], first_seen: Any, workers: int) -> Progress:
-    """Rebuild ``positions`` up to ``ends`` in ``workers`` forked processes; their counters.
+                ends: dict[TP, int], first_seen: Any, workers: int,
+                guard: dict[Key, int] | None = None) -> tuple[Progress, dict[Key, int]]:
+    """Rebuild ``positions`` up to ``ends`` in ``workers`` forked processes, starting from the
+    guard rows ``guard`` (what the checkpoint holds; None: empty).
+
+    Returns:
+        The workers' counters summed, and the guard rows they changed (aggregate -> last
+        version; the workers own disjoint aggregates, so no row comes from two of them).
 
     Raises:
         ReplayError: a worker failed (its last batch rolled back; the checkpoint is consistent).
     """
     ctx = multiprocessing.get_context("fork")
-    queue = ctx.SimpleQueue()
-    procs = []
+    start = guard if guard is not None else {}
+    procs: list[Any] = []
+    pipes: dict[Any, int] = {}
     for group in split([tp for tp in positions if positions[tp] < ends[tp]], workers):
+        receive, send = ctx.Pipe(duplex=False)
         proc = ctx.Process(target=_worker, name=f"replay-{replayer.spec.name}-{len(procs)}",
                            args=(replayer, {tp: positions[tp] for tp in group},
-                                 {tp: ends[tp] for tp in group}, first_seen, options, queue))
+                                 {tp: ends[tp] for tp in group}, first_seen, start, options, send))
         proc.start()
+        send.close()  # the worker's end only: EOF here when it exits without a result
+        pipes[receive] = len(procs)
         procs.append(proc)
-    total = Progress()
+    results: dict[int, tuple[tuple[int, ...], dict[Key, int]]] = {}
     try:
-        while any(p.is_alive() for p in procs):
-            for p in procs:
-                p.join(0.5)
+        while pipes:
+            # Results are read while the workers run: a guard larger than the pipe's buffer
+            # would otherwise block its worker in send() and the parent in join() forever.
+            for ready in multiprocessing.connection.wait(list(pipes), timeout=0.5):
+                i = pipes.pop(ready)
+                try:
+                    results[i] = ready.recv()
+                except EOFError:
+                    pass  # exited without a result: its exit status says why
+                ready.close()
             if replayer.reporter:
                 replayer.progress.lag = max(0, sum(ends.values()) - sum(positions.values())
                                             - _applied(replayer))
                 replayer.reporter.update(replayer.progress)
+        for p in procs:
+            p.join()
     finally:
         for p in procs:
             if p.is_alive():
                 p.kill()
                 p.join(5)
-    failed = [p.name for p in procs if p.exitcode != 0]
+        for receive in pipes:
+            receive.close()
+    failed = [p.name for i, p in enumerate(procs) if p.exitcode != 0 or i not in results]
     if failed:
         raise ReplayError(f"replay worker(s) {', '.join(failed)} failed; rerun resumes")
-    while not queue.empty():
-        read, applied, stale, gaps, poison, unhandled = queue.get()
+    total = Progress()
+    changed: dict[Key, int] = {}
+    for (read, applied, stale, gaps, poison, unhandled), rows in results.values():
         total.read += read
         total.applied += applied
         total.stale += stale
         total.gaps += gaps
         total.poison += poison
         total.unhandled += unhandled
-    return total
+        changed.update(rows)
+    return total, changed
 
 
 def _applied(replayer: Replayer) -> int:
@@ -110,7 +139,7 @@ def _die_with_parent() -> None:
 
 
 def _worker(replayer: Replayer, positions: dict[TP, int], ends: dict[TP, int],
-            first_seen: Any, options: ReplayOptions, queue: Any) -> None:
+            first_seen: Any, guard: dict[Key, int], options: ReplayOptions, send: Any) -> None:
     code = 1
     try:
         _die_with_parent()
@@ -123,12 +152,16 @@ def _worker(replayer: Replayer, positions: dict[TP, int], ends: dict[TP, int],
                 fast_commits(conn)
                 applier = ReplayApplier(consumer=f"replay:{replayer.spec.name}",
                                         handlers=replayer.handlers, first_seen=first_seen,
-                                        guard=checkpoint.load_guard(conn, replayer.spec.name))
+                                        guard=dict(guard))
                 source.assign(positions)
                 replayer._rebuild(conn, source, applier, dict(positions), ends, options)
         finally:
             source.close()
-        queue.put((p.read, p.applied, p.stale, p.gaps, p.poison, p.unhandled))
+        # Every batch committed (``_rebuild`` waited for the writer): these rows are the
+        # checkpoint's for this worker's aggregates.
+        changed = {k: v for k, v in applier.guard.items() if guard.get(k) != v}
+        send.send(((p.read, p.applied, p.stale, p.gaps, p.poison, p.unhandled), changed))
+        send.close()
         code = 0
     except BaseException:  # noqa: BLE001 - reported on stderr, exit status tells the parent
         traceback.print_exc()

@@ -139,12 +139,25 @@ class KafkaSource:
         self._consumer.pause([TopicPartition(t, p) for t, p in tps])
 
     def consume(self, n: int, timeout_s: float) -> list[Any]:
-        """Up to ``n`` messages (``confluent_kafka.Message``), errors other than EOF raise.
+        """Up to ``n`` messages (``confluent_kafka.Message``): what the client has already
+        fetched, at once; when nothing is, the first message to arrive within ``timeout_s`` s
+        together with what came with it. Errors other than EOF raise.
+
+        ``Consumer.consume(n, timeout)`` alone returns only when ``n`` messages are there or
+        the timeout has passed (librdkafka ``rd_kafka_consume_batch_queue``): the last, short
+        batch of every range waited the whole timeout for messages that were never coming,
+        and so did each round of the swap's catch-up, under the live tables' lock. In bulk
+        the client's queue is ahead of the reader (``queued.min.messages``), so batches stay
+        ``n`` long.
 
         Raises:
             ReplayError: a fatal or partition-level error.
         """
-        msgs = self._consumer.consume(num_messages=n, timeout=timeout_s)
+        msgs = self._consumer.consume(num_messages=n, timeout=0)
+        if not msgs and timeout_s > 0:
+            msgs = self._consumer.consume(num_messages=1, timeout=timeout_s)
+            if msgs and n > 1:
+                msgs.extend(self._consumer.consume(num_messages=n - 1, timeout=0))
         out = []
         for m in msgs:
             err = m.error()
