@@ -109,6 +109,17 @@ def fetch_batch(consumer: Any, max_messages: int, timeout_s: float) -> list[Any]
     return msgs
 
 
+def lower_switch_interval(target_s: float | None) -> float:
+    """Lower CPython's thread switch interval (``sys.setswitchinterval``) to ``target_s``
+    seconds when it is higher; None or a lower current value leaves it. Returns the interval
+    in force afterwards (s). Process-wide: it holds for every thread of the process."""
+    import sys
+
+    if target_s is not None and sys.getswitchinterval() > target_s:
+        sys.setswitchinterval(target_s)
+    return sys.getswitchinterval()
+
+
 class ConsumerRuntime:
     """Consumes ``topics`` (plus ``<name>.redrive``) as group ``name`` and applies ``handlers``.
 
@@ -206,6 +217,7 @@ class ConsumerRuntime:
         from confluent_kafka import Consumer
 
         self._prepare()
+        lower_switch_interval(self.settings.switch_interval_s)  # see ConsumerSettings
         self._consumer = Consumer(self._conf)
         self._executor = cf.ThreadPoolExecutor(1, thread_name_prefix=f"{self.name}.batch")
         if self.settings.key_concurrency > 1:
