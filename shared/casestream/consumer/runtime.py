@@ -24,6 +24,13 @@ Loop, in the main thread (one batch in the database at a time, the next one pref
     drop from N+1 what a rebalance or a rewind made stale (it is fetched again), hand N+1 to
         the worker thread, then commit batch N's offsets (asynchronously, while N+1 runs)
 
+Thread switch interval: ``run`` lowers CPython's ``sys.setswitchinterval`` to
+``ConsumerSettings.switch_interval_s`` (default 1 ms, never raised). While the loop decodes
+batch N+1 (pure Python, holding the GIL) the database thread waits for PostgreSQL; each result
+it receives then waits for the GIL until the loop's interval runs out — at the interpreter
+default of 5 ms, up to 5 ms per round trip, which made batch N take ~1.7 × as long in the
+database thread as it does alone.
+
 Rebalance (eager protocol, librdkafka default ``range,roundrobin``): ``on_revoke`` waits for the
 batch in flight, commits its offsets synchronously, resumes the revoked partitions it had
 paused and forgets them; ``on_lost`` does the same without committing (the group has already
