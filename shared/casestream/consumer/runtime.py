@@ -28,7 +28,7 @@ Thread switch interval: ``run`` lowers CPython's ``sys.setswitchinterval`` to
 ``ConsumerSettings.switch_interval_s`` (default 1 ms, never raised). While the loop decodes
 batch N+1 (pure Python, holding the GIL) the database thread waits for PostgreSQL; each result
 it receives then waits for the GIL until the loop's interval runs out — at the interpreter
-default of 5 ms, up to 5 ms per round trip, which made batch N take ~1.7 × as long in the
+default of 5 ms, up to 5 ms per round trip, which made batch N take 1.7–2 × as long in the
 database thread as it does alone.
 
 Rebalance (eager protocol, librdkafka default ``range,roundrobin``): ``on_revoke`` waits for the

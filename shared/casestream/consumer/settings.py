@@ -83,7 +83,7 @@ class ConsumerSettings:
             (default 0.001 s; never raised; None leaves it alone). The loop decodes batch N+1
             while the database thread applies batch N: each time a result from PostgreSQL
             arrives, the database thread waits for the GIL until the decoding thread's interval
-            runs out — at 0.005 s that doubled a batch's time in the database thread.
+            runs out — at 0.005 s a batch took 1.7–2 × as long in the database thread.
     """
 
     batch_size: int = 500
