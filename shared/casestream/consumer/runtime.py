@@ -24,13 +24,6 @@ Loop, in the main thread (one batch in the database at a time, the next one pref
     drop from N+1 what a rebalance or a rewind made stale (it is fetched again), hand N+1 to
         the worker thread, then commit batch N's offsets (asynchronously, while N+1 runs)
 
-Thread switch interval: ``run`` lowers CPython's ``sys.setswitchinterval`` to
-``ConsumerSettings.switch_interval_s`` (default 1 ms, never raised). While the loop decodes
-batch N+1 (pure Python, holding the GIL) the database thread waits for PostgreSQL; each result
-it receives then waits for the GIL until the loop's interval runs out — at the interpreter
-default of 5 ms, up to 5 ms per round trip, which made batch N take 1.7–2 × as long in the
-database thread as it does alone.
-
 Rebalance (eager protocol, librdkafka default ``range,roundrobin``): ``on_revoke`` waits for the
 batch in flight, commits its offsets synchronously, resumes the revoked partitions it had
 paused and forgets them; ``on_lost`` does the same without committing (the group has already
@@ -114,17 +107,6 @@ def fetch_batch(consumer: Any, max_messages: int, timeout_s: float) -> list[Any]
     if msgs and max_messages > 1:
         msgs.extend(consumer.consume(max_messages - 1, 0))
     return msgs
-
-
-def lower_switch_interval(target_s: float | None) -> float:
-    """Lower CPython's thread switch interval (``sys.setswitchinterval``) to ``target_s``
-    seconds when it is higher; None or a lower current value leaves it. Returns the interval
-    in force afterwards (s). Process-wide: it holds for every thread of the process."""
-    import sys
-
-    if target_s is not None and sys.getswitchinterval() > target_s:
-        sys.setswitchinterval(target_s)
-    return sys.getswitchinterval()
 
 
 class ConsumerRuntime:
@@ -224,7 +206,6 @@ class ConsumerRuntime:
         from confluent_kafka import Consumer
 
         self._prepare()
-        lower_switch_interval(self.settings.switch_interval_s)  # see ConsumerSettings
         self._consumer = Consumer(self._conf)
         self._executor = cf.ThreadPoolExecutor(1, thread_name_prefix=f"{self.name}.batch")
         if self.settings.key_concurrency > 1:

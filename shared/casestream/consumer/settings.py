@@ -77,13 +77,6 @@ class ConsumerSettings:
             applied (the ``KEY`` ordering of Confluent Parallel Consumer). Inbox, guard,
             retries and dead letters work as with 1. For handlers that wait on I/O (an HTTP
             call, a mail server); the pool needs ``max_size >= key_concurrency + 1``.
-        switch_interval_s: CPython's thread switch interval (``sys.setswitchinterval``, the
-            longest a thread holding the GIL keeps it while another waits; interpreter default
-            0.005 s) that :meth:`ConsumerRuntime.run` lowers the process to when it is higher
-            (default 0.001 s; never raised; None leaves it alone). The loop decodes batch N+1
-            while the database thread applies batch N: each time a result from PostgreSQL
-            arrives, the database thread waits for the GIL until the decoding thread's interval
-            runs out — at 0.005 s a batch took 1.7–2 × as long in the database thread.
     """
 
     batch_size: int = 500
@@ -107,7 +100,6 @@ class ConsumerSettings:
     retry_state_retention_s: float = 7 * 86400.0
     stall_after_s: float = 120.0
     key_concurrency: int = 1
-    switch_interval_s: float | None = 0.001
 
     def __post_init__(self) -> None:
         if self.batch_size < 1:
@@ -117,9 +109,6 @@ class ConsumerSettings:
             raise ConfigError("consumer durations must be positive")
         if self.key_concurrency < 1:
             raise ConfigError(f"consumer key_concurrency must be >= 1, got {self.key_concurrency}")
-        if self.switch_interval_s is not None and self.switch_interval_s <= 0:
-            raise ConfigError(f"consumer switch_interval_s must be > 0 or None, got "
-                              f"{self.switch_interval_s}")
         if not self.retry.bounded:
             raise ConfigError("consumer retry needs max_attempts or max_elapsed_s: a message "
                               "that keeps failing must end in the dead-letter topic")
