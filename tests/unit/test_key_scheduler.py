@@ -217,13 +217,14 @@ def test_workers_start_no_tiny_units_while_another_unit_runs() -> None:
             if workers.inflight == 1 and sizes:
                 break
             threading.Event().wait(0.01)
-        workers.add([_entry(i, f"K{i}") for i in range(1, 21)])  # 20 / 4 workers = 5 each
+        n = MIN_UNIT + 4  # n / 4 workers: units of n / 4 without a minimum
+        workers.add([_entry(i, f"K{i}") for i in range(1, n + 1)])
         for _ in range(1000):
             if len(sizes) >= 2:
                 break
             threading.Event().wait(0.01)
         assert sizes[0] == 1
-        assert sizes[1] >= MIN_UNIT  # one unit of at least MIN_UNIT, not four of five
+        assert sizes[1] >= MIN_UNIT  # one unit of at least MIN_UNIT, not four of n / 4
     finally:
         release.set()
         workers.stop()

@@ -36,7 +36,7 @@ from casestream.retry import RetryPolicy
 
 log = logging.getLogger("casestream.consumer")
 
-MIN_UNIT = 16  # entries a unit holds at least while other units run (fewer only after LINGER_S)
+MIN_UNIT = 32  # entries a unit holds at least while other units run (fewer only after LINGER_S)
 LINGER_S = 0.01  # s one worker waits for MIN_UNIT entries before taking fewer
 
 
