@@ -170,3 +170,61 @@ def test_a_group_pool_smaller_than_all_members_workers_is_refused() -> None:
                                           r"pool of max_size >= 10 .*max_size=6"):
         ConsumerGroup(2, "c.keys", ["t"], HandlerRegistry(), None, SimpleNamespace(max_size=6),
                       {"bootstrap.servers": "127.0.0.1:1"}, ConsumerSettings(key_concurrency=4))
+
+
+def test_take_with_a_minimum_size_waits_for_it_then_fills_the_unit_to_it() -> None:
+    s = KeyScheduler(concurrency=8, max_unit=100)
+    s.add([_entry(i, f"K{i}") for i in range(10)])
+    assert s.take(min_size=16) is None  # 10 queued: too few for a unit of 16
+    s.add([_entry(i, f"K{i}") for i in range(10, 20)])
+    u = s.take(min_size=16)
+    assert len(u.entries) == 16  # not 20 / 8 = 3
+    assert _offsets(u) == list(range(16))
+    assert len(s.take().entries) == 1  # without a minimum: queue / concurrency
+
+
+def test_workers_start_no_tiny_units_while_another_unit_runs() -> None:
+    import threading
+
+    from casestream.consumer.keyworkers import MIN_UNIT, KeyWorkers
+    from casestream.retry import RetryPolicy
+
+    release = threading.Event()
+    sizes: list[int] = []
+    lock = threading.Lock()
+
+    class Slow:
+        def process(self, conn, decoded):  # noqa: ANN001, ANN201
+            with lock:
+                sizes.append(len(decoded.entries))
+            release.wait(30)
+            commits = {}
+            for rec, _e, _x in decoded.entries:
+                commits[rec.tp] = rec.offset + 1
+            return SimpleNamespace(commits=commits, rewinds={})
+
+        def forget(self, tps):  # noqa: ANN001, ANN201
+            pass
+
+    pool = SimpleNamespace(getconn=lambda: SimpleNamespace(autocommit=False, closed=False),
+                           putconn=lambda conn: None)
+    workers = KeyWorkers("c.units", pool, Slow, concurrency=4, max_unit=100,
+                         retry=RetryPolicy(max_attempts=2))
+    workers.start()
+    try:
+        workers.add([_entry(0, "A")])  # nothing running: a unit of one, at once
+        for _ in range(1000):
+            if workers.inflight == 1 and sizes:
+                break
+            threading.Event().wait(0.01)
+        n = MIN_UNIT + 4  # n / 4 workers: units of n / 4 without a minimum
+        workers.add([_entry(i, f"K{i}") for i in range(1, n + 1)])
+        for _ in range(1000):
+            if len(sizes) >= 2:
+                break
+            threading.Event().wait(0.01)
+        assert sizes[0] == 1
+        assert sizes[1] >= MIN_UNIT  # one unit of at least MIN_UNIT, not four of n / 4
+    finally:
+        release.set()
+        workers.stop()

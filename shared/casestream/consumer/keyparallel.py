@@ -23,7 +23,10 @@ partition):
 - **Units**: a unit is a list of decoded entries in fetch order (per partition: offset order)
   that the caller applies in one database transaction (``BatchProcessor.process``). Its size
   is the queue divided by the concurrency, between 1 and ``max_unit`` entries, so that every
-  worker gets work and transactions stay large enough to be cheap.
+  worker gets work and transactions stay large enough to be cheap; ``take(min_size=n)`` makes
+  it at least ``n`` entries (fewer only when fewer are ready): a unit's transaction, inbox
+  claim and guard statements cost the same CPU for 1 event as for 30, so many one-event units
+  make the process CPU-bound long before the workers are busy.
 
 Not thread-safe by itself: callers hold one lock around every call (the runtime does).
 """
@@ -148,11 +151,14 @@ class KeyScheduler:
 
     # ------------------------------------------------------------------ units
 
-    def take(self) -> Unit | None:
-        """The next unit to apply, or None (nothing ready, or ``hold``)."""
-        if self.hold or not self._ready or self.inflight >= self.concurrency:
+    def take(self, min_size: int = 1) -> Unit | None:
+        """The next unit to apply, or None (nothing ready, fewer than ``min_size`` entries
+        queued, or ``hold``). Its size: the queue divided by the concurrency, at least
+        ``min_size`` (capped at ``max_unit``)."""
+        if (self.hold or not self._ready or self.inflight >= self.concurrency
+                or self.queued < min_size):
             return None
-        target = min(self.max_unit, max(1, -(-self.queued // self.concurrency)))
+        target = min(self.max_unit, max(min_size, -(-self.queued // self.concurrency)))
         picked: list[tuple[int, Entry]] = []
         keys: list[tuple[str, Any]] = []
         ready, queues = self._ready, self._queues

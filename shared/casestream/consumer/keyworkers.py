@@ -7,6 +7,15 @@ cache is shared), take units under one lock, apply each in one transaction
 and report the offsets it applied and the cuts it made. A worker takes its next unit as soon
 as it has finished one; the runtime's loop only fetches, queues, seeks and commits.
 
+Unit size and wake-ups: while other units run, a worker starts a unit only of at least
+``MIN_UNIT`` entries (the queue divided by the workers when that is more); with fewer queued,
+one worker lingers up to ``LINGER_S`` for more, then takes what there is, and the others sleep
+until the runtime queues entries or a unit ends. Every unit costs a transaction and its inbox,
+guard and retry statements whatever its size, and every wake-up costs a thread switch under
+the GIL; units of one or two events at 64 workers made the process CPU-bound (one core) at a
+fifth of the rate the handlers' waits allow. With no unit running a worker starts at once on
+whatever is queued, so a lone event waits for nobody.
+
 A unit that fails as a whole (database down, dead-letter delivery failed) is rolled back and
 its partitions are re-fetched from its first offsets after the consumer's exponential backoff
 (``retry``, counted over consecutive failed units), as a failed poll batch is.
@@ -26,6 +35,9 @@ from casestream.consumer.keyparallel import Entry, KeyScheduler
 from casestream.retry import RetryPolicy
 
 log = logging.getLogger("casestream.consumer")
+
+MIN_UNIT = 32  # entries a unit holds at least while other units run (fewer only after LINGER_S)
+LINGER_S = 0.01  # s one worker waits for MIN_UNIT entries before taking fewer
 
 
 class KeyWorkers:
@@ -51,6 +63,8 @@ class KeyWorkers:
         self._cond = threading.Condition(lock)  # the runtime waits here: room, no unit running
         self._work = threading.Condition(lock)  # idle workers wait here for a unit
         self._idle = 0  # workers waiting in ``_work``
+        self._lingering = False  # one worker waits LINGER_S for a unit of MIN_UNIT entries
+        self._min_unit = max(1, min(MIN_UNIT, max_unit))
         self._stopping = False
         self._failures = 0
         #: seconds the workers spent applying units, summed over threads (utilisation =
@@ -81,7 +95,7 @@ class KeyWorkers:
         with self._cond:
             self.sched.add(entries)
             if self._idle:
-                self._work.notify(min(self._idle, len(entries)))
+                self._work.notify(min(self._idle, max(1, len(entries) // self._min_unit)))
 
     @property
     def queued(self) -> int:
@@ -136,16 +150,29 @@ class KeyWorkers:
                 else:
                     self.sched.finish(done, outcome.commits, outcome.rewinds)
                 self._cond.notify_all()  # the runtime: room in the queue, or none running
+            sched = self.sched
+            lingered = False
             while True:
                 if self._stopping:
                     return None
-                unit = self.sched.take()
+                unit = sched.take(1 if lingered or not sched.inflight else self._min_unit)
                 if unit is not None:
-                    if self._idle and self.sched.queued:
+                    if self._idle and (sched.queued >= self._min_unit
+                                       or (sched.queued and not self._lingering)):
                         self._work.notify()  # more may be ready (keys this unit released)
                     return unit
                 self._idle += 1
-                self._work.wait()
+                if sched.queued and not self._lingering and not sched.hold:
+                    # Too few entries for a unit while others run: wait a little for more.
+                    self._lingering = True
+                    try:
+                        self._work.wait(LINGER_S)
+                    finally:
+                        self._lingering = False
+                    lingered = True
+                else:
+                    self._work.wait()
+                    lingered = False
                 self._idle -= 1
 
     def _run(self, processor: BatchProcessor) -> None:
