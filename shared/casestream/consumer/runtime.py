@@ -81,6 +81,7 @@ from casestream.consumer.handlers import HandlerRegistry, OutboxAppender
 from casestream.consumer.inbox import ensure_schema
 from casestream.consumer.keyworkers import KeyWorkers, give_back
 from casestream.kafka.config import KafkaTarget, client_config, connection_config
+from casestream.kafka.topics import fetch_batch
 
 log = logging.getLogger("casestream.consumer")
 
@@ -88,25 +89,6 @@ log = logging.getLogger("casestream.consumer")
 _FORCED = {"enable.auto.commit": False, "enable.auto.offset.store": False}
 _COMMIT_RESEND_S = 10.0  # an asynchronous offset commit unanswered this long is sent again
 
-
-
-def fetch_batch(consumer: Any, max_messages: int, timeout_s: float) -> list[Any]:
-    """Up to ``max_messages`` records from ``consumer`` (``confluent_kafka.Consumer``): what
-    is already fetched, at once; when nothing is, the first record to arrive within
-    ``timeout_s`` s together with what came with it.
-
-    ``Consumer.consume(n, timeout)`` returns only when n messages are there or the timeout has
-    passed (librdkafka ``rd_kafka_consume_batch_queue``), so a batch of ``batch_size`` asked
-    with the poll timeout waited up to the whole timeout whenever fewer records than a batch
-    were arriving: each hop of a flow of events waited up to ``poll_timeout_s``.
-    """
-    msgs = consumer.consume(max_messages, 0)
-    if msgs or timeout_s <= 0:
-        return msgs
-    msgs = consumer.consume(1, timeout_s)
-    if msgs and max_messages > 1:
-        msgs.extend(consumer.consume(max_messages - 1, 0))
-    return msgs
 
 
 class ConsumerRuntime:

@@ -23,7 +23,8 @@ from typing import Any
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, ConfigResource, ResourceType
 
-__all__ = ["TopicLimits", "record_batch_size", "record_batch_size_at_most", "describe_topic_configs", "committed_offsets",
+__all__ = ["TopicLimits", "record_batch_size", "record_batch_size_at_most", "describe_topic_configs",
+           "committed_offsets", "fetch_batch",
            "partition_positions", "topic_retention_ms", "read_messages",
            "RECORD_BATCH_OVERHEAD"]
 
@@ -96,6 +97,25 @@ def record_batch_size_at_most(key: bytes | None, value: bytes | None,
     for name, hval in headers:
         size += 10 + 4 * len(name) + (len(hval) if hval else 0)
     return size
+
+
+def fetch_batch(consumer: Any, max_messages: int, timeout_s: float) -> list[Any]:
+    """Up to ``max_messages`` records from ``consumer`` (``confluent_kafka.Consumer``): what
+    is already fetched, at once; when nothing is, the first record to arrive within
+    ``timeout_s`` s together with what came with it.
+
+    ``Consumer.consume(n, timeout)`` returns only when n messages are there or the timeout has
+    passed (librdkafka ``rd_kafka_consume_batch_queue``): a batch asked with the poll timeout
+    waits the whole timeout whenever fewer records than a batch are arriving. In bulk the
+    client's queue is ahead of the reader (``queued.min.messages``), so batches stay full.
+    """
+    msgs = consumer.consume(max_messages, 0)
+    if msgs or timeout_s <= 0:
+        return msgs
+    msgs = consumer.consume(1, timeout_s)
+    if msgs and max_messages > 1:
+        msgs.extend(consumer.consume(max_messages - 1, 0))
+    return msgs
 
 
 def describe_topic_configs(admin: AdminClient, topics: Iterable[str], names: Sequence[str],

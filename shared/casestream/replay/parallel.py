@@ -8,10 +8,8 @@ watermarks the parent snapshotted, each batch one transaction with its checkpoin
 
 The parent then reloads the offsets from the checkpoint — exactly what a resume does — and
 takes each worker's guard rows from the worker itself (sent back over a pipe when its last
-batch committed: the rows it changed, the same the checkpoint holds for its partitions; folding
-them from the checkpoint's batch rows again cost the parent 3-6 µs per aggregate, 0.1-0.15 s
-of a 50,000-event rebuild; bench/README.md, "Replay"), then runs
-the rest (tail, locked catch-up, swap) alone. Workers are forked (the spec, handlers, prepared
+batch committed: the rows it changed, the same the checkpoint holds for its partitions, so the
+parent does not fold them from the checkpoint again), then runs the rest (tail, locked catch-up, swap) alone. Workers are forked (the spec, handlers, prepared
 codec and the guard the run started with are inherited, nothing is pickled on the way in), use
 their own Kafka client and PostgreSQL connection, never touch the parent's, and leave with
 ``os._exit``. Each asks the

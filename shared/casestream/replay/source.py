@@ -14,7 +14,7 @@ from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
-from casestream.kafka.topics import committed_offsets
+from casestream.kafka.topics import committed_offsets, fetch_batch
 from casestream.replay.errors import ReplayError
 from casestream.kafka.config import KafkaTarget, client_config
 
@@ -139,25 +139,15 @@ class KafkaSource:
         self._consumer.pause([TopicPartition(t, p) for t, p in tps])
 
     def consume(self, n: int, timeout_s: float) -> list[Any]:
-        """Up to ``n`` messages (``confluent_kafka.Message``): what the client has already
-        fetched, at once; when nothing is, the first message to arrive within ``timeout_s`` s
-        together with what came with it. Errors other than EOF raise.
-
-        ``Consumer.consume(n, timeout)`` alone returns only when ``n`` messages are there or
-        the timeout has passed (librdkafka ``rd_kafka_consume_batch_queue``): the last, short
-        batch of every range waited the whole timeout for messages that were never coming,
-        and so did each round of the swap's catch-up, under the live tables' lock. In bulk
-        the client's queue is ahead of the reader (``queued.min.messages``), so batches stay
-        ``n`` long.
+        """Up to ``n`` messages (``confluent_kafka.Message``), as
+        :func:`casestream.kafka.topics.fetch_batch` returns them (what is already fetched at
+        once, else the first to arrive within ``timeout_s`` s): the last, short batch of a
+        range does not wait out the timeout. Errors other than EOF raise.
 
         Raises:
             ReplayError: a fatal or partition-level error.
         """
-        msgs = self._consumer.consume(num_messages=n, timeout=0)
-        if not msgs and timeout_s > 0:
-            msgs = self._consumer.consume(num_messages=1, timeout=timeout_s)
-            if msgs and n > 1:
-                msgs.extend(self._consumer.consume(num_messages=n - 1, timeout=0))
+        msgs = fetch_batch(self._consumer, n, timeout_s)
         out = []
         for m in msgs:
             err = m.error()

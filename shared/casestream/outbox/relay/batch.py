@@ -147,8 +147,7 @@ class InFlightBatch:
                     if err.code() == KafkaError.MSG_SIZE_TOO_LARGE:
                         limit_text = (f"message.max.bytes={message_max_bytes}"
                                       if message_max_bytes else "message.max.bytes")
-                        size = record_batch_size(key, row.payload, headers)
-                        self._refuse(i, agg, blocked, f"MSG_SIZE_TOO_LARGE: record of {size} bytes "
+                        self._refuse(i, agg, blocked, f"MSG_SIZE_TOO_LARGE: record of {self._size(i)} bytes "
                                                       f"exceeds the producer's {limit_text}")
                     else:
                         self._results[i] = err
