@@ -8,6 +8,8 @@
 #   deploy/infra.sh env                     `export CASESTREAM_...=...` lines for the clients
 #   deploy/infra.sh logs   [component] [-f] log file paths and their last lines (or follow)
 #   deploy/infra.sh purge                   down, then delete all state (.local/: data, logs, jars)
+#   deploy/infra.sh sweep-topics [PREFIX...]  delete the topics test and bench runs leave on the broker
+#                                           (names starting with test. or bench., or the PREFIXes given)
 #   deploy/infra.sh kafka-node start|stop|kill|pid N   one Kafka node of a cluster (stop: SIGTERM,
 #                                           controlled shutdown; kill: SIGKILL; start waits until it answers)
 #
@@ -171,6 +173,13 @@ cmd_logs() {
     done
 }
 
+cmd_sweep_topics() {
+    need_python
+    local args=() p
+    for p in "$@"; do args+=(--prefix "$p"); done
+    probe delete-topics --bootstrap "$KAFKA_BOOTSTRAP" "${args[@]+"${args[@]}"}"
+}
+
 cmd_kafka_node() {
     local action=${1:-} n=${2:-} pid
     [[ "$n" =~ ^[0-9]+$ ]] && ((n >= 1 && n <= KAFKA_NODES)) \
@@ -208,6 +217,7 @@ main() {
         env) cmd_env ;;
         logs) cmd_logs "$@" ;;
         purge) cmd_purge ;;
+        sweep-topics) cmd_sweep_topics "$@" ;;
         kafka-node) cmd_kafka_node "$@" ;;
         -h|--help|help) usage ;;
         "") usage; exit 2 ;;

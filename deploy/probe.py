@@ -7,6 +7,9 @@ Usage (exit 0 = ready / done, 1 = not ready, 2 = usage error; one line on stderr
     probe.py topics --bootstrap 127.0.0.1:19092 --partitions 6 [--replication 1] [--config k=v ...] [--alter] TOPIC...
         create the topics if missing (idempotent) and wait until each has a leader;
         --alter also sets the --config values on topics that exist already.
+    probe.py delete-topics --bootstrap 127.0.0.1:19092 [--prefix test.] [--prefix bench.] [--timeout 30]
+        delete every topic whose name starts with one of the prefixes (default: test. and bench.,
+        what test and bench runs create; internal topics starting with _ never match).
     probe.py scram-user --bootstrap 127.0.0.1:19092 --user NAME --password-file FILE
         create or update the SCRAM-SHA-512 credential of NAME (idempotent; KIP-554).
     probe.py http   URL [--timeout 5]         HTTP GET answers 2xx.
@@ -93,6 +96,37 @@ def ensure_topics(bootstrap: str, topics: list[str], partitions: int, configs: d
         time.sleep(0.2)
 
 
+SWEEP_PREFIXES = ("test.", "bench.")
+
+
+def topics_to_sweep(names: list[str], prefixes: tuple[str, ...] = SWEEP_PREFIXES) -> list[str]:
+    """The names starting with one of ``prefixes``, sorted; names starting with ``_`` (the
+    broker's and Connect's internal topics) never, and an empty prefix is refused (ValueError)."""
+    if any(not p for p in prefixes):
+        raise ValueError("an empty prefix would match every topic")
+    return sorted(n for n in names if not n.startswith("_") and n.startswith(tuple(prefixes)))
+
+
+def delete_topics(bootstrap: str, prefixes: tuple[str, ...], timeout: float) -> None:
+    """Delete the topics :func:`topics_to_sweep` selects; one line on stderr with the count of
+    topics and partitions deleted."""
+    from confluent_kafka import KafkaException
+
+    admin = _kafka_admin(bootstrap)
+    md = admin.list_topics(timeout=timeout).topics
+    doomed = topics_to_sweep(list(md), prefixes)
+    partitions = sum(len(md[t].partitions) for t in doomed)
+    if doomed:
+        for fut in admin.delete_topics(doomed, operation_timeout=timeout).values():
+            try:
+                fut.result()
+            except KafkaException as exc:
+                if exc.args[0].name() != "UNKNOWN_TOPIC_OR_PART":
+                    raise
+    print(f"deleted {len(doomed)} topics ({partitions} partitions) starting with "
+          f"{' or '.join(prefixes)}; {len(md) - len(doomed)} topics left", file=sys.stderr)
+
+
 def probe_http(url: str, timeout: float, contains: str | None = None) -> None:
     """Raise unless GET url answers 2xx (and its body has ``contains``, when given)."""
     with urllib.request.urlopen(url, timeout=timeout) as resp:  # noqa: S310 (loopback URL)
@@ -130,6 +164,10 @@ def main(argv: list[str]) -> int:
     t.add_argument("--timeout", type=float, default=30)
     t.add_argument("--alter", action="store_true", help="set --config on existing topics too")
     t.add_argument("topics", nargs="+")
+    d = sub.add_parser("delete-topics")
+    d.add_argument("--bootstrap", required=True)
+    d.add_argument("--prefix", action="append", help="topic name prefix (repeatable; default test. and bench.)")
+    d.add_argument("--timeout", type=float, default=30)
     h = sub.add_parser("http")
     h.add_argument("url")
     h.add_argument("--timeout", type=float, default=5)
@@ -145,6 +183,8 @@ def main(argv: list[str]) -> int:
         elif a.cmd == "topics":
             configs = dict(kv.split("=", 1) for kv in a.config)
             ensure_topics(a.bootstrap, a.topics, a.partitions, configs, a.timeout, a.replication, a.alter)
+        elif a.cmd == "delete-topics":
+            delete_topics(a.bootstrap, tuple(a.prefix or SWEEP_PREFIXES), a.timeout)
         elif a.cmd == "scram-user":
             with open(a.password_file, encoding="utf-8") as f:
                 scram_user(a.bootstrap, a.user, f.read().strip(), a.timeout)
@@ -155,6 +195,9 @@ def main(argv: list[str]) -> int:
     except ImportError as exc:
         print(f"probe {a.cmd}: {exc} (run 'make venv')", file=sys.stderr)
         return 1
+    except ValueError as exc:
+        print(f"probe {a.cmd}: {exc}", file=sys.stderr)
+        return 2
     except (OSError, RuntimeError, urllib.error.URLError, smtplib.SMTPException) as exc:
         print(f"probe {a.cmd}: not ready: {exc}", file=sys.stderr)
         return 1
