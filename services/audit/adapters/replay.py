@@ -4,9 +4,9 @@ Rebuilds ``case_timeline`` from the four event topics into a shadow table create
 case_timeline INCLUDING ALL``; the append-only journal is never rewritten. The rows are the
 live handler's: each event's case id and summary come from the audit service's own rules
 (``case_id_of``, ``summarize``, as in ``entry_from``), and the timeline columns are written as
-``apply_entry`` writes them — but as one ``INSERT ... SELECT FROM jsonb_array_elements`` per
-run of events instead of one statement per event (:func:`batch_registry`, used by replays;
-``jsonb`` rather than ``json``: see ``casestream.replay.projection``).
+``apply_entry`` writes them — but per run of events instead of per event
+(:func:`batch_registry`, used by replays, through ``insert_batch_registry``: one binary ``COPY``
+in a replay, else one ``INSERT ... SELECT FROM jsonb_array_elements``).
 ``handlers.build_registry(AuditTables(journal=None, ...))`` is the per-event equivalent.
 Inserts are ``ON CONFLICT (event_id) DO NOTHING``, which is what makes the handover to the
 live ``audit.journal`` consumer exact (see ``casestream.replay.engine``).
