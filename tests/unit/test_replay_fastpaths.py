@@ -6,12 +6,14 @@ from __future__ import annotations
 
 import gc
 import random
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
 
 from casestream.consumer.guard import FirstSeenPolicy, Verdict, decide
 from casestream.consumer.handlers import HandlerKind, HandlerRegistry
+from casestream.events.envelope import Envelope
 from casestream.replay.applier import ReplayApplier
 from casestream.replay.engine import relaxed_gc
 from casestream.replay.progress import Progress
@@ -78,11 +80,41 @@ def test_batch_statements_read_their_rows_as_jsonb() -> None:
     from services.case.adapters import dashboard
     from services.decision.adapters import statistics
 
-    for stmt in (dashboard._UPSERT, statistics._INSERT):
+    assert "jsonb_array_elements(%s::jsonb)" in dashboard._UPSERT and "::json)" not in dashboard._UPSERT
+    for registry in (statistics.registry, audit_replay.batch_registry):  # insert_batch_registry
+        stmt = _live_statement(registry)
         assert "jsonb_array_elements(%s::jsonb)" in stmt and "::json)" not in stmt
     assert load_projection("case.dashboard") is dashboard.PROJECTION
     assert load_projection("decision.statistics") is statistics.PROJECTION
     assert load_projection("audit.timeline") is audit_replay.PROJECTION
+
+
+def _live_statement(registry: Any) -> str:
+    """The SQL the first handler of ``registry(names)`` runs for a live batch of one event."""
+    from types import SimpleNamespace
+
+    from casestream.consumer.processing import ProcessingMode
+    from services.audit.adapters.projection import LIVE_TIMELINE
+    from services.decision.adapters.statistics import TABLE
+
+    class Conn:
+        ran: list[str] = []
+
+        def execute(self, statement: Any, params: Any = None) -> None:
+            self.ran.append(statement.as_string(None))
+
+    handlers = registry({TABLE: TABLE, LIVE_TIMELINE: LIVE_TIMELINE}, ["ViolationDetermined"])
+    event = Envelope(event_id="6f1c1a4e-8a42-4d3e-9a55-0c0e5f0b9d11", event_type="ViolationDetermined", event_version=1,
+                     source="decision", tenant_id="t1", aggregate_type="decision",
+                     aggregate_id="d-1", aggregate_version=1,
+                     occurred_at=datetime(2026, 3, 1, tzinfo=UTC), correlation_id="c-1",
+                     actor_id="officer-7", payload={"case_id": "c-1", "saga_id": "s-1",
+                                                    "violation_code": "W-12",
+                                                    "penalty_cents": 2500})
+    conn = Conn()
+    handlers.handlers_for(event.event_type, ProcessingMode.LIVE)[0].fn(
+        SimpleNamespace(conn=conn, mode=ProcessingMode.LIVE), [event])
+    return conn.ran[0]
 
 
 def test_relaxed_gc_raises_the_young_threshold_and_restores_it() -> None:

@@ -4,9 +4,9 @@ Rebuilds ``case_timeline`` from the four event topics into a shadow table create
 case_timeline INCLUDING ALL``; the append-only journal is never rewritten. The rows are the
 live handler's: each event's case id and summary come from the audit service's own rules
 (``case_id_of``, ``summarize``, as in ``entry_from``), and the timeline columns are written as
-``apply_entry`` writes them — but as one ``INSERT ... SELECT FROM jsonb_array_elements`` per
-run of events instead of one statement per event (:func:`batch_registry`, used by replays;
-``jsonb`` rather than ``json``: see ``casestream.replay.projection``).
+``apply_entry`` writes them — but per run of events instead of per event
+(:func:`batch_registry`, used by replays, through ``insert_batch_registry``: one binary ``COPY``
+in a replay, else one ``INSERT ... SELECT FROM jsonb_array_elements``).
 ``handlers.build_registry(AuditTables(journal=None, ...))`` is the per-event equivalent.
 Inserts are ``ON CONFLICT (event_id) DO NOTHING``, which is what makes the handover to the
 live ``audit.journal`` consumer exact (see ``casestream.replay.engine``).
@@ -17,15 +17,14 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from psycopg import sql
-
 from casestream.events import Envelope
 from casestream.consumer import HandlerRegistry
-from casestream.replay import ProjectionSpec, TableNames, json_batch_registry, max_applied_at
+from casestream.replay import ProjectionSpec, TableNames, insert_batch_registry, max_applied_at
 
 from services.audit.adapters import handlers
 from services.audit.adapters.projection import (
     LIVE_TIMELINE,
+    TIMELINE_COLUMNS,
     AuditTables,
     create_shadow_timeline,
 )
@@ -51,16 +50,10 @@ def registry(names: TableNames, event_types: Iterable[str]) -> HandlerRegistry:
     return handlers.build_registry(tables, event_types={*KNOWN_EVENT_TYPES, *event_types})
 
 
-_BATCH_INSERT = """
-INSERT INTO {t} (event_id, tenant_id, case_id, event_type, event_version, aggregate_type,
-                 aggregate_version, occurred_at, published_at, source, summary)
-SELECT (r->>0)::uuid, r->>1, r->>2, r->>3, (r->>4)::int, r->>5, (r->>6)::bigint,
-       (r->>7)::timestamptz, (r->>8)::timestamptz, r->>9, r->>10
-FROM jsonb_array_elements(%s::jsonb) r
-ON CONFLICT (event_id) DO NOTHING
-"""
-
-
+#: (column, type) of the timeline rows in :func:`timeline_row` order (``insert_batch_registry``).
+TIMELINE_COLUMN_TYPES = tuple(zip(TIMELINE_COLUMNS, (
+    "uuid", "text", "text", "text", "integer", "text", "bigint", "timestamptz", "timestamptz",
+    "text", "text"), strict=True))
 
 
 def timeline_row(event: Envelope) -> tuple[Any, ...] | None:
@@ -82,10 +75,10 @@ def timeline_row(event: Envelope) -> tuple[Any, ...] | None:
 
 def batch_registry(names: TableNames, event_types: Iterable[str]) -> HandlerRegistry:
     """One PROJECTION batch handler for every event type writing ``names[case_timeline]``."""
-    insert = sql.SQL(_BATCH_INSERT).format(t=sql.Identifier(names[LIVE_TIMELINE]))
-    return json_batch_registry(f"audit.timeline[{names[LIVE_TIMELINE]}]", insert,
-                               lambda events: [r for r in map(timeline_row, events) if r is not None],
-                               sorted({*KNOWN_EVENT_TYPES, *event_types}))
+    return insert_batch_registry(f"audit.timeline[{names[LIVE_TIMELINE]}]", names[LIVE_TIMELINE],
+                                 TIMELINE_COLUMN_TYPES,
+                                 lambda events: [r for r in map(timeline_row, events) if r is not None],
+                                 sorted({*KNOWN_EVENT_TYPES, *event_types}))
 
 
 PROJECTION = ProjectionSpec(

@@ -23,7 +23,7 @@ from casestream.replay import (
     ProjectionSpec,
     TableNames,
     create_table_unless_exists,
-    json_batch_registry,
+    insert_batch_registry,
     max_applied_at,
 )
 
@@ -48,14 +48,10 @@ CREATE TABLE {t} (
 )
 """
 _INDEX = "CREATE INDEX ON {t} (tenant_id, period_day)"
-_INSERT = """
-INSERT INTO {t} (event_id, tenant_id, case_id, outcome, violation_code, penalty_cents,
-                 decided_at, period_day)
-SELECT (r->>0)::uuid, r->>1, r->>2, r->>3, r->>4, (r->>5)::bigint, (r->>6)::timestamptz,
-       (r->>7)::date
-FROM jsonb_array_elements(%s::jsonb) r
-ON CONFLICT (event_id) DO NOTHING
-"""
+#: Columns written per fact row, in :func:`fact` order (``insert_batch_registry``).
+FACT_COLUMNS = (("event_id", "uuid"), ("tenant_id", "text"), ("case_id", "text"),
+                ("outcome", "text"), ("violation_code", "text"), ("penalty_cents", "bigint"),
+                ("decided_at", "timestamptz"), ("period_day", "date"))
 TOTALS = """
 SELECT tenant_id, date_trunc({unit}, period_day)::date AS period,
        count(*) FILTER (WHERE outcome = 'violation') AS violations,
@@ -85,10 +81,10 @@ def fact(e: Envelope) -> tuple[Any, ...] | None:
 
 def registry(names: TableNames, event_types: Iterable[str] = ()) -> HandlerRegistry:
     """PROJECTION batch handlers writing ``names[decision_statistics]``."""
-    insert = sql.SQL(_INSERT).format(t=sql.Identifier(names[TABLE]))
-    return json_batch_registry(f"decision.statistics[{names[TABLE]}]", insert,
-                               lambda events: [r for r in map(fact, events) if r is not None],
-                               OUTCOME_OF)
+    return insert_batch_registry(f"decision.statistics[{names[TABLE]}]", names[TABLE],
+                                 FACT_COLUMNS,
+                                 lambda events: [r for r in map(fact, events) if r is not None],
+                                 OUTCOME_OF)
 
 
 def totals(conn: Any, period: str = "day", table: str = TABLE) -> list[tuple[Any, ...]]:

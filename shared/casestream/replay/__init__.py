@@ -29,6 +29,7 @@ from casestream.replay.projection import (
     ProjectionSpec,
     TableNames,
     create_table_unless_exists,
+    insert_batch_registry,
     json_batch_registry,
     known_projections,
     load_projection,
@@ -39,5 +40,5 @@ from casestream.replay.projection import (
 __all__ = [
     "EndSpec", "Mode", "PartialReplayRefused", "Plan", "Progress", "ProgressReporter", "ProjectionSpec",
     "ReplayConfigError", "ReplayError", "ReplayHandlerError", "ReplayOptions", "ReplayResult",
-    "Replayer", "StartSpec", "TableNames", "create_table_unless_exists", "json_batch_registry", "known_projections", "load_projection", "max_applied_at", "parse_from", "parse_to", "replay_handlers",
+    "Replayer", "StartSpec", "TableNames", "create_table_unless_exists", "insert_batch_registry", "json_batch_registry", "known_projections", "load_projection", "max_applied_at", "parse_from", "parse_to", "replay_handlers",
 ]

@@ -31,6 +31,7 @@ from casestream.consumer.handlers import DiscardingOutbox, HandlerContext, Handl
 from casestream.consumer.processing import ProcessingMode
 from casestream.replay.errors import ReplayHandlerError
 from casestream.replay.progress import Progress
+from casestream.replay.projection import WRITES_BY_COPY
 
 Position = tuple[str, int, int]
 Key = tuple[str, str]
@@ -147,6 +148,13 @@ class ReplayApplier:
         """Run the handlers of ``planned`` on ``conn`` (the caller's transaction)."""
         for hs, run in planned.runs:
             self._call(conn, hs, run)
+
+    @staticmethod
+    def writes_by_copy(planned: Planned) -> bool:
+        """True if ``planned`` runs handlers and every one writes by ``COPY``
+        (``casestream.replay.projection.WRITES_BY_COPY``), so its batch may not be pipelined."""
+        handlers = [h for hs, _run in planned.runs for h in hs]
+        return bool(handlers) and all(getattr(h.fn, WRITES_BY_COPY, False) for h in handlers)
 
     def commit(self, changed: dict[Key, int]) -> None:
         """Record ``changed`` in memory after its transaction committed."""

@@ -532,15 +532,29 @@ class Replayer:
 
     def _write(self, conn: Any, applier: ReplayApplier, planned: Planned,
                new: dict[TP, int]) -> None:
-        """One transaction: shadow rows (handlers) + checkpoint (offsets, guard rows)."""
+        """One transaction: shadow rows (handlers) + checkpoint (offsets, guard rows).
+
+        Pipelined (one round trip for the handlers' statements and the checkpoint), except the
+        handlers when every one of them writes by ``COPY`` (``projection.WRITES_BY_COPY``),
+        which libpq does not allow in pipeline mode; the checkpoint is pipelined either way.
+        """
+        if applier.writes_by_copy(planned):
+            with conn.transaction():
+                applier.execute(conn, planned)
+                with conn.pipeline():
+                    self._checkpoint(conn, planned, new)
+            return
         with conn.pipeline(), conn.transaction():
             applier.execute(conn, planned)
-            checkpoint.save(conn, self.spec.name, new, planned.changed, planned.applied)
-            now = time.monotonic()
-            if self._history_id is not None and now - self._history_at >= history.UPDATE_INTERVAL_S:
-                self._history_at = now
-                p = self.progress  # the reader may be one batch ahead: progress, not an audit
-                history.update(conn, self._history_id, p.read, p.applied, p.lag)
+            self._checkpoint(conn, planned, new)
+
+    def _checkpoint(self, conn: Any, planned: Planned, new: dict[TP, int]) -> None:
+        checkpoint.save(conn, self.spec.name, new, planned.changed, planned.applied)
+        now = time.monotonic()
+        if self._history_id is not None and now - self._history_at >= history.UPDATE_INTERVAL_S:
+            self._history_at = now
+            p = self.progress  # the reader may be one batch ahead: progress, not an audit
+            history.update(conn, self._history_id, p.read, p.applied, p.lag)
 
     def _rebuild(self, conn: Any, source: KafkaSource, applier: ReplayApplier,
                  positions: dict[TP, int], ends: dict[TP, int] | None,

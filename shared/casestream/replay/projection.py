@@ -24,12 +24,16 @@ must change nothing for them.
 from __future__ import annotations
 
 import json
+import logging
+import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import date, datetime
 from typing import Any
 
-from psycopg import sql
+import psycopg
+from psycopg import pq, sql
+from psycopg.types.uuid import UUIDBinaryDumper
 
 from casestream.consumer.handlers import HandlerKind, HandlerRegistry
 from casestream.consumer.processing import ProcessingMode
@@ -45,6 +49,13 @@ TableNames = Mapping[str, str]
 # bench/README.md "Replay").
 
 SHADOW_SUFFIX = "_shadow"
+
+#: Attribute set (True) on the batch functions of :func:`insert_batch_registry`: their REPLAY
+#: writes are a ``COPY``, which libpq refuses in pipeline mode, so the replay engine runs a
+#: batch whose handlers all carry it outside a pipeline (``Replayer._write``).
+WRITES_BY_COPY = "casestream_writes_by_copy"
+
+log = logging.getLogger("casestream.replay")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -203,7 +214,110 @@ def json_batch_registry(name: str, statement: Any, rows_of: Callable[[Sequence[A
     return registry
 
 
+def insert_batch_registry(name: str, table: str, columns: Sequence[tuple[str, str]],
+                          rows_of: Callable[[Sequence[Any]], list[Sequence[Any]]],
+                          event_types: Iterable[str], *,
+                          key: Sequence[str] = ("event_id",)) -> HandlerRegistry:
+    """PROJECTION batch handlers, one per type in ``event_types``, inserting ``rows_of(events)``
+    into the insert-only table ``table`` (its actual name: ``names[<live name>]``), a row per
+    tuple in ``columns`` order, rows already there (by the unique ``key`` columns) left alone.
+
+    ``columns``: ``(column, PostgreSQL type)`` pairs, e.g. ``("event_id", "uuid")``,
+    ``("occurred_at", "timestamptz")``; a row's values are ``str``, ``int``, ``float``, ``bool``,
+    ``None``, ``uuid.UUID`` (or its text), ``date``, timezone-aware ``datetime``.
+
+    How a batch is written:
+
+    - in a replay (``ProcessingMode.REPLAY``, connection not in pipeline mode): one binary
+      ``COPY <table> (<columns>) FROM STDIN`` inside a savepoint. If the table already holds a
+      row of the batch (``unique_violation``: a merge replay, an event id twice in history) or
+      a value does not fit its column's binary form, the savepoint is rolled back and the batch
+      takes the statement below, so the rows written are the same either way;
+    - otherwise (the live consumer, or a pipelined batch): one ``INSERT INTO <table> ...
+      SELECT ... FROM jsonb_array_elements(%s::jsonb) ... ON CONFLICT (<key>) DO NOTHING``,
+      rows as one JSON array (as :func:`json_batch_registry`).
+
+    Why COPY: PostgreSQL inserts a COPY row without building and reading a ``jsonb`` array
+    and without parsing text into timestamps; the client dumps values in C instead of
+    ``json.dumps``. Both statements are idempotent per row (the handover rule of this
+    module) because ``key`` is unique: the ``COPY`` refuses a duplicate, the fallback skips it.
+
+    Raises:
+        ValueError: ``columns`` or ``key`` empty, or a ``key`` column not among ``columns``.
+    """
+    if not columns or not key:
+        raise ValueError(f"{name}: columns and key must not be empty")
+    names = [c for c, _ in columns]
+    missing = [k for k in key if k not in names]
+    if missing:
+        raise ValueError(f"{name}: key column(s) {', '.join(missing)} not among the columns")
+    types = [t for _, t in columns]
+    target = sql.Identifier(table)
+    column_list = sql.SQL(", ").join(map(sql.Identifier, names))
+    values = sql.SQL(", ").join(
+        sql.SQL("r->>{}").format(sql.Literal(i)) if t == "text"
+        else sql.SQL("(r->>{})::{}").format(sql.Literal(i), sql.SQL(t))
+        for i, t in enumerate(types))
+    insert = sql.SQL("INSERT INTO {t} ({c}) SELECT {v} FROM jsonb_array_elements(%s::jsonb) r"
+                     " ON CONFLICT ({k}) DO NOTHING").format(
+        t=target, c=column_list, v=values, k=sql.SQL(", ").join(map(sql.Identifier, key)))
+    copy = sql.SQL("COPY {t} ({c}) FROM STDIN (FORMAT BINARY)").format(t=target, c=column_list)
+
+    def project(ctx: Any, events: Sequence[Any]) -> None:
+        rows = rows_of(events)
+        if not rows:
+            return
+        conn = ctx.conn
+        if (ctx.mode is ProcessingMode.REPLAY and conn.pgconn.pipeline_status == pq.PipelineStatus.OFF
+                and _copy_rows(conn, copy, types, rows, table)):
+            return
+        conn.execute(insert, (json.dumps(rows, default=_iso),))
+
+    project.__qualname__ = name
+    setattr(project, WRITES_BY_COPY, True)
+    registry = HandlerRegistry()
+    for event_type in event_types:
+        registry.add_batch(event_type, project, kind=HandlerKind.PROJECTION)
+    return registry
+
+
+class _UUIDOrTextBinaryDumper(UUIDBinaryDumper):
+    """Binary ``uuid`` from a ``uuid.UUID`` or its text (envelopes carry ids as text)."""
+
+    def dump(self, obj: Any) -> bytes:
+        return (obj if isinstance(obj, uuid.UUID) else uuid.UUID(obj)).bytes
+
+
+_DUMP_ERRORS = (TypeError, ValueError, OverflowError, AttributeError, psycopg.DataError,
+                psycopg.ProgrammingError)
+
+
+def _copy_rows(conn: Any, statement: Any, types: list[str], rows: list[Sequence[Any]],
+               table: str) -> bool:
+    """COPY ``rows`` in a savepoint; False (savepoint rolled back) if PostgreSQL refused a
+    duplicate key or a value did not dump as its column's type."""
+    try:
+        with conn.transaction(), conn.cursor() as cur:
+            cur.adapters.register_dumper(None, _UUIDOrTextBinaryDumper)
+            with cur.copy(statement) as copy:
+                copy.set_types(types)
+                write = copy.write_row
+                for row in rows:
+                    write(row)
+        return True
+    except psycopg.errors.UniqueViolation:
+        log.debug("COPY into %s met an existing row; batch written by INSERT ... ON CONFLICT", table)
+        return False
+    except _DUMP_ERRORS as e:
+        log.debug("COPY into %s: a value does not fit its column (%s); batch written by INSERT",
+                  table, e)
+        return False
+
+
 def _iso(value: Any) -> str:
     if isinstance(value, date):
         return value.isoformat()
+    if isinstance(value, uuid.UUID):
+        return str(value)
     raise TypeError(f"not JSON serialisable: {type(value).__name__}")
+
