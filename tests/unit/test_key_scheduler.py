@@ -6,13 +6,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from casestream.consumer.keyparallel import (
-    KeyScheduler,
-    PartitionOffsets,
-    entry_key,
-    queue_full,
-    queue_limit,
-)
+from casestream.consumer.keyparallel import KeyScheduler, PartitionOffsets, entry_key
 from casestream.consumer.records import Record
 
 pytestmark = pytest.mark.unit
@@ -234,14 +228,3 @@ def test_workers_start_no_tiny_units_while_another_unit_runs() -> None:
     finally:
         release.set()
         workers.stop()
-
-
-def test_paused_partitions_resume_only_when_the_queue_drained_to_half_the_limit() -> None:
-    limit = queue_limit(batch_size=500, concurrency=64)
-    assert limit == 2048
-    assert not queue_full(2047, limit, paused=False)
-    assert queue_full(2048, limit, paused=False)
-    # Paused: a resume re-fetches from the broker, so it waits for room for a whole fetch.
-    assert queue_full(2047, limit, paused=True)
-    assert queue_full(1025, limit, paused=True)
-    assert not queue_full(1024, limit, paused=True)

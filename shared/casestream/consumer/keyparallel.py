@@ -89,24 +89,6 @@ class PartitionOffsets:
             self.end = offset
 
 
-def queue_limit(batch_size: int, concurrency: int) -> int:
-    """Entries queued at most before the loop pauses its partitions (flow control):
-    ``max(2 x batch_size, 32 x concurrency)``, enough for every worker to take a unit of
-    the minimum size twice over."""
-    return max(2 * batch_size, 32 * concurrency)
-
-
-def queue_full(queued: int, limit: int, paused: bool) -> bool:
-    """Whether the loop keeps (or puts) its partitions paused with ``queued`` entries waiting.
-
-    Full at ``limit``; once paused (``paused``), full until the queue has drained to half of
-    it. Resuming a paused partition makes librdkafka fetch it again from the broker (pausing
-    purges the messages it had prefetched for it): resuming at the first free slot would
-    re-fetch every few hundred events and leave the workers without work during each fetch;
-    the half still queued keeps them busy while the fetch is under way."""
-    return queued >= limit or (paused and queued > limit // 2)
-
-
 @dataclass(slots=True)
 class Unit:
     """Entries one worker applies in one transaction; ``keys``: the keys it holds."""
@@ -282,4 +264,4 @@ class KeyScheduler:
             self._rewinds.pop(tp, None)
 
 
-__all__ = ["KeyScheduler", "PartitionOffsets", "Unit", "entry_key", "queue_full", "queue_limit"]
+__all__ = ["KeyScheduler", "PartitionOffsets", "Unit", "entry_key"]

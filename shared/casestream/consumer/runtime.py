@@ -53,8 +53,7 @@ batch and queues it per aggregate in a :class:`~casestream.consumer.keyparallel.
 transaction each, while the loop keeps fetching. Per partition the loop commits the lowest
 offset not yet applied; cuts seek their partition back as above. When more than
 ``max(2 x batch_size, 32 x key_concurrency)`` entries are queued the loop pauses its partitions
-(flow control: what was fetched is kept) and resumes them once the queue has drained to half
-of that (a resume re-fetches: librdkafka drops what it had prefetched of a paused partition). Rebalance
+(flow control: what was fetched is kept) and resumes them once the queue has room. Rebalance
 and shutdown wait for the running units; the sweep runs in the loop beside them.
 
 Shutdown: when ``stop`` is set the current batch finishes and commits, pending offsets are
@@ -80,7 +79,6 @@ from casestream.consumer.deadletters import DeadLetterSink, KafkaDeadLetters, re
 from casestream.errors import ConfigError
 from casestream.consumer.handlers import HandlerRegistry, OutboxAppender
 from casestream.consumer.inbox import ensure_schema
-from casestream.consumer.keyparallel import queue_full, queue_limit
 from casestream.consumer.keyworkers import KeyWorkers, give_back
 from casestream.kafka.config import KafkaTarget, client_config, connection_config
 from casestream.kafka.topics import fetch_batch
@@ -459,8 +457,8 @@ class ConsumerRuntime:
                                f"{workers.crashed!r}") from workers.crashed
         self._resume_due()
         s = self.settings
-        limit = queue_limit(s.batch_size, s.key_concurrency)
-        full = queue_full(workers.queued, limit, bool(self._flow_paused))
+        limit = max(2 * s.batch_size, 32 * s.key_concurrency)
+        full = workers.queued >= limit
         self._flow(full)
         self._enter("polling")
         msgs = fetch_batch(self._consumer, s.batch_size, 0.0 if full else s.poll_timeout_s)
@@ -478,7 +476,7 @@ class ConsumerRuntime:
         self._commit_pending()
         if full:
             self._enter("waiting for the key queue")
-            workers.wait_room(limit // 2 + 1, 0.02)
+            workers.wait_room(limit, 0.02)
 
     def _flow(self, full: bool) -> None:
         """Pause every fetching partition while the key queue is full, resume when not."""
