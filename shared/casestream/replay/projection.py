@@ -205,8 +205,18 @@ def json_batch_registry(name: str, statement: Any, rows_of: Callable[[Sequence[A
     def project(ctx: Any, events: Sequence[Any]) -> None:
         rows = rows_of(events)
         if rows:
-            ctx.conn.execute(statement, (json.dumps(rows, default=_iso),))
+            _execute_json(ctx.conn, statement, rows)
 
+    return _batch_projections(name, project, event_types)
+
+
+def _execute_json(conn: Any, statement: Any, rows: list[Any]) -> None:
+    conn.execute(statement, (json.dumps(rows, default=_iso),))
+
+
+def _batch_projections(name: str, project: Callable[[Any, Sequence[Any]], None],
+                       event_types: Iterable[str]) -> HandlerRegistry:
+    """``project`` as the PROJECTION batch handler of every type in ``event_types``, named ``name``."""
     project.__qualname__ = name
     registry = HandlerRegistry()
     for event_type in event_types:
@@ -271,14 +281,10 @@ def insert_batch_registry(name: str, table: str, columns: Sequence[tuple[str, st
         if (ctx.mode is ProcessingMode.REPLAY and conn.pgconn.pipeline_status == pq.PipelineStatus.OFF
                 and _copy_rows(conn, copy, types, rows, table)):
             return
-        conn.execute(insert, (json.dumps(rows, default=_iso),))
+        _execute_json(conn, insert, rows)
 
-    project.__qualname__ = name
     setattr(project, WRITES_BY_COPY, True)
-    registry = HandlerRegistry()
-    for event_type in event_types:
-        registry.add_batch(event_type, project, kind=HandlerKind.PROJECTION)
-    return registry
+    return _batch_projections(name, project, event_types)
 
 
 class _UUIDOrTextBinaryDumper(UUIDBinaryDumper):
