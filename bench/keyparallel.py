@@ -29,6 +29,7 @@ Usage::
 from __future__ import annotations
 
 import argparse
+import asyncio
 import logging
 import sys
 import threading
@@ -59,7 +60,7 @@ def measured_sleep(wait_s: float, n: int = 200) -> float:
 
 def run(bootstrap: str, dsn: str, topic: str, n: int, codec: Any, table: str, consumer: str,
         *, concurrency: int, wait_s: float, batch: int,
-        upsert_row: bool) -> tuple[float, float, Any, float | None, float]:
+        upsert_row: bool, coroutine: bool) -> tuple[float, float, Any, float | None, float]:
     """Apply the first ``n`` events of ``topic``; returns (seconds from assignment, steady
     events/s, stats, share of the clock the workers were applying units (None:
     key_concurrency 1), process CPU / steady clock).
@@ -69,11 +70,18 @@ def run(bootstrap: str, dsn: str, topic: str, n: int, codec: Any, table: str, co
     upsert = UPSERT.format(t=table)
     registry = HandlerRegistry()
 
-    @registry.on("CaseOpened", kind=HandlerKind.PROJECTION)
-    def project(ctx: HandlerContext, e: Envelope) -> None:
-        time.sleep(wait_s)  # the external call
-        if upsert_row:
-            ctx.conn.execute(upsert, _row(e))
+    if coroutine:
+        @registry.on("CaseOpened", kind=HandlerKind.PROJECTION)
+        async def project_async(ctx: HandlerContext, e: Envelope) -> None:
+            await asyncio.sleep(wait_s)  # the external call, on an async client
+            if upsert_row:
+                ctx.conn.execute(upsert, _row(e))
+    else:
+        @registry.on("CaseOpened", kind=HandlerKind.PROJECTION)
+        def project(ctx: HandlerContext, e: Envelope) -> None:
+            time.sleep(wait_s)  # the external call
+            if upsert_row:
+                ctx.conn.execute(upsert, _row(e))
 
     pool = ConnectionPool(dsn, min_size=2, max_size=concurrency + 1, open=True)
     rt = ConsumerRuntime(consumer, [topic], registry, codec, pool,
@@ -101,7 +109,7 @@ def run(bootstrap: str, dsn: str, topic: str, n: int, codec: Any, table: str, co
     cpu = time.process_time() - steady[2]
     del cpu0
     w = rt._workers  # noqa: SLF001 - the bench reports worker utilisation
-    busy = w.busy_s / (secs * concurrency) if w is not None else None
+    busy = w.busy_s / (secs * len(w.processors)) if w is not None else None
     cpu_share = cpu / (t_end - steady[0])
     stop.set()
     th.join(60)
@@ -121,6 +129,8 @@ def main() -> None:
     ap.add_argument("--batch-size", type=int, default=500)
     ap.add_argument("--upsert", action="store_true",
                     help="the handler also upserts one projection row per event")
+    ap.add_argument("--async", dest="coroutine", action="store_true",
+                    help="the handler is a coroutine (async def, awaits asyncio.sleep)")
     ap.add_argument("--switch-interval-ms", type=float,
                     help="sys.setswitchinterval for this process (CPython default 5 ms)")
     ap.add_argument("--fast", action="store_true",
@@ -160,7 +170,7 @@ def main() -> None:
             n = sizes[c]
             secs, steady, stats, busy, cpu_share = run(args.bootstrap, args.dsn, topic, n, codec, tables[c], consumers[c],
                               concurrency=c, wait_s=wait_s, batch=args.batch_size,
-                              upsert_row=args.upsert)
+                              upsert_row=args.upsert, coroutine=args.coroutine)
             with psycopg.connect(args.dsn) as conn:
                 last = dict(conn.execute(
                     "SELECT aggregate_id, max(aggregate_version) FROM consumer_inbox"

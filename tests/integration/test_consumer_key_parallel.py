@@ -4,11 +4,14 @@ Within one partition, events of different aggregates are handled at once; each a
 events keep their order, each has exactly one effect (the effects table has no unique key: a
 doubled effect shows as two rows), the committed offsets reach the end, a poison message is
 dead-lettered and retryable failures are retried — with a member joining mid-flight (rebalance)
-and with the consumer process SIGKILLed inside a handler while other units are running.
+and with the consumer process SIGKILLed inside a handler while other units are running; each
+with plain handlers (a worker thread per call) and with coroutine handlers (``async def``,
+awaited together on a worker's event loop).
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import signal
 import subprocess
@@ -70,9 +73,19 @@ class Concurrency:
             with self.lock:
                 self.now -= 1
 
-    def registry(self) -> HandlerRegistry:
+    async def handle_async(self, ctx: Any, event: Any) -> None:
+        self.now += 1  # one event loop per worker thread: a coroutine probe needs no lock
+        self.most = max(self.most, self.now)
+        try:
+            await asyncio.sleep(self.wait_s)
+            self.env.projection.handle(ctx, event)
+        finally:
+            self.now -= 1
+
+    def registry(self, coroutine: bool = False) -> HandlerRegistry:
         registry = HandlerRegistry()
-        registry.add("CaseReturned", self.handle, kind=HandlerKind.PROJECTION)
+        registry.add("CaseReturned", self.handle_async if coroutine else self.handle,
+                     kind=HandlerKind.PROJECTION)
         return registry
 
 
@@ -95,14 +108,15 @@ def _end_offsets_committed(env: Harness, total: int) -> None:
     wait_until(done, 30, 0.3)
 
 
+@pytest.mark.parametrize("coroutine", [False, True], ids=["threads", "async-def"])
 def test_different_aggregates_of_a_partition_run_at_once_in_order_once_each(
-        consumer_harness: Any) -> None:
+        consumer_harness: Any, coroutine: bool) -> None:
     env = _harness(consumer_harness, "test.keypar")
     events = _events(aggregates=40, versions=6)
     env.projection.fail = {events[45].event_id: 2, events[130].event_id: 1}  # retried, cut
     probe = Concurrency(env, 0.01)
     rt = env.runtime(env.settings(key_concurrency=CONCURRENCY, batch_size=50),
-                     probe.registry())
+                     probe.registry(coroutine))
     env.start(rt)
     produce_events(env.bootstrap, env.topic, env.codec, events)
     produce(env.bootstrap, env.topic, [(b"A0", b"\x00not an envelope", [])])  # poison
@@ -112,22 +126,24 @@ def test_different_aggregates_of_a_partition_run_at_once_in_order_once_each(
     _end_offsets_committed(env, len(events) + 1)
     env.stop(rt)
     # more handlers at once than partitions: aggregates of one partition ran concurrently
-    assert probe.most > PARTITIONS, probe.most
+    assert PARTITIONS < probe.most <= CONCURRENCY, probe.most
     _in_order_once(env, events)
     assert env.projection.calls[events[45].event_id] == 3  # two induced failures, then applied
     assert rt.stats.retries >= 3
 
 
-def test_a_member_joining_mid_flight_loses_and_doubles_nothing(consumer_harness: Any) -> None:
+@pytest.mark.parametrize("coroutine", [False, True], ids=["threads", "async-def"])
+def test_a_member_joining_mid_flight_loses_and_doubles_nothing(consumer_harness: Any,
+                                                               coroutine: bool) -> None:
     env = _harness(consumer_harness, "test.keypar.rebalance")
     events = _events(aggregates=60, versions=8)
     probe = Concurrency(env, 0.005)
     settings = env.settings(key_concurrency=CONCURRENCY, batch_size=40)
-    first = env.runtime(settings, probe.registry())
+    first = env.runtime(settings, probe.registry(coroutine))
     env.start(first)
     produce_events(env.bootstrap, env.topic, env.codec, events)
     wait_until(lambda: len(env.rows()) >= 60, 60, 0.05)
-    second = env.runtime(settings, probe.registry())
+    second = env.runtime(settings, probe.registry(coroutine))
     env.start(second)  # rebalance while units of the first member are running
     wait_until(lambda: len(env.rows()) >= len(events), 90, 0.2)
     _end_offsets_committed(env, len(events))
@@ -145,16 +161,18 @@ def _child(env: Harness, *extra: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(cmd, capture_output=True, text=True, timeout=120)
 
 
+@pytest.mark.parametrize("coroutine", [False, True], ids=["threads", "async-def"])
 def test_sigkill_inside_a_handler_with_units_in_flight_loses_and_doubles_nothing(
-        consumer_harness: Any) -> None:
+        consumer_harness: Any, coroutine: bool) -> None:
     env = _harness(consumer_harness, "test.keypar.kill")
     events = _events(aggregates=30, versions=8)
     produce_events(env.bootstrap, env.topic, env.codec, events)
-    killed = _child(env, "--kill-in-handler-at", "150")
+    mode = ("--async-handler",) if coroutine else ()
+    killed = _child(env, "--kill-in-handler-at", "150", *mode)
     assert killed.returncode == -signal.SIGKILL, killed.stderr[-2000:]
     before = len(env.rows())
     assert 0 < before < len(events)
-    again = _child(env, "--idle-exit", "2")
+    again = _child(env, "--idle-exit", "2", *mode)
     assert again.returncode == 0, again.stderr[-2000:]
     stats = json.loads(again.stdout.strip().splitlines()[-1])
     assert stats["applied"] == len(events) - before

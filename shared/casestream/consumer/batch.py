@@ -94,12 +94,14 @@ class BatchProcessor:
         stats: counters to update (a fresh ``ConsumerStats`` by default).
         guard_cache: share this guard-row cache (several processors of one consumer applying
             different aggregates at once); default: its own of ``settings.guard_cache_size``.
+        handler_concurrency: most coroutine (``async def``) handler calls the fast path awaits
+            at once, over different aggregates (default 1: one after the other).
     """
 
     def __init__(self, *, consumer: str, handlers: HandlerRegistry, decoder: EnvelopeDecoder,
                  dead_letters: DeadLetterSink, settings: ConsumerSettings | None = None,
                  outbox: OutboxAppender | None = None, stats: ConsumerStats | None = None,
-                 guard_cache: GuardCache | None = None) -> None:
+                 guard_cache: GuardCache | None = None, handler_concurrency: int = 1) -> None:
         self.consumer = consumer
         self.handlers = handlers
         self.decoder = decoder
@@ -125,7 +127,8 @@ class BatchProcessor:
                                 failures=self._failures, cache=self._cache, stats=self.stats,
                                 policy=s.retry, gap_hold_s=s.gap_hold_s)
         self._fast = FastPath(consumer=consumer, dispatch=self._dispatch, failures=self._failures,
-                              cache=self._cache, stats=self.stats, pipeline=s.pipeline_handlers)
+                              cache=self._cache, stats=self.stats, pipeline=s.pipeline_handlers,
+                              concurrency=handler_concurrency)
         self._slow = SavepointPath(consumer=consumer, dispatch=self._dispatch, applier=applier,
                                    held=self._held, failures=self._failures, cache=self._cache,
                                    stats=self.stats, max_batch_s=s.max_batch_s,
@@ -247,6 +250,11 @@ class BatchProcessor:
         those aggregates now) and this member's retry hints (the counts stay durable)."""
         self._cache.clear()
         self._failures.forget(tps)
+
+    def close(self) -> None:
+        """Release what coroutine handlers needed (the event loop); the processor may be
+        used again afterwards."""
+        self._dispatch.close()
 
     def attempts_of(self, conn: Any, rec: Record) -> int:
         """Failed attempts recorded so far for ``rec`` in ``consumer_retry`` (0 if none)."""

@@ -9,6 +9,8 @@ tracing spans: a per-event handler runs in a CONSUMER span that is a child of th
 
 from __future__ import annotations
 
+import asyncio
+import inspect
 from typing import Any
 
 from casestream import telemetry
@@ -45,6 +47,7 @@ class Dispatcher:
         self.first_seen = first_seen
         self.strict_types = strict_types
         self.redrive_topic = redrive_topic
+        self._runner: asyncio.Runner | None = None  # awaits coroutine handlers (made on first use)
 
     def has_side_effects(self, event_type: str) -> bool:
         """True if a ``SIDE_EFFECT`` handler takes ``event_type`` in this mode."""
@@ -113,7 +116,7 @@ class Dispatcher:
         events = [i.env for i in run]
         with telemetry.consume_batch_span(self.consumer, [(i.rec, i.env) for i in run]):
             for h in hs:
-                h.fn(ctx, events)
+                self.wait(h.fn(ctx, events))
 
     def run_item(self, conn: Any, item: _Item) -> int:
         """Run the handlers of every event of ``item`` in order; returns how many had none."""
@@ -126,13 +129,57 @@ class Dispatcher:
         hs = self.handlers.handlers_for(env.event_type, self.mode)
         if not hs:
             return 0 if self.handlers.knows(env.event_type) else 1
-        ctx = HandlerContext(conn=conn, outbox=self.outbox, mode=self.mode,
-                             consumer=self.consumer, topic=rec.topic, partition=rec.partition,
-                             offset=rec.offset, positions=((rec.topic, rec.partition, rec.offset),))
+        ctx = self._context(conn, rec)
         with telemetry.consume_span(self.consumer, rec, env):
             for h in hs:
-                h.call(ctx, env)
+                self.wait(h.call(ctx, env))
         return 0
+
+    def awaits(self, item: _Item) -> bool:
+        """True if a coroutine (``async def``) handler takes the event of ``item``."""
+        return any(h.awaits for h in self.handlers.handlers_for(item.env.event_type, self.mode))
+
+    async def run_handlers_async(self, conn: Any, rec: Record, env: Any) -> int:
+        """:meth:`run_handlers` on the running event loop: coroutine handlers are awaited
+        there, so other aggregates' handlers run while this one waits."""
+        hs = self.handlers.handlers_for(env.event_type, self.mode)
+        if not hs:
+            return 0 if self.handlers.knows(env.event_type) else 1
+        ctx = self._context(conn, rec)
+        with telemetry.consume_span(self.consumer, rec, env):
+            for h in hs:
+                result = h.call(ctx, env)
+                if inspect.isawaitable(result):
+                    await result
+        return 0
+
+    def wait(self, result: Any) -> None:
+        """Await ``result`` on this dispatcher's event loop when a handler returned an
+        awaitable (a coroutine handler); anything else is ignored."""
+        if inspect.isawaitable(result):
+            self.run(_awaited(result))
+
+    def run(self, coro: Any) -> Any:
+        """Run coroutine ``coro`` to completion on this dispatcher's event loop (made on
+        first use; one dispatcher is used by one thread at a time)."""
+        if self._runner is None:
+            self._runner = asyncio.Runner()
+        return self._runner.run(coro)
+
+    def close(self) -> None:
+        """Close the event loop, if one was made."""
+        if self._runner is not None:
+            self._runner.close()
+            self._runner = None
+
+    def _context(self, conn: Any, rec: Record) -> HandlerContext:
+        return HandlerContext(conn=conn, outbox=self.outbox, mode=self.mode,
+                              consumer=self.consumer, topic=rec.topic, partition=rec.partition,
+                              offset=rec.offset, positions=((rec.topic, rec.partition, rec.offset),))
+
+
+async def _awaited(awaitable: Any) -> Any:
+    return await awaitable
 
 
 def _each_event(items: list[_Item]) -> list[_Item]:

@@ -9,7 +9,9 @@ rolls back and the caller redoes it on the savepoint path (``batch_slow``).
 
 from __future__ import annotations
 
+import asyncio
 import logging
+from collections import deque
 from collections.abc import Sequence
 from typing import Any
 
@@ -86,16 +88,20 @@ class FastPath:
         cache: guard rows known from earlier batches.
         stats: counters to update after a commit.
         pipeline: send the handlers' statements in psycopg pipeline mode.
+        concurrency: most coroutine handler calls awaited at once (different aggregates;
+            1: one after the other).
     """
 
     def __init__(self, *, consumer: str, dispatch: Dispatcher, failures: FailureHandler,
-                 cache: GuardCache, stats: ConsumerStats, pipeline: bool) -> None:
+                 cache: GuardCache, stats: ConsumerStats, pipeline: bool,
+                 concurrency: int = 1) -> None:
         self.consumer = consumer
         self.dispatch = dispatch
         self.failures = failures
         self.cache = cache
         self.stats = stats
         self.pipeline = pipeline
+        self.concurrency = concurrency
         #: (id of the record whose per-event handler raised, the exception) of the last
         #: ``try_apply``: that call was the message's attempt, the slow path must not repeat it.
         self.handler_failure: tuple[int, BaseException] | None = None
@@ -200,14 +206,27 @@ class FastPath:
         counters.update(applied=len(apply), dup=dup, stale=stale, unknown=unknown, guards=guards)
 
     def _handlers(self, conn: Any, apply: list[_Item]) -> int:
-        """Run the handlers of ``apply`` in order; returns how many events had none."""
+        """Run the handlers of ``apply`` in order; returns how many events had none.
+
+        With ``concurrency`` > 1, consecutive events taken by coroutine handlers form a wave
+        awaited concurrently (:meth:`_wave`); a batch handler or a plain one ends the wave."""
         unknown = 0
         dispatch = self.dispatch
+        wave: list[_Item] = []
         for run, hs in dispatch.runs(apply):
             if len(run) > 1 or (hs and hs[0].batch):
+                if wave:
+                    unknown += self._wave(conn, wave)
+                    wave = []
                 dispatch.run_batch(conn, run, hs)
                 continue
             it = run[0]
+            if self.concurrency > 1 and dispatch.awaits(it):
+                wave.append(it)
+                continue
+            if wave:
+                unknown += self._wave(conn, wave)
+                wave = []
             try:
                 unknown += dispatch.run_handlers(conn, it.rec, it.env)
             except psycopg.Error:
@@ -215,4 +234,42 @@ class FastPath:
             except Exception as e:
                 self.handler_failure = (id(it.rec), e)
                 raise
+        if wave:
+            unknown += self._wave(conn, wave)
+        return unknown
+
+    def _wave(self, conn: Any, wave: list[_Item]) -> int:
+        """Await the handlers of ``wave`` with up to ``concurrency`` calls at once: one chain
+        per aggregate, each chain's events in order. The first failure stops every chain
+        before its next event and is raised once the calls under way have ended (the
+        transaction then rolls back)."""
+        chains: dict[tuple[str, str], list[_Item]] = {}
+        for it in wave:
+            chains.setdefault(it.key, []).append(it)
+        dispatch = self.dispatch
+        pending = deque(chains.values())
+        failed: list[tuple[_Item, BaseException]] = []
+
+        async def caller() -> int:  # one of ``concurrency``: takes chains until none is left
+            unknown = 0
+            while pending and not failed:
+                for it in pending.popleft():
+                    try:
+                        unknown += await dispatch.run_handlers_async(conn, it.rec, it.env)
+                    except Exception as e:  # noqa: BLE001 - raised below, after the others
+                        failed.append((it, e))
+                    if failed:
+                        break
+            return unknown
+
+        async def all_chains() -> int:
+            callers = min(self.concurrency, len(chains))
+            return sum(await asyncio.gather(*(caller() for _ in range(callers))))
+
+        unknown = dispatch.run(all_chains())
+        if failed:
+            it, e = failed[0]
+            if not isinstance(e, psycopg.Error):
+                self.handler_failure = (id(it.rec), e)
+            raise e
         return unknown

@@ -38,6 +38,14 @@ A handler needs no savepoint of its own (``ctx.conn.transaction()``): when it ra
 rolls its fast-path batch back and applies the messages again each in a savepoint; one of its
 own costs two round trips to PostgreSQL per event (``SAVEPOINT``, ``RELEASE``: each a pipeline
 sync on the fast path).
+A handler may be an ``async def`` coroutine function (an HTTP call with an async client, say).
+The runtime awaits it on an event loop of the applying thread; with
+``ConsumerSettings(key_concurrency=N)``, the fast path runs the per-event coroutine handlers of
+one transaction concurrently, up to N calls at once over different aggregates, each
+aggregate's events one after the other in offset order (``casestream.consumer.batch_fast``). Its
+database effects still go through ``ctx.conn`` (a plain, blocking psycopg connection): keep
+them between awaits, never across one. The savepoint path, batch handlers and replay await
+one call at a time.
 To steer the runtime it raises :class:`casestream.errors.RetryableError` (transient, retried with
 backoff, bounded) or :class:`casestream.errors.PoisonMessageError` (dead-lettered at once); any
 other exception is treated as retryable-bounded (then dead-lettered).
@@ -46,7 +54,8 @@ other exception is treated as retryable-bounded (then dead-lettered).
 from __future__ import annotations
 
 import enum
-from collections.abc import Callable, Iterable, Sequence
+import inspect
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -115,8 +124,8 @@ class HandlerContext:
     positions: tuple[tuple[str, int, int], ...] = ()
 
 
-Handler = Callable[[HandlerContext, "Envelope"], None]
-BatchHandler = Callable[[HandlerContext, Sequence["Envelope"]], None]
+Handler = Callable[[HandlerContext, "Envelope"], "None | Awaitable[None]"]
+BatchHandler = Callable[[HandlerContext, Sequence["Envelope"]], "None | Awaitable[None]"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -125,15 +134,20 @@ class RegisteredHandler:
 
     event_type: str
     kind: HandlerKind
-    fn: Callable[..., None]
+    fn: Callable[..., Any]
     batch: bool = False
+    #: True for an ``async def`` handler: a call returns a coroutine the caller awaits
+    awaits: bool = field(init=False, default=False)
 
-    def call(self, ctx: HandlerContext, event: Envelope) -> None:
-        """Run the handler for one event (a batch handler gets a one-event list)."""
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "awaits", inspect.iscoroutinefunction(self.fn))
+
+    def call(self, ctx: HandlerContext, event: Envelope) -> Any:
+        """Call the handler for one event (a batch handler gets a one-event list); returns
+        what it returns (a coroutine for an ``async def`` handler)."""
         if self.batch:
-            self.fn(ctx, (event,))
-        else:
-            self.fn(ctx, event)
+            return self.fn(ctx, (event,))
+        return self.fn(ctx, event)
 
     @property
     def name(self) -> str:
@@ -215,6 +229,12 @@ class HandlerRegistry:
             hit = self._cache[key] = tuple(
                 h for h in self._by_type.get(event_type, ()) if h.kind.runs_in(mode))
         return hit
+
+    def awaits(self, mode: ProcessingMode) -> bool:
+        """True if a coroutine (``async def``) handler the fast path may run (``PROJECTION``
+        or ``PROCESS``) runs in ``mode``."""
+        return any(h.awaits and h.kind is not HandlerKind.SIDE_EFFECT and h.kind.runs_in(mode)
+                   for hs in self._by_type.values() for h in hs)
 
     def knows(self, event_type: str) -> bool:
         """True if ``event_type`` has a handler (any kind) or was declared with :meth:`ignore`."""

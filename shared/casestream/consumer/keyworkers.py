@@ -16,6 +16,12 @@ the GIL; units of one or two events at 64 workers made the process CPU-bound (on
 fifth of the rate the handlers' waits allow. With no unit running a worker starts at once on
 whatever is queued, so a lone event waits for nobody.
 
+Coroutine handlers (``async def``, see ``casestream.consumer.handlers``): the runtime starts
+:func:`worker_threads` threads instead, one per ``CALLS_PER_WORKER`` calls, and each thread's
+fast path awaits its unit's calls concurrently, one chain per aggregate
+(``casestream.consumer.batch_fast``), so ``key_concurrency`` calls wait at once on a handful
+of threads.
+
 A unit that fails as a whole (database down, dead-letter delivery failed) is rolled back and
 its partitions are re-fetched from its first offsets after the consumer's exponential backoff
 (``retry``, counted over consecutive failed units), as a failed poll batch is.
@@ -38,6 +44,15 @@ log = logging.getLogger("casestream.consumer")
 
 MIN_UNIT = 32  # entries a unit holds at least while other units run (fewer only after LINGER_S)
 LINGER_S = 0.01  # s one worker waits for MIN_UNIT entries before taking fewer
+CALLS_PER_WORKER = 8  # coroutine handler calls one worker thread awaits at once
+
+
+def worker_threads(concurrency: int, coroutines: bool) -> int:
+    """Worker threads for ``key_concurrency`` = ``concurrency``: one per call for plain
+    handlers; with coroutine handlers one per ``CALLS_PER_WORKER`` calls, each thread
+    awaiting its unit's calls together on its event loop (a thread switch per event, under
+    the GIL, costs more CPU than the event itself once dozens of threads wait)."""
+    return -(-concurrency // CALLS_PER_WORKER) if coroutines else concurrency
 
 
 class KeyWorkers:
@@ -204,6 +219,9 @@ class KeyWorkers:
                 self.crashed = e
                 self._cond.notify_all()
         finally:
+            close = getattr(processor, "close", None)  # the event loop of coroutine handlers
+            if close is not None:
+                close()
             if conn is not None:
                 self._put(conn)
 

@@ -79,7 +79,7 @@ from casestream.consumer.deadletters import DeadLetterSink, KafkaDeadLetters, re
 from casestream.errors import ConfigError
 from casestream.consumer.handlers import HandlerRegistry, OutboxAppender
 from casestream.consumer.inbox import ensure_schema
-from casestream.consumer.keyworkers import KeyWorkers, give_back
+from casestream.consumer.keyworkers import KeyWorkers, give_back, worker_threads
 from casestream.kafka.config import KafkaTarget, client_config, connection_config
 from casestream.kafka.topics import fetch_batch
 
@@ -174,11 +174,12 @@ class ConsumerRuntime:
         self._flow_paused: set[TP] = set()  # paused because the key queue is full
         self._keyed_committed: dict[TP, int] = {}  # highest offset made pending per partition
         k = self.settings.key_concurrency
+        self._key_workers = worker_threads(k, handlers.awaits(self.settings.mode))
         max_size = getattr(pool, "max_size", None)
-        if k > 1 and isinstance(max_size, int) and max_size < k + 1:
+        if k > 1 and isinstance(max_size, int) and max_size < self._key_workers + 1:
             raise ConfigError(f"consumer {name}: key_concurrency={k} needs a connection pool "
-                              f"of max_size >= {k + 1} (one per worker and one for the loop), "
-                              f"the pool has max_size={max_size}")
+                              f"of max_size >= {self._key_workers + 1} (one per worker thread "
+                              f"and one for the loop), the pool has max_size={max_size}")
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -250,11 +251,14 @@ class ConsumerRuntime:
                                         **self._processor_args)  # type: ignore[arg-type]
         if self.settings.key_concurrency > 1:
             cache = self.processor.guard_cache
+            threads = self._key_workers
+            calls = -(-self.settings.key_concurrency // threads)
             self._workers = KeyWorkers(
                 self.name, self.pool,
                 lambda: BatchProcessor(dead_letters=self._dead_letters, guard_cache=cache,
+                                       handler_concurrency=calls,
                                        **self._processor_args),  # type: ignore[arg-type]
-                concurrency=self.settings.key_concurrency, max_unit=self.settings.batch_size,
+                concurrency=threads, max_unit=self.settings.batch_size,
                 retry=self.settings.retry)
         if self.settings.ensure_topics:
             ensure_topics(self._kafka_connection(), [self.dlq_topic, self.redrive_topic])
@@ -282,6 +286,8 @@ class ConsumerRuntime:
                     self._workers.stop()
                 if self._executor:
                     self._executor.shutdown(wait=True)
+                if self.processor is not None:
+                    self.processor.close()
                 self._release_conn()
                 if isinstance(self._dead_letters, KafkaDeadLetters):
                     try:
@@ -448,7 +454,8 @@ class ConsumerRuntime:
     def _start_workers(self) -> None:
         assert self._workers is not None
         self._workers.start()
-        log.info("%s: key-parallel, %d workers", self.name, self.settings.key_concurrency)
+        log.info("%s: key-parallel, %d calls at once on %d worker threads", self.name,
+                 self.settings.key_concurrency, self._key_workers)
 
     def _step_keyed(self, workers: KeyWorkers) -> None:
         """One loop step of key-parallel mode: flow control, fetch, queue, seek, sweep, commit."""

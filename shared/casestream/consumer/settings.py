@@ -76,7 +76,11 @@ class ConsumerSettings:
             order and the committed offset of a partition never passes an event not yet
             applied (the ``KEY`` ordering of Confluent Parallel Consumer). Inbox, guard,
             retries and dead letters work as with 1. For handlers that wait on I/O (an HTTP
-            call, a mail server); the pool needs ``max_size >= key_concurrency + 1``.
+            call, a mail server); the pool needs one connection per worker thread and one
+            for the loop: ``key_concurrency + 1``, or with coroutine (``async def``)
+            ``PROJECTION``/``PROCESS`` handlers ``ceil(key_concurrency / 8) + 1``: each
+            worker thread then awaits up to 8 calls of its unit at once on its event loop
+            (``casestream.consumer.keyworkers.CALLS_PER_WORKER``).
     """
 
     batch_size: int = 500

@@ -16,11 +16,13 @@ the first is decided as above, the others follow its verdict (as in live).
 Only handlers whose kind runs in REPLAY (``PROJECTION``) are called; events without one still
 advance the guard (an aggregate's versions count whatever the type, as in live).
 Consecutive events with the same handler functions form a *run*: a batch handler gets the
-whole run in one call (event order kept), a per-event handler is called per event.
+whole run in one call (event order kept), a per-event handler is called per event; a
+coroutine (``async def``) handler is awaited before the next call.
 """
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -179,7 +181,9 @@ class ReplayApplier:
     @staticmethod
     def _guarded(h: RegisteredHandler, ctx: HandlerContext, arg: Any, pos: Position) -> None:
         try:
-            h.fn(ctx, arg)
+            result = h.fn(ctx, arg)
+            if h.awaits:
+                asyncio.run(result)  # a coroutine projection, awaited one call at a time
         except Exception as e:
             raise ReplayHandlerError(
                 f"handler {h.name} failed at {pos[0]}[{pos[1]}]@{pos[2]}: "

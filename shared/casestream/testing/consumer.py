@@ -12,11 +12,13 @@ Subprocess entry point (crash tests)::
         --table effects_x [--codec registry|memory|test] [--kill-before-offset-commit]
         [--kill-in-handler-at SEQ] [--expect N] [--idle-exit S]
         [--fail-always EVENT_ID --retry-delay-s S --max-attempts N]
+        [--key-concurrency C --handler-wait-ms MS [--async-handler]]
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import os
 import signal
@@ -410,6 +412,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                     help="ConsumerSettings.key_concurrency (events of different aggregates at once)")
     ap.add_argument("--handler-wait-ms", type=float, default=0.0,
                     help="the handler sleeps this long per event first (an external call)")
+    ap.add_argument("--async-handler", action="store_true",
+                    help="the handler is a coroutine: it awaits asyncio.sleep instead")
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO, stream=sys.stderr,
                         format=f"%(asctime)s child {args.name} %(levelname)s %(message)s")
@@ -429,7 +433,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             time.sleep(args.handler_wait_ms / 1000.0)
         projection.handle(ctx, event)
 
-    registry.add("CaseReturned", handle, kind=HandlerKind.PROJECTION)
+    async def handle_async(ctx: HandlerContext, event: Any) -> None:
+        await asyncio.sleep(args.handler_wait_ms / 1000.0)
+        projection.handle(ctx, event)
+
+    registry.add("CaseReturned", handle_async if args.async_handler else handle,
+                 kind=HandlerKind.PROJECTION)
     settings = ConsumerSettings(batch_size=args.batch_size, key_concurrency=args.key_concurrency)
     if args.retry_delay_s is not None:
         # lazy (start-up cost): drivers load only in the helpers that use them

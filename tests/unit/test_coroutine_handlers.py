@@ -1,0 +1,153 @@
+"""Coroutine (``async def``) handlers on the fast path: awaited concurrently over aggregates,
+in order within one, at most ``concurrency`` at once; a failure is pinned to its message."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+
+from casestream.consumer.batch_dispatch import Dispatcher
+from casestream.consumer.batch_fast import FastPath, GuardCache
+from casestream.consumer.batch_model import _Item
+from casestream.consumer.guard import FirstSeenPolicy
+from casestream.consumer.handlers import DiscardingOutbox, HandlerKind, HandlerRegistry
+from casestream.consumer.keyworkers import worker_threads
+from casestream.consumer.processing import ProcessingMode
+from casestream.consumer.records import ConsumerStats, Record
+from casestream.testing.consumer import make_event
+
+pytestmark = pytest.mark.unit
+
+
+class Calls:
+    """An async handler that waits a little and records what ran and how many at once."""
+
+    def __init__(self, fail: str | None = None) -> None:
+        self.order: list[tuple[str, int]] = []
+        self.now = self.most = 0
+        self.fail = fail
+
+    async def handle(self, ctx: Any, event: Any) -> None:
+        self.now += 1
+        self.most = max(self.most, self.now)
+        try:
+            await asyncio.sleep(0.001 * (event.aggregate_version % 3))
+            if event.event_id == self.fail:
+                raise ValueError("external call refused")
+            self.order.append((event.aggregate_id, event.aggregate_version))
+        finally:
+            self.now -= 1
+
+
+def _fast(registry: HandlerRegistry, concurrency: int) -> FastPath:
+    dispatch = Dispatcher(consumer="c", handlers=registry, mode=ProcessingMode.LIVE,
+                          outbox=DiscardingOutbox(), first_seen=FirstSeenPolicy.STRICT,
+                          strict_types=False, redrive_topic="c.redrive")
+    return FastPath(consumer="c", dispatch=dispatch, failures=None,  # type: ignore[arg-type]
+                    cache=GuardCache(0), stats=ConsumerStats(), pipeline=False,
+                    concurrency=concurrency)
+
+
+def _items(aggregates: int, versions: int) -> list[_Item]:
+    evs = [make_event(f"A{a}", v) for v in range(1, versions + 1) for a in range(aggregates)]
+    return [_Item(Record("t", 0, i, e.aggregate_id.encode(), b""), e) for i, e in enumerate(evs)]
+
+
+def test_aggregates_are_awaited_at_once_up_to_the_limit_each_in_order() -> None:
+    calls = Calls()
+    registry = HandlerRegistry()
+    registry.add("CaseReturned", calls.handle, kind=HandlerKind.PROJECTION)
+    fast = _fast(registry, concurrency=4)
+    items = _items(aggregates=10, versions=5)
+    try:
+        assert fast._handlers(None, items) == 0  # noqa: SLF001 - the wave under test
+    finally:
+        fast.dispatch.close()
+    assert calls.most == 4
+    assert sorted(calls.order) == sorted((it.env.aggregate_id, it.env.aggregate_version)
+                                         for it in items)
+    for a in range(10):
+        assert [v for agg, v in calls.order if agg == f"A{a}"] == [1, 2, 3, 4, 5]
+
+
+def test_concurrency_one_awaits_one_call_at_a_time_in_offset_order() -> None:
+    calls = Calls()
+    registry = HandlerRegistry()
+    registry.add("CaseReturned", calls.handle, kind=HandlerKind.PROJECTION)
+    fast = _fast(registry, concurrency=1)
+    items = _items(aggregates=3, versions=2)
+    try:
+        fast._handlers(None, items)  # noqa: SLF001
+    finally:
+        fast.dispatch.close()
+    assert calls.most == 1
+    assert calls.order == [(it.env.aggregate_id, it.env.aggregate_version) for it in items]
+
+
+def test_a_failing_call_is_pinned_to_its_message_and_stops_its_aggregate() -> None:
+    items = _items(aggregates=6, versions=3)
+    bad = items[7]  # A1 v2
+    calls = Calls(fail=bad.env.event_id)
+    registry = HandlerRegistry()
+    registry.add("CaseReturned", calls.handle, kind=HandlerKind.PROJECTION)
+    fast = _fast(registry, concurrency=3)
+    try:
+        with pytest.raises(ValueError, match="external call refused"):
+            fast._handlers(None, items)  # noqa: SLF001
+    finally:
+        fast.dispatch.close()
+    assert fast.handler_failure is not None
+    assert fast.handler_failure[0] == id(bad.rec)
+    assert ("A1", 3) not in calls.order  # nothing after the failure of its aggregate
+
+
+def test_a_plain_handler_between_coroutine_ones_runs_in_its_place() -> None:
+    seen: list[str] = []
+    registry = HandlerRegistry()
+
+    async def slow(ctx: Any, e: Any) -> None:
+        await asyncio.sleep(0.002)
+        seen.append(f"async {e.aggregate_id}")
+
+    registry.add("CaseReturned", slow, kind=HandlerKind.PROJECTION)
+    registry.add("CaseClosed", lambda ctx, e: seen.append(f"plain {e.aggregate_id}"),
+                 kind=HandlerKind.PROJECTION)
+    items = _items(aggregates=2, versions=1)
+    closed = make_event("B", 1, event_type="CaseClosed")
+    items.insert(1, _Item(Record("t", 0, 99, b"B", b""), closed))
+    fast = _fast(registry, concurrency=8)
+    try:
+        fast._handlers(None, items)  # noqa: SLF001
+    finally:
+        fast.dispatch.close()
+    assert seen == ["async A0", "plain B", "async A1"]
+
+
+def test_coroutine_handlers_take_one_worker_thread_per_eight_calls() -> None:
+    assert worker_threads(64, coroutines=True) == 8
+    assert worker_threads(20, coroutines=True) == 3
+    assert worker_threads(8, coroutines=True) == 1
+    assert worker_threads(64, coroutines=False) == 64
+    registry = HandlerRegistry()
+
+    async def mail(ctx: Any, e: Any) -> None: ...
+
+    registry.add("CaseReturned", mail, kind=HandlerKind.SIDE_EFFECT)
+    assert not registry.awaits(ProcessingMode.LIVE)  # never on the fast path: a thread per call
+    registry.add("CaseReturned", mail, kind=HandlerKind.PROJECTION)
+    assert registry.awaits(ProcessingMode.LIVE) and registry.awaits(ProcessingMode.REPLAY)
+
+
+def test_the_savepoint_path_awaits_a_coroutine_handler_to_its_end() -> None:
+    calls = Calls()
+    registry = HandlerRegistry()
+    registry.add("CaseReturned", calls.handle, kind=HandlerKind.PROJECTION)
+    fast = _fast(registry, concurrency=1)
+    [it] = _items(aggregates=1, versions=1)
+    try:
+        assert fast.dispatch.run_item(None, it) == 0
+    finally:
+        fast.dispatch.close()
+    assert calls.order == [("A0", 1)]
