@@ -50,6 +50,14 @@ def _fast(registry: HandlerRegistry, concurrency: int) -> FastPath:
                     concurrency=concurrency)
 
 
+def _run(fast: FastPath, items: list[_Item]) -> int:
+    """The fast path's handler phase on ``items`` (no connection: the handlers use none)."""
+    try:
+        return fast._handlers(None, items)  # noqa: SLF001 - the wave under test
+    finally:
+        fast.dispatch.close()
+
+
 def _items(aggregates: int, versions: int) -> list[_Item]:
     evs = [make_event(f"A{a}", v) for v in range(1, versions + 1) for a in range(aggregates)]
     return [_Item(Record("t", 0, i, e.aggregate_id.encode(), b""), e) for i, e in enumerate(evs)]
@@ -61,10 +69,7 @@ def test_aggregates_are_awaited_at_once_up_to_the_limit_each_in_order() -> None:
     registry.add("CaseReturned", calls.handle, kind=HandlerKind.PROJECTION)
     fast = _fast(registry, concurrency=4)
     items = _items(aggregates=10, versions=5)
-    try:
-        assert fast._handlers(None, items) == 0  # noqa: SLF001 - the wave under test
-    finally:
-        fast.dispatch.close()
+    assert _run(fast, items) == 0
     assert calls.most == 4
     assert sorted(calls.order) == sorted((it.env.aggregate_id, it.env.aggregate_version)
                                          for it in items)
@@ -78,10 +83,7 @@ def test_concurrency_one_awaits_one_call_at_a_time_in_offset_order() -> None:
     registry.add("CaseReturned", calls.handle, kind=HandlerKind.PROJECTION)
     fast = _fast(registry, concurrency=1)
     items = _items(aggregates=3, versions=2)
-    try:
-        fast._handlers(None, items)  # noqa: SLF001
-    finally:
-        fast.dispatch.close()
+    _run(fast, items)
     assert calls.most == 1
     assert calls.order == [(it.env.aggregate_id, it.env.aggregate_version) for it in items]
 
@@ -93,11 +95,8 @@ def test_a_failing_call_is_pinned_to_its_message_and_stops_its_aggregate() -> No
     registry = HandlerRegistry()
     registry.add("CaseReturned", calls.handle, kind=HandlerKind.PROJECTION)
     fast = _fast(registry, concurrency=3)
-    try:
-        with pytest.raises(ValueError, match="external call refused"):
-            fast._handlers(None, items)  # noqa: SLF001
-    finally:
-        fast.dispatch.close()
+    with pytest.raises(ValueError, match="external call refused"):
+        _run(fast, items)
     assert fast.handler_failure is not None
     assert fast.handler_failure[0] == id(bad.rec)
     assert ("A1", 3) not in calls.order  # nothing after the failure of its aggregate
@@ -118,10 +117,7 @@ def test_a_plain_handler_between_coroutine_ones_runs_in_its_place() -> None:
     closed = make_event("B", 1, event_type="CaseClosed")
     items.insert(1, _Item(Record("t", 0, 99, b"B", b""), closed))
     fast = _fast(registry, concurrency=8)
-    try:
-        fast._handlers(None, items)  # noqa: SLF001
-    finally:
-        fast.dispatch.close()
+    _run(fast, items)
     assert seen == ["async A0", "plain B", "async A1"]
 
 

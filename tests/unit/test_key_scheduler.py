@@ -144,6 +144,9 @@ def test_a_worker_thread_that_fails_outside_a_unit_is_reported_not_waited_for() 
         def forget(self, tps):  # noqa: ANN001, ANN201
             pass
 
+        def close(self) -> None:
+            pass
+
     workers = KeyWorkers("c.broken", None, Broken, concurrency=1, max_unit=10,
                          retry=RetryPolicy(max_attempts=2))
     workers.sched.finish = None  # a defect: reporting a unit raises TypeError
@@ -194,6 +197,9 @@ def test_workers_start_no_tiny_units_while_another_unit_runs() -> None:
     lock = threading.Lock()
 
     class Slow:
+        def close(self) -> None:
+            pass
+
         def process(self, conn, decoded):  # noqa: ANN001, ANN201
             with lock:
                 sizes.append(len(decoded.entries))

@@ -219,9 +219,7 @@ class KeyWorkers:
                 self.crashed = e
                 self._cond.notify_all()
         finally:
-            close = getattr(processor, "close", None)  # the event loop of coroutine handlers
-            if close is not None:
-                close()
+            processor.close()  # the event loop of coroutine handlers
             if conn is not None:
                 self._put(conn)
 
