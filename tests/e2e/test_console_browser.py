@@ -97,6 +97,17 @@ def shot(driver, name: str) -> Path:  # noqa: ANN001
     return path
 
 
+def opened_with(driver, address: str, element_id: str, within_s: float = 30):  # noqa: ANN001, ANN201
+    """The element ``element_id`` of the page at ``address``, loading it again while it is missing
+    (a page that answered 503 on a loaded box); fails with the text of the last page shown."""
+    def found():  # noqa: ANN202
+        driver.get(address)
+        return (driver.find_elements("id", element_id) or [None])[0]
+
+    return wait_for(found, within_s, f"#{element_id} on {address}", step_s=2,
+                    describe=lambda: driver.find_element("tag name", "body").text[:2000])
+
+
 def open_case(body: dict[str, object]) -> str:
     token = dev_token(TENANT, (ROLE_OFFICER,), subject="demo-officer")
     h = {"Authorization": f"Bearer {token}"}
@@ -134,8 +145,7 @@ def scenario(driver, suite: ServiceStack, kafka_bootstrap: str) -> None:  # noqa
                     "the saga in MANUAL_REVIEW")
 
     # 1. a journey: the case's events across services, in order, with causation arrows
-    driver.get(f"{CONSOLE}/journeys?case_id={case_id}")
-    timeline = driver.find_element("id", "timeline").text
+    timeline = opened_with(driver, f"{CONSOLE}/journeys?case_id={case_id}", "timeline").text
     for event_type in ("CaseOpened", "CaseSubmitted", "DecisionRequested", "NoticeRequested"):
         assert event_type in timeline, timeline
     assert timeline.index("CaseOpened") < timeline.index("CaseSubmitted") < timeline.index("DecisionRequested")

@@ -50,3 +50,9 @@ def test_the_journey_has_the_case_and_its_correlated_events_in_order_with_causes
     assert [e.caused_by for e in j.events] == [None, 0, 1]
     assert j.events[0].trace_id == "a" * 32  # from the message header: the envelope has none
     assert j.undecodable == 1 and j.tenant == "t"
+    assert j.decode_error == "t[0]@4: ValueError: poison"  # where and why, for the page to show
+
+
+def test_a_journey_of_only_undecodable_messages_says_why() -> None:
+    j = journey_of("C1", [record(7, "C1", b"bad", "C1")], Decoder({}))
+    assert j.events == () and j.undecodable == 1 and j.decode_error == "t[0]@7: ValueError: poison"

@@ -189,10 +189,15 @@ def console_app(sources: ConsoleSources, verifier: TokenVerifier) -> Starlette:
             return HTMLResponse(page("Journeys", form, active="/journeys", who=_who(p)))
         try:
             j = load_journey(sources.kafka, case_id, sources.journey_topics, sources.codec,
-                             max_messages=sources.settings.journey_max_messages)
+                             max_messages=sources.settings.journey_max_messages,
+                             timeout_s=sources.settings.journey_timeout_s)
         except CasestreamError as e:  # Kafka, or the codec (registry) not available
             return HTMLResponse(page("Journeys", form + f"<p class=bad>{esc(e)}</p>", active="/journeys",
                                      who=_who(p)), 503)
+        if not j.events and j.undecodable:  # the case may well be there: say why it is not shown
+            return HTMLResponse(page("Journeys", form + f"<p class=bad id=undecodable>{j.undecodable} "
+                                     f"message(s) of case {esc(case_id)} could not be decoded; the first: "
+                                     f"{esc(j.decode_error)}</p>", active="/journeys", who=_who(p)), 503)
         if not j.events or (j.tenant != p.tenant_id and not _sees_all(p)):
             return HTMLResponse(page("Journeys", form + f"<p id=none>No events of case {esc(case_id)} "
                                      "(or not of your tenant).</p>", active="/journeys", who=_who(p)), 404)

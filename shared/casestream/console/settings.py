@@ -29,7 +29,11 @@ class ConsoleSettings(BaseSettings):
         default_factory=list,
         description="topics a journey is read from, JSON list (empty: the topics of the catalog)")
     journey_max_messages: int = Field(
-        200_000, ge=1, description="messages read per topic for a journey, newest kept")
+        200_000, ge=1, description="newest messages read per topic for a journey (older events of a "
+                                   "case are not shown)")
+    journey_timeout_s: float = Field(
+        30.0, gt=0, description="seconds a journey's read of all its topics may take before the page "
+                                "answers 503")
     sagas_url: str = Field(
         "", description="base URL of the service answering /sagas (empty: the configured service "
                         "whose /openapi.json has /sagas/{saga_id}/resolve)")

@@ -279,12 +279,15 @@ def committed_offsets(bootstrap: KafkaTarget, group: str, partitions: Iterable[t
 
 def read_messages(bootstrap: KafkaTarget, topics: Iterable[str],
                   start: Mapping[str, Mapping[int, int]] | None = None, *,
-                  timeout_s: float = 10.0, skip_missing: bool = False,
+                  timeout_s: float = 10.0, skip_missing: bool = False, newest: int | None = None,
                   extra_config: Mapping[str, Any] | None = None) -> list[Any]:
     """Every message (``confluent_kafka.Message``) of ``topics`` from ``start`` (topic ->
     partition -> offset; a partition absent there, or below its low watermark: from the low
     watermark) up to the high watermark as of the call, in (topic, partition, offset) order.
-    Reads with ``assign`` under a throw-away group id and never commits: it changes nothing.
+    ``newest`` bounds the read to about that many newest messages per topic: each of its P
+    partitions is read from no earlier than ``high - ceil(newest / P)``, so the cost does not grow
+    with the topic. Reads with ``assign`` under a throw-away group id and never commits: it
+    changes nothing.
 
     Raises:
         KafkaException: a topic does not exist (unless ``skip_missing``) or the broker did not
@@ -306,9 +309,10 @@ def read_messages(bootstrap: KafkaTarget, topics: Iterable[str],
                 if skip_missing:
                     continue
                 raise KafkaException(meta.error if meta is not None else f"unknown topic {t}")
+            tail = -(-newest // len(meta.partitions)) if newest is not None and meta.partitions else None
             for p in sorted(meta.partitions):
                 lo, hi = watermarks(c, TopicPartition(t, p), timeout_s)
-                first = max(lo, (start or {}).get(t, {}).get(p, lo))
+                first = max(lo, (start or {}).get(t, {}).get(p, lo), hi - tail if tail is not None else lo)
                 if hi > first:
                     assign.append(TopicPartition(t, p, first))
                     ends[(t, p)] = hi

@@ -2,10 +2,12 @@
 
 A case's journey is the events keyed by its id (its own aggregate) and every event whose
 ``correlation_id`` header is the case id or a correlation id of the case's own events (the
-saga's, the decision's, the notice's). The topics are read from their low watermark
-(``assign``, no group, nothing committed); only the matching messages are decoded, with the
-codec (upcasters applied, as live consumers see them). This is a scan: it fits topics of up
-to some hundred thousand messages; ``max_messages`` bounds it per topic (the newest kept).
+saga's, the decision's, the notice's). The topics are read with one consumer (``assign``, no
+group, nothing committed); only the matching messages are decoded, with the codec (upcasters
+applied, as live consumers see them). This is a scan of each topic's newest ``max_messages``
+(spread over its partitions, see :func:`casestream.kafka.topics.read_messages`): its cost is
+bounded by that, not by the topic's length, and a case older than that window shows only its
+newer events.
 """
 
 from __future__ import annotations
@@ -15,9 +17,9 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any
 
+from casestream.consumer.deadletters import DeadLetterError, record_from_message
 from casestream.consumer.records import Record
 from casestream.kafka.config import KafkaTarget
-from casestream.operations.deadletters import read_if_exists
 
 __all__ = ["JourneyEvent", "Journey", "load_journey", "journey_of"]
 
@@ -57,9 +59,13 @@ class JourneyEvent:
 
 @dataclass(frozen=True, slots=True)
 class Journey:
+    """The events of ``case_id``; ``undecodable`` messages of it that could not be decoded, the
+    first one's error in ``decode_error``."""
+
     case_id: str
     events: tuple[JourneyEvent, ...]
     undecodable: int = 0
+    decode_error: str | None = None
 
     @property
     def tenant(self) -> str | None:
@@ -80,7 +86,7 @@ def journey_of(case_id: str, records: Sequence[Record], decoder: Any) -> Journey
     chosen = [r for r in records
               if (r.topic, r.partition, r.offset) in mine or r.header("correlation_id") in correlations]
     rows: list[tuple[Record, Any]] = []
-    bad = 0
+    bad, first_error = 0, None
     for r in chosen:
         if r.value is None:
             continue
@@ -88,8 +94,9 @@ def journey_of(case_id: str, records: Sequence[Record], decoder: Any) -> Journey
             dm = getattr(decoder, "decode_message", None)
             events = (dm(r.value, published_at=_published(r)).events if dm
                       else (decoder.decode(r.value, published_at=_published(r)),))
-        except Exception:  # noqa: BLE001 - shown as a count: the journey stays readable
+        except Exception as e:  # noqa: BLE001 - shown as a count: the journey stays readable
             bad += 1
+            first_error = first_error or f"{r.topic}[{r.partition}]@{r.offset}: {type(e).__name__}: {e}"
             continue
         rows.extend((r, e) for e in events)
     rows.sort(key=lambda re_: (re_[1].occurred_at, re_[1].aggregate_type, re_[1].aggregate_version))
@@ -104,18 +111,24 @@ def journey_of(case_id: str, records: Sequence[Record], decoder: Any) -> Journey
         actor_id=e.actor_id, payload=dict(e.payload),
         caused_by=index.get(e.causation_id) if e.causation_id else None)
         for i, (r, e) in enumerate(rows))
-    return Journey(case_id, out, bad)
+    return Journey(case_id, out, bad, first_error)
 
 
 def load_journey(bootstrap: KafkaTarget, case_id: str, topics: Sequence[str], decoder: Any, *,
                  max_messages: int = 200_000, timeout_s: float = 10.0) -> Journey:
-    """Read ``topics`` (missing ones skipped; at most ``max_messages`` newest per topic) and
+    """Read ``topics`` (missing ones skipped; about ``max_messages`` newest per topic) and
     build the journey of ``case_id`` (:func:`journey_of`).
 
     Raises:
-        DeadLetterError: Kafka did not answer within ``timeout_s``.
+        DeadLetterError: Kafka did not answer, or the messages were not all read, within
+            ``timeout_s`` (one deadline for all topics).
     """
-    records: list[Record] = []
-    for topic in topics:
-        records.extend(read_if_exists(bootstrap, topic, timeout_s)[-max_messages:])
-    return journey_of(case_id, records, decoder)
+    # lazy (start-up cost): confluent_kafka loads when a client is built
+    from casestream.kafka.topics import read_messages
+
+    try:
+        messages = read_messages(bootstrap, topics, timeout_s=timeout_s, skip_missing=True,
+                                 newest=max_messages)
+    except Exception as e:  # noqa: BLE001 - librdkafka errors and the deadline: one kind for the caller
+        raise DeadLetterError(f"reading the journey of {case_id}: {e}") from None
+    return journey_of(case_id, [record_from_message(m) for m in messages], decoder)
