@@ -131,4 +131,15 @@ def load_journey(bootstrap: KafkaTarget, case_id: str, topics: Sequence[str], de
                                  newest=max_messages)
     except Exception as e:  # noqa: BLE001 - librdkafka errors and the deadline: one kind for the caller
         raise DeadLetterError(f"reading the journey of {case_id}: {e}") from None
-    return journey_of(case_id, [record_from_message(m) for m in messages], decoder)
+    return journey_of(case_id, [record_from_message(m) for m in _candidates(case_id, messages)], decoder)
+
+
+def _candidates(case_id: str, messages: Sequence[Any]) -> list[Any]:
+    """The messages :func:`journey_of` could choose (keyed ``case_id``, or carrying one of its
+    correlation ids), found without copying the others into records (about a third of a
+    journey read's time over 200,000 messages)."""
+    key = case_id.encode()
+    own = [m for m in messages if m.key() == key]
+    correlations = {case_id.encode()} | {v for m in own for k, v in (m.headers() or ()) if k == "correlation_id"}
+    return [m for m in messages
+            if m.key() == key or any(k == "correlation_id" and v in correlations for k, v in (m.headers() or ()))]
