@@ -38,7 +38,9 @@ CPU seconds per process over each phase (``/proc/<pid>/stat`` utime + stime, the
 its descendants, a descendant that is itself listed counted under its own name only): the five
 services, PostgreSQL (the postmaster and its backends), Kafka, the registry and the bench's own
 client (without the service processes it started); the service with the most is named the
-bottleneck.
+bottleneck. CPU ms per journey (each process's CPU seconds ÷ journeys sustained × the phase's
+clock; the suite without the bench) and the journeys/s the box's cores would carry at that cost
+are printed for the saturation phase (closed loop, so at steady state).
 ``--profile SERVICE`` samples that service with py-spy during the saturation phase and prints
 where its time goes (``--profile auto``: the busiest service of the previous phase).
 
@@ -503,6 +505,36 @@ def print_phase(phase: Phase, rep: Mapping[str, Any], stages: Mapping[str, list[
               "the load generator, not the suite, limits this phase")
 
 
+def cpu_per_journey(cpu_s: Mapping[str, float], per_s: float, span_s: float,
+                    exclude: Iterable[str] = ("bench",)) -> dict[str, float]:
+    """CPU ms per journey of each process (and ``total``) over a phase at steady state: its CPU
+    seconds ÷ (journeys/s sustained × the phase's clock, s). ``exclude``: not the suite (the
+    bench's client and its py-spy). {} when no journey was sustained."""
+    journeys_in_clock = per_s * span_s
+    if journeys_in_clock <= 0:
+        return {}
+    left_out = set(exclude)
+    out = {k: v * 1000 / journeys_in_clock for k, v in cpu_s.items() if k not in left_out}
+    out["total"] = sum(out.values())
+    return out
+
+
+def journeys_ceiling(total_ms: float, cores: int) -> float:
+    """Journeys/s that ``cores`` fully given to the suite carry at ``total_ms`` CPU per journey."""
+    return cores * 1000 / total_ms if total_ms > 0 else math.inf
+
+
+def print_cpu_per_journey(per_journey: Mapping[str, float]) -> None:
+    if not per_journey:
+        return
+    cores = os.cpu_count() or 1
+    parts = ", ".join(f"{k} {v:.1f}" for k, v in sorted(per_journey.items(), key=lambda kv: -kv[1])
+                      if k != "total")
+    print(f"   CPU per journey (ms, the suite without the bench): total {per_journey['total']:.1f}: "
+          f"{parts}; {cores} cores carry at most "
+          f"{journeys_ceiling(per_journey['total'], cores):.1f} journeys/s at this cost")
+
+
 def busiest(cpu_s: Mapping[str, float]) -> str:
     from services.demo import SUITE
 
@@ -555,6 +587,10 @@ async def run_phases(args: argparse.Namespace, base: str, dsns: Mapping[str, str
             stages = stage_latencies(dsns, ids_list)
             rep["stages_ms"] = {k: json_safe(summary_ms(v)) for k, v in stages.items()}
             print_phase(phase, rep, stages)
+            if mode == "closed":  # steady state: in an open-loop phase that queues up, the
+                # work of journeys still under way would be charged to fewer ends
+                rep["cpu_ms_per_journey"] = cpu_per_journey(phase.cpu_s, rep["per_s"], phase.t1 - phase.t0)
+                print_cpu_per_journey(rep["cpu_ms_per_journey"])
             if mode == "submit":
                 print(f"   (baseline: {rep['per_s']:.1f} open+submit pairs/s through the HTTP "
                       "edge, not waiting for the journeys)")
@@ -655,6 +691,7 @@ def main(argv: Sequence[str] | None = None) -> int:
          "started": r["started"], "ended": r["ended"], "per_s": round(r["per_s"], 1),
          "journey_ms": json_safe(r["journey_ms"]), "submit_http_ms": json_safe(r["submit_http_ms"]),
          "cpu_s": {k: round(v, 1) for k, v in p.cpu_s.items()}, "bottleneck": busiest(p.cpu_s),
+         "cpu_ms_per_journey": {k: round(v, 1) for k, v in r.get("cpu_ms_per_journey", {}).items()},
          "load": p.load} for p, r in results])
     return 0
 

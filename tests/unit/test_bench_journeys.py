@@ -143,3 +143,11 @@ def test_fast_runs_the_bench_twice_and_prints_both_figures(tmp_path, monkeypatch
     row = next(line for line in lines if line.strip().startswith("events_s"))
     assert "on          100" in row and "fast          250" in row and "2.50 ×" in row
     assert lines[-1].startswith("BENCH ") and '"pair"' in lines[-1]
+
+
+def test_cpu_per_journey_divides_by_the_journeys_in_the_clock_without_the_bench():
+    per = journeys.cpu_per_journey({"kafka": 6.0, "case": 4.5, "bench": 9.0}, per_s=25.0, span_s=12.0)
+    assert per == pytest.approx({"kafka": 20.0, "case": 15.0, "total": 35.0})  # 300 journeys
+    assert journeys.cpu_per_journey({"kafka": 1.0}, per_s=0.0, span_s=10.0) == {}
+    assert journeys.journeys_ceiling(80.0, 2) == pytest.approx(25.0)
+    assert math.isinf(journeys.journeys_ceiling(0.0, 2))
