@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from starlette.testclient import TestClient
 
-from casestream.auth import ROLE_OFFICER, ROLE_SUPERVISOR, AuthSettings, TokenVerifier, dev_token
+from casestream.auth import ROLE_OFFICER, ROLE_OPERATOR, ROLE_SUPERVISOR, AuthSettings, TokenVerifier, dev_token
 from casestream.console import ConsoleSettings, ConsoleSources, console_app
 
 pytestmark = pytest.mark.unit
@@ -55,16 +55,18 @@ def test_an_action_without_a_reason_or_a_selection_is_refused(client: TestClient
     assert r.status_code == 400 and "choose at least one" in r.text
 
 
-def test_a_journey_whose_messages_cannot_be_decoded_answers_503_with_the_reason(
+def test_a_journey_whose_messages_cannot_be_decoded_answers_an_operator_503_with_the_reason(
         client: TestClient, monkeypatch: pytest.MonkeyPatch) -> None:
     import casestream.console.app as app_module
     from casestream.operations import Journey
 
     monkeypatch.setattr(app_module, "load_journey", lambda *a, **k: Journey(
         "C1", (), undecodable=2, decode_error="outbox.event.case[1]@9: RegistryUnavailable: <b>down</b>"))
-    r = client.get("/journeys?case_id=C1", headers=bearer(ROLE_OFFICER))
+    officer = client.get("/journeys?case_id=C1", headers=bearer(ROLE_OFFICER))
+    assert officer.status_code == 404 and "RegistryUnavailable" not in officer.text  # no tenant: not theirs
+    r = client.get("/journeys?case_id=C1", headers=bearer(ROLE_OPERATOR))
     assert r.status_code == 503
     assert "2 message(s) of case C1 could not be decoded" in r.text
     assert "RegistryUnavailable: &lt;b&gt;down&lt;/b&gt;" in r.text  # escaped
     monkeypatch.setattr(app_module, "load_journey", lambda *a, **k: Journey("C1", ()))
-    assert client.get("/journeys?case_id=C1", headers=bearer(ROLE_OFFICER)).status_code == 404
+    assert client.get("/journeys?case_id=C1", headers=bearer(ROLE_OPERATOR)).status_code == 404

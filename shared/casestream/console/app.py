@@ -194,7 +194,9 @@ def console_app(sources: ConsoleSources, verifier: TokenVerifier) -> Starlette:
         except CasestreamError as e:  # Kafka, or the codec (registry) not available
             return HTMLResponse(page("Journeys", form + f"<p class=bad>{esc(e)}</p>", active="/journeys",
                                      who=_who(p)), 503)
-        if not j.events and j.undecodable:  # the case may well be there: say why it is not shown
+        if not j.events and j.undecodable and _sees_all(p):
+            # undecodable messages carry no readable tenant: their count and error are an
+            # operator's to see, anyone else gets the 404 below
             return HTMLResponse(page("Journeys", form + f"<p class=bad id=undecodable>{j.undecodable} "
                                      f"message(s) of case {esc(case_id)} could not be decoded; the first: "
                                      f"{esc(j.decode_error)}</p>", active="/journeys", who=_who(p)), 503)

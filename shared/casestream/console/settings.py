@@ -32,8 +32,8 @@ class ConsoleSettings(BaseSettings):
         200_000, ge=1, description="newest messages read per topic for a journey (older events of a "
                                    "case are not shown)")
     journey_timeout_s: float = Field(
-        30.0, gt=0, description="seconds a journey's read of all its topics may take before the page "
-                                "answers 503")
+        30.0, gt=0, description="seconds a journey's read of its topics may wait for messages before the "
+                                "page answers 503 (each metadata and watermark request has as long)")
     sagas_url: str = Field(
         "", description="base URL of the service answering /sagas (empty: the configured service "
                         "whose /openapi.json has /sagas/{saga_id}/resolve)")

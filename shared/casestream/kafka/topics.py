@@ -286,7 +286,8 @@ def read_messages(bootstrap: KafkaTarget, topics: Iterable[str],
     watermark) up to the high watermark as of the call, in (topic, partition, offset) order.
     ``newest`` bounds the read to about that many newest messages per topic: each of its P
     partitions is read from no earlier than ``high - ceil(newest / P)``, so the cost does not grow
-    with the topic. Reads with ``assign`` under a throw-away group id and never commits: it
+    with the topic (a partition's unused share is not given to the others: under a skewed key
+    spread the busiest partition's window is the shortest in time). Reads with ``assign`` under a throw-away group id and never commits: it
     changes nothing.
 
     Raises:

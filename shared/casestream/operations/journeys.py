@@ -120,8 +120,8 @@ def load_journey(bootstrap: KafkaTarget, case_id: str, topics: Sequence[str], de
     build the journey of ``case_id`` (:func:`journey_of`).
 
     Raises:
-        DeadLetterError: Kafka did not answer, or the messages were not all read, within
-            ``timeout_s`` (one deadline for all topics).
+        DeadLetterError: Kafka did not answer a request within ``timeout_s``, or the messages
+            of all topics were not read within ``timeout_s`` (one consume deadline).
     """
     # lazy (start-up cost): confluent_kafka loads when a client is built
     from casestream.kafka.topics import read_messages
