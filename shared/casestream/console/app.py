@@ -191,7 +191,7 @@ def console_app(sources: ConsoleSources, verifier: TokenVerifier) -> Starlette:
             j = load_journey(sources.kafka, case_id, sources.journey_topics, sources.codec,
                              max_messages=sources.settings.journey_max_messages,
                              timeout_s=sources.settings.journey_timeout_s)
-        except CasestreamError as e:  # Kafka, or the codec (registry) not available
+        except CasestreamError as e:  # Kafka did not answer, or the read ran out of time
             return HTMLResponse(page("Journeys", form + f"<p class=bad>{esc(e)}</p>", active="/journeys",
                                      who=_who(p)), 503)
         if not j.events and j.undecodable and _sees_all(p):
