@@ -50,7 +50,8 @@ proves:
 
 It prints each fault as it happens, the faults injected per kind, each invariant with its
 figures, the inbox size (rows, bytes) of every service database at the end and at the
-start, what each instance did (events applied and partitions per consumer, rows published
+start, what each outbox still holds (pending rows: the oldest one's age, most attempts, a last
+error; failed rows; shard leases held), what each instance did (events applied and partitions per consumer, rows published
 and shards per relay, its processes) and Kafka's view of each group at the end (members and
 their partitions); exits 0 only when every invariant holds. Run it, as the e2e tests, alone on the machine: it uses the services' fixed
 HTTP ports and restarts the shared infrastructure (``flock /tmp/casestream-e2e.lock``).
@@ -176,6 +177,7 @@ class Report:
     checks: list[Check] = field(default_factory=list)
     inbox: dict[str, tuple[int, int]] = field(default_factory=dict)
     inbox_at_start: dict[str, tuple[int, int]] = field(default_factory=dict)
+    outbox: dict[str, str] = field(default_factory=dict)
     work: dict[str, testing.InstanceWork] = field(default_factory=dict)
     members: dict[str, list[tuple[str, list[str]]]] = field(default_factory=dict)
     elapsed_s: float = 0.0
@@ -194,6 +196,7 @@ class Report:
             rows0, size0 = self.inbox_at_start.get(db, (0, 0))
             out.append(f"inbox  {db}: {rows} rows, {size / 1024:.0f} kB"
                        f" (at the start {rows0} rows, {size0 / 1024:.0f} kB)")
+        out += [f"outbox {db}: {state}" for db, state in sorted(self.outbox.items())]
         out += self.work_lines()
         out.append(f"soak: {'all invariants hold' if self.ok else 'INVARIANTS VIOLATED'}")
         return out
@@ -633,6 +636,36 @@ class Checker:
     def inbox_sizes(self) -> dict[str, tuple[int, int]]:
         return {db: testing.inbox_size(self.dsn(db)) for db in SUITE}
 
+    def outbox_states(self) -> dict[str, str]:
+        """Per service database with an outbox, what its relays left: pending rows (the oldest one's age,
+        the most attempts, one last error), failed rows, and the shard leases held now —
+        what tells a relay that stalled from one that was never given the rows."""
+        states = {}
+        for db in SUITE:
+            try:
+                if self.query(db, "SELECT to_regclass('outbox') IS NULL")[0][0]:
+                    continue  # a service that publishes nothing (audit)
+                pending, failed, attempts, age_s, error = self.query(db, (
+                    "SELECT count(*) FILTER (WHERE status = 'pending'),"
+                    " count(*) FILTER (WHERE status = 'failed'),"
+                    " coalesce(max(attempts) FILTER (WHERE status = 'pending'), 0),"
+                    " extract(epoch FROM now() - min(created_at) FILTER (WHERE status = 'pending')),"
+                    " max(last_error) FILTER (WHERE status = 'pending') FROM outbox"))[0]
+                owners, held, shards = self.query(db, (
+                    "SELECT count(DISTINCT locked_by) FILTER (WHERE locked_until > now()),"
+                    " count(*) FILTER (WHERE locked_until > now()), count(*)"
+                    " FROM outbox_relay_lease"))[0]
+            except Exception as e:  # noqa: BLE001 - a figure for the report, not a check
+                states[db] = f"unknown ({type(e).__name__}: {e})"
+                continue
+            text = f"{pending} pending"
+            if pending:
+                text += f" (oldest {float(age_s):.0f} s, at most {attempts} attempts"
+                text += f", last error {str(error)[:160]!r})" if error else ")"
+            states[db] = (f"{text}, {failed} failed; leases: {held}/{shards} shards held by"
+                          f" {owners} relays")
+        return states
+
     # -- 7
     def inbox_bound(self, rows_at_start: Mapping[str, int], lag_at_start: Mapping[str, int]) -> Check:
         """Each suite consumer's inbox grew by at most the records it could be delivered in
@@ -780,6 +813,7 @@ def run(opts: Options, env: Mapping[str, str] | None = None,
         if injector.errors:
             report.checks.append(Check("every fault injected", False, "; ".join(injector.errors)))
         report.inbox = checker.inbox_sizes()
+        report.outbox = checker.outbox_states()
     finally:
         sampler.stop()
         suite.stop()

@@ -57,6 +57,9 @@ the relay then counts an ``order_breaches_total`` and logs the aggregate. To mak
 rarer, the first ``_MSG_TIMED_OUT`` report of a batch purges the not-yet-sent messages
 (they stay pending, no attempt counted).
 
+A batch still waiting for its delivery reports after 30 s (``batch.SLOW_REPORTS_WARN_S``)
+is logged, and again every 30 s, with the rows outstanding and the producer's queue length.
+
 Idle: wait on ``LISTEN casestream_outbox`` (insert trigger) up to ``poll_interval_s``.
 Stop: finish the batches in hand (wait up to ``shutdown_timeout_s`` for reports), flush,
 release the leases (another instance takes over at once).
@@ -385,6 +388,7 @@ class OutboxRelay:
         while not batch.done:
             producer.poll(s.delivery_poll_s)
             self._renew_while_waiting(time.monotonic())
+            self._warn_if_slow(batch, producer)
             if self._stop.is_set() and self._shutdown_left() <= 0:
                 log.warning("relay %s: stopping with delivery reports outstanding", self.name)
                 return False
@@ -426,10 +430,21 @@ class OutboxRelay:
             except (psycopg.OperationalError, psycopg.InterfaceError) as e:
                 self._listener_lost(e)
                 return  # claim now: polling stands in for the lost LISTEN
-            self._get_producer().poll(0)
+            producer = self._get_producer()
+            producer.poll(0)
             self._renew_while_waiting(time.monotonic())
+            self._warn_if_slow(self._open[0], producer)
         if not self._stop.is_set():
             self._idle_wait()
+
+    def _warn_if_slow(self, batch: InFlightBatch, producer: Producer) -> None:
+        # Its rows stay pending, and its aggregates held back, until the reports come.
+        waited = batch.slow_wait(time.monotonic())
+        if waited is not None:
+            log.warning("relay %s: %d of %d rows of a batch still without a delivery report "
+                        "after %.0f s (%d messages in the producer's queue); their aggregates "
+                        "are held back until the reports come (within message.timeout.ms)",
+                        self.name, batch.outstanding, len(batch.rows), waited, len(producer))
 
     def _record(self, conn: psycopg.Connection, batch: InFlightBatch) -> int:
         out = batch.outcomes(self.settings.retry, self.name)
