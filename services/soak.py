@@ -119,7 +119,9 @@ class Options:
         rate: cases opened and submitted per second.
         seed: seed of the fault schedule (printed; None: random).
         fault_gap_s: (min, max) pause between two faults.
-        drain_s: time kept at the end for the cases to finish (part of ``minutes``).
+        drain_s: time kept at the end for the cases to finish (part of ``minutes``; never
+            less, also when the first round of faults outlasts the load phase and the run
+            its ``minutes``).
         poison_max: poison messages injected at most.
         replicas: service -> instances of it (absent: 1); :func:`every_service` gives N of each.
         ready_timeout_s: how long a started instance may take to answer ``/readyz`` 200.
@@ -495,8 +497,11 @@ class Checker:
         return testing.query(self.dsn(database), sql, params)
 
     # -- 1
-    def wait_final(self, runs: list[CaseRun], timeout_s: float) -> None:
-        deadline = time.monotonic() + timeout_s
+    def wait_final(self, runs: list[CaseRun], timeout_s: float) -> float:
+        """Poll until every case is final with a complete trail or ``timeout_s`` passed;
+        return the seconds waited."""
+        began = time.monotonic()
+        deadline = began + timeout_s
         pending = list(runs)
         while pending and time.monotonic() < deadline:
             ids = [r.case_id for r in pending]
@@ -512,6 +517,7 @@ class Checker:
             pending = still
             if pending:
                 time.sleep(1.0)
+        return time.monotonic() - began
 
     def _trails(self, case_ids: list[str]) -> dict[str, tuple[str, ...]]:
         rows = self.query("audit", "SELECT case_id, event_type FROM case_timeline"
@@ -794,9 +800,10 @@ def run(opts: Options, env: Mapping[str, str] | None = None,
         report.faults = injector.faults
         report.cases = len(driver.runs)
         checker = Checker(suite, start, maildir)
-        left = max(30.0, budget_s - (time.monotonic() - t0) - 15.0)
+        left = max(opts.drain_s, budget_s - (time.monotonic() - t0) - 15.0)
         out(f"soak: load stopped; {len(driver.runs)} cases, waiting up to {left:.0f} s for them")
-        checker.wait_final(driver.runs, left)
+        waited = checker.wait_final(driver.runs, left)
+        out(f"soak: waited {waited:.0f} s for the cases to finish")
         sampler.stop()
         report.work = sampler.work()
         report.members = testing.group_members(bootstrap, list(GROUPS))

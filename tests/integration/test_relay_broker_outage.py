@@ -57,12 +57,13 @@ def test_broker_down_ten_seconds_relay_recovers_in_order(dsn: str, private_kafka
 
 
 def test_delivery_timeouts_back_off_and_hold_back_only_their_aggregates(
-        dsn: str, private_kafka: PrivateKafka) -> None:
+        dsn: str, private_kafka: PrivateKafka, caplog: pytest.LogCaptureFixture) -> None:
     """With message.timeout.ms=1500 the outage surfaces as _MSG_TIMED_OUT: rows are
     rescheduled with backoff (attempts, next_attempt_at, last_error), later rows of the
     same aggregates wait, and after the broker returns everything goes out in order."""
     prefix = f"timeout{int(time.time())}.outbox.event."
     seen_backoff: list[int] = []
+    caplog.set_level("WARNING", logger="casestream.relay")
 
     def check_backoff() -> None:
         def backing_off() -> bool:
@@ -80,6 +81,8 @@ def test_delivery_timeouts_back_off_and_hold_back_only_their_aggregates(
     assert max(seen_backoff) > 0
     m = relay.relay.metrics
     assert m.retried_total > 0 and m.delivery_errors_total > 0 and m.failed_total == 0
+    rescheduled = [r.getMessage() for r in caplog.records if "rescheduled" in r.getMessage()]
+    assert rescheduled and "after a delivery error (_MSG_TIMED_OUT" in rescheduled[0], rescheduled
     recs = read_topics(private_kafka.bootstrap, [prefix + "case"], expected=total, timeout_s=60)
     stats = check_order(recs, expected, allow_duplicates=True)
     print(f"timeouts: {total} events, {stats}, metrics {m.snapshot()}")

@@ -58,7 +58,8 @@ rarer, the first ``_MSG_TIMED_OUT`` report of a batch purges the not-yet-sent me
 (they stay pending, no attempt counted).
 
 A batch still waiting for its delivery reports after 30 s (``batch.SLOW_REPORTS_WARN_S``)
-is logged, and again every 30 s, with the rows outstanding and the producer's queue length.
+is logged, and again every 30 s, with the rows outstanding and the producer's queue length;
+rows rescheduled after a delivery error are logged once per batch (count, first error, delays).
 
 Idle: wait on ``LISTEN casestream_outbox`` (insert trigger) up to ``poll_interval_s``.
 Stop: finish the batches in hand (wait up to ``shutdown_timeout_s`` for reports), flush,
@@ -458,6 +459,11 @@ class OutboxRelay:
         else:
             store.mark_outcomes(conn, delivered=out.delivered, retry=out.retry, failed=out.failed,
                                 delete_published=delete)
+        if out.retry:
+            delays = [delay for _id, delay, _reason in out.retry]
+            log.warning("relay %s: %d rows rescheduled after a delivery error (%s), next attempt "
+                        "in %.1f-%.1f s", self.name, len(out.retry), out.retry[0][2],
+                        min(delays), max(delays))
         m = self.metrics
         m.published_total += len(out.delivered)
         m.delivery_errors_total += out.errors
