@@ -268,3 +268,49 @@ def test_three_relays_fifty_writers_every_event_once_in_order(
     assert stats == {"records": 2000, "duplicates": 0}
     assert all(r.relay.metrics.published_total > 0 for r in relays), \
         [r.relay.metrics.published_total for r in relays]
+
+
+class ReportsSwallowed:
+    """A real producer whose delivery reports never reach the relay: a stalled producer."""
+
+    def __init__(self, producer) -> None:
+        self._producer = producer
+
+    def produce(self, topic: str, **kw) -> None:
+        kw.pop("on_delivery", None)
+        self._producer.produce(topic, **kw)
+
+    def __getattr__(self, name: str):
+        return getattr(self._producer, name)
+
+    def __len__(self) -> int:
+        return len(self._producer)
+
+
+def test_a_stalled_producer_is_recreated_and_its_rows_produced_again_in_order(
+        dsn: str, bootstrap: str, topic_prefix: str) -> None:
+    """The first producer sends every message but never reports one; after report_timeout_s
+    the relay recreates it and the new producer publishes the same rows (same ids, in order
+    per aggregate; the first copies are on the topic too), then later rows go out at once."""
+    relay = OutboxRelay(dsn, {"bootstrap.servers": bootstrap},
+                        settings(topic_prefix, report_timeout_s=2.0), "stalled")
+    relay._producer = ReportsSwallowed(relay._producer)
+    first = [env(f"stall-{a}", v) for v in (1, 2) for a in range(4)]
+    write(dsn, first)
+    thread = RelayThread(relay)
+    try:
+        wait_for(lambda: count_status(dsn) == {"published": 8}, 30, "rows published after the stall")
+        m = relay.metrics
+        assert m.report_timeouts_total == 1 and m.producer_restarts_total == 1, m.snapshot()
+        later = [env(f"stall-{a}", 3) for a in range(4)]
+        write(dsn, later)
+        wait_for(lambda: count_status(dsn) == {"published": 12}, 10, "later rows published")
+        assert m.report_timeouts_total == 1, m.snapshot()
+    finally:
+        thread.close()
+    expected = {(topic_prefix + "case", f"stall-{a}"): [e.event_id for e in (*first, *later)
+                                                       if e.aggregate_id == f"stall-{a}"]
+                for a in range(4)}
+    recs = read_topics(bootstrap, [topic_prefix + "case"], expected=20, timeout_s=30)
+    stats = check_order(recs, expected, allow_duplicates=True)
+    assert stats == {"records": 20, "duplicates": 8}, stats

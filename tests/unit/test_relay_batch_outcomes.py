@@ -137,29 +137,3 @@ def test_topic_limits_warm_starts_the_admin_client_without_waiting_for_a_broker(
     admin = limits._admin
     limits.warm()
     assert limits._admin is admin  # one client, reused by limits()
-
-
-
-class SilentProducer(ReportingProducer):
-    """Takes every message and never reports."""
-
-    def produce(self, topic: str, *, value: bytes, key: bytes, headers: Any, on_delivery: Any) -> None:
-        self.sent.append(key.decode())
-
-
-def test_a_wait_for_reports_is_due_for_a_warning_at_30_s_and_every_30_s_after() -> None:
-    from casestream.outbox.relay.batch import SLOW_REPORTS_WARN_S
-
-    batch = InFlightBatch([_row(1, "a"), _row(2, "b")], full=False, topic_prefix="outbox.event.")
-    batch.produce(SilentProducer([]), "slow.relay", 0.0, limits={})
-    ages = (SLOW_REPORTS_WARN_S - 1, SLOW_REPORTS_WARN_S + 1, SLOW_REPORTS_WARN_S + 2,
-            2 * SLOW_REPORTS_WARN_S + 2)
-    due = [batch.slow_wait(batch.started + age) for age in ages]
-    assert due == [None, SLOW_REPORTS_WARN_S + 1, None, 2 * SLOW_REPORTS_WARN_S + 2]
-    assert batch.outstanding == 2
-
-
-def test_a_batch_with_every_report_in_is_never_due() -> None:
-    batch = InFlightBatch([_row(1, "a")], full=False, topic_prefix="outbox.event.")
-    batch.produce(ReportingProducer([None]), "fast.relay", 0.0, limits={})
-    assert batch.done and batch.slow_wait(batch.started + 3600.0) is None

@@ -15,6 +15,7 @@ pytestmark = pytest.mark.unit
     ({"max_open_batches": 0}, "max_open_batches must be >= 1, got 0"),
     ({"open_wait_s": 0}, "open_wait_s must be > 0"),
     ({"batch_size": 0}, "batch_size must be >= 1, got 0"),
+    ({"report_timeout_s": 0}, "report_timeout_s must be > 0 or None"),
 ])
 def test_bad_settings_are_config_errors(kw: dict, message: str) -> None:
     with pytest.raises(ConfigError, match=message):
@@ -23,6 +24,11 @@ def test_bad_settings_are_config_errors(kw: dict, message: str) -> None:
 
 def test_overlap_is_on_by_default() -> None:
     assert RelaySettings().max_open_batches == 2
+
+
+def test_a_stalled_producer_is_recreated_after_30_s_by_default_and_never_when_disabled() -> None:
+    assert RelaySettings().report_timeout_s == 30.0
+    assert RelaySettings(report_timeout_s=None).report_timeout_s is None
 
 
 def test_standalone_relay_reports_a_bad_option_in_one_line_with_exit_2(

@@ -26,15 +26,11 @@ from casestream.outbox.relay import store
 from casestream.outbox.relay.classify import classify
 from casestream.retry import RetryPolicy
 
-__all__ = ["InFlightBatch", "Outcomes", "SIZE_REJECTION_CODES", "SLOW_REPORTS_WARN_S"]
+__all__ = ["InFlightBatch", "Outcomes", "SIZE_REJECTION_CODES"]
 
 log = logging.getLogger("casestream.relay")
 
 _PENDING = object()
-
-#: A batch still waiting for delivery reports is logged at this age and every as long
-#: again after, seconds (librdkafka delivers a report within ``message.timeout.ms``).
-SLOW_REPORTS_WARN_S = 30.0
 
 #: Broker answers to a produce request whose record batch exceeds a limit (topic
 #: ``max.message.bytes``: MESSAGE_TOO_LARGE; ``segment.bytes``: RECORD_LIST_TOO_LARGE).
@@ -95,7 +91,6 @@ class InFlightBatch:
         self._purged = False
         self.started = time.monotonic()
         self.published = 0  # rows confirmed, set when the batch is settled
-        self._next_slow_warning_s = SLOW_REPORTS_WARN_S  # age at which a wait is logged next
 
     @property
     def done(self) -> bool:
@@ -106,15 +101,6 @@ class InFlightBatch:
     def outstanding(self) -> int:
         """Rows produced whose delivery report has not come yet."""
         return self._outstanding
-
-    def slow_wait(self, now: float) -> float | None:
-        """Seconds this batch has waited for its reports when that wait is to be logged —
-        at :data:`SLOW_REPORTS_WARN_S` and every as long again — else None."""
-        waited = now - self.started
-        if self.done or waited < self._next_slow_warning_s:
-            return None
-        self._next_slow_warning_s = waited + SLOW_REPORTS_WARN_S
-        return waited
 
     def produce(self, producer: Producer, relay: str, buffer_wait_s: float, *,
                 limits: dict[str, int], compressed: bool = False,

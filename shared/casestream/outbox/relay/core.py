@@ -57,9 +57,16 @@ the relay then counts an ``order_breaches_total`` and logs the aggregate. To mak
 rarer, the first ``_MSG_TIMED_OUT`` report of a batch purges the not-yet-sent messages
 (they stay pending, no attempt counted).
 
-A batch still waiting for its delivery reports after 30 s (``batch.SLOW_REPORTS_WARN_S``)
-is logged, and again every 30 s, with the rows outstanding and the producer's queue length;
-rows rescheduled after a delivery error are logged once per batch (count, first error, delays).
+Stalled producer: librdkafka reports every message within ``message.timeout.ms`` (300 s),
+but after a broker restart an idempotent producer has been seen to hold its messages that
+long, with the relay renewing its shard leases while it waits: those shards' rows go
+nowhere. A batch still without all its delivery reports ``report_timeout_s`` (30 s) after it
+was claimed therefore ends the wait: the producer's queues are purged, it is recreated, the
+open batches are dropped (their rows stay pending, no attempt counted) and produced again by
+the new producer with the same ids (``report_timeouts_total``). A message the old producer
+had sent may still have been written: such a row appears twice, the copy later, as around
+a crash. Rows rescheduled after a delivery error are logged once per batch (count, first
+error, delays).
 
 Idle: wait on ``LISTEN casestream_outbox`` (insert trigger) up to ``poll_interval_s``.
 Stop: finish the batches in hand (wait up to ``shutdown_timeout_s`` for reports), flush,
@@ -166,6 +173,7 @@ class OutboxRelay:
         self._conn: psycopg.Connection | None = None
         self._listen: psycopg.Connection | None = None
         self._fatal: KafkaError | None = None
+        self._stalled: str | None = None  # why the producer is to be recreated (report timeout)
         try:  # a misspelt or invalid property fails here, not in the worker thread
             self._producer: Producer | None = Producer(self._producer_config)
         except KafkaException as e:
@@ -261,6 +269,14 @@ class OutboxRelay:
 
     def _iteration(self, overlap: bool) -> int:
         conn = self._connection()
+        if self._fatal is not None:
+            self._restart_producer(f"fatal producer error {self._fatal}")
+            self._settle_reported(conn)
+            self._drop_open("with the failed producer")
+        elif self._stalled is not None:
+            self.metrics.report_timeouts_total += 1
+            self._restart_producer(self._stalled)
+            self._drop_open("with the stalled producer")
         now = time.monotonic()
         if now >= self._next_rebalance or not self._leases.valid():
             # rebalance may release a shard: only with no batch open (LeaseManager.rebalance),
@@ -271,15 +287,6 @@ class OutboxRelay:
             self.metrics.shards_held = len(self._leases.held)
             self._cdc_publishes = store.cdc_publishes(conn)
             self._next_rebalance = self._next_renew = now + self.settings.renew_every_s
-        if self._fatal is not None:
-            self._restart_producer()
-            self._settle_reported(conn)
-            if self._open:
-                # Their reports died with the old producer: the rows stay pending and are
-                # produced again, with the same ids.
-                log.warning("relay %s: %d open batches dropped with the failed producer",
-                            self.name, len(self._open))
-                self._open.clear()
         published = self._cycle(conn, overlap) if self._leases.held or self._open else 0
         if now >= self._next_cleanup and self._leases.held:
             self._cleanup(conn)
@@ -382,14 +389,16 @@ class OutboxRelay:
 
     def _await_reports(self, batch: InFlightBatch) -> bool:
         """Serve delivery reports (renewing leases) until ``batch`` is done; False if the
-        relay is stopping and ``shutdown_timeout_s`` passed first."""
+        relay is stopping and ``shutdown_timeout_s`` passed first, or the reports are overdue
+        (``report_timeout_s``: the next iteration recreates the producer)."""
         s = self.settings
         producer = self._get_producer()
         producer.poll(0)
         while not batch.done:
             producer.poll(s.delivery_poll_s)
             self._renew_while_waiting(time.monotonic())
-            self._warn_if_slow(batch, producer)
+            if self._reports_overdue(batch):
+                return False
             if self._stop.is_set() and self._shutdown_left() <= 0:
                 log.warning("relay %s: stopping with delivery reports outstanding", self.name)
                 return False
@@ -431,21 +440,12 @@ class OutboxRelay:
             except (psycopg.OperationalError, psycopg.InterfaceError) as e:
                 self._listener_lost(e)
                 return  # claim now: polling stands in for the lost LISTEN
-            producer = self._get_producer()
-            producer.poll(0)
+            self._get_producer().poll(0)
             self._renew_while_waiting(time.monotonic())
-            self._warn_if_slow(self._open[0], producer)
+            if self._reports_overdue(self._open[0]):
+                return  # the next iteration recreates the producer
         if not self._stop.is_set():
             self._idle_wait()
-
-    def _warn_if_slow(self, batch: InFlightBatch, producer: Producer) -> None:
-        # Its rows stay pending, and its aggregates held back, until the reports come.
-        waited = batch.slow_wait(time.monotonic())
-        if waited is not None:
-            log.warning("relay %s: %d of %d rows of a batch still without a delivery report "
-                        "after %.0f s (%d messages in the producer's queue); their aggregates "
-                        "are held back until the reports come (within message.timeout.ms)",
-                        self.name, batch.outstanding, len(batch.rows), waited, len(producer))
 
     def _record(self, conn: psycopg.Connection, batch: InFlightBatch) -> int:
         out = batch.outcomes(self.settings.retry, self.name)
@@ -598,13 +598,37 @@ class OutboxRelay:
             self._producer = Producer(self._producer_config)
         return self._producer
 
-    def _restart_producer(self) -> None:
-        log.error("relay %s: fatal producer error %s; recreating the producer", self.name, self._fatal)
+    def _restart_producer(self, reason: str) -> None:
+        log.error("relay %s: %s; recreating the producer", self.name, reason)
         if self._producer is not None:
-            self._producer.flush(1.0)
+            if self._stalled is None:
+                self._producer.flush(1.0)
+            else:  # a stalled producer would only spend the second
+                self._producer.purge(in_queue=True, in_flight=True, blocking=False)
             self._producer = None
         self._fatal = None
+        self._stalled = None
         self.metrics.producer_restarts_total += 1
+
+    def _drop_open(self, why: str) -> None:
+        if self._open:
+            # Their reports died with the old producer: the rows stay pending and are
+            # produced again, with the same ids.
+            log.warning("relay %s: %d open batches dropped %s", self.name, len(self._open), why)
+            self._open.clear()
+
+    def _reports_overdue(self, batch: InFlightBatch) -> bool:
+        """True once ``batch`` has waited ``report_timeout_s`` for its delivery reports (the
+        producer is then recreated by the next iteration)."""
+        if self._stalled is not None:
+            return True
+        timeout = self.settings.report_timeout_s
+        waited = time.monotonic() - batch.started
+        if timeout is None or batch.done or waited < timeout:
+            return False
+        self._stalled = (f"{batch.outstanding} of {len(batch.rows)} rows of a batch without a "
+                         f"delivery report after {waited:.0f} s (report_timeout_s={timeout:g})")
+        return True
 
     def _on_error(self, err: KafkaError) -> None:
         # error_cb runs inside poll()/flush() on the relay thread.

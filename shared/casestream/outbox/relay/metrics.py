@@ -25,7 +25,8 @@ class RelayMetrics:
     batches); ``batches_total``; ``order_breaches_total`` batches in which a later row of an aggregate
     was delivered after an earlier one failed (a message timeout, or a size rejection
     after a topic's limit was lowered; see the relay design notes); ``producer_restarts_total`` after fatal
-    errors; ``db_errors_total``; ``cleaned_total`` rows removed by retention.
+    errors or report timeouts; ``report_timeouts_total`` producers recreated because a batch's
+    delivery reports did not come within ``report_timeout_s``; ``db_errors_total``; ``cleaned_total`` rows removed by retention.
 
     Gauges (refreshed every ``metrics_interval_s``): ``outbox_pending_total`` pending rows
     in the whole table, ``outbox_failed_total`` failed rows,
@@ -42,6 +43,7 @@ class RelayMetrics:
     batches_total: int = 0
     order_breaches_total: int = 0
     producer_restarts_total: int = 0
+    report_timeouts_total: int = 0
     db_errors_total: int = 0
     cleaned_total: int = 0
     outbox_pending_total: int = 0

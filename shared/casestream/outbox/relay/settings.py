@@ -73,6 +73,10 @@ class RelaySettings:
             calls that serve its delivery reports.
         topic_limit_ttl_s: how long a topic's ``max.message.bytes`` read from the broker is
             trusted before it is read again (a size rejection re-reads it at once).
+        report_timeout_s: a batch still without all its delivery reports this long after
+            its claim, seconds, ends the wait: the producer is recreated and the batch's
+            rows, still pending, produced again by it (see the relay's "Stalled producer").
+            ``None``: wait as long as librdkafka does (``message.timeout.ms``).
     """
 
     batch_size: int = 1000
@@ -91,6 +95,7 @@ class RelaySettings:
     max_open_batches: int = 2
     open_wait_s: float = 0.002
     topic_limit_ttl_s: float = 300.0
+    report_timeout_s: float | None = 30.0
 
     def __post_init__(self) -> None:
         if self.batch_size < 1:
@@ -105,6 +110,8 @@ class RelaySettings:
             raise ConfigError("relay open_wait_s must be > 0")
         if self.topic_limit_ttl_s <= 0:
             raise ConfigError("relay topic_limit_ttl_s must be > 0")
+        if self.report_timeout_s is not None and self.report_timeout_s <= 0:
+            raise ConfigError("relay report_timeout_s must be > 0 or None")
         if self.published_retention_s < 0:
             raise ConfigError("relay published_retention_s must be >= 0")
 
