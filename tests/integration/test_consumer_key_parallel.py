@@ -24,6 +24,7 @@ import pytest
 from psycopg_pool import ConnectionPool
 
 from casestream.consumer.handlers import HandlerKind, HandlerRegistry
+from casestream.consumer.keyparallel import KEY_QUEUE_HARD, key_queue_limit
 from casestream.testing.consumer import (
     Harness,
     committed,
@@ -150,6 +151,36 @@ def test_a_member_joining_mid_flight_loses_and_doubles_nothing(consumer_harness:
     env.stop(first)
     env.stop(second)
     assert first.stats.revocations >= 1
+    _in_order_once(env, events)
+
+
+def test_a_full_key_queue_slows_the_fetch_without_pausing_the_partitions(
+        consumer_harness: Any) -> None:
+    # A pause purges what librdkafka prefetched and each resume fetches it again: pausing at
+    # every fill left the workers without units. The queue stays near its limit instead.
+    env = _harness(consumer_harness, "test.keypar.flow")
+    events = _events(aggregates=200, versions=8)
+    produce_events(env.bootstrap, env.topic, env.codec, events)
+    settings = env.settings(key_concurrency=CONCURRENCY, batch_size=50)
+    limit = key_queue_limit(settings.batch_size, CONCURRENCY)
+    most_queued = 0
+    probe = Concurrency(env, 0.003)
+    registry = HandlerRegistry()
+
+    def handle(ctx: Any, event: Any) -> None:
+        nonlocal most_queued
+        most_queued = max(most_queued, rt._workers.queued)  # noqa: SLF001 - the queue's level
+        probe.handle(ctx, event)
+
+    registry.add("CaseReturned", handle, kind=HandlerKind.PROJECTION)
+    rt = env.runtime(settings, registry)
+    env.start(rt)
+    wait_until(lambda: len(env.rows()) >= len(events), 90, 0.2)
+    _end_offsets_committed(env, len(events))
+    env.stop(rt)
+    assert most_queued >= limit, (most_queued, limit)  # the queue was full ...
+    assert rt.stats.flow_pauses == 0  # ... and the partitions kept their prefetched records
+    assert most_queued < KEY_QUEUE_HARD * limit, (most_queued, limit)
     _in_order_once(env, events)
 
 

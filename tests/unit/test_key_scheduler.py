@@ -6,7 +6,15 @@ from types import SimpleNamespace
 
 import pytest
 
-from casestream.consumer.keyparallel import KeyScheduler, PartitionOffsets, entry_key
+from casestream.consumer.keyparallel import (
+    KEY_QUEUE_HARD,
+    FlowStep,
+    KeyScheduler,
+    PartitionOffsets,
+    entry_key,
+    key_queue_flow,
+    key_queue_limit,
+)
 from casestream.consumer.records import Record
 
 pytestmark = pytest.mark.unit
@@ -234,3 +242,25 @@ def test_workers_start_no_tiny_units_while_another_unit_runs() -> None:
     finally:
         release.set()
         workers.stop()
+
+
+# ---------------------------------------------------------------- key queue back-pressure
+
+
+def test_the_key_queue_limit_follows_batch_size_and_concurrency():
+    assert key_queue_limit(500, 8) == 1000  # 2 x batch_size
+    assert key_queue_limit(500, 64) == 2048  # 32 x key_concurrency
+
+
+def test_a_full_key_queue_does_not_pause_the_partitions():
+    # a pause purges librdkafka's prefetched records: at the limit the loop only slows down
+    assert key_queue_flow(1000, 1000, paused=False) is None
+    assert key_queue_flow(KEY_QUEUE_HARD * 1000 - 1, 1000, paused=False) is None
+
+
+def test_partitions_pause_at_the_hard_bound_and_resume_below_the_limit():
+    assert key_queue_flow(KEY_QUEUE_HARD * 1000, 1000, paused=False) is FlowStep.PAUSE
+    assert key_queue_flow(KEY_QUEUE_HARD * 1000, 1000, paused=True) is None
+    assert key_queue_flow(1000, 1000, paused=True) is None  # hysteresis: not at the limit yet
+    assert key_queue_flow(999, 1000, paused=True) is FlowStep.RESUME
+    assert key_queue_flow(0, 1000, paused=False) is None

@@ -33,6 +33,7 @@ Not thread-safe by itself: callers hold one lock around every call (the runtime 
 
 from __future__ import annotations
 
+import enum
 from collections import deque
 from dataclasses import dataclass
 from typing import Any
@@ -50,6 +51,45 @@ def entry_key(entry: Entry) -> tuple[str, Any]:
     if err is None and env is not None:
         return item_of(rec, env).key
     return ("", rec.key)
+
+
+KEY_QUEUE_HARD = 2
+"""Key queue length, in multiples of :func:`key_queue_limit`, at which partitions are paused."""
+
+
+def key_queue_limit(batch_size: int, key_concurrency: int) -> int:
+    """Entries queued before the loop fetches one record per step:
+    ``max(2 x batch_size, 32 x key_concurrency)``."""
+    return max(2 * batch_size, 32 * key_concurrency)
+
+
+class FlowStep(enum.Enum):
+    """What the loop does to its fetching partitions (see :func:`key_queue_flow`)."""
+
+    PAUSE = "pause"
+    RESUME = "resume"
+
+
+def key_queue_flow(queued: int, limit: int, paused: bool) -> FlowStep | None:
+    """Back-pressure of the key queue: ``queued`` entries, ``limit`` from
+    :func:`key_queue_limit`, ``paused``: the partitions are paused for it now.
+
+    At ``limit`` the loop fetches one record per step (it still serves rebalance and commit
+    callbacks) and librdkafka stops fetching by itself once its own queue is full
+    (``queued.min.messages``, ``queued.max.messages.kbytes``). Only at ``KEY_QUEUE_HARD`` x
+    ``limit`` (the queued keys all wait on running units: a hot aggregate) are the partitions
+    paused, until the queue is below ``limit`` again. Not at every fill: a pause purges the
+    records librdkafka prefetched (``rd_kafka_pause_partitions``) and each resume fetches them
+    again, which leaves the workers without units meanwhile.
+
+    Returns:
+        ``PAUSE`` / ``RESUME`` when that is to be done now, else None.
+    """
+    if not paused and queued >= KEY_QUEUE_HARD * limit:
+        return FlowStep.PAUSE
+    if paused and queued < limit:
+        return FlowStep.RESUME
+    return None
 
 
 class PartitionOffsets:
@@ -264,4 +304,5 @@ class KeyScheduler:
             self._rewinds.pop(tp, None)
 
 
-__all__ = ["KeyScheduler", "PartitionOffsets", "Unit", "entry_key"]
+__all__ = ["FlowStep", "KEY_QUEUE_HARD", "KeyScheduler", "PartitionOffsets", "Unit", "entry_key",
+           "key_queue_flow", "key_queue_limit"]

@@ -52,9 +52,10 @@ batch and queues it per aggregate in a :class:`~casestream.consumer.keyparallel.
 ``key_concurrency`` worker threads (``casestream.consumer.keyworkers``) apply units of it, one
 transaction each, while the loop keeps fetching. Per partition the loop commits the lowest
 offset not yet applied; cuts seek their partition back as above. When more than
-``max(2 x batch_size, 32 x key_concurrency)`` entries are queued the loop pauses its partitions
-(flow control: what was fetched is kept) and resumes them once the queue has room. Rebalance
-and shutdown wait for the running units; the sweep runs in the loop beside them.
+``max(2 x batch_size, 32 x key_concurrency)`` entries are queued the loop fetches one record
+per step and librdkafka's own queue bounds what is prefetched; only at twice that are the
+partitions paused (flow control: :func:`~casestream.consumer.keyparallel.key_queue_flow`).
+Rebalance and shutdown wait for the running units; the sweep runs in the loop beside them.
 
 Shutdown: when ``stop`` is set the current batch finishes and commits, pending offsets are
 committed, the consumer is closed (leaves the group) and the dead-letter producer is flushed.
@@ -79,6 +80,7 @@ from casestream.consumer.deadletters import DeadLetterSink, KafkaDeadLetters, re
 from casestream.errors import ConfigError
 from casestream.consumer.handlers import HandlerRegistry, OutboxAppender
 from casestream.consumer.inbox import ensure_schema
+from casestream.consumer.keyparallel import FlowStep, key_queue_flow, key_queue_limit
 from casestream.consumer.keyworkers import KeyWorkers, give_back, worker_threads
 from casestream.kafka.config import KafkaTarget, client_config, connection_config
 from casestream.kafka.topics import fetch_batch
@@ -464,11 +466,15 @@ class ConsumerRuntime:
                                f"{workers.crashed!r}") from workers.crashed
         self._resume_due()
         s = self.settings
-        limit = max(2 * s.batch_size, 32 * s.key_concurrency)
-        full = workers.queued >= limit
-        self._flow(full)
+        limit = key_queue_limit(s.batch_size, s.key_concurrency)
+        queued = workers.queued
+        full = queued >= limit
+        self._flow(queued, limit)
         self._enter("polling")
-        msgs = fetch_batch(self._consumer, s.batch_size, 0.0 if full else s.poll_timeout_s)
+        # Full: one record at most per step, which serves the rebalance and commit callbacks
+        # without pausing (a pause purges librdkafka's prefetched records, see _flow).
+        msgs = fetch_batch(self._consumer, 1 if full else s.batch_size,
+                           0.0 if full else s.poll_timeout_s)
         records = [r for r in self._records(msgs) if r.tp in self._assigned]
         self._probe.polled(records, self._consumer)
         if records:
@@ -485,12 +491,15 @@ class ConsumerRuntime:
             self._enter("waiting for the key queue")
             workers.wait_room(limit, 0.02)
 
-    def _flow(self, full: bool) -> None:
-        """Pause every fetching partition while the key queue is full, resume when not."""
-        if full and not self._flow_paused:
+    def _flow(self, queued: int, limit: int) -> None:
+        """Pause or resume the fetching partitions as :func:`key_queue_flow` says for a key
+        queue of ``queued`` entries."""
+        step = key_queue_flow(queued, limit, bool(self._flow_paused))
+        if step is FlowStep.PAUSE:
             self._flow_paused = {tp for tp in self._assigned if tp not in self._paused}
             self._pause(list(self._flow_paused))
-        elif not full and self._flow_paused:
+            self.stats.flow_pauses += 1
+        elif step is FlowStep.RESUME:
             back = [tp for tp in self._flow_paused if tp in self._assigned and tp not in self._paused]
             self._flow_paused = set()
             self._resume(back)
