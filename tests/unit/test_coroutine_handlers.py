@@ -4,6 +4,7 @@ in order within one, at most ``concurrency`` at once; a failure is pinned to its
 from __future__ import annotations
 
 import asyncio
+import threading
 from typing import Any
 
 import pytest
@@ -12,6 +13,7 @@ from casestream.consumer.batch_dispatch import Dispatcher
 from casestream.consumer.batch_fast import FastPath, GuardCache
 from casestream.consumer.batch_model import _Item
 from casestream.consumer.guard import FirstSeenPolicy
+from casestream.consumer.handlerloop import HandlerLoop
 from casestream.consumer.handlers import DiscardingOutbox, HandlerKind, HandlerRegistry
 from casestream.consumer.keyworkers import worker_threads
 from casestream.consumer.processing import ProcessingMode
@@ -41,10 +43,10 @@ class Calls:
             self.now -= 1
 
 
-def _fast(registry: HandlerRegistry, concurrency: int) -> FastPath:
+def _fast(registry: HandlerRegistry, concurrency: int, loop: HandlerLoop | None = None) -> FastPath:
     dispatch = Dispatcher(consumer="c", handlers=registry, mode=ProcessingMode.LIVE,
                           outbox=DiscardingOutbox(), first_seen=FirstSeenPolicy.STRICT,
-                          strict_types=False, redrive_topic="c.redrive")
+                          strict_types=False, redrive_topic="c.redrive", loop=loop)
     return FastPath(consumer="c", dispatch=dispatch, failures=None,  # type: ignore[arg-type]
                     cache=GuardCache(0), stats=ConsumerStats(), pipeline=False,
                     concurrency=concurrency)
@@ -147,3 +149,86 @@ def test_the_savepoint_path_awaits_a_coroutine_handler_to_its_end() -> None:
     finally:
         fast.dispatch.close()
     assert calls.order == [("A0", 1)]
+
+
+# ---------------------------------------------------------------- one loop for every worker
+
+
+def _units(calls: Calls, loop: HandlerLoop, units: int) -> list[FastPath]:
+    registry = HandlerRegistry()
+    registry.add("CaseReturned", calls.handle, kind=HandlerKind.PROJECTION)
+    return [_fast(registry, concurrency=loop.calls, loop=loop) for _ in range(units)]
+
+
+def _on_threads(fasts: list[FastPath], items_of: list[list[_Item]]) -> list[BaseException]:
+    errors: list[BaseException] = []
+
+    def apply(fast: FastPath, items: list[_Item]) -> None:
+        try:
+            fast._handlers(None, items)  # noqa: SLF001 - the wave under test
+        except BaseException as e:  # noqa: BLE001 - reported to the test
+            errors.append(e)
+
+    threads = [threading.Thread(target=apply, args=(f, i)) for f, i in zip(fasts, items_of)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    return errors
+
+
+def test_units_of_several_worker_threads_share_the_loops_calls() -> None:
+    calls = Calls()
+    loop = HandlerLoop("c", 6)
+    try:
+        fasts = _units(calls, loop, units=3)
+        items_of = [[_Item(it.rec, it.env) for it in _items(aggregates=10, versions=4)]
+                    for _ in fasts]
+        assert _on_threads(fasts, items_of) == []
+    finally:
+        loop.close()
+    assert calls.most == 6  # three units, each allowed 6 calls: 6 at once in all
+    assert len(calls.order) == 3 * 40
+    for a in range(10):  # each unit's aggregate in order (three units: three runs of 1..4)
+        assert sorted(v for agg, v in calls.order if agg == f"A{a}") == [1, 1, 1, 2, 2, 2, 3, 3, 3, 4, 4, 4]
+
+
+def test_one_unit_alone_may_take_every_call_of_the_loop() -> None:
+    # the slots are not split per worker thread: a unit whose neighbours are committing
+    # uses the calls they leave
+    calls = Calls()
+    loop = HandlerLoop("c", 8)
+    try:
+        [fast] = _units(calls, loop, units=1)
+        assert _on_threads([fast], [_items(aggregates=20, versions=2)]) == []
+    finally:
+        loop.close()
+    assert calls.most == 8
+
+
+def test_a_failure_on_the_shared_loop_is_raised_in_its_unit_only() -> None:
+    items = _items(aggregates=6, versions=3)
+    bad = items[7]  # A1 v2
+    calls = Calls(fail=bad.env.event_id)
+    loop = HandlerLoop("c", 4)
+    try:
+        fasts = _units(calls, loop, units=2)
+        other = _items(aggregates=6, versions=3)
+        errors = _on_threads(fasts, [items, [_Item(it.rec, it.env) for it in other]])
+    finally:
+        loop.close()
+    assert [str(e) for e in errors] == ["external call refused"]
+    assert fasts[0].handler_failure is not None and fasts[0].handler_failure[0] == id(bad.rec)
+    assert fasts[1].handler_failure is None
+
+
+def test_a_closed_handler_loop_refuses_work() -> None:
+    loop = HandlerLoop("c", 2)
+    loop.close()
+
+    async def nothing() -> None: ...
+
+    with pytest.raises(RuntimeError, match="closed"):
+        loop.run(nothing())
+    with pytest.raises(ValueError, match="calls must be >= 1"):
+        HandlerLoop("c", 0)

@@ -72,6 +72,7 @@ from casestream.consumer.records import ConsumerStats, EnvelopeDecoder, Record
 from casestream.consumer.settings import ConsumerSettings
 from casestream.consumer.deadletters import DeadLetter, DeadLetterSink
 from casestream.errors import PoisonMessageError
+from casestream.consumer.handlerloop import HandlerLoop
 from casestream.consumer.handlers import DiscardingOutbox, HandlerRegistry, OutboxAppender
 from casestream.consumer.processing import ProcessingMode
 from casestream.consumer.retries import purge_dead_lettered, retry_key
@@ -96,12 +97,15 @@ class BatchProcessor:
             different aggregates at once); default: its own of ``settings.guard_cache_size``.
         handler_concurrency: most coroutine (``async def``) handler calls the fast path awaits
             at once, over different aggregates (default 1: one after the other).
+        handler_loop: await coroutine handlers on this shared loop, within its slots
+            (default: an event loop of the processor's own).
     """
 
     def __init__(self, *, consumer: str, handlers: HandlerRegistry, decoder: EnvelopeDecoder,
                  dead_letters: DeadLetterSink, settings: ConsumerSettings | None = None,
                  outbox: OutboxAppender | None = None, stats: ConsumerStats | None = None,
-                 guard_cache: GuardCache | None = None, handler_concurrency: int = 1) -> None:
+                 guard_cache: GuardCache | None = None, handler_concurrency: int = 1,
+                 handler_loop: HandlerLoop | None = None) -> None:
         self.consumer = consumer
         self.handlers = handlers
         self.decoder = decoder
@@ -121,7 +125,8 @@ class BatchProcessor:
                                         dead_letters=dead_letters)
         self._dispatch = Dispatcher(consumer=consumer, handlers=handlers, mode=self.mode,
                                     outbox=self.outbox, first_seen=s.first_seen,
-                                    strict_types=s.strict_types, redrive_topic=self.redrive_topic)
+                                    strict_types=s.strict_types, redrive_topic=self.redrive_topic,
+                                    loop=handler_loop)
         applier = MessageApplier(consumer=consumer, dispatch=self._dispatch, stats=self.stats)
         self._held = HeldEvents(consumer=consumer, decoder=decoder, applier=applier,
                                 failures=self._failures, cache=self._cache, stats=self.stats,

@@ -10,6 +10,7 @@ tracing spans: a per-event handler runs in a CONSUMER span that is a child of th
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import inspect
 from typing import Any
 
@@ -17,6 +18,7 @@ from casestream import telemetry
 from casestream.consumer.batch_model import Action, _Item
 from casestream.consumer.deadletters import H_ACCEPT_GAP
 from casestream.consumer.guard import FirstSeenPolicy, Verdict, decide
+from casestream.consumer.handlerloop import HandlerLoop
 from casestream.consumer.handlers import HandlerContext, HandlerRegistry, OutboxAppender
 from casestream.consumer.inbox import GuardRow
 from casestream.consumer.processing import ProcessingMode
@@ -35,11 +37,13 @@ class Dispatcher:
         first_seen: first-seen version policy of the guard.
         strict_types: an event type without a handler is ``UNKNOWN_STRICT`` (dead-lettered).
         redrive_topic: records from this topic with ``accept-gap: true`` may close a gap.
+        loop: await coroutine handlers there, each event's calls in one of its slots
+            (a key-parallel consumer's shared loop); default: an event loop of its own.
     """
 
     def __init__(self, *, consumer: str, handlers: HandlerRegistry, mode: ProcessingMode,
                  outbox: OutboxAppender, first_seen: FirstSeenPolicy, strict_types: bool,
-                 redrive_topic: str) -> None:
+                 redrive_topic: str, loop: HandlerLoop | None = None) -> None:
         self.consumer = consumer
         self.handlers = handlers
         self.mode = mode
@@ -48,6 +52,8 @@ class Dispatcher:
         self.strict_types = strict_types
         self.redrive_topic = redrive_topic
         self._runner: asyncio.Runner | None = None  # awaits coroutine handlers (made on first use)
+        self._loop = loop
+        self._slots: Any = loop.slots if loop is not None else contextlib.nullcontext()
 
     def has_side_effects(self, event_type: str) -> bool:
         """True if a ``SIDE_EFFECT`` handler takes ``event_type`` in this mode."""
@@ -146,22 +152,29 @@ class Dispatcher:
         if not hs:
             return 0 if self.handlers.knows(env.event_type) else 1
         ctx = self._context(conn, rec)
-        with telemetry.consume_span(self.consumer, rec, env):
-            for h in hs:
-                result = h.call(ctx, env)
-                if inspect.isawaitable(result):
-                    await result
+        async with self._slots:
+            with telemetry.consume_span(self.consumer, rec, env):
+                for h in hs:
+                    result = h.call(ctx, env)
+                    if inspect.isawaitable(result):
+                        await result
         return 0
 
     def wait(self, result: Any) -> None:
         """Await ``result`` on this dispatcher's event loop when a handler returned an
         awaitable (a coroutine handler); anything else is ignored."""
         if inspect.isawaitable(result):
-            self.run(_awaited(result))
+            self.run(self._awaited(result))
+
+    async def _awaited(self, awaitable: Any) -> Any:
+        async with self._slots:
+            return await awaitable
 
     def run(self, coro: Any) -> Any:
-        """Run coroutine ``coro`` to completion on this dispatcher's event loop (made on
-        first use; one dispatcher is used by one thread at a time)."""
+        """Run coroutine ``coro`` to completion on the dispatcher's event loop (the shared
+        ``loop``, or its own made on first use; one dispatcher is used by one thread at a time)."""
+        if self._loop is not None:
+            return self._loop.run(coro)
         if self._runner is None:
             self._runner = asyncio.Runner()
         return self._runner.run(coro)
@@ -176,10 +189,6 @@ class Dispatcher:
         return HandlerContext(conn=conn, outbox=self.outbox, mode=self.mode,
                               consumer=self.consumer, topic=rec.topic, partition=rec.partition,
                               offset=rec.offset, positions=((rec.topic, rec.partition, rec.offset),))
-
-
-async def _awaited(awaitable: Any) -> Any:
-    return await awaitable
 
 
 def _each_event(items: list[_Item]) -> list[_Item]:

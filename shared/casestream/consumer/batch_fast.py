@@ -239,8 +239,9 @@ class FastPath:
         return unknown
 
     def _wave(self, conn: Any, wave: list[_Item]) -> int:
-        """Await the handlers of ``wave`` with up to ``concurrency`` calls at once: one chain
-        per aggregate, each chain's events in order. The first failure stops every chain
+        """Await the handlers of ``wave`` with up to ``concurrency`` calls at once (on a shared
+        handler loop: within its slots, which every unit shares): one chain per aggregate,
+        each chain's events in order. The first failure stops every chain
         before its next event and is raised once the calls under way have ended (the
         transaction then rolls back)."""
         chains: dict[tuple[str, str], list[_Item]] = {}

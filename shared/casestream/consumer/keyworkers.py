@@ -19,8 +19,9 @@ whatever is queued, so a lone event waits for nobody.
 Coroutine handlers (``async def``, see ``casestream.consumer.handlers``): the runtime starts
 :func:`worker_threads` threads instead, one per ``CALLS_PER_WORKER`` calls, and each thread's
 fast path awaits its unit's calls concurrently, one chain per aggregate
-(``casestream.consumer.batch_fast``), so ``key_concurrency`` calls wait at once on a handful
-of threads.
+(``casestream.consumer.batch_fast``), on the consumer's one
+:class:`~casestream.consumer.handlerloop.HandlerLoop`: ``key_concurrency`` calls wait at once
+over all units, and a unit in its database round trips leaves its calls to the others.
 
 A unit that fails as a whole (database down, dead-letter delivery failed) is rolled back and
 its partitions are re-fetched from its first offsets after the consumer's exponential backoff
@@ -44,14 +45,14 @@ log = logging.getLogger("casestream.consumer")
 
 MIN_UNIT = 32  # entries a unit holds at least while other units run (fewer only after LINGER_S)
 LINGER_S = 0.01  # s one worker waits for MIN_UNIT entries before taking fewer
-CALLS_PER_WORKER = 8  # coroutine handler calls one worker thread awaits at once
+CALLS_PER_WORKER = 8  # key_concurrency per worker thread with coroutine handlers (units in flight)
 
 
 def worker_threads(concurrency: int, coroutines: bool) -> int:
     """Worker threads for ``key_concurrency`` = ``concurrency``: one per call for plain
-    handlers; with coroutine handlers one per ``CALLS_PER_WORKER`` calls, each thread
-    awaiting its unit's calls together on its event loop (a thread switch per event, under
-    the GIL, costs more CPU than the event itself once dozens of threads wait)."""
+    handlers; with coroutine handlers one per ``CALLS_PER_WORKER`` calls, the threads' units
+    awaiting their calls on one shared event loop (a thread switch per event, under the GIL,
+    costs more CPU than the event itself once dozens of threads wait)."""
     return -(-concurrency // CALLS_PER_WORKER) if coroutines else concurrency
 
 

@@ -80,6 +80,7 @@ from casestream.consumer.deadletters import DeadLetterSink, KafkaDeadLetters, re
 from casestream.errors import ConfigError
 from casestream.consumer.handlers import HandlerRegistry, OutboxAppender
 from casestream.consumer.inbox import ensure_schema
+from casestream.consumer.handlerloop import HandlerLoop
 from casestream.consumer.keyparallel import FlowStep, key_queue_flow, key_queue_limit
 from casestream.consumer.keyworkers import KeyWorkers, give_back, worker_threads
 from casestream.kafka.config import KafkaTarget, client_config, connection_config
@@ -176,7 +177,9 @@ class ConsumerRuntime:
         self._flow_paused: set[TP] = set()  # paused because the key queue is full
         self._keyed_committed: dict[TP, int] = {}  # highest offset made pending per partition
         k = self.settings.key_concurrency
-        self._key_workers = worker_threads(k, handlers.awaits(self.settings.mode))
+        self._coroutines = handlers.awaits(self.settings.mode)
+        self._handler_loop: HandlerLoop | None = None  # key-parallel coroutine handlers
+        self._key_workers = worker_threads(k, self._coroutines)
         max_size = getattr(pool, "max_size", None)
         if k > 1 and isinstance(max_size, int) and max_size < self._key_workers + 1:
             raise ConfigError(f"consumer {name}: key_concurrency={k} needs a connection pool "
@@ -254,11 +257,14 @@ class ConsumerRuntime:
         if self.settings.key_concurrency > 1:
             cache = self.processor.guard_cache
             threads = self._key_workers
-            calls = -(-self.settings.key_concurrency // threads)
+            calls = self.settings.key_concurrency
+            if self._handler_loop is None and self._coroutines:
+                self._handler_loop = HandlerLoop(self.name, calls)
+            shared = self._handler_loop
             self._workers = KeyWorkers(
                 self.name, self.pool,
                 lambda: BatchProcessor(dead_letters=self._dead_letters, guard_cache=cache,
-                                       handler_concurrency=calls,
+                                       handler_concurrency=calls, handler_loop=shared,
                                        **self._processor_args),  # type: ignore[arg-type]
                 concurrency=threads, max_unit=self.settings.batch_size,
                 retry=self.settings.retry)
@@ -286,6 +292,9 @@ class ConsumerRuntime:
             finally:
                 if self._workers is not None:
                     self._workers.stop()
+                if self._handler_loop is not None:
+                    self._handler_loop.close()
+                    self._handler_loop = None
                 if self._executor:
                     self._executor.shutdown(wait=True)
                 if self.processor is not None:

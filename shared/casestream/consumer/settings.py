@@ -78,9 +78,10 @@ class ConsumerSettings:
             retries and dead letters work as with 1. For handlers that wait on I/O (an HTTP
             call, a mail server); the pool needs one connection per worker thread and one
             for the loop: ``key_concurrency + 1``, or with coroutine (``async def``)
-            ``PROJECTION``/``PROCESS`` handlers ``ceil(key_concurrency / 8) + 1``: each
-            worker thread then awaits up to 8 calls of its unit at once on its event loop
-            (``casestream.consumer.keyworkers.CALLS_PER_WORKER``).
+            ``PROJECTION``/``PROCESS`` handlers ``ceil(key_concurrency / 8) + 1``: the worker
+            threads (one per ``casestream.consumer.keyworkers.CALLS_PER_WORKER`` calls) then
+            hand their units' calls to one shared event loop, which awaits at most
+            ``key_concurrency`` of them at once (``casestream.consumer.handlerloop``).
     """
 
     batch_size: int = 500
