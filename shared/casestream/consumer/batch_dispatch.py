@@ -10,8 +10,8 @@ tracing spans: a per-event handler runs in a CONSUMER span that is a child of th
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import inspect
+from collections import deque
 from typing import Any
 
 from casestream import telemetry
@@ -53,7 +53,6 @@ class Dispatcher:
         self.redrive_topic = redrive_topic
         self._runner: asyncio.Runner | None = None  # awaits coroutine handlers (made on first use)
         self._loop = loop
-        self._slots: Any = loop.slots if loop is not None else contextlib.nullcontext()
 
     def has_side_effects(self, event_type: str) -> bool:
         """True if a ``SIDE_EFFECT`` handler takes ``event_type`` in this mode."""
@@ -152,23 +151,58 @@ class Dispatcher:
         if not hs:
             return 0 if self.handlers.knows(env.event_type) else 1
         ctx = self._context(conn, rec)
-        async with self._slots:
-            with telemetry.consume_span(self.consumer, rec, env):
-                for h in hs:
-                    result = h.call(ctx, env)
-                    if inspect.isawaitable(result):
-                        await result
+        with telemetry.consume_span(self.consumer, rec, env):
+            for h in hs:
+                result = h.call(ctx, env)
+                if inspect.isawaitable(result):
+                    await result
         return 0
+
+    def run_chains(self, conn: Any, chains: list[list[_Item]],
+                   concurrency: int) -> tuple[int, list[tuple[_Item, BaseException]]]:
+        """Await the handlers of every item of ``chains`` (each chain in order, up to
+        ``concurrency`` chains at once; on the shared ``loop``: by its callers, which every
+        unit shares). The first failure stops every chain before its next item.
+
+        Returns:
+            (events that had no handler, [(item, exception)] of the failure, if any).
+        """
+        def call(it: _Item) -> Any:
+            return self.run_handlers_async(conn, it.rec, it.env)
+
+        if self._loop is not None:
+            return self._loop.run_chains(chains, call)
+        pending = deque(chains)
+        failed: list[tuple[_Item, BaseException]] = []
+
+        async def caller() -> int:  # one of ``concurrency``: takes chains until none is left
+            unknown = 0
+            while pending and not failed:
+                for it in pending.popleft():
+                    try:
+                        unknown += await call(it)
+                    except Exception as e:  # noqa: BLE001 - raised by the caller, after the others
+                        failed.append((it, e))
+                    if failed:
+                        break
+            return unknown
+
+        async def all_chains() -> int:
+            callers = min(concurrency, len(chains))
+            return sum(await asyncio.gather(*(caller() for _ in range(callers))))
+
+        return self.run(all_chains()), failed
 
     def wait(self, result: Any) -> None:
         """Await ``result`` on this dispatcher's event loop when a handler returned an
         awaitable (a coroutine handler); anything else is ignored."""
         if inspect.isawaitable(result):
-            self.run(self._awaited(result))
-
-    async def _awaited(self, awaitable: Any) -> Any:
-        async with self._slots:
-            return await awaitable
+            if self._loop is not None:  # one of the loop's calls, as the fast path's are
+                _unknown, failed = self._loop.run_chains([[result]], _awaited)
+                if failed:
+                    raise failed[0][1]
+            else:
+                self.run(_awaited(result))
 
     def run(self, coro: Any) -> Any:
         """Run coroutine ``coro`` to completion on the dispatcher's event loop (the shared
@@ -189,6 +223,11 @@ class Dispatcher:
         return HandlerContext(conn=conn, outbox=self.outbox, mode=self.mode,
                               consumer=self.consumer, topic=rec.topic, partition=rec.partition,
                               offset=rec.offset, positions=((rec.topic, rec.partition, rec.offset),))
+
+
+async def _awaited(awaitable: Any) -> int:
+    await awaitable
+    return 0
 
 
 def _each_event(items: list[_Item]) -> list[_Item]:

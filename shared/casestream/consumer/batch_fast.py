@@ -9,9 +9,7 @@ rolls back and the caller redoes it on the savepoint path (``batch_slow``).
 
 from __future__ import annotations
 
-import asyncio
 import logging
-from collections import deque
 from collections.abc import Sequence
 from typing import Any
 
@@ -240,34 +238,14 @@ class FastPath:
 
     def _wave(self, conn: Any, wave: list[_Item]) -> int:
         """Await the handlers of ``wave`` with up to ``concurrency`` calls at once (on a shared
-        handler loop: within its slots, which every unit shares): one chain per aggregate,
+        handler loop: by its callers, which every unit shares): one chain per aggregate,
         each chain's events in order. The first failure stops every chain
         before its next event and is raised once the calls under way have ended (the
         transaction then rolls back)."""
         chains: dict[tuple[str, str], list[_Item]] = {}
         for it in wave:
             chains.setdefault(it.key, []).append(it)
-        dispatch = self.dispatch
-        pending = deque(chains.values())
-        failed: list[tuple[_Item, BaseException]] = []
-
-        async def caller() -> int:  # one of ``concurrency``: takes chains until none is left
-            unknown = 0
-            while pending and not failed:
-                for it in pending.popleft():
-                    try:
-                        unknown += await dispatch.run_handlers_async(conn, it.rec, it.env)
-                    except Exception as e:  # noqa: BLE001 - raised below, after the others
-                        failed.append((it, e))
-                    if failed:
-                        break
-            return unknown
-
-        async def all_chains() -> int:
-            callers = min(self.concurrency, len(chains))
-            return sum(await asyncio.gather(*(caller() for _ in range(callers))))
-
-        unknown = dispatch.run(all_chains())
+        unknown, failed = self.dispatch.run_chains(conn, list(chains.values()), self.concurrency)
         if failed:
             it, e = failed[0]
             if not isinstance(e, psycopg.Error):

@@ -91,6 +91,7 @@ log = logging.getLogger("casestream.consumer")
 
 _FORCED = {"enable.auto.commit": False, "enable.auto.offset.store": False}
 _COMMIT_RESEND_S = 10.0  # an asynchronous offset commit unanswered this long is sent again
+KEY_DECODE_SLICE = 32  # records a key-parallel loop decodes between two GIL hand-overs
 
 
 
@@ -486,8 +487,12 @@ class ConsumerRuntime:
                            0.0 if full else s.poll_timeout_s)
         records = [r for r in self._records(msgs) if r.tp in self._assigned]
         self._probe.polled(records, self._consumer)
-        if records:
-            workers.add(self.processor.decode(records).entries)  # type: ignore[union-attr]
+        # Decoded and queued in slices with a GIL hand-over between them: a whole batch holds
+        # the GIL for milliseconds (CPython forces a switch only after sys.getswitchinterval(),
+        # 5 ms), which the worker threads and the handler loop would wait out per event.
+        for i in range(0, len(records), KEY_DECODE_SLICE):
+            workers.add(self.processor.decode(records[i:i + KEY_DECODE_SLICE]).entries)  # type: ignore[union-attr]
+            time.sleep(0)
         self._enter("handing over the next batch")
         for tp, (off, delay) in workers.rewinds().items():
             if tp in self._assigned:
