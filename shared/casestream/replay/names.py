@@ -60,16 +60,26 @@ def defined_names(conn: Any, create_tables: Callable[[Any, Mapping[str, str]], N
     """The object names ``create_tables(conn, names)`` gives each table: ``{table: {signature:
     name}}``. Runs the DDL with a scratch schema as the only ``search_path`` entry (so a DDL
     that checks whether its table exists finds none) and drops it, in a savepoint of the
-    caller's transaction. A DDL that cannot run there (it needs objects of another schema)
-    gives ``{}``: names are then left as they are, and the failure is logged."""
+    caller's transaction. A table the DDL leaves to a migration (it creates only shadow
+    tables) keeps the names the live table has now. A DDL that cannot run there (it needs
+    objects of another schema) gives ``{}``: names are then left as they are, and the failure
+    is logged."""
     scratch = f"casestream_names_{uuid.uuid4().hex[:12]}"
     path = conn.execute("SHOW search_path").fetchone()[0]
+    existing = {table: _objects(conn, actual) for table, actual in names.items()
+                if conn.execute("SELECT to_regclass(%s)", (actual,)).fetchone()[0] is not None}
     try:
         with conn.transaction():
             conn.execute(sql.SQL("CREATE SCHEMA {}").format(sql.Identifier(scratch)))
             conn.execute(sql.SQL("SET LOCAL search_path = {}").format(sql.Identifier(scratch)))
             create_tables(conn, names)
-            found = {table: _objects(conn, f'"{scratch}"."{actual}"') for table, actual in names.items()}
+            found = {}
+            for table, actual in names.items():
+                created = f'"{scratch}"."{actual}"'
+                if conn.execute("SELECT to_regclass(%s)", (created,)).fetchone()[0] is not None:
+                    found[table] = _objects(conn, created)
+                elif table in existing:
+                    found[table] = existing[table]
             conn.execute(sql.SQL("SET LOCAL search_path = ") + sql.SQL(path))
             conn.execute(sql.SQL("DROP SCHEMA {} CASCADE").format(sql.Identifier(scratch)))
             return found
