@@ -20,7 +20,8 @@ batch, no Kafka; its collaborators in ``batch_dispatch``, ``batch_fast``, ``batc
 attempt counts and backoffs: ``retries``; dead letters: ``deadletters``; the guard
 rule: ``guard``; handler registration: ``handlers``; processing modes: ``processing``;
 key-parallel mode (``ConsumerSettings.key_concurrency``): ``keyparallel`` (per-aggregate queues,
-committable offsets) and ``keyworkers`` (the worker threads).
+committable offsets), ``keyworkers`` (the worker threads) and ``handlerloop`` (the event loop
+their coroutine handlers share).
 
 The handler, guard, processing, record and settings names import eagerly (no driver); the
 runtime, batch, inbox and dead-letter names (psycopg, confluent_kafka) are re-exported lazily.
