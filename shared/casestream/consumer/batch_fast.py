@@ -146,7 +146,7 @@ class FastPath:
         Raises _Ineligible to bail out."""
         keys = {it.key for it in items}
         cache = self.cache.rows
-        start = {k: GuardRow(cache[k], AggregateState.FLOWING) for k in keys if k in cache}
+        start = {k: cache[k] for k in keys if k in cache} if cache else {}  # last versions
         missing = keys - start.keys() if start else keys
         claim_cur = claim_inbox(conn, self.consumer, [it.env for it in items])
         guards_cur = query_guards(conn, self.consumer, missing) if missing else None
@@ -155,9 +155,12 @@ class FastPath:
         if read_retries(retries_cur):
             raise _Ineligible  # failed before (maybe on another member): owed backoff, count
         known = {it.env.event_id for it in items} - claimed  # recorded before this batch
+        flowing = AggregateState.FLOWING
+        guards = {k: GuardRow(v, flowing) for k, v in start.items()}
         if guards_cur is not None:
-            start.update(read_guards(guards_cur))
-        guards = {k: GuardRow(g.last_version, g.state, g.exists) for k, g in start.items()}
+            read = read_guards(guards_cur)
+            guards.update(read)  # planned below in place: ``start`` keeps their versions
+            start.update((k, g.last_version) for k, g in read.items())
         seen: set[str] = set()
         apply: list[_Item] = []
         dup = stale = 0
@@ -191,8 +194,8 @@ class FastPath:
                 s = start.get(key)
                 if s is None:
                     updates.append((key[0], key[1], None, g.last_version))
-                elif g.last_version != s.last_version:
-                    updates.append((key[0], key[1], s.last_version, g.last_version))
+                elif g.last_version != s:
+                    updates.append((key[0], key[1], s, g.last_version))
             recorded = advance_batch(conn, self.consumer, updates)
             # Pipeline mode: handler statements are sent without waiting for each result;
             # errors surface at the next sync. A psycopg error may thus show up in a later

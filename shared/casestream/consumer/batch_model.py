@@ -43,15 +43,17 @@ class _Item:
     rec: Record
     env: Any
     events: tuple[Any, ...] | None = None
+    #: ``(aggregate_type, aggregate_id)`` of ``env``: the guard row's key (made once; a batch
+    #: looks it up several times per record)
+    key: tuple[str, str] = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.key = (self.env.aggregate_type, self.env.aggregate_id)
 
     @property
     def handled(self) -> tuple[Any, ...]:
         """The events the handlers of this record run for, in order."""
         return (self.env,) if self.events is None else self.events
-
-    @property
-    def key(self) -> tuple[str, str]:
-        return (self.env.aggregate_type, self.env.aggregate_id)
 
     def entry(self) -> InboxEntry:
         e = self.env
