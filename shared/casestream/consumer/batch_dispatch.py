@@ -37,8 +37,8 @@ class Dispatcher:
         first_seen: first-seen version policy of the guard.
         strict_types: an event type without a handler is ``UNKNOWN_STRICT`` (dead-lettered).
         redrive_topic: records from this topic with ``accept-gap: true`` may close a gap.
-        loop: await coroutine handlers there, each event's calls in one of its slots
-            (a key-parallel consumer's shared loop); default: an event loop of its own.
+        loop: await coroutine handlers there, by its callers (a key-parallel consumer's
+            shared loop, ``key_concurrency`` calls at once); default: an event loop of its own.
     """
 
     def __init__(self, *, consumer: str, handlers: HandlerRegistry, mode: ProcessingMode,

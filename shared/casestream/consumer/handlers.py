@@ -40,11 +40,13 @@ own costs two round trips to PostgreSQL per event (``SAVEPOINT``, ``RELEASE``: e
 sync on the fast path).
 A handler may be an ``async def`` coroutine function (an HTTP call with an async client, say).
 The runtime awaits it on an event loop of the applying thread; with
-``ConsumerSettings(key_concurrency=N)``, the fast path runs the per-event coroutine handlers of
-one transaction concurrently, up to N calls at once over different aggregates, each
-aggregate's events one after the other in offset order (``casestream.consumer.batch_fast``). Its
+``ConsumerSettings(key_concurrency=N)``, on the consumer's one handler loop
+(``casestream.consumer.handlerloop``), where the fast path runs the per-event coroutine
+handlers of every running unit concurrently, up to N calls at once over different aggregates,
+each aggregate's events one after the other in offset order (``casestream.consumer.batch_fast``). Its
 database effects still go through ``ctx.conn`` (a plain, blocking psycopg connection): keep
-them between awaits, never across one. The savepoint path, batch handlers and replay await
+them between awaits, never across one, and short (a statement whose result is read blocks the
+loop, and with it every unit's calls, for its round trip). The savepoint path, batch handlers and replay await
 one call at a time.
 To steer the runtime it raises :class:`casestream.errors.RetryableError` (transient, retried with
 backoff, bounded) or :class:`casestream.errors.PoisonMessageError` (dead-lettered at once); any

@@ -482,7 +482,7 @@ class ConsumerRuntime:
         self._flow(queued, limit)
         self._enter("polling")
         # Full: one record at most per step, which serves the rebalance and commit callbacks
-        # without pausing (a pause purges librdkafka's prefetched records, see _flow).
+        # without pausing (a pause purges librdkafka's prefetched records: key_queue_flow).
         msgs = fetch_batch(self._consumer, 1 if full else s.batch_size,
                            0.0 if full else s.poll_timeout_s)
         records = [r for r in self._records(msgs) if r.tp in self._assigned]
