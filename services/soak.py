@@ -542,7 +542,11 @@ class Checker:
 
     # -- 2
     def notices(self, runs: list[CaseRun]) -> Check:
-        counts: Counter[str] = Counter()
+        """One notice per violating case, counted by Message-ID: the sender mails a notice again,
+        with the same Message-ID, when it died between the SMTP server's ``250`` and its commit
+        (``services.notification.application.sender``), and a de-duplicating reader sees one."""
+        by_case: dict[str, set[str]] = {}
+        resent = 0
         ids = {r.case_id for r in runs}
         if self.maildir is not None:
             for path in self.maildir.glob("*.eml"):
@@ -550,13 +554,19 @@ class Checker:
                 if message.get("X-Casestream-Notice-Kind", "notice") != "notice":
                     continue  # a correction / appeal-rejection mail is not a second notice
                 text = str(message)
+                message_id = message.get("Message-ID") or path.name
                 for case_id in ids:
                     if case_id in text:
-                        counts[case_id] += 1
+                        seen = by_case.setdefault(case_id, set())
+                        resent += message_id in seen
+                        seen.add(message_id)
+        counts = Counter({case_id: len(mids) for case_id, mids in by_case.items()})
         violating = [r for r in runs if "ViolationDetermined" in r.trail]
         wrong = [f"{r.case_id}: {counts[r.case_id]}" for r in runs
                  if counts[r.case_id] != (1 if "ViolationDetermined" in r.trail else 0)]
         detail = f"{len(violating)} violating cases, {sum(counts.values())} notices"
+        if resent:
+            detail += f" ({resent} sent again with the same Message-ID)"
         if self.maildir is None:
             return Check("one notice per violating case", False, "CASESTREAM_SMTP_MAILDIR unset")
         if wrong:

@@ -43,16 +43,21 @@ def stack(suite_stack: ServiceStack) -> ServiceStack:
 
 
 def notices_by_case(maildir: Path, runs: list[CaseRun]) -> Counter[str]:
-    """How many SMTP messages mention each case id (headers or body)."""
+    """How many SMTP messages with distinct Message-IDs mention each case id (headers or body).
+
+    A notice is mailed again with the same Message-ID when its sender is killed between the
+    SMTP server's ``250`` and its commit (the window ``services.notification.application.sender``
+    describes); a de-duplicating reader sees one message, and so does this count."""
     ids = {run.case_id for run in runs}
-    counts: Counter[str] = Counter()
+    by_case: dict[str, set[str]] = {}
     for path in maildir.glob("*.eml"):
         message = email.message_from_bytes(path.read_bytes())
         text = str(message)
+        message_id = message.get("Message-ID") or path.name
         for case_id in ids:
             if case_id in text:
-                counts[case_id] += 1
-    return counts
+                by_case.setdefault(case_id, set()).add(message_id)
+    return Counter({case_id: len(mids) for case_id, mids in by_case.items()})
 
 
 def assert_journeys(runs: list[CaseRun], maildir: Path) -> None:

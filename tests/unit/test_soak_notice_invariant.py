@@ -15,9 +15,12 @@ from services.soak import Checker
 pytestmark = pytest.mark.unit
 
 
-def mail(maildir: Path, name: str, case_id: str, kind: str | None) -> None:
+def mail(maildir: Path, name: str, case_id: str, kind: str | None,
+         message_id: str | None = None) -> None:
     msg = EmailMessage()
     msg["To"] = "party@example.org"
+    if message_id is not None:
+        msg["Message-ID"] = message_id
     msg["X-Casestream-Case-Id"] = case_id
     if kind is not None:  # mails of earlier releases carry no kind: a notice
         msg["X-Casestream-Notice-Kind"] = kind
@@ -50,5 +53,21 @@ def test_corrections_and_rejections_do_not_count_as_notices(tmp_path: Path) -> N
 def test_a_second_notice_of_a_case_still_fails(tmp_path: Path) -> None:
     mail(tmp_path, "1.eml", "case-a", "notice")
     mail(tmp_path, "2.eml", "case-a", None)
+    check = checker(tmp_path).notices([run("case-a", True)])
+    assert not check.ok and "case-a: 2" in check.detail
+
+
+def test_a_notice_mailed_again_with_its_message_id_is_one_notice(tmp_path: Path) -> None:
+    # the sender died between the SMTP server's 250 and its commit: same notice, same Message-ID
+    mail(tmp_path, "1.eml", "case-a", "notice", "<case-a@notice.casestream>")
+    mail(tmp_path, "2.eml", "case-a", "notice", "<case-a@notice.casestream>")
+    check = checker(tmp_path).notices([run("case-a", True)])
+    assert check.ok, check.detail
+    assert check.detail == "1 violating cases, 1 notices (1 sent again with the same Message-ID)"
+
+
+def test_two_message_ids_for_one_case_are_two_notices(tmp_path: Path) -> None:
+    mail(tmp_path, "1.eml", "case-a", "notice", "<case-a@notice.casestream>")
+    mail(tmp_path, "2.eml", "case-a", "notice", "<other@notice.casestream>")
     check = checker(tmp_path).notices([run("case-a", True)])
     assert not check.ok and "case-a: 2" in check.detail
