@@ -4,7 +4,7 @@ is importable as ``common`` from the script's own folder)."""
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from confluent_kafka import Producer
@@ -21,21 +21,32 @@ def produce_all(bootstrap: str, topic: str, codec: Any, evs: Sequence[Envelope],
     Raises:
         SystemExit: messages still undelivered after ``flush_s`` seconds.
     """
+    t = time.perf_counter()
+    produce_encoded(bootstrap, topic, ((e.aggregate_id.encode(), codec.encode(e), headers_of(e))
+                                       for e in evs), flush_s)
+    return time.perf_counter() - t
+
+
+def produce_encoded(bootstrap: str, topic: str, msgs: Iterable[tuple[bytes, bytes, Any]],
+                    flush_s: float = 120.0) -> None:
+    """Put ``msgs`` (key, value, headers) on ``topic``, idempotent with ``acks=all``, and wait
+    for every delivery report.
+
+    Raises:
+        SystemExit: messages still undelivered after ``flush_s`` seconds.
+    """
     p = Producer({"bootstrap.servers": bootstrap, "acks": "all", "enable.idempotence": True,
                   "linger.ms": 5, "batch.num.messages": 10000, "partitioner": "murmur2_random"})
-    t = time.perf_counter()
-    for e in evs:
+    for key, value, headers in msgs:
         while True:
             try:
-                p.produce(topic, key=e.aggregate_id.encode(), value=codec.encode(e),
-                          headers=headers_of(e))
+                p.produce(topic, key=key, value=value, headers=headers)
                 break
             except BufferError:
                 p.poll(0.05)
         p.poll(0)
     if p.flush(flush_s):
         raise SystemExit("produce: messages left undelivered")
-    return time.perf_counter() - t
 
 
 def infra_arguments(ap: Any) -> None:

@@ -57,7 +57,15 @@ from casestream.service.gctune import freeze_startup_objects
 from casestream.consumer.handlers import HandlerContext, HandlerKind, HandlerRegistry
 from casestream.consumer.inbox import ensure_schema
 
-from common import check_durability, durability, infra_arguments, json_record, load_average, produce_all
+from common import (
+    check_durability,
+    durability,
+    infra_arguments,
+    json_record,
+    load_average,
+    produce_all,
+    produce_encoded,
+)
 
 PAYLOAD = {"title": "Unlicensed waste disposal near the river",
            "summary": "Reporter saw barrels dumped behind the depot on two nights; photos attached.",
@@ -186,23 +194,6 @@ def b4_copy(dsn: str, evs: list[Envelope], table: str, consumer: str, batch: int
                     " priority = EXCLUDED.priority, version = EXCLUDED.version,"
                     " updated_at = EXCLUDED.updated_at")
         return time.perf_counter() - t
-
-
-def produce_encoded(bootstrap: str, topic: str, msgs: Sequence[tuple[bytes, bytes, Any]]) -> None:
-    """Put the pre-encoded ``msgs`` on ``topic`` (idempotent, ``acks=all``) and wait for them."""
-    from confluent_kafka import Producer
-
-    p = Producer({"bootstrap.servers": bootstrap, "acks": "all", "enable.idempotence": True,
-                  "linger.ms": 5, "batch.num.messages": 10000, "partitioner": "murmur2_random"})
-    for key, value, headers in msgs:
-        while True:
-            try:
-                p.produce(topic, key=key, value=value, headers=headers)
-                break
-            except BufferError:
-                p.poll(0.01)
-    if p.flush(120):
-        raise SystemExit("produce: messages left undelivered")
 
 
 def _row(e: Envelope) -> tuple[Any, ...]:

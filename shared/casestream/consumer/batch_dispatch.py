@@ -205,10 +205,8 @@ class Dispatcher:
                 self.run(_awaited(result))
 
     def run(self, coro: Any) -> Any:
-        """Run coroutine ``coro`` to completion on the dispatcher's event loop (the shared
-        ``loop``, or its own made on first use; one dispatcher is used by one thread at a time)."""
-        if self._loop is not None:
-            return self._loop.run(coro)
+        """Run coroutine ``coro`` to completion on this dispatcher's own event loop (made on
+        first use; one dispatcher is used by one thread at a time)."""
         if self._runner is None:
             self._runner = asyncio.Runner()
         return self._runner.run(coro)
