@@ -102,8 +102,10 @@ pg_up() {
             >"$PG_DIR/initdb.log" 2>&1 || { show_tail "$PG_DIR/initdb.log"; die "postgres: initdb failed."; }
         echo "include_if_exists = 'casestream.conf'" | as_pg tee -a "$PG_DATA/postgresql.conf" >/dev/null
     fi
-    as_pg cp "$CS_DEPLOY_DIR/postgres/casestream.conf" "$PG_DATA/casestream.conf"
-    as_pg cp "$CS_DEPLOY_DIR/postgres/pg_hba.conf" "$PG_DATA/pg_hba.conf"
+    # Read by this shell, written by the server's user: a checkout in a private directory
+    # (mktemp -d) is unreadable to that user.
+    as_pg tee "$PG_DATA/casestream.conf" <"$CS_DEPLOY_DIR/postgres/casestream.conf" >/dev/null
+    as_pg tee "$PG_DATA/pg_hba.conf" <"$CS_DEPLOY_DIR/postgres/pg_hba.conf" >/dev/null
     log "postgres: starting on $CS_HOST:$CASESTREAM_PG_PORT"
     as_pg "$PG_BIN/pg_ctl" -D "$PG_DATA" -l "$PG_LOG" -s \
         -o "-p $CASESTREAM_PG_PORT -c listen_addresses=$CS_HOST" start >/dev/null 2>&1 9>&- \
