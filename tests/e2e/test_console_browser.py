@@ -30,6 +30,7 @@ from casestream.auth import ROLE_OFFICER, ROLE_SUPERVISOR, dev_token
 from casestream.consumer import DeadLetter
 from casestream.consumer.deadletters import dead_letter_headers, read_topic
 from casestream.operations import read_actions
+from casestream.operations.deadletters import load_dead_letter_state
 from casestream.service.devstack import ServiceStack, console_process, service_port
 from services.demo import CaseSpec
 from tests.support.waiting import wait_for
@@ -204,7 +205,19 @@ def scenario(driver, suite: ServiceStack, kafka_bootstrap: str) -> None:  # noqa
         driver.get(f"{CONSOLE}/deadletters?consumer=audit.journal")
         return bool(driver.find_elements("id", "no-open"))
 
-    wait_for(resolved_in_page, 60, "the dead letter resolved in the console")
+    def why_still_open() -> str:
+        state = load_dead_letter_state(kafka_bootstrap, "audit.journal")
+        entries = [f"{e.label} {e.state} {e.origin} redrive={e.redrive_count}" for e in state.entries
+                   if e.key == case_id]
+        log = suite.log_dir / "audit.log" if suite.log_dir else None
+        lines = log.read_text(errors="replace").splitlines() if log and log.exists() else []
+        assigned = [sorted(set(re.findall(r"([\w.-]+)\[\d+\]", ln))) for ln in lines
+                    if "audit.journal: assigned" in ln]
+        errors = [ln[:400] for ln in lines if '"ERROR"' in ln]
+        return (f"entries of the case {entries}; audit.journal's last assignment (topics) "
+                f"{assigned[-1:]}; audit errors {errors[-3:]}")
+
+    wait_for(resolved_in_page, 60, "the dead letter resolved in the console", describe=why_still_open)
     shot(driver, "deadletters-resolved")
     # the audit process re-reads the topics every second, on a loaded box more slowly
     wait_for(lambda: open_dead_letters() == before, 60,

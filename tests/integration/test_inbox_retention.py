@@ -57,10 +57,14 @@ def _history(bootstrap: str, topic: str, dsn: str, consumer: str) -> list[str]:
     try:
         c.assign([TopicPartition(topic, 0, 0)])
         stamps = []
-        while len(stamps) < 10:
-            m = c.poll(5)
-            assert m is not None and m.error() is None
+        deadline = time.monotonic() + 30  # a topic just created may take seconds to serve a fetch
+        while len(stamps) < 10 and time.monotonic() < deadline:
+            m = c.poll(1)
+            if m is None:
+                continue
+            assert m.error() is None, m.error()
             stamps.append(m.timestamp()[1])
+        assert len(stamps) == 10, f"read {len(stamps)} of the 10 records within 30 s"
         c.commit(offsets=[TopicPartition(topic, 0, 10)], asynchronous=False)
     finally:
         c.close()

@@ -727,13 +727,25 @@ class ConsumerRuntime:
 
 
 def ensure_topics(bootstrap: KafkaTarget, topics: Sequence[str], *, partitions: int = 1,
-                  timeout_s: float = 15.0) -> None:
-    """Create ``topics`` if missing (broker default replication factor). Idempotent."""
+                  timeout_s: float = 15.0, admin: Any = None) -> None:
+    """Create ``topics`` if missing (broker default replication factor), then wait until the
+    cluster's metadata shows each of them with a leader for every partition. Idempotent.
+
+    The wait matters to a consumer that subscribes next: librdkafka assigns a subscribed topic
+    only once its metadata lists it, and looks again only every
+    ``topic.metadata.refresh.interval.ms`` (300,000 ms by default), so a topic the group's
+    leader did not see at the join would stay unread for minutes.
+
+    Raises:
+        KafkaException: creation failed (other than ``TOPIC_ALREADY_EXISTS``), or a topic had
+            no leader for every partition within ``timeout_s``.
+    """
     # lazy (start-up cost): confluent_kafka loads when a client is built
     from confluent_kafka import KafkaError, KafkaException
     from confluent_kafka.admin import AdminClient, NewTopic
 
-    admin = AdminClient(client_config(bootstrap))
+    admin = admin if admin is not None else AdminClient(client_config(bootstrap))
+    deadline = time.monotonic() + timeout_s
     futures = admin.create_topics([NewTopic(t, num_partitions=partitions) for t in topics],
                                   operation_timeout=timeout_s, request_timeout=timeout_s)
     for topic, f in futures.items():
@@ -743,6 +755,23 @@ def ensure_topics(bootstrap: KafkaTarget, topics: Sequence[str], *, partitions: 
             if e.args and e.args[0].code() == KafkaError.TOPIC_ALREADY_EXISTS:
                 continue
             raise
+    waiting = list(topics)
+    while waiting:
+        listed = admin.list_topics(timeout=max(0.1, deadline - time.monotonic())).topics
+        waiting = [t for t in waiting if not _served(listed.get(t))]
+        if not waiting:
+            return
+        if time.monotonic() >= deadline:
+            raise KafkaException(KafkaError(KafkaError._TIMED_OUT,
+                                            f"topics {', '.join(waiting)} not served by a leader "
+                                            f"within {timeout_s:g} s of their creation"))
+        time.sleep(0.1)
+
+
+def _served(meta: Any) -> bool:
+    """Whether topic metadata lists the topic with a leader for each of its partitions."""
+    return (meta is not None and meta.error is None and bool(meta.partitions)
+            and all(p.leader >= 0 for p in meta.partitions.values()))
 
 
 def _fmt(partitions: list[Any]) -> str:

@@ -1,0 +1,65 @@
+"""``ensure_topics`` returns only once the metadata serves each topic with a leader per
+partition: a consumer subscribing right after must find them at its group's join (an in-memory
+admin client stands in for the cluster's answers)."""
+
+from __future__ import annotations
+
+from concurrent.futures import Future
+from types import SimpleNamespace
+
+import pytest
+from confluent_kafka import KafkaError, KafkaException
+
+from casestream.consumer import ensure_topics
+
+
+def _done(error: KafkaError | None = None) -> Future:
+    f: Future = Future()
+    if error is None:
+        f.set_result(None)
+    else:
+        f.set_exception(KafkaException(error))
+    return f
+
+
+def _topic(*leaders: int) -> SimpleNamespace:
+    return SimpleNamespace(error=None, partitions={i: SimpleNamespace(leader=lead)
+                                                   for i, lead in enumerate(leaders)})
+
+
+class Admin:
+    """Answers ``list_topics`` with the given snapshots in turn (the last one from then on)."""
+
+    def __init__(self, *snapshots: dict[str, SimpleNamespace], exists: bool = False) -> None:
+        self.snapshots = list(snapshots)
+        self.lists = 0
+        self.exists = exists
+
+    def create_topics(self, new, **_):  # noqa: ANN001, ANN003, ANN201
+        error = KafkaError(KafkaError.TOPIC_ALREADY_EXISTS) if self.exists else None
+        return {t.topic: _done(error) for t in new}
+
+    def list_topics(self, timeout: float):  # noqa: ANN201
+        self.lists += 1
+        snap = self.snapshots[min(self.lists, len(self.snapshots)) - 1]
+        return SimpleNamespace(topics=snap)
+
+
+def test_waits_until_every_topic_has_a_leader_for_each_partition() -> None:
+    admin = Admin({}, {"a.dlq": _topic(0, 0)}, {"a.dlq": _topic(0, 0), "a.redrive": _topic(0, -1)},
+                  {"a.dlq": _topic(0, 0), "a.redrive": _topic(0, 0)})
+    ensure_topics("unused:9092", ["a.dlq", "a.redrive"], admin=admin, timeout_s=5)
+    assert admin.lists == 4
+
+
+def test_a_topic_that_already_exists_is_waited_for_too() -> None:
+    admin = Admin({}, {"t": _topic(1)}, exists=True)
+    ensure_topics("unused:9092", ["t"], admin=admin, timeout_s=5)
+    assert admin.lists == 2
+
+
+def test_a_topic_never_served_fails_after_the_timeout_naming_it() -> None:
+    admin = Admin({"t": SimpleNamespace(error=KafkaError(KafkaError.LEADER_NOT_AVAILABLE), partitions={})})
+    with pytest.raises(KafkaException, match="topics t not served by a leader within 0.3 s"):
+        ensure_topics("unused:9092", ["t"], admin=admin, timeout_s=0.3)
+    assert admin.lists >= 2
