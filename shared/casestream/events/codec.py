@@ -74,7 +74,7 @@ from casestream.events.envelope import DecodedMessage, Envelope, envelope_from_t
 from casestream.errors import PoisonMessageError, SchemaError, UnknownSchemaError
 from casestream.events.registry import SchemaRegistry, register_catalog
 from casestream.events.upcasting import UpcasterChain
-from casestream.events.values import conform, has_instants, naive_datetime
+from casestream.events.values import conform, converts, has_instants, naive_datetime
 
 __all__ = ["ENVELOPE_FIELDS", "DecodedMessage", "EnvelopeCodec", "InvalidEventError", "MAGIC_BYTE",
            "open_codec", "schema_id_of"]
@@ -139,6 +139,7 @@ class _Writer:
     schema: Any  # fastavro-parsed composed schema of (event_type, version)
     payload_schema: Any  # fastavro-parsed payload schema of the same version (encode validation)
     instants: bool  # the payload has instant (timestamp-*) fields: naive datetimes are looked for
+    converts: bool  # values.conform may change a payload of this schema (else it is skipped)
 
 
 @dataclass(slots=True, kw_only=True)
@@ -298,6 +299,7 @@ class EnvelopeCodec:
             schema=parsed,
             payload_schema=payload_schema,
             instants=has_instants(payload_schema),
+            converts=converts(payload_schema),
         )
         layout = _layout(sv.schema)
         local = self._local[(event_type, version)] = _Reader(
@@ -591,8 +593,10 @@ class EnvelopeCodec:
 
     def _valid_as(self, event_type: str, version: int, payload: Any, what: str) -> Any:
         """``payload`` made what version ``version``'s schema promises, or poison naming the field."""
-        schema = self._writers[(event_type, version)].payload_schema
-        payload = conform(schema, payload)
+        w = self._writers[(event_type, version)]
+        schema = w.payload_schema
+        if w.converts:
+            payload = conform(schema, payload)
         try:
             validate(payload, schema, raise_errors=True)
         except ValidationError as e:

@@ -21,7 +21,7 @@ import datetime as _dt
 from collections.abc import Mapping
 from typing import Any
 
-__all__ = ["conform", "has_instants", "naive_datetime"]
+__all__ = ["conform", "converts", "has_instants", "naive_datetime"]
 
 _EPOCH = _dt.datetime(1970, 1, 1, tzinfo=_dt.UTC)
 _EPOCH_DATE = _dt.date(1970, 1, 1)
@@ -86,6 +86,38 @@ def conform(schema: Any, value: Any, names: dict[str, Any] | None = None) -> Any
     if isinstance(t, str) and t in names:
         return conform(names[t], value, names)
     return value
+
+
+_PRIMITIVES = frozenset({"null", "boolean", "int", "long", "float", "double", "string", "bytes"})
+
+
+def converts(schema: Any, seen: set[str] | None = None) -> bool:
+    """Whether :func:`conform` can return anything but its value unchanged for ``schema``: True
+    when a ``bytes`` or ``fixed`` type or a timestamp / date logical type is reachable, or a
+    name is referenced that ``schema`` does not define (unknown, so assumed). A schema for which
+    this is False needs no :func:`conform` pass (pure; ``schema`` as ``fastavro.parse_schema``
+    returns it)."""
+    seen = set() if seen is None else seen
+    if isinstance(schema, list):
+        return any(converts(b, seen) for b in schema)
+    if isinstance(schema, str):
+        return schema == "bytes" or (schema not in _PRIMITIVES and schema not in seen)
+    if not isinstance(schema, Mapping):
+        return True
+    logical = schema.get("logicalType")
+    if logical in _INSTANTS or logical in _LOCAL or logical == "date":
+        return True
+    t = schema.get("type")
+    if t in ("bytes", "fixed"):
+        return True
+    if t in ("record", "error", "enum"):
+        seen.add(schema["name"])
+        return t != "enum" and any(converts(f["type"], seen) for f in schema["fields"])
+    if t == "array":
+        return converts(schema["items"], seen)
+    if t == "map":
+        return converts(schema["values"], seen)
+    return converts(t, seen)
 
 
 def _latin1(text: str) -> Any:
