@@ -3,8 +3,9 @@ is importable as ``common`` from the script's own folder)."""
 
 from __future__ import annotations
 
+import contextlib
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
 from confluent_kafka import Producer
@@ -52,7 +53,9 @@ def produce_encoded(bootstrap: str, topic: str, msgs: Iterable[tuple[bytes, byte
 def infra_arguments(ap: Any) -> None:
     """Add ``--bootstrap`` (default ``CASESTREAM_KAFKA_BOOTSTRAP``, else 127.0.0.1:19092),
     ``--registry-url`` (default ``CASESTREAM_REGISTRY_URL``) and ``--dsn`` (default
-    ``CASESTREAM_PG_URL`` + ``/casestream_test``) to the ``argparse`` parser ``ap``."""
+    ``CASESTREAM_PG_URL`` + ``/casestream_test``) to the ``argparse`` parser ``ap``. Benches
+    that write inbox and projection rows run in a database of their own on that server
+    (:func:`own_database`)."""
     import os
 
     ap.add_argument("--bootstrap", default=os.environ.get("CASESTREAM_KAFKA_BOOTSTRAP",
@@ -61,6 +64,25 @@ def infra_arguments(ap: Any) -> None:
     ap.add_argument("--dsn", default=os.environ.get("CASESTREAM_PG_URL",
                                                     "postgresql://postgres@127.0.0.1:15432")
                     .rstrip("/") + "/casestream_test")
+
+
+@contextlib.contextmanager
+def own_database(dsn: str, name: str, *, keep: bool = False) -> Iterator[str]:
+    """A database of its own, ``name``, on the server of ``dsn`` for one bench run: created
+    empty, its DSN yielded, dropped afterwards unless ``keep``. The figures then do not depend
+    on what earlier runs, tests or profile drivers left in a shared database (a development
+    ``consumer_inbox`` of millions of rows makes every insert into it slower)."""
+    import psycopg
+
+    base = dsn.rsplit("/", 1)[0] if dsn.count("/") > 2 else dsn.rstrip("/")
+    with psycopg.connect(base + "/postgres", autocommit=True) as conn:
+        conn.execute(f'CREATE DATABASE "{name}"')
+    try:
+        yield f"{base}/{name}"
+    finally:
+        if not keep:
+            with psycopg.connect(base + "/postgres", autocommit=True) as conn:
+                conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
 PAIR_CHILD = "CASESTREAM_BENCH_PAIR_CHILD"

@@ -22,7 +22,9 @@ its last member has its assignment; then the clock starts and the events (encode
 are put on it, so every event is applied inside the clock.
 
 Every connection (the bench's and the runtime's) runs with ``synchronous_commit=on`` (libpq
-``PGOPTIONS``) unless ``--fast`` (labelled). A final ``BENCH {...}`` line is the JSON record.
+``PGOPTIONS``) unless ``--fast`` (labelled), in a database of the bench's own on the server of
+``--dsn`` (``common.own_database``; dropped at the end unless ``--keep``), so rows that earlier
+runs left in a shared inbox do not slow its inserts. A final ``BENCH {...}`` line is the JSON record.
 
 Usage::
 
@@ -63,6 +65,7 @@ from common import (
     infra_arguments,
     json_record,
     load_average,
+    own_database,
     produce_all,
     produce_encoded,
 )
@@ -297,12 +300,20 @@ def main() -> None:
     ap.add_argument("--retry-lookup-ab", action="store_true",
                     help="also run the batch-handler runtime with the fast path's consumer_retry"
                          " lookup replaced by a no-op (its cost, same run; not a valid mode)")
-    ap.add_argument("--keep", action="store_true", help="keep tables/rows (default: clean up)")
+    ap.add_argument("--keep", action="store_true",
+                    help="keep the bench's database and topics (default: drop them)")
     ap.add_argument("--fast", action="store_true",
                     help="synchronous_commit=off (labelled: not production durability)")
     args = ap.parse_args()
     logging.basicConfig(level=logging.WARNING)
     durable = durability(args.fast)
+    with own_database(args.dsn, f"bench_consumer_{uuid.uuid4().hex[:8]}", keep=args.keep) as dsn:
+        args.dsn = dsn
+        measure(args, durable)
+
+
+def measure(args: argparse.Namespace, durable: str) -> None:
+    """The rounds of :func:`main`, in the database ``args.dsn`` (the bench's own)."""
     check_durability(args.dsn, args.fast)
 
     if args.no_tracing:
@@ -396,13 +407,7 @@ def main() -> None:
                                for k in ("rtb", "rtg", "rt", "rtn") if rates[k]})
     finally:
         close_codec(codec)
-        if not args.keep:
-            with psycopg.connect(args.dsn, autocommit=True) as conn:
-                for t in tables.values():
-                    conn.execute(f"DROP TABLE IF EXISTS {t}")
-                for c in consumers.values():
-                    conn.execute("DELETE FROM consumer_inbox WHERE consumer = %s", (c,))
-                    conn.execute("DELETE FROM consumer_version_guard WHERE consumer = %s", (c,))
+        if not args.keep:  # the database goes with own_database
             from confluent_kafka.admin import AdminClient
 
             AdminClient({"bootstrap.servers": args.bootstrap}).delete_topics(
