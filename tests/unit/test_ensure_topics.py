@@ -30,21 +30,24 @@ def _topic(*leaders: int) -> SimpleNamespace:
 
 
 class Admin:
-    """Answers ``list_topics`` with the given snapshots in turn (the last one from then on)."""
+    """Answers ``list_topics`` from the given snapshots in turn (the last one from then on)."""
 
     def __init__(self, *snapshots: dict[str, SimpleNamespace], exists: bool = False) -> None:
         self.snapshots = list(snapshots)
         self.lists = 0
         self.exists = exists
+        self.asked: dict[str, int] = {}
 
     def create_topics(self, new, **_):  # noqa: ANN001, ANN003, ANN201
         error = KafkaError(KafkaError.TOPIC_ALREADY_EXISTS) if self.exists else None
         return {t.topic: _done(error) for t in new}
 
-    def list_topics(self, timeout: float):  # noqa: ANN201
-        self.lists += 1
-        snap = self.snapshots[min(self.lists, len(self.snapshots)) - 1]
-        return SimpleNamespace(topics=snap)
+    def list_topics(self, topic: str, timeout: float):  # noqa: ANN201
+        """The topic's n-th answer is its entry in the n-th snapshot; ``lists``: rounds asked."""
+        n = self.asked[topic] = self.asked.get(topic, 0) + 1
+        self.lists = max(self.lists, n)
+        snap = self.snapshots[min(n, len(self.snapshots)) - 1]
+        return SimpleNamespace(topics={topic: snap[topic]} if topic in snap else {})
 
 
 def test_waits_until_the_metadata_lists_every_topic_with_its_partitions() -> None:

@@ -757,9 +757,9 @@ def ensure_topics(bootstrap: KafkaTarget, topics: Sequence[str], *, partitions: 
             raise
     waiting = list(topics)
     while True:
-        try:
-            listed = admin.list_topics(timeout=max(0.1, deadline - time.monotonic())).topics
-            waiting = [t for t in waiting if not _listed(listed.get(t))]
+        try:  # one topic per request: a cluster's whole metadata may be large
+            waiting = [t for t in waiting if not _listed(admin.list_topics(
+                topic=t, timeout=max(0.1, deadline - time.monotonic())).topics.get(t))]
         except KafkaException as e:
             log.debug("metadata of %s not read yet: %s", ", ".join(waiting), e)
         if not waiting:
