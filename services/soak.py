@@ -236,8 +236,11 @@ class Suite:
     saga relay."""
 
     def __init__(self, env: Mapping[str, str], opts: Options) -> None:
-        # a killed instance's partitions move on after 6 s, not librdkafka's 45 s
-        self.env = {"CASESTREAM_KAFKA_SESSION_TIMEOUT_MS": "6000", **env}
+        # a killed instance's partitions move on after 6 s, not librdkafka's 45 s; a member
+        # whose group join does not complete after a broker restart gets a new Kafka client
+        # after 30 s, not 306 s (max.poll.interval.ms + session.timeout.ms)
+        self.env = {"CASESTREAM_KAFKA_SESSION_TIMEOUT_MS": "6000",
+                    "CASESTREAM_CONSUMER_REJOIN_TIMEOUT_S": "30", **env}
         counts = {n: opts.replicas_of(n) for n in SUITE}
         self.stacks = [ServiceStack(env=replica_env(SUITE, i, self.env),
                                     log_dir=opts.log_dir / f"instance-{i}",

@@ -86,6 +86,8 @@ class ConsumerStats:
     accepted_gaps: version gaps accepted on a re-drive with ``dlq.accept_gap``.
     assignments / revocations: rebalance callbacks seen (eager protocol: all partitions each time).
     stalls: times the loop was seen stuck in one step longer than ``stall_after_s``.
+    consumer_restarts: times the Kafka consumer was closed and made again because no
+        assignment came within ``ConsumerSettings.rejoin_timeout_s``.
     flow_pauses: times a key-parallel loop paused its partitions for a key queue at its hard
         bound (``casestream.consumer.keyparallel.key_queue_flow``).
     partitions_assigned: partitions assigned to this runtime now (a gauge, not monotonic):
@@ -108,6 +110,7 @@ class ConsumerStats:
     offset_commit_failures: int = 0
     accepted_gaps: int = 0
     stalls: int = 0
+    consumer_restarts: int = 0
     flow_pauses: int = 0
     assignments: int = 0
     revocations: int = 0

@@ -57,6 +57,13 @@ per step and librdkafka's own queue bounds what is prefetched; only at twice tha
 partitions paused (flow control: :func:`~casestream.consumer.keyparallel.key_queue_flow`).
 Rebalance and shutdown wait for the running units; the sweep runs in the loop beside them.
 
+Rejoin guard: from subscribing, and from each revoke or loss of partitions, the runtime
+expects an assignment callback (empty or not) within ``ConsumerSettings.rejoin_timeout_s``
+(default ``max.poll.interval.ms + session.timeout.ms``). Past that it closes its Kafka
+consumer and subscribes a new one: a librdkafka client whose group join never leaves its
+queue (seen after a broker restart: ``GroupCoordinator: Timed out 0 in-flight, ...
+1 out-queue``) would otherwise hold no partitions for good while its loop looks healthy.
+
 Shutdown: when ``stop`` is set the current batch finishes and commits, pending offsets are
 committed, the consumer is closed (leaves the group) and the dead-letter producer is flushed.
 SIGTERM wiring belongs to the service (``casestream.service.process.ServiceProcess`` sets ``stop``).
@@ -91,6 +98,7 @@ log = logging.getLogger("casestream.consumer")
 
 _FORCED = {"enable.auto.commit": False, "enable.auto.offset.store": False}
 _COMMIT_RESEND_S = 10.0  # an asynchronous offset commit unanswered this long is sent again
+_CLOSE_WAIT_S = 10.0  # how long a replaced Kafka consumer is given to close
 KEY_DECODE_SLICE = 32  # records a key-parallel loop decodes between two GIL hand-overs
 
 
@@ -172,6 +180,10 @@ class ConsumerRuntime:
         self._flight: tuple[cf.Future[BatchResult], list[Record]] | None = None
         self._commit_sent: float | None = None  # monotonic time of the unanswered async commit
         self.ready = threading.Event()  # set once the first assignment arrived
+        self._unassigned_since: float | None = None  # monotonic; None while assigned
+        self.rejoin_after_s = self.settings.rejoin_timeout_s or (
+            (int(self._conf["max.poll.interval.ms"]) + int(self._conf["session.timeout.ms"]))
+            / 1000.0)
         self._phase: tuple[str, float] = ("starting", time.monotonic())  # watchdog's view
         self._stall_logged = False
         self._workers: KeyWorkers | None = None  # key-parallel mode (key_concurrency > 1)
@@ -191,16 +203,11 @@ class ConsumerRuntime:
 
     def run(self, stop: threading.Event) -> None:
         """Consume until ``stop`` is set; then finish the batch, commit, leave the group."""
-        # lazy (start-up cost): confluent_kafka loads when a client is built
-        from confluent_kafka import Consumer
-
         self._prepare()
-        self._consumer = Consumer(self._conf)
         self._executor = cf.ThreadPoolExecutor(1, thread_name_prefix=f"{self.name}.batch")
         if self.settings.key_concurrency > 1:
             self._start_workers()
-        self._consumer.subscribe(self.topics, on_assign=self._on_assign,
-                                 on_revoke=self._on_revoke, on_lost=self._on_lost)
+        self._consumer = self._new_consumer()
         log.info("%s: consuming %s (batch %d, dlq %s)", self.name, ", ".join(self.topics),
                  self.settings.batch_size, self.dlq_topic)
         done = threading.Event()
@@ -216,6 +223,57 @@ class ConsumerRuntime:
                 self._shutdown()
             finally:
                 done.set()
+
+    def _new_consumer(self) -> Any:
+        """A Kafka consumer on the runtime's config, subscribed with its rebalance callbacks;
+        the wait for its first assignment starts now."""
+        # lazy (start-up cost): confluent_kafka loads when a client is built
+        from confluent_kafka import Consumer
+
+        consumer = Consumer(self._conf)
+        consumer.subscribe(self.topics, on_assign=self._on_assign,
+                           on_revoke=self._on_revoke, on_lost=self._on_lost)
+        self._unassigned_since = time.monotonic()
+        return consumer
+
+    # ------------------------------------------------------------------ rejoin guard
+
+    def rejoin_overdue(self, now: float | None = None) -> float | None:
+        """Seconds this runtime has waited for an assignment, once that is
+        ``rejoin_timeout_s`` or more; None while it holds an assignment or waits less."""
+        since = self._unassigned_since
+        if since is None:
+            return None
+        waited = (time.monotonic() if now is None else now) - since
+        return waited if waited >= self.rejoin_after_s else None
+
+    def _replace_consumer(self, waited: float) -> None:
+        """Close the Kafka consumer and subscribe a new one (see ``rejoin_timeout_s``).
+
+        Nothing is assigned at this point (the revoke or loss forgot every partition), so
+        no offset is pending and no batch holds records; a sweep in flight is finished
+        first. The old client is closed on a daemon thread, waited for at most
+        ``_CLOSE_WAIT_S``: a client stuck in its group join may not close at all. Its
+        late rebalance callbacks are ignored (they name the old client)."""
+        self.stats.consumer_restarts += 1
+        log.error("%s: no partition assignment %.0f s after subscribing or losing partitions "
+                  "(rejoin_timeout_s %.0f); closing the Kafka consumer and joining group %s "
+                  "with a new one", self.name, waited, self.rejoin_after_s, self._conf["group.id"])
+        self._enter("replacing the Kafka consumer")
+        if self._workers is None:
+            self._land()
+        old, self._consumer = self._consumer, None
+        self._pending.clear()
+        self._commit_sent = None
+        self._generation += 1
+        closer = threading.Thread(target=_close_quietly, args=(old, self.name), daemon=True,
+                                  name=f"{self.name}.close")
+        closer.start()
+        closer.join(_CLOSE_WAIT_S)
+        if closer.is_alive():
+            log.warning("%s: the old Kafka consumer did not close within %.0f s; left to its "
+                        "thread", self.name, _CLOSE_WAIT_S)
+        self._consumer = self._new_consumer()
 
     # ------------------------------------------------------------------ stall watchdog
 
@@ -289,7 +347,8 @@ class ConsumerRuntime:
             self._commit_pending(wait=True)
         finally:
             try:
-                self._consumer.close()
+                if self._consumer is not None:
+                    self._consumer.close()
             finally:
                 if self._workers is not None:
                     self._workers.stop()
@@ -311,6 +370,9 @@ class ConsumerRuntime:
     # ------------------------------------------------------------------ one step
 
     def _step(self) -> None:
+        waited = self.rejoin_overdue()
+        if waited is not None:
+            self._replace_consumer(waited)
         if self._workers is not None:
             self._step_keyed(self._workers)
             return
@@ -643,6 +705,9 @@ class ConsumerRuntime:
     # ------------------------------------------------------------------ rebalance callbacks
 
     def _on_assign(self, consumer: Any, partitions: list[Any]) -> None:
+        if consumer is not self._consumer:
+            return  # a replaced client, closing
+        self._unassigned_since = None
         given = {(p.topic, p.partition) for p in partitions}
         self._assigned |= given
         self.stats.assignments += 1
@@ -654,6 +719,10 @@ class ConsumerRuntime:
         self.ready.set()
 
     def _on_revoke(self, consumer: Any, partitions: list[Any]) -> None:
+        if consumer is not self._consumer:
+            return
+        if self._unassigned_since is None:
+            self._unassigned_since = time.monotonic()
         revoked = {(p.topic, p.partition) for p in partitions}
         self.stats.revocations += 1
         self._generation += 1
@@ -666,6 +735,10 @@ class ConsumerRuntime:
         self._phase = phase
 
     def _on_lost(self, consumer: Any, partitions: list[Any]) -> None:
+        if consumer is not self._consumer:
+            return
+        if self._unassigned_since is None:
+            self._unassigned_since = time.monotonic()
         lost = {(p.topic, p.partition) for p in partitions}
         self._generation += 1
         log.warning("%s: partitions lost %s (not committing)", self.name, _fmt(partitions))
@@ -724,6 +797,13 @@ class ConsumerRuntime:
         conn, self._conn = self._conn, None
         if conn is not None:
             give_back(self.pool, conn)
+
+
+def _close_quietly(consumer: Any, name: str) -> None:
+    try:
+        consumer.close()
+    except Exception as e:  # noqa: BLE001 - the client is being dropped anyway
+        log.warning("%s: closing the replaced Kafka consumer failed: %s", name, e)
 
 
 def ensure_topics(bootstrap: KafkaTarget, topics: Sequence[str], *, partitions: int = 1,

@@ -82,6 +82,16 @@ class ConsumerSettings:
             threads (one per ``casestream.consumer.keyworkers.CALLS_PER_WORKER`` calls) then
             hand their units' calls to one shared event loop, which awaits at most
             ``key_concurrency`` of them at once (``casestream.consumer.handlerloop``).
+        rejoin_timeout_s: how long the runtime waits for a partition assignment after it
+            subscribed or its partitions were revoked or lost. An assignment callback, even
+            one with no partitions, ends the wait. Past it the runtime closes its Kafka
+            consumer and joins the group with a new one (logged at ERROR, counted in
+            ``ConsumerStats.consumer_restarts``), so a client whose group join never
+            completes (the join request stuck in librdkafka's queue after a broker restart)
+            does not leave its partitions unread. None (default): ``max.poll.interval.ms +
+            session.timeout.ms`` of the consumer config (345 s with the defaults), since the
+            coordinator may wait ``max.poll.interval.ms`` (the rebalance timeout) for a slow
+            member to rejoin. A shorter bound only makes such a rebalance start over.
     """
 
     batch_size: int = 500
@@ -105,12 +115,14 @@ class ConsumerSettings:
     retry_state_retention_s: float = 7 * 86400.0
     stall_after_s: float = 120.0
     key_concurrency: int = 1
+    rejoin_timeout_s: float | None = None
 
     def __post_init__(self) -> None:
         if self.batch_size < 1:
             raise ConfigError("consumer batch_size must be >= 1")
         if (self.gap_hold_s < 0 or self.max_batch_s <= 0 or self.heartbeat_after_s <= 0
-                or self.stall_after_s <= 0):
+                or self.stall_after_s <= 0
+                or (self.rejoin_timeout_s is not None and self.rejoin_timeout_s <= 0)):
             raise ConfigError("consumer durations must be positive")
         if self.key_concurrency < 1:
             raise ConfigError(f"consumer key_concurrency must be >= 1, got {self.key_concurrency}")

@@ -236,7 +236,8 @@ class ServiceBuilder(Generic[S]):
         registry.ignore(*(t for t in self.event_types_on(topics) if not registry.knows(t)))
         s = self.settings
         batching = ConsumerSettings(batch_size=s.consumer_batch_size if batch_size is None else batch_size,
-                                    pipeline_handlers=pipeline)
+                                    pipeline_handlers=pipeline,
+                                    rejoin_timeout_s=s.consumer_rejoin_timeout_s)
         args = (tuple(topics), registry, self.codec, self.pool, s.consumer_config(), batching)
         outbox = self.outbox if emits else None
         runtime: ConsumerRuntime | ConsumerGroup

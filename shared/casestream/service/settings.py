@@ -40,6 +40,10 @@ class CommonSettings(BaseSettings):
         KAFKA_SESSION_TIMEOUT_MS: consumers' ``session.timeout.ms`` (librdkafka default 45000):
             how long a crashed consumer keeps its partitions before the group rebalances.
             The broker bounds it (``group.min.session.timeout.ms``, 6000 by default).
+        CONSUMER_REJOIN_TIMEOUT_S: seconds a consumer waits for a partition assignment after
+            subscribing or losing its partitions before it replaces its Kafka client
+            (``ConsumerSettings.rejoin_timeout_s``; default ``max.poll.interval.ms +
+            session.timeout.ms``).
         CONSUMER_CONCURRENCY: members of each consumer group a service process runs (default
             1). Above 1 the partitions are consumed in parallel by a
             :class:`~casestream.consumer.group.ConsumerGroup`, one pooled connection per
@@ -87,6 +91,11 @@ class CommonSettings(BaseSettings):
     kafka_session_timeout_ms: int = Field(
         45000, description="consumers' `session.timeout.ms`: how long a crashed consumer keeps "
                            "its partitions")
+    consumer_rejoin_timeout_s: float | None = Field(
+        None, gt=0, description="seconds a consumer waits for a partition assignment after "
+                                "subscribing or losing its partitions before it replaces its "
+                                "Kafka client (default: max.poll.interval.ms + "
+                                "session.timeout.ms)")
     consumer_concurrency: int = Field(
         1, ge=1, le=64, description="group members per consumer and process (one pooled connection "
                                     "each; a service whose consumers would hold its whole pool "
