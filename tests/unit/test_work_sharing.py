@@ -39,7 +39,8 @@ def test_the_runtime_counts_the_partitions_it_holds_through_assign_and_loss() ->
 
 def test_partitions_assigned_and_shards_held_are_exported_per_consumer_and_relay() -> None:
     sources = Sources()
-    sources.add_consumer("audit.journal#0", ConsumerStats(partitions_assigned=4))
+    sources.add_consumer("audit.journal#0", ConsumerStats(partitions_assigned=4, stalls=2,
+                                                          consumer_restarts=1))
     sources.add_relay("saga.relay", RelayMetrics(shards_held=16))
     registry = MetricsRegistry("unit", sources)
     try:
@@ -47,6 +48,8 @@ def test_partitions_assigned_and_shards_held_are_exported_per_consumer_and_relay
     finally:
         registry.shutdown()
     assert 'consumer_partitions_assigned{consumer="audit.journal#0"} 4.0' in text
+    assert 'consumer_stalls_total{consumer="audit.journal#0"} 2.0' in text
+    assert 'consumer_client_restarts_total{consumer="audit.journal#0"} 1.0' in text
     assert 'relay_shards_held{relay="saga.relay"} 16.0' in text
 
 

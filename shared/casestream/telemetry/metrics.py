@@ -30,7 +30,8 @@ Observed from existing stats (``Sources``) at scrape time:
     dead_letter_reason_total{consumer,reason}, consumer_messages_total{consumer,outcome},
     consumer_batches_total{consumer}, queue_lag_seconds{consumer,topic},
     queue_lag_messages{consumer,topic}, queue_messages_inflight{consumer},
-    consumer_partitions_assigned{consumer}, relay_shards_held{relay},
+    consumer_partitions_assigned{consumer}, consumer_stalls_total{consumer},
+    consumer_client_restarts_total{consumer}, relay_shards_held{relay},
     relay_published_total{relay}, relay_delivery_errors_total{relay}, relay_retried_total{relay},
     relay_failed_total{relay}, relay_gave_up_total{relay}, relay_size_rejections_total{relay},
     relay_batches_total{relay}, outbox_pending_total{relay},
@@ -99,6 +100,9 @@ METRIC_HELP: dict[str, tuple[str, str]] = {
     "consumer_messages_total": ("counter", "Consumed messages by outcome."),
     "consumer_batches_total": ("counter", "Poll batches applied."),
     "consumer_partitions_assigned": ("gauge", "Partitions assigned to this consumer member now."),
+    "consumer_stalls_total": ("counter", "Times the consumer loop stayed in one step past stall_after_s."),
+    "consumer_client_restarts_total": ("counter", "Kafka consumers replaced after no assignment "
+                                                  "within rejoin_timeout_s."),
     "outbox_pending_total": ("gauge", "Pending outbox rows (whole table)."),
     "outbox_failed_total": ("gauge", "Outbox rows marked failed."),
     "outbox_oldest_pending_age_seconds": ("gauge", "Age of the oldest pending outbox row."),
@@ -283,6 +287,10 @@ class MetricsRegistry:
                 yield Observation(st.batches, lab)
             elif name == "consumer_partitions_assigned":
                 yield Observation(st.partitions_assigned, lab)
+            elif name == "consumer_stalls_total":
+                yield Observation(st.stalls, lab)
+            elif name == "consumer_client_restarts_total":
+                yield Observation(st.consumer_restarts, lab)
             elif name == "consumer_messages_total":
                 for outcome in _CONSUMER_OUTCOMES:
                     yield Observation(getattr(st, outcome), {**lab, "outcome": outcome})
