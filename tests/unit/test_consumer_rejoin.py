@@ -156,3 +156,18 @@ def test_a_step_of_an_overdue_runtime_replaces_the_client_first(monkeypatch) -> 
     with pytest.raises(KeyboardInterrupt):
         rt._step()
     assert polled == [made[0]] and old.closed
+
+
+def test_an_assignment_arriving_while_the_last_batch_finishes_keeps_the_client() -> None:
+    rt = _runtime(rejoin_timeout_s=30.0)
+    old = FakeClient()
+    made = _subscribed(rt, old, 31.0)
+
+    def land() -> dict[Any, int]:  # the wait polls the client; its assignment comes now
+        rt._on_assign(old, [_tp("t", 0)])
+        return {}
+
+    rt._land = land  # type: ignore[method-assign]
+    rt._replace_consumer(31.0)
+    assert rt._consumer is old and not old.closed and made == []
+    assert rt.stats.consumer_restarts == 0 and rt._assigned == {("t", 0)}

@@ -252,16 +252,19 @@ class ConsumerRuntime:
 
         Nothing is assigned at this point (the revoke or loss forgot every partition), so
         no offset is pending and no batch holds records; a sweep in flight is finished
-        first. The old client is closed on a daemon thread, waited for at most
+        first, and if an assignment arrives while it is (the client is polled meanwhile),
+        the client is kept. The old client is closed on a daemon thread, waited for at most
         ``_CLOSE_WAIT_S``: a client stuck in its group join may not close at all. Its
         late rebalance callbacks are ignored (they name the old client)."""
+        self._enter("replacing the Kafka consumer")
+        if self._workers is None:
+            self._land()  # may poll the client while it waits: an assignment can arrive
+            if self._unassigned_since is None:
+                return
         self.stats.consumer_restarts += 1
         log.error("%s: no partition assignment %.0f s after subscribing or losing partitions "
                   "(rejoin_timeout_s %.0f); closing the Kafka consumer and joining group %s "
                   "with a new one", self.name, waited, self.rejoin_after_s, self._conf["group.id"])
-        self._enter("replacing the Kafka consumer")
-        if self._workers is None:
-            self._land()
         old, self._consumer = self._consumer, None
         self._pending.clear()
         self._commit_sent = None
