@@ -222,3 +222,36 @@ def print_pair(on: dict[str, Any], off: dict[str, Any]) -> None:
 
 def _num(x: float | None) -> str:
     return "-" if x is None else f"{x:,.3f}".rstrip("0").rstrip(".")
+
+
+def proc_cpu_s(pid: int, children: bool = False) -> float:
+    """utime + stime (+ reaped children's, with ``children``) of ``pid`` in seconds, 0 if gone."""
+    import os
+    from pathlib import Path
+
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    ticks = int(fields[11]) + int(fields[12]) + ((int(fields[13]) + int(fields[14])) if children else 0)
+    return ticks / os.sysconf("SC_CLK_TCK")
+
+
+def postgres_cpu_s() -> float:
+    """CPU seconds of this stack's PostgreSQL (``deploy/infra.sh``'s, under
+    ``CASESTREAM_LOCAL_DIR``, default ``.local``): the postmaster with its reaped children,
+    plus its live children (the backends of open connections)."""
+    import os
+    from pathlib import Path
+
+    local = Path(os.environ.get("CASESTREAM_LOCAL_DIR", Path(__file__).resolve().parents[1] / ".local"))
+    pid = int((local / "pg" / "data" / "postmaster.pid").read_text().split()[0])
+    total = proc_cpu_s(pid, children=True)
+    for p in Path("/proc").iterdir():
+        if p.name.isdigit():
+            try:
+                if int((p / "stat").read_text().rsplit(")", 1)[1].split()[1]) == pid:
+                    total += proc_cpu_s(int(p.name))
+            except (OSError, IndexError, ValueError):
+                continue
+    return total

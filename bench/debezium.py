@@ -58,6 +58,7 @@ from casestream.outbox.relay import OutboxRelay, RelaySettings
 from casestream.testing.relay import create_topics, delete_topics, drop_cdc_database
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from common import postgres_cpu_s, proc_cpu_s  # noqa: E402
 from relay import _latency_consumer, _latency_writers, fill, make_envs  # noqa: E402
 
 KAFKA = os.environ.get("CASESTREAM_KAFKA_BOOTSTRAP", "127.0.0.1:19092")
@@ -65,37 +66,11 @@ PG_URL = os.environ.get("CASESTREAM_PG_URL", "postgresql://postgres@127.0.0.1:15
 CONNECT_URL = os.environ.get("CASESTREAM_CONNECT_URL", "http://127.0.0.1:18083")
 ROOT = Path(__file__).resolve().parents[1]
 LOCAL = Path(os.environ.get("CASESTREAM_LOCAL_DIR", ROOT / ".local"))
-TICKS = os.sysconf("SC_CLK_TCK")
-
-
-def _proc_cpu_s(pid: int, children: bool = False) -> float:
-    """utime + stime (+ reaped children's, with ``children``) of ``pid`` in seconds, 0 if gone."""
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except OSError:
-        return 0.0
-    ticks = int(fields[11]) + int(fields[12]) + ((int(fields[13]) + int(fields[14])) if children else 0)
-    return ticks / TICKS
-
-
-def postgres_cpu_s() -> float:
-    """CPU seconds of this stack's PostgreSQL: the postmaster with its reaped children, plus
-    its live children."""
-    pid = int((LOCAL / "pg" / "data" / "postmaster.pid").read_text().split()[0])
-    total = _proc_cpu_s(pid, children=True)
-    for p in Path("/proc").iterdir():
-        if p.name.isdigit():
-            try:
-                if int((p / "stat").read_text().rsplit(")", 1)[1].split()[1]) == pid:
-                    total += _proc_cpu_s(int(p.name))
-            except (OSError, IndexError, ValueError):
-                continue
-    return total
 
 
 def connect_cpu_s() -> float:
     """CPU seconds of the Kafka Connect worker (``.local/connect/connect.pid``)."""
-    return _proc_cpu_s(int((LOCAL / "connect" / "connect.pid").read_text().split()[0]))
+    return proc_cpu_s(int((LOCAL / "connect" / "connect.pid").read_text().split()[0]))
 
 
 def self_cpu_s() -> float:

@@ -11,6 +11,8 @@ In one run, on the real PostgreSQL and Kafka of ``deploy/infra.sh``:
   identical copy of the table, without Kafka;
 * **relay**: ``OutboxRelay.run_once`` until the table is drained;
 * ratios relay/B1, relay/B5, relay/min(B1, B5) (target >= 15,000 events/s and >= 0.5);
+* CPU µs per event of B5 and of the relay: this process (all its threads, librdkafka's too)
+  and PostgreSQL (postmaster and backends, from ``/proc``);
 * **latency**: a relay thread idle on LISTEN; a writer process commits R events/s (default
   1,000) one event per transaction (an autocommit INSERT of a pre-encoded row) for S seconds; a consumer process (``Consumer.poll``,
   ``fetch.min.bytes=1``, so the broker answers a fetch as soon as a record is there) records
@@ -49,7 +51,7 @@ from casestream.outbox.relay import store
 from casestream.outbox.relay.leases import LeaseManager
 from casestream.testing.relay import FakeEnvelope, JsonCodec, create_topics, delete_topics, isolated_schema
 
-from common import check_durability, durability, json_record, load_average
+from common import check_durability, durability, json_record, load_average, postgres_cpu_s
 
 PG = os.environ.get("CASESTREAM_BENCH_PG") or (
     os.environ.get("CASESTREAM_PG_URL", "postgresql://postgres@127.0.0.1:15432").rstrip("/")
@@ -108,6 +110,19 @@ def bench_b1(envs: list[FakeEnvelope], topic: str) -> float:
     elapsed = time.perf_counter() - t0
     assert done[0] == len(msgs), done
     return len(msgs) / elapsed
+
+
+def cpu_now() -> tuple[float, float]:
+    """(this process's CPU s, all threads: the relay and its librdkafka threads; PostgreSQL's
+    CPU s)."""
+    return time.process_time(), postgres_cpu_s()
+
+
+def cpu_per_event(since: tuple[float, float], events: int) -> dict[str, float]:
+    """CPU µs per event of this process and of PostgreSQL since ``since`` (:func:`cpu_now`)."""
+    proc, pg = cpu_now()
+    return {"process": round((proc - since[0]) / events * 1e6, 1),
+            "postgres": round((pg - since[1]) / events * 1e6, 1)}
 
 
 def bench_b5(dsn: str, batch: int, delete: bool) -> float:
@@ -311,9 +326,13 @@ def main() -> None:
             result["fill_s_b5"] = round(fill(b5_dsn, envs), 2)
             result["fill_s_relay"] = round(fill(dsn, envs), 2)
             result["b1_events_s"] = round(bench_b1(envs, prefix + "b1"))
+            cpu = cpu_now()
             result["b5_events_s"] = round(bench_b5(b5_dsn, args.batch_size, delete))
+            result["b5_cpu_us_per_event"] = cpu_per_event(cpu, args.events)
+            cpu = cpu_now()
             relay_rate, snap = bench_relay(dsn, prefix, args.batch_size, args.retention_s, args.events)
             result["relay_events_s"] = round(relay_rate)
+            result["relay_cpu_us_per_event"] = cpu_per_event(cpu, args.events)
             with psycopg.connect(dsn) as conn:
                 left = conn.execute("SELECT count(*) FROM outbox WHERE status = 'pending'").fetchone()[0]
             assert left == 0, f"{left} rows left pending"
@@ -331,6 +350,9 @@ def main() -> None:
         delete_topics(KAFKA, topics)
     print(f"relay {result['relay_events_s']:,} ev/s | B1 raw produce {result['b1_events_s']:,} ev/s | "
           f"B5 claim+mark {result['b5_events_s']:,} ev/s | relay/min(B1,B5) = {result['relay_vs_min']}")
+    rc, bc = result["relay_cpu_us_per_event"], result["b5_cpu_us_per_event"]
+    print(f"CPU µs per event: relay process {rc['process']} + PostgreSQL {rc['postgres']}; "
+          f"B5 process {bc['process']} + PostgreSQL {bc['postgres']}")
     if "latency" in result:
         lat = result["latency"]
         print(f"commit->topic at {lat['rate_achieved']} ev/s: p50 {lat['p50_ms']} ms, "
