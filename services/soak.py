@@ -238,9 +238,10 @@ class Suite:
     def __init__(self, env: Mapping[str, str], opts: Options) -> None:
         # a killed instance's partitions move on after 6 s, not librdkafka's 45 s; a member
         # whose group join does not complete after a broker restart gets a new Kafka client
-        # after 30 s, not 306 s (max.poll.interval.ms + session.timeout.ms)
+        # after 45 s (a revoke may wait for a batch of up to max_batch_s, 30 s, and its
+        # commit), not 306 s (max.poll.interval.ms + session.timeout.ms)
         self.env = {"CASESTREAM_KAFKA_SESSION_TIMEOUT_MS": "6000",
-                    "CASESTREAM_CONSUMER_REJOIN_TIMEOUT_S": "30", **env}
+                    "CASESTREAM_CONSUMER_REJOIN_TIMEOUT_S": "45", **env}
         counts = {n: opts.replicas_of(n) for n in SUITE}
         self.stacks = [ServiceStack(env=replica_env(SUITE, i, self.env),
                                     log_dir=opts.log_dir / f"instance-{i}",

@@ -161,7 +161,6 @@ class ConsumerRuntime:
             "session.timeout.ms": 45000,
             **kafka_config,
             **_FORCED,
-            "on_commit": self._on_commit,
         }
         self._dead_letters = dead_letters
         self._processor_args = dict(consumer=name, handlers=handlers, decoder=codec,
@@ -181,6 +180,7 @@ class ConsumerRuntime:
         self._commit_sent: float | None = None  # monotonic time of the unanswered async commit
         self.ready = threading.Event()  # set once the first assignment arrived
         self._unassigned_since: float | None = None  # monotonic; None while assigned
+        self._client_token: object | None = None  # the current Kafka client's on_commit key
         self.rejoin_after_s = self.settings.rejoin_timeout_s or (
             (int(self._conf["max.poll.interval.ms"]) + int(self._conf["session.timeout.ms"]))
             / 1000.0)
@@ -230,9 +230,16 @@ class ConsumerRuntime:
         # lazy (start-up cost): confluent_kafka loads when a client is built
         from confluent_kafka import Consumer
 
-        consumer = Consumer(self._conf)
+        token = object()
+
+        def on_commit(err: Any, partitions: list[Any]) -> None:
+            if self._client_token is token:  # not the answer to a replaced client's commit
+                self._on_commit(err, partitions)
+
+        consumer = Consumer({**self._conf, "on_commit": on_commit})
         consumer.subscribe(self.topics, on_assign=self._on_assign,
                            on_revoke=self._on_revoke, on_lost=self._on_lost)
+        self._client_token = token
         self._unassigned_since = time.monotonic()
         return consumer
 
@@ -255,17 +262,23 @@ class ConsumerRuntime:
         first, and if an assignment arrives while it is (the client is polled meanwhile),
         the client is kept. The old client is closed on a daemon thread, waited for at most
         ``_CLOSE_WAIT_S``: a client stuck in its group join may not close at all. Its
-        late rebalance callbacks are ignored (they name the old client)."""
+        late rebalance callbacks and commit answers (served on that thread) are ignored.
+        librdkafka sends no JoinGroup while none of the subscribed topics exists, so such a
+        runtime is replaced once per bound too."""
         self._enter("replacing the Kafka consumer")
         if self._workers is None:
-            self._land()  # may poll the client while it waits: an assignment can arrive
+            stray = self._land()  # may poll the client while it waits: an assignment can come
             if self._unassigned_since is None:
+                for tp, off in stray.items():  # polled during the wait: fetch them again
+                    if tp in self._assigned:
+                        self._rewind(tp, off, 0.0)
                 return
         self.stats.consumer_restarts += 1
         log.error("%s: no partition assignment %.0f s after subscribing or losing partitions "
                   "(rejoin_timeout_s %.0f); closing the Kafka consumer and joining group %s "
                   "with a new one", self.name, waited, self.rejoin_after_s, self._conf["group.id"])
         old, self._consumer = self._consumer, None
+        self._client_token = None  # its late commit answers and rebalance callbacks are ignored
         self._pending.clear()
         self._commit_sent = None
         self._generation += 1

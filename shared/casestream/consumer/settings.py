@@ -6,6 +6,7 @@ A service builds one ``ConsumerSettings`` per consumer from its own pydantic Set
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 from casestream.errors import ConfigError
@@ -122,8 +123,9 @@ class ConsumerSettings:
             raise ConfigError("consumer batch_size must be >= 1")
         if (self.gap_hold_s < 0 or self.max_batch_s <= 0 or self.heartbeat_after_s <= 0
                 or self.stall_after_s <= 0
-                or (self.rejoin_timeout_s is not None and self.rejoin_timeout_s <= 0)):
-            raise ConfigError("consumer durations must be positive")
+                or (self.rejoin_timeout_s is not None
+                    and not (math.isfinite(self.rejoin_timeout_s) and self.rejoin_timeout_s > 0))):
+            raise ConfigError("consumer durations must be positive (rejoin_timeout_s: finite)")
         if self.key_concurrency < 1:
             raise ConfigError(f"consumer key_concurrency must be >= 1, got {self.key_concurrency}")
         if not self.retry.bounded:

@@ -92,7 +92,7 @@ class CommonSettings(BaseSettings):
         45000, description="consumers' `session.timeout.ms`: how long a crashed consumer keeps "
                            "its partitions")
     consumer_rejoin_timeout_s: float | None = Field(
-        None, gt=0, description="seconds a consumer waits for a partition assignment after "
+        None, gt=0, allow_inf_nan=False, description="seconds a consumer waits for a partition assignment after "
                                 "subscribing or losing its partitions before it replaces its "
                                 "Kafka client (default: max.poll.interval.ms + "
                                 "session.timeout.ms)")
