@@ -52,22 +52,26 @@ def test_a_consumer_rejoins_after_a_broker_restart_and_applies_every_event_once(
         h.close()
 
 
+@pytest.mark.parametrize("key_concurrency", [1, 3], ids=["batch-loop", "key-parallel"])
 def test_a_consumer_left_without_assignment_replaces_its_client_and_still_applies_once(
-        private_kafka: PrivateKafka, pg_url: str) -> None:
-    """With ``rejoin_timeout_s=4`` the outage (12 s down) outlasts the bound after the loss:
-    the runtime closes its Kafka client and subscribes a new one, possibly more than once;
-    the new client joins the group when the broker is back and nothing is lost or doubled."""
+        private_kafka: PrivateKafka, pg_url: str, key_concurrency: int) -> None:
+    """With ``rejoin_timeout_s=4`` the outage outlasts the bound after the loss: the runtime
+    closes its Kafka client and subscribes a new one, possibly more than once; the new client
+    joins the group when the broker is back and nothing is lost or doubled (both loops)."""
     h = Harness.create(private_kafka.bootstrap, pg_url, codec=FramedJsonCodec(),
                        prefix="test.rejoin")
     try:
         create_topic(h.bootstrap, h.topic, 4)
         rt = ConsumerRuntime(h.name, [h.topic], h.projection.register(HandlerRegistry()), h.codec,
                              h.pool, {"bootstrap.servers": h.bootstrap, "session.timeout.ms": 6000},
-                             h.settings(batch_size=20, rejoin_timeout_s=4.0))
+                             h.settings(batch_size=20, rejoin_timeout_s=4.0,
+                                        key_concurrency=key_concurrency))
         h.start(rt)
         events = [make_event(f"agg-{i % 20}", i // 20 + 1) for i in range(200)]
         produce_events(h.bootstrap, h.topic, h.codec, events[:100])
         wait_until(lambda: rt.stats.applied >= 100, 30)
+        time.sleep(5.0)  # longer than the bound while assigned: no replacement
+        assert rt.stats.consumer_restarts == 0
         private_kafka.kill()
         wait_until(lambda: rt.stats.consumer_restarts >= 1, 40)  # lost after 6 s, then 4 s
         private_kafka.start()
