@@ -180,7 +180,6 @@ class ConsumerRuntime:
         self._commit_sent: float | None = None  # monotonic time of the unanswered async commit
         self.ready = threading.Event()  # set once the first assignment arrived
         self._unassigned_since: float | None = None  # monotonic; None while assigned
-        self._client_token: object | None = None  # the current Kafka client's on_commit key
         self.rejoin_after_s = self.settings.rejoin_timeout_s or (
             (int(self._conf["max.poll.interval.ms"]) + int(self._conf["session.timeout.ms"]))
             / 1000.0)
@@ -230,16 +229,16 @@ class ConsumerRuntime:
         # lazy (start-up cost): confluent_kafka loads when a client is built
         from confluent_kafka import Consumer
 
-        token = object()
+        made: list[Any] = []
 
         def on_commit(err: Any, partitions: list[Any]) -> None:
-            if self._client_token is token:  # not the answer to a replaced client's commit
+            if made and made[0] is self._consumer:  # not the answer to a replaced client's commit
                 self._on_commit(err, partitions)
 
         consumer = Consumer({**self._conf, "on_commit": on_commit})
+        made.append(consumer)
         consumer.subscribe(self.topics, on_assign=self._on_assign,
                            on_revoke=self._on_revoke, on_lost=self._on_lost)
-        self._client_token = token
         self._unassigned_since = time.monotonic()
         return consumer
 
@@ -277,8 +276,7 @@ class ConsumerRuntime:
         log.error("%s: no partition assignment %.0f s after subscribing or losing partitions "
                   "(rejoin_timeout_s %.0f); closing the Kafka consumer and joining group %s "
                   "with a new one", self.name, waited, self.rejoin_after_s, self._conf["group.id"])
-        old, self._consumer = self._consumer, None
-        self._client_token = None  # its late commit answers and rebalance callbacks are ignored
+        old, self._consumer = self._consumer, None  # its late answers and callbacks are ignored
         self._pending.clear()
         self._commit_sent = None
         self._generation += 1
@@ -735,10 +733,8 @@ class ConsumerRuntime:
         self.ready.set()
 
     def _on_revoke(self, consumer: Any, partitions: list[Any]) -> None:
-        if consumer is not self._consumer:
+        if not self._losing(consumer):
             return
-        if self._unassigned_since is None:
-            self._unassigned_since = time.monotonic()
         revoked = {(p.topic, p.partition) for p in partitions}
         self.stats.revocations += 1
         self._generation += 1
@@ -751,10 +747,8 @@ class ConsumerRuntime:
         self._phase = phase
 
     def _on_lost(self, consumer: Any, partitions: list[Any]) -> None:
-        if consumer is not self._consumer:
+        if not self._losing(consumer):
             return
-        if self._unassigned_since is None:
-            self._unassigned_since = time.monotonic()
         lost = {(p.topic, p.partition) for p in partitions}
         self._generation += 1
         log.warning("%s: partitions lost %s (not committing)", self.name, _fmt(partitions))
@@ -763,6 +757,15 @@ class ConsumerRuntime:
         self._drain_inflight(commit=False)
         self._forget(lost)
         self._phase = phase
+
+    def _losing(self, consumer: Any) -> bool:
+        """False for a replaced client's callback; else start the wait for the next
+        assignment (unless one is running: a revoke during it does not restart the clock)."""
+        if consumer is not self._consumer:
+            return False
+        if self._unassigned_since is None:
+            self._unassigned_since = time.monotonic()
+        return True
 
     def _drain_inflight(self, *, commit: bool) -> None:
         if self._workers is not None:
