@@ -19,7 +19,12 @@ from casestream.consumer.batch_model import Action, _Item
 from casestream.consumer.deadletters import H_ACCEPT_GAP
 from casestream.consumer.guard import FirstSeenPolicy, Verdict, decide
 from casestream.consumer.handlerloop import HandlerLoop
-from casestream.consumer.handlers import HandlerContext, HandlerRegistry, OutboxAppender
+from casestream.consumer.handlers import (
+    HandlerContext,
+    HandlerRegistry,
+    OutboxAppender,
+    SharedCursor,
+)
 from casestream.consumer.inbox import GuardRow
 from casestream.consumer.processing import ProcessingMode
 from casestream.consumer.records import Record
@@ -53,6 +58,8 @@ class Dispatcher:
         self.redrive_topic = redrive_topic
         self._runner: asyncio.Runner | None = None  # awaits coroutine handlers (made on first use)
         self._loop = loop
+        #: the cursor the plain and batch handlers share (one thread uses a dispatcher at a time)
+        self.shared_cursor = SharedCursor()
 
     def has_side_effects(self, event_type: str) -> bool:
         """True if a ``SIDE_EFFECT`` handler takes ``event_type`` in this mode."""
@@ -117,7 +124,8 @@ class Dispatcher:
                              consumer=self.consumer, topic=first.topic,
                              partition=first.partition, offset=first.offset,
                              positions=tuple((i.rec.topic, i.rec.partition, i.rec.offset)
-                                             for i in run))
+                                             for i in run),
+                             shared_cursor=self.shared_cursor)
         events = [i.env for i in run]
         with telemetry.consume_batch_span(self.consumer, [(i.rec, i.env) for i in run]):
             for h in hs:
@@ -134,7 +142,7 @@ class Dispatcher:
         hs = self.handlers.handlers_for(env.event_type, self.mode)
         if not hs:
             return 0 if self.handlers.knows(env.event_type) else 1
-        ctx = self._context(conn, rec)
+        ctx = self._context(conn, rec, self.shared_cursor)
         with telemetry.consume_span(self.consumer, rec, env):
             for h in hs:
                 self.wait(h.call(ctx, env))
@@ -150,7 +158,7 @@ class Dispatcher:
         hs = self.handlers.handlers_for(env.event_type, self.mode)
         if not hs:
             return 0 if self.handlers.knows(env.event_type) else 1
-        ctx = self._context(conn, rec)
+        ctx = self._context(conn, rec, None)  # interleaved calls: a cursor each
         with telemetry.consume_span(self.consumer, rec, env):
             for h in hs:
                 result = h.call(ctx, env)
@@ -212,15 +220,17 @@ class Dispatcher:
         return self._runner.run(coro)
 
     def close(self) -> None:
-        """Close the event loop, if one was made."""
+        """Close the event loop, if one was made, and drop the shared cursor."""
+        self.shared_cursor.clear()
         if self._runner is not None:
             self._runner.close()
             self._runner = None
 
-    def _context(self, conn: Any, rec: Record) -> HandlerContext:
+    def _context(self, conn: Any, rec: Record, shared: Any) -> HandlerContext:
         return HandlerContext(conn=conn, outbox=self.outbox, mode=self.mode,
                               consumer=self.consumer, topic=rec.topic, partition=rec.partition,
-                              offset=rec.offset, positions=((rec.topic, rec.partition, rec.offset),))
+                              offset=rec.offset, positions=((rec.topic, rec.partition, rec.offset),),
+                              shared_cursor=shared)
 
 
 async def _awaited(awaitable: Any) -> int:

@@ -114,6 +114,7 @@ class HandlerContext:
         topic, partition, offset: where the message came from (for logging / audit columns);
             for a batch handler, the first event's.
         positions: for a batch handler, (topic, partition, offset) of each event, in order.
+        cursor: a psycopg cursor on ``conn`` (property, made on first use).
     """
 
     conn: Any
@@ -124,6 +125,50 @@ class HandlerContext:
     partition: int = -1
     offset: int = -1
     positions: tuple[tuple[str, int, int], ...] = ()
+    #: ``shared(conn)`` -> the cursor the handlers of this call share; None: one of its own
+    shared_cursor: Callable[[Any], Any] | None = field(default=None, repr=False, compare=False)
+    _cursor: Any = field(default=None, init=False, repr=False, compare=False)
+
+    @property
+    def cursor(self) -> Any:
+        """A cursor on ``conn`` for the handler's statements: ``ctx.cursor.execute(sql, params)``.
+
+        Cheaper than ``conn.execute``, which makes a cursor per call (in pipeline mode ~20 µs
+        of client CPU per statement, about half of a one-upsert handler's cost). The plain
+        and batch handlers of one consumer share one cursor over their batches, so read a
+        statement's rows (``fetchone``/``fetchall``) before the next statement on it, and do
+        not close it; a handler that reads rows while sending other statements makes its own
+        (``ctx.conn.cursor()``). A coroutine (``async def``) handler gets a cursor of its own:
+        calls of several aggregates interleave on one connection."""
+        cur = self._cursor
+        if cur is None:
+            cur = (self.shared_cursor(self.conn) if self.shared_cursor is not None
+                   else self.conn.cursor())
+            object.__setattr__(self, "_cursor", cur)
+        return cur
+
+
+class SharedCursor:
+    """``shared(conn)`` -> one cursor per connection, for handlers that run one after the
+    other (``HandlerContext.shared_cursor``): the cursor made for the last connection asked,
+    a new one for another connection or once it was closed. Not for concurrent callers."""
+
+    __slots__ = ("_conn", "_cursor")
+
+    def __init__(self) -> None:
+        self._conn: Any = None
+        self._cursor: Any = None
+
+    def __call__(self, conn: Any) -> Any:
+        cur = self._cursor
+        if cur is not None and self._conn is conn and not cur.closed:
+            return cur
+        self._conn, self._cursor = conn, conn.cursor()
+        return self._cursor
+
+    def clear(self) -> None:
+        """Forget the cursor (and its connection)."""
+        self._conn = self._cursor = None
 
 
 Handler = Callable[[HandlerContext, "Envelope"], "None | Awaitable[None]"]

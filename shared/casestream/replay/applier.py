@@ -29,7 +29,13 @@ from typing import Any
 
 from casestream.events.envelope import Envelope
 from casestream.consumer.guard import FirstSeenPolicy, Verdict, decide
-from casestream.consumer.handlers import DiscardingOutbox, HandlerContext, HandlerRegistry, RegisteredHandler
+from casestream.consumer.handlers import (
+    DiscardingOutbox,
+    HandlerContext,
+    HandlerRegistry,
+    RegisteredHandler,
+    SharedCursor,
+)
 from casestream.consumer.processing import ProcessingMode
 from casestream.replay.errors import ReplayHandlerError
 from casestream.replay.progress import Progress
@@ -59,6 +65,8 @@ class ReplayApplier:
     outbox: DiscardingOutbox = field(default_factory=DiscardingOutbox)
     _cache: dict[str, tuple[tuple[Any, ...], tuple[RegisteredHandler, ...]]] = field(
         default_factory=dict)
+    #: ``HandlerContext.cursor`` of every call: the handlers run one after the other
+    _shared: SharedCursor = field(default_factory=SharedCursor)
 
     def handlers_of(self, event_type: str) -> tuple[tuple[Any, ...], tuple[RegisteredHandler, ...]]:
         """(run key, handlers) of ``event_type`` in REPLAY. The run key compares functions and
@@ -169,13 +177,15 @@ class ReplayApplier:
                 (t, p, o) = run[0][0]
                 ctx = HandlerContext(conn=conn, outbox=self.outbox, mode=ProcessingMode.REPLAY,
                                      consumer=self.consumer, topic=t, partition=p, offset=o,
-                                     positions=tuple(pos for pos, _ in run))
+                                     positions=tuple(pos for pos, _ in run),
+                                     shared_cursor=self._shared)
                 self._guarded(h, ctx, [e for _, e in run], run[0][0])
             else:
                 for (t, p, o), env in run:
                     ctx = HandlerContext(conn=conn, outbox=self.outbox,
                                          mode=ProcessingMode.REPLAY, consumer=self.consumer,
-                                         topic=t, partition=p, offset=o)
+                                         topic=t, partition=p, offset=o,
+                                         shared_cursor=self._shared)
                     self._guarded(h, ctx, env, (t, p, o))
 
     @staticmethod
