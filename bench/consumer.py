@@ -13,7 +13,8 @@ In one run, on the same 100,000 events already on a topic:
 The runtime is measured three times: with the projection as a batch handler (``on_batch``,
 ``executemany`` over each run of events), the same as a ``ConsumerGroup`` of ``--members``
 (default 2) runtimes in this process (partition-parallel: own consumer, database thread and
-connection each), and as a per-event handler (``ctx.conn.execute``).
+connection each), and as a per-event handler, once with ``ctx.conn.execute`` (a cursor per
+statement) and once with ``ctx.cursor.execute`` (the cursor the handlers share).
 Objects alive before the measurements (the envelopes too) are frozen, as a service freezes
 its start-up objects (``casestream.service.gctune``). Rounds are interleaved (``--rounds``, default 3) because the 2-core box is shared; printed:
 events/s per round and best-of, the ratio to B2 (best) and to B4 per round. Target:
@@ -206,7 +207,7 @@ def _row(e: Envelope) -> tuple[Any, ...]:
 
 
 def runtime_run(bootstrap: str, dsn: str, topic: str, n: int, codec: Any, table: str,
-                consumer: str, batch: int, *, batch_handler: bool, members: int = 1,
+                consumer: str, batch: int, *, handler: str, members: int = 1,
                 encoded: Sequence[tuple[bytes, bytes, Any]] = (),
                 partitions: int = 4) -> tuple[float, int, Any]:
     """Run ConsumerRuntime (``members`` > 1: a ConsumerGroup of that many runtimes in this
@@ -217,20 +218,27 @@ def runtime_run(bootstrap: str, dsn: str, topic: str, n: int, codec: Any, table:
     own with ``partitions`` partitions, empty until then: ``encoded`` (key, value, headers)
     is put on it once the clock has started, so every event is applied inside it.
 
-    The projection is one upsert per event: ``ctx.conn.execute`` per event (``on``), or
-    ``executemany`` over the run of events (``on_batch``).
+    The projection is one upsert per event: ``handler`` ``"execute"`` (``ctx.conn.execute`` per
+    event), ``"cursor"`` (``ctx.cursor.execute`` per event), or ``"batch"`` (``executemany``
+    over the run of events, ``on_batch``).
     """
     upsert = UPSERT.format(t=table)
     registry = HandlerRegistry()
-    if batch_handler:
+    if handler == "batch":
         @registry.on_batch("CaseOpened", kind=HandlerKind.PROJECTION)
         def project_many(ctx: HandlerContext, evs: Sequence[Envelope]) -> None:
             with ctx.conn.cursor() as cur:
                 cur.executemany(upsert, [_row(e) for e in evs])
-    else:
+    elif handler == "execute":
         @registry.on("CaseOpened", kind=HandlerKind.PROJECTION)
         def project(ctx: HandlerContext, e: Envelope) -> None:
             ctx.conn.execute(upsert, _row(e))
+    elif handler == "cursor":
+        @registry.on("CaseOpened", kind=HandlerKind.PROJECTION)
+        def project_on_cursor(ctx: HandlerContext, e: Envelope) -> None:
+            ctx.cursor.execute(upsert, _row(e))
+    else:
+        raise ValueError(f"handler must be batch, execute or cursor, got {handler!r}")
 
     pool = ConnectionPool(dsn, min_size=members, max_size=members + 1, open=True)
     group_topic = None
@@ -343,17 +351,19 @@ def measure(args: argparse.Namespace, durable: str) -> None:
     secs = produce_all(args.bootstrap, topic, codec, evs)
     print(f"  produced in {secs:.1f} s ({n / secs:,.0f}/s); avg value {len(codec.encode(evs[0]))} B")
 
-    kinds = ("rtb", "rtg", "rt", "b4", "copy", "rtn")
+    kinds = ("rtb", "rtg", "rt", "rtc", "b4", "copy", "rtn")
     tables = {(k, r): f"bench_view_{k}_{run}_{r}" for k in kinds for r in range(args.rounds)}
     consumers = {(k, r): f"bench.{k}-{run}-{r}" for k in kinds for r in range(args.rounds)}
     with psycopg.connect(args.dsn, autocommit=True) as conn:
         ensure_schema(conn)
         for t in tables.values():
             conn.execute(projection_ddl(t))
-    rates: dict[str, list[float]] = {k: [] for k in ("b2", "b4", "copy", "rtb", "rtg", "rt", "rtn")}
-    variants = [("rtb", True, 1), ("rtg", True, args.members), ("rt", False, 1)]
+    rates: dict[str, list[float]] = {k: [] for k in ("b2", "b4", "copy", "rtb", "rtg", "rt", "rtc",
+                                                     "rtn")}
+    variants = [("rtb", "batch", 1), ("rtg", "batch", args.members), ("rt", "execute", 1),
+                ("rtc", "cursor", 1)]
     if args.retry_lookup_ab:
-        variants.append(("rtn", True, 1))
+        variants.append(("rtn", "batch", 1))
     try:
         for r in range(args.rounds):
             print(f"  round {r + 1}/{args.rounds} (load average {load_average()}):")
@@ -364,11 +374,15 @@ def measure(args: argparse.Namespace, durable: str) -> None:
             if args.copy:
                 rates["copy"].append(n / b4_copy(args.dsn, evs, tables[("copy", r)],
                                                  consumers[("copy", r)], args.batch_size))
-            for key, batch_handler, members in variants:
+            # the two per-event variants swap places every round: each later run finds a
+            # larger inbox, which would favour whichever always ran first
+            order = variants if r % 2 == 0 else [*variants[:2], variants[3], variants[2],
+                                                  *variants[4:]]
+            for key, handler, members in order:
                 with _retry_lookup(key != "rtn"):
                     secs, counted, stats = runtime_run(args.bootstrap, args.dsn, topic, n, codec,
                                                       tables[(key, r)], consumers[(key, r)],
-                                                      args.batch_size, batch_handler=batch_handler,
+                                                      args.batch_size, handler=handler,
                                                       members=members, encoded=encoded,
                                                       partitions=args.partitions)
                 with psycopg.connect(args.dsn) as conn:
@@ -385,6 +399,8 @@ def measure(args: argparse.Namespace, durable: str) -> None:
                   f" {rates['rtg'][-1]:>7,.0f}/s ({rates['rtg'][-1] / b4:.2f} x B4)"
                   f"   per-event {rates['rt'][-1]:>7,.0f}/s"
                   f" ({rates['rt'][-1] / b4:.2f} x B4)"
+                  f"   per-event on ctx.cursor {rates['rtc'][-1]:>7,.0f}/s"
+                  f" ({rates['rtc'][-1] / b4:.2f} x B4)"
                   + (f"   batch-handler without the retry lookup {rates['rtn'][-1]:>7,.0f}/s"
                      f" ({rates['rtn'][-1] / b4:.2f} x B4)" if args.retry_lookup_ab else ""))
         best = {k: max(v) for k, v in rates.items() if v}
@@ -392,7 +408,8 @@ def measure(args: argparse.Namespace, durable: str) -> None:
               + (f", B4-copy {best['copy']:,.0f}/s" if args.copy else ""))
         for key, label in (("rtb", "batch handler (executemany)"),
                            ("rtg", f"batch handler, ConsumerGroup of {args.members} members"),
-                           ("rt", "per-event handler (execute)")):
+                           ("rt", "per-event handler (ctx.conn.execute)"),
+                           ("rtc", "per-event handler (ctx.cursor.execute)")):
             ratios = [a / b for a, b in zip(rates[key], rates["b4"], strict=True)]
             rate = best[key]
             print(f"  runtime, {label}: best {rate:,.0f} events/s; x B2 {rate / best['b2']:.2f};"
@@ -404,14 +421,14 @@ def measure(args: argparse.Namespace, durable: str) -> None:
                     members=args.members, rates={k: [round(x) for x in v] for k, v in rates.items()
                                                  if v},
                     ratios_b4={k: [round(a / b, 3) for a, b in zip(rates[k], rates["b4"])]
-                               for k in ("rtb", "rtg", "rt", "rtn") if rates[k]})
+                               for k in ("rtb", "rtg", "rt", "rtc", "rtn") if rates[k]})
     finally:
         close_codec(codec)
         if not args.keep:  # the database goes with own_database
             from confluent_kafka.admin import AdminClient
 
             AdminClient({"bootstrap.servers": args.bootstrap}).delete_topics(
-                [topic] + [f"{consumers[(k, r)]}.{sfx}" for k in ("rt", "rtb", "rtg", "rtn")
+                [topic] + [f"{consumers[(k, r)]}.{sfx}" for k in ("rt", "rtc", "rtb", "rtg", "rtn")
                            for r in range(args.rounds) for sfx in ("dlq", "redrive")])
 
 
