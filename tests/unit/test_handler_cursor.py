@@ -35,6 +35,7 @@ class FakeConnection:
 
     def __init__(self) -> None:
         self.made: list[FakeCursor] = []
+        self.cursor_factory: Any = None  # not a psycopg connection
 
     def cursor(self) -> FakeCursor:
         self.made.append(FakeCursor(self))
@@ -135,9 +136,21 @@ def test_replay_handlers_share_one_cursor() -> None:
     got: list[Any] = []
     registry = HandlerRegistry()
     registry.add("CaseReturned", lambda ctx, e: got.append(ctx.cursor), kind=HandlerKind.PROJECTION)
+    registry.add_batch("CaseOpened", lambda ctx, evs: got.append(ctx.cursor),
+                       kind=HandlerKind.PROJECTION)
     applier = ReplayApplier(consumer="replay:x", handlers=registry)
     conn = FakeConnection()
-    items = [(("t", 0, v), make_event("A", v)) for v in (1, 2, 3)]
+    items = [(("t", 0, v), make_event("A", v, event_type="CaseReturned" if v % 2 else "CaseOpened"))
+             for v in (1, 2, 3, 4)]
     applier.apply(conn, items[:2], Progress())
     applier.apply(conn, items[2:], Progress())
-    assert len(got) == 3 and got == conn.made * 3
+    assert len(got) == 4 and got == conn.made * 4
+
+
+def test_a_connection_with_its_own_cursor_factory_gets_a_new_cursor_each_time() -> None:
+    from casestream.consumer.cursors import SharedCursor
+
+    conn = FakeConnection()
+    conn.cursor_factory = object  # e.g. psycopg.ClientCursor: not made pipeline-safe here
+    shared = SharedCursor()
+    assert shared(conn) is not shared(conn) and len(conn.made) == 2

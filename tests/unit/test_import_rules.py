@@ -109,6 +109,7 @@ DRIVER_OWNERS: dict[str, set[str]] = {
         "casestream.outbox.writer", "casestream.outbox.relay.__main__", "casestream.outbox.relay.core",
         "casestream.outbox.relay.leases", "casestream.outbox.relay.store",
         "casestream.consumer.batch_fast", "casestream.consumer.failures", "casestream.consumer.retention",
+        "casestream.consumer.cursors",          # the handlers' shared cursor (a psycopg.Cursor)
         "casestream.http.pgdeadline",
         "casestream.replay.checkpoint", "casestream.replay.engine", "casestream.replay.parallel",
         "casestream.replay.names",

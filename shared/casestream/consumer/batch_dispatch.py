@@ -19,12 +19,8 @@ from casestream.consumer.batch_model import Action, _Item
 from casestream.consumer.deadletters import H_ACCEPT_GAP
 from casestream.consumer.guard import FirstSeenPolicy, Verdict, decide
 from casestream.consumer.handlerloop import HandlerLoop
-from casestream.consumer.handlers import (
-    HandlerContext,
-    HandlerRegistry,
-    OutboxAppender,
-    SharedCursor,
-)
+from casestream.consumer.cursors import SharedCursor
+from casestream.consumer.handlers import HandlerContext, HandlerRegistry, OutboxAppender
 from casestream.consumer.inbox import GuardRow
 from casestream.consumer.processing import ProcessingMode
 from casestream.consumer.records import Record

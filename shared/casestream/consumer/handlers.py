@@ -134,41 +134,20 @@ class HandlerContext:
         """A cursor on ``conn`` for the handler's statements: ``ctx.cursor.execute(sql, params)``.
 
         Cheaper than ``conn.execute``, which makes a cursor per call (in pipeline mode ~20 µs
-        of client CPU per statement, about half of a one-upsert handler's cost). The plain
-        and batch handlers of one consumer share one cursor over their batches, so read a
-        statement's rows (``fetchone``/``fetchall``) before the next statement on it, and do
-        not close it; a handler that reads rows while sending other statements makes its own
-        (``ctx.conn.cursor()``). A coroutine (``async def``) handler gets a cursor of its own:
-        calls of several aggregates interleave on one connection."""
+        of client CPU per statement, about half of a one-upsert handler's cost). Handlers
+        called one after the other on a connection share one cursor over their batches (per
+        worker thread and connection; ``casestream.consumer.cursors``), so: read a
+        statement's rows (``fetchone``/``fetchall``) before the next statement on it, do not
+        close it, and do not change its settings (``row_factory``, ``adapters``, ``format``):
+        make a cursor of your own for that (``ctx.conn.cursor(row_factory=...)``), or to read
+        rows while sending other statements. Calls awaited concurrently (coroutine handlers
+        of a key-parallel consumer) get a cursor each."""
         cur = self._cursor
         if cur is None:
             cur = (self.shared_cursor(self.conn) if self.shared_cursor is not None
                    else self.conn.cursor())
             object.__setattr__(self, "_cursor", cur)
         return cur
-
-
-class SharedCursor:
-    """``shared(conn)`` -> one cursor per connection, for handlers that run one after the
-    other (``HandlerContext.shared_cursor``): the cursor made for the last connection asked,
-    a new one for another connection or once it was closed. Not for concurrent callers."""
-
-    __slots__ = ("_conn", "_cursor")
-
-    def __init__(self) -> None:
-        self._conn: Any = None
-        self._cursor: Any = None
-
-    def __call__(self, conn: Any) -> Any:
-        cur = self._cursor
-        if cur is not None and self._conn is conn and not cur.closed:
-            return cur
-        self._conn, self._cursor = conn, conn.cursor()
-        return self._cursor
-
-    def clear(self) -> None:
-        """Forget the cursor (and its connection)."""
-        self._conn = self._cursor = None
 
 
 Handler = Callable[[HandlerContext, "Envelope"], "None | Awaitable[None]"]

@@ -29,13 +29,8 @@ from typing import Any
 
 from casestream.events.envelope import Envelope
 from casestream.consumer.guard import FirstSeenPolicy, Verdict, decide
-from casestream.consumer.handlers import (
-    DiscardingOutbox,
-    HandlerContext,
-    HandlerRegistry,
-    RegisteredHandler,
-    SharedCursor,
-)
+from casestream.consumer.cursors import SharedCursor
+from casestream.consumer.handlers import DiscardingOutbox, HandlerContext, HandlerRegistry, RegisteredHandler
 from casestream.consumer.processing import ProcessingMode
 from casestream.replay.errors import ReplayHandlerError
 from casestream.replay.progress import Progress
