@@ -189,3 +189,39 @@ def test_canonical_form_ignores_layout_only() -> None:
     assert canonical(a) == canonical(b)
     assert canonical(a) != canonical({**b, "doc": "changed"})
     assert canonical(a) != canonical({**b, "fields": list(reversed(b["fields"]))})  # field order is the layout
+
+
+PRIMITIVES = ("null", "boolean", "int", "long", "float", "double", "bytes", "string")
+
+
+@pytest.mark.parametrize("name", PRIMITIVES)
+def test_a_primitive_schema_as_a_json_string_parses(name: str) -> None:
+    # Avro spec, "Schemas": a schema is a JSON string naming a primitive type, an object or an
+    # array; the file `"null"` parses to the Python str "null", which is not JSON text to re-read
+    assert parse_avro(name).type == name
+    assert compat.parse_fastavro(name) == name
+    assert check_history([parse_avro(name), parse_avro({"type": name})], "FULL") == [
+        (compat.PairCheck(reader=1, writer=0, direction="BACKWARD"), []),
+        (compat.PairCheck(reader=0, writer=1, direction="FORWARD"), [])]
+
+
+INNER = rec(ID, name="Inner")
+
+
+@pytest.mark.parametrize(("old", "new"), [
+    (f("u", ["null", INNER], default=None), f("u", ["null", rec(ID, f("x", "int"), name="Inner")], default=None)),
+    (f("u", INNER), f("u", ["null", rec(ID, f("x", "int"), name="Inner")], default=None)),
+    (f("u", ["null", INNER], default=None), f("u", ["null", {"type": "array", "items": "int"},
+                                                      rec(ID, f("x", "int"), name="Inner")], default=None)),
+], ids=["union-to-union", "record-to-union", "union-with-more-branches"])
+def test_a_field_without_default_in_a_record_inside_a_union_is_named(old: dict, new: dict) -> None:
+    issues = check_pair(parse_avro(rec(ID, new)), parse_avro(rec(ID, old)), labels=("v2", "v1"))
+    assert [(i.rule, i.path) for i in issues] == [("reader-field-missing-default", "u.x")], issues
+    assert "field `x` was added in v2 without a default" in issues[0].message
+
+
+def test_a_writer_branch_no_reader_branch_reads_is_still_a_missing_union_branch() -> None:
+    old = rec(ID, f("u", ["null", INNER, "string"], default=None))
+    new = rec(ID, f("u", ["null", rec(ID, f("x", "int"), name="Inner")], default=None))
+    rules = sorted((i.rule, i.path) for i in check_pair(parse_avro(new), parse_avro(old)))
+    assert rules == [("missing-union-branch", "u"), ("reader-field-missing-default", "u.x")], rules

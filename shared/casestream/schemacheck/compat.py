@@ -93,9 +93,12 @@ def _json(schema: Any) -> Any:
     if not isinstance(schema, str):
         return schema
     try:
-        return json.loads(schema)
+        data = json.loads(schema)
     except json.JSONDecodeError:
         return schema
+    # JSON text of a schema is a string, an object or an array (Avro spec, "Schemas"): "null"
+    # read as JSON is None, so the string itself is the schema (the primitive type null)
+    return data if isinstance(data, (str, Mapping, list)) else schema
 
 
 def canonical(schema: Any) -> Any:
@@ -313,8 +316,26 @@ class _Walker:
             self.record(r, w, path)
         elif r.type == "enum" and w.type == "enum" and _names_match(r, w):
             self.enum(r, w, path)
+        elif not self.stricter_only and "union" in (r.type, w.type):
+            self.union(r, w, path)
         else:
             self.leaf(r, w, path)
+
+    def union(self, r: Any, w: Any, path: str) -> None:
+        """Each writer branch the reader cannot read: a named type that the reader branch it
+        resolves to (same name) cannot read is walked into, so the finding names the field;
+        only a writer branch no reader branch matches is a ``missing-union-branch``."""
+        readers = r.schemas if r.type == "union" else [r]
+        checker = ReaderWriterCompatibilityChecker()
+        for b in w.schemas if w.type == "union" else [w]:
+            if checker.get_compatibility(r, b).compatibility is SchemaCompatibilityType.compatible:
+                self.logical(r, b, path)
+                continue
+            match = _resolved_branch(readers, b)
+            if match is not None and match.type == b.type and b.type in ("record", "error", "enum"):
+                self.walk(match, b, path)
+            else:
+                self.leaf(r, b, path)
 
     def record(self, r: Any, w: Any, path: str) -> None:
         if not _names_match(r, w):
