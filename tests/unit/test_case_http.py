@@ -190,6 +190,24 @@ class TestSubmit:
         ok = client.post(url, headers={**H, "Idempotency-Key": "k", "If-Match": '"7", "1"'})
         assert ok.status_code == 200
 
+    @pytest.mark.parametrize("tag", ['"01"', '"001"', '"+1"', '"1 "', '" 1"'])
+    def test_if_match_compares_etags_as_exact_strings(self, client: TestClient, tag: str) -> None:
+        # RFC 9110 §8.8.3: entity tags are opaque strings; "01" is not the ETag "1"
+        case = open_case(client)
+        url = f"/cases/{case['id']}/submit"
+        refused = client.post(url, headers={**H, "Idempotency-Key": "k", "If-Match": tag})
+        assert_problem(refused, 412, "precondition_failed")
+
+    @pytest.mark.parametrize("raw", [b"null", b" null\n"])
+    def test_a_null_body_is_refused_naming_the_body(self, client: TestClient,
+                                                    store: InMemoryStore, raw: bytes) -> None:
+        case = open_case(client)
+        response = client.post(f"/cases/{case['id']}/submit", content=raw,
+                               headers={**H, "Idempotency-Key": "k",
+                                        "Content-Type": "application/json"})
+        assert_problem(response, 400, "validation_error", "body")
+        assert [e.event_type for e in store.outbox] == ["CaseOpened"]
+
     def test_unknown_and_malformed_case_ids(self, client: TestClient) -> None:
         headers = {**H, "Idempotency-Key": "k"}
         assert_problem(client.post(f"/cases/{uuid.uuid4()}/submit", headers=headers), 404,

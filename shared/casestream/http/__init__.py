@@ -53,6 +53,7 @@ if TYPE_CHECKING:
         TEXT_PATTERN,
         Identifier,
         Limit,
+        body_is_empty,
         body_model,
         field_message,
         json_body,
@@ -77,7 +78,8 @@ if TYPE_CHECKING:
 _LAZY = {"edge_app": "casestream.http.app", "guarded": "casestream.http.app",
          "DeadlinePool": "casestream.http.pgdeadline",
          **{name: "casestream.http.models" for name in (
-             "BLANK", "TEXT_PATTERN", "Identifier", "Limit", "body_model", "field_message",
+             "BLANK", "TEXT_PATTERN", "Identifier", "Limit", "body_is_empty", "body_model",
+             "field_message",
              "json_body", "query_model", "text", "validate")},
          **{name: "casestream.http.openapi" for name in (
              "PROBLEM_SCHEMA", "RATE_LIMITED_SCHEMA", "RETRY_AFTER", "Operation", "json_answer",
@@ -92,7 +94,8 @@ __all__ = [
     "problem_response", "requires", "unauthorized",
     "BodyLimits", "ErrorBoundaryMiddleware", "HttpProblem", "JsonBodyMiddleware",
     "RequestBodyMiddleware", "parse_json",
-    "BLANK", "TEXT_PATTERN", "Identifier", "Limit", "body_model", "field_message", "json_body",
+    "BLANK", "TEXT_PATTERN", "Identifier", "Limit", "body_is_empty", "body_model",
+    "field_message", "json_body",
     "query_model", "text", "validate",
     "PROBLEM_SCHEMA", "RATE_LIMITED_SCHEMA", "RETRY_AFTER", "Operation", "json_answer",
     "openapi_document", "openapi_route", "problem_answer", "query_parameters",

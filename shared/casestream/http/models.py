@@ -105,14 +105,29 @@ async def json_body(request: Request) -> Any:
     return parse_json(raw) if raw.strip() else None
 
 
+async def body_is_empty(request: Request) -> bool:
+    """Whether the request has no body or only whitespace (JSON ``null`` is a body: a
+    client that sends it meant something, so it is not read as "no body")."""
+    state = request.scope.get("state") or {}
+    if JSON_BODY in state:
+        return False
+    raw = request.scope.get(BODY_READ)
+    if raw is None:
+        raw = await request.body()
+    return not raw.strip()
+
+
 async def body_model(request: Request, model: type[M], *, required: bool = True) -> M:
-    """The body validated as ``model``; an empty body is ``{}`` unless ``required``.
+    """The body validated as ``model``; an empty body is ``{}`` unless ``required``
+    (JSON ``null`` is not empty: 400 ``body: must be a JSON object``).
 
     Raises:
         HttpProblem: 400 ``validation_error`` (``body: a JSON object is required`` when
             empty and required, or not an object), or the JSON errors of :func:`json_body`.
     """
     value = await json_body(request)
+    if value is None and not await body_is_empty(request):
+        raise HttpProblem.bad_field("body", "must be a JSON object, not null")
     if value is None:
         if required:
             raise HttpProblem.bad_field("body", "a JSON object is required")

@@ -18,7 +18,7 @@ from typing import Any
 
 from starlette.requests import Request
 
-from casestream.http import json_body
+from casestream.http import body_is_empty, json_body
 from services.case.adapters.http.problems import FieldError, Problem, validation
 from services.case.application.idempotency import KEY_MAX
 
@@ -27,7 +27,9 @@ IDEMPOTENCY_HEADER = "Idempotency-Key"
 KEY_PATTERN = rf"^[\x21-\x7e](?:[\x20-\x7e]{{0,{KEY_MAX - 2}}}[\x21-\x7e])?$"
 
 _KEY = re.compile(KEY_PATTERN)
-_STRONG_ETAG = re.compile(r'"([0-9]{1,18})"')
+# RFC 9110 §8.8.3: an ETag is an opaque string compared exactly; this API's are the
+# version's canonical decimal, so "01" or "+1" name no version.
+_STRONG_ETAG = re.compile(r'"(0|[1-9][0-9]{0,17})"')
 _TRACEPARENT = re.compile(r"[0-9a-f]{2}-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}")
 
 
@@ -39,6 +41,8 @@ async def read_json_object(request: Request, *, required: bool) -> dict[str, Any
             an object. HttpProblem: the edge's JSON errors (module docstring).
     """
     data = await json_body(request)
+    if data is None and not await body_is_empty(request):
+        raise validation("body", "must be a JSON object, not null")
     if data is None:
         if required:
             raise validation("body", "a JSON object is required")
