@@ -58,3 +58,12 @@ def test_an_action_needs_a_reason_and_an_actor() -> None:
         OperatorAction(actor="", action="dlq.discard", target="c", reason="why")
     a = OperatorAction(actor="alice", action="dlq.discard", target="c", reason="dup", items=("0:1",))
     assert OperatorAction.from_json(a.to_json()) == a
+
+
+@pytest.mark.parametrize("reason", ["first line\nsecond line", "a\r\nb\tc", "bell\x07 and nul\x00",
+                                    "trailing newline\n", "<b>&amp;</b> \u2028"])
+def test_a_reason_is_recorded_verbatim_on_one_line(reason: str) -> None:
+    a = OperatorAction(actor="alice", action="saga.resolve", target="s-1", reason=reason)
+    raw = a.to_json()
+    assert b"\n" not in raw and b"\r" not in raw  # one record, escaped: never split
+    assert OperatorAction.from_json(raw).reason == reason
