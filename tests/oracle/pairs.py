@@ -3,7 +3,7 @@
 Pure data built by small helpers. Each :class:`Pair` is one schema evolution step; the oracle
 test checks it in both directions (BACKWARD: new reads old; FORWARD: old reads new) with the
 gate, with Apache Avro's Java ``SchemaCompatibility`` and by decoding a datum with fastavro.
-Kinds: fields, defaults, promotions, enums, unions, nested and recursive records,
+Kinds: fields, defaults, promotions, enums, unions, primitive schemas, nested and recursive records,
 arrays/maps, fixed, aliases, namespaces, logical types, bytes defaults, schema references.
 """
 
@@ -139,7 +139,18 @@ def _unions() -> list[Pair]:
         Pair("unions/record-branch-gains-required", r(["null", rec([f("a", "int")], name="B")]),
              r(["null", rec([f("a", "int"), f("b", "int")], name="B")])),
         Pair("unions/int-to-union-of-long", r("int"), r(["null", "long"])),
+        Pair("unions/record-to-union-gains-required", r(rec([f("a", "int")], name="B")),
+             r(["null", rec([f("a", "int"), f("b", "int")], name="B")])),
     ]
+
+
+def _primitives() -> list[Pair]:
+    # a whole schema that is a JSON string naming a primitive (a key subject's usual schema)
+    out = [Pair(f"primitives/{p}-same", p, p) for p in PRIMITIVES]
+    out.append(Pair("primitives/null-to-union", "null", ["null", "string"]))
+    out.append(Pair("primitives/int-to-long", "int", "long"))
+    out.append(Pair("primitives/null-to-string", "null", "string"))
+    return out
 
 
 def _nested() -> list[Pair]:
@@ -310,7 +321,7 @@ def _references() -> list[Pair]:
 
 def corpus() -> list[Pair]:
     """Every pair, ids unique."""
-    pairs = [*_fields(), *_defaults(), *_promotions(), *_enums(), *_unions(), *_nested(), *_recursive(),
+    pairs = [*_fields(), *_defaults(), *_promotions(), *_enums(), *_unions(), *_primitives(), *_nested(), *_recursive(),
              *_collections(), *_fixed(), *_aliases(), *_namespaces(), *_logical(), *_references()]
     ids = [p.id for p in pairs]
     assert len(ids) == len(set(ids)), "duplicate pair ids"
