@@ -2,8 +2,17 @@
 
 :class:`RequestBodyMiddleware` (outermost, before load shedding) reads the whole body
 before the request takes an in-flight slot, so a client that trickles its body holds a
-coroutine, not one of the ``max_in_flight`` slots nor a thread:
+coroutine, not one of the ``max_in_flight`` slots nor a thread. It is a gate for bodies
+only, and anonymous bodies get a small share of it:
 
+- a request without a body (no ``Content-Length`` above 0, no ``Transfer-Encoding``) and
+  the probe paths (``exempt_paths``: ``/healthz``, ``/readyz``...) pass straight through:
+  no budget is taken, nothing is refused here;
+- the caller is authenticated from its headers *before* a byte of the body is read
+  (``authenticate``): a request the app would refuse (401) is answered at once with
+  ``Connection: close`` and its body is never read;
+- bodies of anonymous callers (public paths) share ``anonymous_pending`` reads in total
+  and ``anonymous_per_client`` per client address; past either -> 503 ``overloaded``;
 - ``Content-Length`` above ``max_bytes`` -> 413 ``payload_too_large`` at once; a streamed
   body passing ``max_bytes`` -> 413 when it does;
 - a body whose ``Content-Type`` is not one of ``media_types`` (default
@@ -30,7 +39,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Collection
+from collections import Counter
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 
 from starlette.datastructures import Headers
@@ -40,6 +50,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from casestream.http.counters import EdgeCounters
 from casestream.http.jsonbody import DEFAULT_MAX_DEPTH, parse_json
 from casestream.http.problem import HttpProblem, problem_response
+from casestream.http.shedding import PROBE_PATHS
 
 log = logging.getLogger(__name__)
 
@@ -50,6 +61,12 @@ BODY_READ = "casestream.body"
 
 _CLOSE = {"Connection": "close"}
 
+BodyAuthenticate = Callable[[Scope], "bool | ASGIApp"]
+"""Who sends a body, decided from the request's headers before the body is read: ``True``
+(authenticated: the whole ``max_pending`` budget), ``False`` (anonymous and allowed, a
+public path: the anonymous budget) or an ASGI app (a response) answering instead, the
+body left unread. It may put the principal in ``scope["state"]``; it must not block."""
+
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class BodyLimits:
@@ -59,6 +76,10 @@ class BodyLimits:
         max_bytes: largest body accepted, bytes (>= 1; larger -> 413).
         read_timeout_s: time the whole body may take to arrive, seconds (> 0; then 408).
         max_pending: bodies read at the same time (>= 1; beyond -> 503).
+        anonymous_pending: of those, bodies of unauthenticated callers (>= 1; beyond -> 503).
+        anonymous_per_client: bodies one unauthenticated client address sends at the same
+            time (>= 1; beyond -> 503). Behind a proxy every client has the proxy's address,
+            so this is then a second total.
         media_types: accepted ``Content-Type`` media types of a non-empty body (lower
             case, parameters ignored); ``application/*+json`` is JSON too.
         max_depth: JSON nesting allowed (arrays/objects; the top level is 1).
@@ -67,11 +88,14 @@ class BodyLimits:
     max_bytes: int = 64 * 1024
     read_timeout_s: float = 10.0
     max_pending: int = 256
+    anonymous_pending: int = 16
+    anonymous_per_client: int = 4
     media_types: frozenset[str] = frozenset({"application/json"})
     max_depth: int = DEFAULT_MAX_DEPTH
 
     def __post_init__(self) -> None:
-        if self.max_bytes < 1 or self.read_timeout_s <= 0 or self.max_pending < 1:
+        if (self.max_bytes < 1 or self.read_timeout_s <= 0 or self.max_pending < 1
+                or self.anonymous_pending < 1 or self.anonymous_per_client < 1):
             raise ValueError(f"invalid body limits: {self}")
 
 
@@ -95,23 +119,32 @@ class RequestBodyMiddleware:
 
     Args:
         app: the wrapped ASGI app.
-        limits: size, time and media-type limits.
-        counters: ``client_disconnects``, ``body_timeouts`` are incremented.
+        limits: size, time and media-type limits, the budgets.
+        counters: ``client_disconnects``, ``body_timeouts``, ``shed`` are incremented.
+        authenticate: see :data:`BodyAuthenticate` (None: every caller counts as
+            authenticated, for an app behind its own gate).
+        exempt_paths: passed through untouched (the probes).
     """
 
     def __init__(self, app: ASGIApp, *, limits: BodyLimits = BodyLimits(),
-                 counters: EdgeCounters | None = None) -> None:
+                 counters: EdgeCounters | None = None,
+                 authenticate: BodyAuthenticate | None = None,
+                 exempt_paths: Collection[str] = PROBE_PATHS) -> None:
         self.app = app
         self.limits = limits
         self.pending = 0
+        self.anonymous = 0
+        self._by_client: Counter[str] = Counter()
         self._counters = counters or EdgeCounters()
+        self._authenticate = authenticate
+        self._exempt = frozenset(exempt_paths)
 
     def _accepts(self, media: str) -> bool:
         return media in self.limits.media_types or (
             is_json(media) and "application/json" in self.limits.media_types)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
+        if scope["type"] != "http" or scope["path"] in self._exempt:
             await self.app(scope, receive, send)
             return
         path = scope["path"]
@@ -122,8 +155,13 @@ class RequestBodyMiddleware:
             await self._too_large(path)(scope, receive, send)
             return
         has_body = (declared or 0) > 0 or "transfer-encoding" in headers
+        if not has_body:
+            # nothing to wait for: no budget taken, so a full gate never refuses these
+            scope[BODY_READ] = b""  # HTTP/1.1 framing (RFC 9112 §6.3): the body is empty
+            await self.app(scope, receive, send)
+            return
         media = media_type(headers)
-        if has_body and not self._accepts(media):
+        if not self._accepts(media):
             await problem_response(
                 415, "unsupported_media_type", "Unsupported media type",
                 f"send the body as application/json, not {media or 'no content type'}",
@@ -131,14 +169,23 @@ class RequestBodyMiddleware:
                 errors=({"field": "Content-Type", "message": "must be application/json"},),
             )(scope, receive, send)
             return
-        if self.pending >= self.limits.max_pending:
+        verdict = self._authenticate(scope) if self._authenticate is not None else True
+        if not isinstance(verdict, bool):
+            await verdict(scope, receive, send)
+            return
+        client = None if verdict else _client_address(scope)
+        refused = self._budget_refusal(client)
+        if refused:
             self._counters.shed += 1
             await problem_response(503, "overloaded", "Service overloaded",
-                                   f"more than {self.limits.max_pending} request bodies are "
-                                   "being received; retry later", instance=path,
+                                   f"more than {refused} are being received; retry later",
+                                   instance=path,
                                    headers={"Retry-After": "1", **_CLOSE})(scope, receive, send)
             return
         self.pending += 1
+        if client is not None:
+            self.anonymous += 1
+            self._by_client[client] += 1
         try:
             body = await asyncio.wait_for(self._read(receive), self.limits.read_timeout_s)
         except TimeoutError:
@@ -152,6 +199,11 @@ class RequestBodyMiddleware:
             return
         finally:
             self.pending -= 1
+            if client is not None:
+                self.anonymous -= 1
+                self._by_client[client] -= 1
+                if not self._by_client[client]:
+                    del self._by_client[client]
         if body is _TOO_LARGE:
             await self._too_large(path)(scope, receive, send)
             return
@@ -162,6 +214,19 @@ class RequestBodyMiddleware:
         assert isinstance(body, bytes)
         scope[BODY_READ] = body
         await self.app(scope, _replay(body, receive), send)
+
+    def _budget_refusal(self, client: str | None) -> str:
+        """What a new body would exceed ("" if none); ``client`` None: authenticated."""
+        limits = self.limits
+        if self.pending >= limits.max_pending:
+            return f"{limits.max_pending} request bodies"
+        if client is None:
+            return ""
+        if self.anonymous >= limits.anonymous_pending:
+            return f"{limits.anonymous_pending} unauthenticated request bodies"
+        if self._by_client[client] >= limits.anonymous_per_client:
+            return f"{limits.anonymous_per_client} unauthenticated request bodies of one client"
+        return ""
 
     def _too_large(self, path: str) -> JSONResponse:
         return problem_response(413, "payload_too_large", "Request body too large",
@@ -185,6 +250,11 @@ class RequestBodyMiddleware:
             chunks.append(chunk)
             if not message.get("more_body", False):
                 return b"".join(chunks)
+
+
+def _client_address(scope: Scope) -> str:
+    client = scope.get("client")
+    return str(client[0]) if client else "unknown"
 
 
 def _replay(body: bytes, receive: Receive) -> Receive:

@@ -7,7 +7,10 @@ first:
    follows is a problem+json answer (500 without details), a client gone is no error;
 2. :class:`~casestream.http.body.RequestBodyMiddleware` — the body is read whole, bounded
    in bytes (413), media type (415) and time (408), *before* a slot is taken, so a client
-   trickling its body holds no in-flight slot;
+   trickling its body holds no in-flight slot; the probes and body-less requests pass
+   untouched, the token is checked from the headers before the body is read (401 without
+   reading it), and anonymous bodies (public paths) get a small budget
+   (``BodyLimits.anonymous_pending`` / ``anonymous_per_client``);
 3. :class:`~casestream.http.shedding.LoadShedMiddleware` — refuse past the in-flight limit
    before doing any further work (503 + ``Retry-After``);
 4. :class:`~casestream.http.deadline.DeadlineMiddleware` — the request's deadline starts;
@@ -18,6 +21,15 @@ first:
 
 Routes then check roles (``requires`` / ``Principal.require``) and scope every read and
 write to ``principal.tenant_id``.
+
+An app that is not a service (the operations console: its own sessions, HTML forms) mounts
+the same edge: ``Starlette(routes, middleware=edge_middleware(EdgePolicy(verifier=None,
+authenticate=check, public_paths=..., body=BodyLimits(media_types=...))))``, where
+``check(scope)`` is a :data:`~casestream.http.body.BodyAuthenticate` deciding from the
+headers (session cookie) whether a body may be read; with ``verifier=None`` no bearer
+middleware is mounted and the routes check their own sessions (put the
+:class:`~casestream.auth.tokens.Principal` in ``scope["state"]["principal"]`` for the
+per-tenant rate limits).
 """
 
 from __future__ import annotations
@@ -26,12 +38,14 @@ import logging
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from starlette.datastructures import Headers
 from starlette.middleware import Middleware
+from starlette.types import ASGIApp, Scope
 
-from casestream.auth.tokens import AuthSettings, TokenVerifier
+from casestream.auth.tokens import AuthSettings, InvalidToken, TokenVerifier
 from casestream.errors import ConfigError
-from casestream.http.authn import PUBLIC_PATHS, BearerAuthMiddleware
-from casestream.http.body import BodyLimits, JsonBodyMiddleware, RequestBodyMiddleware
+from casestream.http.authn import PRINCIPAL, PUBLIC_PATHS, BearerAuthMiddleware, bearer_token, unauthorized
+from casestream.http.body import BodyAuthenticate, BodyLimits, JsonBodyMiddleware, RequestBodyMiddleware
 from casestream.http.boundary import ErrorBoundaryMiddleware
 from casestream.http.counters import EdgeCounters
 from casestream.http.deadline import DeadlineMiddleware
@@ -46,17 +60,20 @@ class EdgePolicy:
     """Limits and credentials of one service's HTTP edge.
 
     Attributes:
-        verifier: bearer token verification.
+        verifier: bearer token verification; None for an app with its own sessions (then
+            ``authenticate`` is required and no bearer middleware is mounted).
         max_in_flight: concurrent requests per process before shedding (>= 1); keep it
             below starlette's thread pool (40) so no admitted request queues for a thread.
         per_tenant, per_client: token-bucket limits (None = unlimited).
         deadline_s: budget of every request for its outgoing calls, seconds.
         retry_after_s: ``Retry-After`` of a shed answer, seconds.
         public_paths: served without a token (probes, OpenAPI document).
-        body: request body limits (size, read time, media types, JSON depth).
+        body: request body limits (size, read time, media types, JSON depth, budgets).
+        authenticate: who may send a body, from the headers (default: a valid bearer
+            token of ``verifier``, the public paths anonymous).
     """
 
-    verifier: TokenVerifier
+    verifier: TokenVerifier | None
     max_in_flight: int = 32
     per_tenant: RateLimit | None = None
     per_client: RateLimit | None = None
@@ -64,21 +81,56 @@ class EdgePolicy:
     retry_after_s: int = 1
     public_paths: frozenset[str] = field(default=PUBLIC_PATHS)
     body: BodyLimits = field(default_factory=BodyLimits)
+    authenticate: BodyAuthenticate | None = None
+
+
+def bearer_gate(verifier: TokenVerifier, public_paths: frozenset[str],
+                counters: EdgeCounters) -> BodyAuthenticate:
+    """The body gate's check for a bearer-token app: a public path is anonymous (False), a
+    valid token authenticated (True, the principal put in ``scope["state"]``), anything
+    else the 401 of :class:`BearerAuthMiddleware` with ``Connection: close``, so an unread
+    body ends the connection."""
+
+    def check(scope: Scope) -> bool | ASGIApp:
+        if scope["path"] in public_paths:
+            return False
+        try:
+            principal = verifier.verify(bearer_token(Headers(scope=scope).get("authorization")))
+        except InvalidToken as e:
+            counters.unauthorized += 1
+            response = unauthorized(e, scope["path"])
+            response.headers["Connection"] = "close"
+            return response
+        scope.setdefault("state", {})[PRINCIPAL] = principal
+        return True
+
+    return check
 
 
 def edge_middleware(policy: EdgePolicy, counters: EdgeCounters | None = None) -> list[Middleware]:
-    """The middlewares of ``policy`` in order (module docstring); ``counters`` are shared."""
+    """The middlewares of ``policy`` in order (module docstring); ``counters`` are shared.
+
+    Raises:
+        ValueError: ``policy`` has neither a verifier nor an ``authenticate`` check.
+    """
     counters = counters if counters is not None else EdgeCounters()
+    authenticate = policy.authenticate
+    if authenticate is None:
+        if policy.verifier is None:
+            raise ValueError("an edge without a token verifier needs an authenticate check")
+        authenticate = bearer_gate(policy.verifier, policy.public_paths, counters)
     stack = [
         Middleware(ErrorBoundaryMiddleware, counters=counters),
-        Middleware(RequestBodyMiddleware, limits=policy.body, counters=counters),
+        Middleware(RequestBodyMiddleware, limits=policy.body, counters=counters,
+                   authenticate=authenticate, exempt_paths=PROBE_PATHS),
         Middleware(LoadShedMiddleware, max_in_flight=policy.max_in_flight,
                    retry_after_s=policy.retry_after_s, exempt_paths=PROBE_PATHS,
                    counters=counters),
         Middleware(DeadlineMiddleware, budget_s=policy.deadline_s),
-        Middleware(BearerAuthMiddleware, verifier=policy.verifier,
-                   public_paths=policy.public_paths, counters=counters),
     ]
+    if policy.verifier is not None:
+        stack.append(Middleware(BearerAuthMiddleware, verifier=policy.verifier,
+                                public_paths=policy.public_paths, counters=counters))
     if policy.per_tenant is not None or policy.per_client is not None:
         limiter = RateLimiter(per_tenant=policy.per_tenant, per_client=policy.per_client)
         stack.append(Middleware(RateLimitMiddleware, limiter=limiter, counters=counters))
