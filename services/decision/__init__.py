@@ -9,9 +9,11 @@ Layers: ``domain`` (pure rules) <- ``application`` (use case, ports) <- ``adapte
 (PostgreSQL, consumer handler, HTTP) <- ``bootstrap``. Run: ``python -m services.decision``.
 """
 
-from casestream.service import ServiceSpec
+from casestream.service import ServiceSpec, TopicSpec
 
 SERVICE = ServiceSpec(
     name="decision", module="services.decision", description="decides on submitted cases",
     settings="services.decision.settings:DecisionSettings", build="services.decision.bootstrap:build",
-    consumers=('decision.requests', 'decision.statistics'), outbox=True)
+    consumers=('decision.requests', 'decision.statistics'), outbox=True,
+    # retention 90 days: decision.statistics and audit.timeline rebuild from it
+    topics=(TopicSpec("outbox.event.decision", partitions=6, retention_ms=7776000000),))

@@ -14,9 +14,11 @@ Layers: ``domain`` (pure) <- ``application`` <- ``adapters`` (PostgreSQL, SMTP, 
 HTTP) <- ``bootstrap``. Run: ``python -m services.notification``.
 """
 
-from casestream.service import ServiceSpec
+from casestream.service import ServiceSpec, TopicSpec
 
 SERVICE = ServiceSpec(
     name="notification", module="services.notification", description="issues notices to parties (SMTP)",
     settings="services.notification.settings:NotificationSettings", build="services.notification.bootstrap:build",
-    consumers=('notification.requests',), outbox=True)
+    consumers=('notification.requests',), outbox=True,
+    # retention 90 days: audit.timeline rebuilds from it
+    topics=(TopicSpec("outbox.event.notice", partitions=6, retention_ms=7776000000),))

@@ -21,9 +21,11 @@ SagaCompleted, SagaCompensated, SagaManualReviewRequired, SagaResolved,
 SagaCompensationFailed), so the audit journal sees all of them.
 """
 
-from casestream.service import ServiceSpec
+from casestream.service import ServiceSpec, TopicSpec
 
 SERVICE = ServiceSpec(
     name="saga", module="services.saga", description="orchestrates the case-review saga",
     settings="services.saga.settings:SagaSettings", build="services.saga.bootstrap:build",
-    consumers=('saga.orchestrator',), outbox=True)
+    consumers=('saga.orchestrator',), outbox=True,
+    # retention 30 days: no projection rebuilds from it; covers catch-up and dead-letter re-drive
+    topics=(TopicSpec("outbox.event.saga", partitions=6, retention_ms=2592000000),))

@@ -13,7 +13,7 @@ Run it with ``python -m watch``.
 from importlib.resources import files
 from pathlib import Path
 
-from casestream.service import ServiceSpec
+from casestream.service import ServiceSpec, TopicSpec
 
 
 def schemas_dir() -> Path:
@@ -27,4 +27,7 @@ SCHEMAS = schemas_dir()
 SERVICE = ServiceSpec(
     name="watch", module="watch", description="watchlists of cases (example service)",
     settings="watch.settings:WatchSettings", build="watch.bootstrap:build",
-    consumers=("watch.cases", "watch.triggers"), outbox=True)
+    consumers=("watch.cases", "watch.triggers"), outbox=True,
+    # the relay's topic for this service's events (aggregate type "watch"); 30 days cover
+    # catch-up and dead-letter re-drive, and retention bounds the consumers' inbox rows
+    topics=(TopicSpec("outbox.event.watch", partitions=3, retention_ms=30 * 86_400_000),))

@@ -22,9 +22,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from casestream.errors import ConfigError
+from casestream.kafka.topicplan import TopicSpec
 from casestream.refs import resolve
 
-__all__ = ["ServiceSpec", "resolve"]
+__all__ = ["ServiceSpec", "TopicSpec", "resolve"]
 
 _NAME = re.compile(r"^[a-z][a-z0-9_]{0,30}$")
 
@@ -50,6 +51,12 @@ class ServiceSpec:
             (default ``migrations``): what ``casestream migrate`` applies, as its builder
             does at start (``ServiceBuilder(migrations=...)``), with the outbox DDL first
             when ``outbox``.
+        topics: the topics this service owns (:class:`TopicSpec`: partitions, replication
+            factor, retention, cleanup policy, ``min.insync.replicas``), typically the
+            ``outbox.event.<aggregate type>`` topics its relay writes. ``casestream topics
+            plan|apply`` and the dev stack create and configure them; a topic is owned by one
+            service (declared by two: refused). Dead-letter and re-drive topics are not
+            declared: each consumer creates its own at start.
 
     Raises:
         ConfigError: on construction, a bad ``name``, ``module`` or reference.
@@ -63,6 +70,7 @@ class ServiceSpec:
     outbox: bool = True
     description: str = ""
     migrations: str = "migrations"
+    topics: tuple[TopicSpec, ...] = ()
 
     def __post_init__(self) -> None:
         if not _NAME.fullmatch(self.name):
@@ -73,6 +81,14 @@ class ServiceSpec:
                 raise ConfigError(f"service {self.name}: {field}={ref!r} is not 'module:attribute'")
         if not isinstance(self.consumers, tuple):
             object.__setattr__(self, "consumers", tuple(self.consumers))
+        object.__setattr__(self, "topics", tuple(self.topics))
+        names = set()
+        for topic in self.topics:
+            if not isinstance(topic, TopicSpec):
+                raise ConfigError(f"service {self.name}: topics holds {topic!r}, not a TopicSpec")
+            if topic.name in names:
+                raise ConfigError(f"service {self.name}: topic {topic.name} is declared twice")
+            names.add(topic.name)
 
     def settings_class(self) -> type[Any]:
         """The service's settings class (imports its module)."""
