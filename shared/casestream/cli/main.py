@@ -10,6 +10,7 @@ load Kafka or PostgreSQL drivers it does not need::
     casestream token --tenant T --role R  mint a local bearer token (JWT)
     casestream status                    consumer lag, outbox, dead letters, sagas per service
     casestream console                   the operations web console
+    casestream topics plan|apply         the installed services' declared topics on the cluster
 
 Installed packages add commands through the entry point group ``casestream.commands``
 (``name = "module:click_command"``, :func:`casestream.service.discovery.command_refs`). A
@@ -48,6 +49,8 @@ _GROUPS: dict[str, tuple[str, str, str]] = {
                 "Serve the operations web console: journeys, sagas, dead letters, flow."),
     "migrate": ("casestream.cli.migrate", "migrate",
                 "Apply the installed services' database migrations (before starting them)."),
+    "topics": ("casestream.cli.topics", "topics",
+               "Create and configure the topics the installed services declare (plan, apply)."),
 }
 
 

@@ -8,6 +8,7 @@ Public API::
     from casestream.service import migrate_service                          # casestream migrate
     from casestream.service import ServiceStack, service_port, replica_env  # dev stack
     from casestream.service import ServiceSpec, discovery                    # what a service declares; entry points
+    from casestream.service import TopicSpec                                 # a topic it owns (ServiceSpec.topics)
 
 Modules: ``builder`` (:class:`ServiceBuilder`: settings, logging, edge, migrations, catalog,
 codec, pool, consumers, projections, relay, readiness, closers -> ServiceProcess),
@@ -47,7 +48,7 @@ if TYPE_CHECKING:
         settings_error,
         settings_table,
     )
-    from casestream.service.spec import ServiceSpec, resolve
+    from casestream.service.spec import ServiceSpec, TopicSpec, resolve
     from casestream.service.discovery import command_refs, projection_refs, services
 
 _LAZY = {
@@ -60,6 +61,7 @@ _LAZY = {
         "service_config", "settings_error", "settings_table")},
     "freeze_startup_objects": "casestream.service.gctune",
     "ServiceSpec": "casestream.service.spec", "resolve": "casestream.service.spec",
+    "TopicSpec": "casestream.service.spec",
     "discovery": "casestream.service.discovery",
     **{name: "casestream.service.discovery" for name in ("command_refs", "projection_refs", "services")},
     **{name: "casestream.service.devstack" for name in (
