@@ -11,6 +11,7 @@ load Kafka or PostgreSQL drivers it does not need::
     casestream status                    consumer lag, outbox, dead letters, sagas per service
     casestream console                   the operations web console
     casestream topics plan|apply         the installed services' declared topics on the cluster
+    casestream new service NAME          write a service skeleton (a starting point)
 
 Installed packages add commands through the entry point group ``casestream.commands``
 (``name = "module:click_command"``, :func:`casestream.service.discovery.command_refs`). A
@@ -51,6 +52,8 @@ _GROUPS: dict[str, tuple[str, str, str]] = {
                 "Apply the installed services' database migrations (before starting them)."),
     "topics": ("casestream.cli.topics", "topics",
                "Create and configure the topics the installed services declare (plan, apply)."),
+    "new": ("casestream.cli.new", "new",
+            "Write a starting point: casestream new service NAME (a service skeleton)."),
 }
 
 
