@@ -140,6 +140,8 @@ casestream-schemas.toml:
   references = ["avro/common/*.avsc"]     named types schemas reference across files
   ignore = ["RULE", "RULE:SUBJECT"]       waived rules
   upcasters = "pkg.module:function"       declares the upcaster chain (upcaster-* rules apply)
+  python_path = ["src"]                   folders it is imported from besides the installed packages
+                                          (default ["."]: the configuration's folder)
   [[folders]]  path = "avro"  pattern = "{name}.v{version}.avsc"  topic = "orders"
   [subjects."orders-value"]  files = ["a/v1.avsc", "a/v2.avsc"]  compatibility = "FULL"
 
@@ -173,11 +175,14 @@ Exit 0 compatible, 1 incompatible, 2 bad input (in every --format).
               help="text, json, github (Actions annotations), junit (JUnit XML), sarif (SARIF 2.1.0).")
 @click.option("--output", "-o", type=click.Path(dir_okay=False, writable=True), default=None,
               help="Write the report to this file instead of stdout.")
+@click.option("--python-path", "python_path", multiple=True, metavar="DIR",
+              help="Also import the upcasters module from this folder (repeatable; e.g. src).")
 @click.option("--verbose", "-v", is_flag=True, help="List every pair checked; tracebacks on errors.")
 def check(config: str | None, schemas_dir: str | None, against: str | None, registry: str | None,
           registry_basic_auth: str | None, registry_bearer_token: str | None, registry_ca_file: str | None,
           registry_cert_file: str | None, registry_key_file: str | None, subjects: tuple[str, ...],
-          ignore: tuple[str, ...], fmt: str, output: str | None, verbose: bool) -> None:
+          ignore: tuple[str, ...], fmt: str, output: str | None, python_path: tuple[str, ...],
+          verbose: bool) -> None:
     from casestream.schemacheck.render import render_error
     from casestream.schemacheck.runner import check_repository
 
@@ -193,7 +198,7 @@ def check(config: str | None, schemas_dir: str | None, against: str | None, regi
                                         registry_cert_file, registry_key_file)
             gate_config, root = _find_config(config, schemas_dir)
             report = check_repository(gate_config, root=root, subjects=list(subjects) or None, against=against,
-                                      registry=options, ignore=ignore)
+                                      registry=options, ignore=ignore, python_path=python_path)
         except ModuleNotFoundError as e:
             if registry is not None and (e.name or "").startswith(("confluent_kafka", "httpx", "authlib")):
                 raise CheckInputError(f"--registry needs the service packages ({e.name} is not installed): "

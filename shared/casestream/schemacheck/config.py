@@ -9,6 +9,7 @@ keys)::
     references = ["avro/common/*.avsc"]    # named types any schema may reference (schema references)
     ignore = ["logical-type-changed"]      # waived rules: "RULE" or "RULE:SUBJECT"
     upcasters = "acme.events:upcasters"    # optional: the repository's upcaster chain
+    python_path = ["src"]                  # folders the upcaster module is imported from (default ["."])
 
     [[folders]]                            # a folder and a naming convention
     path = "avro"
@@ -34,7 +35,9 @@ Naming strategies are those of Confluent's serializers (``subject.name.strategy`
 ``TopicNameStrategy`` -> ``<topic>-value`` (``-key``), ``RecordNameStrategy`` -> the record's
 full name, ``TopicRecordNameStrategy`` -> ``<topic>-<record full name>``.
 
-Every path is relative to the folder holding the configuration file. Errors:
+``python_path`` folders are appended to ``sys.path`` while the gate imports ``upcasters`` (an
+installed package of the same name wins). Every path is relative to the folder holding the
+configuration file. Errors:
 :class:`~casestream.schemacheck.model.CheckInputError` naming the file and the key (exit 2).
 """
 
@@ -71,8 +74,8 @@ NAMING_STRATEGIES = ("TopicNameStrategy", "RecordNameStrategy", "TopicRecordName
 #: Folder patterns tried in order when a folder names none: versioned files, then one-version files.
 DEFAULT_PATTERNS = ("{name}.v{version}.avsc", "{name}.avsc")
 
-_TOP_KEYS = {"compatibility", "naming_strategy", "references", "ignore", "upcasters", "folders", "subjects",
-             "catalogs"}
+_TOP_KEYS = {"compatibility", "naming_strategy", "references", "ignore", "upcasters", "python_path", "folders",
+             "subjects", "catalogs"}
 _FOLDER_KEYS = {"path", "pattern", "topic", "key", "naming_strategy", "compatibility", "ignore", "references"}
 _SUBJECT_KEYS = {"files", "compatibility", "ignore", "references"}
 
@@ -113,6 +116,7 @@ class GateConfig:
     references: tuple[str, ...] = ()
     ignore: tuple[str, ...] = ()
     upcasters: str = ""
+    python_path: tuple[str, ...] = (".",)
     folders: tuple[FolderSpec, ...] = ()
     subjects: Mapping[str, SubjectOverride] = field(default_factory=dict)
     catalogs: tuple[str, ...] = ()
@@ -249,6 +253,7 @@ def parse_config(doc: Mapping[str, Any], *, origin: str, base: str = "") -> Gate
         references=_strings(doc.get("references", []), "references", origin),
         ignore=_waivers(doc.get("ignore", []), origin),
         upcasters=upcasters,
+        python_path=_strings(doc.get("python_path", ["."]), "python_path", origin),
         folders=tuple(_folder(f, f"{origin} [[folders]] #{i + 1}") for i, f in enumerate(folders_raw)),
         subjects={name: _subject(name, raw, f'{origin} [subjects."{name}"]') for name, raw in subjects_raw.items()},
         catalogs=tuple(catalogs),

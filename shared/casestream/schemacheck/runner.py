@@ -17,8 +17,12 @@ a :class:`~casestream.schemacheck.model.Report` otherwise (exit 0 or 1).
 
 from __future__ import annotations
 
+import importlib
+import sys
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -83,7 +87,44 @@ class _Chain:
         return out
 
 
-_CHAINS: dict[str, _Chain] = {}
+_CHAINS: dict[tuple[str, tuple[str, ...]], _Chain] = {}
+#: folders the running check appended to sys.path (the repository's python_path, --python-path)
+_SEARCHED: ContextVar[tuple[str, ...]] = ContextVar("_SEARCHED", default=())
+
+
+@contextmanager
+def _import_path(folders: Sequence[str]) -> Iterator[None]:
+    """``folders`` appended to ``sys.path`` for the duration (after the installed packages, so a
+    folder of the repository cannot shadow a library; an installed copy of the team's package wins)."""
+    added = [f for f in folders if f not in sys.path]
+    sys.path.extend(added)
+    importlib.invalidate_caches()
+    token = _SEARCHED.set(tuple(folders))
+    try:
+        yield
+    finally:
+        _SEARCHED.reset(token)
+        for f in added:
+            if f in sys.path:
+                sys.path.remove(f)
+
+
+def _import_error(ref: str, error: Exception) -> str:
+    """One line for a chain reference that does not import: which module, why, and the fix."""
+    cause = error.__cause__
+    module = ref.partition(":")[0]
+    if not isinstance(cause, ModuleNotFoundError) or not cause.name:
+        return f"upcasters = {ref!r}: {error}"
+    missing = cause.name
+    if module == missing or module.startswith(missing + "."):
+        searched = ", ".join(_SEARCHED.get()) or "none"
+        return (f"upcasters = {ref!r}: module {module} is not importable (no module named {missing!r} among the "
+                f"installed packages or the python_path folders: {searched}): install the repository's package "
+                f"(pip install -e .; the GitHub Action's input install) or name the folder holding it with "
+                f"python_path = [\"src\"] in the configuration or --python-path DIR")
+    return (f"upcasters = {ref!r}: module {module} imports {missing}, which is not installed: install the "
+            f"repository's package with its dependencies (pip install -e .; the GitHub Action's input install; "
+            f"pre-commit: additional_dependencies)")
 
 
 def _chain_steps(ref: str, where: str) -> set[tuple[str, int]]:
@@ -92,7 +133,8 @@ def _chain_steps(ref: str, where: str) -> set[tuple[str, int]]:
 
 
 def _chain(ref: str, where: str) -> _Chain:
-    if ref not in _CHAINS:
+    key = (ref, _SEARCHED.get())
+    if key not in _CHAINS:
         from casestream.errors import ConfigError
         from casestream.events.upcasting import UpcasterChain
         from casestream.refs import resolve
@@ -100,13 +142,13 @@ def _chain(ref: str, where: str) -> _Chain:
         try:
             made = resolve(ref)()
         except ConfigError as e:
-            raise CheckInputError(f"upcasters = {ref!r}: {e}", target=where) from e
+            raise CheckInputError(_import_error(ref, e), target=where) from e
         if not isinstance(made, UpcasterChain):
             raise CheckInputError(f"upcasters = {ref!r} returned {type(made).__name__}, not an UpcasterChain",
                                   target=where)
         events = made.event_steps()
-        _CHAINS[ref] = _Chain(payload=frozenset(made.steps()) - set(events), events=events)
-    return _CHAINS[ref]
+        _CHAINS[key] = _Chain(payload=frozenset(made.steps()) - set(events), events=events)
+    return _CHAINS[key]
 
 
 def rename_findings(subject: Subject, layout: Layout) -> list[Finding]:
@@ -335,14 +377,34 @@ def load_layout(config: GateConfig | str | Path, root: str | Path = ".") -> tupl
     return build_layout(config, tree), tree
 
 
-def check_repository(config: GateConfig | str | Path, *, root: str | Path = ".", **options: Any) -> Report:
+def check_repository(config: GateConfig | str | Path, *, root: str | Path = ".", python_path: Sequence[str] = (),
+                     **options: Any) -> Report:
     """Check a repository described by ``config`` (a file, or a :class:`GateConfig` relative to ``root``).
 
-    ``options``: as :func:`check_layout` (``subjects``, ``against``, ``registry``, ``ignore``).
+    The configuration's ``python_path`` folders (relative to its folder; default: that folder)
+    and ``python_path`` (relative to the current directory) are on ``sys.path`` while the
+    declared upcaster chain is imported. ``options``: as :func:`check_layout` (``subjects``,
+    ``against``, ``registry``, ``ignore``).
+
+    Raises:
+        CheckInputError: as :func:`check_layout`, and a ``python_path`` folder that does not exist.
     """
     started = time.perf_counter()
     layout, tree = load_layout(config, root)
-    report = check_layout(layout, tree=tree, **options)
+    folders = []
+    base = Path(tree.root) if isinstance(tree, WorkTree) else Path(root)
+    for rel in layout.config.python_path if layout.config is not None else ():
+        folder = (base / rel).resolve()
+        if not folder.is_dir():
+            raise CheckInputError(f"python_path: folder {rel!r} not found ({folder})",
+                                  target=layout.config.origin if layout.config is not None else None)
+        folders.append(str(folder))
+    for rel in python_path:
+        if not Path(rel).is_dir():
+            raise CheckInputError(f"--python-path: folder {rel!r} not found")
+        folders.append(str(Path(rel).resolve()))
+    with _import_path(folders):
+        report = check_layout(layout, tree=tree, **options)
     report.seconds = time.perf_counter() - started
     return report
 
