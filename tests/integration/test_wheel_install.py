@@ -1,76 +1,46 @@
 """casestream installs from its wheel: built from this checkout, installed into a fresh venv.
 
-No servers, but slow (a wheel build, a venv, two installs): marked ``integration`` and
-``wheel``, deselect with ``-m "not wheel"``. The dependencies come from a wheelhouse of the
-pinned runtime packages (``requirements.lock``), downloaded once per lock content into the
-temporary directory (``CASESTREAM_WHEELHOUSE`` overrides the folder); the installs themselves
-use ``--no-index``. Every command runs with the working directory outside the checkout and
-without ``PYTHONPATH``, so what is imported is what the wheel installed.
+No servers, but slow (three wheel builds, a venv, two installs): marked ``integration`` and
+``wheel``, deselect with ``-m "not wheel"``. The wheels and the wheelhouse of the pinned
+runtime packages come from ``tests.support.wheels``; the installs use ``--no-index``. Every
+command runs with the working directory outside the checkout and without ``PYTHONPATH``, so
+what is imported is what the wheel installed.
 
 Checks, on the base install (the schema gate): ``casestream --version``; ``casestream schemas
 check`` passes on the repository's schemas and on a team's repository of another layout (an
 upcaster module that does not import is exit 2, one line); another command, and ``--registry``, print one
-line naming the ``service`` extra and exit 2. Then, with ``casestream[service]``: the
-installed suite finds its schemas and every service's migrations in site-packages.
+line naming the ``service`` extra and exit 2. The platform's wheel holds no suite: no
+``services`` package, no entry point but the ``casestream`` script. Then, with
+``casestream[service]`` and the suite's own wheel (``casestream-suite``): the installed suite
+finds its schemas and every service's migrations in site-packages.
 """
 
 from __future__ import annotations
 
-import hashlib
-import os
 import shutil
-import subprocess
-import sys
-import tempfile
 import time
+import zipfile
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from tests.support.wheels import REPO, Venv, Wheels, build_wheels, ok, run, wheelhouse
+
 pytestmark = [pytest.mark.integration, pytest.mark.wheel, pytest.mark.timeout(300)]
 
-REPO = Path(__file__).resolve().parents[2]
 SERVICES = ("audit", "case", "decision", "notification", "saga")
 HINT = "pip install 'casestream[service]'"
-_NOT_SOURCE = (".git", ".venv", ".local", "build", "dist", "*.egg-info", "__pycache__", ".pytest_cache",
-               "target")
+_run, _ok = run, ok
 
 
-def _run(args: list[str | Path], cwd: Path, timeout: float = 240) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV")}
-    env["PIP_DISABLE_PIP_VERSION_CHECK"] = "1"
-    return subprocess.run([str(a) for a in args], cwd=cwd, env=env, capture_output=True, text=True,
-                          timeout=timeout, check=False)
+class Installed(Venv):
+    wheels: Wheels
+    timings: dict[str, float]
 
-
-def _ok(args: list[str | Path], cwd: Path, timeout: float = 240) -> subprocess.CompletedProcess[str]:
-    done = _run(args, cwd, timeout)
-    assert done.returncode == 0, f"{args}: exit {done.returncode}\n{done.stdout}\n{done.stderr}"
-    return done
-
-
-def _wheelhouse(work: Path) -> Path:
-    lock = (REPO / "requirements.lock").read_bytes()
-    default = Path(tempfile.gettempdir()) / f"casestream-wheelhouse-{hashlib.sha256(lock).hexdigest()[:12]}"
-    folder = Path(os.environ.get("CASESTREAM_WHEELHOUSE", default))
-    if not (folder / ".complete").is_file():
-        _ok([sys.executable, "-m", "pip", "download", "-q", "--no-deps", "-d", folder,
-             "-r", REPO / "requirements.lock"], work)
-        (folder / ".complete").touch()
-    return folder
-
-
-class Installed:
-    def __init__(self, venv: Path, wheel: Path, wheelhouse: Path, cwd: Path):
-        self.venv, self.wheel, self.wheelhouse, self.cwd = venv, wheel, wheelhouse, cwd
-        self.python = venv / "bin" / "python"
-        self.casestream = venv / "bin" / "casestream"
-        self.timings: dict[str, float] = {}
-
-    def pip_install(self, requirement: str) -> None:
-        _ok([self.python, "-m", "pip", "install", "-q", "--no-index", "--find-links", self.wheelhouse,
-             requirement], self.cwd)
+    @property
+    def wheel(self) -> Path:
+        return self.wheels.platform
 
 
 @pytest.fixture(scope="module")
@@ -78,31 +48,36 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Installed]:
     work = tmp_path_factory.mktemp("wheel-install")
     timings: dict[str, float] = {}
     t0 = time.monotonic()
-    wheelhouse = _wheelhouse(work)
+    house = wheelhouse(work)
     timings["wheelhouse"] = time.monotonic() - t0
 
     t0 = time.monotonic()
-    # From a copy: setuptools builds in the source tree, and a stale build/ there would
-    # put files into the wheel that the current pyproject.toml no longer ships.
-    source = work / "source"
-    shutil.copytree(REPO, source, ignore=shutil.ignore_patterns(*_NOT_SOURCE))
-    _ok([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", work / "dist", source], work)
-    (wheel,) = (work / "dist").glob("casestream-*.whl")
+    wheels = build_wheels(work)
     timings["build"] = time.monotonic() - t0
 
     t0 = time.monotonic()
-    _ok([sys.executable, "-m", "venv", work / "venv"], work)  # no --system-site-packages
-    inst = Installed(work / "venv", wheel, wheelhouse, work)
-    inst.pip_install(str(wheel))
+    inst = Installed(work / "venv", house, work)
+    inst.wheels = wheels
+    inst.pip_install(wheels.platform)
     timings["venv+base"] = time.monotonic() - t0
     inst.timings = timings
     yield inst
     print("wheel install timings (s):", {k: round(v, 1) for k, v in inst.timings.items()})
 
 
+def test_the_platform_wheel_holds_no_suite(installed: Installed) -> None:
+    names = zipfile.ZipFile(installed.wheels.platform).namelist()
+    assert {n.split("/")[0] for n in names} == {"casestream", "casestream-0.1.0.dist-info"}, names
+    (entry,) = [n for n in names if n.endswith(".dist-info/entry_points.txt")]
+    text = zipfile.ZipFile(installed.wheels.platform).read(entry).decode()
+    assert text.split() == ["[console_scripts]", "casestream", "=", "casestream.cli:main"], text
+    suite = zipfile.ZipFile(installed.wheels.suite).namelist()
+    assert {n.split("/")[0] for n in suite} == {"services", "casestream_suite-0.1.0.dist-info"}
+    assert "services/schemas/catalog.toml" in suite
+
+
 def test_base_install_is_light(installed: Installed) -> None:
-    done = _ok([installed.python, "-m", "pip", "list", "--format=freeze"], installed.cwd)
-    names = {line.split("==")[0].lower() for line in done.stdout.splitlines()}
+    names = installed.distributions()
     assert {"casestream", "fastavro", "avro", "click"} <= names
     assert not names & {"confluent-kafka", "psycopg", "pydantic", "httpx", "starlette"}, names
 
@@ -157,10 +132,10 @@ def test_schemas_check_registry_names_the_service_extra(installed: Installed) ->
     assert HINT in done.stderr
 
 
-def test_service_extra_finds_schemas_and_migrations_in_site_packages(installed: Installed) -> None:
-    # Runs last in this module: it adds the service extra to the venv the tests above share.
+def test_the_suite_wheel_finds_schemas_and_migrations_in_site_packages(installed: Installed) -> None:
+    # Runs last in this module: it adds the service extra and the suite to the venv the tests above share.
     t0 = time.monotonic()
-    installed.pip_install(f"casestream[service] @ {installed.wheel.as_uri()}")
+    installed.pip_install(f"casestream[service] @ {installed.wheel.as_uri()}", installed.wheels.suite)
     installed.timings["service extra"] = time.monotonic() - t0
     script = f"""
 import importlib, sysconfig

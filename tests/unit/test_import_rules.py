@@ -88,6 +88,25 @@ def test_the_client_rule_sees_a_submodule_import(tmp_path: Path) -> None:
     assert len(_submodule_uses(probe)) == 2
 
 
+# A team's package gets the suite's schemas through discovery (casestream.service.schema_folder),
+# never by importing the suite's package `services`.
+def _suite_uses(path: Path) -> list[str]:
+    where = path.relative_to(ROOT) if path.is_relative_to(ROOT) else path
+    return [f"{where}:{line}: imports {module} (the suite's package)"
+            for module, _, line in _imports(path) if module == "services" or module.startswith("services.")]
+
+
+def test_examples_import_nothing_from_the_suite() -> None:
+    bad = [b for p in _files(ROOT / "examples") for b in _suite_uses(p)]
+    assert not bad, "\n".join(bad)
+
+
+def test_the_suite_rule_sees_a_suite_import(tmp_path: Path) -> None:
+    probe = tmp_path / "probe.py"
+    probe.write_text("from services import schemas_dir\nimport services.case\nimport servicesx\n")
+    assert len(_suite_uses(probe)) == 2
+
+
 # -- (b) drivers are imported by their owners only ------------------------------------------
 
 #: Library modules (exact names; a trailing ".*" covers a package) allowed to import each driver.
@@ -110,7 +129,7 @@ DRIVER_OWNERS: dict[str, set[str]] = {
         "casestream.outbox.relay.leases", "casestream.outbox.relay.store",
         "casestream.consumer.batch_fast", "casestream.consumer.failures", "casestream.consumer.retention",
         "casestream.consumer.cursors",          # the handlers' shared cursor (a psycopg.Cursor)
-        "casestream.http.pgdeadline",
+        "casestream.http.pgdeadline", "casestream.http.pgidempotency",
         "casestream.replay.checkpoint", "casestream.replay.engine", "casestream.replay.parallel",
         "casestream.replay.names",
         "casestream.replay.projection",          # psycopg.sql: max_applied_at's identifiers

@@ -1,5 +1,8 @@
-"""What the wheel is built from: the explicit package list of pyproject.toml, the suite's
-schemas and migrations as package resources, and a service without migrations refusing to start."""
+"""What the two wheels are built from: the platform (the root pyproject.toml, `casestream`) and
+the regulator suite (services/pyproject.toml, `casestream-suite`) each list every package on
+disk that they ship; the platform ships no suite package and registers no entry point; the
+suite ships its schemas and migrations as package resources and registers what the platform
+discovers; a service without migrations refuses to start."""
 
 from __future__ import annotations
 
@@ -9,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from casestream.errors import ConfigError
+from casestream.http import IDEMPOTENCY_MIGRATIONS
 from casestream.outbox import OUTBOX_MIGRATIONS
 from casestream.service import service_migrations
 from services import schemas_dir
@@ -16,28 +20,62 @@ from services import schemas_dir
 pytestmark = pytest.mark.unit
 
 REPO = Path(__file__).resolve().parents[2]
-SETUPTOOLS = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]
+PLATFORM = tomllib.loads((REPO / "pyproject.toml").read_text())
+SUITE = tomllib.loads((REPO / "services" / "pyproject.toml").read_text())
 SERVICES = ("audit", "case", "decision", "notification", "saga")
+_SKIP = {"build", "dist", "__pycache__"}
 
 
-def _on_disk() -> set[str]:
+def _on_disk(project: Path, setuptools: dict) -> set[str]:
+    """Every package under the folders ``package-dir`` maps (relative to ``project``)."""
     found = set()
-    for name, folder in SETUPTOOLS["package-dir"].items():
-        root = REPO / folder
+    for name, folder in setuptools["package-dir"].items():
+        root = (project / folder).resolve()
         for init in root.rglob("__init__.py"):
             rel = init.parent.relative_to(root)
-            found.add(".".join([name, *rel.parts]))
-    for init in (REPO / "services").rglob("__init__.py"):
-        found.add(".".join(init.parent.relative_to(REPO).parts))
+            if _SKIP & set(rel.parts) or any(p.endswith(".egg-info") for p in rel.parts):
+                continue
+            dotted = ".".join([name, *rel.parts])
+            # a folder mapped to a package of its own (services.schemas) is not also a subpackage
+            if not any(other != name and (project / f).resolve() == init.parent
+                       for other, f in setuptools["package-dir"].items()):
+                found.add(dotted)
+            elif rel.parts == ():
+                found.add(dotted)
     return found
 
 
-def test_every_package_on_disk_is_listed_in_pyproject() -> None:
-    listed = set(SETUPTOOLS["packages"])
-    missing = sorted(_on_disk() - listed)
-    assert not missing, f"add to [tool.setuptools] packages in pyproject.toml: {missing}"
-    gone = sorted(listed - _on_disk())
-    assert not gone, f"listed in pyproject.toml but not on disk: {gone}"
+@pytest.mark.parametrize("project", [REPO, REPO / "services"], ids=["platform", "suite"])
+def test_every_package_on_disk_is_listed_in_its_pyproject(project: Path) -> None:
+    setuptools = tomllib.loads((project / "pyproject.toml").read_text())["tool"]["setuptools"]
+    listed, on_disk = set(setuptools["packages"]), _on_disk(project, setuptools)
+    where = project.relative_to(REPO) / "pyproject.toml"
+    missing = sorted(on_disk - listed)
+    assert not missing, f"add to [tool.setuptools] packages in {where}: {missing}"
+    gone = sorted(listed - on_disk)
+    assert not gone, f"listed in {where} but not on disk: {gone}"
+
+
+def test_the_platform_ships_no_suite() -> None:
+    assert PLATFORM["project"]["name"] == "casestream"
+    packages = PLATFORM["tool"]["setuptools"]["packages"]
+    assert all(p == "casestream" or p.startswith("casestream.") for p in packages), packages
+    assert set(PLATFORM["tool"]["setuptools"]["package-dir"]) == {"casestream"}
+    assert "entry-points" not in PLATFORM["project"], "the platform registers no service, projection, command or schemas"
+    assert PLATFORM["project"]["scripts"] == {"casestream": "casestream.cli:main"}
+
+
+def test_the_suite_is_a_distribution_on_the_platform() -> None:
+    project = SUITE["project"]
+    assert project["name"] == "casestream-suite"
+    assert project["version"] == PLATFORM["project"]["version"]
+    assert project["dependencies"] == ["casestream[service]"]
+    assert set(SUITE["tool"]["setuptools"]["package-dir"]) == {"services", "services.schemas"}
+    entry = project["entry-points"]
+    assert sorted(entry["casestream.services"]) == sorted(SERVICES)
+    assert entry["casestream.schemas"] == {"suite": "services:schemas_dir"}
+    assert set(entry) == {"casestream.services", "casestream.projections", "casestream.commands",
+                          "casestream.schemas"}
 
 
 def test_the_catalog_resolves_through_the_resource_package() -> None:
@@ -49,7 +87,7 @@ def test_the_catalog_resolves_through_the_resource_package() -> None:
 def test_each_service_has_migrations_shipped_as_package_data(service: str) -> None:
     folder = REPO / "services" / service / "migrations"
     assert sorted(folder.glob("*.sql"))
-    assert "migrations/*.sql" in SETUPTOOLS["package-data"]["*"]
+    assert "migrations/*.sql" in SUITE["tool"]["setuptools"]["package-data"]["*"]
 
 
 def test_service_migrations_are_the_outbox_then_the_folder_in_name_order(tmp_path: Path) -> None:
@@ -57,7 +95,8 @@ def test_service_migrations_are_the_outbox_then_the_folder_in_name_order(tmp_pat
     folder.mkdir(parents=True)
     for name in ("002_b.sql", "001_a.sql"):
         (folder / name).write_text("SELECT 1;")
-    assert service_migrations(folder) == [*OUTBOX_MIGRATIONS, folder / "001_a.sql", folder / "002_b.sql"]
+    assert service_migrations(folder) == [*OUTBOX_MIGRATIONS, *IDEMPOTENCY_MIGRATIONS,
+                                         folder / "001_a.sql", folder / "002_b.sql"]
     assert service_migrations(folder, outbox=False) == [folder / "001_a.sql", folder / "002_b.sql"]
 
 

@@ -1,8 +1,9 @@
 """Wiring of the watch service — the only place that builds adapters.
 
 ``build()`` hands the start-up work to ``casestream.service.ServiceBuilder`` (settings,
-logging, edge, migrations, a catalog of the suite's schemas — the case team's events — and
-ours, codec, pool) and declares what the service runs:
+logging, edge, migrations, a catalog of the suite's schemas — the case team's events, found
+through discovery as the installed folder ``suite``, never by importing the suite's package —
+and ours, codec, pool) and declares what the service runs:
 
 - worker ``triggers``: consumer ``watch.triggers``, appending ``WatchTriggered`` to the outbox;
 - worker ``cases``: the projection ``watch.cases`` (live consumer ``watch.cases``);
@@ -14,8 +15,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from casestream.service import ServiceBuilder, ServiceProcess, consumer_ready
-from services import schemas_dir
+from casestream.service import ServiceBuilder, ServiceProcess, consumer_ready, schema_folder
 from watch import SCHEMAS, SERVICE
 from watch.adapters import projection, triggers
 from watch.adapters.http import build_app
@@ -31,7 +31,8 @@ def build(settings: WatchSettings | None = None) -> ServiceProcess:
     Raises:
         casestream.errors.CasestreamError: see ``casestream.service.ServiceBuilder``.
     """
-    b = ServiceBuilder(SERVICE, settings, migrations=MIGRATIONS, schemas=[schemas_dir(), SCHEMAS])
+    b = ServiceBuilder(SERVICE, settings, migrations=MIGRATIONS,
+                       schemas=[schema_folder("suite"), SCHEMAS])
     b.consumer(triggers.CONSUMER, triggers.TOPICS, triggers.registry(), emits=True,
                worker="triggers")
     b.ready("projection", consumer_ready(b.projection(projection.PROJECTION)))

@@ -9,6 +9,7 @@ Public API::
     from casestream.service import ServiceStack, service_port, replica_env  # dev stack
     from casestream.service import ServiceSpec, discovery                    # what a service declares; entry points
     from casestream.service import TopicSpec                                 # a topic it owns (ServiceSpec.topics)
+    from casestream.service import schema_folder                             # another team's schemas folder
 
 Modules: ``builder`` (:class:`ServiceBuilder`: settings, logging, edge, migrations, catalog,
 codec, pool, consumers, projections, relay, readiness, closers -> ServiceProcess),
@@ -49,7 +50,7 @@ if TYPE_CHECKING:
         settings_table,
     )
     from casestream.service.spec import ServiceSpec, TopicSpec, resolve
-    from casestream.service.discovery import command_refs, projection_refs, services
+    from casestream.service.discovery import command_refs, projection_refs, schema_folder, schema_folders, services
 
 _LAZY = {
     "ServiceBuilder": "casestream.service.builder", "service_migrations": "casestream.service.builder",
@@ -63,7 +64,8 @@ _LAZY = {
     "ServiceSpec": "casestream.service.spec", "resolve": "casestream.service.spec",
     "TopicSpec": "casestream.service.spec",
     "discovery": "casestream.service.discovery",
-    **{name: "casestream.service.discovery" for name in ("command_refs", "projection_refs", "services")},
+    **{name: "casestream.service.discovery" for name in (
+        "command_refs", "projection_refs", "schema_folder", "schema_folders", "services")},
     **{name: "casestream.service.devstack" for name in (
         "ServiceStack", "StackError", "replica_env", "running_stack", "selected_services",
         "service_port", "console_process", "CONSOLE_HINT")},

@@ -5,8 +5,11 @@ Services are those installed under the entry point group ``casestream.services``
 with the caller's environment, on its port (:meth:`ServiceSpec.port`:
 ``CASESTREAM_<NAME>_PORT`` or its settings' default). Used by ``make run`` (foreground, logs
 prefixed by service, Ctrl-C stops all), by ``make demo`` and by the end-to-end tests, which
-also kill and restart single services. Infrastructure (Kafka, PostgreSQL, registry, SMTP
-sink) is started separately by ``deploy/infra.sh up``.
+also kill and restart single services. Before the services start, every installed schemas
+folder (entry point group ``casestream.schemas``: the suite's, each team's) is registered
+(:func:`installed_schema_folders`; a subject two folders define differently stops it), and
+each service's database is created when missing. Infrastructure (Kafka, PostgreSQL, registry,
+SMTP sink) is started separately by ``deploy/infra.sh up``.
 
     python -m casestream.service.devstack run [--services case,audit]   # until Ctrl-C
 
@@ -27,12 +30,16 @@ from collections.abc import Iterator, Mapping, Sequence
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import httpx
 
 from casestream.errors import CasestreamError, ConfigError
 from casestream.service.discovery import services as discover_services
 from casestream.service.spec import ServiceSpec
+
+if TYPE_CHECKING:
+    from casestream.events.catalog import Catalog, SubjectSpec
 
 #: Comma-separated service names ``make run`` starts (default: every discovered service).
 RUN_SERVICES_VAR = "CASESTREAM_RUN_SERVICES"
@@ -224,21 +231,33 @@ class ServiceStack:
                 time.sleep(0.2)
 
     def register_schemas(self) -> None:
-        """Register the schema catalog once, explicitly, as a deployment would.
+        """Register every installed schemas folder (entry point group ``casestream.schemas``:
+        the suite's, each team's) once, explicitly, as a deployment would; nothing is read from
+        the working directory.
 
         Several services each registering at start would race on a fresh registry; with
-        the catalog registered first, their start-up only looks ids up.
+        the catalogs registered first, their start-up only looks ids up. A subject that two
+        folders define differently is refused before anything is registered.
 
         Raises:
-            StackError: ``casestream schemas register`` failed (its output is included).
+            StackError: a folder does not load, two folders define one subject differently
+                (one line naming the subject and both folders), or ``casestream schemas
+                register`` failed for a folder (its output is included).
         """
-        cmd = [sys.executable, "-c", "from casestream.cli import main; main()",
-               "schemas", "register"]
-        if "CASESTREAM_REGISTRY_URL" in self.env:
-            cmd += ["--registry", self.env["CASESTREAM_REGISTRY_URL"]]
-        done = subprocess.run(cmd, env=dict(self.env), capture_output=True, text=True)
-        if done.returncode != 0:
-            raise StackError(f"schema registration failed: {done.stdout}{done.stderr}".strip())
+        folders = installed_schema_folders()
+        registry = self.env.get("CASESTREAM_REGISTRY_URL")
+        if registry is None:
+            # lazy (start-up cost): pydantic loads only to start a stack
+            from casestream.service.settings import CommonSettings
+
+            registry = CommonSettings.model_fields["registry_url"].default
+        for name, folder in folders.items():
+            cmd = [sys.executable, "-c", "from casestream.cli import main; main()",
+                   "schemas", "register", "--schemas-dir", str(folder), "--registry", str(registry)]
+            done = subprocess.run(cmd, env=dict(self.env), capture_output=True, text=True)
+            if done.returncode != 0:
+                raise StackError(f"schema registration of {name} ({folder}) failed: "
+                                 f"{done.stdout}{done.stderr}".strip())
 
     def start_all(self, names: Sequence[str] | None = None) -> None:
         """Register the schemas, start the named services (default: every one in ``specs``),
@@ -291,6 +310,47 @@ class ServiceStack:
         except OSError:
             return ""
         return f"; last lines of {path}:\n" + "\n".join(tail)
+
+
+def installed_schema_folders() -> dict[str, Path]:
+    """Name -> folder of every installed schemas folder (entry point group
+    ``casestream.schemas``), sorted by name, checked to define each subject once: a subject in
+    two folders must be the same there (topic, compatibility, versions and every version's
+    schema), else neither can be registered.
+
+    Raises:
+        StackError: a folder does not resolve or load, or a subject is defined differently in
+            two folders (one line naming the subject and both folders).
+    """
+    # lazy (start-up cost): the catalog loader only when a stack starts
+    from casestream.errors import SchemaError
+    from casestream.events.catalog import load_catalog
+    from casestream.service.discovery import schema_folder, schema_folder_refs
+
+    seen: dict[str, tuple[tuple[object, ...], Path]] = {}
+    folders: dict[str, Path] = {}
+    try:
+        for name in schema_folder_refs():
+            folder = folders[name] = schema_folder(name)
+            catalog = load_catalog(folder)
+            for subject, spec in catalog.subjects.items():
+                definition = _definition(catalog, spec)
+                first = seen.setdefault(subject, (definition, folder))
+                if first[0] != definition:
+                    raise StackError(f"subject {subject} is defined differently in {first[1]} and in "
+                                     f"{folder}: one team owns a subject; remove it from one folder")
+    except (ConfigError, SchemaError) as e:
+        raise StackError(f"schemas folders: {e}") from e
+    return folders
+
+
+def _definition(catalog: Catalog, spec: SubjectSpec) -> tuple[object, ...]:
+    """What must be equal for one subject found in two folders."""
+    import json
+
+    schemas = tuple(json.dumps(catalog.versions[(spec.event_type, v)].schema, sort_keys=True)
+                    for v in spec.versions)
+    return (spec.event_type, spec.topic, spec.compatibility, spec.versions, schemas)
 
 
 def _port_in_use(port: int) -> bool:

@@ -7,6 +7,9 @@ Groups (``[project.entry-points."<group>"]`` in a package's ``pyproject.toml``):
     casestream.commands     name = "module:click_command" a ``casestream <name>`` command group
     casestream.schemas      name = "module:function"      a schemas folder (function -> Path)
 
+A service reads another team's events through that team's registered schemas folder
+(:func:`schema_folder`), never by importing the team's package.
+
 Nothing is imported until asked for: ``projection_refs()`` and ``command_refs()`` give the
 references, ``services()`` loads the (light) spec objects. Entry points are read from the
 installed distributions' metadata (``importlib.metadata``), so a package is discovered once
@@ -24,7 +27,8 @@ from casestream.refs import resolve
 from casestream.service.spec import ServiceSpec
 
 __all__ = ["SERVICES_GROUP", "PROJECTIONS_GROUP", "COMMANDS_GROUP", "services",
-           "SCHEMAS_GROUP", "projection_refs", "command_refs", "schema_folders", "catalog_folders"]
+           "SCHEMAS_GROUP", "projection_refs", "command_refs", "schema_folders", "schema_folder",
+           "schema_folder_refs", "catalog_folders"]
 
 SERVICES_GROUP = "casestream.services"
 PROJECTIONS_GROUP = "casestream.projections"
@@ -77,6 +81,20 @@ def services(refs: Mapping[str, str] | None = None) -> dict[str, ServiceSpec]:
 SCHEMAS_GROUP = "casestream.schemas"
 
 
+def schema_folder_refs() -> dict[str, str]:
+    """Schemas folder name -> ``"module:function"`` (group ``casestream.schemas``), sorted by name."""
+    return _refs(SCHEMAS_GROUP)
+
+
+def _folder(name: str, ref: str) -> Path:
+    try:
+        return Path(resolve(ref)())
+    except ConfigError:
+        raise
+    except Exception as e:  # noqa: BLE001 - a team's function may fail in any way: one line
+        raise ConfigError(f"entry point {SCHEMAS_GROUP} {name} = {ref}: {type(e).__name__}: {e}") from e
+
+
 def schema_folders() -> list[Path]:
     """The schemas folders installed packages register (group ``casestream.schemas``,
     ``name = "module:function"``, the function returning the folder's ``Path``), by name.
@@ -84,7 +102,26 @@ def schema_folders() -> list[Path]:
     Raises:
         ConfigError: a reference does not resolve.
     """
-    return [Path(resolve(ref)()) for ref in _refs(SCHEMAS_GROUP).values()]
+    return [_folder(name, ref) for name, ref in schema_folder_refs().items()]
+
+
+def schema_folder(name: str) -> Path:
+    """The schemas folder an installed package registers as ``name`` (group
+    ``casestream.schemas``): how a service gets another team's catalog, e.g. the regulator
+    suite's ``schema_folder("suite")``, without importing that team's package.
+
+    Raises:
+        ConfigError: no installed package registers ``name`` (the message names the installed
+            folders and how to register one), or its reference does not resolve.
+    """
+    refs = schema_folder_refs()
+    ref = refs.get(name)
+    if ref is None:
+        installed = ", ".join(refs) or "none"
+        raise ConfigError(f"no installed package registers the schemas folder {name!r} (entry "
+                          f"point group {SCHEMAS_GROUP}; installed: {installed}): install the "
+                          f"package of the team that publishes those events")
+    return _folder(name, ref)
 
 
 def catalog_folders(cwd: Path | None = None) -> list[Path]:

@@ -1,0 +1,100 @@
+"""The wheels this repository builds, and fresh virtual environments to install them into.
+
+``build_wheels(work)`` copies the checkout (without local state: setuptools builds in the
+source tree, and a stale build/ there would put files into a wheel that the current
+pyproject.toml no longer ships) and builds three wheels from the copy: the platform
+(``casestream``, the root), the regulator suite (``casestream-suite``, ``services/``) and the
+example team's package (``acme-watch``, ``examples/watch``). The builds use pip's build
+isolation (setuptools from PyPI); the installs use ``--no-index`` with a wheelhouse of the
+pinned runtime packages (``requirements.lock``), downloaded once per lock content into the
+temporary directory (``CASESTREAM_WHEELHOUSE`` overrides the folder).
+
+Every command runs without ``PYTHONPATH``/``VIRTUAL_ENV``, in a working directory the caller
+chooses (outside the checkout), so what is imported is what the wheels installed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+_NOT_SOURCE = (".git", ".venv", ".local", "build", "dist", "*.egg-info", "__pycache__", ".pytest_cache",
+               "target")
+
+
+def clean_env(extra: dict[str, str] | None = None) -> dict[str, str]:
+    """This process's environment without the Python path variables, plus ``extra``."""
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV")}
+    env["PIP_DISABLE_PIP_VERSION_CHECK"] = "1"
+    env.update(extra or {})
+    return env
+
+
+def run(args: list[str | Path], cwd: Path, timeout: float = 240,
+        env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([str(a) for a in args], cwd=cwd, env=clean_env(env), capture_output=True,
+                          text=True, timeout=timeout, check=False)
+
+
+def ok(args: list[str | Path], cwd: Path, timeout: float = 240,
+       env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    done = run(args, cwd, timeout, env)
+    assert done.returncode == 0, f"{args}: exit {done.returncode}\n{done.stdout}\n{done.stderr}"
+    return done
+
+
+def wheelhouse(work: Path) -> Path:
+    """The folder of the pinned runtime packages' wheels (downloaded when missing)."""
+    lock = (REPO / "requirements.lock").read_bytes()
+    default = Path(tempfile.gettempdir()) / f"casestream-wheelhouse-{hashlib.sha256(lock).hexdigest()[:12]}"
+    folder = Path(os.environ.get("CASESTREAM_WHEELHOUSE", default))
+    if not (folder / ".complete").is_file():
+        ok([sys.executable, "-m", "pip", "download", "-q", "--no-deps", "-d", folder,
+            "-r", REPO / "requirements.lock"], work)
+        (folder / ".complete").touch()
+    return folder
+
+
+@dataclass(frozen=True, slots=True)
+class Wheels:
+    platform: Path
+    suite: Path
+    watch: Path
+
+
+def build_wheels(work: Path) -> Wheels:
+    """The three wheels, built from a copy of the checkout under ``work``."""
+    source = work / "source"
+    shutil.copytree(REPO, source, ignore=shutil.ignore_patterns(*_NOT_SOURCE))
+    dist = work / "dist"
+    for project in (source, source / "services", source / "examples" / "watch"):
+        ok([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", dist, project], work)
+    (platform,) = dist.glob("casestream-*.whl")
+    (suite,) = dist.glob("casestream_suite-*.whl")
+    (watch,) = dist.glob("acme_watch-*.whl")
+    return Wheels(platform, suite, watch)
+
+
+class Venv:
+    """A fresh venv (no system site-packages) at ``path``; commands run in ``cwd``."""
+
+    def __init__(self, path: Path, wheels: Path, cwd: Path):
+        ok([sys.executable, "-m", "venv", path], cwd)
+        self.path, self.wheelhouse, self.cwd = path, wheels, cwd
+        self.python = path / "bin" / "python"
+        self.casestream = path / "bin" / "casestream"
+
+    def pip_install(self, *requirements: str | Path) -> None:
+        ok([self.python, "-m", "pip", "install", "-q", "--no-index", "--find-links", self.wheelhouse,
+            *requirements], self.cwd)
+
+    def distributions(self) -> set[str]:
+        done = ok([self.python, "-m", "pip", "list", "--format=freeze"], self.cwd)
+        return {line.split("==")[0].lower() for line in done.stdout.splitlines()}
