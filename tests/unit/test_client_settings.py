@@ -146,10 +146,11 @@ def test_the_password_file_wins_and_is_never_shown(tmp_path: Path) -> None:
 # -- CASESTREAM_ENV=production ---------------------------------------------------------------
 
 def test_production_refuses_the_dev_key_auto_registration_and_trust_urls_one_line_each() -> None:
-    s = CaseSettings(env="production", pg_url="postgresql://postgres@db:5432")
+    s = CaseSettings(env="production", pg_url="postgresql://postgres@db:5432",
+                     transport_security="mesh")  # transports: tests/unit/test_production_guards.py
     problems = s.production_problems()
     assert len(problems) == 3
-    assert problems[0].startswith("CASESTREAM_AUTH_JWT_KEY is the public development key")
+    assert problems[0].startswith("CASESTREAM_AUTH_JWT_KEY holds the public development key")
     assert problems[1].startswith("CASESTREAM_AUTO_REGISTER_SCHEMAS is true")
     assert problems[2].startswith("CASESTREAM_PG_URL carries no credential")
     with pytest.raises(ConfigError) as info:
@@ -159,12 +160,13 @@ def test_production_refuses_the_dev_key_auto_registration_and_trust_urls_one_lin
 
 
 def test_production_settings_that_are_fit_pass(tmp_path: Path) -> None:
-    s = CaseSettings(env="production", auto_register_schemas=False,
+    s = CaseSettings(env="production", auto_register_schemas=False, transport_security="mesh",
                      pg_url="postgresql://app@db:5432?sslmode=verify-full",
                      pg_password_file=_secret(tmp_path, "pg", "pw"),
                      CASESTREAM_CASE_AUTH=AuthSettings(jwt_key="k" * 40))
     assert s.production_problems() == []
-    assert CaseSettings(env="production", auto_register_schemas=False, CASESTREAM_CASE_AUTH=AuthSettings(jwt_key="k" * 40),
+    assert CaseSettings(env="production", auto_register_schemas=False, transport_security="mesh",
+                        CASESTREAM_CASE_AUTH=AuthSettings(jwt_key="k" * 40),
                         pg_url="postgresql://app:pw@db/x").production_problems() == []
 
 

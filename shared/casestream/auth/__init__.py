@@ -11,6 +11,7 @@ from casestream.auth.tokens import (
     DEFAULT_AUDIENCE,
     DEV_ISSUER,
     DEV_JWT_KEY,
+    DEV_KEY_FINGERPRINT,
     HMAC_MIN_KEY_BYTES,
     ROLE_OFFICER,
     ROLE_OPERATOR,
@@ -26,13 +27,14 @@ from casestream.auth.tokens import (
     TokenVerifier,
     bearer_headers,
     dev_token,
+    key_fingerprint,
     mint_token,
     principal_from_claims,
 )
 
 __all__ = [
-    "DEFAULT_AUDIENCE", "DEV_ISSUER", "DEV_JWT_KEY", "HMAC_MIN_KEY_BYTES", "ROLES", "ROLE_OFFICER",
+    "DEFAULT_AUDIENCE", "DEV_ISSUER", "DEV_JWT_KEY", "DEV_KEY_FINGERPRINT", "HMAC_MIN_KEY_BYTES", "ROLES", "ROLE_OFFICER",
     "ROLE_OPERATOR", "ROLE_SUPERVISOR", "SUBJECT_PATTERN", "TENANT_PATTERN", "AccessDenied", "AuthError",
     "AuthSettings", "InvalidToken", "Principal", "TokenVerifier", "bearer_headers", "dev_token",
-    "mint_token", "principal_from_claims",
+    "key_fingerprint", "mint_token", "principal_from_claims",
 ]

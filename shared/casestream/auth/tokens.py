@@ -38,6 +38,7 @@ Errors::
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import re
 import ssl
@@ -64,6 +65,14 @@ log = logging.getLogger(__name__)
 
 DEV_JWT_KEY = "casestream-local-development-key-never-use-in-production"
 """HS256 secret for local development, demo and tests (public by definition)."""
+
+def key_fingerprint(key: str) -> str:
+    """SHA-256 (hex) of ``key`` without surrounding whitespace: a key read from a file with
+    a trailing newline, or pasted with a stray blank, is still the same key."""
+    return hashlib.sha256(key.strip().encode("utf-8")).hexdigest()
+
+
+DEV_KEY_FINGERPRINT = key_fingerprint(DEV_JWT_KEY)
 
 DEV_ISSUER = "casestream-local"
 DEFAULT_AUDIENCE = "casestream"
@@ -135,10 +144,50 @@ class AuthSettings(BaseSettings):
                                                         "endpoint's certificate (default: the system's)")
 
     @property
+    def key_source(self) -> str:
+        """The variable the verification key comes from (for messages)."""
+        return "CASESTREAM_AUTH_JWT_KEY_FILE" if self.jwt_key_file is not None \
+            else "CASESTREAM_AUTH_JWT_KEY"
+
+    @property
     def uses_dev_key(self) -> bool:
-        """True when tokens are verified with the public development secret."""
-        return self.jwt_algorithm == "HS256" and self.jwt_key_file is None \
-            and self.jwt_key == DEV_JWT_KEY and self.jwks_url is None
+        """True when tokens are verified with the public development secret, whatever its
+        source (``JWT_KEY`` or ``JWT_KEY_FILE``) and surrounding whitespace: its
+        :func:`key_fingerprint` is :data:`DEV_KEY_FINGERPRINT`. False with a JWKS URL or an
+        unreadable key file (the verifier reports that)."""
+        if self.jwks_url is not None:
+            return False
+        try:
+            key = self.verification_key()
+        except ConfigError:
+            return False
+        return key_fingerprint(key) == DEV_KEY_FINGERPRINT
+
+    def production_problems(self, *, transport: bool = True) -> list[str]:
+        """Why these settings are unfit for production, one line each naming the variable:
+        the development key (:attr:`uses_dev_key`); an HS256 key under
+        :data:`HMAC_MIN_KEY_BYTES` once trimmed (RFC 7518 §3.2: at least the hash size);
+        with ``transport``, a JWKS URL that is not https (whoever controls that path
+        controls the keys)."""
+        problems = []
+        if self.jwks_url is not None:
+            if transport and not self.jwks_url.lower().startswith("https://"):
+                problems.append(f"CASESTREAM_AUTH_JWKS_URL is {self.jwks_url}: fetch the keys "
+                                "over https")
+            return problems
+        if self.uses_dev_key:
+            problems.append(f"{self.key_source} holds the public development key: set a key "
+                            "of your own")
+        elif self.jwt_algorithm == "HS256":
+            try:
+                size = len(self.verification_key().strip().encode("utf-8"))
+            except ConfigError as e:
+                return [*problems, str(e)]
+            if size < HMAC_MIN_KEY_BYTES:
+                problems.append(f"{self.key_source} is a {size}-byte HS256 key: at least "
+                                f"{HMAC_MIN_KEY_BYTES} bytes ({HMAC_MIN_KEY_BYTES * 8} bits, "
+                                "RFC 7518 §3.2) are required")
+        return problems
 
     def verification_key(self) -> str:
         """The key material tokens are verified with (secret or PEM text).

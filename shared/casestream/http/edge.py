@@ -166,7 +166,8 @@ class EdgeSettings(Protocol):
 def edge_policy(settings: EdgeSettings, service: str) -> EdgePolicy:
     """Build the edge policy of ``service`` from its settings.
 
-    The public development key (``casestream.auth.tokens.DEV_JWT_KEY``) is refused when
+    The public development key (``casestream.auth.tokens.DEV_JWT_KEY``, from the variable or
+    the key file, trimmed or not: ``AuthSettings.uses_dev_key``) is refused when
     ``CASESTREAM_AUTO_REGISTER_SCHEMAS`` is false or ``CASESTREAM_ENV`` is ``production``,
     and logged as a warning otherwise.
 
@@ -175,8 +176,8 @@ def edge_policy(settings: EdgeSettings, service: str) -> EdgePolicy:
     """
     if settings.auth.uses_dev_key:
         if not settings.auto_register_schemas or getattr(settings, "env", None) == "production":
-            raise ConfigError(f"{service}: CASESTREAM_AUTH_JWT_KEY is the public development "
-                              "key; set a real key (or CASESTREAM_AUTH_JWT_KEY_FILE) in production")
+            raise ConfigError(f"{service}: {settings.auth.key_source} holds the public "
+                              "development key; set a key of your own in production")
         log.warning("%s: bearer tokens are verified with the public development key "
                     "(set CASESTREAM_AUTH_JWT_KEY for anything but local use)", service)
     return EdgePolicy(

@@ -21,6 +21,11 @@ from casestream.kafka.config import check_client_properties
 from casestream.kafka.properties import read_properties_file, read_secret_file
 from casestream.service.properties import ClientPropertiesSource
 
+#: Schema-registry client properties that authenticate the client.
+_REGISTRY_CREDENTIALS = ("basic.auth.user.info", "bearer.auth.token", "bearer.auth.credentials.source",
+                         "ssl.certificate.location")
+#: libpq ``sslmode`` values that never fall back to plaintext.
+_PG_ENCRYPTED = ("require", "verify-ca", "verify-full")
 #: libpq parameters that authenticate a connection without a server-side ``trust`` rule.
 _PG_CREDENTIALS = ("password", "passfile", "sslcert", "sslkey", "krbsrvname", "gssencmode")
 
@@ -53,8 +58,17 @@ class CommonSettings(BaseSettings):
             reach (``gc.freeze``, default true): a full collection then skips them, see
             :mod:`casestream.service.gctune`.
         ENV: ``development`` (default) or ``production``: in production a service refuses to
-            start with the public development JWT key, with schema auto-registration, or with
-            a PostgreSQL URL that carries no credential (:meth:`production_problems`).
+            start with the public development JWT key (from any source, trimmed or not), an
+            HS256 key under 32 bytes, schema auto-registration, a PostgreSQL URL that carries
+            no credential, or a transport that is not encrypted and authenticated
+            (:meth:`production_problems`).
+        TRANSPORT_SECURITY: ``tls`` (default): in production every client connection must
+            be encrypted and authenticated by the client itself — Kafka
+            ``security.protocol`` ``SASL_SSL`` or ``SSL``, an ``https`` registry with
+            credentials, PostgreSQL ``sslmode`` ``require``/``verify-ca``/``verify-full``,
+            an ``https`` JWKS URL. ``mesh``: the network layer (a service mesh with mutual
+            TLS) encrypts and authenticates every connection, so plaintext clients are
+            accepted in production; nothing else is relaxed.
         KAFKA_PROPERTIES_FILE: a properties file (``key=value`` lines, librdkafka names) of
             client properties every Kafka client of the process uses: ``security.protocol``,
             ``sasl.*``, ``ssl.*`` (TLS, SASL PLAIN / SCRAM / OAUTHBEARER). Mount it from a
@@ -102,8 +116,15 @@ class CommonSettings(BaseSettings):
                                     "refuses to start)")
     gc_freeze: bool = Field(True, description="freeze the objects alive after start-up (`gc.freeze`)")
     env: Literal["development", "production"] = Field(
-        "development", description="`production` refuses the development JWT key, schema "
-                                   "auto-registration and a PostgreSQL URL without credentials")
+        "development", description="`production` refuses the development JWT key (any source), "
+                                   "an HS256 key under 32 bytes, schema auto-registration, a "
+                                   "PostgreSQL URL without credentials and, unless "
+                                   "CASESTREAM_TRANSPORT_SECURITY=mesh, any plaintext or "
+                                   "unauthenticated transport")
+    transport_security: Literal["tls", "mesh"] = Field(
+        "tls", description="`tls`: in production every client connection (Kafka, registry, "
+                           "PostgreSQL, JWKS) must use TLS and credentials; `mesh`: the network "
+                           "layer (a service mesh with mutual TLS) provides both")
     kafka_properties_file: Path | None = Field(
         None, description="properties file of librdkafka client properties (security.protocol, "
                           "sasl.*, ssl.*) for every Kafka client")
@@ -223,15 +244,30 @@ class CommonSettings(BaseSettings):
 
     def production_problems(self) -> list[str]:
         """Why these settings are unfit for ``CASESTREAM_ENV=production``, one line each
-        (empty outside production): the public development JWT key, schema auto-registration,
-        a PostgreSQL URL without a credential (no ``password``, ``passfile``, client
-        certificate or Kerberos/GSS: the server must be trusting every connection)."""
+        naming the variable (empty outside production). The one policy of every process —
+        services and the console (which lays its ``AuthSettings`` over these as ``auth``):
+
+        - the bearer key (``self.auth`` when there is one:
+          :meth:`~casestream.auth.tokens.AuthSettings.production_problems`): the public
+          development key from any source, trimmed or not; an HS256 key under 32 bytes;
+          a JWKS URL that is not https;
+        - schema auto-registration;
+        - a PostgreSQL URL without a credential (no ``password``, ``passfile``, client
+          certificate or Kerberos/GSS: the server must be trusting every connection);
+        - unless TRANSPORT_SECURITY is ``mesh``: Kafka ``security.protocol`` other than
+          ``SASL_SSL``/``SSL``, a registry URL that is not https or a registry without
+          credentials, a PostgreSQL ``sslmode`` below ``require`` (libpq's default
+          ``prefer`` falls back to plaintext).
+        """
         if self.env != "production":
             return []
+        transport = self.transport_security == "tls"
         problems = []
-        if getattr(self, "auth", None) is not None and self.auth.uses_dev_key:  # type: ignore[attr-defined]
-            problems.append("CASESTREAM_AUTH_JWT_KEY is the public development key: set "
-                            "CASESTREAM_AUTH_JWT_KEY_FILE, CASESTREAM_AUTH_JWKS_URL or a real key")
+        auth = getattr(self, "auth", None)
+        if auth is not None:
+            problems.extend(auth.production_problems(transport=transport))
+        if transport:
+            problems.extend(self._transport_problems())
         if self.auto_register_schemas:
             problems.append("CASESTREAM_AUTO_REGISTER_SCHEMAS is true: register schemas in the "
                             "deployment pipeline (casestream schemas register) and set it to false")
@@ -239,6 +275,30 @@ class CommonSettings(BaseSettings):
             problems.append("CASESTREAM_PG_URL carries no credential (password, passfile, sslcert, "
                             "GSS): set CASESTREAM_PG_PASSWORD_FILE or a passfile; trust "
                             "authentication is for local development")
+        return problems
+
+    def _transport_problems(self) -> list[str]:
+        """Kafka, registry and PostgreSQL connections that are not encrypted and
+        authenticated by the client (see :meth:`production_problems`)."""
+        # lazy (start-up cost): psycopg only when a DSN is parsed
+        from psycopg.conninfo import conninfo_to_dict
+
+        problems = []
+        protocol = self.kafka_properties.get("security.protocol", "PLAINTEXT")
+        if protocol.upper() not in ("SASL_SSL", "SSL"):
+            problems.append(f"CASESTREAM_KAFKA_PROP_SECURITY_PROTOCOL is {protocol.upper()}: "
+                            "set SASL_SSL or SSL (or CASESTREAM_TRANSPORT_SECURITY=mesh)")
+        if not self.registry_url.lower().startswith("https://"):
+            problems.append(f"CASESTREAM_REGISTRY_URL is {self.registry_url}: use https "
+                            "(or CASESTREAM_TRANSPORT_SECURITY=mesh)")
+        if not any(self.registry_properties.get(k) for k in _REGISTRY_CREDENTIALS):
+            problems.append("CASESTREAM_REGISTRY_PROP_BASIC_AUTH_USER_INFO is not set: give the "
+                            "registry client credentials (basic.auth.user.info, bearer.auth.*, "
+                            "or a client certificate ssl.certificate.location)")
+        sslmode = conninfo_to_dict(self.pg_url).get("sslmode") or "prefer"
+        if sslmode not in _PG_ENCRYPTED:
+            problems.append(f"CASESTREAM_PG_URL has sslmode={sslmode}: set sslmode=require, "
+                            "verify-ca or verify-full (or CASESTREAM_TRANSPORT_SECURITY=mesh)")
         return problems
 
     def require_production_ready(self, service: str) -> None:
