@@ -36,6 +36,8 @@ a subpackage are named with their module; the rest live here::
     │   └── AccessDenied            auth.tokens: a required role is missing (HTTP 403)
     ├── DeadlineExceeded            http.deadline: the request's deadline passed
     ├── HttpProblem                 http.problem: a request answered with an RFC 9457 problem
+    │   ├── IdempotencyConflict     http.idempotency: an Idempotency-Key reused for another request (409)
+    │   └── RequestInFlight         http.idempotency: a request with the key is still in progress (409)
     ├── DependencyDown              telemetry.readiness: a dependency failed a readiness probe
     ├── ReplayError                 replay.errors: a replay could not run or finish
     │   ├── ReplayConfigError       replay.errors: bad projection, handlers or options

@@ -6,7 +6,9 @@ strict JSON (``body``, ``jsonbody``), request models (``models``: pydantic bodie
 query strings, errors naming each field; lazily re-exported: pydantic), OpenAPI documents
 built from those models (``openapi``, lazily re-exported),
 Bearer-token authentication and role checks (``authn``), load shedding (``shedding``),
-per-tenant and per-client rate limiting (``ratelimit``), request deadlines (``deadline``,
+per-tenant and per-client rate limiting (``ratelimit``), ``Idempotency-Key`` on write routes
+(``idempotency``; its PostgreSQL store ``pgidempotency``, lazily re-exported: psycopg),
+request deadlines (``deadline``,
 and ``pgdeadline`` for PostgreSQL), problem+json answers and the list routes' ``limit``
 parameter (``problem``), counters,
 ``edge`` which assembles them in order for a service's app, and ``app`` (imported on its
@@ -41,6 +43,26 @@ from casestream.http.deadline import (
     deadline_scope,
 )
 from casestream.http.edge import EdgePolicy, edge_middleware, edge_policy
+from casestream.http.idempotency import (
+    DEFAULT_TTL,
+    IDEMPOTENCY_HEADER,
+    KEY_MAX,
+    KEY_PATTERN,
+    REPLAYED_HEADER,
+    Idempotency,
+    IdempotencyConflict,
+    IdempotencyCounters,
+    IdempotencyRecord,
+    IdempotencyScope,
+    IdempotencyStore,
+    IdempotentRequest,
+    InMemoryIdempotencyStore,
+    RequestInFlight,
+    StoredResponse,
+    fingerprint,
+    hash_key,
+    idempotency_key_of,
+)
 from casestream.http.jsonbody import parse_json
 from casestream.http.problem import PROBLEM_JSON, HttpProblem, limit_param, problem_response
 from casestream.http.ratelimit import RateLimit, RateLimiter, RateLimitMiddleware
@@ -73,10 +95,19 @@ if TYPE_CHECKING:
         query_parameters,
     )
     from casestream.http.pgdeadline import DeadlinePool
+    from casestream.http.pgidempotency import (
+        IDEMPOTENCY_MIGRATION,
+        IDEMPOTENCY_MIGRATIONS,
+        IDEMPOTENCY_TABLE,
+        PgIdempotencyStore,
+    )
 
 # Lazy: pgdeadline imports psycopg; app is imported on its own (see above).
 _LAZY = {"edge_app": "casestream.http.app", "guarded": "casestream.http.app",
          "DeadlinePool": "casestream.http.pgdeadline",
+         **{name: "casestream.http.pgidempotency" for name in (
+             "IDEMPOTENCY_MIGRATION", "IDEMPOTENCY_MIGRATIONS", "IDEMPOTENCY_TABLE",
+             "PgIdempotencyStore")},
          **{name: "casestream.http.models" for name in (
              "BLANK", "TEXT_PATTERN", "Identifier", "Limit", "body_is_empty", "body_model",
              "field_message",
@@ -99,6 +130,11 @@ __all__ = [
     "query_model", "text", "validate",
     "PROBLEM_SCHEMA", "RATE_LIMITED_SCHEMA", "RETRY_AFTER", "Operation", "json_answer",
     "openapi_document", "openapi_route", "problem_answer", "query_parameters",
+    "DEFAULT_TTL", "IDEMPOTENCY_HEADER", "KEY_MAX", "KEY_PATTERN", "REPLAYED_HEADER",
+    "Idempotency", "IdempotencyConflict", "IdempotencyCounters", "IdempotencyRecord",
+    "IdempotencyScope", "IdempotencyStore", "IdempotentRequest", "InMemoryIdempotencyStore",
+    "RequestInFlight", "StoredResponse", "fingerprint", "hash_key", "idempotency_key_of",
+    "IDEMPOTENCY_MIGRATION", "IDEMPOTENCY_MIGRATIONS", "IDEMPOTENCY_TABLE", "PgIdempotencyStore",
 ]
 
 

@@ -38,6 +38,7 @@ from casestream.events.catalog import Catalog, load_catalog
 from casestream.events.codec import EnvelopeCodec, open_codec
 from casestream.http.edge import EdgePolicy, edge_policy
 from casestream.http.pgdeadline import DeadlinePool
+from casestream.http.pgidempotency import IDEMPOTENCY_MIGRATIONS
 from casestream.kafka.config import producer_config
 from casestream.migrations import Migration, apply_migrations
 from casestream.operations.depth import DeadLetterDepth
@@ -60,8 +61,8 @@ PROJECTION_BATCH_SIZE = 500
 
 
 def service_migrations(folder: Path, *, outbox: bool = True) -> list[Migration | Path]:
-    """The outbox migration (unless ``outbox=False``: a service that emits no events),
-    then ``folder/*.sql`` in name order.
+    """The outbox migrations and the Idempotency-Key table (unless ``outbox=False``: a
+    service that emits no events takes no commands), then ``folder/*.sql`` in name order.
 
     Raises:
         ConfigError: ``folder`` is missing or holds no ``*.sql`` (e.g. an install without them).
@@ -70,7 +71,7 @@ def service_migrations(folder: Path, *, outbox: bool = True) -> list[Migration |
     if not own:
         raise ConfigError(f"{Path(folder).parent.name} migrations folder {folder} not found or without "
                           "*.sql files: the installation lacks the service's migrations")
-    return [*OUTBOX_MIGRATIONS, *own] if outbox else own
+    return [*OUTBOX_MIGRATIONS, *IDEMPOTENCY_MIGRATIONS, *own] if outbox else own
 
 
 def _migrate(dsn: str, migrations: Sequence[Migration | Path], *, service: str) -> None:
