@@ -64,6 +64,15 @@ consumer and subscribes a new one: a librdkafka client whose group join never le
 queue (seen after a broker restart: ``GroupCoordinator: Timed out 0 in-flight, ...
 1 out-queue``) would otherwise hold no partitions for good while its loop looks healthy.
 
+Topics created later: a subscribed topic that does not exist yet is logged once
+(``consuming it once it is created``) and the consumer goes on with its other topics (at
+least its re-drive topic, which it creates). librdkafka assigns a subscribed topic only once
+a metadata refresh lists it, every ``topic.metadata.refresh.interval.ms`` (librdkafka's
+default: 300,000 ms), and the group's leader then rebalances. The runtime sets that interval
+to :data:`METADATA_REFRESH_MS` (5 s) unless ``kafka_config`` sets it, so a topic created
+after the service started, or given more partitions, is consumed within seconds without a
+restart; the cost is one Metadata request for the subscribed topics per interval and client.
+
 Shutdown: when ``stop`` is set the current batch finishes and commits, pending offsets are
 committed, the consumer is closed (leaves the group) and the dead-letter producer is flushed.
 SIGTERM wiring belongs to the service (``casestream.service.process.ServiceProcess`` sets ``stop``).
@@ -100,6 +109,9 @@ _FORCED = {"enable.auto.commit": False, "enable.auto.offset.store": False}
 _COMMIT_RESEND_S = 10.0  # an asynchronous offset commit unanswered this long is sent again
 _CLOSE_WAIT_S = 10.0  # how long a replaced Kafka consumer is given to close
 KEY_DECODE_SLICE = 32  # records a key-parallel loop decodes between two GIL hand-overs
+#: The consumer's default ``topic.metadata.refresh.interval.ms``: how soon a subscribed topic
+#: created (or grown) after the subscription is assigned.
+METADATA_REFRESH_MS = 5000
 
 
 
@@ -114,8 +126,9 @@ class ConsumerRuntime:
         pool: a ``psycopg_pool.ConnectionPool`` on the service's database.
         kafka_config: librdkafka consumer settings; at least ``bootstrap.servers``.
             ``enable.auto.commit``/``enable.auto.offset.store`` are forced off; ``group.id``
-            defaults to ``name``; ``auto.offset.reset`` defaults to ``earliest``; ``on_commit``
-            is the runtime's own (answers of its asynchronous offset commits).
+            defaults to ``name``; ``auto.offset.reset`` defaults to ``earliest``;
+            ``topic.metadata.refresh.interval.ms`` to :data:`METADATA_REFRESH_MS`;
+            ``on_commit`` is the runtime's own (answers of its asynchronous offset commits).
         settings: ConsumerSettings.
         outbox: appender for follow-up events (``casestream.outbox.writer.OutboxWriter``), optional.
         dead_letters: override the dead-letter sink (default: ``KafkaDeadLetters`` on
@@ -159,6 +172,7 @@ class ConsumerRuntime:
             "enable.partition.eof": False,
             "max.poll.interval.ms": 300000,
             "session.timeout.ms": 45000,
+            "topic.metadata.refresh.interval.ms": METADATA_REFRESH_MS,
             **kafka_config,
             **_FORCED,
         }
@@ -202,7 +216,8 @@ class ConsumerRuntime:
 
     def run(self, stop: threading.Event) -> None:
         """Consume until ``stop`` is set; then finish the batch, commit, leave the group."""
-        self._prepare()
+        if not self._prepare(stop):
+            return  # stopped while Kafka was still unreachable: nothing consumed, nothing to commit
         self._executor = cf.ThreadPoolExecutor(1, thread_name_prefix=f"{self.name}.batch")
         if self.settings.key_concurrency > 1:
             self._start_workers()
@@ -320,7 +335,9 @@ class ConsumerRuntime:
             self._stall_logged = False
             log.warning("%s: consumer stall over (now %s)", self.name, self._phase[0])
 
-    def _prepare(self) -> None:
+    def _prepare(self, stop: threading.Event) -> bool:
+        """Build the processor, the dead-letter topics and the inbox schema; False when
+        ``stop`` was set while Kafka was unreachable."""
         if self._dead_letters is None:
             self._dead_letters = KafkaDeadLetters(
                 self._kafka_connection(), self.dlq_topic, self.name,
@@ -341,11 +358,43 @@ class ConsumerRuntime:
                                        **self._processor_args),  # type: ignore[arg-type]
                 concurrency=threads, max_unit=self.settings.batch_size,
                 retry=self.settings.retry)
-        if self.settings.ensure_topics:
-            ensure_topics(self._kafka_connection(), [self.dlq_topic, self.redrive_topic])
+        if self.settings.ensure_topics and not self._ensure_dead_letter_topics(stop):
+            return False
         if self.settings.ensure_schema:
             with self.pool.connection() as conn:
                 ensure_schema(conn)
+        return True
+
+    def _ensure_dead_letter_topics(self, stop: threading.Event) -> bool:
+        """Create the dead-letter and redrive topics, waiting while Kafka is unreachable (a
+        retriable or transport error, or a timeout: a warning, then again after 1 s doubling
+        up to 30 s), so a service started during a Kafka outage keeps taking commands into
+        its outbox instead of exiting; its consumer check says it has no assignment yet.
+        Returns False when ``stop`` is set first.
+
+        Raises:
+            KafkaException: any other error (authorization, invalid configuration).
+        """
+        from confluent_kafka import KafkaError, KafkaException
+
+        unreachable = {KafkaError._TRANSPORT, KafkaError._TIMED_OUT, KafkaError._ALL_BROKERS_DOWN,
+                       KafkaError._RESOLVE, KafkaError.REQUEST_TIMED_OUT}
+        delay_s = 1.0
+        while True:
+            try:
+                ensure_topics(self._kafka_connection(), [self.dlq_topic, self.redrive_topic])
+                return True
+            except (TimeoutError, KafkaException) as e:
+                err = e.args[0] if isinstance(e, KafkaException) and e.args else None
+                if isinstance(e, KafkaException) and not (
+                        isinstance(err, KafkaError) and (err.retriable() or err.code() in unreachable)):
+                    raise
+                log.warning("%s: Kafka unreachable (%s); creating topics %s, %s again in %.0f s",
+                            self.name, err if err is not None else type(e).__name__,
+                            self.dlq_topic, self.redrive_topic, delay_s)
+            if stop.wait(delay_s):
+                return False
+            delay_s = min(delay_s * 2, 30.0)
 
     def _kafka_connection(self) -> dict[str, Any]:
         """The connection part of the consumer config (bootstrap, security, client id) for
@@ -466,6 +515,11 @@ class ConsumerRuntime:
                     continue
                 if err.fatal():
                     raise RuntimeError(f"{self.name}: fatal consumer error: {err}")
+                if err.code() == KafkaError.UNKNOWN_TOPIC_OR_PART and m.topic():
+                    log.warning("%s: topic %s does not exist (yet); consuming it once it is "
+                                "created (checked every %s ms, topic.metadata.refresh.interval.ms)",
+                                self.name, m.topic(), self._conf["topic.metadata.refresh.interval.ms"])
+                    continue
                 log.warning("%s: consumer error: %s", self.name, err)
                 continue
             tp = (m.topic(), m.partition())
@@ -832,8 +886,8 @@ def ensure_topics(bootstrap: KafkaTarget, topics: Sequence[str], *, partitions: 
 
     The wait matters to a consumer that subscribes next: librdkafka assigns a subscribed topic
     only once its metadata lists it, and looks again only every
-    ``topic.metadata.refresh.interval.ms`` (300,000 ms by default), so a topic the group's
-    leader did not see at the join would stay unread for minutes. A topic still not listed
+    ``topic.metadata.refresh.interval.ms`` (:data:`METADATA_REFRESH_MS` in the runtime), so a
+    topic the group's leader did not see at the join would wait that long. A topic still not listed
     after ``timeout_s`` is logged (warning), not raised: the consumer's other topics need not wait.
 
     Raises:
