@@ -79,7 +79,8 @@ class TestTarget:
         code, out = new("orders", "--directory", str(tmp_path / "orders"))
         assert code == 0, out
         for step in ("pip install -e '.[test]'", "casestream schemas check --schemas-dir schemas",
-                     "  pytest", "casestream settings orders", "casestream migrate orders"):
+                     "  pytest", "casestream settings orders", "casestream topics apply",
+                     "casestream migrate orders", "python -m orders"):
             assert step in out
 
 

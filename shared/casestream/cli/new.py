@@ -43,12 +43,14 @@ def service(name: str, directory: Path | None, package: str | None, namespace: s
     click.echo(f"wrote service {scaffold.name!r} (package {scaffold.package}) into {target}: "
                f"{len(written)} files")
     click.echo("next steps:")
-    for step in (f"cd {target}",
-                 "pip install -e '.[test]'            # registers the service, its schemas "
-                 "and projection",
-                 "casestream schemas check --schemas-dir schemas",
-                 "pytest",
-                 f"casestream settings {scaffold.name}",
-                 f"casestream migrate {scaffold.name}           # then: python -m "
-                 f"{scaffold.package}"):
-        click.echo(f"  {step}")
+    steps = [(f"cd {target}", ""),
+             ("pip install -e '.[test]'", "registers the service, its schemas and projection"),
+             ("casestream schemas check --schemas-dir schemas", "the schema gate, as CI runs it"),
+             ("pytest", "its unit tests, in memory"),
+             (f"casestream settings {scaffold.name}", "its environment variables"),
+             ("casestream topics apply", f"creates outbox.event.{scaffold.name}"),
+             (f"casestream migrate {scaffold.name}", "its tables"),
+             (f"python -m {scaffold.package}", "runs it")]
+    width = max(len(command) for command, _ in steps)
+    for command, why in steps:
+        click.echo(f"  {command.ljust(width)}  # {why}" if why else f"  {command}")
