@@ -29,6 +29,8 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
 {{- define "casestream.env" -}}
 - name: CASESTREAM_ENV
   value: {{ .Values.environment | quote }}
+- name: CASESTREAM_TRANSPORT_SECURITY
+  value: {{ .Values.transportSecurity | quote }}
 - name: CASESTREAM_LOG_LEVEL
   value: {{ .Values.logLevel | quote }}
 - name: CASESTREAM_AUTO_REGISTER_SCHEMAS
