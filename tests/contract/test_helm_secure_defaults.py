@@ -35,7 +35,7 @@ def _env(*args: str) -> dict[str, Any]:
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr
     [deployment] = [d for d in yaml.safe_load_all(proc.stdout)
-                    if d and d["kind"] == "Deployment"]
+                    if d and d["kind"] == "Deployment" and d["metadata"]["name"] == "cs-probe"]
     [container] = deployment["spec"]["template"]["spec"]["containers"]
     return {e["name"]: e.get("value") for e in container["env"]}
 
