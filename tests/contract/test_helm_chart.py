@@ -1,7 +1,8 @@
-"""Contract: the Helm chart in deploy/helm/casestream lints, and renders for two value sets
-(the defaults, and ci/production-values.yaml: SASL_SSL, registry basic auth, JWKS, KEDA)
-into objects that kubeconform validates strictly against the Kubernetes API's JSON schemas
-and KEDA's CRDs.
+"""Contract: the Helm chart in deploy/helm/casestream lints, and renders for three value sets
+(the suite's deploy/helm/suite-values.yaml; that plus ci/production-values.yaml: SASL_SSL,
+registry basic auth, JWKS, KEDA; and ci/team-values.yaml: a team's watch service alone) into
+objects that kubeconform validates strictly against the Kubernetes API's JSON schemas and
+KEDA's CRDs. It deploys and migrates exactly the services named in values.
 
 helm, kubeconform and the schemas come from ``deploy/k8s/tools.sh install`` (``make
 k8s-tools``, a prerequisite of ``make test``): built from the Go module proxy, the schemas
@@ -23,7 +24,10 @@ pytestmark = pytest.mark.contract
 
 REPO = Path(__file__).resolve().parents[2]
 CHART = REPO / "deploy" / "helm" / "casestream"
-PRODUCTION = CHART / "ci" / "production-values.yaml"
+SUITE = ["-f", str(REPO / "deploy" / "helm" / "suite-values.yaml")]
+PRODUCTION = [*SUITE, "-f", str(CHART / "ci" / "production-values.yaml")]
+TEAM = ["-f", str(CHART / "ci" / "team-values.yaml")]
+VALUE_SETS = pytest.mark.parametrize("values", [SUITE, PRODUCTION, TEAM], ids=["suite", "production", "team"])
 SERVICES = {"case": 18101, "audit": 18102, "saga": 18103, "decision": 18104, "notification": 18105}
 
 
@@ -65,14 +69,14 @@ def _validate(kubeconform: list[str], manifest: str) -> dict[str, Any]:
     return report
 
 
-@pytest.mark.parametrize("values", [[], ["-f", str(PRODUCTION)]], ids=["defaults", "production"])
+@VALUE_SETS
 def test_the_chart_lints(helm: str, values: list[str]) -> None:
     proc = subprocess.run([helm, "lint", "--strict", str(CHART), *values], capture_output=True,
                           text=True, timeout=60)
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
 
-@pytest.mark.parametrize("values", [[], ["-f", str(PRODUCTION)]], ids=["defaults", "production"])
+@VALUE_SETS
 def test_every_rendered_object_is_valid_kubernetes(helm: str, kubeconform: list[str], values: list[str]) -> None:
     manifest, docs = _rendered(helm, *values)
     report = _validate(kubeconform, manifest)
@@ -82,7 +86,7 @@ def test_every_rendered_object_is_valid_kubernetes(helm: str, kubeconform: list[
 
 
 def test_kubeconform_refuses_an_unknown_field(helm: str, kubeconform: list[str]) -> None:
-    manifest, _ = _rendered(helm)
+    manifest, _ = _rendered(helm, *SUITE)
     broken = manifest.replace("terminationGracePeriodSeconds: 60", "terminationGracePeriod: 60", 1)
     assert broken != manifest
     report = _validate(kubeconform, broken)
@@ -90,7 +94,7 @@ def test_kubeconform_refuses_an_unknown_field(helm: str, kubeconform: list[str])
 
 
 def test_one_deployment_per_service_with_probes_migration_job_and_pdbs(helm: str) -> None:
-    _, docs = _rendered(helm)
+    _, docs = _rendered(helm, *SUITE)
     by_kind: dict[str, dict[str, Any]] = {}
     for d in docs:
         by_kind.setdefault(d["kind"], {})[d["metadata"]["name"]] = d
@@ -111,14 +115,19 @@ def test_one_deployment_per_service_with_probes_migration_job_and_pdbs(helm: str
         assert env[f"CASESTREAM_{name.upper()}_PORT"] == str(port)
         assert env["CASESTREAM_PG_PASSWORD_FILE"] == "/run/secrets/casestream/pg-password"
     assert len(images) == 1  # one image for every service
-    [job] = by_kind["Job"].values()
-    assert job["spec"]["template"]["spec"]["containers"][0]["command"] == ["python", "-m", "casestream", "migrate"]
-    assert "pre-upgrade" in job["metadata"]["annotations"]["helm.sh/hook"]
+    assert set(by_kind["Job"]) == {f"cs-migrate-{s}" for s in SERVICES}
+    for name in SERVICES:
+        job = by_kind["Job"][f"cs-migrate-{name}"]
+        assert job["spec"]["template"]["spec"]["containers"][0]["command"] == [
+            "python", "-m", "casestream", "migrate", name]
+        assert "pre-upgrade" in job["metadata"]["annotations"]["helm.sh/hook"]
+    notification = by_kind["Job"]["cs-migrate-notification"]["spec"]["template"]["spec"]["containers"][0]
+    assert {e["name"]: e["value"] for e in notification["env"]}["CASESTREAM_SMTP_HOST"] == "smtp-relay"
     assert "ScaledObject" not in by_kind
 
 
 def test_production_values_scale_on_lag_capped_by_partitions(helm: str) -> None:
-    _, docs = _rendered(helm, "-f", str(PRODUCTION))
+    _, docs = _rendered(helm, *PRODUCTION)
     scaled = {d["metadata"]["name"]: d for d in docs if d["kind"] == "ScaledObject"}
     assert set(scaled) == {f"cs-{s}" for s in SERVICES}
     case = scaled["cs-case"]["spec"]
@@ -135,6 +144,46 @@ def test_production_values_scale_on_lag_capped_by_partitions(helm: str) -> None:
 
 
 def test_a_replica_cap_above_the_partitions_is_refused(helm: str) -> None:
-    proc = _template(helm, "-f", str(PRODUCTION), "--set", "services.audit.maxReplicas=7")
+    proc = _template(helm, *PRODUCTION, "--set", "services.audit.maxReplicas=7")
     assert proc.returncode != 0
     assert "exceeds partitions/consumerConcurrency = 6" in proc.stderr
+
+
+def _env(container: dict[str, Any]) -> dict[str, str | None]:
+    names = [e["name"] for e in container["env"]]
+    assert len(names) == len(set(names)), names  # an override replaces, never repeats
+    return {e["name"]: e.get("value") for e in container["env"]}
+
+
+def test_a_team_release_deploys_and_migrates_its_own_service_alone(helm: str) -> None:
+    _, docs = _rendered(helm, *TEAM, "--set", "services.watch.env.CASESTREAM_PG_URL=postgresql://watch@db-2:5432")
+    named = {(d["kind"], d["metadata"]["name"]) for d in docs if d["kind"] not in ("Secret",)}
+    assert named == {("Deployment", "cs-watch"), ("Service", "cs-watch"),
+                     ("PodDisruptionBudget", "cs-watch"), ("Job", "cs-migrate-watch")}
+    deployment = next(d for d in docs if d["kind"] == "Deployment")
+    [app] = deployment["spec"]["template"]["spec"]["containers"]
+    [job] = next(d for d in docs if d["kind"] == "Job")["spec"]["template"]["spec"]["containers"]
+    assert job["command"] == ["python", "-m", "casestream", "migrate", "watch"]
+    assert app["image"] == job["image"] == "registry.example.com/food-safety/watch:1.4.2"
+    assert app["readinessProbe"]["httpGet"]["path"] == "/readyz"
+    for container in (app, job):  # the service's own database reaches its migration too
+        env = _env(container)
+        assert env["CASESTREAM_WATCH_DATABASE"] == "watch_prod"
+        assert env["CASESTREAM_PG_URL"] == "postgresql://watch@db-2:5432"
+        assert env["CASESTREAM_PG_PASSWORD_FILE"] == "/run/secrets/casestream/pg-password"
+
+
+def test_a_disabled_service_is_neither_deployed_nor_migrated(helm: str) -> None:
+    _, docs = _rendered(helm, *SUITE, "--set", "services.saga.enabled=false")
+    names = {d["metadata"]["name"] for d in docs}
+    assert "cs-saga" not in names and "cs-migrate-saga" not in names and "cs-migrate-case" in names
+
+
+@pytest.mark.parametrize(("values", "message"), [
+    ([], "services: no service to deploy; name each one under services"),
+    ([*TEAM, "--set", "services.watch.module="], "services.watch.module is required"),
+], ids=["no-service", "no-module"])
+def test_a_release_without_a_complete_service_is_refused_in_one_line(
+        helm: str, values: list[str], message: str) -> None:
+    proc = _template(helm, *values)
+    assert proc.returncode != 0 and message in proc.stderr, proc.stderr

@@ -75,3 +75,47 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
 - name: CASESTREAM_CONSUMER_CONCURRENCY
   value: {{ .Values.consumerConcurrency | quote }}
 {{- end }}
+
+{{/* "true" when a `services` entry is deployed: present (not null) and not `enabled: false`. */}}
+{{- define "casestream.enabled" -}}
+{{- if and . (ne (toString .enabled) "false") -}}true{{- end -}}
+{{- end }}
+
+{{/* Refuse a release without a service, or a service without its module or port: the chart
+     deploys exactly the services named in values (it names none by default). */}}
+{{- define "casestream.requireServices" -}}
+{{- $n := 0 -}}
+{{- range $name, $svc := .Values.services -}}
+{{- if include "casestream.enabled" $svc -}}
+{{- $n = add1 $n -}}
+{{- if not $svc.module -}}{{- fail (printf "services.%s.module is required: the Python module its image runs (python -m MODULE)" $name) -}}{{- end -}}
+{{- if not $svc.port -}}{{- fail (printf "services.%s.port is required: the HTTP port it listens on" $name) -}}{{- end -}}
+{{- end -}}
+{{- end -}}
+{{- if eq $n 0 -}}
+{{- fail "services: no service to deploy; name each one under services (module, port, consumers), e.g. -f deploy/helm/suite-values.yaml" -}}
+{{- end -}}
+{{- end }}
+
+{{/* A service's image: `image` with the service's own `image.repository`/`image.tag` laid over it. */}}
+{{- define "casestream.image" -}}
+{{- $root := index . 0 -}}{{- $svc := index . 1 -}}
+{{- $image := mergeOverwrite (deepCopy $root.Values.image) (default dict $svc.image) -}}
+{{- printf "%s:%s" $image.repository (toString $image.tag) -}}
+{{- end }}
+
+{{/* A service's environment (its Deployment and its migrate Job): the common one, where the
+     service's own `env` replaces a variable of the same name, then the rest of its `env`. */}}
+{{- define "casestream.serviceEnv" -}}
+{{- $root := index . 0 -}}{{- $own := (index . 1).env | default dict -}}
+{{- range (include "casestream.env" $root | fromYamlArray) }}
+{{- if not (hasKey $own .name) }}
+- name: {{ .name }}
+  value: {{ .value | quote }}
+{{- end }}
+{{- end }}
+{{- range $k, $v := $own }}
+- name: {{ $k }}
+  value: {{ $v | quote }}
+{{- end }}
+{{- end }}
