@@ -20,7 +20,7 @@ from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, C
 
 from casestream.errors import CasestreamError
 from casestream.kafka.config import KafkaTarget, client_config
-from casestream.kafka.topicplan import ObservedTopic, TopicPlan, TopicSpec
+from casestream.kafka.topicplan import ObservedTopic, TopicPlan, TopicSpec, same_config
 from casestream.kafka.topics import describe_topic_configs
 
 __all__ = ["apply_topic_plan", "observe_topics", "topic_admin"]
@@ -117,6 +117,28 @@ def _apply(admin: AdminClient, plan: TopicPlan, timeout_s: float, echo: Callable
             futures[c.topic].result(timeout=timeout_s)
             echo(f"topic {c.topic}: set " + ", ".join(f"{k}={v}" for k, v in sorted(c.configs.items())))
     _wait_for_leaders(admin, {c.topic: c.partitions for c in [*creates, *grows]}, timeout_s)
+    _wait_for_configs(admin, {c.topic: dict(c.configs) for c in alters}, timeout_s)
+
+
+def _wait_for_configs(admin: AdminClient, wanted: dict[str, dict[str, str]], timeout_s: float) -> None:
+    """Wait until DescribeConfigs reports the configs just set (a broker answers from its copy
+    of the cluster metadata, which follows the change shortly), so a plan made next is empty.
+
+    Raises:
+        KafkaException: not so after ``timeout_s``.
+    """
+    deadline = time.monotonic() + timeout_s
+    while wanted:
+        names = sorted({k for configs in wanted.values() for k in configs})
+        current = describe_topic_configs(admin, wanted, names, timeout_s)
+        wanted = {t: c for t, c in wanted.items()
+                  if not all(same_config(k, current.get(t, {}).get(k), v) for k, v in c.items())}
+        if not wanted:
+            return
+        if time.monotonic() >= deadline:
+            raise KafkaException(KafkaError(KafkaError._TIMED_OUT, "topic configs not reported "
+                                            f"as set after {timeout_s:g} s: {', '.join(sorted(wanted))}"))
+        time.sleep(0.2)
 
 
 def _wait_for_leaders(admin: AdminClient, wanted: dict[str, int], timeout_s: float) -> None:

@@ -20,7 +20,7 @@ from typing import Any
 
 from casestream.errors import ConfigError
 
-__all__ = ["ObservedTopic", "TopicChange", "TopicPlan", "TopicSpec", "declared_owners", "plan_topics"]
+__all__ = ["ObservedTopic", "TopicChange", "TopicPlan", "TopicSpec", "declared_owners", "plan_topics", "same_config"]
 
 # Kafka's legal topic names (org.apache.kafka.common.internals.Topic: at most 249 of these).
 _TOPIC = re.compile(r"^[a-zA-Z0-9._-]{1,249}$")
@@ -296,7 +296,7 @@ def plan_topics(declared: Mapping[str, Sequence[TopicSpec]],
                                            partitions=spec.partitions,
                                            before={"partitions": str(found.partitions)}))
             differing = {k: v for k, v in spec.configs().items()
-                         if not _same_config(k, found.configs.get(k), v)}
+                         if not same_config(k, found.configs.get(k), v)}
             if differing:
                 changes.append(TopicChange("config", spec.name, service, spec, configs=differing,
                                            before={k: found.configs[k] for k in differing
@@ -309,7 +309,9 @@ def plan_topics(declared: Mapping[str, Sequence[TopicSpec]],
     return TopicPlan(tuple(changes), tuple(notes), tuple(refusals), tuple(in_sync))
 
 
-def _same_config(key: str, current: str | None, wanted: str) -> bool:
+def same_config(key: str, current: str | None, wanted: str) -> bool:
+    """Whether topic config ``key`` reported as ``current`` (None: not reported) is ``wanted``
+    (``cleanup.policy`` compared as a set)."""
     if current is None:
         return False
     if key == "cleanup.policy":
