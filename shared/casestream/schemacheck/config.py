@@ -13,7 +13,8 @@ keys)::
 
     [[folders]]                            # a folder and a naming convention
     path = "avro"
-    pattern = "{name}.v{version}.avsc"     # {name} groups a subject's files, {version} orders them
+    pattern = "{name}.v{version}.avsc"     # {name} groups a subject's files (optional under
+                                           # TopicNameStrategy: the folder is one subject), {version} orders them
     topic = "orders"                       # needed by TopicNameStrategy / TopicRecordNameStrategy
     key = false                            # TopicNameStrategy: <topic>-key instead of <topic>-value
     naming_strategy = "TopicRecordNameStrategy"
@@ -179,7 +180,7 @@ def _unknown(raw: Mapping[str, Any], allowed: set[str], where: str) -> None:
                               target=where)
 
 
-def _folder(raw: Any, where: str) -> FolderSpec:
+def _folder(raw: Any, where: str, default_strategy: str) -> FolderSpec:
     if not isinstance(raw, Mapping):
         raise CheckInputError("must be a table", target=where)
     _unknown(raw, _FOLDER_KEYS, where)
@@ -187,11 +188,14 @@ def _folder(raw: Any, where: str) -> FolderSpec:
     if not isinstance(path, str) or not path:
         raise CheckInputError("path must be a non-empty string", target=where)
     patterns = _strings(raw.get("pattern", list(DEFAULT_PATTERNS)), "pattern", where)
-    for p in patterns:
-        if "{name}" not in p:
-            raise CheckInputError(f"pattern {p!r} needs {{name}} (and {{version}} for several versions)",
-                                  target=where)
     strategy = _strategy(raw["naming_strategy"], where) if "naming_strategy" in raw else ""
+    for p in patterns:
+        # TopicNameStrategy names the subject by the topic alone (<topic>-value): the folder is
+        # one subject, its files need no {name}
+        if "{name}" not in p and (strategy or default_strategy) != "TopicNameStrategy":
+            raise CheckInputError(f"pattern {p!r} needs {{name}} (and {{version}} for several versions), "
+                                  f"unless naming_strategy = \"TopicNameStrategy\" (one subject per folder)",
+                                  target=where)
     topic = raw.get("topic", "")
     if not isinstance(topic, str):
         raise CheckInputError("topic must be a string", target=where)
@@ -254,7 +258,7 @@ def parse_config(doc: Mapping[str, Any], *, origin: str, base: str = "") -> Gate
         ignore=_waivers(doc.get("ignore", []), origin),
         upcasters=upcasters,
         python_path=_strings(doc.get("python_path", ["."]), "python_path", origin),
-        folders=tuple(_folder(f, f"{origin} [[folders]] #{i + 1}") for i, f in enumerate(folders_raw)),
+        folders=tuple(_folder(f, f"{origin} [[folders]] #{i + 1}", strategy) for i, f in enumerate(folders_raw)),
         subjects={name: _subject(name, raw, f'{origin} [subjects."{name}"]') for name, raw in subjects_raw.items()},
         catalogs=tuple(catalogs),
     )

@@ -278,7 +278,7 @@ class _Builder:
                 m = rx.match(inner)
                 if m:
                     version = int(m.group("version")) if "version" in rx.groupindex else 1
-                    groups.setdefault(m.group("name"), []).append((version, rel))
+                    groups.setdefault(m.groupdict().get("name") or "", []).append((version, rel))
                     break
         if not groups:
             raise CheckInputError(f"no file under {self.config.rel(spec.path)!r} matches "
@@ -309,7 +309,7 @@ class _Builder:
                 ignore=self.waivers(name, spec.ignore, override.ignore if override else ()),
                 references=(*refs, *extra_refs), upcasters=self.config.upcasters,
                 event_type=(record or group).rpartition(".")[2],
-                declared_in=f"{where} ({self.config.rel(prefix + group)})"))
+                declared_in=f"{where} ({self.config.rel((prefix + group).rstrip('/') or '.')})"))
 
     def catalog(self, folder: str) -> None:
         from casestream.events.catalog import CatalogError, load_catalog
