@@ -112,7 +112,7 @@ def test_open_replays_the_stored_response_with_its_headers(client: TestClient, d
     assert "idempotent-replayed" not in first.headers
     assert outbox_types(dsn, first.json()["id"]) == ["CaseOpened"]
     assert counters(client).idempotency_replays == 1
-    stored = rows(dsn, "SELECT response_status, response_headers FROM idempotency_records "
+    stored = rows(dsn, "SELECT response_status, response_headers FROM idempotency_keys "
                        "WHERE response_body->>'id' = %s", first.json()["id"])
     assert stored == [(201, {"ETag": '"1"', "Location": f"/cases/{first.json()['id']}"})]
 
@@ -175,13 +175,13 @@ def test_a_key_expires_after_the_ttl_and_is_purged(client: TestClient, service: 
     assert reused.status_code == 201 and "idempotent-replayed" not in reused.headers
     assert reused.json()["id"] != first.json()["id"] and reused.json()["severity"] == 5
 
-    expired_before = rows(dsn, "SELECT count(*) FROM idempotency_records WHERE expires_at <= %s",
+    expired_before = rows(dsn, "SELECT count(*) FROM idempotency_keys WHERE expires_at <= %s",
                           clock.at + TTL)[0][0]
     assert expired_before >= 1
     clock.at += TTL
     purged = service.purge_idempotency_records(limit=10_000)
     assert purged == expired_before
-    assert rows(dsn, "SELECT count(*) FROM idempotency_records WHERE expires_at <= %s",
+    assert rows(dsn, "SELECT count(*) FROM idempotency_keys WHERE expires_at <= %s",
                 clock.at)[0][0] == 0
 
 
@@ -198,7 +198,7 @@ def test_keys_are_scoped_by_tenant_client_and_route(client: TestClient, dsn: str
     assert [r.status_code for r in (mine, other_client, other_tenant)] == [201, 201, 201]
     assert len({r.json()["id"] for r in (mine, other_client, other_tenant)}) == 3
     assert submit.status_code == 200 and "idempotent-replayed" not in submit.headers
-    scopes = rows(dsn, "SELECT tenant_id, client_id, route FROM idempotency_records "
+    scopes = rows(dsn, "SELECT tenant_id, client_id, route FROM idempotency_keys "
                        "WHERE key_hash = %s ORDER BY 1, 2, 3",
                   hashlib.sha256(raw.encode()).hexdigest())
     assert scopes == [("tenant-a", "mobile-app", "POST /cases"),
@@ -217,5 +217,5 @@ def test_the_raw_key_is_never_stored_or_logged(client: TestClient, dsn: str,
     assert raw not in caplog.text
     assert hashlib.sha256(raw.encode()).hexdigest()[:16] in caplog.text
     with psycopg.connect(dsn) as conn:
-        dump = conn.execute("SELECT idempotency_records::text FROM idempotency_records").fetchall()
+        dump = conn.execute("SELECT idempotency_keys::text FROM idempotency_keys").fetchall()
     assert not any(raw in row[0] for row in dump)

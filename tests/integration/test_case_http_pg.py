@@ -1,7 +1,7 @@
 """The case HTTP API end to end against a real PostgreSQL (starlette TestClient, no Kafka).
 
 What a client sees and what lands in the database: rows in ``cases``, ``outbox`` and
-``idempotency_records`` after each answer.
+``idempotency_keys`` after each answer.
 """
 
 from __future__ import annotations
@@ -94,7 +94,7 @@ def test_open_submit_replay_conflict_read(client: TestClient, dsn: str,
     assert [r[0] for r in rows] == ["CaseOpened", "CaseSubmitted"]
     submitted = codec.decode(bytes(rows[1][1]))
     assert submitted.payload["submitted_by"] == "officer-7" and submitted.aggregate_version == 2
-    assert count(dsn, "SELECT count(*) FROM idempotency_records "
+    assert count(dsn, "SELECT count(*) FROM idempotency_keys "
                       "WHERE response_body->>'id' = %s", case_id) == 1
 
     read = client.get(f"/cases/{case_id}", headers=H)

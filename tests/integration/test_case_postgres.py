@@ -32,7 +32,7 @@ from services.case.application import (
     StoredResponse,
     SubmitCase,
 )
-from services.case.application.idempotency import fingerprint
+from casestream.http import fingerprint
 from casestream.clock import SystemClock
 from services.case.bootstrap import migrations
 from services.case.domain import CaseStatus, InvalidTransition
@@ -178,7 +178,7 @@ def test_submit_stores_record_event_and_state_together(service: CaseService, dsn
     with psycopg.connect(dsn) as conn:
         rows = conn.execute(
             "SELECT key_hash, response_status, response_body, response_headers FROM "
-            "idempotency_records WHERE route = %s AND response_body->>'id' = %s",
+            "idempotency_keys WHERE route = %s AND response_body->>'id' = %s",
             (SUBMIT_ROUTE, case_id)).fetchall()
     [(key_hash, status, body, headers)] = rows
     assert key_hash != "key-1" and len(key_hash) == 64  # only the hash is stored
@@ -199,7 +199,7 @@ def test_failed_submit_stores_no_record(service: CaseService, dsn: str) -> None:
     with pytest.raises(InvalidTransition):
         submit(service, case_id, "second")
     with psycopg.connect(dsn) as conn:
-        count = conn.execute("SELECT count(*) FROM idempotency_records "
+        count = conn.execute("SELECT count(*) FROM idempotency_keys "
                              "WHERE response_body->>'id' = %s", (case_id,)).fetchone()
     assert count == (1,)
 
@@ -279,5 +279,5 @@ def test_expired_records_are_purged_and_keys_reusable(service: CaseService, cloc
         purged += n
     assert purged >= 2
     with psycopg.connect(dsn) as conn:
-        assert conn.execute("SELECT count(*) FROM idempotency_records").fetchone() == (0,)
+        assert conn.execute("SELECT count(*) FROM idempotency_keys").fetchone() == (0,)
     assert service.get_case(TENANT, second).status == CaseStatus.SUBMITTED.value

@@ -25,7 +25,7 @@ from casestream.outbox.writer import OutboxWriter
 from services.case.adapters.postgres import PgUnitOfWork
 from services.case.adapters.saga_requests import CONSUMER
 from services.case.application import CaseService, CaseView, OpenCase, StoredResponse, SubmitCase
-from services.case.application.idempotency import IdempotencyScope, IdempotentRequest
+from casestream.http import IdempotencyScope, IdempotentRequest
 from casestream.clock import SystemClock
 from services.case.bootstrap import consumer_registry, migrations
 

@@ -25,7 +25,7 @@ from services.case.application import (
     StoredResponse,
     SubmitCase,
 )
-from services.case.application.idempotency import fingerprint, hash_key
+from casestream.http import fingerprint, hash_key
 from services.case.domain import CaseNotFound, CaseStatus, CaseValidationError, InvalidTransition
 
 pytestmark = pytest.mark.unit

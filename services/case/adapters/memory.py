@@ -3,8 +3,9 @@
 :class:`InMemoryStore` holds committed state; each :class:`InMemoryUnitOfWork` stages its
 writes and applies them on a clean exit (rolled back = discarded), checking aggregate
 versions against committed state like the PostgreSQL adapter's ``WHERE version = ...``.
-Idempotency locks are held per unit of work until it ends, like transaction-scoped
-advisory locks. Not thread-safe: one unit of work at a time per thread of a test.
+Idempotency records live in the platform's ``InMemoryIdempotencyStore`` (keys held per unit
+of work until it ends, like transaction-scoped advisory locks). Not thread-safe otherwise:
+one unit of work at a time per thread of a test.
 """
 
 from __future__ import annotations
@@ -17,9 +18,9 @@ from types import TracebackType
 
 from casestream.events import Envelope
 from casestream.errors import ConcurrencyError
+from casestream.http import IdempotencyRecord, IdempotencyScope, InMemoryIdempotencyStore
 
 from services.case.application.commands import CaseQuery, EvidenceView
-from services.case.application.idempotency import IdempotencyRecord, IdempotencyScope
 from services.case.domain.case import Case
 
 
@@ -28,11 +29,15 @@ class InMemoryStore:
     """Committed state: cases by id, idempotency records by scope, outbox in append order."""
 
     cases: dict[str, Case] = field(default_factory=dict)
-    records: dict[IdempotencyScope, IdempotencyRecord] = field(default_factory=dict)
+    idempotency: InMemoryIdempotencyStore = field(default_factory=InMemoryIdempotencyStore)
     outbox: list[Envelope] = field(default_factory=list)
-    locks: set[IdempotencyScope] = field(default_factory=set)
     evidence: dict[str, tuple[EvidenceView, str, bytes]] = field(default_factory=dict)
     commits: int = 0
+
+    @property
+    def records(self) -> dict[IdempotencyScope, IdempotencyRecord]:
+        """The committed idempotency records by scope."""
+        return self.idempotency.records
 
 
 class _Cases:
@@ -113,33 +118,6 @@ class _Evidence:
         return next((v[2] for v in self._items(case_id) if v[0].id == evidence_id), None)
 
 
-class _Idempotency:
-    def __init__(self, store: InMemoryStore, held: set[IdempotencyScope],
-                 staged: dict[IdempotencyScope, IdempotencyRecord]) -> None:
-        self._store, self._held, self._staged = store, held, staged
-
-    def try_lock(self, scope: IdempotencyScope) -> bool:
-        if scope in self._held:
-            return True
-        if scope in self._store.locks:
-            return False
-        self._store.locks.add(scope)
-        self._held.add(scope)
-        return True
-
-    def find(self, scope: IdempotencyScope) -> IdempotencyRecord | None:
-        return self._staged.get(scope) or self._store.records.get(scope)
-
-    def save(self, record: IdempotencyRecord) -> None:
-        self._staged[record.scope] = record
-
-    def purge_expired(self, now: datetime, limit: int) -> int:
-        expired = [s for s, r in self._store.records.items() if r.expired(now)][:limit]
-        for scope in expired:
-            del self._store.records[scope]
-        return len(expired)
-
-
 class _Outbox:
     def __init__(self, staged: list[Envelope]) -> None:
         self._staged = staged
@@ -154,13 +132,11 @@ class InMemoryUnitOfWork:
     def __init__(self, store: InMemoryStore) -> None:
         self._store = store
         self._staged_cases: dict[str, Case] = {}
-        self._staged_records: dict[IdempotencyScope, IdempotencyRecord] = {}
         self._staged_outbox: list[Envelope] = []
-        self._held: set[IdempotencyScope] = set()
         self._staged_evidence: dict[str, tuple[EvidenceView, str, bytes]] = {}
         self.evidence = _Evidence(store, self._staged_evidence)
         self.cases = _Cases(store, self._staged_cases)
-        self.idempotency = _Idempotency(store, self._held, self._staged_records)
+        self.idempotency = store.idempotency.begin()
         self.outbox = _Outbox(self._staged_outbox)
 
     def __enter__(self) -> InMemoryUnitOfWork:
@@ -172,17 +148,15 @@ class InMemoryUnitOfWork:
             if exc_type is None:
                 self.commit()
         finally:
-            self._store.locks.difference_update(self._held)
-            self._held.clear()
+            self.idempotency.rollback()  # releases the keys; a no-op after the commit
 
     def commit(self) -> None:
         """Apply staged writes to the store (also what a clean ``with`` exit does)."""
+        self.idempotency.commit()  # first: a refused record applies nothing
         self._store.cases.update(self._staged_cases)
-        self._store.records.update(self._staged_records)
         self._store.outbox.extend(self._staged_outbox)
         self._store.evidence.update(self._staged_evidence)
         self._staged_evidence.clear()
         self._store.commits += 1
         self._staged_cases.clear()
-        self._staged_records.clear()
         self._staged_outbox.clear()

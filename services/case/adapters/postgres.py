@@ -1,20 +1,18 @@
-"""PostgreSQL adapters of the case ports (psycopg 3): repository, idempotency store, unit of work.
+"""PostgreSQL adapters of the case ports (psycopg 3): repository, evidence store, unit of work.
 
-Tables: ``migrations/*.sql`` (``cases``, ``idempotency_records``, ``case_evidence``) and the outbox
-from ``casestream.outbox.writer``. A :class:`PgUnitOfWork` is one transaction on a pooled
+Tables: ``migrations/*.sql`` (``cases``, ``case_evidence``), the outbox from
+``casestream.outbox.writer`` and ``idempotency_keys`` from ``casestream.http`` (its
+``PgIdempotencyStore`` is the unit of work's idempotency store). A :class:`PgUnitOfWork` is one transaction on a pooled
 connection; :meth:`PgUnitOfWork.bound` wraps a connection whose transaction belongs to
 someone else (the consumer runtime's batch) and never commits or rolls back itself.
 
 Optimistic concurrency: ``UPDATE cases ... WHERE id = %s AND version = <loaded version>``;
-no row updated -> :class:`casestream.errors.ConcurrencyError`. The in-flight guard of an
-idempotency scope is ``pg_try_advisory_xact_lock`` on a 64-bit hash of the scope, released
-when the transaction ends. Connection failures are translated to :class:`StorageUnavailable`
+no row updated -> :class:`casestream.errors.ConcurrencyError`. Connection failures are translated to :class:`StorageUnavailable`
 at this boundary (``raise ... from e``).
 """
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import ExitStack, contextmanager
 from datetime import datetime
@@ -23,19 +21,14 @@ from typing import Any
 
 import psycopg
 from psycopg.rows import dict_row
-from psycopg.types.json import Jsonb
 from psycopg_pool import ConnectionPool, PoolTimeout
 
 from casestream.events import Envelope
 from casestream.errors import ConcurrencyError
+from casestream.http import PgIdempotencyStore
 
 from services.case.application.commands import CaseQuery, EvidenceView
 from services.case.application.errors import StorageUnavailable
-from services.case.application.idempotency import (
-    IdempotencyRecord,
-    IdempotencyScope,
-    StoredResponse,
-)
 from services.case.domain.case import Case
 from services.case.domain.values import CaseContent, CaseStatus, Outcome, Resolution
 
@@ -205,62 +198,6 @@ class PgEvidenceStore:
             "SELECT content FROM case_evidence WHERE tenant_id = %s AND case_id = %s AND id = %s",
             (tenant_id, case_id, evidence_id)).fetchone()
         return bytes(row[0]) if row else None
-
-
-class PgIdempotencyStore:
-    """``IdempotencyStore`` over one connection; see module docstring for the lock."""
-
-    def __init__(self, conn: psycopg.Connection[Any]) -> None:
-        self._conn = conn
-
-    @staticmethod
-    def _scope_key(scope: IdempotencyScope) -> str:
-        return "\x1f".join((scope.tenant_id, scope.client_id, scope.route, scope.key_hash))
-
-    def try_lock(self, scope: IdempotencyScope) -> bool:
-        row = self._conn.execute("SELECT pg_try_advisory_xact_lock(hashtextextended(%s, 0))",
-                                 (self._scope_key(scope),)).fetchone()
-        return bool(row and row[0])
-
-    def find(self, scope: IdempotencyScope) -> IdempotencyRecord | None:
-        with self._conn.cursor(row_factory=dict_row) as cur:
-            cur.execute(
-                "SELECT fingerprint, response_status, response_body, response_headers, "
-                "created_at, expires_at FROM idempotency_records WHERE tenant_id = %s "
-                "AND client_id = %s AND route = %s AND key_hash = %s",
-                (scope.tenant_id, scope.client_id, scope.route, scope.key_hash))
-            row = cur.fetchone()
-        if row is None:
-            return None
-        return IdempotencyRecord(
-            scope=scope, fingerprint=row["fingerprint"],
-            response=StoredResponse(status=row["response_status"], body=row["response_body"],
-                                    headers=row["response_headers"]),
-            created_at=row["created_at"], expires_at=row["expires_at"])
-
-    def save(self, record: IdempotencyRecord) -> None:
-        s, r = record.scope, record.response
-        self._conn.execute(
-            "INSERT INTO idempotency_records (tenant_id, client_id, route, key_hash, fingerprint, "
-            "response_status, response_body, response_headers, created_at, expires_at) "
-            "VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s) "
-            "ON CONFLICT (tenant_id, client_id, route, key_hash) DO UPDATE SET "
-            "fingerprint = EXCLUDED.fingerprint, response_status = EXCLUDED.response_status, "
-            "response_body = EXCLUDED.response_body, response_headers = EXCLUDED.response_headers, "
-            "created_at = EXCLUDED.created_at, expires_at = EXCLUDED.expires_at",
-            (s.tenant_id, s.client_id, s.route, s.key_hash, record.fingerprint, r.status,
-             Jsonb(dict(r.body), dumps=_dumps), Jsonb(dict(r.headers)), record.created_at,
-             record.expires_at))
-
-    def purge_expired(self, now: datetime, limit: int) -> int:
-        cur = self._conn.execute(
-            "DELETE FROM idempotency_records WHERE ctid IN (SELECT ctid FROM idempotency_records "
-            "WHERE expires_at <= %s LIMIT %s)", (now, limit))
-        return cur.rowcount
-
-
-def _dumps(value: Any) -> str:
-    return json.dumps(value, separators=(",", ":"), default=str)
 
 
 class _BoundOutbox:

@@ -1,4 +1,5 @@
-"""Case application layer: use cases, commands/views, ports, idempotency, event mapping."""
+"""Case application layer: use cases, commands/views, ports, event mapping; the idempotency
+types are the platform's (``casestream.http``), re-exported for the adapters."""
 
 from services.case.application.commands import (
     AppealCase,
@@ -17,18 +18,15 @@ from services.case.application.commands import (
     SubmitEvidence,
     WithdrawCase,
 )
-from services.case.application.errors import (
+from casestream.http import (
     IdempotencyConflict,
-    PreconditionFailed,
-    RequestInFlight,
-    StorageUnavailable,
-)
-from services.case.application.idempotency import (
     IdempotencyRecord,
     IdempotencyScope,
     IdempotentRequest,
+    RequestInFlight,
     StoredResponse,
 )
+from services.case.application.errors import PreconditionFailed, StorageUnavailable
 from services.case.application.integration import Causation
 from services.case.application.service import CaseService
 

@@ -15,9 +15,9 @@ from types import TracebackType
 from typing import Protocol
 
 from casestream.events import Envelope
+from casestream.http import IdempotencyStore
 
 from services.case.application.commands import CaseQuery, EvidenceView
-from services.case.application.idempotency import IdempotencyRecord, IdempotencyScope
 from services.case.domain.case import Case
 
 
@@ -65,26 +65,6 @@ class EvidenceStore(Protocol):
 
     def content(self, tenant_id: str, case_id: str, evidence_id: str) -> bytes | None:
         """The item's content, or None if the case has no such item."""
-        ...
-
-
-class IdempotencyStore(Protocol):
-    """Processed requests by idempotency scope."""
-
-    def try_lock(self, scope: IdempotencyScope) -> bool:
-        """Claim ``scope`` until the transaction ends; False if another transaction holds it."""
-        ...
-
-    def find(self, scope: IdempotencyScope) -> IdempotencyRecord | None:
-        """Return the stored record for ``scope`` (possibly expired), or None."""
-        ...
-
-    def save(self, record: IdempotencyRecord) -> None:
-        """Store ``record``, replacing an expired record of the same scope."""
-        ...
-
-    def purge_expired(self, now: datetime, limit: int) -> int:
-        """Delete up to ``limit`` records expired at ``now``; return how many were deleted."""
         ...
 
 

@@ -32,12 +32,8 @@ from services.case.application.commands import (
     SubmitEvidence,
     WithdrawCase,
 )
-from services.case.application.errors import IdempotencyConflict, PreconditionFailed, RequestInFlight
-from services.case.application.idempotency import (
-    IdempotencyRecord,
-    IdempotentRequest,
-    StoredResponse,
-)
+from casestream.http import Idempotency, IdempotentRequest, StoredResponse
+from services.case.application.errors import PreconditionFailed
 from services.case.application.integration import Causation, to_envelopes
 from services.case.application.ports import Clock, IdFactory, UnitOfWork, UnitOfWorkFactory
 from services.case.domain.case import Case
@@ -65,6 +61,10 @@ class CaseService:
         clock: the time events occur at.
         new_id: new case ids (UUID text).
         idempotency_ttl: how long a stored response is replayed (then the key may be reused).
+
+    Attributes:
+        idempotency: the Idempotency-Key component (``casestream.http.Idempotency``) on the
+            same clock; the HTTP adapter claims keys and answers through it.
     """
 
     def __init__(self, *, uow: UnitOfWorkFactory, clock: Clock, new_id: IdFactory,
@@ -72,7 +72,7 @@ class CaseService:
         self._uow = uow
         self._clock = clock
         self._new_id = new_id
-        self._ttl = idempotency_ttl
+        self.idempotency = Idempotency(ttl=idempotency_ttl, clock=clock.now)
 
     # --- HTTP commands ----------------------------------------------------------------
 
@@ -238,7 +238,7 @@ class CaseService:
     def purge_idempotency_records(self, limit: int = 1000) -> int:
         """Delete up to ``limit`` expired idempotency records; return how many."""
         with self._uow() as uow:
-            return uow.idempotency.purge_expired(self._clock.now(), limit)
+            return self.idempotency.purge(uow.idempotency, limit)
 
     # --- saga requests (unit of work owned by the consumer runtime) -------------------
 
@@ -283,24 +283,8 @@ class CaseService:
                                        case.content.reporter_email))
 
     def _replay(self, uow: UnitOfWork, request: IdempotentRequest | None) -> StoredResponse | None:
-        if request is None:
-            return None
-        if not uow.idempotency.try_lock(request.scope):
-            raise RequestInFlight(request.scope.key_hash)
-        record = uow.idempotency.find(request.scope)
-        if record is None or record.expired(self._clock.now()):
-            return None
-        if record.fingerprint != request.fingerprint:
-            raise IdempotencyConflict(request.scope.key_hash)
-        log.info("idempotent replay for key %s on %s", request.scope.key_hash[:16],
-                 request.scope.route)
-        return record.response
+        return self.idempotency.begin(uow.idempotency, request)
 
     def _respond(self, uow: UnitOfWork, request: IdempotentRequest | None,
                  response: StoredResponse) -> StoredResponse:
-        if request is not None:
-            now = self._clock.now()
-            uow.idempotency.save(IdempotencyRecord(
-                scope=request.scope, fingerprint=request.fingerprint, response=response,
-                created_at=now, expires_at=now + self._ttl))
-        return response
+        return self.idempotency.complete(uow.idempotency, request, response)

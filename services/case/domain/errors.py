@@ -9,13 +9,13 @@ the HTTP adapter maps each leaf to one problem ``code`` and status at one bounda
     ├── InvalidTransition        the case's status does not allow the action       -> 409
     ├── EvidenceNotFound         no such evidence item on this case                -> 404
     └── (application layer, services.case.application.errors)
-        ├── IdempotencyConflict  same key, different request                        -> 409
-        ├── RequestInFlight      same key, first request not finished                -> 409
         ├── PreconditionFailed   If-Match version differs from the case's version    -> 412
         └── StorageUnavailable   the database cannot be reached in time               -> 503
 
 Optimistic-locking failures found by the repository are the library's
-:class:`casestream.errors.ConcurrencyError` (-> 409 ``concurrent_modification``).
+:class:`casestream.errors.ConcurrencyError` (-> 409 ``concurrent_modification``);
+Idempotency-Key conflicts are the library's ``casestream.http.IdempotencyConflict`` and
+``RequestInFlight`` (-> 409 ``idempotency_conflict`` / ``request_in_flight``).
 """
 
 from __future__ import annotations

@@ -16,8 +16,10 @@ The shared edge (``casestream.http.edge``) sheds load (503), authenticates (401)
 limits (429) and starts each request's deadline before a route runs.
 
 Use cases run in starlette's thread pool (psycopg is used synchronously). Every error is
-answered as ``application/problem+json`` (``problems.py``); a replayed idempotent response
-carries ``Idempotent-Replayed: true``. Counters: ``app.state.counters`` (``counters.py``).
+answered as ``application/problem+json`` (``problems.py``). Idempotency keys are the
+platform's component (``casestream.http.Idempotency``, ``CaseService.idempotency``): a
+replayed response carries ``Idempotent-Replayed: true``; its counters are
+``app.state.counters`` (``idempotency_replays_total``... on ``/metrics``).
 """
 
 from __future__ import annotations
@@ -44,18 +46,12 @@ from services.case.adapters.http.common import case_id_of as _case_id
 from services.case.adapters.http.common import case_json, etag
 from services.case.adapters.http.common import principal_with as _principal
 from services.case.adapters.http.common import validate_body as _validate
-from services.case.adapters.http.counters import CaseApiCounters
 from services.case.adapters.http.models import OpenCaseBody, SubmitCaseBody, field_errors
 from services.case.adapters.http.openapi import REPLAYED, openapi_document
 from services.case.adapters.http.workflow import WorkflowRoutes
 from services.case.adapters.http.problems import INTERNAL_ERROR, Problem, problem_for
 from services.case.application.commands import CaseView, OpenCase, SubmitCase
-from services.case.application.idempotency import (
-    IdempotencyScope,
-    IdempotentRequest,
-    StoredResponse,
-    fingerprint,
-)
+from services.case.application import IdempotentRequest, StoredResponse
 from services.case.application.service import CaseService
 
 log = logging.getLogger(__name__)
@@ -67,14 +63,7 @@ REPLAYED_HEADER = REPLAYED
 Endpoint = Callable[[Request], Awaitable[Response]]
 
 
-def _send(stored: StoredResponse, replayed: bool) -> JSONResponse:
-    headers = dict(stored.headers)
-    if replayed:
-        headers[REPLAYED_HEADER] = "true"
-    return JSONResponse(dict(stored.body), status_code=stored.status, headers=headers)
-
-
-def _boundary(fn: Endpoint, counters: CaseApiCounters) -> Endpoint:
+def _boundary(fn: Endpoint) -> Endpoint:
     """Answer every exception as a problem; log unexpected ones with their traceback."""
 
     @wraps(fn)
@@ -89,10 +78,6 @@ def _boundary(fn: Endpoint, counters: CaseApiCounters) -> Endpoint:
             elif problem.status >= 500:
                 log.warning("%s %s -> %d: %s", request.method, request.url.path,
                             problem.status, e.__cause__ or e)
-            elif problem.code == "idempotency_conflict":
-                counters.idempotency_conflicts += 1
-            elif problem.code == "request_in_flight":
-                counters.idempotency_in_flight += 1
             return problem.response(request.url.path)
 
     return wrapper
@@ -101,14 +86,11 @@ def _boundary(fn: Endpoint, counters: CaseApiCounters) -> Endpoint:
 class CaseRoutes:
     """Route handlers bound to a :class:`CaseService`."""
 
-    def __init__(self, service: CaseService, *, counters: CaseApiCounters) -> None:
+    def __init__(self, service: CaseService) -> None:
         self._service = service
-        self._counters = counters
 
     def _send(self, stored: StoredResponse, replayed: bool) -> JSONResponse:
-        if replayed:
-            self._counters.idempotency_replays += 1
-        return _send(stored, replayed)
+        return self._service.idempotency.respond(stored, replayed)
 
     @staticmethod
     def _render(status: int, *, location: bool = False) -> Callable[[CaseView], StoredResponse]:
@@ -119,15 +101,12 @@ class CaseRoutes:
             return StoredResponse(status=status, body=case_json(view), headers=headers)
         return render
 
-    @staticmethod
-    def _idempotent(request: Request, principal: Principal, route: str, key: str | None,
+    def _idempotent(self, request: Request, principal: Principal, route: str, key: str | None,
                     body: dict[str, Any]) -> IdempotentRequest | None:
+        # ``key`` was checked (and ``principal`` authorised) before the body was read
         if key is None:
             return None
-        scope = IdempotencyScope.of(tenant_id=principal.tenant_id, client_id=principal.client_id,
-                                    route=route, raw_key=key)
-        return IdempotentRequest(scope=scope,
-                                 fingerprint=fingerprint(request.method, request.url.path, body))
+        return self._service.idempotency.claim(request, route, body)
 
     async def open_case(self, request: Request) -> Response:
         who = _principal(request, ROLE_OFFICER)
@@ -208,15 +187,14 @@ def build_app(service: CaseService, *, edge: EdgePolicy) -> Starlette:
         service: the use cases.
         edge: token verification, in-flight limit, rate limits, request deadline, body limits.
     """
-    counters = CaseApiCounters()
-    routes = CaseRoutes(service, counters=counters)
+    routes = CaseRoutes(service)
     flow = WorkflowRoutes(routes)
 
     def route(path: str, endpoint: Endpoint, method: str) -> Route:
-        return Route(path, _boundary(endpoint, counters), methods=[method])
+        return Route(path, _boundary(endpoint), methods=[method])
 
     app = edge_app([
-        Route("/cases", _boundary(routes.open_case, counters), methods=["POST"]),
+        Route("/cases", _boundary(routes.open_case), methods=["POST"]),
         route("/cases", flow.search, "GET"),
         route("/cases/{case_id}/assignment", flow.assign, "POST"),
         route("/cases/{case_id}/evidence-requests", flow.request_evidence, "POST"),
@@ -226,11 +204,10 @@ def build_app(service: CaseService, *, edge: EdgePolicy) -> Starlette:
         route("/cases/{case_id}/withdrawal", flow.withdraw, "POST"),
         route("/cases/{case_id}/appeal", flow.appeal, "POST"),
         route("/cases/{case_id}/correction", flow.correct_notice, "POST"),
-        Route("/cases/{case_id}", _boundary(routes.get_case, counters), methods=["GET"]),
-        Route("/cases/{case_id}/submit", _boundary(routes.submit_case, counters),
+        Route("/cases/{case_id}", _boundary(routes.get_case), methods=["GET"]),
+        Route("/cases/{case_id}/submit", _boundary(routes.submit_case),
               methods=["POST"]),
         Route("/openapi.json", _openapi, methods=["GET"]),
     ], edge)
-    counters.edge = app.state.counters
-    app.state.counters = counters
+    service.idempotency.install(app)
     return app

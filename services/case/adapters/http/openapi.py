@@ -13,14 +13,15 @@ from functools import cache
 from typing import Any
 
 from casestream.http import (
+    KEY_PATTERN,
     PROBLEM_SCHEMA,
     RATE_LIMITED_SCHEMA,
+    REPLAYED_HEADER,
     RETRY_AFTER,
     problem_answer,
     query_parameters,
 )
 from services.case.adapters.http.models import OpenCaseBody, SubmitCaseBody
-from services.case.adapters.http.requests import KEY_PATTERN
 from services.case.adapters.http.workflow import (
     AssignBody,
     CaseSearchQuery,
@@ -32,7 +33,7 @@ from services.case.adapters.http.workflow import (
 )
 from services.case.domain.values import CaseStatus
 
-REPLAYED = "Idempotent-Replayed"
+REPLAYED = REPLAYED_HEADER
 
 _TS = {"type": "string", "format": "date-time"}
 _NULL_STR = {"type": ["string", "null"]}

@@ -20,12 +20,7 @@ from casestream.errors import ConcurrencyError
 from casestream.http import answer_for
 from casestream.http import DeadlineExceeded, HttpProblem
 
-from services.case.application.errors import (
-    IdempotencyConflict,
-    PreconditionFailed,
-    RequestInFlight,
-    StorageUnavailable,
-)
+from services.case.application.errors import PreconditionFailed, StorageUnavailable
 from services.case.domain.errors import (
     CaseNotFound,
     CaseValidationError,
@@ -132,13 +127,6 @@ def problem_for(exc: Exception) -> Problem | None:
         case InvalidTransition(rule=rule):
             return Problem(status=409, code="invalid_transition", detail=str(exc),
                            errors=[FieldError(field="status", message=rule)] if rule else ())
-        case IdempotencyConflict():
-            return Problem(status=409, code="idempotency_conflict",
-                           detail="this Idempotency-Key was already used for a different request")
-        case RequestInFlight():
-            return Problem(status=409, code="request_in_flight",
-                           detail="a request with this Idempotency-Key is still being processed; "
-                                  "retry later", headers={"Retry-After": "1"})
         case PreconditionFailed():
             return Problem(status=412, code="precondition_failed", detail=str(exc))
         case ConcurrencyError():

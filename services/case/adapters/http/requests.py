@@ -2,8 +2,9 @@
 
 Bodies are bounded, typed and parsed by the shared edge (``casestream.http.body``: 413,
 415, 408; strict JSON: 400 ``malformed_json`` with the position, ``duplicate_json_key``,
-``json_too_deep``, ``invalid_unicode``); a JSON value that is not an object -> 400. ``Idempotency-Key``: 1..255 printable ASCII
-characters, no blank at either end (:data:`KEY_PATTERN`, also in ``/openapi.json``).
+``json_too_deep``, ``invalid_unicode``); a JSON value that is not an object -> 400. ``Idempotency-Key``: the
+platform's check (``casestream.http.idempotency_key_of``): 1..255 printable ASCII characters,
+no blank at either end (:data:`KEY_PATTERN`, also in ``/openapi.json``).
 ``If-Match`` follows RFC 9110 §13.1.1 (strong comparison; no match -> 412).
 
 Tenant and actor are not read from headers: they come from the bearer token
@@ -18,15 +19,13 @@ from typing import Any
 
 from starlette.requests import Request
 
-from casestream.http import body_is_empty, json_body
-from services.case.adapters.http.problems import FieldError, Problem, validation
-from services.case.application.idempotency import KEY_MAX
+from casestream.http import IDEMPOTENCY_HEADER, KEY_PATTERN, body_is_empty, json_body
+from casestream.http import idempotency_key_of as _platform_key_of
+from services.case.adapters.http.problems import validation
 
-IDEMPOTENCY_HEADER = "Idempotency-Key"
+__all__ = ["IDEMPOTENCY_HEADER", "KEY_PATTERN", "IfMatch", "idempotency_key_of", "if_match_of",
+           "read_json_object", "traceparent_of"]
 
-KEY_PATTERN = rf"^[\x21-\x7e](?:[\x20-\x7e]{{0,{KEY_MAX - 2}}}[\x21-\x7e])?$"
-
-_KEY = re.compile(KEY_PATTERN)
 # RFC 9110 §8.8.3: an ETag is an opaque string compared exactly; this API's are the
 # version's canonical decimal, so "01" or "+1" name no version.
 _STRONG_ETAG = re.compile(r'"(0|[1-9][0-9]{0,17})"')
@@ -56,19 +55,10 @@ def idempotency_key_of(request: Request, *, required: bool) -> str | None:
     """Return the ``Idempotency-Key`` header (None if absent and optional).
 
     Raises:
-        Problem: 400 ``missing_idempotency_key`` if required and absent or empty; 400
+        HttpProblem: 400 ``missing_idempotency_key`` if required and absent or empty; 400
             ``validation_error`` if malformed (an empty value sent is malformed too).
     """
-    value = request.headers.get(IDEMPOTENCY_HEADER)
-    if value is None or (value == "" and required):
-        if required:
-            raise validation(IDEMPOTENCY_HEADER, "header is required for this operation",
-                             code="missing_idempotency_key")
-        return None
-    if not _KEY.fullmatch(value):
-        raise validation(IDEMPOTENCY_HEADER, f"must be 1..{KEY_MAX} printable ASCII characters, "
-                                             "not starting or ending with a space")
-    return value
+    return _platform_key_of(request, required=required)
 
 
 @dataclass(frozen=True, slots=True)
