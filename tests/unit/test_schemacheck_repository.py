@@ -385,3 +385,16 @@ def test_a_primitive_key_schema_file_is_a_schema(acme: Path) -> None:
     findings = json.loads(out)["findings"]  # BACKWARD_TRANSITIVE: v1->v3 and v2->v3
     assert {(f["subject"], f["rule"], f["versions"]) for f in findings} == {
         ("orders-key", "type-mismatch", "v1->v3"), ("orders-key", "type-mismatch", "v2->v3")}
+
+
+@pytest.mark.parametrize("primitive", ["null", "boolean", "int", "long", "float", "double", "bytes", "string"])
+def test_every_primitive_schema_file_checks(acme: Path, primitive: str) -> None:
+    # Avro spec, "Schemas": a JSON string naming a primitive type is a whole schema ("null" too)
+    (acme / "keys").mkdir()
+    (acme / "keys" / "v1.avsc").write_text(f'"{primitive}"\n')
+    (acme / "keys" / "v2.avsc").write_text(f'{{"type": "{primitive}"}}\n')
+    cfg = acme / "casestream-schemas.toml"
+    cfg.write_text(cfg.read_text() + '\n[[folders]]\npath = "keys"\npattern = "v{version}.avsc"\n'
+                                      'naming_strategy = "TopicNameStrategy"\ntopic = "orders"\nkey = true\n')
+    code, out, err = run("--format", "json", "--subject", "orders-key")
+    assert code == 0 and json.loads(out)["versions"] == 2, out + err

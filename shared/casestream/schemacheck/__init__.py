@@ -2,7 +2,8 @@
 
 Public API::
 
-    check_repository(config_or_path, *, root=".", subjects=None, against=None, registry=None, ignore=()) -> Report
+    check_repository(config_or_path, *, root=".", python_path=(), subjects=None, against=None, registry=None,
+                     ignore=()) -> Report
     check_catalog(schemas_dir, *, subjects=None, against=None, registry=None, ignore=()) -> Report
     load_config(path) -> GateConfig            casestream-schemas.toml / pyproject [tool.casestream.schemas]
     check_pair(reader, writer, *, reader_is_new=True, labels=("reader", "writer")) -> list[Issue]
