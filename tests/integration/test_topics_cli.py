@@ -23,6 +23,7 @@ RUN = uuid.uuid4().hex[:8]
 EVENTS = f"test.topics.{RUN}.events"  # owned by "orders"
 AUDIT = f"test.topics.{RUN}.audit"  # owned by "orders"
 FOREIGN = f"test.topics.{RUN}.foreign"  # declared by no service
+LATER = f"test.topics.{RUN}.later"  # declared by "orders" later on
 DAY_MS = 86_400_000
 
 
@@ -42,6 +43,7 @@ ORDERS_SHRUNK = _orders(  # fewer partitions for EVENTS, and a change for AUDIT 
     TopicSpec(EVENTS, 2, retention_ms=2 * DAY_MS, cleanup_policy="compact,delete", min_insync_replicas=1,
               config={"max.message.bytes": 2_000_000}),
     TopicSpec(AUDIT, 1, retention_ms=DAY_MS))
+ORDERS_SHRUNK_PLUS = _orders(*ORDERS_SHRUNK.topics, TopicSpec(LATER, 2))
 BILLING = ServiceSpec(name="billing", module="billing", settings="m:S", build="m:b",
                       topics=(TopicSpec(EVENTS, 3),))
 
@@ -49,7 +51,7 @@ BILLING = ServiceSpec(name="billing", module="billing", settings="m:S", build="m
 @pytest.fixture
 def admin(kafka_bootstrap: str) -> Iterator[AdminClient]:
     yield AdminClient({"bootstrap.servers": kafka_bootstrap})
-    delete_topics(kafka_bootstrap, [EVENTS, AUDIT, FOREIGN])
+    delete_topics(kafka_bootstrap, [EVENTS, AUDIT, FOREIGN, LATER])
 
 
 def _topics(bootstrap: str, *args: str, **services: str) -> Result:
@@ -119,6 +121,14 @@ def test_shrinking_is_refused_and_nothing_is_applied_nor_an_undeclared_topic_tou
     assert _configs(admin, AUDIT)["retention.ms"] != str(DAY_MS)  # AUDIT's change was not made
     assert FOREIGN not in plan.output
     assert (_partitions(admin, FOREIGN), _configs(admin, FOREIGN)["retention.ms"]) == (2, "60000")
+
+    # --missing-only (the dev stack's): creates LATER, leaves the refused and changed ones alone
+    missing = _topics(kafka_bootstrap, "apply", "--missing-only", orders="ORDERS_SHRUNK_PLUS")
+    assert missing.exit_code == 0, missing.output
+    assert "1 change(s) to existing topics not applied (--missing-only)" in missing.output
+    assert f"created topic {LATER} (2 partitions) for service orders" in missing.output
+    assert _partitions(admin, LATER) == 2 and _partitions(admin, EVENTS) == 3
+    assert _configs(admin, AUDIT)["retention.ms"] != str(DAY_MS)
 
 
 def test_a_topic_two_services_declare_is_refused_and_an_unknown_service_is_one_line(

@@ -148,3 +148,17 @@ def test_only_declared_topics_are_planned_and_an_unknown_service_is_refused() ->
     assert [*plan.in_sync, *(c.topic for c in plan.changes)] == [ORDER.name]
     with pytest.raises(ConfigError, match="unknown service 'nope'; installed: orders"):
         plan_topics({"orders": [ORDER]}, {}, ["nope"])
+
+
+def test_missing_only_keeps_the_creations_and_the_ownership_refusals() -> None:
+    shrunk = TopicSpec(ORDER.name, 2)
+    declared = {"orders": [shrunk, TopicSpec("new", 1), TopicSpec("both", 1)],
+                "billing": [TopicSpec("both", 1)]}
+    plan = plan_topics(declared, _observed(partitions=6), ["orders"])
+    assert len(plan.refusals) == 2 and len(plan.conflicts) == 1
+    reduced = plan.missing_only()
+    assert [(c.action, c.topic) for c in reduced.changes] == [("create", "new")]
+    assert reduced.refusals == plan.conflicts == (
+        "topic both is declared by services orders and billing; one service owns a topic",)
+    grown = plan_topics({"orders": [TopicSpec(ORDER.name, 12)]}, _observed()).missing_only()
+    assert (grown.changes, grown.refusals, grown.in_sync) == ((), (), (ORDER.name,))

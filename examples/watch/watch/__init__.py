@@ -30,4 +30,4 @@ SERVICE = ServiceSpec(
     consumers=("watch.cases", "watch.triggers"), outbox=True,
     # the relay's topic for this service's events (aggregate type "watch"); 30 days cover
     # catch-up and dead-letter re-drive, and retention bounds the consumers' inbox rows
-    topics=(TopicSpec("outbox.event.watch", partitions=3, retention_ms=30 * 86_400_000),))
+    topics=(TopicSpec("outbox.event.watch", partitions=6, retention_ms=30 * 86_400_000),))

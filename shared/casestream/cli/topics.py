@@ -91,19 +91,28 @@ def plan(ctx: click.Context, services: tuple[str, ...], timeout: float, check: b
 @topics.command("apply", epilog=_EXIT_CODES)
 @_service_option
 @_timeout_option
+@click.option("--missing-only", is_flag=True,
+              help="Only create missing topics; leave existing ones as they are (what the dev "
+                   "stack does).")
 @click.pass_context
-def apply(ctx: click.Context, services: tuple[str, ...], timeout: float) -> None:
+def apply(ctx: click.Context, services: tuple[str, ...], timeout: float, missing_only: bool) -> None:
     """Apply the plan: create missing topics, add partitions, set differing configs; then
     wait until every partition has a leader. Changes nothing when the plan has a refusal."""
     from casestream.kafka.topicadmin import apply_topic_plan
 
     admin, planned = _plan(ctx, services, timeout)
+    if missing_only:
+        left = len(planned.changes) - len([c for c in planned.changes if c.action == "create"])
+        planned = planned.missing_only()
+        if left:
+            click.echo(f"{left} change(s) to existing topics not applied (--missing-only): "
+                       "see casestream topics plan", err=True)
     if planned.refusals:
         for refusal in planned.refusals:
             click.echo(f"refused: {refusal}", err=True)
         click.echo("nothing applied", err=True)
         ctx.exit(1)
-    for note in planned.notes:
+    for note in planned.notes:  # a replication-factor difference: reported, never applied
         click.echo(note.describe(), err=True)
     from casestream.errors import CasestreamError
 

@@ -211,17 +211,28 @@ class TopicPlan:
         refusals: one line each: fewer partitions declared than the cluster has, a topic
             declared by two services. A plan with refusals is not applied at all.
         in_sync: topics that need nothing.
+        conflicts: the refusals of topics two services declare (also in ``refusals``).
     """
 
     changes: tuple[TopicChange, ...] = ()
     notes: tuple[TopicChange, ...] = ()
     refusals: tuple[str, ...] = ()
     in_sync: tuple[str, ...] = ()
+    conflicts: tuple[str, ...] = ()
 
     @property
     def pending(self) -> bool:
         """Whether ``apply`` has something to do."""
         return bool(self.changes)
+
+    def missing_only(self) -> TopicPlan:
+        """This plan reduced to creating the missing topics: existing topics are left as
+        they are (their differences, refused or not, are dropped); a topic two services
+        declare stays refused."""
+        creates = tuple(c for c in self.changes if c.action == "create")
+        left = tuple(c.topic for c in self.changes if c.action != "create")
+        return TopicPlan(creates, (), self.conflicts,
+                         tuple(dict.fromkeys([*self.in_sync, *left])), self.conflicts)
 
     def lines(self) -> list[str]:
         """The plan as text: one line per change, note and refusal, then a summary."""
@@ -270,6 +281,7 @@ def plan_topics(declared: Mapping[str, Sequence[TopicSpec]],
     changes: list[TopicChange] = []
     notes: list[TopicChange] = []
     refusals: list[str] = []
+    conflicts: list[str] = []
     in_sync: list[str] = []
     seen: set[str] = set()
     for service in wanted:
@@ -278,8 +290,9 @@ def plan_topics(declared: Mapping[str, Sequence[TopicSpec]],
                 continue
             seen.add(spec.name)
             if len(set(owners[spec.name])) > 1:
-                refusals.append(f"topic {spec.name} is declared by services "
-                                f"{' and '.join(dict.fromkeys(owners[spec.name]))}; one service owns a topic")
+                conflicts.append(f"topic {spec.name} is declared by services "
+                                 f"{' and '.join(dict.fromkeys(owners[spec.name]))}; one service owns a topic")
+                refusals.append(conflicts[-1])
                 continue
             found = observed.get(spec.name)
             if found is None:
@@ -306,7 +319,7 @@ def plan_topics(declared: Mapping[str, Sequence[TopicSpec]],
                                          before={"replication_factor": str(found.replication_factor)}))
             if len(changes) == before:
                 in_sync.append(spec.name)
-    return TopicPlan(tuple(changes), tuple(notes), tuple(refusals), tuple(in_sync))
+    return TopicPlan(tuple(changes), tuple(notes), tuple(refusals), tuple(in_sync), tuple(conflicts))
 
 
 def same_config(key: str, current: str | None, wanted: str) -> bool:

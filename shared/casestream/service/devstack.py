@@ -7,9 +7,10 @@ with the caller's environment, on its port (:meth:`ServiceSpec.port`:
 prefixed by service, Ctrl-C stops all), by ``make demo`` and by the end-to-end tests, which
 also kill and restart single services. Before the services start, every installed schemas
 folder (entry point group ``casestream.schemas``: the suite's, each team's) is registered
-(:func:`installed_schema_folders`; a subject two folders define differently stops it), and
-each service's database is created when missing. Infrastructure (Kafka, PostgreSQL, registry,
-SMTP sink) is started separately by ``deploy/infra.sh up``.
+(:func:`installed_schema_folders`; a subject two folders define differently stops it), the
+missing topics every installed service declares are created (``casestream topics apply
+--missing-only``), and each service's database is created when missing. Infrastructure
+(Kafka, PostgreSQL, registry, SMTP sink) is started separately by ``deploy/infra.sh up``.
 
     python -m casestream.service.devstack run [--services case,audit]   # until Ctrl-C
 
@@ -259,9 +260,29 @@ class ServiceStack:
                 raise StackError(f"schema registration of {name} ({folder}) failed: "
                                  f"{done.stdout}{done.stderr}".strip())
 
+    def create_topics(self) -> None:
+        """Create the missing topics every installed service declares (``ServiceSpec.topics``)
+        with ``casestream topics apply --missing-only``, as a deployment does before starting
+        its services: a consumer then finds its topics, and a relay writes to topics with
+        their declared partitions and retention rather than ones the broker auto-creates.
+        Existing topics are left as they are (``casestream topics plan|apply`` changes them).
+
+        Raises:
+            StackError: two installed services declare one topic, or Kafka refused or did not
+                answer; the command's output is included.
+        """
+        cmd = [sys.executable, "-c", "from casestream.cli import main; main()", "topics",
+               "apply", "--missing-only"]
+        done = subprocess.run(cmd, env=dict(self.env), capture_output=True, text=True)
+        if done.returncode != 0:
+            raise StackError(f"creating the declared topics failed: {done.stdout}{done.stderr}".strip())
+        for line in done.stdout.splitlines():
+            if line.startswith(("created topic", "topic ")):
+                print(line, flush=True)
+
     def start_all(self, names: Sequence[str] | None = None) -> None:
-        """Register the schemas, start the named services (default: every one in ``specs``),
-        wait until all are ready.
+        """Register the schemas, create the declared topics (:meth:`create_topics`), start the
+        named services (default: every one in ``specs``), wait until all are ready.
 
         Raises:
             ConfigError: a name is not in ``specs``.
@@ -271,6 +292,7 @@ class ServiceStack:
         for name in names:
             _spec(name, self.specs)
         self.register_schemas()
+        self.create_topics()
         for name in names:
             self.start(name)
         self.wait_ready(names)
