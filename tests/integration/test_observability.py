@@ -97,7 +97,8 @@ def test_outbox_row_and_kafka_header_continue_the_writers_trace(
 
 def test_readyz_of_a_service_process_names_the_dependency_that_is_down(
         tmp_path, pg_url: str, registry_url: str) -> None:
-    """The audit service with an unreachable Kafka: alive, not ready, says 'kafka', quickly."""
+    """The audit service with an unreachable Kafka: alive, ready for requests (its database
+    answers), and its consumption signal not ready, saying 'kafka', quickly."""
     with psycopg.connect(f"{pg_url}/postgres", autocommit=True) as conn:
         conn.execute('DROP DATABASE IF EXISTS "obs_ready_audit" WITH (FORCE)')
         conn.execute('CREATE DATABASE "obs_ready_audit"')
@@ -117,13 +118,14 @@ def test_readyz_of_a_service_process_names_the_dependency_that_is_down(
                 pass
             assert time.monotonic() < deadline, "audit never answered /healthz"
             time.sleep(0.3)
+        assert httpx.get("http://127.0.0.1:18310/readyz", timeout=15).status_code == 200
         started = time.monotonic()
-        answer = httpx.get("http://127.0.0.1:18310/readyz", timeout=15)
+        answer = httpx.get("http://127.0.0.1:18310/readyz/consumers", timeout=15)
         assert time.monotonic() - started < 6.0
         assert answer.status_code == 503
         failing = answer.json()["failing"]
         assert "kafka" in failing and "127.0.0.1:1" in failing["kafka"]
-        assert "postgres" not in failing and "registry" not in failing
+        assert "audit.journal" in failing and "registry" not in failing
     finally:
         stack.stop("audit")
         with psycopg.connect(f"{pg_url}/postgres", autocommit=True) as conn:

@@ -1,7 +1,7 @@
 """Bearer authentication middleware and role checks (pure ASGI; RFC 6750).
 
 :class:`BearerAuthMiddleware` verifies ``Authorization: Bearer <jwt>`` on every HTTP
-request except the public paths (``/healthz``, ``/readyz``, ``/openapi.json``) and puts
+request except the public paths (``/healthz``, ``/readyz``, ``/readyz/consumers``, ``/openapi.json``) and puts
 the :class:`~casestream.auth.tokens.Principal` in ``scope["state"]["principal"]`` (read it with
 :func:`principal_of`). No or bad token -> 401 ``unauthorized`` / ``invalid_token`` with
 ``WWW-Authenticate: Bearer realm="casestream"[, error="invalid_token", ...]``. Role checks
@@ -30,7 +30,7 @@ from casestream.http.problem import problem_response
 log = logging.getLogger(__name__)
 
 REALM = "casestream"
-PUBLIC_PATHS = frozenset({"/healthz", "/readyz", "/openapi.json"})
+PUBLIC_PATHS = frozenset({"/healthz", "/readyz", "/readyz/consumers", "/openapi.json"})
 PRINCIPAL = "principal"
 
 Endpoint = Callable[[Request], Awaitable[Response]]

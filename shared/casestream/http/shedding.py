@@ -16,7 +16,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from casestream.http.counters import EdgeCounters
 from casestream.http.problem import problem_response
 
-PROBE_PATHS = frozenset({"/healthz", "/readyz"})
+PROBE_PATHS = frozenset({"/healthz", "/readyz", "/readyz/consumers"})
 
 
 class LoadShedMiddleware:

@@ -116,19 +116,46 @@ def _database_ready(pool: Any, table: str, *, timeout_s: float = 2.0) -> Readine
     return check
 
 
-def consumer_ready(consumer: Any) -> ReadinessCheck:
-    """A readiness check that passes once ``consumer`` (a ConsumerRuntime or ConsumerGroup)
-    has a partition assignment and while its loop is not stalled (``stalled()``: one step
-    stuck longer than ``ConsumerSettings.stall_after_s``); ``/readyz`` answers 503 otherwise."""
+def _outbox_writable(pool: Any, *, timeout_s: float = 2.0) -> ReadinessCheck:
+    """The service can append to its outbox: the database accepts writes (not a standby, not
+    ``default_transaction_read_only``) and the service's role may INSERT into ``outbox``."""
 
     def check() -> None:
-        if not consumer.ready.is_set():
+        with pool.connection(timeout=timeout_s) as conn:  # readiness fails fast
+            row = conn.execute("SELECT has_table_privilege('outbox', 'INSERT'), pg_is_in_recovery(), "
+                               "current_setting('transaction_read_only')").fetchone()
+        insert, standby, read_only = row
+        if standby or read_only == "on":
+            raise RuntimeError("outbox: the database is read-only" + (" (a standby)" if standby else ""))
+        if not insert:
+            raise RuntimeError("outbox: no INSERT privilege on table outbox")
+
+    return check
+
+
+class _ConsumerCheck:
+    """A consumer's readiness check: served at ``/readyz/consumers``, never at ``/readyz``."""
+
+    __slots__ = ("consumer",)
+
+    def __init__(self, consumer: Any):
+        self.consumer = consumer
+
+    def __call__(self) -> None:
+        if not self.consumer.ready.is_set():
             raise RuntimeError("consumer has no partition assignment yet")
-        why = consumer.stalled()
+        why = self.consumer.stalled()
         if why is not None:
             raise RuntimeError(f"consumer stalled: {why}")
 
-    return check
+
+def consumer_ready(consumer: Any) -> ReadinessCheck:
+    """A consumption check that passes once ``consumer`` (a ConsumerRuntime or ConsumerGroup)
+    has a partition assignment and while its loop is not stalled (``stalled()``: one step
+    stuck longer than ``ConsumerSettings.stall_after_s``); ``/readyz/consumers`` answers 503
+    otherwise. :meth:`ServiceBuilder.ready` files it under consumption: a consumer behind or
+    without Kafka never takes the service's command API out of rotation."""
+    return _ConsumerCheck(consumer)
 
 
 class ServiceBuilder(Generic[S]):
@@ -185,6 +212,7 @@ class ServiceBuilder(Generic[S]):
             self.codec.close()
             raise
         self._assemble(pool, closers=[self.codec.close, pool.close])
+        self._with_outbox = with_outbox
 
     @classmethod
     def from_parts(cls, spec: ServiceSpec, settings: S, *, catalog: Catalog, codec: Any, pool: Any,
@@ -205,6 +233,8 @@ class ServiceBuilder(Generic[S]):
         self.outbox = OutboxWriter(self.codec)
         self._workers: dict[str, Worker] = {}
         self._readiness: dict[str, ReadinessCheck] = {}
+        self._consumption: dict[str, ReadinessCheck] = {}
+        self._with_outbox: bool = self.spec.outbox
         self._consumers: list[tuple[str, int]] = []  # (consumer name, members holding a connection)
         self._inboxes: dict[str, tuple[tuple[str, ...], bool]] = {}  # name -> (topics, compact guards)
         self._first_consumer: ConsumerRuntime | ConsumerGroup | None = None
@@ -228,8 +258,7 @@ class ServiceBuilder(Generic[S]):
         the sync), so it is off unless the handlers are written for it.
         With ``CASESTREAM_CONSUMER_CONCURRENCY`` > 1, a :class:`ConsumerGroup` of that many
         members. Worker name ``worker``, default ``"consumer"`` for the first consumer and
-        ``name`` for the others; the first consumer's assignment is the ``consumer``
-        readiness check.
+        ``name`` for the others; its assignment is the ``name`` check of ``/readyz/consumers``.
 
         Raises:
             ConfigError: see :class:`~casestream.consumer.runtime.ConsumerRuntime`.
@@ -250,7 +279,7 @@ class ServiceBuilder(Generic[S]):
         self._inboxes[name] = (tuple(topics), batching.first_seen is FirstSeenPolicy.BASELINE)
         if self._first_consumer is None:
             self._first_consumer = runtime
-            self._readiness["consumer"] = consumer_ready(runtime)
+        self._consumption[name] = consumer_ready(runtime)
         self.worker(worker or ("consumer" if len(self._consumers) == 1 else name), runtime.run)
         return runtime
 
@@ -310,9 +339,16 @@ class ServiceBuilder(Generic[S]):
             raise ConfigError(f"{self.name}: worker {name!r} declared twice")
         self._workers[name] = worker
 
-    def ready(self, name: str, check: ReadinessCheck) -> None:
-        """Add (or replace) readiness check ``name`` of ``/readyz``."""
-        self._readiness[name] = check
+    def ready(self, name: str, check: ReadinessCheck, *, consumption: bool | None = None) -> None:
+        """Add (or replace) check ``name``: of ``/readyz`` (can the service take commands), or
+        with ``consumption`` of ``/readyz/consumers``. Default: a :func:`consumer_ready`
+        check is a consumption check, any other a readiness check."""
+        if consumption is None:
+            consumption = isinstance(check, _ConsumerCheck)
+        target, other = ((self._consumption, self._readiness) if consumption
+                         else (self._readiness, self._consumption))
+        other.pop(name, None)
+        target[name] = check
 
     def closer(self, close: Callable[[], None]) -> None:
         """Call ``close`` at shutdown, before the codec and the pool are closed."""
@@ -339,9 +375,11 @@ class ServiceBuilder(Generic[S]):
         """The service process: ``app`` (its Starlette app; health routes are added) and the
         declared workers (and ``inbox-retention``, :class:`~casestream.consumer.retention.InboxRetention`
         of the declared consumers every ``INBOX_RETENTION_INTERVAL_S``; and ``dead-letter-depth``,
-        :class:`~casestream.operations.DeadLetterDepth` every ``DEAD_LETTER_DEPTH_INTERVAL_S``), with readiness ``postgres`` (reads ``ready_table``), ``consumer``
-        (the first consumer has an assignment, when there is one), ``kafka`` (when
-        ``kafka``; default: a consumer or the relay runs) and ``registry``; closers: the
+        :class:`~casestream.operations.DeadLetterDepth` every ``DEAD_LETTER_DEPTH_INTERVAL_S``), with readiness (``/readyz``, can it take commands)
+        ``postgres`` (reads ``ready_table``) and ``outbox`` (writable, when the service has
+        one) and the declared readiness checks; consumption (``/readyz/consumers``) ``kafka``
+        (when ``kafka``; default: a consumer or the relay runs), ``registry`` and one check
+        per consumer (its name: assigned, not stalled) and the declared ones; closers: the
         declared ones, then codec and pool. Freezes the start-up objects
         (``CASESTREAM_GC_FREEZE``).
 
@@ -364,11 +402,15 @@ class ServiceBuilder(Generic[S]):
                                    registry_properties=s.registry_properties)
         uses_kafka = (bool(self._consumers) or "relay" in self._workers) if kafka is None else kafka
         readiness: dict[str, ReadinessCheck] = {"postgres": _database_ready(self.pool, ready_table)}
+        if self._with_outbox:
+            readiness["outbox"] = _outbox_writable(self.pool)
         readiness.update(self._readiness)
-        if uses_kafka:
-            readiness["kafka"] = checks["kafka"]
-        readiness["registry"] = checks["registry"]
+        # The codec looked its own events' schema ids up at start, so commands need neither
+        # Kafka nor the registry; consumers need both (the registry: ids on the wire).
+        consumption: dict[str, ReadinessCheck] = {"kafka": checks["kafka"]} if uses_kafka else {}
+        consumption["registry"] = checks["registry"]
+        consumption.update(self._consumption)
         freeze_startup_objects(s.gc_freeze)
         return ServiceProcess(name=self.name, app=app, host=s.host, port=s.port,
                               workers=dict(self._workers), readiness=readiness,
-                              closers=list(self._closers))
+                              consumption=consumption, closers=list(self._closers))

@@ -16,7 +16,7 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import uvicorn
@@ -84,28 +84,37 @@ def configure_logging(service: str, level: str = "INFO", *, json_lines: bool | N
         logging.getLogger(name).setLevel(max(logging.WARNING, root.level))
 
 
-def health_routes(readiness: Mapping[str, ReadinessCheck]) -> list[Route]:
-    """Return ``/healthz`` (process alive, always 200) and ``/readyz`` routes.
+def health_routes(readiness: Mapping[str, ReadinessCheck],
+                  consumption: Mapping[str, ReadinessCheck] | None = None) -> list[Route]:
+    """Return ``/healthz`` (process alive, always 200), ``/readyz`` and ``/readyz/consumers``.
 
-    ``/readyz`` runs every check and answers 200 ``{"status": "ready"}`` or 503 with
-    ``{"status": "not_ready", "failing": {name: reason}}`` naming each dependency down.
+    ``/readyz`` (``readiness``: can the service take commands — its database and outbox)
+    and ``/readyz/consumers`` (``consumption``: Kafka, each consumer assigned and not stalled)
+    run their checks and answer 200 ``{"status": "ready"}`` or 503 with
+    ``{"status": "not_ready", "failing": {name: reason}}`` naming each dependency down. The
+    two are separate so a load balancer or Kubernetes readiness probe keeps routing commands
+    to a service whose outbox buffers them while Kafka is away.
     """
 
     async def healthz(_: Request) -> JSONResponse:
         return JSONResponse({"status": "alive"})
 
-    async def readyz(_: Request) -> JSONResponse:
-        failing: dict[str, str] = {}
-        for name, check in readiness.items():
-            try:
-                await run_in_threadpool(check)  # checks block (bounded by their timeouts)
-            except Exception as e:  # noqa: BLE001 - any failure means "not ready"
-                failing[name] = f"{type(e).__name__}: {e}"[:300]
-        if failing:
-            return JSONResponse({"status": "not_ready", "failing": failing}, status_code=503)
-        return JSONResponse({"status": "ready"})
+    def answer(checks: Mapping[str, ReadinessCheck]) -> Callable[[Request], Awaitable[JSONResponse]]:
+        async def probe(_: Request) -> JSONResponse:
+            failing: dict[str, str] = {}
+            for name, check in checks.items():
+                try:
+                    await run_in_threadpool(check)  # checks block (bounded by their timeouts)
+                except Exception as e:  # noqa: BLE001 - any failure means "not ready"
+                    failing[name] = f"{type(e).__name__}: {e}"[:300]
+            if failing:
+                return JSONResponse({"status": "not_ready", "failing": failing}, status_code=503)
+            return JSONResponse({"status": "ready"})
 
-    return [Route("/healthz", healthz), Route("/readyz", readyz)]
+        return probe
+
+    return [Route("/healthz", healthz), Route("/readyz", answer(readiness)),
+            Route("/readyz/consumers", answer(consumption or {}))]
 
 
 @dataclass(slots=True, kw_only=True)
@@ -120,7 +129,10 @@ class ServiceProcess:
             is exported there.
         host, port: where uvicorn listens.
         workers: named worker loops, each run in its own daemon thread.
-        readiness: dependency checks served at ``/readyz``.
+        readiness: checks served at ``/readyz``: can the service take commands (database,
+            outbox, registry).
+        consumption: checks served at ``/readyz/consumers``: Kafka and the consumers; they
+            never gate ``/readyz`` (the outbox holds events while Kafka is away).
         shutdown_timeout_s: how long to wait for each worker to stop, in seconds.
         http_drain_s: seconds uvicorn waits for requests in flight at shutdown before it
             closes their connections (uvicorn's ``timeout_graceful_shutdown``).
@@ -134,6 +146,7 @@ class ServiceProcess:
     port: int
     workers: Mapping[str, Worker] = field(default_factory=dict)
     readiness: Mapping[str, ReadinessCheck] = field(default_factory=dict)
+    consumption: Mapping[str, ReadinessCheck] = field(default_factory=dict)
     shutdown_timeout_s: float = 30.0
     closers: Sequence[Callable[[], None]] = ()
     http_drain_s: float = 5.0
@@ -150,7 +163,7 @@ class ServiceProcess:
         counters = getattr(self.app.state, "counters", None)
         if counters is not None:
             telemetry.sources().add_counters(self.name, counters)
-        for route in health_routes(self.readiness):
+        for route in health_routes(self.readiness, self.consumption):
             self.app.router.routes.append(route)
         server = _Server(
             uvicorn.Config(TracingMiddleware(self.app, serve_metrics=True), host=self.host,

@@ -8,7 +8,7 @@ Whatever a client sends, the label values stay bounded: a method outside
 :data:`KNOWN_METHODS` is ``_OTHER`` (OpenTelemetry HTTP semantic conventions,
 ``http.request.method``; the span keeps the original in ``http.request.method_original``),
 and no raw path reaches a label or a span name. The probe routes ``/healthz``,
-``/readyz`` and ``/metrics`` are neither traced nor timed.
+``/readyz``, ``/readyz/consumers`` and ``/metrics`` are neither traced nor timed.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from casestream.telemetry.tracing import context_from_traceparent
 __all__ = ["TracingMiddleware", "metrics_route", "UNTRACED_PATHS", "KNOWN_METHODS",
            "method_label"]
 
-UNTRACED_PATHS = frozenset({"/healthz", "/readyz", "/metrics"})
+UNTRACED_PATHS = frozenset({"/healthz", "/readyz", "/readyz/consumers", "/metrics"})
 KNOWN_METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "DELETE", "CONNECT", "OPTIONS",
                            "TRACE", "PATCH"})
 """RFC 9110 §9 methods and PATCH (RFC 5789): the method label's values, with ``_OTHER``."""
