@@ -142,3 +142,22 @@ class TestHttp:
     def test_the_edge_answers_first(self, client: TestClient) -> None:
         assert client.get("/watch/cases/c1").status_code == 401
         assert client.put("/watch/cases/c1").status_code == 401
+
+    def test_a_retry_with_the_idempotency_key_gets_the_first_answer(
+            self, client: TestClient, repo: MemoryWatchRepository) -> None:
+        h = {**bearer_headers("tenant-a", subject="officer-1"), "Idempotency-Key": "w-1"}
+        first = client.put("/watch/cases/c1", headers=h)
+        again = client.put("/watch/cases/c1", headers=h)
+        assert first.status_code == again.status_code == 201  # not 200 "already watching"
+        assert again.json() == first.json() and again.headers["idempotent-replayed"] == "true"
+        other_case = client.put("/watch/cases/c2", headers=h)
+        assert other_case.status_code == 409 and other_case.json()["code"] == "idempotency_conflict"
+        assert list(repo.watches) == [("tenant-a", "c1", "officer-1")]
+        counters = client.app.state.counters  # type: ignore[attr-defined]
+        assert (counters.idempotency_replays, counters.idempotency_conflicts) == (1, 1)
+        assert len(repo.keys.records) == 1
+
+    def test_a_malformed_idempotency_key_is_a_400_naming_the_header(self, client: TestClient) -> None:
+        bad = client.put("/watch/cases/c1", headers={**bearer_headers("tenant-a"),
+                                                     "Idempotency-Key": " padded "})
+        assert bad.status_code == 400 and bad.json()["errors"][0]["field"] == "Idempotency-Key"

@@ -1,7 +1,8 @@
 """The watch service's HTTP API (starlette), behind the shared edge (``casestream.http``).
 
 ``PUT /watch/cases/{case_id}``: the caller (token subject) watches the case -> 201 (new) or
-200 (already watching)::
+200 (already watching); with an ``Idempotency-Key`` a retry gets the first answer again
+(``Idempotent-Replayed: true``; ``casestream.http.Idempotency``)::
 
     {"watch_id": "<case_id>/<watcher_id>", "case_id", "watcher_id", "version", "created_at"}
 
@@ -28,10 +29,11 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from casestream.auth import ROLE_OFFICER, ROLE_SUPERVISOR
-from casestream.http import EdgePolicy, Operation, edge_app, guarded, json_answer
-from casestream.http import openapi_document, openapi_route, principal_of, problem_answer
-from casestream.http import problem_response, requires
-from watch.application import CaseNotWatched, CaseWatch, Clock, UnitOfWork, case_watch, watch_case
+from casestream.http import EdgePolicy, HttpProblem, Idempotency, Operation, StoredResponse
+from casestream.http import edge_app, guarded, json_answer, openapi_document, openapi_route
+from casestream.http import principal_of, problem_answer, problem_response, requires
+from watch.application import CaseNotWatched, CaseWatch, Clock, UnitOfWork, case_watch
+from watch.application import watch_case_once
 from watch.domain import Watch
 
 log = logging.getLogger(__name__)
@@ -39,6 +41,7 @@ log = logging.getLogger(__name__)
 ROLES = (ROLE_OFFICER, ROLE_SUPERVISOR)
 _CASE_ID = re.compile(r"[\x21-\x2e\x30-\x7e]{1,128}")  # printable ASCII but "/"
 _UNAVAILABLE = "the watch store could not be reached; retry later"
+WATCH_ROUTE = "PUT /watch/cases/{case_id}"
 
 
 def watch_json(watch: Watch) -> dict[str, Any]:
@@ -78,8 +81,15 @@ OPENAPI = openapi_document("watch service", "1.0.0", [
 """The OpenAPI document served at ``/openapi.json`` (``casestream.http.openapi_document``)."""
 
 
-def build_app(uow: UnitOfWork, clock: Clock, *, edge: EdgePolicy) -> Starlette:
-    """The watch API over ``uow`` (draw its connections through a ``DeadlinePool``)."""
+def _answer(watch: Watch, created: bool) -> StoredResponse:
+    return StoredResponse(status=201 if created else 200, body=watch_json(watch))
+
+
+def build_app(uow: UnitOfWork, clock: Clock, *, edge: EdgePolicy,
+              keys: Idempotency | None = None) -> Starlette:
+    """The watch API over ``uow`` (draw its connections through a ``DeadlinePool``);
+    ``keys``: the Idempotency-Key component (default: 24 h on ``clock``)."""
+    keys = keys if keys is not None else Idempotency(clock=clock.now)
 
     def not_found(path: str, case_id: str) -> Response:
         return problem_response(404, "case_not_found", "Case not found",
@@ -107,14 +117,17 @@ def build_app(uow: UnitOfWork, clock: Clock, *, edge: EdgePolicy) -> Starlette:
         if not _CASE_ID.fullmatch(case_id):
             return not_found(path, case_id[:128])
         principal = principal_of(request)
-        done = await guarded(request, lambda: watch_case(
-            uow, clock, tenant_id=principal.tenant_id, case_id=case_id,
-            watcher_id=principal.subject), log=log, unavailable=_UNAVAILABLE)
+        claim = keys.claim(request, WATCH_ROUTE, None, required=False)
+        done = await guarded(request, lambda: watch_case_once(
+            uow, clock, keys, claim, _answer, tenant_id=principal.tenant_id, case_id=case_id,
+            watcher_id=principal.subject), log=log, passthrough=(HttpProblem,),
+            unavailable=_UNAVAILABLE)
         if isinstance(done, Response):
             return done
-        watch, created = done
-        return JSONResponse(watch_json(watch), status_code=201 if created else 200)
+        return keys.respond(*done)
 
-    return edge_app([openapi_route(OPENAPI),
-                     Route("/watch/cases/{case_id}", get_case, methods=["GET"]),
-                     Route("/watch/cases/{case_id}", put_watch, methods=["PUT"])], edge)
+    app = edge_app([openapi_route(OPENAPI),
+                    Route("/watch/cases/{case_id}", get_case, methods=["GET"]),
+                    Route("/watch/cases/{case_id}", put_watch, methods=["PUT"])], edge)
+    keys.install(app)  # idempotency_replays_total / _conflicts_total on /metrics
+    return app

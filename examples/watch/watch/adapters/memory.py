@@ -7,7 +7,9 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from typing import Any
 
+from casestream.http import InMemoryIdempotencyStore
 from watch.domain import CaseView, Watch
 
 
@@ -18,6 +20,9 @@ class MemoryWatchRepository:
 
     cases: dict[str, CaseView] = field(default_factory=dict)
     watches: dict[tuple[str, str, str], Watch] = field(default_factory=dict)
+    keys: InMemoryIdempotencyStore = field(default_factory=InMemoryIdempotencyStore)
+    idempotency: Any = field(default=None, repr=False)
+    """The Idempotency-Key records' transaction of the current ``with repo()`` block."""
 
     def case(self, tenant_id: str, case_id: str) -> CaseView | None:
         view = self.cases.get(case_id)
@@ -40,11 +45,12 @@ class MemoryWatchRepository:
     @contextmanager
     def __call__(self) -> Iterator[MemoryWatchRepository]:
         cases, watches = dict(self.cases), dict(self.watches)
-        try:
-            yield self
-        except BaseException:
-            self.cases, self.watches = cases, watches
-            raise
+        with self.keys.transaction() as self.idempotency:
+            try:
+                yield self
+            except BaseException:
+                self.cases, self.watches = cases, watches
+                raise
 
 
 @dataclass

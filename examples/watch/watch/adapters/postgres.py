@@ -7,6 +7,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
+from casestream.http import PgIdempotencyStore
 from watch.adapters.projection import TABLE
 from watch.domain import CaseView, Watch
 
@@ -32,6 +33,7 @@ class PgWatchRepository:
 
     def __init__(self, conn: Any):
         self.conn = conn
+        self.idempotency = PgIdempotencyStore(conn)
 
     def case(self, tenant_id: str, case_id: str) -> CaseView | None:
         row = self.conn.execute(_CASE, (tenant_id, case_id)).fetchone()

@@ -11,8 +11,9 @@ from watch.application.service import (
     case_watch,
     on_case_event,
     watch_case,
+    watch_case_once,
 )
 
 __all__ = ["AGGREGATE_TYPE", "SOURCE", "WATCH_TRIGGERED", "CaseNotWatched", "CaseWatch", "Clock",
            "EventSink", "UnitOfWork", "WatchRepository", "case_watch", "on_case_event",
-           "watch_case"]
+           "watch_case", "watch_case_once"]

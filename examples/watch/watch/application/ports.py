@@ -13,11 +13,16 @@ from datetime import datetime
 from typing import Protocol
 
 from casestream.events import Envelope
+from casestream.http import IdempotencyStore
 from watch.domain import CaseView, Watch
 
 
 class WatchRepository(Protocol):
-    """Cases (the projection, read-only here) and watches, in one transaction."""
+    """Cases (the projection, read-only here) and watches, in one transaction; its
+    ``idempotency`` store writes Idempotency-Key records in that transaction too."""
+
+    @property
+    def idempotency(self) -> IdempotencyStore: ...
 
     def case(self, tenant_id: str, case_id: str) -> CaseView | None:
         """The projected case, None if unknown (or another tenant's)."""

@@ -1,15 +1,18 @@
 """Use cases of the watch service.
 
-HTTP: :func:`watch_case` (PUT), :func:`case_watch` (GET). Consumer ``watch.triggers``:
+HTTP: :func:`watch_case_once` (PUT, under an optional ``Idempotency-Key``: the platform's
+``casestream.http.Idempotency``), :func:`case_watch` (GET). Consumer ``watch.triggers``:
 :func:`on_case_event` turns a ``CaseClosed`` / ``CaseReturned`` of a watched case into one
 ``WatchTriggered`` event per watch, appended in the consumer's transaction.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from casestream.events import Envelope, new_event
+from casestream.http import Idempotency, IdempotentRequest, StoredResponse
 from watch.application.ports import Clock, EventSink, UnitOfWork, WatchRepository
 from watch.domain import CaseView, Watch, trigger_for
 
@@ -41,6 +44,25 @@ def watch_case(uow: UnitOfWork, clock: Clock, *, tenant_id: str, case_id: str,
     with uow() as repo:
         return repo.add_watch(Watch(case_id=case_id, tenant_id=tenant_id,
                                     watcher_id=watcher_id, created_at=clock.now()))
+
+
+def watch_case_once(uow: UnitOfWork, clock: Clock, keys: Idempotency,
+                    claim: IdempotentRequest | None, render: Callable[[Watch, bool], StoredResponse],
+                    *, tenant_id: str, case_id: str, watcher_id: str) -> tuple[StoredResponse, bool]:
+    """:func:`watch_case` under an ``Idempotency-Key`` (``claim``; None: no key): the answer
+    ``render(watch, created)`` gives is stored in the watch's own transaction and replayed
+    for the key (second value True).
+
+    Raises:
+        casestream.http.RequestInFlight, casestream.http.IdempotencyConflict: 409 answers.
+    """
+    with uow() as repo:
+        stored = keys.begin(repo.idempotency, claim)
+        if stored is not None:
+            return stored, True
+        watch, created = repo.add_watch(Watch(case_id=case_id, tenant_id=tenant_id,
+                                              watcher_id=watcher_id, created_at=clock.now()))
+        return keys.complete(repo.idempotency, claim, render(watch, created)), False
 
 
 def case_watch(uow: UnitOfWork, *, tenant_id: str, case_id: str) -> CaseWatch:
