@@ -8,11 +8,12 @@ declared properties refuse unknown ones, as ``kubeconform -strict`` expects), fr
 
 * ``--swagger``: the Kubernetes API's OpenAPI v2 document ``api/openapi-spec/swagger.json``
   shipped in the ``k8s.io/kubernetes`` Go module;
-* ``--crd``: CustomResourceDefinition YAML files (``spec.versions[].schema.openAPIV3Schema``),
-  e.g. KEDA's ``config/crd/bases/keda.sh_scaledobjects.yaml`` from its Go module.
+* ``--crd``: CustomResourceDefinitions (``spec.versions[].schema.openAPIV3Schema``) as JSON,
+  one document per line, e.g. KEDA's ``config/crd/bases/keda.sh_scaledobjects.yaml`` from its
+  Go module, which ``deploy/k8s/tools.sh`` converts with helm (``fromYaml | toJson``).
 
-Usage: ``python deploy/k8s/json_schemas.py --out DIR --swagger swagger.json --crd a.yaml ...``
-(stdlib + PyYAML, both in the project's virtual environment).
+Usage: ``python deploy/k8s/json_schemas.py --out DIR --swagger swagger.json --crd a.json ...``
+(the Python standard library alone: it runs in any user's environment).
 """
 
 from __future__ import annotations
@@ -22,8 +23,6 @@ import json
 import sys
 from pathlib import Path
 from typing import Any
-
-import yaml
 
 # OpenAPI formats whose JSON values take two types (kubectl accepts both).
 _TWO_TYPES = {"int-or-string": ["string", "integer"]}
@@ -87,7 +86,8 @@ def from_swagger(path: Path, out: Path) -> int:
 
 def from_crd(path: Path, out: Path) -> int:
     written = 0
-    for doc in yaml.safe_load_all(path.read_text(encoding="utf-8")):
+    docs = (json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip())
+    for doc in docs:
         if not doc or doc.get("kind") != "CustomResourceDefinition":
             continue
         spec = doc["spec"]
@@ -104,7 +104,8 @@ def main(argv: list[str]) -> int:
     ap = argparse.ArgumentParser(prog="json_schemas.py", description=__doc__.splitlines()[0])
     ap.add_argument("--out", type=Path, required=True, help="directory to write the schemas to")
     ap.add_argument("--swagger", type=Path, help="Kubernetes OpenAPI v2 document (swagger.json)")
-    ap.add_argument("--crd", type=Path, action="append", default=[], help="CRD YAML file (repeatable)")
+    ap.add_argument("--crd", type=Path, action="append", default=[],
+                    help="CRD documents as JSON, one per line (repeatable)")
     a = ap.parse_args(argv)
     a.out.mkdir(parents=True, exist_ok=True)
     n = from_swagger(a.swagger, a.out) if a.swagger else 0

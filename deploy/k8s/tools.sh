@@ -10,7 +10,10 @@
 # JSON schema per kind; they are generated offline (deploy/k8s/json_schemas.py) from the
 # OpenAPI document api/openapi-spec/swagger.json of the Go module k8s.io/kubernetes
 # $KUBERNETES_VERSION and from KEDA's CRDs in github.com/kedacore/keda/v2 $KEDA_VERSION
-# (both fetched with `go mod download`, nothing compiled) into .local/k8s/schemas.
+# (both fetched with `go mod download`, nothing compiled) into .local/k8s/schemas. The CRDs
+# are YAML: the helm just built turns them into JSON (its own YAML parser), so the generator
+# needs the Python standard library alone — any python3 (CASESTREAM_PYTHON, else python3 on
+# PATH: the active virtual environment, else the repository's .venv).
 # Cold: a few minutes on 2 cores (helm is the long build); then 0.1 s.
 set -euo pipefail
 
@@ -25,7 +28,7 @@ DIR="${CASESTREAM_LOCAL_DIR:-$REPO/.local}/k8s"
 BIN="$DIR/bin"
 SCHEMAS="$DIR/schemas"
 STAMP="$SCHEMAS/.generated-$KUBERNETES_VERSION-$KEDA_VERSION"
-PYTHON="${CASESTREAM_PYTHON:-$REPO/.venv/bin/python}"
+PYTHON="${CASESTREAM_PYTHON:-$(command -v python3 || echo "$REPO/.venv/bin/python")}"
 
 log() { echo "k8s-tools: $*" >&2; }
 die() { echo "k8s-tools: error: $*" >&2; exit 1; }
@@ -48,17 +51,42 @@ build() {  # build <binary> <package@version>
     log "built $BIN/$name in $((SECONDS - t0)) s"
 }
 
+crd_json() {  # crd_json <crd.yaml> <out.json>: its YAML documents as JSON, one per line
+    local chart
+    chart="$(mktemp -d)"
+    mkdir -p "$chart/templates"
+    printf 'apiVersion: v2\nname: crd-json\nversion: 0.0.0\n' > "$chart/Chart.yaml"
+    cp "$1" "$chart/crd.yaml"
+    cat > "$chart/templates/crd.yaml" <<'TEMPLATE'
+{{- range $doc := regexSplit "(?m)^---[ \t]*$" (.Files.Get "crd.yaml") -1 }}
+{{- $obj := fromYaml $doc }}
+{{- if $obj.Error }}{{ fail (printf "not YAML: %s" $obj.Error) }}{{ end }}
+{{- if $obj }}
+---
+{{ toJson $obj }}
+{{- end }}
+{{- end }}
+TEMPLATE
+    local ok=0
+    "$BIN/helm" template crd-json "$chart" --show-only templates/crd.yaml | grep '^{' > "$2" || ok=$?
+    rm -rf "$chart"
+    [[ $ok -eq 0 ]] || die "converting $1 to JSON with helm failed."
+}
+
 schemas() {
     if [[ -f "$STAMP" ]]; then return 0; fi
-    local k8s keda
+    local k8s keda tmp
     k8s="$(module_dir "k8s.io/kubernetes@$KUBERNETES_VERSION")" || die "go mod download k8s.io/kubernetes@$KUBERNETES_VERSION failed."
     keda="$(module_dir "github.com/kedacore/keda/v2@$KEDA_VERSION")" || die "go mod download github.com/kedacore/keda/v2@$KEDA_VERSION failed."
     [[ -f "$k8s/api/openapi-spec/swagger.json" ]] || die "$k8s has no api/openapi-spec/swagger.json."
+    tmp="$(mktemp -d)"
+    crd_json "$keda/config/crd/bases/keda.sh_scaledobjects.yaml" "$tmp/scaledobjects.json"
+    crd_json "$keda/config/crd/bases/keda.sh_triggerauthentications.yaml" "$tmp/triggerauthentications.json"
     rm -rf "$SCHEMAS"
     "$PYTHON" "$HERE/json_schemas.py" --out "$SCHEMAS" --swagger "$k8s/api/openapi-spec/swagger.json" \
-        --crd "$keda/config/crd/bases/keda.sh_scaledobjects.yaml" \
-        --crd "$keda/config/crd/bases/keda.sh_triggerauthentications.yaml" \
-        || die "generating the JSON schemas failed."
+        --crd "$tmp/scaledobjects.json" --crd "$tmp/triggerauthentications.json" \
+        || { rm -rf "$tmp"; die "generating the JSON schemas failed ($PYTHON)."; }
+    rm -rf "$tmp"
     touch "$STAMP"
 }
 
