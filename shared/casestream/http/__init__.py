@@ -1,7 +1,8 @@
 """The shared HTTP edge of the casestream services (starlette / pure ASGI middlewares).
 
 The error boundary (``boundary``: every failure a problem+json answer), request bodies
-read whole before a slot is taken, bounded in size, media type and time, and parsed as
+read whole before a slot is taken (the caller authenticated from its headers first, anonymous
+bodies on a small budget), bounded in size, media type and time, and parsed as
 strict JSON (``body``, ``jsonbody``), request models (``models``: pydantic bodies and
 query strings, errors naming each field; lazily re-exported: pydantic), OpenAPI documents
 built from those models (``openapi``, lazily re-exported),
@@ -32,7 +33,7 @@ from casestream.http.authn import (
     requires,
     unauthorized,
 )
-from casestream.http.body import BodyLimits, JsonBodyMiddleware, RequestBodyMiddleware
+from casestream.http.body import BodyAuthenticate, BodyLimits, JsonBodyMiddleware, RequestBodyMiddleware
 from casestream.http.boundary import ErrorBoundaryMiddleware
 from casestream.http.counters import EdgeCounters
 from casestream.http.deadline import (
@@ -42,7 +43,7 @@ from casestream.http.deadline import (
     current_deadline,
     deadline_scope,
 )
-from casestream.http.edge import EdgePolicy, edge_middleware, edge_policy
+from casestream.http.edge import EdgePolicy, bearer_gate, edge_middleware, edge_policy
 from casestream.http.idempotency import (
     DEFAULT_TTL,
     IDEMPOTENCY_HEADER,
@@ -123,7 +124,8 @@ __all__ = [
     "RateLimitMiddleware", "RateLimiter", "current_deadline", "deadline_scope",
     "edge_middleware", "edge_policy", "forbidden", "limit_param", "principal_of",
     "problem_response", "requires", "unauthorized",
-    "BodyLimits", "ErrorBoundaryMiddleware", "HttpProblem", "JsonBodyMiddleware",
+    "BodyAuthenticate", "BodyLimits", "ErrorBoundaryMiddleware", "HttpProblem", "JsonBodyMiddleware",
+    "bearer_gate",
     "RequestBodyMiddleware", "parse_json",
     "BLANK", "TEXT_PATTERN", "Identifier", "Limit", "body_is_empty", "body_model",
     "field_message", "json_body",
