@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from casestream.errors import ConfigError
@@ -10,6 +12,8 @@ from casestream.kafka import ObservedTopic, TopicSpec, plan_topics
 from casestream.service import ServiceSpec, discovery
 
 pytestmark = pytest.mark.unit
+
+SUITE = ("case", "decision", "notification", "saga", "audit")
 
 
 def _service(*topics: TopicSpec, name: str = "orders") -> ServiceSpec:
@@ -71,7 +75,7 @@ def test_installed_specs_declare_the_topics_their_relays_write() -> None:
     assert {"outbox.event.case": "case", "outbox.event.decision": "decision",
             "outbox.event.notice": "notification", "outbox.event.saga": "saga"}.items() <= owned.items()
     assert found["audit"].topics == ()
-    assert all(t.partitions == 6 and t.retention_ms for n, s in found.items() if n != "watch"
+    assert all(t.partitions == 6 and t.retention_ms for n, s in found.items() if n in SUITE
                for t in s.topics)
 
 
@@ -162,3 +166,15 @@ def test_missing_only_keeps_the_creations_and_the_ownership_refusals() -> None:
         "topic both is declared by services orders and billing; one service owns a topic",)
     grown = plan_topics({"orders": [TopicSpec(ORDER.name, 12)]}, _observed()).missing_only()
     assert (grown.changes, grown.refusals, grown.in_sync) == ((), (), (ORDER.name,))
+
+
+def test_the_suite_declares_what_the_local_infrastructure_creates() -> None:
+    """deploy/infra.sh creates the suite's topics from deploy/kafka/topics.conf (6 partitions):
+    the specs must say the same, or `casestream topics plan` would report drift on them."""
+    conf = Path(__file__).resolve().parents[2] / "deploy" / "kafka" / "topics.conf"
+    created = {line.split()[0]: int(line.split()[1]) for line in conf.read_text().splitlines()
+               if line.strip() and not line.startswith("#")}
+    declared = {t.name: t for name, spec in discovery.services().items() if name in SUITE
+                for t in spec.topics}
+    assert {n: (t.partitions, t.retention_ms) for n, t in declared.items()} == \
+        {n: (6, ms) for n, ms in created.items()}
