@@ -1,44 +1,73 @@
 """The web console: starlette app, server-rendered pages, the operators' actions.
 
-Pages (every one needs a valid bearer token — the services' JWT, verified with the same
-``AuthSettings`` — given once on ``/login`` and kept in an HttpOnly, SameSite=Strict cookie,
-or sent as ``Authorization: Bearer``):
+Pages (every one needs a signed-in console session, or ``Authorization: Bearer``):
 
+    GET  /login                   the sign-in form (a pre-session and its CSRF token)
+    POST /login                   form ``token`` (the services' JWT, verified with the same
+                                  ``AuthSettings``), ``csrf``: starts a console session
+    POST /logout                  form ``csrf``: ends the session at once
     GET  /journeys?case_id=ID     a case's events across the topics, causation arrows, its sagas
     GET  /sagas                   counts by state, stuck, MANUAL_REVIEW (resolve), compensation failed
-    POST /sagas/{saga_id}/resolve form ``reason``: the saga service's resolve route, as the caller
+    POST /sagas/{saga_id}/resolve form ``reason``, ``csrf``: the saga service's resolve route, as the caller
     GET  /deadletters?consumer=C  open dead letters per consumer, decoded and redacted
-    POST /deadletters/{consumer}  form ``action`` (redrive|discard), ``label`` (repeatable), ``reason``
+    POST /deadletters/{consumer}  form ``action`` (redrive|discard), ``label`` (repeatable), ``reason``, ``csrf``
     GET  /flow                    outbox backlog per service, lag per partition per group,
                                   recent replay runs (progress, rate, ETA)
 
+Sessions (:mod:`casestream.console.sessions`): the browser keeps a random session id in
+an HttpOnly, SameSite=Strict cookie (``Secure`` and ``__Host-`` prefixed in production);
+the token stays on the server. Every state-changing form carries the session's CSRF
+token, and a POST a browser sent from another origin is refused (:mod:`casestream.console.guard`).
+
+The edge is the services' (:mod:`casestream.http`): error boundary, the body gate (form
+bodies of at most ``max_body_bytes``, read before anyone is identified), load shedding,
+per-client rate limits; then :class:`~casestream.console.guard.ConsoleAuthMiddleware`.
+Journey and dead-letter reads are bounded: at most ``expensive_concurrency`` run at once
+(one more answers 503 with ``Retry-After``), and their results are reused for a few
+seconds (``journey_cache_s``, ``deadletter_cache_s``).
+
 Roles: reading needs ``officer``, ``supervisor`` or ``operator``; actions need ``supervisor``.
-Tenancy: a caller sees the dead letters and journeys of their token's tenant only, unless
-they hold ``operator`` (undecodable dead letters, with no tenant, only then); sagas come
-from the saga service as the caller, which scopes them to the token's tenant. Every action
-goes through :mod:`casestream.operations` (the CLI's code) and is recorded on the
-operator-action topic (who, when, why). Kafka and service reads run in the thread pool.
+Tenancy: a caller sees the dead letters (and their counts) and journeys of their token's
+tenant only, unless they hold ``operator`` (undecodable dead letters, with no tenant, and
+the topics' totals only then); sagas come from the saga service as the caller, which scopes
+them to the token's tenant. Dead letters are those of the configured consumers only
+(``ConsoleSources.consumers``): any other consumer name is refused with 400 before Kafka
+is asked. Every action goes through :mod:`casestream.operations` (the CLI's code) and is
+recorded on the operator-action topic (who, when, why). Kafka and service reads run in
+the thread pool.
 """
 
 from __future__ import annotations
 
 import logging
+import threading
+import time
+from collections import OrderedDict
 from collections.abc import Callable
 from datetime import datetime, timezone
-from typing import Any
+from typing import Any, TypeVar
 from urllib.parse import parse_qs, quote, urlencode
 
 import httpx
 from starlette.applications import Starlette
+from starlette.concurrency import run_in_threadpool
+from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
 from starlette.routing import Route
 
 from casestream.auth import ROLE_OFFICER, ROLE_OPERATOR, ROLE_SUPERVISOR, InvalidToken, Principal, TokenVerifier
-from casestream.consumer.deadletters import redact
-from casestream.console.pages import esc, fmt, page, pretty, replay_runs_table, table
+from casestream.console.guard import ConsoleAuthMiddleware, SecurityHeadersMiddleware, caller_of
+from casestream.console.pages import STYLE, STYLE_PATH, csrf_field, esc, fmt, page, pretty, replay_runs_table, table
+from casestream.console.sessions import SessionStore
 from casestream.console.sources import ConsoleSources
+from casestream.consumer.deadletters import redact
 from casestream.errors import CasestreamError
+from casestream.http.body import BodyLimits, RequestBodyMiddleware
+from casestream.http.boundary import ErrorBoundaryMiddleware
+from casestream.http.counters import EdgeCounters
+from casestream.http.ratelimit import RateLimit, RateLimiter, RateLimitMiddleware
+from casestream.http.shedding import PROBE_PATHS, LoadShedMiddleware
 from casestream.operations import (
     ACTION_SAGA_RESOLVE,
     Actor,
@@ -56,11 +85,17 @@ from casestream.operations import (
 
 log = logging.getLogger(__name__)
 
-__all__ = ["console_app", "COOKIE"]
+__all__ = ["console_app", "COOKIE", "SECURE_COOKIE", "LOGIN_COOKIE", "FORM_TYPE"]
 
 COOKIE = "casestream_session"
+SECURE_COOKIE = "__Host-casestream_session"
+"""The session cookie's name when it is ``Secure`` (RFC 6265bis §4.1.3.2: host-only, path /)."""
+LOGIN_COOKIE = "casestream_login"
+FORM_TYPE = "application/x-www-form-urlencoded"
 READ_ROLES = (ROLE_OFFICER, ROLE_SUPERVISOR, ROLE_OPERATOR)
 ACT_ROLES = (ROLE_SUPERVISOR,)
+FLOW_SCRIPT_PATH = "/static/flow.js"
+BUSY_RETRY_S = 2
 
 FLOW_REFRESH_JS = """
 // refresh the tables 2 s after the previous answer (never two requests at once)
@@ -73,10 +108,12 @@ async function refresh() {
 setTimeout(refresh, 2000);
 """
 
+T = TypeVar("T")
+
 
 class Form:
-    """An ``application/x-www-form-urlencoded`` body (what the pages' forms send), at most
-    :data:`FORM_MAX` bytes, parsed with ``urllib.parse.parse_qs``."""
+    """An ``application/x-www-form-urlencoded`` body (what the pages' forms send), already
+    bounded by the edge's body gate, parsed with ``urllib.parse.parse_qs``."""
 
     def __init__(self, fields: dict[str, list[str]]) -> None:
         self._fields = fields
@@ -89,19 +126,49 @@ class Form:
         return list(self._fields.get(name, []))
 
 
-FORM_MAX = 64 * 1024
-
-
 async def _form(request: Request) -> Form:
     body = await request.body()
-    return Form(parse_qs(body[:FORM_MAX].decode("utf-8", "replace"), keep_blank_values=True))
+    return Form(parse_qs(body.decode("utf-8", "replace"), keep_blank_values=True))
 
 
-def _token(request: Request) -> str | None:
-    auth = request.headers.get("authorization", "")
-    if auth.lower().startswith("bearer "):
-        return auth[7:].strip()
-    return request.cookies.get(COOKIE)
+class Busy(CasestreamError):
+    """Every slot for an expensive read is taken (answered 503 with ``Retry-After``)."""
+
+
+class BoundedReads:
+    """At most ``slots`` expensive reads at once (a further one raises :class:`Busy` at
+    once rather than queueing a thread), each result kept ``ttl_s`` seconds in a cache of
+    ``size`` entries, the oldest dropped first (0 s: not kept)."""
+
+    def __init__(self, slots: threading.BoundedSemaphore, *, ttl_s: float, size: int) -> None:
+        self._slots = slots
+        self._ttl, self._size = ttl_s, max(1, size)
+        self._lock = threading.Lock()
+        self._cache: OrderedDict[Any, tuple[float, Any]] = OrderedDict()
+
+    def get(self, key: Any, load: Callable[[], T]) -> T:
+        with self._lock:
+            kept = self._cache.get(key)
+            if kept is not None and kept[0] > time.monotonic():
+                return kept[1]  # type: ignore[no-any-return]
+        if not self._slots.acquire(blocking=False):
+            raise Busy("too many journey and dead-letter reads at once; retry in a few seconds")
+        try:
+            value = load()
+        finally:
+            self._slots.release()
+        if self._ttl > 0:
+            with self._lock:
+                self._cache.pop(key, None)
+                self._cache[key] = (time.monotonic() + self._ttl, value)
+                while len(self._cache) > self._size:
+                    self._cache.popitem(last=False)
+        return value
+
+    def forget(self, *keys: Any) -> None:
+        with self._lock:
+            for key in keys:
+                self._cache.pop(key, None)
 
 
 def _who(p: Principal) -> str:
@@ -116,28 +183,71 @@ def _actor(p: Principal) -> Actor:
     return Actor(p.subject, tenant=p.tenant_id, roles=sorted(p.roles))
 
 
-def console_app(sources: ConsoleSources, verifier: TokenVerifier) -> Starlette:
-    """The console over ``sources`` (what to read) with tokens checked by ``verifier``."""
-    timeout = sources.settings.request_timeout_s
+def _token_lifetime(token: str) -> float | None:
+    """Seconds until the (verified) token's ``exp`` (None: no ``exp``)."""
+    import jwt
 
-    def authed(roles: tuple[str, ...], fn: Callable[[Request, Principal], Response]) -> Callable[[Request], Response]:
+    exp = jwt.decode(token, options={"verify_signature": False}).get("exp")
+    return float(exp) - time.time() if isinstance(exp, int | float) else None
+
+
+def console_app(sources: ConsoleSources, verifier: TokenVerifier, *, production: bool = False) -> Starlette:
+    """The console over ``sources`` (what to read) with tokens checked by ``verifier``.
+
+    ``production``: the session cookie is ``Secure`` unless ``cookie_secure`` says otherwise."""
+    settings = sources.settings
+    timeout = settings.request_timeout_s
+    secure = production if settings.cookie_secure is None else settings.cookie_secure
+    cookie = SECURE_COOKIE if secure else COOKIE
+    sessions = SessionStore(ttl_s=settings.session_ttl_s, max_sessions=settings.max_sessions)
+    slots = threading.BoundedSemaphore(settings.expensive_concurrency)
+    journey_reads = BoundedReads(slots, ttl_s=settings.journey_cache_s, size=settings.journey_cache_size)
+    dead_letter_reads = BoundedReads(slots, ttl_s=settings.deadletter_cache_s, size=len(sources.consumers) + 2)
+    known_consumers = frozenset(sources.consumers)
+
+    def render(request: Request, title: str, body: str, status: int = 200, *, active: str = "",
+               script: str = "", headers: dict[str, str] | None = None) -> HTMLResponse:
+        c = caller_of(request.scope)
+        who = _who(c.principal) if c.principal is not None else ""
+        csrf = c.session.csrf if c.session is not None else ""
+        return HTMLResponse(page(title, body, active=active, who=who, script=script, csrf=csrf), status,
+                            headers=headers)
+
+    def busy(request: Request, title: str, e: Busy, active: str) -> Response:
+        return render(request, title, f"<p class=bad id=busy>{esc(e)}</p>", 503, active=active,
+                      headers={"Retry-After": str(BUSY_RETRY_S)})
+
+    def authed(roles: tuple[str, ...], fn: Callable[[Request, Principal], Response]) -> Callable[[Request], Any]:
         def endpoint(request: Request) -> Response:
-            token = _token(request)
-            try:
-                if not token:
-                    raise InvalidToken("a bearer token is required", missing=True)
-                principal = verifier.verify(token)
-            except InvalidToken as e:
+            c = caller_of(request.scope)
+            if c.principal is None:
+                why = c.error or "sign in to use the console"
                 if request.method == "GET":
                     nxt = request.url.path + (f"?{request.url.query}" if request.url.query else "")
-                    return RedirectResponse("/login?" + urlencode({"next": nxt, "why": str(e)}), 303)
-                return HTMLResponse(page("Not signed in", f"<p class=bad>{esc(e)}</p>"), 401)
-            if not principal.roles & set(roles):
-                return HTMLResponse(page("Forbidden", f"<p class=bad>requires role {esc(' or '.join(roles))}; "
-                                                      f"your token has {esc(', '.join(sorted(principal.roles)) or 'none')}</p>",
-                                         who=_who(principal)), 403)
-            return fn(request, principal)
+                    return RedirectResponse("/login?" + urlencode({"next": nxt, "why": why}), 303)
+                return render(request, "Not signed in", f"<p class=bad>{esc(why)}</p>", 401)
+            p = c.principal
+            if not p.roles & set(roles):
+                return render(request, "Forbidden", f"<p class=bad>requires role {esc(' or '.join(roles))}; "
+                                                    f"your token has {esc(', '.join(sorted(p.roles)) or 'none')}</p>",
+                              403)
+            return fn(request, p)
         return endpoint
+
+    def action(roles: tuple[str, ...], fn: Callable[[Request, Principal, Form], Response]) -> Callable[[Request], Any]:
+        """A state-changing route: the session's CSRF token checked (a bearer caller has no
+        session and needs none), then ``fn`` in the thread pool."""
+        async def endpoint(request: Request) -> Response:
+            form = await _form(request)
+            c = caller_of(request.scope)
+            if c.session is not None and not c.session.csrf_ok(form.get("csrf")):
+                return render(request, "Refused", "<p class=bad>csrf: the form's token is missing or not "
+                                                  "this session's; reload the page and try again</p>", 403)
+            return await run_in_threadpool(authed(roles, lambda req, p: fn(req, p, form)), request)
+        return endpoint
+
+    def token_of(request: Request) -> str:
+        return caller_of(request.scope).token or ""
 
     def service_call(method: str, path: str, principal_token: str, **kw: Any) -> httpx.Response | None:
         base = sources.saga_service()
@@ -146,37 +256,49 @@ def console_app(sources: ConsoleSources, verifier: TokenVerifier) -> Starlette:
         with httpx.Client(timeout=timeout) as client:
             return client.request(method, base + path, headers={"authorization": f"Bearer {principal_token}"}, **kw)
 
-    # -- login ------------------------------------------------------------------------
+    # -- sign in and out --------------------------------------------------------------
     def login_form(request: Request) -> Response:
         why = request.query_params.get("why", "")
         nxt = request.query_params.get("next", "/journeys")
+        pre = sessions.pre_session()
         body = (f'<p class="muted">{esc(why)}</p>' if why else "") + (
             '<form method="post" action="/login"><p>Paste your bearer token (JWT; e.g. '
             '<code>casestream token --tenant T --role supervisor</code>):</p>'
-            f'<input type="hidden" name="next" value="{esc(nxt)}">'
+            f'<input type="hidden" name="next" value="{esc(nxt)}">{csrf_field(pre.csrf)}'
             '<textarea name="token" id="token" rows="4" cols="80" required></textarea><p>'
             '<button type="submit" id="login">Sign in</button></p></form>')
-        return HTMLResponse(page("Sign in", body))
+        resp = HTMLResponse(page("Sign in", body))
+        resp.set_cookie(LOGIN_COOKIE, pre.sid, max_age=600, httponly=True, samesite="strict",
+                        secure=secure, path="/login")
+        return resp
 
     async def login(request: Request) -> Response:
         form = await _form(request)
+        pre = sessions.get(request.cookies.get(LOGIN_COOKIE))
+        if pre is None or pre.principal is not None or not pre.csrf_ok(form.get("csrf")):
+            return HTMLResponse(page("Sign in", "<p class=bad>csrf: this sign-in form is not this console's "
+                                     "or has expired</p><p><a href=\"/login\">open the sign-in form</a></p>"), 403)
         token = str(form.get("token") or "").strip()
         nxt = str(form.get("next") or "/journeys")
-        if not nxt.startswith("/") or nxt.startswith("//"):
+        if not nxt.startswith("/") or nxt.startswith("//") or nxt.startswith("/\\"):
             nxt = "/journeys"
         try:
-            verifier.verify(token)
+            principal = verifier.verify(token)
         except InvalidToken as e:
             return HTMLResponse(page("Sign in", f"<p class=bad>token refused: {esc(e)}</p>"
                                      '<p><a href="/login">try again</a></p>'), 401)
+        session = sessions.sign_in(principal, token, token_expires_in_s=_token_lifetime(token), replaces=pre.sid)
         resp = RedirectResponse(nxt, 303)
-        resp.set_cookie(COOKIE, token, httponly=True, samesite="strict",
-                        secure=sources.settings.cookie_secure, path="/")
+        resp.set_cookie(cookie, session.sid, httponly=True, samesite="strict", secure=secure, path="/")
+        resp.delete_cookie(LOGIN_COOKIE, path="/login")
         return resp
 
-    def logout(_request: Request) -> Response:
+    def logout_done(request: Request, _p: Principal, _form: Form) -> Response:
+        c = caller_of(request.scope)
+        if c.session is not None:
+            sessions.end(c.session.sid)
         resp = RedirectResponse("/login", 303)
-        resp.delete_cookie(COOKIE, path="/")
+        resp.delete_cookie(cookie, path="/", secure=secure, httponly=True, samesite="strict")
         return resp
 
     # -- journeys ---------------------------------------------------------------------
@@ -186,23 +308,24 @@ def console_app(sources: ConsoleSources, verifier: TokenVerifier) -> Starlette:
                 f'id="case_id" value="{esc(case_id) if case_id else ""}"></label> '
                 '<button type="submit" id="search">Show journey</button></form>')
         if not case_id:
-            return HTMLResponse(page("Journeys", form, active="/journeys", who=_who(p)))
+            return render(request, "Journeys", form, active="/journeys")
         try:
-            j = load_journey(sources.kafka, case_id, sources.journey_topics, sources.codec,
-                             max_messages=sources.settings.journey_max_messages,
-                             timeout_s=sources.settings.journey_timeout_s)
+            j = journey_reads.get(case_id, lambda: load_journey(
+                sources.kafka, case_id, sources.journey_topics, sources.codec,
+                max_messages=settings.journey_max_messages, timeout_s=settings.journey_timeout_s))
+        except Busy as e:
+            return busy(request, "Journeys", e, "/journeys")
         except CasestreamError as e:  # Kafka did not answer, or the read ran out of time
-            return HTMLResponse(page("Journeys", form + f"<p class=bad>{esc(e)}</p>", active="/journeys",
-                                     who=_who(p)), 503)
+            return render(request, "Journeys", form + f"<p class=bad>{esc(e)}</p>", 503, active="/journeys")
         if not j.events and j.undecodable and _sees_all(p):
             # undecodable messages carry no readable tenant: their count and error are an
             # operator's to see, anyone else gets the 404 below
-            return HTMLResponse(page("Journeys", form + f"<p class=bad id=undecodable>{j.undecodable} "
-                                     f"message(s) of case {esc(case_id)} could not be decoded; the first: "
-                                     f"{esc(j.decode_error)}</p>", active="/journeys", who=_who(p)), 503)
+            return render(request, "Journeys", form + f"<p class=bad id=undecodable>{j.undecodable} "
+                          f"message(s) of case {esc(case_id)} could not be decoded; the first: "
+                          f"{esc(j.decode_error)}</p>", 503, active="/journeys")
         if not j.events or (j.tenant != p.tenant_id and not _sees_all(p)):
-            return HTMLResponse(page("Journeys", form + f"<p id=none>No events of case {esc(case_id)} "
-                                     "(or not of your tenant).</p>", active="/journeys", who=_who(p)), 404)
+            return render(request, "Journeys", form + f"<p id=none>No events of case {esc(case_id)} "
+                          "(or not of your tenant).</p>", 404, active="/journeys")
         rows = []
         for e in j.events:
             arrow = (f'<a class="arrow" href="#ev{e.caused_by}">↳ #{e.caused_by}</a>'
@@ -217,8 +340,8 @@ def console_app(sources: ConsoleSources, verifier: TokenVerifier) -> Starlette:
                        "caused by", "correlation", "trace id"), rows, id_="timeline")
         if j.undecodable:
             body += f"<p class=warn>{j.undecodable} message(s) of this case could not be decoded.</p>"
-        body += _sagas_of_case(case_id, _token(request) or "")
-        return HTMLResponse(page("Journeys", body, active="/journeys", who=_who(p)))
+        body += _sagas_of_case(case_id, token_of(request))
+        return render(request, "Journeys", body, active="/journeys")
 
     def _sagas_of_case(case_id: str, token: str) -> str:
         try:
@@ -234,33 +357,32 @@ def console_app(sources: ConsoleSources, verifier: TokenVerifier) -> Starlette:
 
     # -- sagas ------------------------------------------------------------------------
     def sagas(request: Request, p: Principal) -> Response:
-        token = _token(request) or ""
+        token = token_of(request)
         done = request.query_params.get("done")
         body = f'<div class="done" id="done">{esc(done)}</div>' if done else ""
         try:
             metrics = service_call("GET", "/sagas/metrics", token)
             stuck = service_call("GET", "/sagas/stuck", token)
-            review = [s for st in sources.settings.review_states
+            review = [s for st in settings.review_states
                       for s in _sagas_in(service_call("GET", "/sagas?" + urlencode({"state": st}), token))]
-            failed = [s for st in sources.settings.failed_states
+            failed = [s for st in settings.failed_states
                       for s in _sagas_in(service_call("GET", "/sagas?" + urlencode({"state": st}), token))]
         except httpx.HTTPError as e:
-            return HTMLResponse(page("Sagas", body + f"<p class=bad>saga service: {esc(e)}</p>",
-                                     active="/sagas", who=_who(p)), 503)
+            return render(request, "Sagas", body + f"<p class=bad>saga service: {esc(e)}</p>", 503, active="/sagas")
         if metrics is None:
-            return HTMLResponse(page("Sagas", body + "<p class=muted>No configured service answers /sagas.</p>",
-                                     active="/sagas", who=_who(p)))
+            return render(request, "Sagas", body + "<p class=muted>No configured service answers /sagas.</p>",
+                          active="/sagas")
         gauges = metrics.json().get("gauges", {}) if metrics.status_code == 200 else {}
         counts = {k: v for k, v in gauges.items()}
         body += "<h2>By state</h2>" + table(("gauge", "value"), [(esc(k), f'<span class=num>{esc(v)}</span>')
                                                                   for k, v in sorted(_flat(counts))], id_="counts")
-        body += "<h2>Stuck (past deadline + grace)</h2>" + _saga_table(_sagas_in(stuck), "stuck", False)
-        body += "<h2>Manual review</h2>" + _saga_table(review, "manual-review",
-                                                       ROLE_SUPERVISOR in p.roles)
-        body += "<h2>Compensation failed</h2>" + _saga_table(failed, "compensation-failed", False)
-        return HTMLResponse(page("Sagas", body, active="/sagas", who=_who(p)))
+        csrf = _csrf_of(request)
+        body += "<h2>Stuck (past deadline + grace)</h2>" + _saga_table(_sagas_in(stuck), "stuck", False, csrf)
+        body += "<h2>Manual review</h2>" + _saga_table(review, "manual-review", ROLE_SUPERVISOR in p.roles, csrf)
+        body += "<h2>Compensation failed</h2>" + _saga_table(failed, "compensation-failed", False, csrf)
+        return render(request, "Sagas", body, active="/sagas")
 
-    def _saga_table(items: list[dict[str, Any]], ident: str, resolvable: bool) -> str:
+    def _saga_table(items: list[dict[str, Any]], ident: str, resolvable: bool, csrf: str) -> str:
         if not items:
             return f'<p class="muted" id="{ident}-none">none</p>'
         rows = []
@@ -269,7 +391,7 @@ def console_app(sources: ConsoleSources, verifier: TokenVerifier) -> Starlette:
             case = s.get("case_id") or (s.get("data") or {}).get("case_id")
             action = ""
             if resolvable:
-                action = (f'<form method="post" action="/sagas/{quote(sid)}/resolve">'
+                action = (f'<form method="post" action="/sagas/{quote(sid)}/resolve">{csrf_field(csrf)}'
                           f'<input type="text" name="reason" required placeholder="reason (required)" '
                           f'class="reason"> <button type="submit" class="resolve">Resolve</button></form>')
             rows.append((f"<code>{esc(sid)}</code>", esc(s.get("state")),
@@ -277,65 +399,78 @@ def console_app(sources: ConsoleSources, verifier: TokenVerifier) -> Starlette:
                          esc((s.get("deadline") or {}).get("at")), action))
         return table(("saga id", "state", "case id", "deadline", ""), rows, id_=ident)
 
-    async def resolve(request: Request) -> Response:
-        form = await _form(request)
-
-        def act(req: Request, p: Principal) -> Response:
-            saga_id = req.path_params["saga_id"]
-            reason = str(form.get("reason") or "").strip()
-            if not reason:
-                return HTMLResponse(page("Sagas", "<p class=bad>reason: required</p>", who=_who(p)), 400)
-            try:
-                r = service_call("POST", f"/sagas/{quote(saga_id)}/resolve", _token(req) or "",
-                                 json={"reason": reason})
-            except httpx.HTTPError as e:
-                return HTMLResponse(page("Sagas", f"<p class=bad>saga service: {esc(e)}</p>", who=_who(p)), 503)
-            ok = r is not None and r.status_code == 200
-            detail = "resolved" if ok else (r.text[:500] if r is not None else "no saga service")
-            try:
-                record_action(sources.kafka, OperatorAction(
-                    actor=p.subject, tenant=p.tenant_id, roles=tuple(sorted(p.roles)),
-                    action=ACTION_SAGA_RESOLVE, target=saga_id, items=(saga_id,), reason=reason,
-                    outcome="ok" if ok else "failed", detail=detail))
-            except CasestreamError as e:
-                detail += f" (action not recorded: {e})"
-            if not ok:
-                return HTMLResponse(page("Sagas", f"<p class=bad>resolve refused: {esc(detail)}</p>",
-                                         who=_who(p)), r.status_code if r is not None else 503)
-            return RedirectResponse("/sagas?" + urlencode({"done": f"saga {saga_id} resolved: {reason}"}), 303)
-        from starlette.concurrency import run_in_threadpool
-
-        return await run_in_threadpool(authed(ACT_ROLES, act), request)
+    def resolve(req: Request, p: Principal, form: Form) -> Response:
+        saga_id = req.path_params["saga_id"]
+        reason = str(form.get("reason") or "").strip()
+        if not reason:
+            return render(req, "Sagas", "<p class=bad>reason: required</p>", 400)
+        try:
+            r = service_call("POST", f"/sagas/{quote(saga_id)}/resolve", token_of(req), json={"reason": reason})
+        except httpx.HTTPError as e:
+            return render(req, "Sagas", f"<p class=bad>saga service: {esc(e)}</p>", 503)
+        ok = r is not None and r.status_code == 200
+        detail = "resolved" if ok else (r.text[:500] if r is not None else "no saga service")
+        try:
+            record_action(sources.kafka, OperatorAction(
+                actor=p.subject, tenant=p.tenant_id, roles=tuple(sorted(p.roles)),
+                action=ACTION_SAGA_RESOLVE, target=saga_id, items=(saga_id,), reason=reason,
+                outcome="ok" if ok else "failed", detail=detail))
+        except CasestreamError as e:
+            detail += f" (action not recorded: {e})"
+        if not ok:
+            return render(req, "Sagas", f"<p class=bad>resolve refused: {esc(detail)}</p>",
+                          r.status_code if r is not None else 503)
+        return RedirectResponse("/sagas?" + urlencode({"done": f"saga {saga_id} resolved: {reason}"}), 303)
 
     # -- dead letters -----------------------------------------------------------------
+    def overview() -> tuple[dict[str, int], list[Any]]:
+        counts = dead_letter_counts(sources.kafka)
+        counts = {c: n for c, n in counts.items() if c in known_consumers}
+        return counts, (read_actions(sources.kafka) if any(counts.values()) else [])
+
+    def open_entries(consumer: str, actions: list[Any] | None) -> list[tuple[Any, Any]]:
+        """The open dead letters of ``consumer`` with their decoded envelopes (None: undecodable)."""
+        state = load_dead_letter_state(sources.kafka, consumer, actions=actions)
+        return [(e, _decoded(e)) for e in state.open]
+
+    def unknown_consumer(request: Request, consumer: str) -> Response:
+        return render(request, "Dead letters", f"<p class=bad id=unknown>consumer: unknown {esc(consumer)} "
+                      "(not a consumer of the configured services)</p>", 400, active="/deadletters")
+
     def deadletters(request: Request, p: Principal) -> Response:
         chosen = request.query_params.get("consumer")
+        if chosen is not None and chosen not in known_consumers:
+            return unknown_consumer(request, chosen)
         done = request.query_params.get("done")
         body = f'<div class="done" id="done">{esc(done)}</div>' if done else ""
         try:
-            counts = dead_letter_counts(sources.kafka)
-            actions = read_actions(sources.kafka) if any(counts.values()) else []
+            counts, actions = dead_letter_reads.get("overview", overview)
+        except Busy as e:
+            return busy(request, "Dead letters", e, "/deadletters")
         except CasestreamError as e:
-            return HTMLResponse(page("Dead letters", body + f"<p class=bad>{esc(e)}</p>", active="/deadletters",
-                                     who=_who(p)), 503)
+            return render(request, "Dead letters", body + f"<p class=bad>{esc(e)}</p>", 503, active="/deadletters")
         rows, detail = [], ""
-        for c in list(dict.fromkeys([*sources.consumers, *sorted(counts)])):
-            visible: list[Any] = []
+        everything = _sees_all(p)
+        for c in sources.consumers:
+            visible: list[tuple[Any, Any]] = []
             total = counts.get(c, 0)
             if total:  # an empty (or missing) dead-letter topic has nothing open: no more to read
                 try:
-                    state = load_dead_letter_state(sources.kafka, c, actions=actions)
+                    entries = dead_letter_reads.get(("consumer", c), lambda c=c: open_entries(c, actions))
+                except Busy as e:
+                    return busy(request, "Dead letters", e, "/deadletters")
                 except CasestreamError as e:
-                    rows.append((esc(c), f"<span class=bad>{esc(e)}</span>", esc(total)))
+                    rows.append((esc(c), f"<span class=bad>{esc(e)}</span>") + ((esc(total),) if everything else ()))
                     continue
-                visible = [e for e in state.open if _visible(e, p)]
+                visible = [(e, env) for e, env in entries if _visible(env, p)]
             rows.append((f'<a href="/deadletters?consumer={quote(c)}">{esc(c)}</a>',
-                         f'<span class="num depth" data-consumer="{esc(c)}">{len(visible)}</span>',
-                         esc(total)))
+                         f'<span class="num depth" data-consumer="{esc(c)}">{len(visible)}</span>')
+                        + ((esc(total),) if everything else ()))
             if c == chosen:
-                detail = _dead_letter_detail(c, visible, ROLE_SUPERVISOR in p.roles)
-        body += table(("consumer", "open", "on topic (all states)"), rows, id_="consumers") + detail
-        return HTMLResponse(page("Dead letters", body, active="/deadletters", who=_who(p)))
+                detail = _dead_letter_detail(c, visible, ROLE_SUPERVISOR in p.roles, _csrf_of(request))
+        heads = ("consumer", "open") + (("on topic (all tenants, all states)",) if everything else ())
+        body += table(heads, rows, id_="consumers") + detail
+        return render(request, "Dead letters", body, active="/deadletters")
 
     def _decoded(e: Any) -> Any:
         value = e.record.value
@@ -346,19 +481,17 @@ def console_app(sources: ConsoleSources, verifier: TokenVerifier) -> Starlette:
         except Exception:  # noqa: BLE001 - poison: shown as undecodable
             return None
 
-    def _visible(e: Any, p: Principal) -> bool:
+    def _visible(env: Any, p: Principal) -> bool:
         if _sees_all(p):
             return True
-        env = _decoded(e)
         return env is not None and env.tenant_id == p.tenant_id
 
-    def _dead_letter_detail(consumer: str, entries: list[Any], can_act: bool) -> str:
+    def _dead_letter_detail(consumer: str, entries: list[tuple[Any, Any]], can_act: bool, csrf: str) -> str:
         out = f"<h2>Open dead letters of {esc(consumer)}</h2>"
         if not entries:
             return out + '<p id="no-open" class="ok">No open dead letters.</p>'
         rows = []
-        for e in entries:
-            env = _decoded(e)
+        for e, env in entries:
             payload = (f"<pre>{esc(redact(pretty(env.payload)))}</pre>" if env is not None
                        else f"<span class=warn>not decodable ({len(e.record.value or b'')} bytes)</span>")
             box = (f'<input type="checkbox" name="label" value="{esc(e.label)}" class="pick">' if can_act else "")
@@ -369,47 +502,43 @@ def console_app(sources: ConsoleSources, verifier: TokenVerifier) -> Starlette:
                      "last failure", "payload (redacted)"), rows, id_="dead-letters")
         if not can_act:
             return out + tab
-        return out + (f'<form method="post" action="/deadletters/{quote(consumer)}">{tab}'
+        return out + (f'<form method="post" action="/deadletters/{quote(consumer)}">{csrf_field(csrf)}{tab}'
                       '<p><input type="text" name="reason" id="reason" required placeholder="reason (required)"> '
                       '<button type="submit" name="action" value="redrive" id="redrive">Re-drive selected</button> '
                       '<button type="submit" name="action" value="discard" id="discard">Discard selected</button>'
                       "</p></form>")
 
-    async def deadletter_action(request: Request) -> Response:
-        form = await _form(request)
-
-        def act(req: Request, p: Principal) -> Response:
-            consumer = req.path_params["consumer"]
-            labels = [str(v) for v in form.getlist("label")]
-            reason = str(form.get("reason") or "")
-            what = str(form.get("action") or "")
-            if what not in ("redrive", "discard") or not labels:
-                return HTMLResponse(page("Dead letters", "<p class=bad>choose at least one dead letter and "
-                                         "an action (redrive or discard)</p>", who=_who(p)), 400)
-            try:
-                state = load_dead_letter_state(sources.kafka, consumer)
-                by_label = {e.label: e for e in state.open if _visible(e, p)}
-                missing = [lab for lab in labels if lab not in by_label]
-                if missing:
-                    return HTMLResponse(page("Dead letters", f"<p class=bad>not open: {esc(', '.join(missing))}"
-                                             "</p>", who=_who(p)), 409)
-                records = [by_label[lab].record for lab in labels]
-                fn = redrive_dead_letters if what == "redrive" else discard_dead_letters
-                done = fn(sources.kafka, consumer, records, actor=_actor(p), reason=reason)
-            except CasestreamError as e:
-                return HTMLResponse(page("Dead letters", f"<p class=bad>{esc(e)}</p>", who=_who(p)), 400)
-            return RedirectResponse("/deadletters?" + urlencode({"consumer": consumer, "done": done.detail}), 303)
-        from starlette.concurrency import run_in_threadpool
-
-        return await run_in_threadpool(authed(ACT_ROLES, act), request)
+    def deadletter_action(req: Request, p: Principal, form: Form) -> Response:
+        consumer = req.path_params["consumer"]
+        if consumer not in known_consumers:  # before Kafka is asked anything about it
+            return unknown_consumer(req, consumer)
+        labels = [str(v) for v in form.getlist("label")]
+        reason = str(form.get("reason") or "")
+        what = str(form.get("action") or "")
+        if what not in ("redrive", "discard") or not labels:
+            return render(req, "Dead letters", "<p class=bad>choose at least one dead letter and "
+                          "an action (redrive or discard)</p>", 400)
+        try:
+            state = load_dead_letter_state(sources.kafka, consumer)
+            by_label = {e.label: e for e in state.open if _visible(_decoded(e), p)}
+            missing = [lab for lab in labels if lab not in by_label]
+            if missing:
+                return render(req, "Dead letters", f"<p class=bad>not open: {esc(', '.join(missing))}</p>", 409)
+            records = [by_label[lab].record for lab in labels]
+            fn = redrive_dead_letters if what == "redrive" else discard_dead_letters
+            done = fn(sources.kafka, consumer, records, actor=_actor(p), reason=reason)
+        except CasestreamError as e:
+            return render(req, "Dead letters", f"<p class=bad>{esc(e)}</p>", 400)
+        finally:
+            dead_letter_reads.forget("overview", ("consumer", consumer))
+        return RedirectResponse("/deadletters?" + urlencode({"consumer": consumer, "done": done.detail}), 303)
 
     # -- flow -------------------------------------------------------------------------
     def flow(request: Request, p: Principal) -> Response:
         fragment = _flow_fragment()
         if request.query_params.get("fragment"):
             return HTMLResponse(fragment)
-        return HTMLResponse(page("Flow", f'<div id="flow">{fragment}</div>', active="/flow", who=_who(p),
-                                 script=FLOW_REFRESH_JS))
+        return render(request, "Flow", f'<div id="flow">{fragment}</div>', active="/flow", script=FLOW_SCRIPT_PATH)
 
     def _flow_fragment() -> str:
         rows = []
@@ -454,18 +583,48 @@ def console_app(sources: ConsoleSources, verifier: TokenVerifier) -> Starlette:
     def home(_request: Request) -> Response:
         return RedirectResponse("/journeys", 303)
 
+    def stylesheet(_request: Request) -> Response:
+        return Response(STYLE, media_type="text/css")
+
+    def flow_script(_request: Request) -> Response:
+        return Response(FLOW_REFRESH_JS, media_type="text/javascript")
+
     routes = [
         Route("/", home), Route("/healthz", healthz),
+        Route(STYLE_PATH, stylesheet), Route(FLOW_SCRIPT_PATH, flow_script),
         Route("/login", login_form, methods=["GET"]), Route("/login", login, methods=["POST"]),
-        Route("/logout", logout, methods=["POST"]),
+        Route("/logout", action(READ_ROLES, logout_done), methods=["POST"]),
         Route("/journeys", authed(READ_ROLES, journeys)),
         Route("/sagas", authed(READ_ROLES, sagas)),
-        Route("/sagas/{saga_id}/resolve", resolve, methods=["POST"]),
+        Route("/sagas/{saga_id}/resolve", action(ACT_ROLES, resolve), methods=["POST"]),
         Route("/deadletters", authed(READ_ROLES, deadletters)),
-        Route("/deadletters/{consumer}", deadletter_action, methods=["POST"]),
+        Route("/deadletters/{consumer}", action(ACT_ROLES, deadletter_action), methods=["POST"]),
         Route("/flow", authed(READ_ROLES, flow)),
     ]
-    return Starlette(routes=routes)
+    counters = EdgeCounters()
+    middleware = [
+        Middleware(SecurityHeadersMiddleware),
+        Middleware(ErrorBoundaryMiddleware, counters=counters),
+        # the body is bounded before anybody is identified: a 48 MiB form is refused unread
+        Middleware(RequestBodyMiddleware, counters=counters, limits=BodyLimits(
+            max_bytes=settings.max_body_bytes, read_timeout_s=settings.body_timeout_s,
+            media_types=frozenset({FORM_TYPE}))),
+        Middleware(LoadShedMiddleware, max_in_flight=settings.max_in_flight, exempt_paths=PROBE_PATHS,
+                   counters=counters),
+        Middleware(ConsoleAuthMiddleware, verifier=verifier, sessions=sessions, cookie=cookie,
+                   allowed_origins=settings.allowed_origins),
+        Middleware(RateLimitMiddleware, counters=counters, limiter=RateLimiter(
+            per_tenant=None, per_client=RateLimit(rate_per_s=settings.rate_client_per_s, burst=settings.rate_client_burst))),
+    ]
+    app = Starlette(routes=routes, middleware=middleware)
+    app.state.counters = counters
+    app.state.sessions = sessions
+    return app
+
+
+def _csrf_of(request: Request) -> str:
+    session = caller_of(request.scope).session
+    return session.csrf if session is not None else ""
 
 
 def _sagas_in(r: httpx.Response | None) -> list[dict[str, Any]]:
@@ -485,5 +644,3 @@ def _flat(d: dict[str, Any], prefix: str = "") -> list[tuple[str, Any]]:
         else:
             out.append((f"{prefix}{k}", v))
     return out
-
-

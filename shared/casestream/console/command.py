@@ -17,6 +17,8 @@ def console(host: str | None, port: int | None) -> None:
     """Serve the operations console: journeys, sagas, dead letters, flow.
 
     Sign in with a bearer token of the services (same key and roles: CASESTREAM_AUTH_*).
+    With CASESTREAM_ENV=production it refuses to start on what a service refuses (the
+    development key...).
     What it shows is configured by CASESTREAM_CONSOLE_* (services, consumers, journey
     topics; default: the installed services and their catalogs). Runs until Ctrl-C."""
     # lazy (start-up cost): the web stack loads only for this command
@@ -26,14 +28,33 @@ def console(host: str | None, port: int | None) -> None:
     from casestream.console.app import console_app
     from casestream.console.settings import ConsoleSettings
     from casestream.console.sources import ConsoleSources
+    from casestream.errors import ConfigError
 
     ctx = cli_context()
+    production = ctx.settings.env == "production"
+    auth = AuthSettings()
+    try:
+        # the services' production policy (CommonSettings.production_problems), applied to the
+        # console's own settings and key before anything is read or served
+        _console_policy(ctx.settings, auth).require_production_ready("console")
+    except ConfigError as e:
+        raise click.ClickException(str(e)) from None
     settings = ConsoleSettings()
     # every installed catalog, prepared as a service prepares its codec: registering missing
     # schemas where CASESTREAM_AUTO_REGISTER_SCHEMAS allows it (development), else looking ids up
     codec = ctx.codec(auto_register=ctx.settings.auto_register_schemas)
-    sources = ConsoleSources.discover(settings, kafka=ctx.kafka_client(), codec=codec)
-    app = console_app(sources, TokenVerifier(AuthSettings()))
+    # operator input names topics: no client of the console may create one (librdkafka
+    # allow.auto.create.topics, which its admin metadata requests honour as well)
+    kafka = {**ctx.kafka_client(), "allow.auto.create.topics": False}
+    sources = ConsoleSources.discover(settings, kafka=kafka, codec=codec)
+    app = console_app(sources, TokenVerifier(auth), production=production)
     click.echo(f"console: http://{host or settings.host}:{port or settings.port} "
                f"({len(sources.services)} services, {len(sources.consumers)} consumers)")
     uvicorn.run(app, host=host or settings.host, port=port or settings.port, log_level="warning")
+
+
+def _console_policy(common: object, auth: object) -> object:
+    """The services' settings (``CommonSettings`` ``common``) with the console's ``auth``,
+    so :meth:`~casestream.service.settings.CommonSettings.production_problems` judges the
+    console exactly as it judges a service."""
+    return common.model_copy(update={"auth": auth})  # type: ignore[attr-defined]

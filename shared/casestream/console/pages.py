@@ -11,7 +11,7 @@ from typing import Any
 from casestream.operations import ReplayRuns
 from casestream.replay.progress import fmt_eta
 
-__all__ = ["page", "table", "esc", "fmt", "replay_runs_table"]
+__all__ = ["page", "table", "esc", "fmt", "replay_runs_table", "csrf_field", "STYLE", "STYLE_PATH"]
 
 NAV = (("/journeys", "Journeys"), ("/sagas", "Sagas"), ("/deadletters", "Dead letters"), ("/flow", "Flow"))
 
@@ -30,7 +30,9 @@ th{background:#eceff4}.num{text-align:right}.muted{color:#6b7385}
 pre{background:#fff;border:1px solid #d8dce4;padding:.4rem;max-width:60rem;overflow:auto;font-size:.8rem}
 input[type=text],textarea{font:inherit;padding:.25rem;min-width:22rem}
 button{font:inherit;padding:.25rem .8rem}.arrow{color:#5a6acf;font-weight:600}
+form.inline{display:inline}
 """
+STYLE_PATH = "/static/console.css"
 
 
 def esc(value: Any) -> str:
@@ -50,16 +52,24 @@ def table(headers: Sequence[str], rows: Iterable[Sequence[str]], *, id_: str = "
     return f"<table{ident}><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
 
 
-def page(title: str, body: str, *, active: str = "", who: str = "", script: str = "") -> str:
+def page(title: str, body: str, *, active: str = "", who: str = "", script: str = "", csrf: str = "") -> str:
+    """A whole page. ``script``: path of a script of the console (served from the console's
+    origin: the Content-Security-Policy allows no inline script or style); ``csrf``: the
+    session's token, put in the log-out form."""
     nav = "".join(f'<a href="{href}" class="{"on" if href == active else ""}">{escape(text)}</a>'
                   for href, text in NAV)
-    logout = ('<form method="post" action="/logout" style="display:inline">'
-              '<button type="submit">Log out</button></form>') if who else ""
-    js = f"<script>{script}</script>" if script else ""
+    logout = ('<form method="post" action="/logout" class="inline">'
+              f'{csrf_field(csrf)}<button type="submit" id="logout">Log out</button></form>') if who else ""
+    js = f'<script src="{escape(script)}"></script>' if script else ""
     return (f"<!doctype html><html lang=en><head><meta charset=utf-8><title>{escape(title)} · casestream"
-            f"</title><style>{STYLE}</style></head><body><header><strong>casestream</strong>{nav}"
+            f'</title><link rel="stylesheet" href="{STYLE_PATH}"></head><body><header><strong>casestream</strong>{nav}'
             f'<span class="who">{escape(who)} {logout}</span></header><main><h1>{escape(title)}</h1>'
             f"{body}</main>{js}</body></html>")
+
+
+def csrf_field(token: str) -> str:
+    """The hidden ``csrf`` input every state-changing form carries."""
+    return f'<input type="hidden" name="csrf" value="{escape(token)}">' if token else ""
 
 
 def pretty(value: Any) -> str:

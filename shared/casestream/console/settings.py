@@ -52,5 +52,27 @@ class ConsoleSettings(BaseSettings):
         10.0, ge=0, description="how long the Flow page shows the replay runs it read while none is "
                                 "running, seconds (while one runs: read again at most once a second)")
     request_timeout_s: float = Field(5.0, gt=0, description="timeout of each call to a service, seconds")
-    cookie_secure: bool = Field(
-        False, description="send the session cookie over HTTPS only (set behind TLS in production)")
+    cookie_secure: bool | None = Field(
+        None, description="send the session cookie over HTTPS only, named with the __Host- prefix "
+                          "(RFC 6265bis §4.1.3.2); empty: true when CASESTREAM_ENV=production")
+    session_ttl_s: float = Field(
+        900.0, gt=0, description="lifetime of a console session, seconds (never past the token's exp); "
+                                 "logging out ends it at once")
+    max_sessions: int = Field(10_000, ge=1, description="console sessions kept in memory (oldest dropped)")
+    allowed_origins: list[str] = Field(
+        default_factory=list,
+        description="origins (scheme://host[:port]) a form may be posted from besides the console's "
+                    "own host, JSON list (a TLS proxy in front that rewrites Host)")
+    max_body_bytes: int = Field(16 * 1024, ge=1, description="largest form body accepted, bytes (413 above)")
+    body_timeout_s: float = Field(10.0, gt=0, description="time a form body may take to arrive, seconds")
+    max_in_flight: int = Field(16, ge=1, description="requests served at once before shedding (503)")
+    expensive_concurrency: int = Field(
+        2, ge=1, description="journey and dead-letter reads running at once; one more answers 503 "
+                             "with Retry-After")
+    journey_cache_s: float = Field(30.0, ge=0, description="seconds a case's journey read is reused")
+    journey_cache_size: int = Field(64, ge=1, description="journeys kept for reuse")
+    deadletter_cache_s: float = Field(
+        2.0, ge=0, description="seconds the dead-letter counts and a consumer's dead letters read "
+                               "are reused (an action of this console refreshes its consumer at once)")
+    rate_client_per_s: float = Field(5.0, gt=0, description="requests per second per signed-in client")
+    rate_client_burst: int = Field(20, ge=1, description="burst of requests per signed-in client")

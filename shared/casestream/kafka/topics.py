@@ -248,10 +248,14 @@ def watermark_totals(bootstrap: KafkaTarget, wanted: Callable[[str], bool],
 def topic_partitions(bootstrap: KafkaTarget, topic: str, timeout_s: float = 10.0) -> list[int]:
     """The partition numbers of ``topic``, sorted ([] when the topic does not exist).
 
+    Never creates it: an admin client is a producer to librdkafka, whose metadata request
+    for a named topic asks the broker to auto-create it unless ``allow.auto.create.topics``
+    is false (and ``topic`` may come from operator input).
+
     Raises:
         KafkaException: the cluster did not answer within ``timeout_s``.
     """
-    admin = AdminClient(client_config(bootstrap))
+    admin = AdminClient({**client_config(bootstrap), "allow.auto.create.topics": False})
     meta = admin.list_topics(topic, timeout=timeout_s).topics.get(topic)
     if meta is None or meta.error is not None:
         return []
