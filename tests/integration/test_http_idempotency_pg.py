@@ -9,6 +9,7 @@ creation under two concurrent requests with one key; purge of expired records.
 from __future__ import annotations
 
 import threading
+import time
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -18,6 +19,7 @@ from urllib.parse import quote, urlsplit, urlunsplit
 
 import psycopg
 import pytest
+from psycopg_pool import ConnectionPool
 
 from casestream.http import (
     IDEMPOTENCY_MIGRATION,
@@ -27,6 +29,7 @@ from casestream.http import (
     PgIdempotencyStore,
     RequestInFlight,
     StoredResponse,
+    idempotency_purge_worker,
 )
 from casestream.migrations import apply_migrations
 from casestream.service import service_migrations
@@ -189,3 +192,31 @@ def test_the_insert_never_overwrites_a_record_created_concurrently(dsn: str) -> 
     assert len(second) == 1 and isinstance(second[0], IdempotencyConflict)
     with psycopg.connect(dsn) as conn:
         assert conn.execute("SELECT response_body FROM idempotency_keys").fetchall() == [({"n": 1},)]
+
+
+def test_the_purge_worker_deletes_expired_records_in_batches(dsn: str) -> None:
+    backend = PgBackend(dsn)
+    clock = StepClock()
+    idem = Idempotency(clock=clock)
+    for n in range(5):
+        command(dsn, idem, f"old-{n}", n)
+    clock.at += idem.ttl
+    command(dsn, idem, "fresh", 9)
+    stop = threading.Event()
+    with ConnectionPool(dsn, min_size=1, max_size=1, open=True) as pool:
+        worker = threading.Thread(target=idempotency_purge_worker(idem, pool, interval_s=0.05,
+                                                                  batch=2), args=(stop,))
+        worker.start()
+        try:
+            deadline = time.monotonic() + 10
+            while backend.count() != 1:
+                assert time.monotonic() < deadline, f"{backend.count()} records left"
+                time.sleep(0.05)
+        finally:
+            stop.set()
+            worker.join(10)
+    assert not worker.is_alive()
+    with PgBackend.transaction(backend) as store:
+        assert store.find(request("fresh", {"n": 9}).scope) is not None
+    with pytest.raises(ValueError, match="interval_s"):
+        idempotency_purge_worker(idem, None, interval_s=0)

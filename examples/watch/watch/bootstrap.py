@@ -8,6 +8,7 @@ and ours, codec, pool) and declares what the service runs:
 - worker ``triggers``: consumer ``watch.triggers``, appending ``WatchTriggered`` to the outbox;
 - worker ``cases``: the projection ``watch.cases`` (live consumer ``watch.cases``);
 - worker ``relay``: the outbox relay of the watch database (``CASESTREAM_WATCH_RELAY_ENABLED``);
+- worker ``idempotency-purge``: deletes expired Idempotency-Key records (every 5 minutes);
 - HTTP: ``GET``/``PUT /watch/cases/{id}`` + ``/healthz`` ``/readyz`` behind the shared edge.
 """
 
@@ -15,6 +16,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from casestream.http import Idempotency, idempotency_purge_worker
 from casestream.service import ServiceBuilder, ServiceProcess, consumer_ready, schema_folder
 from watch import SCHEMAS, SERVICE
 from watch.adapters import projection, triggers
@@ -38,6 +40,8 @@ def build(settings: WatchSettings | None = None) -> ServiceProcess:
     b.ready("projection", consumer_ready(b.projection(projection.PROJECTION)))
     if b.settings.relay_enabled:
         b.relay()
-    app = build_app(PgUnitOfWork(b.request_pool), b.clock, edge=b.edge)
+    keys = Idempotency(clock=b.clock.now)
+    b.worker("idempotency-purge", idempotency_purge_worker(keys, b.pool))
+    app = build_app(PgUnitOfWork(b.request_pool), b.clock, edge=b.edge, keys=keys)
     return b.build(app=app, ready_table="watches")
 

@@ -101,6 +101,7 @@ if TYPE_CHECKING:
         IDEMPOTENCY_MIGRATIONS,
         IDEMPOTENCY_TABLE,
         PgIdempotencyStore,
+        idempotency_purge_worker,
     )
 
 # Lazy: pgdeadline imports psycopg; app is imported on its own (see above).
@@ -108,7 +109,7 @@ _LAZY = {"edge_app": "casestream.http.app", "guarded": "casestream.http.app",
          "DeadlinePool": "casestream.http.pgdeadline",
          **{name: "casestream.http.pgidempotency" for name in (
              "IDEMPOTENCY_MIGRATION", "IDEMPOTENCY_MIGRATIONS", "IDEMPOTENCY_TABLE",
-             "PgIdempotencyStore")},
+             "PgIdempotencyStore", "idempotency_purge_worker")},
          **{name: "casestream.http.models" for name in (
              "BLANK", "TEXT_PATTERN", "Identifier", "Limit", "body_is_empty", "body_model",
              "field_message",
@@ -137,6 +138,7 @@ __all__ = [
     "IdempotencyScope", "IdempotencyStore", "IdempotentRequest", "InMemoryIdempotencyStore",
     "RequestInFlight", "StoredResponse", "fingerprint", "hash_key", "idempotency_key_of",
     "IDEMPOTENCY_MIGRATION", "IDEMPOTENCY_MIGRATIONS", "IDEMPOTENCY_TABLE", "PgIdempotencyStore",
+    "idempotency_purge_worker",
 ]
 
 

@@ -19,6 +19,9 @@ stored response commits or rolls back with the command's state change and outbox
 from __future__ import annotations
 
 import json
+import logging
+import threading
+from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
@@ -27,6 +30,7 @@ from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
 
 from casestream.http.idempotency import (
+    Idempotency,
     IdempotencyConflict,
     IdempotencyRecord,
     IdempotencyScope,
@@ -35,7 +39,9 @@ from casestream.http.idempotency import (
 from casestream.migrations import Migration
 
 __all__ = ["IDEMPOTENCY_MIGRATION", "IDEMPOTENCY_MIGRATIONS", "IDEMPOTENCY_TABLE",
-           "PgIdempotencyStore"]
+           "PgIdempotencyStore", "idempotency_purge_worker"]
+
+log = logging.getLogger(__name__)
 
 IDEMPOTENCY_TABLE = "idempotency_keys"
 
@@ -130,6 +136,32 @@ class PgIdempotencyStore:
             "DELETE FROM idempotency_keys WHERE ctid IN (SELECT ctid FROM idempotency_keys "
             "WHERE expires_at <= %s LIMIT %s)", (now, limit))
         return cur.rowcount
+
+
+def idempotency_purge_worker(keys: Idempotency, pool: Any, *, interval_s: float = 300.0,
+                             batch: int = 1000) -> Callable[[threading.Event], None]:
+    """A service worker (``ServiceBuilder.worker``) deleting the records expired on
+    ``keys``' clock every ``interval_s`` seconds, ``batch`` rows per transaction, from the
+    database of ``pool`` (a ``psycopg_pool.ConnectionPool``). A failed round is logged and
+    retried the next period."""
+    if interval_s <= 0 or batch <= 0:
+        raise ValueError(f"idempotency purge: interval_s and batch must be positive, got "
+                         f"{interval_s} and {batch}")
+
+    def purge_once() -> int:
+        with pool.connection() as conn:
+            return keys.purge(PgIdempotencyStore(conn), batch)
+
+    def run(stop: threading.Event) -> None:
+        while not stop.wait(interval_s):
+            try:
+                while purge_once() == batch and not stop.is_set():
+                    pass
+            except Exception:  # noqa: BLE001 - a failed purge is retried next period
+                log.warning("idempotency purge failed; retrying in %.0f s", interval_s,
+                            exc_info=True)
+
+    return run
 
 
 def _dumps(value: Any) -> str:
