@@ -12,7 +12,7 @@ and its open dead letters: entries of ``<consumer>.dlq`` not re-driven successfu
 discarded, read from the topics (``casestream.operations.deadletters``), so the figure
 survives restarts; the service's ``dead_letter_open`` gauge when Kafka is unreachable.
 
-Sources: each service's ``/metrics`` and ``/readyz`` on ``127.0.0.1:<port>``
+Sources: each service's ``/metrics``, ``/readyz`` and ``/readyz/consumers`` on ``127.0.0.1:<port>``
 (:meth:`ServiceSpec.port`: ``CASESTREAM_<SVC>_PORT`` or the settings' default;
 ``--url svc=URL`` overrides) and the Kafka cluster of ``CASESTREAM_KAFKA_BOOTSTRAP``. A
 service that does not answer shows ``down``.
@@ -154,18 +154,28 @@ def render_table(rows: Sequence[ServiceStatus]) -> str:
 # ---------------------------------------------------------------------- live sources
 
 
-def _readiness(client: httpx.Client, base: str) -> str:
-    try:
-        r = client.get(base + "/readyz")
-    except httpx.HTTPError:
-        return "down"
-    if r.status_code == 200:
-        return "ready"
+def _failing(r: httpx.Response) -> str:
     try:
         failing = sorted(r.json().get("failing", {}))
     except ValueError:
         failing = []
-    return "not ready: " + ",".join(failing) if failing else f"HTTP {r.status_code}"
+    return ",".join(failing) if failing else f"HTTP {r.status_code}"
+
+
+def _readiness(client: httpx.Client, base: str) -> str:
+    """``ready``; ``not ready: <checks>`` (``/readyz``: it cannot take commands);
+    ``consumers not ready: <checks>`` (``/readyz/consumers``: Kafka, registry, consumers);
+    ``down``."""
+    try:
+        r = client.get(base + "/readyz")
+        if r.status_code != 200:
+            return "not ready: " + _failing(r)
+        c = client.get(base + "/readyz/consumers")
+    except httpx.HTTPError:
+        return "down"
+    if c.status_code in (200, 404):  # 404: a service from before the consumption signal
+        return "ready"
+    return "consumers not ready: " + _failing(c)
 
 
 def _metrics(client: httpx.Client, base: str) -> str | None:
