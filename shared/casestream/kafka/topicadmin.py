@@ -28,12 +28,16 @@ __all__ = ["apply_topic_plan", "observe_topics", "topic_admin"]
 
 def topic_admin(target: KafkaTarget) -> AdminClient:
     """An ``AdminClient`` on ``target`` (bootstrap string or client config with its security
-    properties).
+    properties). librdkafka's own log stops at ``log_level`` 2 unless ``target`` sets it: a
+    broker that does not answer is reported once, by the request that failed, rather than as
+    a connection-failure line every 50 ms on stderr.
 
     Raises:
         ConfigError: no ``bootstrap.servers``.
     """
-    return AdminClient(client_config(target))
+    config = client_config(target)
+    config.setdefault("log_level", 2)
+    return AdminClient(config)
 
 
 def observe_topics(admin: AdminClient, specs: Iterable[TopicSpec],
