@@ -29,7 +29,8 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from casestream.auth import ROLE_OFFICER, ROLE_SUPERVISOR
-from casestream.http import EdgePolicy, HttpProblem, Idempotency, Operation, StoredResponse
+from casestream.http import IDEMPOTENCY_HEADER, KEY_PATTERN, EdgePolicy, HttpProblem, Idempotency
+from casestream.http import Operation, StoredResponse
 from casestream.http import edge_app, guarded, json_answer, openapi_document, openapi_route
 from casestream.http import principal_of, problem_answer, problem_response, requires
 from watch.application import CaseNotWatched, CaseWatch, Clock, UnitOfWork, case_watch
@@ -71,7 +72,14 @@ OPENAPI = openapi_document("watch service", "1.0.0", [
                   "GetWatchedCase": {"operationId": "getWatchedCase",
                                      "parameters": {"case_id": "$response.body#/case_id"}}}),
                        "200": json_answer("Already watching", _WATCH),
-                       "404": problem_answer("Not a case id")}),
+                       "404": problem_answer("Not a case id"),
+                       "400": problem_answer("A malformed Idempotency-Key"),
+                       "409": problem_answer("The Idempotency-Key was used for another "
+                                             "request, or its first request is in flight")},
+              headers=[{"name": IDEMPOTENCY_HEADER, "in": "header", "required": False,
+                        "schema": {"type": "string", "pattern": KEY_PATTERN},
+                        "description": "Retries with the same key get the first answer again "
+                                       "(Idempotent-Replayed: true)."}]),
     Operation(method="get", path="/watch/cases/{case_id}", operation_id="getWatchedCase",
               summary="A watched case and its watchers", path_params={"case_id": _CASE_ID_SCHEMA},
               answers={"200": json_answer("The case and its watchers", {
