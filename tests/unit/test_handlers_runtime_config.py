@@ -29,6 +29,14 @@ def test_offsets_are_never_auto_committed() -> None:
         _runtime(**{"bootstrap.servers": "b:9092", "enable.auto.commit": "true"})
 
 
+def test_subscribed_topics_are_looked_up_every_5_s_unless_the_config_says_otherwise() -> None:
+    # librdkafka's default (300 s) left a topic created after the subscription unread for minutes
+    assert _runtime(**{"bootstrap.servers": "b:9092"})._conf["topic.metadata.refresh.interval.ms"] == 5000
+    mine = _runtime(**{"bootstrap.servers": "b:9092", "topic.metadata.refresh.interval.ms": 60000})
+    assert mine._conf["topic.metadata.refresh.interval.ms"] == 60000
+    assert mine._kafka_connection()["topic.metadata.refresh.interval.ms"] == 60000
+
+
 @pytest.mark.parametrize("kafka", [{}, {"bootstrap.servers": "b:9092",
                                         "partition.assignment.strategy": "cooperative-sticky"}])
 def test_bad_kafka_config_is_refused(kafka: dict[str, Any]) -> None:
