@@ -5,7 +5,8 @@ before the request takes an in-flight slot, so a client that trickles its body h
 coroutine, not one of the ``max_in_flight`` slots nor a thread. It is a gate for bodies
 only, and anonymous bodies get a small share of it:
 
-- a request without a body (no ``Content-Length`` above 0, no ``Transfer-Encoding``) and
+- an HTTP/1.x request without a body (no ``Content-Length`` above 0, no
+  ``Transfer-Encoding``) and
   the probe paths (``exempt_paths``: ``/healthz``, ``/readyz``...) pass straight through:
   no budget is taken, nothing is refused here;
 - the caller is authenticated from its headers *before* a byte of the body is read
@@ -154,10 +155,13 @@ class RequestBodyMiddleware:
         if declared is not None and declared > self.limits.max_bytes:
             await self._too_large(path)(scope, receive, send)
             return
-        has_body = (declared or 0) > 0 or "transfer-encoding" in headers
+        # HTTP/1.x framing (RFC 9112 §6.3): neither header means no body; HTTP/2 and later
+        # may stream one without Content-Length, so those always go through the gate
+        has_body = ((declared or 0) > 0 or "transfer-encoding" in headers
+                    or scope.get("http_version", "1.1") not in ("1.0", "1.1"))
         if not has_body:
             # nothing to wait for: no budget taken, so a full gate never refuses these
-            scope[BODY_READ] = b""  # HTTP/1.1 framing (RFC 9112 §6.3): the body is empty
+            scope[BODY_READ] = b""
             await self.app(scope, receive, send)
             return
         media = media_type(headers)
