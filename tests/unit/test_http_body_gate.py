@@ -177,3 +177,27 @@ def test_a_body_without_a_valid_token_is_refused_before_it_is_read() -> None:
     assert anonymous.headers["connection"] == "close"  # the unread body ends the connection
     assert anonymous.json()["code"] == "unauthorized"
     assert not read
+
+
+def test_a_token_is_verified_once_per_request_with_a_body() -> None:
+    calls: list[str] = []
+
+    class Counting(TokenVerifier):
+        def verify(self, token: str) -> Any:
+            calls.append(token)
+            return super().verify(token)
+
+    async def echo(request: Request) -> JSONResponse:
+        return JSONResponse({"size": len(await request.body())})
+
+    app = edge_app([Route("/echo", echo, methods=["POST"])],
+                   EdgePolicy(verifier=Counting(AuthSettings())))
+
+    async def scenario() -> list[int]:
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app),
+                                     base_url="http://svc") as c:
+            return [(await c.post("/echo", json={"a": 1}, headers=OFFICER)).status_code,
+                    (await c.post("/echo", headers=OFFICER)).status_code]
+
+    assert asyncio.run(scenario()) == [200, 200]
+    assert len(calls) == 2  # one per request: the gate's for the body, the middleware's without

@@ -32,6 +32,9 @@ log = logging.getLogger(__name__)
 REALM = "casestream"
 PUBLIC_PATHS = frozenset({"/healthz", "/readyz", "/readyz/consumers", "/openapi.json"})
 PRINCIPAL = "principal"
+VERIFIED = "casestream.principal"
+"""Key in ``scope`` of the principal the body gate already verified from the same headers
+(``casestream.http.edge.bearer_gate``): :class:`BearerAuthMiddleware` does not verify again."""
 
 Endpoint = Callable[[Request], Awaitable[Response]]
 
@@ -144,6 +147,11 @@ class BearerAuthMiddleware:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or scope["path"] in self._public:
+            await self.app(scope, receive, send)
+            return
+        verified = scope.get(VERIFIED)
+        if isinstance(verified, Principal):
+            scope.setdefault("state", {})[PRINCIPAL] = verified
             await self.app(scope, receive, send)
             return
         try:

@@ -44,7 +44,14 @@ from starlette.types import ASGIApp, Scope
 
 from casestream.auth.tokens import AuthSettings, InvalidToken, TokenVerifier
 from casestream.errors import ConfigError
-from casestream.http.authn import PRINCIPAL, PUBLIC_PATHS, BearerAuthMiddleware, bearer_token, unauthorized
+from casestream.http.authn import (
+    PRINCIPAL,
+    PUBLIC_PATHS,
+    VERIFIED,
+    BearerAuthMiddleware,
+    bearer_token,
+    unauthorized,
+)
 from casestream.http.body import BodyAuthenticate, BodyLimits, JsonBodyMiddleware, RequestBodyMiddleware
 from casestream.http.boundary import ErrorBoundaryMiddleware
 from casestream.http.counters import EdgeCounters
@@ -87,7 +94,8 @@ class EdgePolicy:
 def bearer_gate(verifier: TokenVerifier, public_paths: frozenset[str],
                 counters: EdgeCounters) -> BodyAuthenticate:
     """The body gate's check for a bearer-token app: a public path is anonymous (False), a
-    valid token authenticated (True, the principal put in ``scope["state"]``), anything
+    valid token authenticated (True, the principal put in ``scope["state"]`` and kept for
+    :class:`BearerAuthMiddleware`, which then does not verify it again), anything
     else the 401 of :class:`BearerAuthMiddleware` with ``Connection: close``, so an unread
     body ends the connection."""
 
@@ -101,6 +109,7 @@ def bearer_gate(verifier: TokenVerifier, public_paths: frozenset[str],
             response = unauthorized(e, scope["path"])
             response.headers["Connection"] = "close"
             return response
+        scope[VERIFIED] = principal  # verified once per request
         scope.setdefault("state", {})[PRINCIPAL] = principal
         return True
 
