@@ -11,6 +11,11 @@ subject / compatibility level per subject. Two implementations:
 * :class:`InMemoryRegistry` — same semantics in a dict (ids shared across subjects for equal
   schemas, like Confluent); no compatibility enforcement.
 
+The adapter caches reads (the driver's id and version caches) for at most ``cache_ttl`` seconds,
+drops the cache before every write (a registration always reaches the registry, even for a
+subject it saw before) and on every 404, so a subject deleted, a new version or a compatibility
+change made by another client is seen within ``cache_ttl``.
+
 Registration is explicit (``casestream schemas register`` or ``EnvelopeCodec.prepare(auto_register=True)``
 in dev/test) and idempotent: registering an already registered schema returns its id and
 creates no version (Confluent API, "POST /subjects/(subject)/versions"). Production services
@@ -26,6 +31,7 @@ Apicurio's core API), stores the schema as a distinct version; otherwise it repo
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -138,6 +144,8 @@ class ConfluentSchemaRegistry:
         max_retries: client retries on transport errors / 5xx (0 = fail fast; CLI default).
         client: an existing ``SchemaRegistryClient`` to wrap (then url/timeout/max_retries
             only name the registry in messages).
+        cache_ttl: seconds a cached read (id of a schema, schema of an id, a subject version)
+            is served before the registry is asked again; > 0.
         options: further ``SchemaRegistryClient`` settings: ``basic.auth.user.info``
             (``user:password``), ``bearer.auth.credentials.source`` + ``bearer.auth.token``
             (+ ``bearer.auth.logical.cluster``, which that client requires),
@@ -151,8 +159,12 @@ class ConfluentSchemaRegistry:
     """
 
     def __init__(self, url: str, *, timeout: float = 10.0, max_retries: int = 2, client: Any = None,
-                 options: Mapping[str, Any] | None = None):
+                 options: Mapping[str, Any] | None = None, cache_ttl: float = 60.0):
         self.url = url
+        if not cache_ttl > 0:
+            raise RegistryUnavailable(f"{url}: registry cache_ttl={cache_ttl!r}: must be > 0 seconds")
+        self.cache_ttl = float(cache_ttl)
+        self._cached_since = time.monotonic()
         if client is None:
             # lazy (start-up cost): the registry client loads on first use; the catalog-only users skip it
             from confluent_kafka.schema_registry import SchemaRegistryClient
@@ -175,9 +187,32 @@ class ConfluentSchemaRegistry:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
+    def _drop_cache(self) -> None:
+        self._client.clear_caches()
+        self._cached_since = time.monotonic()
+
+    def _fresh(self) -> None:
+        """Drop the driver's caches once they are older than ``cache_ttl``."""
+        if time.monotonic() - self._cached_since >= self.cache_ttl:
+            self._drop_cache()
+
     @contextmanager
-    def _translated(self, what: str) -> Iterator[None]:
-        """Map driver errors to casestream.errors (the one translation boundary)."""
+    def _translated(self, what: str, *, write: bool = False) -> Iterator[None]:
+        """Map driver errors to casestream.errors (the one translation boundary); keep the cache
+        fresh (dropped before a write, after ``cache_ttl``, and on a 404)."""
+        if write:
+            self._drop_cache()
+        else:
+            self._fresh()
+        try:
+            with self._driver_errors(what):
+                yield
+        except UnknownSchemaError:
+            self._drop_cache()
+            raise
+
+    @contextmanager
+    def _driver_errors(self, what: str) -> Iterator[None]:
         # lazy (start-up cost): the registry client loads on first use; the catalog-only users skip it
         from confluent_kafka.schema_registry.common._httpx_compat import httpx  # httpx or httpx2
         from confluent_kafka.schema_registry.error import OAuthTokenError, SchemaRegistryError
@@ -211,7 +246,7 @@ class ConfluentSchemaRegistry:
 
     def register(self, subject: str, schema: Mapping[str, Any]) -> int:
         """See :meth:`SchemaRegistry.register`."""
-        with self._translated(f"register {subject}"):
+        with self._translated(f"register {subject}", write=True):
             return int(self._client.register_schema(subject, self._schema(schema)))
 
     def lookup(self, subject: str, schema: Mapping[str, Any]) -> int:
@@ -260,7 +295,7 @@ class ConfluentSchemaRegistry:
 
     def set_compatibility(self, subject: str, level: str) -> None:
         """See :meth:`SchemaRegistry.set_compatibility`."""
-        with self._translated(f"set compatibility of {subject}"):
+        with self._translated(f"set compatibility of {subject}", write=True):
             self._client.set_compatibility(subject_name=subject, level=level)
 
     def add_version(self, subject: str, schema: Mapping[str, Any]) -> int | None:
@@ -287,6 +322,7 @@ class ConfluentSchemaRegistry:
         from confluent_kafka.schema_registry.common._httpx_compat import httpx  # httpx or httpx2
 
         url = f"{base}/apis/registry/v3/groups/default/artifacts/{quote(subject, safe='')}/versions"
+        self._drop_cache()
         body = {"content": {"content": schema_text(schema), "contentType": "application/json"}}
         try:
             resp = httpx.post(url, json=body, timeout=10.0)
