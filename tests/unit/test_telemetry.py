@@ -338,3 +338,15 @@ def test_consume_span_without_tracing_sets_and_restores_the_log_context() -> Non
     assert inside["attempt"] == 3
     assert after["attempt"] == 3 and "event_id" not in after and "consumer" not in after
     assert len(seen) == 1 and seen[0] >= 0
+
+
+def test_without_an_exporter_a_handler_still_continues_the_messages_trace() -> None:
+    """Propagation does not depend on exporting: follow-up outbox rows written in a handler
+    (per message, or a batch of one) carry the message's trace id; after it, nothing is current."""
+    telemetry.install("unit", TelemetrySettings(OTEL_TRACES_EXPORTER="none"))
+    assert not telemetry.current().recording
+    with telemetry.consume_span("saga.orchestrator", record(TP), ENV):
+        assert trace_id_of(traceparent_for_row(None)) == trace_id_of(TP)
+    with telemetry.consume_batch_span("saga.orchestrator", [(record(TP), ENV)]):
+        assert trace_id_of(traceparent_for_row(None)) == trace_id_of(TP)
+    assert traceparent_for_row(None) is None

@@ -24,6 +24,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
+from opentelemetry import context as otel_context
 from opentelemetry import trace
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SpanExporter
@@ -282,6 +283,14 @@ def _parent_traceparent(rec: Any, env: Any) -> str | None:
     return rec.header("traceparent") or (getattr(env, "traceparent", None) if env else None)
 
 
+def _attach_message_context(traceparent: str | None) -> object | None:
+    """Make the message's own span context current (a non-recording span), so rows written
+    by its handler continue its trace with no exporter configured; the token for ``detach``,
+    None when the message carries no valid ``traceparent``."""
+    ctx = context_from_traceparent(traceparent)
+    return otel_context.attach(ctx) if ctx is not None else None
+
+
 def consume_span(consumer: str, rec: Any, env: Any) -> Any:
     """Context manager: CONSUMER span ``<topic> process`` around one message's handlers,
     child of the message's trace context (header ``traceparent``, else the envelope's); sets
@@ -302,7 +311,7 @@ class _QuietConsume:
     make the generator machinery and the nested ``log_context`` were most of its cost
     (about 10 -> 3 µs per message)."""
 
-    __slots__ = ("_tel", "_consumer", "_rec", "_env", "_token", "_started")
+    __slots__ = ("_tel", "_consumer", "_rec", "_env", "_token", "_started", "_trace_token")
 
     def __init__(self, tel: Telemetry, consumer: str, rec: Any, env: Any) -> None:
         self._tel, self._consumer, self._rec, self._env = tel, consumer, rec, env
@@ -313,11 +322,14 @@ class _QuietConsume:
             "consumer": self._consumer, "event_id": getattr(env, "event_id", None),
             "correlation_id": getattr(env, "correlation_id", None),
             "aggregate_id": getattr(env, "aggregate_id", None)})
+        self._trace_token = _attach_message_context(_parent_traceparent(self._rec, env))
         self._started = time.monotonic()
         return trace.INVALID_SPAN
 
     def __exit__(self, *exc: object) -> None:
         try:
+            if self._trace_token is not None:
+                otel_context.detach(self._trace_token)
             pop_log_context(self._token)
         finally:
             self._tel.observe("consumer_message_duration_seconds",
@@ -351,10 +363,14 @@ def consume_batch_span(consumer: str, items: Sequence[tuple[Any, Any]]) -> Itera
     first = items[0][0]
     if not tel.recording:
         started = time.monotonic()
+        # a batch of one continues its message's trace (as the recorded path's child span does)
+        token = _attach_message_context(_parent_traceparent(*items[0])) if len(items) == 1 else None
         with log_context(consumer=consumer):
             try:
                 yield trace.INVALID_SPAN
             finally:
+                if token is not None:
+                    otel_context.detach(token)
                 tel.observe("consumer_message_duration_seconds", time.monotonic() - started,
                             consumer, first.topic)
         return
