@@ -25,9 +25,11 @@ from casestream.consumer.inbox import (
     advance_batch,
     check_advanced,
     claim_inbox,
+    payload_hash,
     query_guards,
     read_claimed,
     read_guards,
+    recorded_hashes,
 )
 from casestream.consumer.records import ConsumerStats
 from casestream.consumer.retries import query_retries, read_retries
@@ -140,6 +142,17 @@ class FastPath:
         st.unknown_type += counters["unknown"]
         return True
 
+    def _reused(self, conn: Any, items: list[_Item], known: set[str]) -> bool:
+        """True if an event id repeated in ``items`` or recorded before (``known``) comes with
+        other content (:func:`~casestream.consumer.inbox.payload_hash`)."""
+        first: dict[str, str] = {}
+        for it in items:
+            h = payload_hash(it.env)
+            if first.setdefault(it.env.event_id, h) != h:
+                return True
+        stored = recorded_hashes(conn, self.consumer, list(known)) if known else {}
+        return any(h is not None and h != first[i] for i, h in stored.items())
+
     def _apply(self, conn: Any, pipeline: Any, items: list[_Item], counters: dict[str, Any]) -> None:
         """Round trip 1: inbox + guard reads. Round trip 2: inbox/guard writes (one statement)
         and the handlers' statements, pipelined (``pipeline`` None: not pipelined). Then COMMIT.
@@ -155,6 +168,8 @@ class FastPath:
         if read_retries(retries_cur):
             raise _Ineligible  # failed before (maybe on another member): owed backoff, count
         known = {it.env.event_id for it in items} - claimed  # recorded before this batch
+        if len(claimed) < len(items) and self._reused(conn, items, known):
+            raise _Ineligible  # a reused event id: the savepoint path dead-letters it
         flowing = AggregateState.FLOWING
         guards = {k: GuardRow(v, flowing) for k, v in start.items()}
         if guards_cur is not None:

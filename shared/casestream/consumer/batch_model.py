@@ -13,7 +13,7 @@ from typing import Any
 
 from casestream.consumer.records import Record
 from casestream.errors import CasestreamError
-from casestream.consumer.inbox import HeldEvent, InboxEntry
+from casestream.consumer.inbox import HeldEvent, InboxEntry, payload_hash
 from casestream.events.envelope import DecodedMessage
 
 TP = tuple[str, int]
@@ -59,7 +59,7 @@ class _Item:
         e = self.env
         return InboxEntry(event_id=e.event_id, event_type=e.event_type,
                           aggregate_type=e.aggregate_type, aggregate_id=e.aggregate_id,
-                          aggregate_version=e.aggregate_version)
+                          aggregate_version=e.aggregate_version, payload_hash=payload_hash(e))
 
 
 @dataclass(frozen=True, slots=True)

@@ -26,8 +26,9 @@ from casestream.consumer.inbox import (
     advance_guards,
     hold,
     insert_inbox,
-    known_event_ids,
     load_guards,
+    payload_hash,
+    recorded_hashes,
     release_held,
     set_last_version,
 )
@@ -125,7 +126,8 @@ class SavepointPath:
         path — that call counts as the record's attempt, its handler is not called again.
         """
         self.cache.drop(items)
-        known = known_event_ids(conn, self.consumer, [it.env.event_id for it in items])
+        recorded = recorded_hashes(conn, self.consumer, [it.env.event_id for it in items])
+        known = set(recorded)
         guards = load_guards(conn, self.consumer, {it.key for it in items})
         failures = self.failures
         retries = failures.load(conn, [it.env.event_id for it in items])
@@ -146,6 +148,18 @@ class SavepointPath:
                 failed(rec, e, it.env, result, dead, conn)
                 continue
             if action is Action.DUPLICATE:
+                h = payload_hash(it.env)
+                if recorded.setdefault(it.env.event_id, h) not in (None, h):
+                    self.stats.reused_ids += 1
+                    log.error("%s: event id %s reused by another message (%s %s v%d): dead-lettered",
+                              self.consumer, it.env.event_id, it.env.aggregate_type,
+                              it.env.aggregate_id, it.env.aggregate_version)
+                    failed(rec, PoisonMessageError(
+                        f"event id {it.env.event_id} already recorded with other content "
+                        "(tenant, type, aggregate, version or payload): a different message "
+                        "reusing the id, not a redelivery", reason="reused_event_id"),
+                        it.env, result, dead, conn)
+                    continue
                 self.stats.duplicates += 1
                 failures.succeeded(conn, (it,))
             elif action is Action.STALE:
@@ -163,6 +177,7 @@ class SavepointPath:
             elif self._apply_one(conn, it, guards, result, dead,
                                  accept_gap=action is Action.ACCEPT_GAP):
                 seen.add(it.env.event_id)
+                recorded.setdefault(it.env.event_id, payload_hash(it.env))
                 if guards[it.key].state is not AggregateState.FLOWING:
                     self.held.drain(conn, it.key, guards, known, seen, dead, advanced=True)
 

@@ -4,7 +4,10 @@ Three tables, one row set per consumer name, written in
 the *same transaction* as the handlers' effects:
 
 - ``consumer_inbox (consumer, event_id)`` — every event this consumer recorded (applied, or
-  without a handler). A duplicate delivery finds its row and is a counted no-op. The insert has
+  without a handler). A duplicate delivery finds its row and is a counted no-op. The row keeps
+  ``payload_hash`` (:func:`payload_hash`) so a *different* message reusing a recorded event id
+  is told from a redelivery (the runtime dead-letters it, reason ``reused_event_id``); rows
+  written before the column existed have NULL there and are not compared. The insert has
   no ``ON CONFLICT``: two instances racing on the same event (e.g. during a rebalance) block on
   the primary key and the loser fails with ``UniqueViolation``, so a handler effect never commits
   twice.
@@ -21,6 +24,7 @@ the *same transaction* as the handlers' effects:
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -41,6 +45,7 @@ CREATE TABLE IF NOT EXISTS consumer_inbox (
     processed_at      timestamptz NOT NULL DEFAULT now(),
     PRIMARY KEY (consumer, event_id)
 );
+ALTER TABLE consumer_inbox ADD COLUMN IF NOT EXISTS payload_hash text;
 CREATE TABLE IF NOT EXISTS consumer_version_guard (
     consumer       text        NOT NULL,
     aggregate_type text        NOT NULL,
@@ -106,6 +111,22 @@ class InboxEntry:
     aggregate_type: str
     aggregate_id: str
     aggregate_version: int
+    payload_hash: str | None = None
+
+
+def payload_hash(event: Any) -> str:
+    """SHA-256 (hex) of what makes an event *this* event besides its id: tenant, type, aggregate,
+    aggregate version and payload (canonical JSON, sorted keys; values JSON cannot hold as
+    their ``str``). Delivery metadata (``published_at``, ``traceparent``) is left out, so a
+    redelivery or a republished outbox row hashes the same."""
+    doc = [event.tenant_id, event.event_type, event.aggregate_type, event.aggregate_id,
+           event.aggregate_version, event.payload]
+    text = json.dumps(doc, sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def _hash_of(e: Any) -> str | None:
+    return e.payload_hash if isinstance(e, InboxEntry) else payload_hash(e)
 
 
 class InboxRow(Protocol):
@@ -179,9 +200,9 @@ _GUARDS = ("SELECT k.t, k.i, g.last_version, g.state"
            "  WHERE consumer = %s AND aggregate_type = k.t AND aggregate_id = k.i LIMIT 1) g")
 _CLAIM = """
 INSERT INTO consumer_inbox (consumer, event_id, event_type, aggregate_type, aggregate_id,
-                            aggregate_version)
-SELECT %s, x.e, x.t, x.a, x.i, x.v
-FROM json_to_recordset(%s::json) AS x(e text, t text, a text, i text, v bigint)
+                            aggregate_version, payload_hash)
+SELECT %s, x.e, x.t, x.a, x.i, x.v, x.h
+FROM json_to_recordset(%s::json) AS x(e text, t text, a text, i text, v bigint, h text)
 ON CONFLICT DO NOTHING
 RETURNING event_id
 """
@@ -233,7 +254,8 @@ def claim_inbox(conn: Any, consumer: str, entries: Sequence[InboxRow]) -> Any:
     back as a whole if any event of the batch needs per-message handling.
     """
     doc = json.dumps([{"e": e.event_id, "t": e.event_type, "a": e.aggregate_type,
-                       "i": e.aggregate_id, "v": e.aggregate_version} for e in entries])
+                       "i": e.aggregate_id, "v": e.aggregate_version, "h": _hash_of(e)}
+                      for e in entries])
     return conn.execute(_CLAIM, (consumer, doc))
 
 
@@ -270,6 +292,16 @@ def known_event_ids(conn: Any, consumer: str, event_ids: Sequence[str]) -> set[s
     return read_known(query_known(conn, consumer, event_ids))
 
 
+def recorded_hashes(conn: Any, consumer: str, event_ids: Sequence[str]) -> dict[str, str | None]:
+    """``event_id -> payload_hash`` of the ``event_ids`` already in ``consumer``'s inbox (None:
+    recorded before hashes were kept); one round trip."""
+    if not event_ids:
+        return {}
+    cur = conn.execute("SELECT event_id, payload_hash FROM consumer_inbox"
+                       " WHERE event_id = ANY(%s) AND consumer = %s", (list(event_ids), consumer))
+    return {r[0]: r[1] for r in cur.fetchall()}
+
+
 def load_guards(
     conn: Any, consumer: str, keys: Iterable[tuple[str, str]]
 ) -> dict[tuple[str, str], GuardRow]:
@@ -288,15 +320,16 @@ def insert_inbox(conn: Any, consumer: str, entries: Sequence[InboxEntry]) -> Non
         e = entries[0]
         conn.execute(
             "INSERT INTO consumer_inbox (consumer, event_id, event_type, aggregate_type,"
-            " aggregate_id, aggregate_version) VALUES (%s, %s, %s, %s, %s, %s)",
+            " aggregate_id, aggregate_version, payload_hash) VALUES (%s, %s, %s, %s, %s, %s, %s)",
             (consumer, e.event_id, e.event_type, e.aggregate_type, e.aggregate_id,
-             e.aggregate_version),
+             e.aggregate_version, e.payload_hash),
         )
         return
     conn.execute(
         "INSERT INTO consumer_inbox (consumer, event_id, event_type, aggregate_type,"
-        " aggregate_id, aggregate_version)"
-        " SELECT %s, * FROM unnest(%s::text[], %s::text[], %s::text[], %s::text[], %s::bigint[])",
+        " aggregate_id, aggregate_version, payload_hash)"
+        " SELECT %s, * FROM unnest(%s::text[], %s::text[], %s::text[], %s::text[], %s::bigint[],"
+        " %s::text[])",
         (
             consumer,
             [e.event_id for e in entries],
@@ -304,6 +337,7 @@ def insert_inbox(conn: Any, consumer: str, entries: Sequence[InboxEntry]) -> Non
             [e.aggregate_type for e in entries],
             [e.aggregate_id for e in entries],
             [e.aggregate_version for e in entries],
+            [e.payload_hash for e in entries],
         ),
     )
 

@@ -76,6 +76,8 @@ class ConsumerStats:
 
     applied: events recorded by the guard and whose handlers ran (or had none).
     duplicates: event id already in the inbox.   stale: version <= last recorded.
+    reused_ids: a recorded event id arriving with other content (tenant, type, aggregate,
+        version or payload): dead-lettered, reason ``reused_event_id``.
     unknown_type: events with no handler (skipped, still recorded by the guard).
     held: events stored behind a version gap.    drained: held events applied later.
     parked: aggregates parked after the hold bound.
@@ -96,6 +98,7 @@ class ConsumerStats:
 
     applied: int = 0
     duplicates: int = 0
+    reused_ids: int = 0
     stale: int = 0
     unknown_type: int = 0
     held: int = 0

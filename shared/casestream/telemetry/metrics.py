@@ -144,7 +144,7 @@ HISTOGRAM_LABELS: dict[str, tuple[str, ...]] = {
 }
 """Label names of each histogram, in exposition order."""
 
-_CONSUMER_OUTCOMES = ("applied", "duplicates", "stale", "unknown_type", "held", "drained", "parked")
+_CONSUMER_OUTCOMES = ("applied", "duplicates", "reused_ids", "stale", "unknown_type", "held", "drained", "parked")
 _RELAY_COUNTERS = {"relay_published_total": "published_total",
                    "relay_delivery_errors_total": "delivery_errors_total",
                    "relay_retried_total": "retried_total", "relay_failed_total": "failed_total",
