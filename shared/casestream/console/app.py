@@ -202,7 +202,7 @@ def console_app(sources: ConsoleSources, verifier: TokenVerifier, *, production:
     sessions = SessionStore(ttl_s=settings.session_ttl_s, max_sessions=settings.max_sessions)
     slots = threading.BoundedSemaphore(settings.expensive_concurrency)
     journey_reads = BoundedReads(slots, ttl_s=settings.journey_cache_s, size=settings.journey_cache_size)
-    dead_letter_reads = BoundedReads(slots, ttl_s=settings.deadletter_cache_s, size=len(sources.consumers) + 2)
+    dead_letter_reads = BoundedReads(slots, ttl_s=settings.deadletter_cache_s, size=1)
     known_consumers = frozenset(sources.consumers)
 
     def render(request: Request, title: str, body: str, status: int = 200, *, active: str = "",
@@ -423,15 +423,20 @@ def console_app(sources: ConsoleSources, verifier: TokenVerifier, *, production:
         return RedirectResponse("/sagas?" + urlencode({"done": f"saga {saga_id} resolved: {reason}"}), 303)
 
     # -- dead letters -----------------------------------------------------------------
-    def overview() -> tuple[dict[str, int], list[Any]]:
-        counts = dead_letter_counts(sources.kafka)
-        counts = {c: n for c, n in counts.items() if c in known_consumers}
-        return counts, (read_actions(sources.kafka) if any(counts.values()) else [])
-
-    def open_entries(consumer: str, actions: list[Any] | None) -> list[tuple[Any, Any]]:
-        """The open dead letters of ``consumer`` with their decoded envelopes (None: undecodable)."""
-        state = load_dead_letter_state(sources.kafka, consumer, actions=actions)
-        return [(e, _decoded(e)) for e in state.open]
+    def dead_letter_view() -> tuple[dict[str, int], dict[str, list[tuple[Any, Any]] | str]]:
+        """Counts per configured consumer, and the open dead letters (with their decoded
+        envelopes, None: undecodable) of each whose topic holds any, or why they were not read."""
+        counts = {c: n for c, n in dead_letter_counts(sources.kafka).items() if c in known_consumers}
+        actions = read_actions(sources.kafka) if any(counts.values()) else []
+        entries: dict[str, list[tuple[Any, Any]] | str] = {}
+        for c, n in counts.items():
+            if n:  # an empty (or missing) dead-letter topic has nothing open: no more to read
+                try:
+                    entries[c] = [(e, _decoded(e)) for e in
+                                  load_dead_letter_state(sources.kafka, c, actions=actions).open]
+                except CasestreamError as e:
+                    entries[c] = str(e)
+        return counts, entries
 
     def unknown_consumer(request: Request, consumer: str) -> Response:
         return render(request, "Dead letters", f"<p class=bad id=unknown>consumer: unknown {esc(consumer)} "
@@ -444,7 +449,7 @@ def console_app(sources: ConsoleSources, verifier: TokenVerifier, *, production:
         done = request.query_params.get("done")
         body = f'<div class="done" id="done">{esc(done)}</div>' if done else ""
         try:
-            counts, actions = dead_letter_reads.get("overview", overview)
+            counts, entries = dead_letter_reads.get("view", dead_letter_view)  # one slot for the page
         except Busy as e:
             return busy(request, "Dead letters", e, "/deadletters")
         except CasestreamError as e:
@@ -452,17 +457,12 @@ def console_app(sources: ConsoleSources, verifier: TokenVerifier, *, production:
         rows, detail = [], ""
         everything = _sees_all(p)
         for c in sources.consumers:
-            visible: list[tuple[Any, Any]] = []
             total = counts.get(c, 0)
-            if total:  # an empty (or missing) dead-letter topic has nothing open: no more to read
-                try:
-                    entries = dead_letter_reads.get(("consumer", c), lambda c=c: open_entries(c, actions))
-                except Busy as e:
-                    return busy(request, "Dead letters", e, "/deadletters")
-                except CasestreamError as e:
-                    rows.append((esc(c), f"<span class=bad>{esc(e)}</span>") + ((esc(total),) if everything else ()))
-                    continue
-                visible = [(e, env) for e, env in entries if _visible(env, p)]
+            found = entries.get(c, [])
+            if isinstance(found, str):
+                rows.append((esc(c), f"<span class=bad>{esc(found)}</span>") + ((esc(total),) if everything else ()))
+                continue
+            visible = [(e, env) for e, env in found if _visible(env, p)]
             rows.append((f'<a href="/deadletters?consumer={quote(c)}">{esc(c)}</a>',
                          f'<span class="num depth" data-consumer="{esc(c)}">{len(visible)}</span>')
                         + ((esc(total),) if everything else ()))
@@ -490,8 +490,12 @@ def console_app(sources: ConsoleSources, verifier: TokenVerifier, *, production:
         out = f"<h2>Open dead letters of {esc(consumer)}</h2>"
         if not entries:
             return out + '<p id="no-open" class="ok">No open dead letters.</p>'
+        shown = entries[:settings.deadletters_shown]
+        if len(shown) < len(entries):
+            out += (f'<p class=note id="more">the oldest {len(shown)} of {len(entries)} open dead letters '
+                    "are listed; act on them to see the next ones</p>")
         rows = []
-        for e, env in entries:
+        for e, env in shown:
             payload = (f"<pre>{esc(redact(pretty(env.payload)))}</pre>" if env is not None
                        else f"<span class=warn>not decodable ({len(e.record.value or b'')} bytes)</span>")
             box = (f'<input type="checkbox" name="label" value="{esc(e.label)}" class="pick">' if can_act else "")
@@ -530,7 +534,7 @@ def console_app(sources: ConsoleSources, verifier: TokenVerifier, *, production:
         except CasestreamError as e:
             return render(req, "Dead letters", f"<p class=bad>{esc(e)}</p>", 400)
         finally:
-            dead_letter_reads.forget("overview", ("consumer", consumer))
+            dead_letter_reads.forget("view")
         return RedirectResponse("/deadletters?" + urlencode({"consumer": consumer, "done": done.detail}), 303)
 
     # -- flow -------------------------------------------------------------------------

@@ -74,5 +74,8 @@ class ConsoleSettings(BaseSettings):
     deadletter_cache_s: float = Field(
         2.0, ge=0, description="seconds the dead-letter counts and a consumer's dead letters read "
                                "are reused (an action of this console refreshes its consumer at once)")
+    deadletters_shown: int = Field(
+        200, ge=1, description="open dead letters listed on a consumer's page (the oldest first; the "
+                               "count above the table is of all of them)")
     rate_client_per_s: float = Field(5.0, gt=0, description="requests per second per signed-in client")
     rate_client_burst: int = Field(20, ge=1, description="burst of requests per signed-in client")
