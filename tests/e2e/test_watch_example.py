@@ -97,7 +97,8 @@ def start_watch(stack: ServiceStack, env: dict[str, str], log_dir: Path) -> subp
     while time.monotonic() < deadline:
         assert proc.poll() is None, f"watch exited: {(log_dir / 'watch.log').read_text()[-3000:]}"
         try:
-            if httpx.get(watch_url("/readyz"), timeout=2).status_code == 200:
+            if all(httpx.get(watch_url(path), timeout=2).status_code == 200  # commands, consumers
+                   for path in ("/readyz", "/readyz/consumers")):
                 return proc
         except httpx.HTTPError:
             pass

@@ -204,7 +204,9 @@ class ServiceStack:
             self.procs[name] = _Proc(name, popen, pump)
 
     def wait_ready(self, names: list[str] | None = None) -> None:
-        """Wait until every named (default: every started) service answers ``/readyz`` 200.
+        """Wait until every named (default: every started) service answers ``/readyz`` and
+        ``/readyz/consumers`` 200: it takes commands and its consumers hold their partitions
+        (a test may then rely on what it publishes being consumed by the live group).
 
         Raises:
             StackError: a service exited, or was not ready within ``ready_timeout_s``.
@@ -221,8 +223,12 @@ class ServiceStack:
                                      f"{self._log_hint(name)}")
                 url = f"http://127.0.0.1:{self._port(name)}/readyz"
                 try:
-                    if httpx.get(url, timeout=2.0).status_code == 200:
+                    answers = [httpx.get(u, timeout=2.0) for u in (url, url + "/consumers")]
+                    if all(r.status_code == 200 for r in answers):
                         pending.discard(name)
+                    else:
+                        last_error[name] = "; ".join(f"{r.url.path}: {r.text[:200]}" for r in answers
+                                                     if r.status_code != 200)
                 except httpx.HTTPError as e:
                     last_error[name] = str(e)
             if pending and time.monotonic() > deadline:
