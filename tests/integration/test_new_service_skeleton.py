@@ -5,7 +5,7 @@ Outside the checkout, as a team would: the platform's wheel built from this chec
 installed with its ``service`` extra into a fresh venv (no suite: ``casestream-suite`` is not
 installed and ``services`` does not import); ``casestream new service inspections`` run by
 that venv's console script; ``pip install -e '.[test]'`` of the generated folder; then there
-its ``pytest``, ``casestream schemas check --schemas-dir schemas`` and ``casestream settings
+its ``pytest`` (also as ``python -m pytest``, and its bootstrap imports), ``casestream schemas check --schemas-dir schemas`` and ``casestream settings
 inspections`` (found through the installed entry point). Installs use ``--no-index`` with the
 pinned runtime wheelhouse and the build tools (``tests/support/wheels.py``). No servers; slow
 (a wheel build, a venv, three installs): marked ``integration`` and ``wheel``.
@@ -46,6 +46,12 @@ def test_a_generated_service_passes_its_own_tests_with_the_platform_alone(tmp_pa
     passed = re.search(r"(\d+) passed", tests.stdout)
     assert passed and int(passed.group(1)) >= 20, tests.stdout
     assert not re.search(r"\d+ (failed|errors?|skipped)", tests.stdout), tests.stdout
+
+    # python -m puts the project folder first on sys.path: ./inspections is imported from
+    # there, and the editable install must still map inspections.schemas to ./schemas
+    again = ok([venv.python, "-m", "pytest", "-q", "-p", "no:cacheprovider"], project)
+    assert f"{passed.group(1)} passed" in again.stdout, again.stdout
+    ok([venv.python, "-c", "import inspections.bootstrap"], project)
 
     gate = ok([venv.casestream, "schemas", "check", "--schemas-dir", "schemas"], project)
     assert gate.stdout.startswith("schemas check ok: 1 subjects"), gate.stdout
