@@ -168,3 +168,26 @@ def test_debezium_records_equal_the_relays_and_cdc_status_and_retention_follow_t
     assert st.publisher == "cdc" and st.cdc is not None and st.cdc.slot == cdc_db.slot
     out = CliRunner().invoke(outbox, ["status", "--dsn", cdc_db.dsn])
     assert out.exit_code == 0 and "publisher=cdc" in out.output and "lag_bytes=" in out.output, out.output
+
+
+def test_an_idle_outbox_still_advances_the_slot_while_other_tables_write_wal(
+        cdc_db: CdcDatabase, connect: ConnectClient, kafka_bootstrap: str) -> None:
+    writer = OutboxWriter(JsonCodec())
+    handover(cdc_db.dsn, to="cdc", slot=cdc_db.slot, bootstrap=kafka_bootstrap, connect=connect,
+             connector=cdc_db.connector, connector_config=cdc_db.config, timeout_s=60)
+    with psycopg.connect(cdc_db.dsn, autocommit=True) as conn:
+        with conn.transaction():
+            writer.append(conn, [env("idle", 1, agg_type=cdc_db.agg_type)])
+        read_topics(kafka_bootstrap, [cdc_db.topic], expected=2, timeout_s=30)  # marker + the row
+        # The outbox now stays idle; another table of the same database writes ~64 MB of WAL.
+        conn.execute("CREATE TABLE unrelated (id bigserial PRIMARY KEY, filler text NOT NULL)")
+        for _ in range(16):
+            conn.execute("INSERT INTO unrelated (filler) SELECT repeat(md5(g::text), 32) "
+                         "FROM generate_series(1, 3000) g")
+        wait_for(lambda: cdc_status(conn, cdc_db.slot).lag_bytes < 4 * 2**20, 30,
+                 "the slot of an idle outbox to follow other tables' WAL")
+        take_checkpoint(conn)
+        wait_for(lambda: cdc_status(conn, cdc_db.slot).unconfirmed == 0, 30,
+                 "the last outbox rows to be confirmed while the outbox is idle")
+        st = cdc_status(conn, cdc_db.slot)
+        assert st.safe_wal_bytes is None or st.safe_wal_bytes > 0, st

@@ -176,7 +176,8 @@ def test_every_name_of_issue_9_is_exposed_unchanged_by_the_exporter() -> None:
                  "dead_letter_open"):
         sources.add_gauge(name, lambda: {(("consumer", "c"),): 1.0})
     for name in ("outbox_cdc_lag_bytes", "outbox_cdc_unconfirmed_total",
-                 "outbox_cdc_oldest_unconfirmed_age_seconds", "outbox_cdc_deleted_total"):
+                 "outbox_cdc_oldest_unconfirmed_age_seconds", "outbox_cdc_deleted_total",
+                 "outbox_cdc_slot_safe_wal_bytes"):
         sources.add_gauge(name, lambda: {(("slot", "s"),): 1.0})
     registry = MetricsRegistry("unit", sources)
     try:

@@ -46,13 +46,27 @@ from casestream.outbox.writer import OUTBOX_PUBLISHER_DDL, OUTBOX_PUBLISHER_MIGR
 __all__ = [
     "OUTBOX_PUBLISHER_DDL", "OUTBOX_PUBLISHER_MIGRATION", "PUBLISHERS", "CdcError", "CdcStatus",
     "Checkpoint", "CdcRetention", "cdc_status", "default_slot_name", "publisher", "set_publisher",
-    "take_checkpoint", "delete_passed",
+    "take_checkpoint", "delete_passed", "CDC_HEARTBEAT_TABLE", "CDC_HEARTBEAT_DDL",
 ]
 
 log = logging.getLogger(__name__)
 
 #: The values of ``outbox_publisher.publisher``.
 PUBLISHERS = ("relay", "cdc")
+
+#: One row the connector's ``heartbeat.action.query`` updates every heartbeat. The table is in
+#: the publication, so the UPDATE streams through the slot (and is then dropped by
+#: ``skipped.operations``): Debezium sees a fresh LSN and confirms it while the outbox is idle.
+#: Without it pgoutput sends nothing for other tables' transactions and the slot keeps their
+#: WAL until the next outbox write.
+CDC_HEARTBEAT_TABLE = "casestream_cdc_heartbeat"
+CDC_HEARTBEAT_DDL = f"""
+CREATE TABLE IF NOT EXISTS {CDC_HEARTBEAT_TABLE} (
+    singleton boolean     PRIMARY KEY DEFAULT true CHECK (singleton),
+    beat_at   timestamptz NOT NULL DEFAULT now()
+);
+INSERT INTO {CDC_HEARTBEAT_TABLE} DEFAULT VALUES ON CONFLICT DO NOTHING;
+"""
 
 class CdcError(CasestreamError):
     """CDC of an outbox cannot be used or checked: the replication slot is missing, or a
@@ -79,7 +93,9 @@ class CdcStatus:
     """How far CDC got on one outbox.
 
     ``slot_exists``/``slot_active`` (a walsender streams from it), ``confirmed_lsn`` (None
-    without a slot), ``lag_bytes`` (WAL written since the confirmed LSN), ``passed_seq``
+    without a slot), ``lag_bytes`` (WAL written since the confirmed LSN), ``safe_wal_bytes``
+    (WAL that may still be written before ``max_slot_wal_keep_size`` invalidates the slot,
+    ``pg_replication_slots.safe_wal_size``; None when unlimited or no slot), ``passed_seq``
     (rows up to it are published for sure; 0 = none proven yet), ``unconfirmed`` (rows above
     it: published or not, CDC has not confirmed them yet) and ``oldest_unconfirmed_age_s``
     (seconds since the oldest of them was written; 0 when none).
@@ -93,6 +109,7 @@ class CdcStatus:
     passed_seq: int
     unconfirmed: int
     oldest_unconfirmed_age_s: float
+    safe_wal_bytes: int | None = None
 
 
 def publisher(conn: psycopg.Connection[Any]) -> str:
@@ -137,7 +154,7 @@ def take_checkpoint(conn: psycopg.Connection[Any], *, lock_timeout_ms: int = 200
 
 _STATUS = """
 WITH slot AS (
-    SELECT confirmed_flush_lsn AS lsn, active FROM pg_replication_slots
+    SELECT confirmed_flush_lsn AS lsn, active, safe_wal_size FROM pg_replication_slots
     WHERE slot_name = %(slot)s AND database = current_database()),
 passed AS (
     SELECT coalesce(max(c.seq), 0) AS seq FROM outbox_cdc_checkpoint c, slot
@@ -149,7 +166,8 @@ SELECT (SELECT count(*) FROM slot) > 0,
        (SELECT seq FROM passed),
        (SELECT count(*) FROM outbox o, passed WHERE o.seq > passed.seq),
        coalesce(extract(epoch FROM now() - (SELECT min(o.created_at) FROM outbox o, passed
-                                            WHERE o.seq > passed.seq)), 0)::float8
+                                            WHERE o.seq > passed.seq)), 0)::float8,
+       (SELECT safe_wal_size FROM slot)
 """
 
 
@@ -159,7 +177,8 @@ def cdc_status(conn: psycopg.Connection[Any], slot: str) -> CdcStatus:
     assert row is not None
     return CdcStatus(slot=slot, slot_exists=bool(row[0]), slot_active=bool(row[1]),
                      confirmed_lsn=row[2], lag_bytes=int(row[3]), passed_seq=int(row[4]),
-                     unconfirmed=int(row[5]), oldest_unconfirmed_age_s=max(0.0, float(row[6])))
+                     unconfirmed=int(row[5]), oldest_unconfirmed_age_s=max(0.0, float(row[6])),
+                     safe_wal_bytes=None if row[7] is None else int(row[7]))
 
 
 def delete_passed(conn: psycopg.Connection[Any], slot: str, *, keep_s: float, limit: int = 5000) -> int:
@@ -182,7 +201,8 @@ class CdcRetention:
     ``interval_s`` it takes a checkpoint, deletes rows CDC passed more than ``keep_s`` ago
     (in batches of ``batch``) and refreshes :attr:`status` (what ``/metrics`` reports:
     ``outbox_cdc_lag_bytes``, ``outbox_cdc_unconfirmed_total``,
-    ``outbox_cdc_oldest_unconfirmed_age_seconds``).
+    ``outbox_cdc_oldest_unconfirmed_age_seconds``, ``outbox_cdc_slot_safe_wal_bytes`` when the
+    server sets ``max_slot_wal_keep_size``).
 
     ``connect`` is a zero-argument callable returning a new autocommit psycopg connection.
     """
@@ -202,7 +222,14 @@ class CdcRetention:
                 ("outbox_cdc_unconfirmed_total", lambda st: st.unconfirmed),
                 ("outbox_cdc_oldest_unconfirmed_age_seconds", lambda st: st.oldest_unconfirmed_age_s)):
             src.add_gauge(metric, self._gauge(read))
+        src.add_gauge("outbox_cdc_slot_safe_wal_bytes", self._safe_wal)
         src.add_gauge("outbox_cdc_deleted_total", lambda: {(("slot", self.slot),): float(self.deleted_total)})
+
+    def _safe_wal(self) -> dict[tuple[tuple[str, str], ...], float]:
+        st = self.status
+        if st is None or st.safe_wal_bytes is None:
+            return {}
+        return {(("slot", self.slot),): float(st.safe_wal_bytes)}
 
     def _gauge(self, read: Any) -> Any:
         def sample() -> dict[tuple[tuple[str, str], ...], float]:

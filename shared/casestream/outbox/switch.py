@@ -46,7 +46,15 @@ from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict
 from confluent_kafka import Consumer, TopicPartition
 
-from casestream.outbox.cdc import CdcError, cdc_status, default_slot_name, set_publisher, take_checkpoint
+from casestream.outbox.cdc import (
+    CDC_HEARTBEAT_DDL,
+    CDC_HEARTBEAT_TABLE,
+    CdcError,
+    cdc_status,
+    default_slot_name,
+    set_publisher,
+    take_checkpoint,
+)
 from casestream.outbox.connect import ConnectClient, outbox_connector_config
 from casestream.outbox.writer import DEFAULT_TOPIC_PREFIX
 
@@ -146,10 +154,18 @@ def connector_for_dsn(dsn: str, slot: str | None = None) -> tuple[str, str, dict
 
 
 def _ensure_slot(conn: psycopg.Connection[Any], slot: str, progress: Callable[[str], None]) -> bool:
-    """Create the publication and the slot where missing; True if the slot is new."""
+    """Create the heartbeat table, the publication (outbox + heartbeat table) and the slot where
+    missing; True if the slot is new."""
+    conn.execute(CDC_HEARTBEAT_DDL)
     if not conn.execute("SELECT 1 FROM pg_publication WHERE pubname = %s", (slot,)).fetchone():
-        conn.execute(sql.SQL("CREATE PUBLICATION {} FOR TABLE outbox").format(sql.Identifier(slot)))
+        conn.execute(sql.SQL("CREATE PUBLICATION {} FOR TABLE outbox, {}").format(
+            sql.Identifier(slot), sql.Identifier(CDC_HEARTBEAT_TABLE)))
         progress(f"publication {slot} created")
+    elif not conn.execute("SELECT 1 FROM pg_publication_tables WHERE pubname = %s AND tablename = %s",
+                          (slot, CDC_HEARTBEAT_TABLE)).fetchone():
+        conn.execute(sql.SQL("ALTER PUBLICATION {} ADD TABLE {}").format(
+            sql.Identifier(slot), sql.Identifier(CDC_HEARTBEAT_TABLE)))
+        progress(f"heartbeat table {CDC_HEARTBEAT_TABLE} added to publication {slot}")
     if not conn.execute("SELECT 1 FROM pg_replication_slots WHERE slot_name = %s", (slot,)).fetchone():
         conn.execute("SELECT pg_create_logical_replication_slot(%s, 'pgoutput')", (slot,))
         progress(f"replication slot {slot} created")

@@ -107,6 +107,8 @@ METRIC_HELP: dict[str, tuple[str, str]] = {
     "outbox_failed_total": ("gauge", "Outbox rows marked failed."),
     "outbox_oldest_pending_age_seconds": ("gauge", "Age of the oldest pending outbox row."),
     "outbox_cdc_lag_bytes": ("gauge", "WAL bytes written since the CDC replication slot's confirmed LSN."),
+    "outbox_cdc_slot_safe_wal_bytes": ("gauge", "WAL bytes that may still be written before "
+                                       "max_slot_wal_keep_size invalidates the CDC slot."),
     "outbox_cdc_unconfirmed_total": ("gauge", "Outbox rows CDC has not confirmed published yet."),
     "outbox_cdc_oldest_unconfirmed_age_seconds": ("gauge", "Age of the oldest outbox row CDC has not confirmed."),
     "outbox_cdc_deleted_total": ("counter", "Outbox rows deleted after CDC passed them."),
