@@ -12,4 +12,6 @@ from casestream.service import ServiceSpec
 SERVICE = ServiceSpec(
     name="audit", module="services.audit", description="append-only audit journal and case timeline",
     settings="services.audit.settings:AuditSettings", build="services.audit.bootstrap:build",
-    consumers=('audit.journal',), outbox=False)
+    consumers=('audit.journal',), outbox=False,
+    subscriptions={'audit.journal': ('outbox.event.case', 'outbox.event.saga', 'outbox.event.decision',
+                                     'outbox.event.notice')})

@@ -15,5 +15,7 @@ SERVICE = ServiceSpec(
     name="decision", module="services.decision", description="decides on submitted cases",
     settings="services.decision.settings:DecisionSettings", build="services.decision.bootstrap:build",
     consumers=('decision.requests', 'decision.statistics'), outbox=True,
+    subscriptions={'decision.requests': ('outbox.event.saga',),
+                   'decision.statistics': ('outbox.event.decision',)},
     # retention 90 days: decision.statistics and audit.timeline rebuild from it
     topics=(TopicSpec("outbox.event.decision", partitions=6, retention_ms=7776000000),))

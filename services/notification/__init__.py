@@ -20,5 +20,6 @@ SERVICE = ServiceSpec(
     name="notification", module="services.notification", description="issues notices to parties (SMTP)",
     settings="services.notification.settings:NotificationSettings", build="services.notification.bootstrap:build",
     consumers=('notification.requests',), outbox=True,
+    subscriptions={'notification.requests': ('outbox.event.saga', 'outbox.event.case')},
     # retention 90 days: audit.timeline rebuilds from it
     topics=(TopicSpec("outbox.event.notice", partitions=6, retention_ms=7776000000),))

@@ -27,5 +27,6 @@ SERVICE = ServiceSpec(
     name="saga", module="services.saga", description="orchestrates the case-review saga",
     settings="services.saga.settings:SagaSettings", build="services.saga.bootstrap:build",
     consumers=('saga.orchestrator',), outbox=True,
+    subscriptions={'saga.orchestrator': ('outbox.event.case', 'outbox.event.decision', 'outbox.event.notice')},
     # retention 30 days: no projection rebuilds from it; covers catch-up and dead-letter re-drive
     topics=(TopicSpec("outbox.event.saga", partitions=6, retention_ms=2592000000),))

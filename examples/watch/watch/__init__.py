@@ -28,6 +28,8 @@ SERVICE = ServiceSpec(
     name="watch", module="watch", description="watchlists of cases (example service)",
     settings="watch.settings:WatchSettings", build="watch.bootstrap:build",
     consumers=("watch.cases", "watch.triggers"), outbox=True,
+    # what each consumer reads: the event catalog shows it; the builder checks it at start
+    subscriptions={"watch.cases": ("outbox.event.case",), "watch.triggers": ("outbox.event.case",)},
     # the relay's topic for this service's events (aggregate type "watch"); 30 days cover
     # catch-up and dead-letter re-drive, and retention bounds the consumers' inbox rows
     topics=(TopicSpec("outbox.event.watch", partitions=6, retention_ms=30 * 86_400_000),))

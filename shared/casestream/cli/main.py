@@ -12,6 +12,7 @@ load Kafka or PostgreSQL drivers it does not need::
     casestream console                   the operations web console
     casestream topics plan|apply         the installed services' declared topics on the cluster
     casestream new service NAME          write a service skeleton (a starting point)
+    casestream catalog asyncapi          the installed event catalog as an AsyncAPI 3.0 document
 
 Installed packages add commands through the entry point group ``casestream.commands``
 (``name = "module:click_command"``, :func:`casestream.service.discovery.command_refs`). A
@@ -52,6 +53,8 @@ _GROUPS: dict[str, tuple[str, str, str]] = {
                 "Apply the installed services' database migrations (before starting them)."),
     "topics": ("casestream.cli.topics", "topics",
                "Create and configure the topics the installed services declare (plan, apply)."),
+    "catalog": ("casestream.cli.catalog", "catalog",
+                "The event catalog (AsyncAPI 3.0) of the installed services and schemas."),
     "new": ("casestream.cli.new", "new",
             "Write a starting point: casestream new service NAME (a service skeleton)."),
 }

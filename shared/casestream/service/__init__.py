@@ -10,6 +10,7 @@ Public API::
     from casestream.service import ServiceSpec, discovery                    # what a service declares; entry points
     from casestream.service import TopicSpec                                 # a topic it owns (ServiceSpec.topics)
     from casestream.service import schema_folder                             # another team's schemas folder
+    from casestream.service import installed_asyncapi                        # the installed event catalog (AsyncAPI)
 
 Modules: ``builder`` (:class:`ServiceBuilder`: settings, logging, edge, migrations, catalog,
 codec, pool, consumers, projections, relay, readiness, closers -> ServiceProcess),
@@ -38,6 +39,7 @@ if TYPE_CHECKING:
         selected_services,
         service_port,
     )
+    from casestream.service.eventcatalog import installed_asyncapi
     from casestream.service.gctune import freeze_startup_objects
     from casestream.service.process import ReadinessCheck, ServiceProcess, Worker, configure_logging, run_service
     from casestream.service.settings import (
@@ -61,6 +63,7 @@ _LAZY = {
         "CommonSettings", "ServiceSettings", "describe_settings_error", "read_settings",
         "service_config", "settings_error", "settings_table")},
     "freeze_startup_objects": "casestream.service.gctune",
+    "installed_asyncapi": "casestream.service.eventcatalog",
     "ServiceSpec": "casestream.service.spec", "resolve": "casestream.service.spec",
     "TopicSpec": "casestream.service.spec",
     "discovery": "casestream.service.discovery",

@@ -261,8 +261,13 @@ class ServiceBuilder(Generic[S]):
         ``name`` for the others; its assignment is the ``name`` check of ``/readyz/consumers``.
 
         Raises:
-            ConfigError: see :class:`~casestream.consumer.runtime.ConsumerRuntime`.
+            ConfigError: ``topics`` differ from the spec's ``subscriptions[name]`` (what the
+                event catalog shows); see :class:`~casestream.consumer.runtime.ConsumerRuntime`.
         """
+        declared = self.spec.subscriptions.get(name)
+        if declared is not None and set(declared) != set(topics):
+            raise ConfigError(f"consumer {name} reads {', '.join(topics)} but ServiceSpec "
+                              f"{self.spec.name}.subscriptions declares {', '.join(declared)}")
         registry.ignore(*(t for t in self.event_types_on(topics) if not registry.knows(t)))
         s = self.settings
         batching = ConsumerSettings(batch_size=s.consumer_batch_size if batch_size is None else batch_size,

@@ -18,7 +18,7 @@ import importlib
 import os
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from casestream.errors import ConfigError
@@ -57,6 +57,10 @@ class ServiceSpec:
             plan|apply`` and the dev stack create and configure them; a topic is owned by one
             service (declared by two: refused). Dead-letter and re-drive topics are not
             declared: each consumer creates its own at start.
+        subscriptions: consumer name -> the topics it reads, for each of ``consumers``
+            (``{"billing.ledger": ("outbox.event.order",)}``): what the event catalog
+            (``casestream catalog asyncapi``, the console's catalog pages) shows without starting
+            the service. The builder refuses a consumer whose topics differ from its entry here.
 
     Raises:
         ConfigError: on construction, a bad ``name``, ``module`` or reference.
@@ -71,6 +75,7 @@ class ServiceSpec:
     description: str = ""
     migrations: str = "migrations"
     topics: tuple[TopicSpec, ...] = ()
+    subscriptions: Mapping[str, tuple[str, ...]] = field(default_factory=dict, hash=False)
 
     def __post_init__(self) -> None:
         if not _NAME.fullmatch(self.name):
@@ -89,6 +94,16 @@ class ServiceSpec:
             if topic.name in names:
                 raise ConfigError(f"service {self.name}: topic {topic.name} is declared twice")
             names.add(topic.name)
+        reads = {str(c): ((t,) if isinstance(t, str) else tuple(t))
+                 for c, t in dict(self.subscriptions).items()}
+        for consumer, topics in reads.items():
+            if consumer not in self.consumers:
+                raise ConfigError(f"service {self.name}: subscriptions names {consumer!r}, not one of "
+                                  f"its consumers ({', '.join(self.consumers) or 'none'})")
+            if not topics or any(not isinstance(t, str) or not t for t in topics):
+                raise ConfigError(f"service {self.name}: subscriptions[{consumer!r}] must be a "
+                                  f"non-empty tuple of topic names")
+        object.__setattr__(self, "subscriptions", reads)
 
     def settings_class(self) -> type[Any]:
         """The service's settings class (imports its module)."""
