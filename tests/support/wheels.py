@@ -62,6 +62,23 @@ def wheelhouse(work: Path) -> Path:
     return folder
 
 
+#: What building and testing a team's package needs besides the runtime pins: the build
+#: backend its pyproject names (pip's build isolation) and the ``test`` extra of a skeleton.
+BUILD_TOOLS = ("setuptools>=77", "wheel", "pytest>=8")
+
+
+def build_tools(work: Path) -> Path:
+    """The folder of :data:`BUILD_TOOLS` wheels with their dependencies (downloaded when
+    missing), for installs with ``--no-index`` of a package built from source."""
+    key = hashlib.sha256(" ".join(BUILD_TOOLS).encode()).hexdigest()[:12]
+    folder = Path(tempfile.gettempdir()) / f"casestream-buildtools-{key}"
+    if not (folder / ".complete").is_file():
+        ok([sys.executable, "-m", "pip", "download", "-q", "--only-binary", ":all:", "-d", folder,
+            *BUILD_TOOLS], work)
+        (folder / ".complete").touch()
+    return folder
+
+
 @dataclass(frozen=True, slots=True)
 class Wheels:
     platform: Path
@@ -69,17 +86,26 @@ class Wheels:
     watch: Path
 
 
-def build_wheels(work: Path) -> Wheels:
-    """The three wheels, built from a copy of the checkout under ``work``."""
-    source = work / "source"
-    shutil.copytree(REPO, source, ignore=shutil.ignore_patterns(*_NOT_SOURCE))
-    dist = work / "dist"
-    for project in (source, source / "services", source / "examples" / "watch"):
-        ok([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", dist, project], work)
-    (platform,) = dist.glob("casestream-*.whl")
-    (suite,) = dist.glob("casestream_suite-*.whl")
-    (watch,) = dist.glob("acme_watch-*.whl")
-    return Wheels(platform, suite, watch)
+_PATTERNS = {"": "casestream-*.whl", "services": "casestream_suite-*.whl",
+             "examples/watch": "acme_watch-*.whl"}
+_BUILT: dict[str, Path] = {}  # project -> its wheel, built once per test session
+
+
+def build_wheels(work: Path, *projects: str) -> Wheels:
+    """The three wheels (or only those of ``projects``: "", "services", "examples/watch"),
+    built from a copy of the checkout under ``work`` into ``work / "dist"``, once per test
+    session (a later call gets the wheels built first); a wheel not built is named by its
+    would-be path."""
+    wanted = projects or tuple(_PATTERNS)
+    missing = [p for p in wanted if p not in _BUILT]
+    if missing:
+        source = work / "source"
+        shutil.copytree(REPO, source, ignore=shutil.ignore_patterns(*_NOT_SOURCE))
+        dist = work / "dist"
+        for project in missing:
+            ok([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", dist, source / project], work)
+            (_BUILT[project],) = dist.glob(_PATTERNS[project])
+    return Wheels(*(_BUILT.get(p, work / "dist" / _PATTERNS[p]) for p in _PATTERNS))
 
 
 class Venv:
