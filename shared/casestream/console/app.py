@@ -13,6 +13,8 @@ Pages (every one needs a signed-in console session, or ``Authorization: Bearer``
     POST /deadletters/{consumer}  form ``action`` (redrive|discard), ``label`` (repeatable), ``reason``, ``csrf``
     GET  /flow                    outbox backlog per service, lag per partition per group,
                                   recent replay runs (progress, rate, ETA)
+    GET  /catalog                 the event catalog: channels, event types, services
+                                  (:mod:`casestream.console.catalog`)
 
 Sessions (:mod:`casestream.console.sessions`): the browser keeps a random session id in
 an HttpOnly, SameSite=Strict cookie (``Secure`` and ``__Host-`` prefixed in production);
@@ -57,6 +59,7 @@ from starlette.responses import HTMLResponse, JSONResponse, RedirectResponse, Re
 from starlette.routing import Route
 
 from casestream.auth import ROLE_OFFICER, ROLE_OPERATOR, ROLE_SUPERVISOR, InvalidToken, Principal, TokenVerifier
+from casestream.console.catalog import catalog_routes
 from casestream.console.guard import ConsoleAuthMiddleware, SecurityHeadersMiddleware, caller_of
 from casestream.console.pages import STYLE, STYLE_PATH, csrf_field, esc, fmt, page, pretty, replay_runs_table, table
 from casestream.console.sessions import SessionStore
@@ -604,6 +607,7 @@ def console_app(sources: ConsoleSources, verifier: TokenVerifier, *, production:
         Route("/deadletters", authed(READ_ROLES, deadletters)),
         Route("/deadletters/{consumer}", action(ACT_ROLES, deadletter_action), methods=["POST"]),
         Route("/flow", authed(READ_ROLES, flow)),
+        *catalog_routes(lambda fn: authed(READ_ROLES, fn), render),
     ]
     counters = EdgeCounters()
     middleware = [

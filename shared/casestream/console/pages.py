@@ -13,7 +13,8 @@ from casestream.replay.progress import fmt_eta
 
 __all__ = ["page", "table", "esc", "fmt", "replay_runs_table", "csrf_field", "STYLE", "STYLE_PATH"]
 
-NAV = (("/journeys", "Journeys"), ("/sagas", "Sagas"), ("/deadletters", "Dead letters"), ("/flow", "Flow"))
+NAV = (("/journeys", "Journeys"), ("/sagas", "Sagas"), ("/deadletters", "Dead letters"), ("/flow", "Flow"),
+       ("/catalog", "Catalog"))
 
 STYLE = """
 body{font-family:system-ui,sans-serif;margin:0;color:#1d2330;background:#f6f7f9}
