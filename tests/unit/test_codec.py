@@ -278,6 +278,33 @@ def test_newer_writer_version_is_resolved_into_the_newest_known() -> None:
     assert out.event_version == 1 and out.payload == env.payload
 
 
+def test_a_writer_the_reader_cannot_resolve_is_schema_resolution_not_corrupt_bytes() -> None:
+    """A producer on a newer version whose field no longer resolves into the reader's (Avro
+    1.11 "Schema Resolution": a type change, an enum symbol without reader default) sent
+    well-formed bytes: the class is ``schema_resolution``; the same bytes cut short stay
+    ``avro_decode``."""
+    registry = InMemoryRegistry()
+    codec = open_codec(CATALOG, registry, auto_register=None)
+    codec.prepare(auto_register=True)
+    newest = CATALOG.newest_version("CaseSubmitted")
+    writer = CATALOG.schema("CaseSubmitted")
+    fields = writer["fields"][-1]["type"]["fields"]
+    changed = next(f for f in fields if f["type"] == "string")
+    changed["type"] = "boolean"
+    sid = registry.register("casestream.case.CaseSubmitted", writer)
+    env = make_env("CaseSubmitted")
+    rec = {f: getattr(env, f) for f in ENVELOPE_FIELDS} | {"event_version": newest + 1}
+    rec["payload"] = {**env.payload, changed["name"]: True}
+    buf = io.BytesIO()
+    schemaless_writer(buf, parse_schema(writer), rec)
+    value = b"\x00" + sid.to_bytes(4, "big") + buf.getvalue()
+    with pytest.raises(PoisonMessageError) as e:
+        codec.decode(value)
+    assert e.value.reason == "schema_resolution", e.value
+    assert f"schema id {sid}" in str(e.value)
+    assert _reason(codec, value[:7]) == "avro_decode"
+
+
 def test_foreign_subject_is_poison() -> None:
     registry = InMemoryRegistry()
     codec = open_codec(CATALOG, registry, auto_register=None)

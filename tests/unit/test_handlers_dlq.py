@@ -39,6 +39,15 @@ def test_redact_removes_emails_phone_numbers_and_ibans() -> None:
     assert len(redact("x" * 5000)) == 1000
 
 
+def test_redact_keeps_the_identifiers_the_error_names() -> None:
+    """A schema id or offset is not personal data: the dead letter's error says which one,
+    as ``dlq show`` prints it beside."""
+    out = redact("schema id 1002003004 (CaseOpened v2): offset 12345678901 of partition 3; "
+                 "call 0044 20 7946 0958")
+    assert out.startswith("schema id 1002003004 (CaseOpened v2): offset 12345678901 of")
+    assert "7946" not in out and out.endswith("call <number>")
+
+
 def test_dead_letter_headers_carry_everything_issue_4_lists() -> None:
     dl = DeadLetter(record=_rec(), error_class="casestream.errors.PoisonMessageError",
                     reason="bad_magic_byte", message="bad magic for bob@example.com",

@@ -95,7 +95,8 @@ ORIGIN_HEADERS = (H_TOPIC, H_PARTITION, H_OFFSET, H_TIMESTAMP)
 MAX_MESSAGE = 1000
 
 _EMAIL = re.compile(r"[A-Za-z0-9._%+\-]+@[A-Za-z0-9.\-]+\.[A-Za-z]{2,}")
-_PHONE = re.compile(r"(?<![\w-])\+?\d[\d ()\-]{7,}\d(?![\w-])")
+# a schema id or an offset the error names is an identifier, not a phone number
+_PHONE = re.compile(r"(?<![\w-])(?<!schema id )(?<!offset )\+?\d[\d ()\-]{7,}\d(?![\w-])")
 _IBAN = re.compile(r"\b[A-Z]{2}\d{2}[A-Z0-9]{11,30}\b")
 
 

@@ -494,6 +494,9 @@ class EnvelopeCodec:
         n = len(value)
         try:
             rec, end = r.read(value, 5)
+        except SchemaResolutionError as e:
+            raise _poison("schema_resolution", f"schema id {sid} ({r.event_type}): the writer's "
+                                               f"record does not resolve into the reader's: {e}") from e
         except _DECODE_ERRORS as e:
             raise _poison("avro_decode", f"schema id {sid} ({r.event_type}): Avro decode failed: {e!r}") from e
         ev = rec["event_version"]
@@ -517,6 +520,13 @@ class EnvelopeCodec:
             rec, end = read(value, 5)
         except PoisonMessageError:
             raise
+        except SchemaResolutionError as e:
+            # well-formed bytes of a writer whose field does not resolve into the reader's
+            # (Avro specification, "Schema Resolution": a type change, an enum symbol the
+            # reader lacks with no enum default): not corruption
+            raise _poison("schema_resolution", f"schema id {r.schema_id} ({r.event_type} v{ev}): "
+                                               f"the writer's record does not resolve into "
+                                               f"v{min(ev, r.newest)}: {e}") from e
         except _DECODE_ERRORS as e:
             raise _poison("avro_decode", f"schema id {r.schema_id} ({r.event_type} v{ev}): "
                                          f"Avro decode failed: {e!r}") from e
