@@ -6,7 +6,8 @@ first line has its readiness (``/readyz``), outbox pending rows and oldest pendi
 (``saga_state_total``); every consumer of the service (``ServiceSpec.consumers``, then any
 other its ``/metrics`` names) has its own line — the first on the service's line, the others
 below it with the service columns left blank — with its lag in messages (Kafka: high
-watermark - committed offset, summed over the group's partitions; the service's
+watermark - committed offset, summed over the group's partitions, a partition with no
+commit counting from its first retained offset, as the console does; the service's
 ``queue_lag_messages`` gauge when Kafka is unreachable), in seconds (``queue_lag_seconds``)
 and its open dead letters: entries of ``<consumer>.dlq`` not re-driven successfully nor
 discarded, read from the topics (``casestream.operations.deadletters``), so the figure
@@ -187,42 +188,37 @@ def _metrics(client: httpx.Client, base: str) -> str | None:
 
 
 def kafka_lag(bootstrap: KafkaTarget, groups: Sequence[str], timeout_s: float = 5.0) -> dict[str, float]:
-    """``{group: messages behind}``: sum over the group's committed partitions of
-    (high watermark - committed offset). Groups Kafka does not know are left out.
+    """``{group: messages behind}``: the sum of :func:`casestream.operations.group_lag` over
+    the topics the group has committed on (a partition with no commit counts from its start
+    position, the first retained offset), as the console's Flow page counts it. Groups Kafka
+    does not know are left out.
 
     Raises:
         RuntimeError: Kafka did not answer within ``timeout_s``.
     """
     # lazy (start-up cost): loaded when this command runs, not for every CLI call
-    from confluent_kafka import Consumer, ConsumerGroupTopicPartitions, TopicPartition
+    from confluent_kafka import ConsumerGroupTopicPartitions
     from confluent_kafka.admin import AdminClient
+
+    from casestream.operations.flow import group_lag
 
     admin = AdminClient(client_config(bootstrap))
     try:
         admin.list_topics(timeout=timeout_s)
     except Exception as e:
         raise RuntimeError(f"kafka {bootstrap_of(bootstrap)}: {e}") from e
-    probe = Consumer({**client_config(bootstrap), "group.id": "casestream.status",
-                      "enable.auto.commit": False})
     out: dict[str, float] = {}
-    try:
-        for group in groups:  # the client lists one group per request
-            try:
-                [fut] = admin.list_consumer_group_offsets(
-                    [ConsumerGroupTopicPartitions(group)], request_timeout=timeout_s).values()
-                committed = fut.result().topic_partitions or []
-            except Exception:  # noqa: BLE001 - an unknown group: no lag to show
-                continue
-            behind = 0.0
-            for tp in committed:
-                if tp.offset < 0:
-                    continue
-                _, high = probe.get_watermark_offsets(TopicPartition(tp.topic, tp.partition),
-                                                      timeout=timeout_s)
-                behind += max(0, high - tp.offset)
-            out[group] = behind
-    finally:
-        probe.close()
+    for group in groups:  # the client lists one group per request
+        try:
+            [fut] = admin.list_consumer_group_offsets(
+                [ConsumerGroupTopicPartitions(group)], request_timeout=timeout_s).values()
+            topics = sorted({tp.topic for tp in fut.result().topic_partitions or []
+                             if tp.offset >= 0})
+        except Exception:  # noqa: BLE001 - an unknown group: no lag to show
+            continue
+        if topics:
+            out[group] = float(sum(p.lag for p in group_lag(bootstrap, group, topics,
+                                                             timeout_s=timeout_s)))
     return out
 
 

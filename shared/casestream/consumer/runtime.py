@@ -100,6 +100,7 @@ from casestream.consumer.handlerloop import HandlerLoop
 from casestream.consumer.keyparallel import FlowStep, key_queue_flow, key_queue_limit
 from casestream.consumer.keyworkers import KeyWorkers, give_back, worker_threads
 from casestream.kafka.config import KafkaTarget, client_config, connection_config
+from casestream.kafka.lag import read_partitions
 from casestream.kafka.topics import fetch_batch
 
 log = logging.getLogger("casestream.consumer")
@@ -112,6 +113,8 @@ KEY_DECODE_SLICE = 32  # records a key-parallel loop decodes between two GIL han
 #: The consumer's default ``topic.metadata.refresh.interval.ms``: how soon a subscribed topic
 #: created (or grown) after the subscription is assigned.
 METADATA_REFRESH_MS = 5000
+#: Seconds between two reads of the group's lag from Kafka (``queue_lag_messages``).
+LAG_READ_INTERVAL_S = 10.0
 
 
 
@@ -320,8 +323,42 @@ class ConsumerRuntime:
 
     def _watch(self, done: threading.Event) -> None:
         interval = min(5.0, self.settings.stall_after_s / 4)
-        while not done.wait(interval):
-            self._check_stall()
+        reader: Any = None
+        next_lag = 0.0
+        try:
+            while not done.wait(interval):
+                self._check_stall()
+                if time.monotonic() >= next_lag:
+                    next_lag = time.monotonic() + LAG_READ_INTERVAL_S
+                    reader = self._read_lag(reader)
+        finally:
+            if reader is not None:
+                reader.close()
+
+    def _read_lag(self, reader: Any) -> Any:
+        """Set ``queue_lag_messages`` from Kafka: per topic, over this member's assigned
+        partitions, high watermark - the group's committed offset (:mod:`casestream.kafka.lag`).
+
+        Read by a client of its own (same ``group.id``, never subscribed) on the watchdog
+        thread, so a batch stuck in a handler or a dead poll loop does not freeze the figure
+        at what was fetched. Returns the reader to reuse (None after a failure)."""
+        try:
+            if reader is None:
+                # lazy (start-up cost): confluent_kafka loads when a client is built
+                from confluent_kafka import Consumer
+
+                reader = Consumer({k: v for k, v in self._conf.items() if k != "on_commit"})
+            assigned = sorted(tuple(self._assigned))
+            by_topic = {t: 0.0 for t in self._probe.lag.messages}
+            for part in read_partitions(reader, assigned, timeout_s=5.0):
+                by_topic[part.topic] = by_topic.get(part.topic, 0.0) + part.lag
+            self._probe.group_lag(by_topic)
+            return reader
+        except Exception as e:  # noqa: BLE001 - the figure waits for the next read
+            log.debug("%s: lag read failed: %s", self.name, e)
+            if reader is not None:
+                reader.close()
+            return None
 
     def _check_stall(self) -> None:
         why = self.stalled()
@@ -781,10 +818,48 @@ class ConsumerRuntime:
         self.stats.assignments += 1
         self.stats.partitions_assigned = len(self._assigned)
         log.info("%s: assigned %s", self.name, _fmt(partitions))
+        self._commit_start_positions(consumer, partitions)
         # A pause from before a revoke survives in librdkafka: nothing assigned now is paused
         # by a current decision of ours (the revoke forgot them), so fetch them all.
         self._resume([tp for tp in given if tp not in self._paused])
         self.ready.set()
+
+    def _commit_start_positions(self, consumer: Any, partitions: list[Any]) -> None:
+        """Commit the start position (``auto.offset.reset=earliest``: the first retained
+        offset) of every assigned partition the group has no committed offset on yet.
+
+        Without it a group that stops before its first commit is invisible to every lag
+        reader (Kafka's ``OffsetFetch`` answers "no offset", the alert cannot fire); with it
+        the whole retained log counts as lag until the group moves on. Best effort: a failure
+        is logged and consumption goes on (the start position is the same either way)."""
+        if str(self._conf.get("auto.offset.reset", "earliest")).lower() not in ("earliest",
+                                                                             "smallest",
+                                                                             "beginning"):
+            return  # latest: the group starts at the end, nothing is behind
+        try:
+            # lazy (start-up cost): confluent_kafka loads when a client is built
+            from confluent_kafka import TopicPartition
+
+            fresh = [TopicPartition(p.topic, p.partition)
+                     for p in consumer.committed(partitions, timeout=10.0) if p.offset < 0]
+            if not fresh:
+                return
+            # timestamp 0 looks up the earliest retained offset of each partition in one request
+            starts = consumer.offsets_for_times(
+                [TopicPartition(p.topic, p.partition, 0) for p in fresh], timeout=10.0)
+            offsets = []
+            for p in starts:
+                start = p.offset
+                if p.error is None and start < 0:  # an empty partition: it starts at its end
+                    start = consumer.get_watermark_offsets(
+                        TopicPartition(p.topic, p.partition), timeout=10.0)[0]
+                if p.error is None and start >= 0:
+                    offsets.append(TopicPartition(p.topic, p.partition, start))
+            if offsets:
+                consumer.commit(offsets=offsets, asynchronous=False)
+                log.info("%s: committed start positions %s", self.name, _fmt(offsets))
+        except Exception as e:  # noqa: BLE001 - lag visibility only; consumption is unaffected
+            log.warning("%s: could not commit start positions (%s)", self.name, e)
 
     def _on_revoke(self, consumer: Any, partitions: list[Any]) -> None:
         if not self._losing(consumer):

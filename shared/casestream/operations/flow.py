@@ -6,7 +6,11 @@ Sources:
   ``outbox_oldest_pending_age_seconds`` (labels ``relay``), ``dead_letter_open`` (``consumer``);
 - Kafka: the group's committed offsets (``OffsetFetch``, the group is never joined) and each
   partition's high watermark. Lag = high watermark - committed offset (messages); a partition
-  the group committed nothing on has ``committed`` None and lag = high - low watermark.
+  the group committed nothing on (or below its low watermark) counts from where the group
+  would start, the first retained offset (``auto.offset.reset=earliest``): lag = high - low
+  watermark. A casestream consumer commits its start positions when first assigned
+  (:class:`~casestream.consumer.ConsumerRuntime`), so a group that stops before its first
+  processed batch still shows the whole waiting log as lag.
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from casestream.kafka.config import KafkaTarget, client_config
+from casestream.kafka.lag import read_group_partitions
 
 __all__ = ["Samples", "parse_prometheus", "PartitionLag", "group_lag", "OutboxFlow", "outbox_flow",
            "sample_sum", "sample_max"]
@@ -89,26 +94,13 @@ def group_lag(bootstrap: KafkaTarget, group: str, topics: Sequence[str], *,
         KafkaException: the cluster or the group coordinator did not answer.
     """
     # lazy (start-up cost): confluent_kafka loads when a client is built
-    from confluent_kafka import Consumer, TopicPartition
+    from confluent_kafka import Consumer
 
     c = Consumer({**client_config(bootstrap), "group.id": group, "enable.auto.commit": False})
     try:
-        md = c.list_topics(timeout=timeout_s)
-        tps = [TopicPartition(t, p) for t in topics
-               if (meta := md.topics.get(t)) is not None and meta.error is None
-               for p in sorted(meta.partitions)]
-        if not tps:
-            return []
-        out = []
-        committed_tps = c.committed(tps, timeout=timeout_s)
-        consumed = {tp.topic for tp in committed_tps if tp.offset >= 0}
-        for tp in committed_tps:
-            if tp.topic not in consumed:
-                continue
-            low, high = c.get_watermark_offsets(TopicPartition(tp.topic, tp.partition), timeout=timeout_s)
-            committed = tp.offset if tp.offset >= 0 else None
-            out.append(PartitionLag(group, tp.topic, tp.partition, committed, high,
-                                    max(0, high - (committed if committed is not None else low))))
-        return out
+        parts = read_group_partitions(c, topics, timeout_s=timeout_s)
     finally:
         c.close()
+    consumed = {p.topic for p in parts if p.committed is not None}
+    return [PartitionLag(group, p.topic, p.partition, p.committed, p.high, p.lag)
+            for p in parts if p.topic in consumed]

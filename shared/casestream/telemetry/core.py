@@ -206,18 +206,19 @@ class ConsumerProbe:
         self.name = name
         self.lag = lag
         self._started = 0.0
+        self._from_group = False
 
     def polled(self, records: Sequence[Any], kafka_consumer: Any = None) -> None:
         """Update lag from ``records`` (``Record``: topic, partition, offset, timestamp_ms).
 
         queue_lag_seconds per topic = now - the Kafka timestamp of the batch's last record,
         the largest over partitions (0 when the poll came back empty: caught up);
-        queue_lag_messages = sum over partitions of (cached high watermark - offset - 1).
+        queue_lag_messages = sum over partitions of (cached high watermark - offset - 1)
+        until :meth:`group_lag` has read the group's committed offsets, which then rule.
         """
         if not records:
             for topic in list(self.lag.seconds):
                 self.lag.seconds[topic] = 0.0
-                self.lag.messages[topic] = 0.0
             return
         now_ms = time.time() * 1000.0
         last: dict[tuple[str, int], Any] = {}
@@ -231,7 +232,16 @@ class ConsumerProbe:
                 secs[topic] = max(secs.get(topic, 0.0), age)
             msgs[topic] = msgs.get(topic, 0.0) + _behind(kafka_consumer, topic, partition, r.offset)
         self.lag.seconds.update(secs)
-        self.lag.messages.update(msgs)
+        if not self._from_group:
+            self.lag.messages.update(msgs)
+
+    def group_lag(self, messages: dict[str, float]) -> None:
+        """queue_lag_messages per topic from Kafka: high watermark - the group's committed
+        offset (none: the first retained offset), summed over this member's partitions. What
+        was fetched but not committed is still behind: a batch stuck before its first commit
+        keeps the whole waiting log as lag."""
+        self._from_group = True
+        self.lag.messages.update(messages)
 
     def started(self, count: int) -> None:
         """A batch of ``count`` messages went to the database thread."""
