@@ -4,7 +4,10 @@
 #
 #   deploy/prometheus/tools.sh install     build promtool (idempotent; cold: minutes on 2 cores)
 #   deploy/prometheus/tools.sh path        print the path of promtool
-#   deploy/prometheus/tools.sh check       promtool check rules deploy/prometheus/alerts.yml
+#   deploy/prometheus/tools.sh check       promtool check rules deploy/prometheus/alerts.yml, then
+#                                          promtool test rules deploy/prometheus/alerts_test.yml
+#   deploy/prometheus/tools.sh rules BASE  print alerts.yml with runbook_url = BASE#<anchor>
+#                                          (BASE: where you publish docs/runbook.md)
 set -euo pipefail
 
 PROMETHEUS_VERSION=${PROMETHEUS_VERSION:-v0.316.0}   # Go module version of Prometheus 3.x
@@ -33,9 +36,21 @@ install() {
     echo "prometheus-tools: built $BIN/promtool in $((SECONDS - t0)) s" >&2
 }
 
+# the placeholder base of alerts.yml's runbook_url annotations
+RUNBOOK_BASE_DEFAULT="https://runbooks.example.com/casestream/runbook.md"
+
+rules() {
+    local base="${1:-}"
+    [[ "$base" =~ ^https?://[^[:space:]#]+$ ]] || die "rules wants BASE, an http(s) URL without '#' (got '${base}')."
+    sed "s|runbook_url: $RUNBOOK_BASE_DEFAULT#|runbook_url: $base#|" "$HERE/alerts.yml"
+}
+
 case "${1:-}" in
     install) install ;;
     path) echo "$BIN/promtool" ;;
-    check) install; "$BIN/promtool" check rules "$REPO/deploy/prometheus/alerts.yml" ;;
-    *) echo "usage: $0 install|path|check" >&2; exit 2 ;;
+    check) install
+           "$BIN/promtool" check rules "$HERE/alerts.yml"
+           (cd "$HERE" && "$BIN/promtool" test rules alerts_test.yml) ;;
+    rules) rules "${2:-}" ;;
+    *) echo "usage: $0 install|path|check|rules BASE" >&2; exit 2 ;;
 esac

@@ -19,6 +19,9 @@ REPO = Path(__file__).resolve().parents[2]
 RULES = REPO / "deploy" / "prometheus" / "alerts.yml"
 DASHBOARD = REPO / "deploy" / "grafana" / "casestream.json"
 RUNBOOK = REPO / "docs" / "runbook.md"
+RULE_TESTS = REPO / "deploy" / "prometheus" / "alerts_test.yml"
+RUNBOOK_BASE = "https://runbooks.example.com/casestream/runbook.md"  # alerts.yml's placeholder
+TOOLS = REPO / "deploy" / "prometheus" / "tools.sh"
 
 
 def _promtool() -> str:
@@ -50,10 +53,46 @@ def test_every_alert_has_a_runbook_entry_with_meaning_look_and_fix() -> None:
             "CasestreamSagasStuck", "CasestreamRelayFailures", "CasestreamServiceDown"} <= alerts
     for rule in rules:
         anchor = rule["alert"].lower()
-        assert rule["annotations"]["runbook_url"] == f"docs/runbook.md#{anchor}"
+        assert rule["annotations"]["runbook_url"] == f"{RUNBOOK_BASE}#{anchor}"
         body = sections.get(anchor, "")
         for part in ("**Means:**", "**Look:**", "**Fix:**"):
             assert part in body, f"runbook entry {anchor} lacks {part}"
+
+
+def _rules() -> list[dict]:
+    return [r for g in yaml.safe_load(RULES.read_text())["groups"] for r in g["rules"]]
+
+
+def test_every_rule_passes_its_promtool_unit_tests() -> None:
+    proc = subprocess.run([_promtool(), "test", "rules", RULE_TESTS.name], cwd=RULE_TESTS.parent,
+                          capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_every_alert_is_unit_tested_firing_on_series_named_as_on_metrics() -> None:
+    from casestream.telemetry.metrics import METRIC_HELP
+
+    tests = yaml.safe_load(RULE_TESTS.read_text())["tests"]
+    fired = {t["alertname"] for case in tests for t in case.get("alert_rule_test", ())
+             if t.get("exp_alerts")}
+    assert {r["alert"] for r in _rules()} <= fired
+    names = {s["series"].split("{")[0] for case in tests for s in case["input_series"]}
+    assert names - {"up"} <= set(METRIC_HELP), names - set(METRIC_HELP)
+
+
+def test_every_alert_is_aggregated_per_logical_thing() -> None:
+    for rule in _rules():
+        assert re.search(r"\b(sum|max|min|count) by \((consumer|relay|job|slot)\)", rule["expr"]), rule["alert"]
+
+
+def test_the_runbook_base_is_set_by_the_tools_script() -> None:
+    out = subprocess.run([str(TOOLS), "rules", "https://git.example.org/ops/docs/runbook.md"],
+                         capture_output=True, text=True, check=True).stdout
+    rules = [r for g in yaml.safe_load(out)["groups"] for r in g["rules"]]
+    assert {r["annotations"]["runbook_url"] for r in rules} == {
+        f"https://git.example.org/ops/docs/runbook.md#{r['alert'].lower()}" for r in rules}
+    bad = subprocess.run([str(TOOLS), "rules", "docs/runbook.md"], capture_output=True, text=True)
+    assert bad.returncode != 0 and "rules wants BASE, an http(s) URL" in bad.stderr
 
 
 def test_the_dashboard_is_grafana_json_with_a_query_per_panel() -> None:
