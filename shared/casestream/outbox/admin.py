@@ -30,7 +30,7 @@ import psycopg
 
 from casestream.errors import CasestreamError
 from casestream.outbox.cdc import CdcStatus, cdc_status, default_slot_name, publisher
-from casestream.outbox.relay.store import stats
+from casestream.outbox.relay.store import has_claim_floor, stats
 from casestream.outbox.writer import NOTIFY_CHANNEL
 
 __all__ = ["OutboxDatabaseError", "NoOutboxTable", "OutboxStatus", "RelayMember", "OutboxRow",
@@ -197,8 +197,13 @@ def redrive(dsn: str, ids: Sequence[uuid.UUID] | None) -> int:
                 cur = conn.execute("UPDATE outbox SET status = 'pending', attempts = 0, "
                                    "next_attempt_at = '-infinity' "
                                    "WHERE status = 'failed' AND id = ANY(%s)", (list(ids),))
+            changed = cur.rowcount
+            # The relay's claim starts at outbox_claim_floor: below it nothing was pending,
+            # and these rows are now. Same transaction, so no claim sees one without the other.
+            if changed and has_claim_floor(conn):
+                conn.execute("UPDATE outbox_claim_floor SET seq = 0, generation = generation + 1")
             conn.execute(f"NOTIFY {NOTIFY_CHANNEL}")
-    return cur.rowcount
+    return changed
 
 
 def discard(dsn: str, ids: Sequence[uuid.UUID], reason: str) -> int:

@@ -219,7 +219,29 @@ CREATE TABLE IF NOT EXISTS outbox_cdc_checkpoint (
 OUTBOX_PUBLISHER_MIGRATION = Migration(name="casestream_outbox_003_publisher", sql=OUTBOX_PUBLISHER_DDL)
 """Who publishes (relay or CDC) and the CDC checkpoints (:mod:`casestream.outbox.cdc`)."""
 
-OUTBOX_MIGRATIONS = (OUTBOX_MIGRATION, OUTBOX_STORAGE_MIGRATION, OUTBOX_PUBLISHER_MIGRATION)
+OUTBOX_CLAIM_FLOOR_DDL = """
+CREATE TABLE IF NOT EXISTS outbox_claim_floor (
+    singleton   boolean     PRIMARY KEY DEFAULT true CHECK (singleton),
+    seq         bigint      NOT NULL DEFAULT 0,
+    generation  bigint      NOT NULL DEFAULT 0,
+    advanced_at timestamptz NOT NULL DEFAULT now()
+);
+INSERT INTO outbox_claim_floor DEFAULT VALUES ON CONFLICT DO NOTHING;
+"""
+"""The relay's claim floor: no ``pending`` outbox row has a ``seq`` below ``seq``. The claim's
+index scan starts there: while a snapshot stays open (``xmin`` held), the index entries of
+rows published since cannot be removed nor marked dead, and a scan from the start walks
+them all, on every claim (bench/xmin.py). Relays raise it once no transaction that could
+still commit a row below it is running (``casestream.outbox.relay.store.advance_claim_floor``);
+whatever makes a row pending again (:func:`casestream.outbox.admin.redrive`) lowers it in
+the same transaction. A new row starts at 0, today's full scan: the migration is safe on a
+live database."""
+
+OUTBOX_CLAIM_FLOOR_MIGRATION = Migration(name="casestream_outbox_004_claim_floor", sql=OUTBOX_CLAIM_FLOOR_DDL)
+"""The relay's claim floor table (:data:`OUTBOX_CLAIM_FLOOR_DDL`)."""
+
+OUTBOX_MIGRATIONS = (OUTBOX_MIGRATION, OUTBOX_STORAGE_MIGRATION, OUTBOX_PUBLISHER_MIGRATION,
+                     OUTBOX_CLAIM_FLOOR_MIGRATION)
 """Every migration of the outbox tables, in order: what a service applies before its own."""
 
 

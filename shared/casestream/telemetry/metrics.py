@@ -36,6 +36,7 @@ Observed from existing stats (``Sources``) at scrape time:
     relay_failed_total{relay}, relay_gave_up_total{relay}, relay_size_rejections_total{relay},
     relay_batches_total{relay}, outbox_pending_total{relay},
     outbox_failed_total{relay}, outbox_oldest_pending_age_seconds{relay},
+    postgres_xmin_horizon_age_seconds{relay},
     inbox_purged_total{consumer}, guard_compacted_total{consumer},
     inbox_retention_cutoff_age_seconds{consumer} (casestream.consumer.retention),
     dead_letter_open{consumer} (casestream.operations.depth, from the topics),
@@ -106,6 +107,8 @@ METRIC_HELP: dict[str, tuple[str, str]] = {
     "outbox_pending_total": ("gauge", "Pending outbox rows (whole table)."),
     "outbox_failed_total": ("gauge", "Outbox rows marked failed."),
     "outbox_oldest_pending_age_seconds": ("gauge", "Age of the oldest pending outbox row."),
+    "postgres_xmin_horizon_age_seconds": ("gauge", "Age of the oldest transaction of the PostgreSQL "
+                                          "cluster holding the vacuum horizon (xmin) back."),
     "outbox_cdc_lag_bytes": ("gauge", "WAL bytes written since the CDC replication slot's confirmed LSN."),
     "outbox_cdc_slot_safe_wal_bytes": ("gauge", "WAL bytes that may still be written before "
                                        "max_slot_wal_keep_size invalidates the CDC slot."),
@@ -154,7 +157,7 @@ _RELAY_COUNTERS = {"relay_published_total": "published_total",
                    "relay_size_rejections_total": "size_rejections_total",
                    "relay_batches_total": "batches_total"}
 _RELAY_GAUGES = ("outbox_pending_total", "outbox_failed_total",
-                 "outbox_oldest_pending_age_seconds")
+                 "outbox_oldest_pending_age_seconds", "postgres_xmin_horizon_age_seconds")
 _APP_COUNTERS = {"idempotency_replays_total": ("idempotency_replays",),
                  "idempotency_conflicts_total": ("idempotency_conflicts",),
                  "http_shed_total": ("edge", "shed"),

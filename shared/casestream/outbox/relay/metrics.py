@@ -31,7 +31,10 @@ class RelayMetrics:
     Gauges (refreshed every ``metrics_interval_s``): ``outbox_pending_total`` pending rows
     in the whole table, ``outbox_failed_total`` failed rows,
     ``outbox_oldest_pending_age_seconds`` age of the oldest pending row (0 if none),
-    ``shards_held`` leases this instance holds, ``last_batch_size``, ``last_batch_seconds``.
+    ``shards_held`` leases this instance holds, ``last_batch_size``, ``last_batch_seconds``;
+    ``postgres_xmin_horizon_age_seconds`` age of the oldest transaction of the database
+    cluster holding the vacuum horizon back (``store.xmin_horizon_age_s``), ``outbox_claim_floor``
+    the ``seq`` the claims start at.
     """
 
     published_total: int = 0
@@ -52,6 +55,8 @@ class RelayMetrics:
     shards_held: int = 0
     last_batch_size: int = 0
     last_batch_seconds: float = 0.0
+    postgres_xmin_horizon_age_seconds: float = 0.0
+    outbox_claim_floor: int = 0
 
     def snapshot(self) -> dict[str, float]:
         """Return every counter and gauge by name (a copy)."""

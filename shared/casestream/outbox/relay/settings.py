@@ -77,6 +77,11 @@ class RelaySettings:
             its claim, seconds, ends the wait: the producer is recreated and the batch's
             rows, still pending, produced again by it (see the relay's "Stalled producer").
             ``None``: wait as long as librdkafka does (``message.timeout.ms``).
+        claim_floor: start each claim at ``outbox_claim_floor`` (no pending row below it)
+            and raise the floor about every ``claim_floor_interval_s`` seconds, so a snapshot
+            held open elsewhere does not make every claim walk the rows published since
+            (``casestream.outbox.relay.floor``); ``False`` claims from the start of the index.
+        claim_floor_interval_s: period of the floor's steps (three steps per raise).
     """
 
     batch_size: int = 1000
@@ -96,6 +101,8 @@ class RelaySettings:
     open_wait_s: float = 0.002
     topic_limit_ttl_s: float = 300.0
     report_timeout_s: float | None = 30.0
+    claim_floor: bool = True
+    claim_floor_interval_s: float = 1.0
 
     def __post_init__(self) -> None:
         if self.batch_size < 1:
@@ -112,6 +119,8 @@ class RelaySettings:
             raise ConfigError("relay topic_limit_ttl_s must be > 0")
         if self.report_timeout_s is not None and self.report_timeout_s <= 0:
             raise ConfigError("relay report_timeout_s must be > 0 or None")
+        if self.claim_floor_interval_s <= 0:
+            raise ConfigError("relay claim_floor_interval_s must be > 0")
         if self.published_retention_s < 0:
             raise ConfigError("relay published_retention_s must be >= 0")
 

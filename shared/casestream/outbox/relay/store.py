@@ -18,7 +18,9 @@ from dataclasses import dataclass
 
 import psycopg
 
-__all__ = ["OutboxRow", "OutboxStats", "Delivered", "claim", "mark_outcomes", "delete_published", "stats"]
+__all__ = ["OutboxRow", "OutboxStats", "Delivered", "claim", "mark_outcomes", "delete_published", "stats",
+           "has_claim_floor", "claim_floor", "seq_high_water", "xact_horizon", "horizon_passed",
+           "advance_claim_floor", "xmin_horizon_age_s"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,6 +53,7 @@ SELECT o.id::text, o.aggregatetype, o.aggregateid, o.type, o.payload, o.event_ve
        o.traceparent, o.correlation_id, o.attempts, o.seq
 FROM outbox o
 WHERE o.status = 'pending'
+  AND o.seq >= %(floor)s
   AND o.next_attempt_at <= now()
   AND o.shard = ANY(%(shards)s::smallint[])
   AND o.seq <> ALL(%(inflight)s::bigint[])
@@ -68,7 +71,7 @@ LIMIT %(limit)s
 
 def claim(
     conn: psycopg.Connection, shards: Iterable[int], limit: int, *, in_flight: Sequence[int] = (),
-    busy_aggregates: Sequence[str] = (),
+    busy_aggregates: Sequence[str] = (), stored_floor: bool = False,
 ) -> list[OutboxRow]:
     """Return up to ``limit`` publishable rows of ``shards``, in ``seq`` order.
 
@@ -88,10 +91,18 @@ def claim(
     aggregate. The statement is never
     server-prepared (``prepare=False``) so PostgreSQL plans it with the array's values
     and hashes the ``<> ALL`` list (PostgreSQL 15+).
+
+    ``stored_floor``: start the index scan at ``outbox_claim_floor.seq`` (no pending row has
+    a smaller ``seq``, :func:`advance_claim_floor`) instead of walking the entries of rows
+    published since the oldest snapshot still open, which neither vacuum nor the index's
+    dead-entry hints can remove while that snapshot lives. Read in the same statement, so a
+    re-drive that lowered the floor is seen together with the rows it made pending.
     """
+    floor_sql = "(SELECT f.seq FROM outbox_claim_floor f)" if stored_floor else "0"
     with conn.cursor() as cur:
-        cur.execute(_CLAIM, {"shards": sorted(shards), "limit": limit, "inflight": list(in_flight),
-                             "busy": list(busy_aggregates)}, prepare=False)
+        cur.execute(_CLAIM.replace("%(floor)s", floor_sql),
+                    {"shards": sorted(shards), "limit": limit, "inflight": list(in_flight),
+                     "busy": list(busy_aggregates)}, prepare=False)
         return [OutboxRow(*r) for r in cur.fetchall()]
 
 
@@ -186,17 +197,102 @@ def delete_published(conn: psycopg.Connection, owner: str, keep_s: float, limit:
         return cur.rowcount
 
 
-def stats(conn: psycopg.Connection) -> OutboxStats:
-    """Count pending and failed rows and the age of the oldest pending row (seconds)."""
+def stats(conn: psycopg.Connection, *, stored_floor: bool = False) -> OutboxStats:
+    """Count pending and failed rows and the age of the oldest pending row (seconds);
+    ``stored_floor``: scan pending rows from ``outbox_claim_floor`` on (see :func:`claim`)."""
+    floor = "(SELECT f.seq FROM outbox_claim_floor f)" if stored_floor else "0"
     row = conn.execute(
-        """SELECT (SELECT count(*) FROM outbox WHERE status = 'pending'),
+        f"""SELECT (SELECT count(*) FROM outbox WHERE status = 'pending' AND seq >= {floor}),
                   (SELECT count(*) FROM outbox WHERE status = 'failed'),
                   (SELECT coalesce(extract(epoch FROM now() - min(created_at)), 0)
-                     FROM (SELECT created_at FROM outbox WHERE status = 'pending'
+                     FROM (SELECT created_at FROM outbox WHERE status = 'pending' AND seq >= {floor}
                            ORDER BY seq LIMIT 100) AS oldest)"""
     ).fetchone()
     assert row is not None
     return OutboxStats(pending=int(row[0]), failed=int(row[1]), oldest_pending_age_s=float(row[2]))
+
+
+def has_claim_floor(conn: psycopg.Connection) -> bool:
+    """Whether the ``outbox_claim_floor`` table exists (``casestream_outbox_004_claim_floor``)."""
+    row = conn.execute("SELECT to_regclass('outbox_claim_floor') IS NOT NULL").fetchone()
+    return bool(row and row[0])
+
+
+def claim_floor(conn: psycopg.Connection) -> tuple[int, int]:
+    """The stored claim floor and its generation: ``(seq, generation)``; no pending row has a
+    smaller ``seq``; every change of the row raises ``generation``."""
+    row = conn.execute("SELECT seq, generation FROM outbox_claim_floor").fetchone()
+    return (int(row[0]), int(row[1])) if row else (0, 0)
+
+
+def seq_high_water(conn: psycopg.Connection) -> int:
+    """The largest ``seq`` handed out so far (0 if none): the identity sequence's last value."""
+    row = conn.execute("SELECT coalesce(pg_sequence_last_value("
+                       "pg_get_serial_sequence('outbox', 'seq')::regclass), 0)").fetchone()
+    return int(row[0]) if row else 0
+
+
+def xact_horizon(conn: psycopg.Connection) -> int:
+    """``pg_snapshot_xmax`` of a snapshot taken now: every transaction id below it has been
+    assigned (PostgreSQL "Transaction ID and Snapshot Information Functions")."""
+    row = conn.execute("SELECT pg_snapshot_xmax(pg_current_snapshot())::text::bigint").fetchone()
+    assert row is not None
+    return int(row[0])
+
+
+def horizon_passed(conn: psycopg.Connection, xmax: int) -> bool:
+    """Whether every transaction with an id below ``xmax`` has committed or aborted."""
+    row = conn.execute("SELECT pg_snapshot_xmin(pg_current_snapshot()) >= %s::text::xid8",
+                       (str(xmax),)).fetchone()
+    return bool(row and row[0])
+
+
+_ADVANCE_FLOOR = """
+UPDATE outbox_claim_floor
+SET seq = coalesce((SELECT o.seq FROM outbox o
+                    WHERE o.status = 'pending' AND o.seq >= %(old)s AND o.seq <= %(upto)s
+                    ORDER BY o.seq LIMIT 1), %(upto)s + 1),
+    generation = generation + 1, advanced_at = now()
+WHERE seq = %(old)s AND generation = %(generation)s
+RETURNING seq
+"""
+
+
+def advance_claim_floor(conn: psycopg.Connection, old: tuple[int, int], upto: int) -> int | None:
+    """Raise the claim floor from ``old`` (``(seq, generation)`` as :func:`claim_floor` read
+    it) to the lowest pending ``seq`` at most ``upto`` (``upto + 1`` if none); return the new
+    floor, or None when the row changed since ``old`` was read (a re-drive lowered it, or
+    another relay advanced it: the caller reads it again).
+
+    The caller guarantees that no row with ``seq <= upto`` can still commit: the rows
+    numbered up to :func:`seq_high_water` read at one instant belong to transactions that
+    all have an id below :func:`xact_horizon` taken a while later (the id is assigned when
+    the row is written, right after its number is drawn), and :func:`horizon_passed` says
+    they all ended. A read-only snapshot held open (a report, ``pg_dump``) has no id and does
+    not hold the floor back; a long *writing* transaction does (it may still commit rows).
+    """
+    if upto < old[0]:
+        return old[0]
+    with conn.transaction():
+        row = conn.execute(_ADVANCE_FLOOR, {"old": old[0], "generation": old[1], "upto": upto}).fetchone()
+    return int(row[0]) if row else None
+
+
+_XMIN_AGE = """
+SELECT greatest(
+    (SELECT max(extract(epoch FROM now() - xact_start)) FROM pg_stat_activity
+     WHERE backend_xmin IS NOT NULL AND pid <> pg_backend_pid()),
+    (SELECT max(extract(epoch FROM now() - prepared)) FROM pg_prepared_xacts), 0)
+"""
+
+
+def xmin_horizon_age_s(conn: psycopg.Connection) -> float:
+    """Age (seconds) of the oldest transaction of the cluster holding the vacuum horizon
+    (``xmin``) back: open transactions with a ``backend_xmin`` in ``pg_stat_activity``, in any
+    database, and prepared transactions; 0 if none. A role without ``pg_read_all_stats``
+    sees ``xact_start`` only for its own role's sessions."""
+    row = conn.execute(_XMIN_AGE).fetchone()
+    return float(row[0]) if row and row[0] is not None else 0.0
 
 
 def cdc_publishes(conn: psycopg.Connection) -> bool:

@@ -1,0 +1,109 @@
+"""The relay under a held vacuum horizon (``xmin``), on real PostgreSQL and Kafka.
+
+A read-only REPEATABLE READ transaction left open in another session keeps every row version
+it might still see: the ``outbox_pending_idx`` entries of rows published after it began can
+neither be vacuumed nor marked dead, so a claim that scans the index from its start walks all
+of them, every time, and its work grows with the hold. The claim floor
+(``casestream.outbox.relay.floor``) starts the scan past them. The test writes a steady
+stream while the horizon is held and measures, from ``pg_stat_user_indexes``, the index
+entries read per scan of ``outbox_pending_idx`` early and late in the hold: it fails if the
+late scans read many times more entries than the early ones or than a few seconds of events
+(a claim from the start of the index), if the relay falls behind, or if the relay's
+``postgres_xmin_horizon_age_seconds`` does not show the held transaction.
+"""
+
+from __future__ import annotations
+
+import time
+
+import psycopg
+import pytest
+
+from casestream.outbox.relay import OutboxRelay
+
+from test_relay_support import (  # noqa: F401 - fixtures
+    LoadWriter, RelayThread, base_dsn, bootstrap, dsn, settings, topic_prefix, wait_for,
+)
+
+pytestmark = pytest.mark.integration
+
+HOLD_S = 24.0
+EVENTS_PER_TXN = 10
+PAUSE_S = 0.02  # ~300-400 events/s on this box
+
+
+def _index_reads(dsn: str) -> tuple[int, int]:
+    """(idx_scan, idx_tup_read) of the schema's ``outbox_pending_idx`` (a fresh statistics
+    snapshot: autocommit, one statement)."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        row = conn.execute(
+            "SELECT idx_scan, idx_tup_read FROM pg_stat_user_indexes "
+            "WHERE indexrelname = 'outbox_pending_idx' AND schemaname = current_schema()").fetchone()
+    assert row is not None
+    return int(row[0]), int(row[1])
+
+
+def _per_scan(a: tuple[int, int], b: tuple[int, int]) -> float:
+    scans = b[0] - a[0]
+    assert scans > 0, "no scan of outbox_pending_idx in the window"
+    return (b[1] - a[1]) / scans
+
+
+def test_a_held_xmin_does_not_make_each_claim_walk_the_rows_published_since(
+        dsn: str, base_dsn: str, bootstrap: str, topic_prefix: str) -> None:
+    holder = psycopg.connect(base_dsn, autocommit=False)
+    holder.isolation_level = psycopg.IsolationLevel.REPEATABLE_READ
+    holder.execute("SELECT 1")  # the snapshot is taken: xmin held until the rollback
+    seen: list[float] = []
+    relay = OutboxRelay(dsn, {"bootstrap.servers": bootstrap}, settings(topic_prefix),
+                        "xmin", on_metrics=lambda m: seen.append(m["postgres_xmin_horizon_age_seconds"]))
+    rt = RelayThread(relay)
+    writer = LoadWriter(dsn, per_txn=EVENTS_PER_TXN, aggregates=200, prefix="xm-", seed=38,
+                        pause_s=PAUSE_S)
+    try:
+        started = time.monotonic()
+        time.sleep(HOLD_S / 3)
+        early_from = _index_reads(dsn)
+        time.sleep(3.0)
+        early_to = _index_reads(dsn)
+        time.sleep(max(0.0, started + HOLD_S - 3.0 - time.monotonic()))
+        late_from = _index_reads(dsn)
+        time.sleep(3.0)
+        late_to = _index_reads(dsn)
+        held_for = time.monotonic() - started
+        written = writer.close()
+        rate = written / held_for
+        wait_for(lambda: _pending(dsn) == 0, timeout_s=20, what="every row published")
+        lag = _lag(dsn)
+    finally:
+        writer.stop.set()
+        holder.rollback()
+        holder.close()
+        rt.close()
+    early, late = _per_scan(early_from, early_to), _per_scan(late_from, late_to)
+    print(f"held {held_for:.0f} s, {written} events ({rate:.0f}/s); pending-index entries read per "
+          f"scan: early {early:.0f}, late {late:.0f}; commit->publish p50 {lag[0]:.3f} s, "
+          f"p99 {lag[1]:.3f} s; xmin age seen {max(seen, default=0):.1f} s")
+    # A scan from the index's start reads every row published since the hold began (~20 s of
+    # events late in the hold); from the floor, a few seconds' worth at most (its three steps).
+    assert late < 6 * rate, (early, late, rate)
+    assert late < 3 * early + 2000, (early, late)
+    assert lag[1] < 5.0, lag
+    assert max(seen, default=0) >= HOLD_S / 2, seen
+
+
+def _pending(dsn: str) -> int:
+    with psycopg.connect(dsn) as conn:
+        return int(conn.execute("SELECT count(*) FROM outbox WHERE status = 'pending'").fetchone()[0])
+
+
+def _lag(dsn: str) -> tuple[float, float]:
+    """p50 and p99 of ``published_at - created_at`` (commit -> Kafka timestamp), seconds."""
+    with psycopg.connect(dsn) as conn:
+        row = conn.execute(
+            "SELECT percentile_cont(0.5) WITHIN GROUP (ORDER BY d), "
+            "percentile_cont(0.99) WITHIN GROUP (ORDER BY d) FROM ("
+            "SELECT extract(epoch FROM published_at - created_at) AS d FROM outbox "
+            "WHERE status = 'published') AS x").fetchone()
+    assert row is not None and row[0] is not None
+    return float(row[0]), float(row[1])
