@@ -8,8 +8,10 @@ Public API::
     from casestream.operations import group_lag, outbox_flow, parse_prometheus, load_journey
     from casestream.operations import load_replay_runs, ReplayRun, ReplayRuns, ReplayRunsCache
     from casestream.operations import DeadLetterDepth      # the dead_letter_open gauge worker
+    from casestream.operations import failure_groups, FailureGroup, retry_warning  # grouped failures
 
 Modules: ``deadletters`` (open / resolved / discarded entries of ``<consumer>.dlq``),
+``failuregroups`` (dead letters by failure class and fingerprint, the non-retryable classes),
 ``actions`` (the operator-action audit log, a Kafka topic), ``commands`` (re-drive and
 discard, each recorded), ``depth`` (the service worker behind ``dead_letter_open``),
 ``flow`` (outbox backlog from ``/metrics``, lag per partition), ``journeys`` (a case's
@@ -39,6 +41,16 @@ from casestream.operations.deadletters import (
     load_dead_letter_state,
 )
 from casestream.operations.depth import DEPTH_METRIC, DeadLetterDepth
+from casestream.operations.failuregroups import (
+    NON_RETRYABLE,
+    FailureGroup,
+    failure_class,
+    failure_fingerprint,
+    failure_groups,
+    find_failure_group,
+    normalise_message,
+    retry_warning,
+)
 from casestream.operations.flow import OutboxFlow, PartitionLag, group_lag, outbox_flow, parse_prometheus
 from casestream.operations.journeys import Journey, JourneyEvent, journey_of, load_journey
 from casestream.operations.replays import ReplayRun, ReplayRuns, ReplayRunsCache, load_replay_runs, read_replay_runs
@@ -47,6 +59,8 @@ __all__ = ["ACTION_DISCARD", "ACTION_REDRIVE", "ACTION_SAGA_RESOLVE", "ACTIONS_T
            "OperatorAction", "actions_topic", "read_actions", "record_action", "Actor",
            "discard_dead_letters", "redrive_dead_letters", "DeadLetterEntry", "DeadLetterState", "dead_letter_counts",
            "dead_letter_state", "load_dead_letter_state", "DEPTH_METRIC", "DeadLetterDepth",
+           "NON_RETRYABLE", "FailureGroup", "failure_class", "failure_fingerprint", "failure_groups",
+           "find_failure_group", "normalise_message", "retry_warning",
            "OutboxFlow", "PartitionLag", "group_lag", "outbox_flow", "parse_prometheus",
            "Journey", "JourneyEvent", "journey_of", "load_journey",
            "ReplayRun", "ReplayRuns", "ReplayRunsCache", "load_replay_runs", "read_replay_runs"]
