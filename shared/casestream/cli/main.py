@@ -48,7 +48,7 @@ _GROUPS: dict[str, tuple[str, str, str]] = {
     "status": ("casestream.cli.status", "status",
                "Per-service table: consumer lag, outbox, dead letters, sagas."),
     "console": ("casestream.console.command", "console",
-                "Serve the operations web console: journeys, sagas, dead letters, flow."),
+                "Serve the operations web console: journeys, sagas, dead letters, flow, catalog."),
     "migrate": ("casestream.cli.migrate", "migrate",
                 "Apply the installed services' database migrations (before starting them)."),
     "topics": ("casestream.cli.topics", "topics",

@@ -14,6 +14,7 @@ the process); nothing is asked of Kafka or the registry.
 
 from __future__ import annotations
 
+import json
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -23,7 +24,7 @@ from starlette.responses import HTMLResponse, JSONResponse, Response
 from starlette.routing import Route
 
 from casestream.auth import Principal
-from casestream.console.pages import esc, pretty, table
+from casestream.console.pages import esc, table
 from casestream.errors import CasestreamError
 
 __all__ = ["CATALOG_PATH", "catalog_routes"]
@@ -145,7 +146,8 @@ def event_page(doc: dict[str, Any], event_type: str) -> str | None:
         out += (f'<h2 id="v{v}">Version {v}{mark}</h2><p>{esc(msg["summary"])}</p>'
                 f'<p class=muted>message <code>{esc(mid)}</code>, file <code>{esc(msg["x-casestream-schema-file"])}'
                 f'</code>, upcasters: {_steps(msg)}</p>'
-                f'<pre class="schema">{esc(pretty(msg["payload"]["schema"]))}</pre>')
+                # key order as registered (envelope fields, then payload), not sorted
+                f'<pre class="schema">{esc(json.dumps(msg["payload"]["schema"], indent=2, ensure_ascii=False))}</pre>')
     return out
 
 
