@@ -19,10 +19,14 @@ import time
 import psycopg
 import pytest
 
-from casestream.outbox.relay import OutboxRelay
+from casestream.outbox.admin import redrive
+from casestream.outbox.relay import OutboxRelay, store
+from casestream.outbox.relay.floor import ClaimFloor
+from casestream.outbox.writer import OutboxWriter
+from casestream.testing.relay import JsonCodec
 
 from test_relay_support import (  # noqa: F401 - fixtures
-    LoadWriter, RelayThread, base_dsn, bootstrap, dsn, settings, topic_prefix, wait_for,
+    LoadWriter, RelayThread, base_dsn, bootstrap, dsn, env, settings, topic_prefix, wait_for, write,
 )
 
 pytestmark = pytest.mark.integration
@@ -107,3 +111,47 @@ def _lag(dsn: str) -> tuple[float, float]:
             "WHERE status = 'published') AS x").fetchone()
     assert row is not None and row[0] is not None
     return float(row[0]), float(row[1])
+
+
+def _advance_fully(conn: psycopg.Connection, floor: ClaimFloor) -> None:
+    """Run the floor's three steps (interval 0: each call is due)."""
+    for _ in range(3):
+        floor.step(conn, time.monotonic())
+
+
+def test_the_floor_never_passes_a_row_whose_transaction_may_still_commit(dsn: str) -> None:
+    with psycopg.connect(dsn, autocommit=True) as conn, psycopg.connect(dsn) as late:
+        with late.transaction():
+            write(dsn, [env("fl-a", 1)])
+            # an open writing transaction: its row has a number and no commit yet
+            OutboxWriter(JsonCodec()).append(late, [env("fl-late", 1)])
+            late_seq = int(late.execute("SELECT max(seq) FROM outbox").fetchone()[0])
+            write(dsn, [env("fl-b", 1)])
+            conn.execute("UPDATE outbox SET status = 'published' WHERE status = 'pending'")
+            floor = ClaimFloor(interval_s=0.0)
+            for _ in range(3):
+                _advance_fully(conn, floor)
+            assert floor.value <= late_seq, (floor.value, late_seq)
+        # committed now: claimed although rows above it were published long ago
+        rows = store.claim(conn, range(32), 100, stored_floor=True)
+        assert [r.aggregateid for r in rows] == ["fl-late"]
+        conn.execute("UPDATE outbox SET status = 'published' WHERE status = 'pending'")
+        _advance_fully(conn, floor)
+        assert floor.value > late_seq
+
+
+def test_a_redriven_row_below_the_floor_is_claimed_before_its_aggregates_later_rows(dsn: str) -> None:
+    write(dsn, [env("rd-a", 1), env("rd-b", 1)])
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("UPDATE outbox SET status = 'failed', attempts = 1 WHERE aggregateid = 'rd-a'")
+        conn.execute("UPDATE outbox SET status = 'published' WHERE aggregateid = 'rd-b'")
+        write(dsn, [env("rd-a", 2)])
+        floor = ClaimFloor(interval_s=0.0)
+        _advance_fully(conn, floor)
+        failed_seq = int(conn.execute("SELECT seq FROM outbox WHERE aggregateid = 'rd-a' "
+                                      "AND aggregate_version = 1").fetchone()[0])
+        assert floor.value > failed_seq  # only pending rows hold the floor back
+        assert store.claim(conn, range(32), 100, stored_floor=True) == []  # held behind the failed row
+        assert redrive(dsn, None) == 1
+        rows = store.claim(conn, range(32), 100, stored_floor=True)
+        assert [(r.aggregateid, r.seq) for r in rows][:1] == [("rd-a", failed_seq)], rows

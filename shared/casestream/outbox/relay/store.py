@@ -53,7 +53,7 @@ SELECT o.id::text, o.aggregatetype, o.aggregateid, o.type, o.payload, o.event_ve
        o.traceparent, o.correlation_id, o.attempts, o.seq
 FROM outbox o
 WHERE o.status = 'pending'
-  AND o.seq >= %(floor)s
+  AND o.seq >= (SELECT f.seq FROM outbox_claim_floor f)
   AND o.next_attempt_at <= now()
   AND o.shard = ANY(%(shards)s::smallint[])
   AND o.seq <> ALL(%(inflight)s::bigint[])
@@ -67,6 +67,7 @@ WHERE o.status = 'pending'
 ORDER BY o.seq
 LIMIT %(limit)s
 """
+_CLAIM_FROM_START = _CLAIM.replace("(SELECT f.seq FROM outbox_claim_floor f)", "0")
 
 
 def claim(
@@ -98,9 +99,8 @@ def claim(
     dead-entry hints can remove while that snapshot lives. Read in the same statement, so a
     re-drive that lowered the floor is seen together with the rows it made pending.
     """
-    floor_sql = "(SELECT f.seq FROM outbox_claim_floor f)" if stored_floor else "0"
     with conn.cursor() as cur:
-        cur.execute(_CLAIM.replace("%(floor)s", floor_sql),
+        cur.execute(_CLAIM if stored_floor else _CLAIM_FROM_START,
                     {"shards": sorted(shards), "limit": limit, "inflight": list(in_flight),
                      "busy": list(busy_aggregates)}, prepare=False)
         return [OutboxRow(*r) for r in cur.fetchall()]
