@@ -5,9 +5,21 @@
     casestream dlq list   [--open] [--json]         every consumer: dead letters on <consumer>.dlq
     casestream dlq list   CONSUMER [--open] [--limit 50] [--json]
     casestream dlq show   CONSUMER --event-id ID | --offset N [--partition P]
+    casestream dlq groups [CONSUMER] [--all-states] [--json]   dead letters grouped by failure
     casestream dlq redrive CONSUMER --all | --event-id ID [--event-id ID ...] | --first N | --label P:O ...
-                           [--accept-gap] [--reason TEXT] [--actor NAME]
-    casestream dlq discard CONSUMER --label P:O [--label P:O ...] --reason TEXT [--actor NAME]
+                           | --group FINGERPRINT [--after-deploy]
+                           [--accept-gap] [--reason TEXT] [--actor NAME] [--yes]
+    casestream dlq discard CONSUMER --label P:O [--label P:O ...] | --group FINGERPRINT
+                           --reason TEXT [--actor NAME]
+
+``dlq groups`` groups the open dead letters by fingerprint (consumer, failure class, exception
+type, event type, normalised message; ``casestream.operations.failuregroups``): per group the
+count, first and last seen, the failure class and whether a re-drive as is can succeed, and a
+sample. ``--group`` acts on every open entry of one group (a fingerprint prefix of at least 4
+hex digits). Re-driving entries of a non-retryable class (corrupt bytes, unknown schema id,
+schema resolution, invalid event, ...) prints a warning and asks for confirmation (``--yes``
+answers it): they fail again the same way until a fix is deployed; ``--after-deploy`` says the
+fix is deployed (recorded in the action's reason) and re-drives without asking.
 
 ``--open`` shows only the open entries: not re-driven successfully, not discarded, not
 superseded by a later dead letter of the same message (``casestream.operations.deadletters``).
@@ -46,6 +58,7 @@ from casestream.consumer.deadletters import (
     H_OFFSET,
     H_PARTITION,
     H_REASON,
+    H_TIMESTAMP,
     H_TOPIC,
     read_topic,
     select,
@@ -55,10 +68,14 @@ from casestream.kafka.config import KafkaTarget, bootstrap_of, client_config
 from casestream.operations import (
     Actor,
     DeadLetterState,
+    FailureGroup,
     dead_letter_counts,
     discard_dead_letters,
+    failure_groups,
+    find_failure_group,
     load_dead_letter_state,
     redrive_dead_letters,
+    retry_warning,
 )
 
 Decoder = Callable[[bytes, Any], Any]
@@ -232,17 +249,19 @@ def show(ctx: click.Context, consumer: str, label: str | None, event_id: str | N
         raise click.ClickException("no such dead letter")
     r = found[-1]
     click.echo(f"dead letter {consumer}.dlq[{r.partition}]@{r.offset}"
-               f" key={r.key.decode('utf-8', 'replace') if r.key else None}")
+               f" key={r.key.decode('utf-8', 'replace') if r.key else None}"
+               f" dead-lettered at {_iso(r.published_at)}")
     for k, v in r.headers:
         click.echo(f"  {k}: {v.decode('utf-8', 'replace') if v is not None else None}")
     if r.value is None:
         click.echo("value: <none>")
         return
     decoder = _decoder(ctx, registry_url)
+    published_at = _original_time(r)  # the event's publication, not the dead letter's time
     try:
         decode_message = getattr(decoder, "decode_message", None)
-        events = (decode_message(r.value, published_at=r.published_at).events if decode_message
-                  else (decoder.decode(r.value, published_at=r.published_at),))
+        events = (decode_message(r.value, published_at=published_at).events if decode_message
+                  else (decoder.decode(r.value, published_at=published_at),))
     except Exception as e:  # noqa: BLE001 - shown to the operator
         click.echo(f"value ({len(r.value)} bytes) not decodable: {type(e).__name__}: {e}")
         click.echo(f"  first bytes: {r.value[:64].hex(' ')}")
@@ -254,6 +273,19 @@ def show(ctx: click.Context, consumer: str, label: str | None, event_id: str | N
         if len(events) == 1:
             click.echo("envelope:")
         click.echo(json.dumps(body, indent=2, default=str))
+
+
+def _iso(ts: Any) -> str:
+    return ts.isoformat(timespec="milliseconds").replace("+00:00", "Z") if ts is not None else "-"
+
+
+def _original_time(r: Record) -> Any:
+    """The original message's Kafka timestamp (header ``dlq.original.timestamp``, ms), None
+    when the header is absent or empty."""
+    from datetime import datetime, timezone
+
+    raw = r.header(H_TIMESTAMP) or ""
+    return datetime.fromtimestamp(int(raw) / 1000.0, tz=timezone.utc) if raw.isdigit() else None
 
 
 def _parse_label(label: str) -> tuple[int, int]:
@@ -280,6 +312,47 @@ def _by_labels(state: DeadLetterState, labels: tuple[str, ...]) -> list[Record]:
     return [found[w] for w in wanted]
 
 
+def _group(state: DeadLetterState, fingerprint: str) -> FailureGroup:
+    found = find_failure_group(state, fingerprint)
+    if found is None:
+        known = ", ".join(g.fingerprint for g in failure_groups(state)) or "none open"
+        raise click.ClickException(f"--group {fingerprint!r}: no single open failure group of "
+                                   f"{state.consumer} starts with it (groups: {known})")
+    return found
+
+
+@dlq.command("groups")
+@click.argument("consumer", required=False)
+@click.option("--all-states", is_flag=True,
+              help="Group every entry (also resolved, discarded, superseded), not only the open ones.")
+@click.option("--json", "as_json", is_flag=True, help="One JSON object per group.")
+@click.pass_context
+def groups(ctx: click.Context, consumer: str | None, all_states: bool, as_json: bool) -> None:
+    """Dead letters of CONSUMER (default: every consumer with a dead-letter topic) grouped by
+    failure fingerprint, largest group first: count, failure class, whether a re-drive as is
+    can succeed, first and last seen, event type, exception type, normalised message, a sample."""
+    bootstrap = _bootstrap(ctx, None)
+    if consumer is not None:
+        _read(bootstrap, consumer)
+        names = [consumer]
+    else:
+        names = sorted(_dlq_counts(bootstrap))
+    total = 0
+    for name in names:
+        for g in failure_groups(_state(bootstrap, name), only_open=not all_states):
+            total += 1
+            if as_json:
+                click.echo(json.dumps(g.summary()))
+                continue
+            kind = "retryable" if g.retryable else "NOT retryable (re-drive after a fix is deployed)"
+            click.echo(f"{g.fingerprint}  {g.consumer}  {g.count:>5}  {g.failure_class}  {kind}\n"
+                       f"    {g.event_type or '-'}  {g.error_class or '-'}  first {g.first_seen or '-'}"
+                       f"  last {g.last_seen or '-'}  sample {g.sample.label}\n"
+                       f"    {g.message[:200]}")
+    if not as_json:
+        click.echo(f"{total} {'' if all_states else 'open '}failure group(s)")
+
+
 @dlq.command("redrive")
 @click.argument("consumer")
 @click.option("--all", "all_", is_flag=True, help="Re-drive every open dead letter.")
@@ -292,18 +365,26 @@ def _by_labels(state: DeadLetterState, labels: tuple[str, ...]) -> list[Record]:
 @click.option("--reason", default="re-driven from the command line",
               show_default=True, help="Why (recorded on the operator-action topic, 1..1000 characters).")
 @click.option("--actor", help="Who acts (recorded; default: the login name).")
+@click.option("--group", "group", metavar="FINGERPRINT",
+              help="Re-drive every open dead letter of this failure group ('dlq groups').")
+@click.option("--after-deploy", is_flag=True,
+              help="The fix for a non-retryable failure is deployed: re-drive without asking "
+                   "(recorded in the reason).")
+@click.option("--yes", "-y", is_flag=True, help="Answer the confirmation for non-retryable failures.")
 @click.pass_context
 def redrive_(ctx: click.Context, consumer: str, all_: bool, event_ids: tuple[str, ...],
              first: int | None, labels: tuple[str, ...], accept_gap: bool, reason: str,
-             actor: str | None) -> None:
+             actor: str | None, group: str | None, after_deploy: bool, yes: bool) -> None:
     """Re-drive dead letters of CONSUMER through its <consumer>.redrive topic; the action is
     recorded (who, when, why) on the operator-action topic."""
-    if sum([all_, bool(event_ids), first is not None, bool(labels)]) != 1:
-        raise click.UsageError("give exactly one of --all, --event-id, --first, --label")
+    if sum([all_, bool(event_ids), first is not None, bool(labels), group is not None]) != 1:
+        raise click.UsageError("give exactly one of --all, --event-id, --first, --label, --group")
     bootstrap = _bootstrap(ctx, None)
     _read(bootstrap, consumer)
     state = _state(bootstrap, consumer)
-    if labels:
+    if group is not None:
+        chosen = [e.record for e in _group(state, group).entries]
+    elif labels:
         chosen = _by_labels(state, labels)
     elif event_ids:
         chosen = select([e.record for e in state.entries if e.state != "superseded"], event_ids=event_ids)
@@ -312,6 +393,14 @@ def redrive_(ctx: click.Context, consumer: str, all_: bool, event_ids: tuple[str
             raise click.ClickException(f"not in {consumer}.dlq: {', '.join(sorted(missing))}")
     else:
         chosen = select([e.record for e in state.open], first=first)
+    by_record = {id(e.record): e for e in state.entries}
+    warning = retry_warning([by_record[id(r)] for r in chosen if id(r) in by_record])
+    if warning and after_deploy:
+        reason = f"{reason} (after deploy)"
+    elif warning:
+        click.echo(f"warning: {warning}", err=True)
+        if not yes and not click.confirm("re-drive anyway?", default=False, err=True):
+            raise click.ClickException("nothing re-driven")
     try:
         done = redrive_dead_letters(bootstrap, consumer, chosen, actor=_actor(actor), reason=reason,
                                     accept_gap=accept_gap)
@@ -322,18 +411,24 @@ def redrive_(ctx: click.Context, consumer: str, all_: bool, event_ids: tuple[str
 
 @dlq.command("discard")
 @click.argument("consumer")
-@click.option("--label", "labels", multiple=True, required=True, metavar="P:O",
+@click.option("--label", "labels", multiple=True, metavar="P:O",
               help="The dead letter at PARTITION:OFFSET as 'dlq list' prints it (repeatable).")
+@click.option("--group", "group", metavar="FINGERPRINT",
+              help="Every open dead letter of this failure group ('dlq groups').")
 @click.option("--reason", required=True, help="Why it need not be processed (recorded, 1..1000 characters).")
 @click.option("--actor", help="Who acts (recorded; default: the login name).")
 @click.pass_context
-def discard(ctx: click.Context, consumer: str, labels: tuple[str, ...], reason: str,
-            actor: str | None) -> None:
+def discard(ctx: click.Context, consumer: str, labels: tuple[str, ...], group: str | None,
+            reason: str, actor: str | None) -> None:
     """Discard dead letters of CONSUMER: they stop counting as open without being processed.
     The dead-letter topic is not changed; the action is recorded (who, when, why)."""
+    if bool(labels) == (group is not None):
+        raise click.UsageError("give either --label (repeatable) or --group")
     bootstrap = _bootstrap(ctx, None)
     _read(bootstrap, consumer)
-    chosen = _by_labels(_state(bootstrap, consumer), labels)
+    state = _state(bootstrap, consumer)
+    chosen = ([e.record for e in _group(state, group).entries] if group is not None
+              else _by_labels(state, labels))
     try:
         done = discard_dead_letters(bootstrap, consumer, chosen, actor=_actor(actor), reason=reason)
     except CasestreamError as e:
