@@ -15,7 +15,10 @@ the dev stack stopped. Between the lines the test only waits and looks:
   alone; the suite is not installed in the venv;
 - after ``casestream replay orders.items`` the projection's rows are the same (but for
   ``applied_at``, the time a row was written);
-- the dev stack registered the skeleton's subject in the registry.
+- the dev stack registered the skeleton's subject in the registry;
+- then another package whose schemas folder defines the skeleton's subject differently is
+  installed: ``python -m casestream.service.devstack run`` exits 1 with one line naming the
+  subject and both folders, and starts nothing.
 
 State a run leaves (the ``orders`` database, the topic ``outbox.event.orders``, the consumer
 group ``orders.items``) is removed first, so the replay rebuilds from this run's history
@@ -29,6 +32,7 @@ import json
 import os
 import queue
 import re
+import shutil
 import signal
 import socket
 import subprocess
@@ -82,7 +86,7 @@ class Shell:
     def run(self, command: str, timeout: float) -> tuple[int, str]:
         assert self.proc.stdin is not None
         marker = f"__done_{uuid.uuid4().hex}__"
-        self.proc.stdin.write(f"{command}\necho; echo {marker} $?\n")
+        self.proc.stdin.write(f"{command}\n__rc=$?; echo; echo {marker} $__rc\n")
         self.proc.stdin.flush()
         out: list[str] = []
         deadline = time.monotonic() + timeout
@@ -205,7 +209,65 @@ def test_the_team_path_of_the_guide(shell: Shell, kafka_bootstrap: str, registry
             assert "acme-watch" not in names, listed
     subjects = httpx.get(f"{registry_url}/subjects", timeout=10).json()
     assert f"{NAME}.{NAME}.OrdersCreated" in subjects, subjects
-    assert _port_free(PORT), "kill %1 left the orders service running"
+    assert _port_free(PORT), "kill %1 && wait left the orders service running"
+    _a_clashing_folder_stops_the_dev_stack(shell)
+
+
+CLASH_PYPROJECT = """
+[build-system]
+requires = ["setuptools>=68"]
+build-backend = "setuptools.build_meta"
+
+[project]
+name = "clash"
+version = "0.1.0"
+dependencies = ["casestream"]
+
+[project.entry-points."casestream.schemas"]
+clash = "clash:schemas_dir"
+
+[tool.setuptools]
+packages = ["clash"]
+
+[tool.setuptools.package-data]
+clash = ["schemas/*.toml", "schemas/*.avsc", "schemas/*/*.avsc"]
+"""
+
+CLASH_INIT = """
+from importlib.resources import files
+from pathlib import Path
+
+
+def schemas_dir() -> Path:
+    return Path(str(files("clash") / "schemas"))
+"""
+
+
+def _a_clashing_folder_stops_the_dev_stack(shell: Shell) -> None:
+    """Another installed package whose folder defines the skeleton's subject differently: the
+    dev stack refuses to start, in one line naming the subject and both folders."""
+    rc, here = shell.run("pwd", timeout=10)
+    project = Path(here.strip())
+    clash = project.parent / "clash"
+    (clash / "clash").mkdir(parents=True)
+    (clash / "pyproject.toml").write_text(CLASH_PYPROJECT)
+    (clash / "clash" / "__init__.py").write_text(CLASH_INIT)
+    shutil.copytree(project / "schemas", clash / "clash" / "schemas", ignore=shutil.ignore_patterns("*.py"))
+    avsc = clash / "clash" / "schemas" / NAME / "OrdersCreated.v1.avsc"
+    doc = json.loads(avsc.read_text())
+    doc["fields"].append({"name": "colour", "type": "string"})
+    avsc.write_text(json.dumps(doc))
+    rc, out = shell.run("pip install -q -e ../clash", timeout=180)
+    assert rc == 0, out
+    rc, out = shell.run("python -m casestream.service.devstack run --no-console", timeout=120)
+    assert rc == 1, out
+    assert _port_free(PORT), "the dev stack started a service despite the clash"
+    errors = [line for line in out.splitlines() if line.startswith("run: ")]
+    assert len(errors) == 1, out
+    assert f"subject {NAME}.{NAME}.OrdersCreated" in errors[0], out
+    assert str(project / "schemas") in errors[0] and str(clash / "clash" / "schemas") in errors[0], out
+    rc, out = shell.run("pip uninstall -q -y clash", timeout=60)
+    assert rc == 0, out
 
 
 def _wait_projected(item_id: str, pg_url: str) -> list[tuple[object, ...]]:
