@@ -151,7 +151,7 @@ def test_every_answer_carries_the_security_headers(client: TestClient) -> None:
         assert "default-src 'self'" in h["content-security-policy"], r.url
         assert "frame-ancestors 'none'" in h["content-security-policy"], r.url
         assert h["x-frame-options"] == "DENY" and h["x-content-type-options"] == "nosniff", r.url
-        assert h["cache-control"] == "no-store" and h["referrer-policy"] == "no-referrer", r.url
+        assert h["cache-control"] == "no-store" and h["referrer-policy"] == "same-origin", r.url
     assert "<style>" not in answers[1].text and "<script>" not in answers[1].text  # nothing inline
 
 

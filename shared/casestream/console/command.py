@@ -46,6 +46,7 @@ def console(host: str | None, port: int | None) -> None:
     # operator input names topics: no client of the console may create one (librdkafka
     # allow.auto.create.topics, which its admin metadata requests honour as well)
     kafka = {**ctx.kafka_client(), "allow.auto.create.topics": False}
+    _ensure_actions_topic(kafka)
     sources = ConsoleSources.discover(settings, kafka=kafka, codec=codec)
     app = console_app(sources, TokenVerifier(auth), production=production)
     click.echo(f"console: http://{host or settings.host}:{port or settings.port} "
@@ -58,3 +59,19 @@ def _console_policy(common: object, auth: object) -> object:
     so :meth:`~casestream.service.settings.CommonSettings.production_problems` judges the
     console exactly as it judges a service."""
     return common.model_copy(update={"auth": auth})  # type: ignore[attr-defined]
+
+
+def _ensure_actions_topic(kafka: dict) -> None:
+    """Create the operator-action topic if missing: the one topic the console writes that no
+    service declares, and its clients may not auto-create any. A refusal (ACLs: provisioned
+    elsewhere) is logged; an action then fails naming the topic."""
+    import logging
+
+    from casestream.consumer.runtime import ensure_topics
+    from casestream.operations.actions import actions_topic
+
+    try:
+        ensure_topics(kafka, [actions_topic()], timeout_s=10)
+    except Exception as e:  # noqa: BLE001 - librdkafka errors: the console still serves its pages
+        logging.getLogger(__name__).warning("console: operator-action topic %s not created: %s",
+                                            actions_topic(), e)

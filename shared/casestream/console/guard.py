@@ -4,7 +4,7 @@
 - :class:`SecurityHeadersMiddleware` (outermost): every answer carries a
   Content-Security-Policy (``default-src 'self'; frame-ancestors 'none'``, CSP Level 3),
   ``X-Frame-Options: DENY`` (RFC 7034), ``X-Content-Type-Options: nosniff``,
-  ``Cache-Control: no-store`` (RFC 9111 §5.2.2.5) and ``Referrer-Policy: no-referrer``;
+  ``Cache-Control: no-store`` (RFC 9111 §5.2.2.5) and ``Referrer-Policy: same-origin``;
 - :class:`ConsoleAuthMiddleware` (after the body gate and shedding): refuses a
   state-changing request a browser sent from another origin (``Origin``, else
   ``Sec-Fetch-Site``: Fetch Metadata), then puts who is calling — from the session cookie
@@ -38,7 +38,8 @@ SECURITY_HEADERS = {
     "X-Frame-Options": "DENY",
     "X-Content-Type-Options": "nosniff",
     "Cache-Control": "no-store",
-    "Referrer-Policy": "no-referrer",
+    # not no-referrer: Chromium then sends "Origin: null" with the console's own forms
+    "Referrer-Policy": "same-origin",
 }
 
 SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
