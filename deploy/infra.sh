@@ -15,11 +15,13 @@
 #
 # Components: postgres kafka registry smtp (registry needs postgres: its storage is there), and,
 #   off by default, connect: Kafka Connect + the Debezium PostgreSQL connector (needs kafka and
-#   postgres; `up connect`, or CASESTREAM_CONNECT=1 adds it to a plain `up`/`down`/`status`).
+#   postgres; `up connect`, or CASESTREAM_CONNECT=1 adds it to a plain `up`/`down`/`status`),
+#   and pgbouncer: Debian's PgBouncer in transaction pooling mode in front of postgres
+#   (`up pgbouncer`, or CASESTREAM_PGBOUNCER=1; lib/pgbouncer.sh).
 # Ports (env): CASESTREAM_KAFKA_PORT=19092 CASESTREAM_KAFKA_CONTROLLER_PORT=19093
 #   CASESTREAM_KAFKA_SSL_PORT=19094 CASESTREAM_KAFKA_SASL_PORT=19095 (secured listeners)
 #   CASESTREAM_PG_PORT=15432 CASESTREAM_REGISTRY_PORT=18081 CASESTREAM_SMTP_PORT=12525
-#   CASESTREAM_CONNECT_PORT=18083 (Kafka Connect REST API)
+#   CASESTREAM_CONNECT_PORT=18083 (Kafka Connect REST API) CASESTREAM_PGBOUNCER_PORT=16432
 # Kafka: CASESTREAM_KAFKA_BROKERS=1 (default) or 3 (KRaft cluster: replication factor 3,
 #   min.insync.replicas=2; node n on node 1's ports + (n-1)*CASESTREAM_KAFKA_NODE_PORT_STEP, 10),
 #   CASESTREAM_KAFKA_SECURE=1 (default; 0: PLAINTEXT only) adds SSL and SASL_SSL (SCRAM-SHA-512)
@@ -37,13 +39,14 @@ set -euo pipefail
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 # shellcheck source-path=SCRIPTDIR
 source "$HERE/lib/common.sh"
-for _f in postgres kafka registry smtp connect; do
+for _f in postgres kafka registry smtp connect pgbouncer; do
     # shellcheck disable=SC1090
     source "$HERE/lib/$_f.sh"
 done
 
 ALL=(postgres kafka registry smtp)
 [[ "${CASESTREAM_CONNECT:-0}" == 1 ]] && ALL+=(connect)
+[[ "${CASESTREAM_PGBOUNCER:-0}" == 1 ]] && ALL+=(pgbouncer)
 
 usage() { awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "${BASH_SOURCE[0]}"; }
 
@@ -58,8 +61,8 @@ pick() {  # pick <components...> -> $PICKED (validated, default all)
     for c in "$@"; do
         case "$c" in
             postgres|pg) PICKED+=(postgres) ;;
-            kafka|registry|smtp|connect) PICKED+=("$c") ;;
-            *) die "unknown component '$c' (known: postgres kafka registry smtp connect)" ;;
+            kafka|registry|smtp|connect|pgbouncer) PICKED+=("$c") ;;
+            *) die "unknown component '$c' (known: postgres kafka registry smtp connect pgbouncer)" ;;
         esac
     done
     ((${#PICKED[@]})) || PICKED=("${ALL[@]}")
@@ -81,6 +84,7 @@ cmd_up() {
     has registry && ! has postgres && [[ "$CASESTREAM_REGISTRY_STORAGE" != memory ]] && PICKED=(postgres "${PICKED[@]}")
     has connect && ! has kafka && PICKED=(kafka "${PICKED[@]}")
     has connect && ! has postgres && PICKED=(postgres "${PICKED[@]}")
+    has pgbouncer && ! has postgres && PICKED=(postgres "${PICKED[@]}")
     with_lock
     need_python
     local t0=$SECONDS
@@ -94,6 +98,7 @@ cmd_up() {
     if has kafka; then kafka_wait; fi
     if has registry; then registry_wait; fi
     if has connect; then connect_up; connect_wait; fi
+    if has pgbouncer; then pgbouncer_up; pgbouncer_wait; fi
     ok "up: ${PICKED[*]} ready in $((SECONDS - t0)) s (eval \"\$(deploy/infra.sh env)\" for the CASESTREAM_* variables)"
 }
 
@@ -102,6 +107,7 @@ cmd_down() {
     with_lock
     # A plain `down` also stops a Connect worker that a test or `up connect` started.
     if has connect || [[ $# -eq 0 ]]; then connect_down; fi
+    if has pgbouncer || [[ $# -eq 0 ]]; then pgbouncer_down; fi
     if has smtp; then smtp_down; fi
     if has registry; then registry_down; fi
     if has kafka; then kafka_down; fi
@@ -124,6 +130,9 @@ cmd_status() {
     STATUS_ALL_UP_BEFORE_CONNECT=$STATUS_ALL_UP
     connect_status
     [[ "${CASESTREAM_CONNECT:-0}" == 1 ]] || STATUS_ALL_UP=$STATUS_ALL_UP_BEFORE_CONNECT
+    STATUS_ALL_UP_BEFORE_PGBOUNCER=$STATUS_ALL_UP
+    pgbouncer_status
+    [[ "${CASESTREAM_PGBOUNCER:-0}" == 1 ]] || STATUS_ALL_UP=$STATUS_ALL_UP_BEFORE_PGBOUNCER
     ((STATUS_ALL_UP)) || return 3
 }
 
@@ -148,6 +157,7 @@ export CASESTREAM_SMTP_HOST=$CS_HOST
 export CASESTREAM_SMTP_PORT=$CASESTREAM_SMTP_PORT
 export CASESTREAM_SMTP_MAILDIR=$CASESTREAM_SMTP_MAILDIR
 export CASESTREAM_CONNECT_URL=$CONNECT_URL
+export CASESTREAM_PGBOUNCER_URL=$PGBOUNCER_URL
 EOF
 }
 
@@ -162,6 +172,7 @@ cmd_logs() {
             registry) files+=("$(registry_logs)") ;;
             smtp) files+=("$(smtp_logs)") ;;
             connect) files+=("$(connect_logs)") ;;
+            pgbouncer) files+=("$(pgbouncer_logs)") ;;
         esac
     done
     if ((follow)); then
@@ -207,7 +218,7 @@ cmd_kafka_node() {
 
 main() {
     cs_defaults
-    pg_vars; kafka_vars; registry_vars; smtp_vars; connect_vars
+    pg_vars; kafka_vars; registry_vars; smtp_vars; connect_vars; pgbouncer_vars
     local cmd=${1:-}
     [[ $# -gt 0 ]] && shift
     case "$cmd" in

@@ -461,12 +461,18 @@ def test_to_time_builds_shadow_without_swapping(world: World) -> None:
 
 def test_a_second_replay_of_the_same_projection_is_refused_while_one_runs(world: World) -> None:
     from casestream.replay import ReplayError
+    from casestream.replay.lease import ReplayLease
 
     dash = world.spec("case.dashboard")
-    with psycopg.connect(world.dsn, autocommit=True) as holder:
-        holder.execute("SELECT pg_advisory_lock(hashtext('casestream.replay:case.dashboard'))")
+    holder = ReplayLease(world.dsn, "case.dashboard")
+    holder.acquire()
+    try:
         with pytest.raises(ReplayError, match="another replay"):
             world.replayer(dash).run(ReplayOptions())
+    finally:
+        holder.release()
+    with psycopg.connect(world.dsn, autocommit=True) as conn:  # released: the row is gone
+        assert conn.execute("SELECT count(*) FROM replay_lease").fetchone()[0] == 0
 
 
 def test_a_replay_that_cannot_swap_leaves_a_failed_run_record(world: World) -> None:

@@ -131,6 +131,7 @@ DRIVER_OWNERS: dict[str, set[str]] = {
         "casestream.consumer.cursors",          # the handlers' shared cursor (a psycopg.Cursor)
         "casestream.http.pgdeadline", "casestream.http.pgidempotency",
         "casestream.replay.checkpoint", "casestream.replay.engine", "casestream.replay.parallel",
+        "casestream.replay.lease",               # the replay_lease row (one replay per projection)
         "casestream.replay.names",
         "casestream.replay.projection",          # psycopg.sql: max_applied_at's identifiers
         "casestream.replay.status",

@@ -48,6 +48,7 @@ from casestream.replay import checkpoint, history, names
 from casestream.replay.checkpoint import fast_commits
 from casestream.replay.applier import Planned, ReplayApplier
 from casestream.replay.errors import PartialReplayRefused, ReplayConfigError, ReplayError
+from casestream.replay.lease import ReplayLease
 from casestream.replay.parallel import run_workers
 from casestream.replay.positions import EndSpec, StartSpec
 from casestream.replay.progress import Progress, ProgressReporter
@@ -240,6 +241,7 @@ class Replayer:
         self.progress = Progress()
         self._history_id: str | None = None  # this run's replay_history row, once recorded
         self._history_at = 0.0  # monotonic time of its last progress update
+        self._lease: ReplayLease | None = None  # one replay per projection and database
 
     # ------------------------------------------------------------------ plan
 
@@ -247,7 +249,7 @@ class Replayer:
         """What :meth:`run` would read (no writes). Raises ReplayError if Kafka/PG fail."""
         source = self._source()
         try:
-            with psycopg.connect(self.dsn, autocommit=True) as conn:
+            with psycopg.connect(self.dsn, autocommit=True, prepare_threshold=None) as conn:
                 resume, positions, _ = self._resume_state(conn, options)
             return self._plan(source, options, resume, positions)
         finally:
@@ -338,7 +340,7 @@ class Replayer:
         text = str(error).splitlines()[0] if str(error) else type(error).__name__
         p = self.progress
         try:
-            with psycopg.connect(self.dsn, autocommit=True, connect_timeout=5) as conn:
+            with psycopg.connect(self.dsn, autocommit=True, connect_timeout=5, prepare_threshold=None) as conn:
                 history.end(conn, self._history_id, "failed", p.read, p.applied, p.lag, text)
         except psycopg.Error as e:
             log.warning("replay %s: could not record the failed run: %s", self.spec.name, e)
@@ -347,9 +349,11 @@ class Replayer:
         t0 = time.monotonic()
         p = self.progress = Progress(started=t0)
         source = self._source()
+        lease = self._lease = ReplayLease(self.dsn, self.spec.name)
+        lease.acquire()
+        released = False
         try:
-            with psycopg.connect(self.dsn, autocommit=True) as conn:
-                self._exclusive(conn)
+            with psycopg.connect(self.dsn, autocommit=True, prepare_threshold=None) as conn:
                 fast_commits(conn)
                 checkpoint.ensure_schema(conn)
                 with conn.transaction():
@@ -399,8 +403,15 @@ class Replayer:
                     conn.execute("SET LOCAL synchronous_commit = on")  # the end state is durable
                     history.end(conn, run_id, "finished", p.read, p.applied, 0)
                 self._history_id = None
+            released = True
+            lease.release()
         finally:
             source.close()
+            if not released:
+                try:
+                    lease.release()
+                except ReplayError as e:  # the failure that got here is the one to report
+                    log.error("%s", e)
         if self.reporter:
             self.reporter.update(p, force=True)
         elapsed = time.monotonic() - t0
@@ -432,18 +443,6 @@ class Replayer:
         saved = checkpoint.load_offsets(conn, self.spec.name)
         positions.update({tp: o for tp, o in saved.items() if tp in positions})
         applier.commit(changed)
-
-    def _exclusive(self, conn: Any) -> None:
-        """One replay per projection and database: a session advisory lock (released when the
-        connection closes, also when the process is killed).
-
-        Raises:
-            ReplayError: another replay of this projection is running.
-        """
-        got = conn.execute("SELECT pg_try_advisory_lock(hashtext(%s))",
-                           (f"casestream.replay:{self.spec.name}",)).fetchone()[0]
-        if not got:
-            raise ReplayError(f"another replay of {self.spec.name} is running on this database")
 
     def _source(self) -> KafkaSource:
         return KafkaSource(self.bootstrap, self.spec.topics,
@@ -549,6 +548,8 @@ class Replayer:
             self._checkpoint(conn, planned, new)
 
     def _checkpoint(self, conn: Any, planned: Planned, new: dict[TP, int]) -> None:
+        if self._lease is not None:
+            self._lease.check()  # a replay that lost its lease must not commit more state
         checkpoint.save(conn, self.spec.name, new, planned.changed, planned.applied)
         now = time.monotonic()
         if self._history_id is not None and now - self._history_at >= history.UPDATE_INTERVAL_S:

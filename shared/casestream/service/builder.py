@@ -207,7 +207,9 @@ class ServiceBuilder(Generic[S]):
             pool: ConnectionPool[Any] = ConnectionPool(
                 s.dsn, min_size=min(s.pool_min, s.pool_size), max_size=s.pool_size,
                 timeout=s.pool_timeout_s, open=True, name=self.name,
-                kwargs={"application_name": self.name})
+                # no server-side prepared statements: they do not survive a transaction
+                # pooler (PgBouncer pool_mode=transaction) between two transactions
+                kwargs={"application_name": self.name, "prepare_threshold": None})
         except BaseException:
             self.codec.close()
             raise

@@ -264,7 +264,7 @@ class Harness:
         projection = EffectsProjection(f"effects_{suffix}")
         with psycopg.connect(dsn, autocommit=True) as conn:
             conn.execute(projection.ddl())
-        pool = ConnectionPool(dsn, min_size=1, max_size=4, open=True)
+        pool = ConnectionPool(dsn, min_size=1, max_size=4, open=True, kwargs={"prepare_threshold": None})
         return cls(bootstrap=bootstrap, dsn=dsn, topic=f"{prefix}.{suffix}",
                    name=f"{prefix}-{suffix}", pool=pool, projection=projection,
                    codec=codec or FramedJsonCodec(), registry_url=registry_url)
