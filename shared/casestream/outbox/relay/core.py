@@ -97,6 +97,7 @@ from casestream import telemetry
 from casestream.outbox.writer import NOTIFY_CHANNEL
 from casestream.outbox.relay import store
 from casestream.outbox.relay.batch import InFlightBatch
+from casestream.outbox.relay.floor import ClaimFloor
 from casestream.outbox.relay.leases import LeaseManager
 from casestream.outbox.relay.metrics import RelayMetrics
 from casestream.outbox.relay.settings import RelaySettings
@@ -185,6 +186,8 @@ class OutboxRelay:
         self._db_failures = 0
         self._stop = threading.Event()
         self._cdc_publishes = False  # read from outbox_publisher at every rebalance
+        self._floor = ClaimFloor(self.settings.claim_floor_interval_s)
+        self._use_floor = False  # settings.claim_floor and the table exists (read at rebalance)
         self._give_up_at: float | None = None  # monotonic end of the shutdown budget
         self._pending_shrink: int | None = None  # batch.size to use after a size rejection
         self._claim_skipped_busy = False  # the last claim excluded open batches' aggregates
@@ -286,7 +289,10 @@ class OutboxRelay:
             self._leases.rebalance(conn)
             self.metrics.shards_held = len(self._leases.held)
             self._cdc_publishes = store.cdc_publishes(conn)
+            self._use_floor = self.settings.claim_floor and store.has_claim_floor(conn)
             self._next_rebalance = self._next_renew = now + self.settings.renew_every_s
+        if self._use_floor and self._leases.held and not self._cdc_publishes:
+            self._floor.step(conn, now)
         published = self._cycle(conn, overlap) if self._leases.held or self._open else 0
         if now >= self._next_cleanup and self._leases.held:
             self._cleanup(conn)
@@ -315,7 +321,7 @@ class OutboxRelay:
         exclude = self._mark_seqs + [seq for b in self._open for seq in b.seqs]
         busy = sorted({a for b in self._open for a in b.aggregate_ids})
         rows = store.claim(conn, self._leases.held, s.batch_size, in_flight=exclude,
-                           busy_aggregates=busy)
+                           busy_aggregates=busy, stored_floor=self._use_floor)
         self._claim_skipped_busy = bool(busy)
         if not rows:
             if self._mark_future is not None and not self._open:
@@ -563,12 +569,14 @@ class OutboxRelay:
         self.metrics.cleaned_total += deleted
 
     def _refresh_metrics(self, conn: psycopg.Connection) -> None:
-        st = store.stats(conn)
+        st = store.stats(conn, stored_floor=self._use_floor)
         m = self.metrics
         m.outbox_pending_total = st.pending
         m.outbox_failed_total = st.failed
         m.outbox_oldest_pending_age_seconds = st.oldest_pending_age_s
         m.shards_held = len(self._leases.held)
+        m.postgres_xmin_horizon_age_seconds = store.xmin_horizon_age_s(conn)
+        m.outbox_claim_floor = self._floor.value
         if self._on_metrics is not None:
             self._on_metrics(m.snapshot())
 
