@@ -14,7 +14,9 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
+from casestream import telemetry
 from casestream.cli.dlq import dlq
+from casestream.operations import DeadLetterDepth
 from casestream.retry import RetryPolicy
 from casestream.testing.consumer import Harness, create_topic, make_event, produce, produce_events, wait_until
 
@@ -58,6 +60,13 @@ def test_failures_grouped_by_cause_and_acted_on_per_group(env: Harness) -> None:
     text = _cli(env, "groups", env.name)
     assert f"{corrupt['fingerprint']}  {env.name}      2  corrupt_bytes  NOT retryable" in text
     assert "2 open failure group(s)" in text
+
+    # the gauge per group, as a service's /metrics serves it
+    DeadLetterDepth(env.bootstrap, [env.name]).refresh()
+    metrics = telemetry.render_prometheus(telemetry.current().metrics.collect())
+    for g in groups:
+        assert (f'dead_letter_group_open{{consumer="{env.name}",failure_class="{g["failure_class"]}",'
+                f'fingerprint="{g["fingerprint"]}"}} {g["count"]}.0') in metrics
 
     # a non-retryable group, and a single poison entry: a warning and a question
     out = _cli(env, "redrive", env.name, "--group", corrupt["fingerprint"][:8], input="n\n", code=1)

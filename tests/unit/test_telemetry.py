@@ -175,6 +175,8 @@ def test_every_name_of_issue_9_is_exposed_unchanged_by_the_exporter() -> None:
     for name in ("inbox_purged_total", "guard_compacted_total", "inbox_retention_cutoff_age_seconds",
                  "dead_letter_open"):
         sources.add_gauge(name, lambda: {(("consumer", "c"),): 1.0})
+    sources.add_gauge("dead_letter_group_open", lambda: {
+        (("consumer", "c"), ("failure_class", "corrupt_bytes"), ("fingerprint", "0a1b2c3d4e5f")): 2.0})
     for name in ("outbox_cdc_lag_bytes", "outbox_cdc_unconfirmed_total",
                  "outbox_cdc_oldest_unconfirmed_age_seconds", "outbox_cdc_deleted_total",
                  "outbox_cdc_slot_safe_wal_bytes"):

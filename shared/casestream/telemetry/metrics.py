@@ -40,6 +40,7 @@ Observed from existing stats (``Sources``) at scrape time:
     inbox_purged_total{consumer}, guard_compacted_total{consumer},
     inbox_retention_cutoff_age_seconds{consumer} (casestream.consumer.retention),
     dead_letter_open{consumer} (casestream.operations.depth, from the topics),
+    dead_letter_group_open{consumer,failure_class,fingerprint} (likewise, per failure group),
     idempotency_replays_total, idempotency_conflicts_total, http_shed_total,
     http_rate_limited_total, http_unauthorized_total, http_body_timeouts_total,
     http_client_disconnects_total, http_internal_errors_total,
@@ -98,6 +99,8 @@ METRIC_HELP: dict[str, tuple[str, str]] = {
     "dead_letter_reason_total": ("counter", "Dead letters by reason."),
     "dead_letter_open": ("gauge", "Open dead letters on the consumer's dead-letter topic (not re-driven "
                                   "successfully nor discarded), read from the topics."),
+    "dead_letter_group_open": ("gauge", "Open dead letters of one failure group (consumer, failure "
+                               "class, fingerprint), as casestream dlq groups shows them."),
     "consumer_messages_total": ("counter", "Consumed messages by outcome."),
     "consumer_batches_total": ("counter", "Poll batches applied."),
     "consumer_partitions_assigned": ("gauge", "Partitions assigned to this consumer member now."),
