@@ -110,8 +110,8 @@ METRIC_HELP: dict[str, tuple[str, str]] = {
     "outbox_pending_total": ("gauge", "Pending outbox rows (whole table)."),
     "outbox_failed_total": ("gauge", "Outbox rows marked failed."),
     "outbox_oldest_pending_age_seconds": ("gauge", "Age of the oldest pending outbox row."),
-    "postgres_xmin_horizon_age_seconds": ("gauge", "Age of the oldest transaction of the PostgreSQL "
-                                          "cluster holding the vacuum horizon (xmin) back."),
+    "postgres_xmin_horizon_age_seconds": ("gauge", "Age of the oldest transaction holding the "
+                                          "outbox database's vacuum horizon (xmin) back."),
     "outbox_cdc_lag_bytes": ("gauge", "WAL bytes written since the CDC replication slot's confirmed LSN."),
     "outbox_cdc_slot_safe_wal_bytes": ("gauge", "WAL bytes that may still be written before "
                                        "max_slot_wal_keep_size invalidates the CDC slot."),

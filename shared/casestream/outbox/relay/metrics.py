@@ -32,8 +32,8 @@ class RelayMetrics:
     in the whole table, ``outbox_failed_total`` failed rows,
     ``outbox_oldest_pending_age_seconds`` age of the oldest pending row (0 if none),
     ``shards_held`` leases this instance holds, ``last_batch_size``, ``last_batch_seconds``;
-    ``postgres_xmin_horizon_age_seconds`` age of the oldest transaction of the database
-    cluster holding the vacuum horizon back (``store.xmin_horizon_age_s``), ``outbox_claim_floor``
+    ``postgres_xmin_horizon_age_seconds`` age of the oldest transaction holding the outbox
+    database's vacuum horizon back (``store.xmin_horizon_age_s``), ``outbox_claim_floor``
     the ``seq`` the claims start at.
     """
 

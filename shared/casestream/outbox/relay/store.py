@@ -281,16 +281,19 @@ def advance_claim_floor(conn: psycopg.Connection, old: tuple[int, int], upto: in
 _XMIN_AGE = """
 SELECT greatest(
     (SELECT max(extract(epoch FROM now() - xact_start)) FROM pg_stat_activity
-     WHERE backend_xmin IS NOT NULL AND pid <> pg_backend_pid()),
+     WHERE backend_xmin IS NOT NULL AND pid <> pg_backend_pid()
+       AND (datname = current_database() OR backend_xid IS NOT NULL)),
     (SELECT max(extract(epoch FROM now() - prepared)) FROM pg_prepared_xacts), 0)
 """
 
 
 def xmin_horizon_age_s(conn: psycopg.Connection) -> float:
-    """Age (seconds) of the oldest transaction of the cluster holding the vacuum horizon
-    (``xmin``) back: open transactions with a ``backend_xmin`` in ``pg_stat_activity``, in any
-    database, and prepared transactions; 0 if none. A role without ``pg_read_all_stats``
-    sees ``xact_start`` only for its own role's sessions."""
+    """Age (seconds) of the oldest transaction holding this database's vacuum horizon
+    (``xmin``) back; 0 if none. Counted: open transactions with a ``backend_xmin`` in
+    ``pg_stat_activity`` of this database, those of any database that hold a transaction id
+    (every snapshot of the cluster waits for them), and prepared transactions. A read-only
+    snapshot in another database holds only that one (PostgreSQL 14+). A role without
+    ``pg_read_all_stats`` sees ``xact_start`` only for its own role's sessions."""
     row = conn.execute(_XMIN_AGE).fetchone()
     return float(row[0]) if row and row[0] is not None else 0.0
 
