@@ -21,9 +21,12 @@ an HttpOnly, SameSite=Strict cookie (``Secure`` and ``__Host-`` prefixed in prod
 the token stays on the server. Every state-changing form carries the session's CSRF
 token, and a POST a browser sent from another origin is refused (:mod:`casestream.console.guard`).
 
-The edge is the services' (:mod:`casestream.http`): error boundary, the body gate (form
-bodies of at most ``max_body_bytes``, read before anyone is identified), load shedding,
-per-client rate limits; then :class:`~casestream.console.guard.ConsoleAuthMiddleware`.
+The edge is the services' (:func:`casestream.http.edge.edge_middleware`): error boundary,
+the body gate (form bodies of at most ``max_body_bytes``; a caller who is not signed in
+gets 401 before the body is read, the sign-in form's body has the anonymous budget), load
+shedding, deadline, per-client rate limits. Outside it,
+:class:`~casestream.console.guard.ConsoleAuthMiddleware` identifies the caller from the
+headers and refuses cross-origin posts.
 Journey and dead-letter reads are bounded: at most ``expensive_concurrency`` run at once
 (one more answers 503 with ``Retry-After``), and their results are reused for a few
 seconds (``journey_cache_s``, ``deadletter_cache_s``).
@@ -66,11 +69,10 @@ from casestream.console.sessions import SessionStore
 from casestream.console.sources import ConsoleSources
 from casestream.consumer.deadletters import redact
 from casestream.errors import CasestreamError
-from casestream.http.body import BodyLimits, RequestBodyMiddleware
-from casestream.http.boundary import ErrorBoundaryMiddleware
+from casestream.http.body import BodyLimits
 from casestream.http.counters import EdgeCounters
-from casestream.http.ratelimit import RateLimit, RateLimiter, RateLimitMiddleware
-from casestream.http.shedding import PROBE_PATHS, LoadShedMiddleware
+from casestream.http.edge import EdgePolicy, edge_middleware
+from casestream.http.ratelimit import RateLimit
 from casestream.operations import (
     ACTION_SAGA_RESOLVE,
     Actor,
@@ -609,20 +611,31 @@ def console_app(sources: ConsoleSources, verifier: TokenVerifier, *, production:
         Route("/flow", authed(READ_ROLES, flow)),
         *catalog_routes(lambda fn: authed(READ_ROLES, fn), render),
     ]
+    def body_check(scope: Any) -> Any:
+        """The edge's body gate asks before reading a body: the sign-in form's is anonymous
+        (the small anonymous budget), a signed-in caller's is read, anyone else gets the 401
+        at once and the body is never read."""
+        if scope["path"] == "/login":
+            return False
+        if caller_of(scope).principal is not None:
+            return True
+        return HTMLResponse(page("Not signed in", "<p class=bad>sign in to use the console</p>"), 401,
+                            headers={"Connection": "close"})
+
     counters = EdgeCounters()
+    policy = EdgePolicy(
+        verifier=None, authenticate=body_check, max_in_flight=settings.max_in_flight,
+        per_client=RateLimit(rate_per_s=settings.rate_client_per_s, burst=settings.rate_client_burst),
+        deadline_s=settings.journey_timeout_s + settings.request_timeout_s,
+        body=BodyLimits(max_bytes=settings.max_body_bytes, read_timeout_s=settings.body_timeout_s,
+                        media_types=frozenset({FORM_TYPE})))
     middleware = [
         Middleware(SecurityHeadersMiddleware),
-        Middleware(ErrorBoundaryMiddleware, counters=counters),
-        # the body is bounded before anybody is identified: a 48 MiB form is refused unread
-        Middleware(RequestBodyMiddleware, counters=counters, limits=BodyLimits(
-            max_bytes=settings.max_body_bytes, read_timeout_s=settings.body_timeout_s,
-            media_types=frozenset({FORM_TYPE}))),
-        Middleware(LoadShedMiddleware, max_in_flight=settings.max_in_flight, exempt_paths=PROBE_PATHS,
-                   counters=counters),
+        # who calls, from the headers only (and cross-origin posts refused) before the edge,
+        # whose body gate and rate limits then know the caller
         Middleware(ConsoleAuthMiddleware, verifier=verifier, sessions=sessions, cookie=cookie,
                    allowed_origins=settings.allowed_origins),
-        Middleware(RateLimitMiddleware, counters=counters, limiter=RateLimiter(
-            per_tenant=None, per_client=RateLimit(rate_per_s=settings.rate_client_per_s, burst=settings.rate_client_burst))),
+        *edge_middleware(policy, counters),
     ]
     app = Starlette(routes=routes, middleware=middleware)
     app.state.counters = counters
