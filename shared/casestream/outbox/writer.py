@@ -58,6 +58,7 @@ ever failed are in it, so it stays tiny); ``(published_at) WHERE status='publish
 
 from __future__ import annotations
 
+import dataclasses
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
@@ -366,6 +367,13 @@ class OutboxWriter:
             if routed != expected:
                 raise ConfigError(f"codec routes {env.event_type} to {routed!r}, "
                                   f"the outbox routes it to {expected!r}")
+        own = getattr(env, "traceparent", None)
+        traceparent = traceparent_for_row(own)
+        if (traceparent is not None and own is None and hasattr(env, "traceparent")
+                and dataclasses.is_dataclass(env)):
+            # the body carries the journey's trace as the Kafka header does, so a consumer
+            # that keeps only the envelope (an audit journal) still sees one trace id
+            env = dataclasses.replace(env, traceparent=traceparent)
         payload = self._codec.encode(env)
         if not isinstance(payload, (bytes, bytearray, memoryview)):
             raise TypeError(f"codec.encode returned {type(payload).__name__}, expected bytes")
@@ -385,7 +393,7 @@ class OutboxWriter:
             event_id, env.aggregate_type, str(env.aggregate_id), env.event_type, bytes(payload),
             int(env.aggregate_version), event_version,
             getattr(env, "tenant_id", None), getattr(env, "correlation_id", None),
-            traceparent_for_row(getattr(env, "traceparent", None)), occurred_at,
+            traceparent, occurred_at,
         )
 
 
