@@ -235,3 +235,9 @@ def test_pages_elsewhere_cannot_act_sign_in_or_frame_the_console(
     driver.add_cookie({"name": "casestream_session", "value": cookie["value"], "path": "/"})
     driver.get(f"{CONSOLE}/journeys")
     assert driver.current_url.startswith(f"{CONSOLE}/login"), driver.current_url
+    # the console's edge is measured as a service's is
+    import httpx
+
+    metrics = httpx.get(f"{CONSOLE}/metrics", timeout=10)
+    assert metrics.status_code == 200 and 'http_server_duration_seconds_count{method="POST"' in metrics.text, \
+        metrics.text[:2000]

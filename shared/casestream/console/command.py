@@ -51,7 +51,18 @@ def console(host: str | None, port: int | None) -> None:
     app = console_app(sources, TokenVerifier(auth), production=production)
     click.echo(f"console: http://{host or settings.host}:{port or settings.port} "
                f"({len(sources.services)} services, {len(sources.consumers)} consumers)")
-    uvicorn.run(app, host=host or settings.host, port=port or settings.port, log_level="warning")
+    # the services' telemetry: spans and http_server_duration_seconds labelled by route
+    # template, the edge's counters, GET /metrics (no token, never shed)
+    from casestream import telemetry
+    from casestream.telemetry.http import TracingMiddleware
+
+    try:
+        telemetry.install("console")  # exporters from OTEL_* / CASESTREAM_TELEMETRY_*
+    except ConfigError as e:
+        raise click.ClickException(f"telemetry configuration: {e}") from None
+    telemetry.sources().add_counters("console", app.state.counters)
+    uvicorn.run(TracingMiddleware(app, serve_metrics=True), host=host or settings.host,
+                port=port or settings.port, log_level="warning")
 
 
 def _console_policy(common: object, auth: object) -> object:
