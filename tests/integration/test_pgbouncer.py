@@ -148,5 +148,15 @@ def test_a_replay_through_the_pooler_releases_its_lock(db: tuple[str, str], kafk
 
     first = replay(pooled)
     assert first.read == len(cases)
+    # nothing of the replay's session stays on the pooler's server connections: a session-level
+    # SET synchronous_commit = off there would make other clients' commits asynchronous
+    conns = [psycopg.connect(pooled) for _ in range(4)]  # pool size 4: one per server connection
+    try:
+        sources = [c.execute("SELECT source FROM pg_settings WHERE name = 'synchronous_commit'").fetchone()[0]
+                   for c in conns]
+    finally:
+        for c in conns:
+            c.close()
+    assert "session" not in sources, sources
     second = replay(direct)  # refused as "another replay is running" while a lock was left behind
     assert second.read == len(cases)

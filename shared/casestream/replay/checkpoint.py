@@ -232,10 +232,12 @@ def save(conn: Any, projection: str, offsets: Mapping[tuple[str, int], int],
 
 
 def fast_commits(conn: Any) -> None:
-    """``synchronous_commit = off`` for the rebuild batches of this session.
+    """``synchronous_commit = off`` for the rebuild batch transaction now open on ``conn``.
 
     Safe here: a batch's shadow rows and its checkpoint are one transaction, so a database
     crash loses them together (WAL order) and the rerun resumes from an earlier checkpoint;
-    nothing outside the database has seen them. The swap transaction sets it back on.
+    nothing outside the database has seen them. ``SET LOCAL``, never for the session: behind
+    a transaction pooler a session setting stays on the server connection and would make
+    other clients' commits asynchronous.
     """
-    conn.execute("SET synchronous_commit = off")
+    conn.execute("SET LOCAL synchronous_commit = off")

@@ -354,7 +354,6 @@ class Replayer:
         released = False
         try:
             with psycopg.connect(self.dsn, autocommit=True, prepare_threshold=None) as conn:
-                fast_commits(conn)
                 checkpoint.ensure_schema(conn)
                 with conn.transaction():
                     self.spec.create_tables(conn, self.spec.live_names())
@@ -539,11 +538,13 @@ class Replayer:
         """
         if applier.writes_by_copy(planned):
             with conn.transaction():
+                fast_commits(conn)
                 applier.execute(conn, planned)
                 with conn.pipeline():
                     self._checkpoint(conn, planned, new)
             return
         with conn.pipeline(), conn.transaction():
+            fast_commits(conn)
             applier.execute(conn, planned)
             self._checkpoint(conn, planned, new)
 

@@ -31,7 +31,6 @@ from typing import TYPE_CHECKING, Any
 
 import psycopg
 
-from casestream.replay.checkpoint import fast_commits
 from casestream.replay.applier import ReplayApplier
 from casestream.replay.errors import ReplayError
 from casestream.replay.progress import Progress
@@ -146,8 +145,7 @@ def _worker(replayer: Replayer, positions: dict[TP, int], ends: dict[TP, int],
         replayer.progress = p = Progress(started=time.monotonic())
         source = replayer._source()
         try:
-            with psycopg.connect(replayer.dsn, autocommit=True) as conn:
-                fast_commits(conn)
+            with psycopg.connect(replayer.dsn, autocommit=True, prepare_threshold=None) as conn:
                 applier = ReplayApplier(consumer=f"replay:{replayer.spec.name}",
                                         handlers=replayer.handlers, first_seen=first_seen,
                                         guard=dict(guard))
