@@ -27,7 +27,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from casestream.auth import InvalidToken, Principal, TokenVerifier
 from casestream.console.sessions import Session, SessionStore
 
-__all__ = ["SecurityHeadersMiddleware", "ConsoleAuthMiddleware", "Caller", "CALLER", "SECURITY_HEADERS"]
+__all__ = ["SecurityHeadersMiddleware", "ConsoleAuthMiddleware", "Caller", "CALLER", "SECURITY_HEADERS", "caller_of"]
 
 CALLER = "console_caller"
 """Key of the :class:`Caller` in ``scope["state"]``."""
