@@ -285,3 +285,11 @@ def test_the_console_refuses_to_start_in_production_on_the_development_key(monke
     assert "CASESTREAM_ENV=production refuses" in r.output, r.output
     assert re.search(r"^\s+CASESTREAM_AUTH_JWT_KEY\b.*development key", r.output, re.MULTILINE), r.output
     assert "Traceback" not in r.output
+
+
+def test_a_signed_in_client_is_rate_limited_but_not_for_the_pages_assets() -> None:
+    client = make_client(rate_client_per_s=0.01, rate_client_burst=3)
+    headers = bearer(ROLE_OFFICER)
+    for _ in range(10):
+        assert client.get("/static/console.css", headers=headers).status_code == 200
+    assert [client.get("/journeys", headers=headers).status_code for _ in range(4)] == [200, 200, 200, 429]

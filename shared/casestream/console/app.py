@@ -634,7 +634,8 @@ def console_app(sources: ConsoleSources, verifier: TokenVerifier, *, production:
         # who calls, from the headers only (and cross-origin posts refused) before the edge,
         # whose body gate and rate limits then know the caller
         Middleware(ConsoleAuthMiddleware, verifier=verifier, sessions=sessions, cookie=cookie,
-                   allowed_origins=settings.allowed_origins),
+                   allowed_origins=settings.allowed_origins,
+                   anonymous_paths=(STYLE_PATH, FLOW_SCRIPT_PATH, "/healthz")),
         *edge_middleware(policy, counters),
     ]
     app = Starlette(routes=routes, middleware=middleware)

@@ -93,11 +93,14 @@ class ConsoleAuthMiddleware:
         sessions: the console sessions.
         cookie: name of the session cookie.
         allowed_origins: origins accepted besides the request's own host.
+        anonymous_paths: served to anyone and nobody is identified on them (the stylesheet,
+            scripts, probes: a page's assets do not count against its caller's rate limit).
     """
 
     def __init__(self, app: ASGIApp, *, verifier: TokenVerifier, sessions: SessionStore, cookie: str,
-                 allowed_origins: Collection[str] = ()) -> None:
+                 allowed_origins: Collection[str] = (), anonymous_paths: Collection[str] = ()) -> None:
         self.app = app
+        self._anonymous = frozenset(anonymous_paths)
         self._verifier = verifier
         self._sessions = sessions
         self._cookie = cookie
@@ -114,7 +117,8 @@ class ConsoleAuthMiddleware:
                 await HTMLResponse(f"<!doctype html><title>Refused</title><p>{escape(refused)}</p>",
                                    403)(scope, receive, send)
                 return
-        scope.setdefault("state", {})[CALLER] = self.caller(headers, scope)
+        scope.setdefault("state", {})[CALLER] = (Caller() if scope["path"] in self._anonymous
+                                                 else self.caller(headers, scope))
         principal = scope["state"][CALLER].principal
         if principal is not None:
             scope["state"]["principal"] = principal  # the shared rate limiter's key

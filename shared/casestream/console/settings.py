@@ -77,5 +77,6 @@ class ConsoleSettings(BaseSettings):
     deadletters_shown: int = Field(
         200, ge=1, description="open dead letters listed on a consumer's page (the oldest first; the "
                                "count above the table is of all of them)")
-    rate_client_per_s: float = Field(5.0, gt=0, description="requests per second per signed-in client")
-    rate_client_burst: int = Field(20, ge=1, description="burst of requests per signed-in client")
+    rate_client_per_s: float = Field(10.0, gt=0, description="requests per second per signed-in client "
+                                                             "(a page's stylesheet and script not counted)")
+    rate_client_burst: int = Field(40, ge=1, description="burst of requests per signed-in client")
