@@ -34,9 +34,9 @@ help: ## list the targets
 	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-13s %s\n", $$1, $$2}'
 	@echo "Ports and paths: deploy/infra.sh --help"
 
-venv: $(VENV_STAMP) ## create .venv and install the pinned packages (requirements.lock, requirements-dev.lock) + the platform, the suite and examples/watch (editable)
+venv: $(VENV_STAMP) ## create .venv and install the pinned packages (requirements.lock, requirements-dev.lock) + the platform, the suite's contracts, the suite and examples/watch (editable)
 
-$(VENV_STAMP): pyproject.toml services/pyproject.toml examples/watch/pyproject.toml requirements.lock requirements-dev.lock
+$(VENV_STAMP): pyproject.toml schemas/pyproject.toml services/pyproject.toml examples/watch/pyproject.toml requirements.lock requirements-dev.lock
 	@command -v $(PYTHON) >/dev/null || { echo "make: '$(PYTHON)' not found: install Python 3.11+ (or make PYTHON=/path/to/python3.11)" >&2; exit 1; }
 	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11))' \
 		|| { echo "make: $$($(PYTHON) --version 2>&1) is too old: casestream needs Python 3.11+ (make PYTHON=python3.11)" >&2; exit 1; }
@@ -45,9 +45,11 @@ $(VENV_STAMP): pyproject.toml services/pyproject.toml examples/watch/pyproject.t
 	@# `-e` lines would name the project itself (installed below, from this checkout).
 	@grep -hv '^-e ' requirements.lock requirements-dev.lock > $(VENV)/requirements.txt
 	$(VENV)/bin/python -m pip install -q --disable-pip-version-check -r $(VENV)/requirements.txt
-	@# Three distributions: the platform (casestream, the repository root), the regulator suite
+	@# Four distributions: the platform (casestream, the repository root), the suite's event
+	@# contracts (casestream-suite-schemas, schemas/pyproject.toml), the regulator suite
 	@# (casestream-suite, services/pyproject.toml) and the example team's service (examples/watch).
 	$(VENV)/bin/python -m pip install -q --disable-pip-version-check --no-deps -e .
+	$(VENV)/bin/python -m pip install -q --disable-pip-version-check --no-deps -e schemas
 	$(VENV)/bin/python -m pip install -q --disable-pip-version-check --no-deps -e services
 	$(VENV)/bin/python -m pip install -q --disable-pip-version-check --no-deps -e examples/watch
 	@touch $@

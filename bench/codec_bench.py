@@ -23,7 +23,7 @@ from casestream.events.catalog import load_catalog
 from casestream.events.codec import ENVELOPE_FIELDS, EnvelopeCodec
 from casestream.events.envelope import Envelope, new_event
 from casestream.events.registry import InMemoryRegistry
-from services.upcasters import default_upcasters
+from casestream_suite_schemas.upcasters import default_upcasters
 from services import schemas_dir
 from casestream.events import open_codec
 

@@ -19,7 +19,7 @@ from fastavro.validation import validate
 from casestream.events.catalog import load_catalog
 from casestream.events.codec import EnvelopeCodec
 from casestream.events.registry import InMemoryRegistry
-from services.upcasters import SUMMARY_MAX, default_upcasters
+from casestream_suite_schemas.upcasters import SUMMARY_MAX, default_upcasters
 from services import schemas_dir
 from casestream.events import open_codec
 

@@ -14,7 +14,7 @@ from casestream.events.codec import ENVELOPE_FIELDS, EnvelopeCodec
 from casestream.events.envelope import Envelope, new_event
 from casestream.events.registry import InMemoryRegistry
 from casestream.schemacheck import check_catalog, lint_schema
-from services.upcasters import default_upcasters
+from casestream_suite_schemas.upcasters import default_upcasters
 from services import schemas_dir
 from casestream.events import open_codec
 

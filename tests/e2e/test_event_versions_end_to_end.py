@@ -20,7 +20,7 @@ from services.demo import audit_url, case_mix, headers, open_and_submit, wait_fi
 from casestream.service.devstack import ServiceStack
 from casestream.events.envelope import new_event
 from casestream.events.registry import ConfluentSchemaRegistry
-from services.upcasters import default_upcasters
+from casestream_suite_schemas.upcasters import default_upcasters
 from services import schemas_dir
 from casestream.events import derived_event_id, open_codec
 
@@ -123,7 +123,7 @@ def test_a_legacy_case_updated_shows_on_the_case_timeline_as_the_typed_events_it
     stack: ServiceStack, kafka_bootstrap: str, registry_url: str
 ) -> None:
     """An old producer's generic CaseUpdated is split by the suite's event upcaster
-    (services.upcasters.split_case_updated): the audit timeline shows CaseRetitled (with the
+    (casestream_suite_schemas.upcasters.split_case_updated): the audit timeline shows CaseRetitled (with the
     stored event's id) and CaseReprioritized (a derived id), and nothing is dead-lettered."""
     tenant, case_id = "tenant-a", str(uuid.uuid4())
     opened = {"title": "Legacy case", "summary": "Filed by the old intake", "severity": 2,

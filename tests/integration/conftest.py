@@ -31,7 +31,7 @@ from casestream.events.codec import EnvelopeCodec
 from casestream.testing.consumer import Harness, close_codec, real_codec
 from casestream.migrations import Migration, apply_migrations
 from casestream.events.registry import InMemoryRegistry
-from services.upcasters import default_upcasters
+from casestream_suite_schemas.upcasters import default_upcasters
 from services import schemas_dir
 from casestream.events import open_codec
 from casestream.testing.relay import PrivateKafka

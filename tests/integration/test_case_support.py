@@ -27,7 +27,7 @@ from casestream.events.codec import EnvelopeCodec
 from casestream.consumer.records import Record
 from casestream.events.envelope import Envelope
 from casestream.events.registry import InMemoryRegistry
-from services.upcasters import default_upcasters
+from casestream_suite_schemas.upcasters import default_upcasters
 from services import schemas_dir
 from casestream.events import open_codec
 from casestream.consumer.inbox import ensure_schema

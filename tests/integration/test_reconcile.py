@@ -24,7 +24,7 @@ from casestream.migrations import apply_migrations
 from casestream.events.envelope import new_event
 from casestream.outbox.writer import OUTBOX_MIGRATION, OutboxWriter
 from casestream.events.registry import ConfluentSchemaRegistry
-from services.upcasters import default_upcasters
+from casestream_suite_schemas.upcasters import default_upcasters
 from services.case.bootstrap import migrations as case_migrations
 from services.saga.bootstrap import migrations as saga_migrations
 from services import schemas_dir

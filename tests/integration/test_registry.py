@@ -22,7 +22,7 @@ from casestream.events.codec import EnvelopeCodec
 from casestream.events.envelope import new_event
 from casestream.errors import IncompatibleSchemaError, RegistryUnavailable, SchemaError, UnknownSchemaError
 from casestream.events.registry import ConfluentSchemaRegistry, register_catalog
-from services.upcasters import default_upcasters
+from casestream_suite_schemas.upcasters import default_upcasters
 from services import schemas_dir
 from casestream.events import open_codec
 

@@ -27,7 +27,7 @@ from casestream.events.catalog import Catalog, load_catalog
 from casestream.events.codec import EnvelopeCodec
 from casestream.events.envelope import Envelope, new_event
 from casestream.events.registry import ConfluentSchemaRegistry
-from services.upcasters import default_upcasters
+from casestream_suite_schemas.upcasters import default_upcasters
 from services import schemas_dir
 from casestream.events import open_codec
 

@@ -39,7 +39,7 @@ from casestream.consumer.handlers import HandlerRegistry
 from casestream.outbox.writer import OutboxWriter
 from casestream.events.registry import InMemoryRegistry
 from casestream.testing.relay import delete_topics
-from services.upcasters import default_upcasters
+from casestream_suite_schemas.upcasters import default_upcasters
 from services.saga.adapters import handlers
 from casestream.outbox import OutboxSink
 from services.saga.adapters.postgres import PgSagaQueries, PgSagaStore

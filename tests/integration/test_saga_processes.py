@@ -44,7 +44,7 @@ from casestream.consumer.deadletters import read_topic
 from casestream.events.registry import ConfluentSchemaRegistry
 from casestream.testing.consumer import committed
 from casestream.testing.relay import PrivateKafka
-from services.upcasters import default_upcasters
+from casestream_suite_schemas.upcasters import default_upcasters
 from services.saga.adapters.handlers import CONSUMER
 from services import schemas_dir
 from casestream.events import open_codec

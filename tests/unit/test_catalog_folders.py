@@ -11,7 +11,7 @@ import pytest
 from casestream.errors import ConfigError
 from casestream.events import CatalogError, InMemoryRegistry, load_catalog, open_codec
 from services import schemas_dir
-from services.upcasters import default_upcasters
+from casestream_suite_schemas.upcasters import default_upcasters
 
 pytestmark = pytest.mark.unit
 
@@ -36,7 +36,7 @@ def _team(root: Path, namespace: str, event_type: str, *, upcasters: str | None 
 
 def test_the_suite_catalog_names_its_upcaster_chain() -> None:
     catalog = load_catalog(schemas_dir())
-    assert catalog.upcasters == ("services.upcasters:default_upcasters",)
+    assert catalog.upcasters == ("casestream_suite_schemas.upcasters:default_upcasters",)
     assert catalog.upcaster_chain().steps() == default_upcasters().steps()
 
 

@@ -17,7 +17,7 @@ from casestream.events.codec import ENVELOPE_FIELDS, EnvelopeCodec, InvalidEvent
 from casestream.events.envelope import Envelope, new_event
 from casestream.errors import PoisonMessageError, RegistryUnavailable, UnknownSchemaError, UpcasterChainError
 from casestream.events.registry import InMemoryRegistry
-from services.upcasters import (
+from casestream_suite_schemas.upcasters import (
     default_upcasters,
     evidence_overdue_v1_v2,
     evidence_requested_v1_v2,

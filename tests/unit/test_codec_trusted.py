@@ -15,7 +15,7 @@ from casestream.events.codec import EnvelopeCodec
 from casestream.events.envelope import Envelope, envelope_from_trusted_record
 from casestream.errors import PoisonMessageError
 from casestream.events.registry import InMemoryRegistry
-from services.upcasters import default_upcasters
+from casestream_suite_schemas.upcasters import default_upcasters
 from tests.unit.test_codec import ENVELOPE_FIELDS, make_env
 from services import schemas_dir
 from casestream.events import open_codec

@@ -18,7 +18,7 @@ from services.notification.adapters.memory import FakeMailer, MemoryNoticeStore
 from services.notification.application.requests import record_reminder
 from services.notification.application.sender import NoticeSender
 from services.notification.domain import NoticeKind, NoticeStatus
-from services.upcasters import evidence_overdue_v1_v2
+from casestream_suite_schemas.upcasters import evidence_overdue_v1_v2
 
 pytestmark = pytest.mark.unit
 

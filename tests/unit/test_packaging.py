@@ -1,8 +1,10 @@
-"""What the two wheels are built from: the platform (the root pyproject.toml, `casestream`) and
-the regulator suite (services/pyproject.toml, `casestream-suite`) each list every package on
-disk that they ship; the platform ships no suite package and registers no entry point; the
-suite ships its schemas and migrations as package resources and registers what the platform
-discovers; a service without migrations refuses to start."""
+"""What the wheels are built from: the platform (the root pyproject.toml, `casestream`), the
+regulator suite's event contracts (schemas/pyproject.toml, `casestream-suite-schemas`) and the
+suite (services/pyproject.toml, `casestream-suite`) each list every package on disk that they
+ship; the platform ships no suite package and registers no entry point; the contracts ship the
+schemas folder and the upcasters and register the `suite` schemas folder, depending on nothing
+of the suite; the suite depends on them and ships its migrations as package resources and
+registers what the platform discovers; a service without migrations refuses to start."""
 
 from __future__ import annotations
 
@@ -15,13 +17,14 @@ from casestream.errors import ConfigError
 from casestream.http import IDEMPOTENCY_MIGRATIONS
 from casestream.outbox import OUTBOX_MIGRATIONS
 from casestream.service import service_migrations
-from services import schemas_dir
+from casestream_suite_schemas import schemas_dir
 
 pytestmark = pytest.mark.unit
 
 REPO = Path(__file__).resolve().parents[2]
 PLATFORM = tomllib.loads((REPO / "pyproject.toml").read_text())
 SUITE = tomllib.loads((REPO / "services" / "pyproject.toml").read_text())
+CONTRACTS = tomllib.loads((REPO / "schemas" / "pyproject.toml").read_text())
 SERVICES = ("audit", "case", "decision", "notification", "saga")
 _SKIP = {"build", "dist", "__pycache__"}
 
@@ -45,7 +48,8 @@ def _on_disk(project: Path, setuptools: dict) -> set[str]:
     return found
 
 
-@pytest.mark.parametrize("project", [REPO, REPO / "services"], ids=["platform", "suite"])
+@pytest.mark.parametrize("project", [REPO, REPO / "schemas", REPO / "services"],
+                         ids=["platform", "contracts", "suite"])
 def test_every_package_on_disk_is_listed_in_its_pyproject(project: Path) -> None:
     setuptools = tomllib.loads((project / "pyproject.toml").read_text())["tool"]["setuptools"]
     listed, on_disk = set(setuptools["packages"]), _on_disk(project, setuptools)
@@ -69,16 +73,51 @@ def test_the_suite_is_a_distribution_on_the_platform() -> None:
     project = SUITE["project"]
     assert project["name"] == "casestream-suite"
     assert project["version"] == PLATFORM["project"]["version"]
-    assert project["dependencies"] == ["casestream[service]"]
-    assert set(SUITE["tool"]["setuptools"]["package-dir"]) == {"services", "services.schemas"}
+    assert project["dependencies"] == ["casestream[service]", CONTRACTS["project"]["name"]]
+    assert set(SUITE["tool"]["setuptools"]["package-dir"]) == {"services"}
     entry = project["entry-points"]
     assert sorted(entry["casestream.services"]) == sorted(SERVICES)
-    assert entry["casestream.schemas"] == {"suite": "services:schemas_dir"}
-    assert set(entry) == {"casestream.services", "casestream.projections", "casestream.commands",
-                          "casestream.schemas"}
+    # the schemas folder comes from the contracts distribution, never from the services'
+    assert set(entry) == {"casestream.services", "casestream.projections", "casestream.commands"}
+    assert "package-data" not in SUITE["tool"]["setuptools"] or \
+        set(SUITE["tool"]["setuptools"]["package-data"]) == {"*"}
 
 
-def test_the_catalog_resolves_through_the_resource_package() -> None:
+def test_the_contracts_are_a_distribution_on_the_base_platform() -> None:
+    project = CONTRACTS["project"]
+    assert project["name"] == "casestream-suite-schemas"
+    assert project["version"] == PLATFORM["project"]["version"]
+    assert project["dependencies"] == ["casestream"], "the base install: the gate needs no service extra"
+    assert CONTRACTS["tool"]["setuptools"]["package-dir"] == {"casestream_suite_schemas": "."}
+    assert project["entry-points"] == {"casestream.schemas": {"suite": "casestream_suite_schemas:schemas_dir"}}
+
+
+def test_the_contracts_ship_every_schema_file_as_package_data() -> None:
+    globs = CONTRACTS["tool"]["setuptools"]["package-data"]["casestream_suite_schemas"]
+    root = REPO / "schemas"
+    files = [p.relative_to(root) for p in root.rglob("*") if p.suffix in (".avsc", ".toml")
+             and p.name != "pyproject.toml" and not any(part.endswith(".egg-info") for part in p.parts)]
+    assert files
+    unshipped = [str(f) for f in files if not any(f.match(g) and len(f.parts) == len(Path(g).parts) for g in globs)]
+    assert not unshipped, f"add to package-data in schemas/pyproject.toml: {unshipped}"
+
+
+def test_the_catalog_names_upcasters_inside_the_contracts_package() -> None:
+    catalog = tomllib.loads((REPO / "schemas" / "catalog.toml").read_text())
+    module = catalog["catalog"]["upcasters"].split(":")[0]
+    assert module.split(".")[0] == "casestream_suite_schemas", module
+    assert (REPO / "schemas" / (module.split(".", 1)[1] + ".py")).is_file()
+
+
+def test_the_entry_point_names_the_schemas_folder_function() -> None:
+    """The entry point's function is the one in schemas/__init__.py, and it answers the folder
+    the checkout's schemas/ (an editable install) with its catalog."""
+    from importlib.metadata import entry_points
+
+    (point,) = [e for e in entry_points(group="casestream.schemas") if e.name == "suite"]
+    function = point.load()
+    assert function is schemas_dir
+    assert Path(function.__code__.co_filename).resolve() == (REPO / "schemas" / "__init__.py").resolve()
     assert schemas_dir() == (REPO / "schemas").resolve()
     assert (schemas_dir() / "catalog.toml").is_file()
 

@@ -6,7 +6,7 @@ import pytest
 
 from casestream.events.catalog import load_catalog
 from casestream.errors import UpcasterChainError
-from services.upcasters import SUMMARY_MAX, collapse_summary, default_upcasters
+from casestream_suite_schemas.upcasters import SUMMARY_MAX, collapse_summary, default_upcasters
 from casestream.events.upcasting import UpcasterChain
 from services import schemas_dir
 

@@ -1,5 +1,8 @@
 """The suite's upcasters (pure): every step from an old event version to the next.
 
+Part of the suite's event contracts (``casestream_suite_schemas``): a consumer of an old
+version needs them as much as the schemas.
+
 ``CaseOpened``:
   * v1 -> v2: adds ``priority`` = ``"NORMAL"`` (the v2 schema's default).
   * v2 -> v3: renames ``description`` -> ``summary`` and maps the value: whitespace runs
