@@ -293,3 +293,11 @@ def test_a_signed_in_client_is_rate_limited_but_not_for_the_pages_assets() -> No
     for _ in range(10):
         assert client.get("/static/console.css", headers=headers).status_code == 200
     assert [client.get("/journeys", headers=headers).status_code for _ in range(4)] == [200, 200, 200, 429]
+
+
+def test_a_flood_of_sign_in_forms_does_not_end_signed_in_sessions() -> None:
+    client = make_client(max_sessions=5)
+    sign_in(client, ROLE_OFFICER)
+    for _ in range(20):  # anyone may open the sign-in form
+        assert client.get("/login").status_code == 200
+    assert client.get("/journeys").status_code == 200

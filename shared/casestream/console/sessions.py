@@ -44,13 +44,15 @@ class Session:
 
 
 class SessionStore:
-    """At most ``max_sessions`` sessions (the oldest is dropped first), each valid for
-    ``ttl_s`` seconds from its creation, never past its token's ``exp``.
+    """At most ``max_sessions`` signed-in sessions and as many pre-sessions, each kept apart
+    (the oldest of its kind dropped first: anyone may open the sign-in form, so a flood of
+    pre-sessions must not push out signed-in ones), each valid for ``ttl_s`` seconds from
+    its creation, never past its token's ``exp``.
 
     Args:
         ttl_s: lifetime of a signed-in session, seconds (> 0).
         login_ttl_s: lifetime of a pre-session (the sign-in form), seconds (> 0).
-        max_sessions: sessions kept (>= 1).
+        max_sessions: sessions kept of each kind (>= 1).
         clock: monotonic seconds (tests).
     """
 
@@ -62,12 +64,14 @@ class SessionStore:
         self._clock = clock
         self._lock = threading.Lock()
         self._sessions: OrderedDict[str, Session] = OrderedDict()
+        self._pre: OrderedDict[str, Session] = OrderedDict()
 
     def _add(self, session: Session) -> Session:
+        kept = self._sessions if session.principal is not None else self._pre
         with self._lock:
-            self._sessions[session.sid] = session
-            while len(self._sessions) > self._max:
-                self._sessions.popitem(last=False)
+            kept[session.sid] = session
+            while len(kept) > self._max:
+                kept.popitem(last=False)
         return session
 
     def pre_session(self) -> Session:
@@ -91,9 +95,10 @@ class SessionStore:
         if not sid:
             return None
         with self._lock:
-            session = self._sessions.get(sid)
+            kept = self._sessions if sid in self._sessions else self._pre
+            session = kept.get(sid)
             if session is not None and session.expires <= self._clock():
-                del self._sessions[sid]
+                del kept[sid]
                 return None
             return session
 
@@ -102,7 +107,9 @@ class SessionStore:
         if sid:
             with self._lock:
                 self._sessions.pop(sid, None)
+                self._pre.pop(sid, None)
 
     def __len__(self) -> int:
+        """Signed-in sessions kept."""
         with self._lock:
             return len(self._sessions)
