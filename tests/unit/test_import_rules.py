@@ -1,6 +1,7 @@
 """Import rules, checked on the source (AST; nothing is imported):
 
-(a) services/ (and examples/) import casestream only through package names;
+(a) services/ (and examples/, and the suite's contracts in schemas/) import casestream only
+    through package names; examples/ and the contracts import nothing from the suite;
 (b) each driver is imported only by the library modules that own it, and in services/ only
     by adapters/ and bootstrap.py;
 (c) the casestream packages do not import each other in a cycle.
@@ -18,7 +19,7 @@ pytestmark = pytest.mark.unit
 
 ROOT = Path(__file__).resolve().parents[2]
 LIBRARY = ROOT / "shared" / "casestream"
-CLIENTS = [d for d in (ROOT / "services", ROOT / "examples") if d.is_dir()]
+CLIENTS = [d for d in (ROOT / "services", ROOT / "examples", ROOT / "schemas") if d.is_dir()]
 
 
 def _module_name(path: Path) -> str:
@@ -98,6 +99,14 @@ def _suite_uses(path: Path) -> list[str]:
 
 def test_examples_import_nothing_from_the_suite() -> None:
     bad = [b for p in _files(ROOT / "examples") for b in _suite_uses(p)]
+    assert not bad, "\n".join(bad)
+
+
+# The suite's contracts (distribution casestream-suite-schemas) are installed without the suite.
+def test_the_contracts_import_nothing_from_the_suite() -> None:
+    files = _files(ROOT / "schemas")
+    assert files
+    bad = [b for p in files for b in _suite_uses(p)]
     assert not bad, "\n".join(bad)
 
 
