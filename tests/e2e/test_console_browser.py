@@ -253,6 +253,9 @@ def scenario(driver, suite: ServiceStack, kafka_bootstrap: str) -> None:  # noqa
 PROMETHEUS_BUILTINS = {"up"}  # made by Prometheus itself, not by a service
 # one series per open failure group: none at all while nothing is dead-lettered
 SERIES_PER_OPEN_THING = {"dead_letter_group_open"}
+# Served by CdcRetention, which runs instead of the relay only while Debezium publishes the outbox
+# (the suite here runs relays): declared in METRIC_HELP and checked there instead.
+SERIES_IN_CDC_MODE = {"outbox_cdc_lag_bytes", "outbox_cdc_slot_safe_wal_bytes"}
 PROMQL_WORDS = {"sum", "max", "min", "avg", "count", "by", "without", "rate", "increase", "delta",
                 "and", "or", "unless", "on", "ignoring", "group_left", "group_right", "bool", "offset",
                 "histogram_quantile", "irate", "topk", "bottomk", "abs", "clamp_min", "clamp_max"}
@@ -307,6 +310,12 @@ def test_every_metric_of_the_dashboard_and_rules_is_served_with_its_labels(suite
                                                            "version", "outcome"):
                 continue
             if metric not in served and metric in SERIES_PER_OPEN_THING:
+                continue
+            if metric not in served and metric in SERIES_IN_CDC_MODE:
+                from casestream.telemetry.metrics import METRIC_HELP
+
+                if metric not in METRIC_HELP:
+                    missing.append(f"{metric} (in {expr!r}) is not a declared metric")
                 continue
             if metric not in served:
                 missing.append(f"{metric} (in {expr!r}) is on no service's /metrics")
