@@ -1,4 +1,5 @@
-"""Saga persistence against the real PostgreSQL: optimistic concurrency, deadline claims with
+"""Saga persistence against the real PostgreSQL beyond the store contract
+(tests/integration/test_saga_store_contract_pg.py): concurrent writers, deadline claims with
 SKIP LOCKED, the orchestrator's unit of work (saga + history + outbox in one transaction),
 and several schedulers firing deadlines exactly once.
 
@@ -88,27 +89,6 @@ def outbox_events(dsn: str, codec: EnvelopeCodec) -> list[Envelope]:
 
 
 # -- store -------------------------------------------------------------------------------
-def test_round_trip_keeps_state_data_and_deadline(dsn: str) -> None:
-    s = saga(data={"case_id": "case-1", "penalty_cents": None, "title": "Ünïcode"})
-    with psycopg.connect(dsn) as conn:
-        store = PgSagaStore(conn)
-        assert store.insert(s, started_by="submit-1", active=True)
-        assert not store.insert(replace(s, saga_id=str(uuid.uuid4())), started_by="submit-1",
-                                active=True)  # one saga per start event
-        got = store.get(s.saga_id)
-    assert got == s
-    assert got is not None and got.deadline_at == s.deadline_at
-
-
-def test_only_one_active_saga_per_case(dsn: str) -> None:
-    with psycopg.connect(dsn) as conn:
-        store = PgSagaStore(conn)
-        assert store.insert(saga(), started_by="a", active=True)
-        assert not store.insert(saga(), started_by="b", active=True)
-        assert store.insert(saga(), started_by="c", active=False)  # finished sagas may pile up
-        assert store.active_for_case("case-1") is not None
-
-
 def test_stale_version_is_refused(dsn: str) -> None:
     s = saga()
     with psycopg.connect(dsn) as conn:

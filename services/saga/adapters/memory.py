@@ -1,8 +1,9 @@
 """In-memory saga store and event sink, for unit tests of the application layer.
 
-Mirrors :class:`services.saga.adapters.postgres.PgSagaStore` semantics: optimistic
-concurrency on ``version``, at most one active saga per case, one saga per start event,
-duplicate detection by (saga id, event id). ``claim_due`` does not lock (single thread).
+Mirrors :class:`services.saga.adapters.postgres.PgSagaStore` semantics (both run the contract
+of tests/support/saga_store_contract.py): optimistic concurrency on ``version``, at most one
+active saga per case (a second is refused: False), one saga per start event, duplicate
+detection by (saga id, event id). ``claim_due`` does not lock (single thread).
 """
 
 from __future__ import annotations
@@ -42,10 +43,11 @@ class MemorySagaStore:
         return None
 
     def insert(self, saga: SagaInstance, *, started_by: str, active: bool) -> bool:
-        if saga.saga_id in self.sagas or started_by in self.started_by:
+        # PostgreSQL's INSERT ... ON CONFLICT DO NOTHING: a second active saga of a case
+        # (unique index saga_active_case_uq) is refused like a duplicate start
+        if (saga.saga_id in self.sagas or started_by in self.started_by
+                or (active and self.active_for_case(saga.case_id) is not None)):
             return False
-        if active and self.active_for_case(saga.case_id) is not None:
-            raise ConcurrencyError("saga", saga.saga_id, 0, None)
         self.sagas[saga.saga_id] = saga
         self.active[saga.saga_id] = active
         self.started_by[started_by] = saga.saga_id
