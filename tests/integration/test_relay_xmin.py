@@ -89,7 +89,7 @@ def test_a_held_xmin_does_not_make_each_claim_walk_the_rows_published_since(
           f"scan: early {early:.0f}, late {late:.0f}; commit->publish p50 {lag[0]:.3f} s, "
           f"p99 {lag[1]:.3f} s; xmin age seen {max(seen, default=0):.1f} s")
     # A scan from the index's start reads every row published since the hold began (~20 s of
-    # events late in the hold); from the floor, a few seconds' worth at most (its three steps).
+    # events late in the hold); from the floor, a few seconds' worth at most (its two steps).
     assert late < 6 * rate, (early, late, rate)
     assert late < 3 * early + 2000, (early, late)
     assert lag[1] < 5.0, lag
@@ -114,7 +114,7 @@ def _lag(dsn: str) -> tuple[float, float]:
 
 
 def _advance_fully(conn: psycopg.Connection, floor: ClaimFloor) -> None:
-    """Run the floor's three steps (interval 0: each call is due)."""
+    """Run the floor's steps three times over (interval 0: each call is due)."""
     for _ in range(3):
         floor.step(conn, time.monotonic())
 

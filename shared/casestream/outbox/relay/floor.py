@@ -2,19 +2,19 @@
 
 A row numbered ``seq`` may commit long after rows with larger numbers (its transaction drew
 the number, then ran on), so the floor may pass ``seq`` only once every transaction that
-could still commit such a row has ended. Three steps, each at most once per ``interval_s``:
+could still commit such a row has ended. Two steps, at most one per ``interval_s``:
 
-1. read the identity sequence's last value ``M`` (every row up to ``M`` has its number);
-2. ``interval_s`` later, take ``X`` = ``pg_snapshot_xmax`` of a fresh snapshot: each of those
-   rows' transactions has an id below ``X`` by then (the id is assigned when the row is
-   written, right after its number is drawn);
-3. once ``pg_snapshot_xmin`` of the current snapshot reaches ``X`` (all of them ended),
-   raise the floor to the lowest pending ``seq <= M`` (``M + 1`` if none).
+1. read the identity sequence's last value ``M``, then the transactions holding
+   ``RowExclusiveLock`` on ``outbox`` (each took it before drawing a number and keeps it until
+   it ends, so every row numbered up to ``M`` is committed, aborted, or theirs);
+2. once none of them is running, raise the floor to the lowest pending ``seq <= M``
+   (``M + 1`` if none) and start again at 1.
 
-A read-only transaction holding ``xmin`` (the case this guards against) has no id, so it
-does not hold the floor back; a writing transaction open for minutes does, and the claim then
-walks what it walks without the floor. Several relays may advance it: the update is
-conditional on the row they read (:func:`casestream.outbox.relay.store.advance_claim_floor`).
+A snapshot held open elsewhere (the case this guards against: a report, ``pg_dump``, an idle
+REPEATABLE READ session) takes no such lock, so it does not hold the floor back; a
+transaction that wrote to the outbox and stays open does, and the claims then walk what they
+walk without the floor. Several relays may advance it: the update is conditional on the row
+they read (:func:`casestream.outbox.relay.store.advance_claim_floor`).
 """
 
 from __future__ import annotations
@@ -27,15 +27,14 @@ __all__ = ["ClaimFloor"]
 
 
 class ClaimFloor:
-    """One relay's progress through the three steps; :meth:`step` is called from the relay's
+    """One relay's progress through the two steps; :meth:`step` is called from the relay's
     loop (cheap when not due), ``value`` is the floor last seen (for metrics and tests)."""
 
     def __init__(self, interval_s: float = 1.0) -> None:
         self.interval_s = interval_s
         self.value = 0
         self.advances = 0
-        self._high_water: int | None = None
-        self._candidate: tuple[int, int] | None = None  # (high water M, xmax X)
+        self._candidate: tuple[int, list[str]] | None = None  # (high water M, writers then)
         self._next = 0.0
 
     def step(self, conn: Any, now: float) -> None:
@@ -44,22 +43,15 @@ class ClaimFloor:
         if now < self._next:
             return
         self._next = now + self.interval_s
-        if self._candidate is not None:
-            upto, xmax = self._candidate
-            if not store.horizon_passed(conn, xmax):
-                return
-            self._candidate = None
-            old = store.claim_floor(conn)
-            new = store.advance_claim_floor(conn, old, upto)
-            self.value = new if new is not None else store.claim_floor(conn)[0]
-            self.advances += 1
-        elif self._high_water is not None:
-            self._candidate = (self._high_water, store.xact_horizon(conn))
-            self._high_water = None
-        else:
-            self._high_water = store.seq_high_water(conn)
-
-    def reset(self) -> None:
-        """Forget the steps in progress (a new connection: start again at step 1)."""
-        self._high_water = None
+        if self._candidate is None:
+            high_water = store.seq_high_water(conn)  # before the writers: see the module
+            self._candidate = (high_water, store.outbox_writers(conn))
+            return
+        upto, writers = self._candidate
+        if store.any_running(conn, writers):
+            return
         self._candidate = None
+        old = store.claim_floor(conn)
+        new = store.advance_claim_floor(conn, old, upto)
+        self.value = new if new is not None else store.claim_floor(conn)[0]
+        self.advances += 1

@@ -81,7 +81,7 @@ class RelaySettings:
             and raise the floor about every ``claim_floor_interval_s`` seconds, so a snapshot
             held open elsewhere does not make every claim walk the rows published since
             (``casestream.outbox.relay.floor``); ``False`` claims from the start of the index.
-        claim_floor_interval_s: period of the floor's steps (three steps per raise).
+        claim_floor_interval_s: period of the floor's steps (two steps per raise).
     """
 
     batch_size: int = 1000

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import psycopg
 
 __all__ = ["OutboxRow", "OutboxStats", "Delivered", "claim", "mark_outcomes", "delete_published", "stats",
-           "has_claim_floor", "claim_floor", "seq_high_water", "xact_horizon", "horizon_passed",
+           "has_claim_floor", "claim_floor", "seq_high_water", "outbox_writers", "any_running",
            "advance_claim_floor", "xmin_horizon_age_s"]
 
 
@@ -232,18 +232,26 @@ def seq_high_water(conn: psycopg.Connection) -> int:
     return int(row[0]) if row else 0
 
 
-def xact_horizon(conn: psycopg.Connection) -> int:
-    """``pg_snapshot_xmax`` of a snapshot taken now: every transaction id below it has been
-    assigned (PostgreSQL "Transaction ID and Snapshot Information Functions")."""
-    row = conn.execute("SELECT pg_snapshot_xmax(pg_current_snapshot())::text::bigint").fetchone()
-    assert row is not None
-    return int(row[0])
+def outbox_writers(conn: psycopg.Connection) -> list[str]:
+    """Virtual transaction ids (``pg_locks.virtualtransaction``) of the other transactions
+    holding ``RowExclusiveLock`` on ``outbox``, prepared ones included. A transaction takes
+    that lock (when its statement is parsed or its cached plan locked) before it draws a
+    ``seq`` and keeps it until it ends, so every row numbered before this call belongs to
+    a transaction listed here or already ended."""
+    row = conn.execute(
+        "SELECT coalesce(array_agg(DISTINCT virtualtransaction), '{}') FROM pg_locks "
+        "WHERE locktype = 'relation' AND relation = 'outbox'::regclass "
+        "AND mode = 'RowExclusiveLock' AND granted AND pid IS DISTINCT FROM pg_backend_pid()").fetchone()
+    return list(row[0]) if row else []
 
 
-def horizon_passed(conn: psycopg.Connection, xmax: int) -> bool:
-    """Whether every transaction with an id below ``xmax`` has committed or aborted."""
-    row = conn.execute("SELECT pg_snapshot_xmin(pg_current_snapshot()) >= %s::text::xid8",
-                       (str(xmax),)).fetchone()
+def any_running(conn: psycopg.Connection, vxids: Sequence[str]) -> bool:
+    """Whether a transaction of ``vxids`` (:func:`outbox_writers`) still holds any lock:
+    each holds its own virtual transaction id lock until it commits or aborts."""
+    if not vxids:
+        return False
+    row = conn.execute("SELECT EXISTS (SELECT 1 FROM pg_locks WHERE virtualtransaction = ANY(%s))",
+                       (list(vxids),)).fetchone()
     return bool(row and row[0])
 
 
@@ -264,12 +272,11 @@ def advance_claim_floor(conn: psycopg.Connection, old: tuple[int, int], upto: in
     floor, or None when the row changed since ``old`` was read (a re-drive lowered it, or
     another relay advanced it: the caller reads it again).
 
-    The caller guarantees that no row with ``seq <= upto`` can still commit: the rows
-    numbered up to :func:`seq_high_water` read at one instant belong to transactions that
-    all have an id below :func:`xact_horizon` taken a while later (the id is assigned when
-    the row is written, right after its number is drawn), and :func:`horizon_passed` says
-    they all ended. A read-only snapshot held open (a report, ``pg_dump``) has no id and does
-    not hold the floor back; a long *writing* transaction does (it may still commit rows).
+    The caller guarantees that no row with ``seq <= upto`` can still commit: ``upto`` is
+    :func:`seq_high_water` read before :func:`outbox_writers`, and none of those writers is
+    running any more (:func:`any_running`). A snapshot held open (a report, ``pg_dump``) does
+    not hold the floor back; a transaction that wrote to the outbox and stays open does (it
+    may still commit rows below).
     """
     if upto < old[0]:
         return old[0]
