@@ -13,5 +13,6 @@ SERVICE = ServiceSpec(
     name="audit", module="services.audit", description="append-only audit journal and case timeline",
     settings="services.audit.settings:AuditSettings", build="services.audit.bootstrap:build",
     consumers=('audit.journal',), outbox=False,
+    projections=('audit.timeline',),  # its live tables are written by consumer audit.journal
     subscriptions={'audit.journal': ('outbox.event.case', 'outbox.event.saga', 'outbox.event.decision',
                                      'outbox.event.notice')})

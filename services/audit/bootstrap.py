@@ -19,12 +19,12 @@ from services.audit.adapters.postgres import PgTimelineReader
 from services.audit.domain.entries import KNOWN_EVENT_TYPES
 from services.audit.settings import AuditSettings
 
-MIGRATIONS = Path(__file__).parent / "migrations"
+MIGRATIONS = SERVICE.migrations_folder()  # ServiceSpec.migrations
 
 
 def migrations() -> list[Migration | Path]:
     """This service's ``migrations/*.sql`` in name order (no outbox: it emits no events)."""
-    return service_migrations(MIGRATIONS, outbox=False)
+    return service_migrations(MIGRATIONS, outbox=SERVICE.outbox)
 
 
 def build(settings: AuditSettings | None = None) -> ServiceProcess:
@@ -33,8 +33,7 @@ def build(settings: AuditSettings | None = None) -> ServiceProcess:
     Raises:
         casestream.errors.CasestreamError: see :class:`casestream.service.ServiceBuilder`.
     """
-    b = ServiceBuilder(SERVICE, settings, migrations=MIGRATIONS, schemas=schemas_dir())
+    b = ServiceBuilder(SERVICE, settings, schemas=schemas_dir()).start()
     b.consumer(handlers.CONSUMER, handlers.TOPICS,
-               handlers.build_registry(event_types={*KNOWN_EVENT_TYPES, *b.catalog.event_types}),
-               pipeline=True)
+               handlers.build_registry(event_types={*KNOWN_EVENT_TYPES, *b.catalog.event_types}))
     return b.build(app=build_app(PgTimelineReader(b.request_pool), edge=b.edge), ready_table="case_timeline")

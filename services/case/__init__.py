@@ -12,6 +12,7 @@ SERVICE = ServiceSpec(
     name="case", module="services.case", description="opens cases and runs the regulator's workflow on them: assignment, evidence, review, submission, withdrawal, appeal (HTTP API)",
     settings="services.case.settings:CaseSettings", build="services.case.bootstrap:build",
     consumers=('case.saga-requests', 'case.dashboard', 'case.workload'), outbox=True,
+    projections=('case.dashboard', 'case.workload'),
     subscriptions={'case.saga-requests': ('outbox.event.saga',), 'case.dashboard': ('outbox.event.case',),
                    'case.workload': ('outbox.event.case',)},
     # retention 90 days: case.dashboard, case.workload and audit.timeline rebuild from it

@@ -22,7 +22,7 @@ import uuid
 from datetime import timedelta
 from pathlib import Path
 
-from casestream.consumer import HandlerRegistry
+from casestream.handlers import HandlerRegistry
 from casestream.events import Catalog
 from casestream.migrations import Migration
 from casestream.service import ServiceBuilder, ServiceProcess, Worker, service_migrations
@@ -34,7 +34,7 @@ from services.case.adapters.postgres import PgUnitOfWork
 from services.case.application.service import CaseService
 from services.case.settings import CaseSettings
 
-MIGRATIONS = Path(__file__).parent / "migrations"
+MIGRATIONS = SERVICE.migrations_folder()  # ServiceSpec.migrations
 
 log = logging.getLogger(__name__)
 
@@ -90,7 +90,7 @@ def build(settings: CaseSettings | None = None) -> ServiceProcess:
     Raises:
         casestream.errors.CasestreamError: see :class:`casestream.service.ServiceBuilder`.
     """
-    b = ServiceBuilder(SERVICE, settings, migrations=MIGRATIONS, schemas=schemas_dir())
+    b = ServiceBuilder(SERVICE, settings, schemas=schemas_dir()).start()
     s = b.settings
     service = CaseService(uow=PgUnitOfWork.factory(b.request_pool, b.outbox.append), clock=b.clock,
                           new_id=lambda: str(uuid.uuid4()),
@@ -100,9 +100,9 @@ def build(settings: CaseSettings | None = None) -> ServiceProcess:
                                                    s.deadline_interval_s))
     if s.consumer_enabled:
         b.consumer(saga_requests.CONSUMER, saga_requests.TOPICS, saga_requests.build_registry(service),
-                   emits=True, pipeline=True)
-        b.projection(dashboard.PROJECTION, worker="dashboard", pipeline=True)  # `casestream replay case.dashboard`
-        b.projection(workload.PROJECTION, worker="workload", pipeline=True)  # `casestream replay case.workload`
+                   emits=True)
+        b.projection(dashboard.PROJECTION, worker="dashboard")  # `casestream replay case.dashboard`
+        b.projection(workload.PROJECTION, worker="workload")  # `casestream replay case.workload`
     if s.relay_enabled:
         b.relay()
     return b.build(app=build_app(service, edge=b.edge), ready_table="cases")

@@ -14,7 +14,7 @@ from casestream.service import ServiceSpec, TopicSpec
 SERVICE = ServiceSpec(
     name="decision", module="services.decision", description="decides on submitted cases",
     settings="services.decision.settings:DecisionSettings", build="services.decision.bootstrap:build",
-    consumers=('decision.requests', 'decision.statistics'), outbox=True,
+    consumers=('decision.requests', 'decision.statistics'), outbox=True, projections=('decision.statistics',),
     subscriptions={'decision.requests': ('outbox.event.saga',),
                    'decision.statistics': ('outbox.event.decision',)},
     # retention 90 days: decision.statistics and audit.timeline rebuild from it

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from casestream.consumer import HandlerRegistry
+from casestream.handlers import HandlerRegistry
 from casestream.service import ServiceBuilder, ServiceProcess, service_migrations
 from casestream.migrations import Migration
 from services import schemas_dir
@@ -20,7 +20,7 @@ from services.decision.adapters.postgres import PgDecisionQueries
 from services.decision.application.decide import Decider
 from services.decision.settings import DecisionSettings
 
-MIGRATIONS = Path(__file__).parent / "migrations"
+MIGRATIONS = SERVICE.migrations_folder()  # ServiceSpec.migrations
 
 
 def migrations() -> list[Migration | Path]:
@@ -34,10 +34,9 @@ def build(settings: DecisionSettings | None = None) -> ServiceProcess:
     Raises:
         casestream.errors.CasestreamError: see :class:`casestream.service.ServiceBuilder`.
     """
-    b = ServiceBuilder(SERVICE, settings, migrations=MIGRATIONS, schemas=schemas_dir())
+    b = ServiceBuilder(SERVICE, settings, schemas=schemas_dir()).start()
     b.consumer(handlers.CONSUMER, handlers.TOPICS,
-               handlers.register(HandlerRegistry(), Decider(clock=b.clock)), emits=True,
-               pipeline=True)
-    b.projection(statistics.PROJECTION, pipeline=True)
+               handlers.register(HandlerRegistry(), Decider(clock=b.clock)), emits=True)
+    b.projection(statistics.PROJECTION)
     b.relay()
     return b.build(app=build_app(PgDecisionQueries(b.request_pool), edge=b.edge), ready_table="decision")

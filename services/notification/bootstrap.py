@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from casestream.consumer import HandlerRegistry
+from casestream.handlers import HandlerRegistry
 from casestream.migrations import Migration
 from casestream.retry import RetryPolicy
 from casestream.service import ServiceBuilder, ServiceProcess, service_migrations
@@ -26,7 +26,7 @@ from services.notification.adapters.smtp import SmtpMailer
 from services.notification.application.sender import NoticeSender
 from services.notification.settings import NotificationSettings
 
-MIGRATIONS = Path(__file__).parent / "migrations"
+MIGRATIONS = SERVICE.migrations_folder()  # ServiceSpec.migrations
 
 
 def migrations() -> list[Migration | Path]:
@@ -47,10 +47,10 @@ def build(settings: NotificationSettings | None = None) -> ServiceProcess:
     Raises:
         casestream.errors.CasestreamError: see :class:`casestream.service.ServiceBuilder`.
     """
-    b = ServiceBuilder(SERVICE, settings, migrations=MIGRATIONS, schemas=schemas_dir())
+    b = ServiceBuilder(SERVICE, settings, schemas=schemas_dir()).start()
     s = b.settings
     b.consumer(handlers.CONSUMER, handlers.TOPICS, handlers.register(HandlerRegistry(), clock=b.clock),
-               emits=True, pipeline=True)
+               emits=True)
     mailer = SmtpMailer(s.smtp_host, s.smtp_port, timeout_s=s.smtp_timeout_s)
     b.worker("sender", SenderWorker(b.pool, s.dsn, NoticeSender(policy=send_policy(s), clock=b.clock,
                                                               render=render_notice_pdf),

@@ -20,7 +20,7 @@ from __future__ import annotations
 from datetime import timedelta
 from pathlib import Path
 
-from casestream.consumer import HandlerRegistry
+from casestream.handlers import HandlerRegistry
 from casestream.errors import ConfigError
 from casestream.events import Catalog
 from casestream.migrations import Migration
@@ -44,7 +44,7 @@ from services.saga.domain.engine import SagaInstance
 from services.saga.settings import SagaSettings
 
 NAME = SERVICE.name
-MIGRATIONS = Path(__file__).parent / "migrations"
+MIGRATIONS = SERVICE.migrations_folder()  # ServiceSpec.migrations
 
 
 def migrations() -> list[Migration | Path]:
@@ -104,12 +104,12 @@ def build(settings: SagaSettings | None = None) -> ServiceProcess:
         casestream.errors.CasestreamError: see :class:`casestream.service.ServiceBuilder`;
             ConfigError for a saga definition that does not match the catalog.
     """
-    b = ServiceBuilder(SERVICE, settings, migrations=MIGRATIONS, schemas=schemas_dir())
+    b = ServiceBuilder(SERVICE, settings, schemas=schemas_dir()).start()
     s, outbox = b.settings, b.outbox
     definitions = definitions_from(s, b.catalog)
     orchestrator = Orchestrator(definitions, clock=b.clock)
     b.consumer(handlers.CONSUMER, handlers.TOPICS, handlers.register(HandlerRegistry(), orchestrator),
-               emits=True, pipeline=True)
+               emits=True)
     b.relay()
     b.worker("deadlines", DeadlineScheduler(b.pool, orchestrator, outbox, interval_s=s.scheduler_interval_s,
                                             batch=s.scheduler_batch))

@@ -18,7 +18,6 @@ from casestream.service import ServiceBuilder
 from casestream.service.settings import CommonSettings
 from services import schemas_dir
 from watch import SCHEMAS, SERVICE
-from watch.bootstrap import MIGRATIONS
 from watch.settings import WatchSettings
 
 pytestmark = pytest.mark.integration
@@ -68,14 +67,14 @@ def test_a_service_told_not_to_migrate_at_start_leaves_its_database_alone(
         fresh_database: str, registry_url: str, kafka_bootstrap: str) -> None:
     settings = WatchSettings(migrate_at_start=False, registry_url=registry_url,
                              kafka_bootstrap=kafka_bootstrap)
-    b = ServiceBuilder(SERVICE, settings, migrations=MIGRATIONS, schemas=[schemas_dir(), SCHEMAS])
+    b = ServiceBuilder(SERVICE, settings, schemas=[schemas_dir(), SCHEMAS]).start()
     try:
         assert _tables(fresh_database) == set()
     finally:
         b.codec.close()
         b.pool.close()
     migrated = WatchSettings(registry_url=registry_url, kafka_bootstrap=kafka_bootstrap)
-    b = ServiceBuilder(SERVICE, migrated, migrations=MIGRATIONS, schemas=[schemas_dir(), SCHEMAS])
+    b = ServiceBuilder(SERVICE, migrated, schemas=[schemas_dir(), SCHEMAS]).start()
     try:
         assert "outbox" in _tables(fresh_database)
     finally:

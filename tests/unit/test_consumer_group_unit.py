@@ -8,7 +8,7 @@ import pytest
 
 from casestream.consumer import ConsumerGroup
 from casestream.errors import ConfigError
-from casestream.consumer.handlers import HandlerRegistry
+from casestream.handlers.registry import HandlerRegistry
 
 pytestmark = pytest.mark.unit
 
@@ -90,9 +90,10 @@ def _builder(pool: object, **settings: object):  # noqa: ANN202 - a ServiceBuild
         database: str = Field("probe", description="database")
         port: int = Field(1, description="port")
 
-    spec = ServiceSpec(name="probe", module="probe", settings="probe:S", build="probe:build")
-    return ServiceBuilder.from_parts(spec, ProbeSettings(**settings), catalog=load_catalog(schemas_dir()),
-                                     codec=object(), pool=pool)
+    spec = ServiceSpec(name="probe", module="probe", settings="probe:S", build="probe:build",
+                       consumers=("audit.journal",))
+    return ServiceBuilder(spec, ProbeSettings(**settings), catalog=load_catalog(schemas_dir()),
+                          codec=object(), pool=pool).start()
 
 
 def test_the_builder_runs_a_group_when_the_concurrency_setting_asks_for_it() -> None:
@@ -125,11 +126,11 @@ def test_the_builder_refuses_members_that_would_take_every_pooled_connection() -
         with_consumers(3)._check_pool()
 
 
-def test_builder_consumers_run_handlers_outside_pipeline_mode_unless_asked() -> None:
-    # pipeline mode hides cursor.rowcount (-1 until the sync): a team's handler that emits
-    # only when its INSERT ... ON CONFLICT DO NOTHING inserted a row would emit nothing
-    safe = _builder(object()).consumer("audit.journal", ["outbox.event.case"], HandlerRegistry())
-    fast = _builder(object()).consumer("audit.journal", ["outbox.event.case"], HandlerRegistry(),
-                                       pipeline=True)
-    assert safe.settings.pipeline_handlers is False
+def test_builder_consumers_run_handlers_in_pipeline_mode_unless_told_not_to() -> None:
+    # pipeline mode hides cursor.rowcount (-1 until the sync): a handler written against
+    # rowcount (not RETURNING + fetchone) is run with pipeline=False
+    fast = _builder(object()).consumer("audit.journal", ["outbox.event.case"], HandlerRegistry())
+    safe = _builder(object()).consumer("audit.journal", ["outbox.event.case"], HandlerRegistry(),
+                                       pipeline=False)
     assert fast.settings.pipeline_handlers is True
+    assert safe.settings.pipeline_handlers is False

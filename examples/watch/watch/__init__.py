@@ -27,7 +27,7 @@ SCHEMAS = schemas_dir()
 SERVICE = ServiceSpec(
     name="watch", module="watch", description="watchlists of cases (example service)",
     settings="watch.settings:WatchSettings", build="watch.bootstrap:build",
-    consumers=("watch.cases", "watch.triggers"), outbox=True,
+    consumers=("watch.cases", "watch.triggers"), projections=("watch.cases",), outbox=True,
     # what each consumer reads: the event catalog shows it; the builder checks it at start
     subscriptions={"watch.cases": ("outbox.event.case",), "watch.triggers": ("outbox.event.case",)},
     # the relay's topic for this service's events (aggregate type "watch"); 30 days cover

@@ -1,9 +1,10 @@
 """Wiring of the watch service — the only place that builds adapters.
 
-``build()`` hands the start-up work to ``casestream.service.ServiceBuilder`` (settings,
-logging, edge, migrations, a catalog of the suite's schemas — the case team's events, found
-through discovery as the installed folder ``suite``, never by importing the suite's package —
-and ours, codec, pool) and declares what the service runs:
+``build()`` hands the start-up work to ``casestream.service.ServiceBuilder.start()``
+(settings, logging, edge, the migrations of ``SERVICE.migrations``, a catalog of the suite's
+schemas — the case team's events, found through discovery as the installed folder ``suite``,
+never by importing the suite's package — and ours, codec, pool) and declares what the service
+runs (each consumer and projection listed in ``SERVICE``: the builder refuses any other):
 
 - worker ``triggers``: consumer ``watch.triggers``, appending ``WatchTriggered`` to the outbox;
 - worker ``cases``: the projection ``watch.cases`` (live consumer ``watch.cases``);
@@ -14,8 +15,6 @@ and ours, codec, pool) and declares what the service runs:
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from casestream.http import Idempotency, idempotency_purge_worker
 from casestream.service import ServiceBuilder, ServiceProcess, consumer_ready, schema_folder
 from watch import SCHEMAS, SERVICE
@@ -24,17 +23,13 @@ from watch.adapters.http import build_app
 from watch.adapters.postgres import PgUnitOfWork
 from watch.settings import WatchSettings
 
-MIGRATIONS = Path(__file__).parent / "migrations"
-
-
 def build(settings: WatchSettings | None = None) -> ServiceProcess:
     """Build the watch service process (see the module docstring).
 
     Raises:
         casestream.errors.CasestreamError: see ``casestream.service.ServiceBuilder``.
     """
-    b = ServiceBuilder(SERVICE, settings, migrations=MIGRATIONS,
-                       schemas=[schema_folder("suite"), SCHEMAS])
+    b = ServiceBuilder(SERVICE, settings, schemas=[schema_folder("suite"), SCHEMAS]).start()
     b.consumer(triggers.CONSUMER, triggers.TOPICS, triggers.registry(), emits=True,
                worker="triggers")
     b.ready("projection", consumer_ready(b.projection(projection.PROJECTION)))

@@ -1,15 +1,17 @@
 """The one composition object of a casestream service: :class:`ServiceBuilder`.
 
-A service's ``bootstrap.build()`` declares what it runs — its consumers, projections, relay,
-extra workers and HTTP app — on a builder, which owns everything else, in this order:
-settings (read once, frozen), logging, the HTTP edge policy, migrations, catalog, codec,
-connection pool; then, at :meth:`ServiceBuilder.build`, the pool-size check against the
+A service's ``bootstrap.build()`` names its configuration (spec, settings, schemas folders:
+data, no I/O), calls :meth:`ServiceBuilder.start`, which owns the start-up work in this order:
+settings (read once, frozen), logging, the HTTP edge policy, migrations (the spec's folder),
+catalog, codec, connection pool; then declares what it runs — its consumers, projections,
+relay, extra workers and HTTP app; then, at :meth:`ServiceBuilder.build`, the check of the
+declared consumers and projections against the spec, the pool-size check against the
 consumers it created, the readiness checks, the closers and the
 :class:`~casestream.service.process.ServiceProcess`. Tests build services the same way
-(pass a settings object). Example::
+(pass a settings object, and any ready parts: catalog, codec, pool). Example::
 
     def build(settings: DecisionSettings | None = None) -> ServiceProcess:
-        b = ServiceBuilder(SERVICE, settings, migrations=HERE / "migrations", schemas=[schemas_dir()])
+        b = ServiceBuilder(SERVICE, settings, schemas=[schemas_dir()]).start()
         b.consumer(handlers.CONSUMER, handlers.TOPICS, handlers.register(HandlerRegistry(), Decider(clock=b.clock)),
                    emits=True)
         b.projection(statistics.PROJECTION)
@@ -28,8 +30,8 @@ from psycopg_pool import ConnectionPool
 
 from casestream.clock import SystemClock
 from casestream.consumer.group import ConsumerGroup
-from casestream.consumer.handlers import HandlerRegistry
-from casestream.consumer.guard import FirstSeenPolicy
+from casestream.handlers.registry import HandlerRegistry
+from casestream.handlers.guard import FirstSeenPolicy
 from casestream.consumer.retention import InboxRetention, RetentionSettings
 from casestream.consumer.runtime import ConsumerRuntime
 from casestream.consumer.settings import ConsumerSettings
@@ -158,88 +160,131 @@ def consumer_ready(consumer: Any) -> ReadinessCheck:
     return _ConsumerCheck(consumer)
 
 
+#: Attributes :meth:`ServiceBuilder.start` sets: reading one before it is a ConfigError.
+_STARTED_PARTS = frozenset({"settings", "clock", "edge", "catalog", "codec", "pool", "request_pool", "outbox"})
+
+
 class ServiceBuilder(Generic[S]):
     """Compose one service process (see the module docstring).
 
+    The constructor only records configuration (no I/O); :meth:`start` does the start-up
+    work; the declarations (:meth:`consumer`, :meth:`projection`, ...) follow, then
+    :meth:`build`. Production and tests compose services this one way: a test passes the
+    parts it has (a settings object, ``catalog``, ``codec``, ``pool``, ``edge``), and
+    :meth:`start` prepares only the missing ones.
+
     Args:
-        spec: the service's :class:`ServiceSpec` (name, settings class, ``outbox``).
-        settings: its settings; None reads ``spec.settings_class()`` from the environment.
+        spec: the service's :class:`ServiceSpec` (name, settings class, ``outbox``,
+            consumers, projections, migrations folder).
+        settings: its settings; None: :meth:`start` reads ``spec.settings_class()`` from the
+            environment.
+        schemas: the schemas folder(s) of its catalog (other teams' and its own, merged);
+            not read when ``catalog`` is given.
         migrations: the service's migrations folder (``*.sql``, applied in name order after
-            the outbox DDL when the service has an outbox).
-        schemas: the schemas folder(s) of its catalog (other teams' and its own, merged).
+            the outbox DDL when the service has an outbox); default
+            :meth:`ServiceSpec.migrations_folder`.
         outbox: whether its database has an outbox table (default ``spec.outbox``).
+        catalog, codec, pool, edge: ready parts (tests): a given pool means the caller owns
+            the database, so :meth:`start` then configures no logging, runs no production
+            check and no migrations, and ``edge`` stays as given (None: no edge policy);
+            given parts are not closed at shutdown.
 
-    The constructor does the start-up work in order: settings, logging, the production
-    check (``CASESTREAM_ENV=production``: :meth:`CommonSettings.production_problems`), edge policy,
-    migrations, catalog, codec (registering schemas when ``CASESTREAM_AUTO_REGISTER_SCHEMAS``,
-    else looking ids up), connection pool (``pool_size``/``pool_min``/``pool_timeout_s``).
-
-    Attributes:
+    Attributes (after :meth:`start`):
         spec, name, settings, clock (:class:`~casestream.clock.SystemClock`), edge, catalog,
         codec, pool, request_pool (``DeadlinePool(pool)``: for HTTP request paths),
         outbox (:class:`~casestream.outbox.OutboxWriter` over the codec).
-
-    Raises:
-        ConfigError: invalid settings, unusable bearer key, missing migrations, unreachable
-            PostgreSQL (one line each).
-        CatalogError, SchemaError, UpcasterChainError, RegistryUnavailable: the catalog or
-            codec cannot be prepared.
     """
 
-    def __init__(self, spec: ServiceSpec, settings: S | None = None, *, migrations: Path,
-                 schemas: Path | Sequence[Path], outbox: bool | None = None):
+    def __init__(self, spec: ServiceSpec, settings: S | None = None, *,
+                 schemas: Path | Sequence[Path] = (), migrations: Path | None = None,
+                 outbox: bool | None = None, catalog: Catalog | None = None, codec: Any = None,
+                 pool: Any = None, edge: EdgePolicy | None = None):
         self.spec = spec
         self.name = spec.name
-        self.settings: S = settings if settings is not None else read_settings(spec.settings_class(), spec.name)
-        s = self.settings
-        self.clock = SystemClock()
-        configure_logging(self.name, s.log_level)
-        s.require_production_ready(self.name)
-        self.edge: EdgePolicy = edge_policy(s, self.name)
-        with_outbox = spec.outbox if outbox is None else outbox
-        if s.migrate_at_start:
-            _migrate(s.dsn, service_migrations(migrations, outbox=with_outbox), service=self.name)
-        folders = [schemas] if isinstance(schemas, (str, Path)) else list(schemas)
-        self.catalog: Catalog = load_catalog(*folders)
-        self.codec: EnvelopeCodec = open_codec(self.catalog, s.schema_registry(),
-                                               auto_register=s.auto_register_schemas)
-        try:
-            pool: ConnectionPool[Any] = ConnectionPool(
-                s.dsn, min_size=min(s.pool_min, s.pool_size), max_size=s.pool_size,
-                timeout=s.pool_timeout_s, open=True, name=self.name,
-                # no server-side prepared statements: they do not survive a transaction
-                # pooler (PgBouncer pool_mode=transaction) between two transactions
-                kwargs={"application_name": self.name, "prepare_threshold": None})
-        except BaseException:
-            self.codec.close()
-            raise
-        self._assemble(pool, closers=[self.codec.close, pool.close])
-        self._with_outbox = with_outbox
+        self.schemas: tuple[Path, ...] = ((Path(schemas),) if isinstance(schemas, (str, Path))
+                                          else tuple(Path(f) for f in schemas))
+        self.migrations = migrations
+        self._with_outbox: bool = spec.outbox if outbox is None else outbox
+        self._given: dict[str, Any] = {"settings": settings, "catalog": catalog, "codec": codec,
+                                       "pool": pool, "edge": edge}
+        self._started = False
+        self._closers: list[Callable[[], None]] = []
+        self._workers: dict[str, Worker] = {}
+        self._readiness: dict[str, ReadinessCheck] = {}
+        self._consumption: dict[str, ReadinessCheck] = {}
+        self._consumers: list[tuple[str, int]] = []  # (consumer name, members holding a connection)
+        self._projections: list[str] = []
+        self._inboxes: dict[str, tuple[tuple[str, ...], bool]] = {}  # name -> (topics, compact guards)
+        self._first_consumer: ConsumerRuntime | ConsumerGroup | None = None
+
+    def __getattr__(self, name: str) -> Any:  # only for attributes not set yet
+        if name in _STARTED_PARTS:
+            raise ConfigError(f"ServiceBuilder.{name} of service {self.spec.name}: call start() first")
+        raise AttributeError(name)
 
     @classmethod
     def from_parts(cls, spec: ServiceSpec, settings: S, *, catalog: Catalog, codec: Any, pool: Any,
                    edge: EdgePolicy | None = None) -> ServiceBuilder[S]:
-        """A builder over ready parts, skipping the start-up work (logging, edge, migrations,
-        catalog and codec preparation, pool): tests compose consumers and processes over
-        fakes this way. Closers: none but the declared ones (the caller owns the parts)."""
-        b = cls.__new__(cls)
-        b.spec, b.name, b.settings, b.clock = spec, spec.name, settings, SystemClock()
-        b.edge, b.catalog, b.codec = edge, catalog, codec  # type: ignore[assignment]
-        b._assemble(pool, closers=[])
-        return b
+        """``ServiceBuilder(spec, settings, catalog=..., codec=..., pool=..., edge=...).start()``:
+        a started builder over ready parts (tests compose consumers and processes over fakes)."""
+        return cls(spec, settings, catalog=catalog, codec=codec, pool=pool, edge=edge).start()
 
-    def _assemble(self, pool: Any, *, closers: list[Callable[[], None]]) -> None:
+    def start(self) -> ServiceBuilder[S]:
+        """Do the start-up work, in order, for the parts not given: settings, logging, the
+        production check (``CASESTREAM_ENV=production``: :meth:`CommonSettings.production_problems`),
+        edge policy, migrations (when ``MIGRATE_AT_START``), catalog, codec (registering
+        schemas when ``CASESTREAM_AUTO_REGISTER_SCHEMAS``, else looking ids up), connection
+        pool (``pool_size``/``pool_min``/``pool_timeout_s``). Returns the builder; a second
+        call does nothing.
+
+        Raises:
+            ConfigError: invalid settings, unusable bearer key, missing migrations, unreachable
+                PostgreSQL (one line each).
+            CatalogError, SchemaError, UpcasterChainError, RegistryUnavailable: the catalog or
+                codec cannot be prepared.
+        """
+        if self._started:
+            return self
+        given = self._given
+        s: S = given["settings"] if given["settings"] is not None else read_settings(
+            self.spec.settings_class(), self.name)
+        self.settings = s
+        self.clock = SystemClock()
+        own_pool = given["pool"] is None
+        if own_pool:
+            configure_logging(self.name, s.log_level)
+            s.require_production_ready(self.name)
+            self.edge = edge_policy(s, self.name) if given["edge"] is None else given["edge"]
+            if s.migrate_at_start:
+                folder = self.migrations if self.migrations is not None else self.spec.migrations_folder()
+                _migrate(s.dsn, service_migrations(folder, outbox=self._with_outbox), service=self.name)
+        else:
+            self.edge = given["edge"]
+        self.catalog = given["catalog"] if given["catalog"] is not None else load_catalog(*self.schemas)
+        self.codec = given["codec"] if given["codec"] is not None else open_codec(
+            self.catalog, s.schema_registry(), auto_register=s.auto_register_schemas)
+        closers: list[Callable[[], None]] = [] if given["codec"] is not None else [self.codec.close]
+        if own_pool:
+            try:
+                pool: Any = ConnectionPool(
+                    s.dsn, min_size=min(s.pool_min, s.pool_size), max_size=s.pool_size,
+                    timeout=s.pool_timeout_s, open=True, name=self.name,
+                    # no server-side prepared statements: they do not survive a transaction
+                    # pooler (PgBouncer pool_mode=transaction) between two transactions
+                    kwargs={"application_name": self.name, "prepare_threshold": None})
+            except BaseException:
+                for close in closers:
+                    close()
+                raise
+            closers.append(pool.close)
+        else:
+            pool = given["pool"]
         self.pool = pool
-        self._closers: list[Callable[[], None]] = closers
+        self._closers.extend(closers)
         self.request_pool = DeadlinePool(pool)  # request paths: never wait past the deadline
         self.outbox = OutboxWriter(self.codec)
-        self._workers: dict[str, Worker] = {}
-        self._readiness: dict[str, ReadinessCheck] = {}
-        self._consumption: dict[str, ReadinessCheck] = {}
-        self._with_outbox: bool = self.spec.outbox
-        self._consumers: list[tuple[str, int]] = []  # (consumer name, members holding a connection)
-        self._inboxes: dict[str, tuple[tuple[str, ...], bool]] = {}  # name -> (topics, compact guards)
-        self._first_consumer: ConsumerRuntime | ConsumerGroup | None = None
+        self._started = True
+        return self
 
     # -- declarations --------------------------------------------------------------------
     def event_types_on(self, topics: Sequence[str]) -> list[str]:
@@ -248,16 +293,17 @@ class ServiceBuilder(Generic[S]):
 
     def consumer(self, name: str, topics: Sequence[str], registry: HandlerRegistry, *,
                  emits: bool = False, batch_size: int | None = None,
-                 worker: str | None = None, pipeline: bool = False) -> ConsumerRuntime | ConsumerGroup:
+                 worker: str | None = None, pipeline: bool = True) -> ConsumerRuntime | ConsumerGroup:
         """Run consumer ``name`` (= Kafka group id) on ``topics`` with ``registry``'s handlers.
 
         Every catalog event type on ``topics`` the registry neither handles nor ignores is
         declared ignored. ``emits``: handlers append events through ``ctx.outbox``.
         ``batch_size``: events per transaction (None: ``settings.consumer_batch_size``).
-        ``pipeline``: run handlers in psycopg pipeline mode on the fast path
-        (``ConsumerSettings.pipeline_handlers``): fewer round trips, but a handler then reads
-        results only through ``RETURNING`` + ``fetchone()`` (``cursor.rowcount`` is -1 until
-        the sync), so it is off unless the handlers are written for it.
+        ``pipeline`` (default on): run handlers in psycopg pipeline mode on the fast path
+        (``ConsumerSettings.pipeline_handlers``): a per-event statement costs 15-36 µs of
+        client CPU instead of a ~200 µs round trip (bench/README.md, ``bench/statements.py``),
+        but a handler reads results only through ``RETURNING`` + ``fetchone()``
+        (``cursor.rowcount`` is -1 until the sync); pass False for handlers written otherwise.
         With ``CASESTREAM_CONSUMER_CONCURRENCY`` > 1, a :class:`ConsumerGroup` of that many
         members. Worker name ``worker``, default ``"consumer"`` for the first consumer and
         ``name`` for the others; its assignment is the ``name`` check of ``/readyz/consumers``.
@@ -291,12 +337,13 @@ class ServiceBuilder(Generic[S]):
         return runtime
 
     def projection(self, spec: Any, *, batch_size: int = PROJECTION_BATCH_SIZE,
-                   worker: str | None = None, pipeline: bool = False) -> ConsumerRuntime | ConsumerGroup:
+                   worker: str | None = None, pipeline: bool = True) -> ConsumerRuntime | ConsumerGroup:
         """Maintain the live tables of ``spec`` (a ``casestream.replay.ProjectionSpec``):
         create them if missing, and run its live consumer (``spec.live_consumer`` on
         ``spec.topics``, ``batch_size`` events per transaction; worker name default: the
         projection name's last part, e.g. ``statistics``; ``pipeline``: as for :meth:`consumer`)."""
         names = spec.live_names()
+        self._projections.append(spec.name)
         with self.pool.connection() as conn:
             spec.create_tables(conn, names)
         return self.consumer(spec.live_consumer, spec.topics,
@@ -362,6 +409,25 @@ class ServiceBuilder(Generic[S]):
         self._closers.insert(0, close)
 
     # -- the process ---------------------------------------------------------------------
+    def _check_spec(self) -> None:
+        """Refuse a bootstrap that disagrees with its spec: a consumer or projection the spec
+        does not list, or (when it declares any consumer) a spec consumer it never declares.
+        A process that declares no consumer at all (consumers switched off by a setting) is
+        not checked for missing ones."""
+        spec, declared = self.spec, [name for name, _ in self._consumers]
+        for name in declared:
+            if name not in spec.consumers:
+                raise ConfigError(f"{self.name}: consumer {name} is declared but not in ServiceSpec "
+                                  f"{spec.name}.consumers ({', '.join(spec.consumers) or 'none'})")
+        for name in self._projections:
+            if name not in spec.projections:
+                raise ConfigError(f"{self.name}: projection {name} is declared but not in ServiceSpec "
+                                  f"{spec.name}.projections ({', '.join(spec.projections) or 'none'})")
+        missing = [name for name in spec.consumers if name not in declared]
+        if declared and missing:
+            raise ConfigError(f"{self.name}: ServiceSpec {spec.name}.consumers lists {', '.join(missing)} "
+                              f"but the bootstrap never declares it (consumer() or projection())")
+
     def _check_pool(self) -> None:
         """With more than one member per consumer, refuse a pool the consumers would leave
         without a free connection (readiness checks and HTTP reads would then time out)."""
@@ -392,8 +458,11 @@ class ServiceBuilder(Generic[S]):
 
         Raises:
             ConfigError: the consumers would hold the whole pool (names
-                CASESTREAM_CONSUMER_CONCURRENCY and the pool size).
+                CASESTREAM_CONSUMER_CONCURRENCY and the pool size); the declared consumers or
+                projections differ from the spec's (:meth:`_check_spec`).
         """
+        self.start()
+        self._check_spec()
         self._check_pool()
         s = self.settings
         if self._inboxes and s.inbox_retention_interval_s > 0 and "inbox-retention" not in self._workers:

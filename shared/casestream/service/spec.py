@@ -44,12 +44,16 @@ class ServiceSpec:
             subclass (gives ``port`` and ``dsn``).
         build: ``"module:function"``: ``build(settings | None) -> ServiceProcess``.
         consumers: its consumer names (= Kafka group ids; dead letters on ``<name>.dlq``),
-            in the order ``casestream status`` shows them.
+            in the order ``casestream status`` shows them, projections' live consumers
+            included. Its builder refuses, at ``build()``, a consumer not listed here and
+            (when it runs any consumer) one listed but never declared.
+        projections: the names of the projections it maintains (``ProjectionSpec.name``,
+            e.g. ``"billing.ledger"``); its builder refuses a projection not listed here.
         outbox: True if its database has an outbox table (it emits events).
         description: one line for listings.
         migrations: its migrations folder, relative to the folder of package ``module``
             (default ``migrations``): what ``casestream migrate`` applies, as its builder
-            does at start (``ServiceBuilder(migrations=...)``), with the outbox DDL first
+            does at start (``ServiceBuilder.start()``), with the outbox DDL first
             when ``outbox``.
         topics: the topics this service owns (:class:`TopicSpec`: partitions, replication
             factor, retention, cleanup policy, ``min.insync.replicas``), typically the
@@ -71,6 +75,7 @@ class ServiceSpec:
     settings: str
     build: str
     consumers: tuple[str, ...] = ()
+    projections: tuple[str, ...] = ()
     outbox: bool = True
     description: str = ""
     migrations: str = "migrations"
@@ -86,6 +91,9 @@ class ServiceSpec:
                 raise ConfigError(f"service {self.name}: {field}={ref!r} is not 'module:attribute'")
         if not isinstance(self.consumers, tuple):
             object.__setattr__(self, "consumers", tuple(self.consumers))
+        if isinstance(self.projections, str):
+            raise ConfigError(f"service {self.name}: projections must be a tuple of names, not a string")
+        object.__setattr__(self, "projections", tuple(self.projections))
         object.__setattr__(self, "topics", tuple(self.topics))
         names = set()
         for topic in self.topics:
