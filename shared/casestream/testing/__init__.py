@@ -7,7 +7,8 @@ and invariant reads for soaks: infrastructure restarts, forced rebalances, poiso
 group lag, inbox sizes) and ``replicas`` (how work was shared between the instances of a
 service: per-instance applied events, partitions, relay shards and leases). Import the modules; the
 names below are re-exported lazily so that importing this package loads no driver.
-``MemorySink`` is :class:`casestream.outbox.MemorySink` (the in-memory ``EventSink``).
+``contracts`` (one test body per behaviour of a port, run against every adapter:
+``REGISTRY_CONTRACT``, ``DEAD_LETTER_CONTRACT``, ``OUTBOX_SINK_CONTRACT``). ``MemorySink`` is :class:`casestream.outbox.MemorySink` (the in-memory ``EventSink``).
 """
 
 from __future__ import annotations
@@ -19,6 +20,8 @@ _LAZY = {
         "Harness", "close_codec", "create_topic", "headers_of", "make_event", "real_codec",
         "memory_codec")},
     "MemorySink": "casestream.outbox.sink",
+    **{name: "casestream.testing.contracts" for name in (
+        "DEAD_LETTER_CONTRACT", "OUTBOX_SINK_CONTRACT", "REGISTRY_CONTRACT")},
     **{name: "casestream.testing.faults" for name in (
         "end_offsets", "force_rebalance", "group_lag", "inbox_size", "inject_poison", "query",
         "read_since", "restart_infra")},
