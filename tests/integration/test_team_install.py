@@ -1,8 +1,10 @@
-"""A team's deployment: the platform's wheel and the team's package, nothing of the suite.
+"""A team's deployment: the platform's wheel, the team's package and the contracts of the team
+whose events it reads, nothing of the suite's services.
 
-Builds the wheels (``tests.support.wheels``: the platform, the suite, ``examples/watch``) and
-installs only ``casestream[service]`` and ``acme-watch`` into a fresh venv, then runs the
-operator's commands from there, in a working directory outside the checkout and without
+Builds the wheels (``tests.support.wheels``: the platform, the suite's contracts, the suite,
+``examples/watch``) and installs only ``casestream[service]``, ``casestream-suite-schemas`` (the
+case team's schemas and upcasters: watch reads ``CaseOpened``) and ``acme-watch`` into a fresh
+venv, then runs the watch process and the operator's commands from there, in a working directory outside the checkout and without
 ``PYTHONPATH``, against the running infrastructure, with watch on a database of its own and
 free ports:
 
@@ -12,19 +14,16 @@ free ports:
 - ``casestream dlq list`` names watch's consumers as the discovered ones;
 - ``casestream console`` starts and its Flow page shows watch and no suite service.
 
-The watch process itself runs from this checkout's environment: it reads the case team's
-events, so its own deployment installs the package that publishes their schemas
-(``casestream.service.schema_folder("suite")``); the operator's tools here need none of it.
-Slow (three wheel builds and a venv): marked ``integration`` and ``wheel``.
+The watch process finds the case team's schemas folder by discovery
+(``casestream.service.schema_folder("suite")``) in the contracts' package installed there.
+Slow (four wheel builds and a venv): marked ``integration`` and ``wheel``.
 """
 
 from __future__ import annotations
 
 import json
-import os
 import socket
 import subprocess
-import sys
 import time
 import uuid
 from collections.abc import Iterator
@@ -36,7 +35,7 @@ import pytest
 
 from casestream.migrations import create_database
 from casestream.service import CommonSettings
-from tests.support.wheels import REPO, Venv, build_wheels, clean_env, run, wheelhouse
+from tests.support.wheels import REPO, Venv, build_wheels, clean_env, ok, run, wheelhouse
 
 pytestmark = [pytest.mark.integration, pytest.mark.wheel, pytest.mark.timeout(420)]
 
@@ -51,7 +50,8 @@ def _free_port() -> int:
 
 
 class Team:
-    """The fresh venv (platform + watch) and the environment its commands run with."""
+    """The fresh venv (platform + the suite's contracts + watch) and the environment its commands
+    run with."""
 
     def __init__(self, venv: Venv, env: dict[str, str], database: str):
         self.venv, self.env, self.database = venv, env, database
@@ -75,9 +75,9 @@ def team(tmp_path_factory: pytest.TempPathFactory, kafka_bootstrap: str, registr
     cwd = work / "ops"
     cwd.mkdir()
     venv = Venv(work / "venv", house, cwd)
-    venv.pip_install(f"casestream[service] @ {wheels.platform.as_uri()}", wheels.watch)
+    venv.pip_install(f"casestream[service] @ {wheels.platform.as_uri()}", wheels.contracts, wheels.watch)
     installed = venv.distributions()
-    assert "acme-watch" in installed and "casestream" in installed
+    assert {"acme-watch", "casestream", "casestream-suite-schemas"} <= installed, installed
     assert "casestream-suite" not in installed, installed
     database = f"watch_team_{uuid.uuid4().hex[:8]}"
     env = {"CASESTREAM_KAFKA_BOOTSTRAP": kafka_bootstrap, "CASESTREAM_REGISTRY_URL": registry_url,
@@ -94,14 +94,12 @@ def team(tmp_path_factory: pytest.TempPathFactory, kafka_bootstrap: str, registr
 
 @pytest.fixture(scope="module")
 def watch_running(team: Team, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """The watch service (from this checkout's environment, which has the case team's
-    schemas) on the team's database and port; its base URL once ready."""
+    """The watch service, from the team's venv (no checkout on its path), on the team's database
+    and port; its base URL once ready."""
     log = tmp_path_factory.mktemp("watch-log") / "watch.log"
-    env = {k: v for k, v in os.environ.items() if k != "VIRTUAL_ENV"}
-    env.update(team.env, PYTHONPATH=str(REPO))
     base = f"http://127.0.0.1:{team.env['CASESTREAM_WATCH_PORT']}"
     with open(log, "wb") as out:
-        proc = subprocess.Popen([sys.executable, "-m", "watch"], env=env, stdout=out,
+        proc = subprocess.Popen([team.venv.python, "-m", "watch"], env=clean_env(team.env), stdout=out,
                                 stderr=subprocess.STDOUT, cwd=team.venv.cwd)
     try:
         deadline = time.monotonic() + 90
@@ -121,6 +119,15 @@ def watch_running(team: Team, tmp_path_factory: pytest.TempPathFactory) -> Itera
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait(10)
+
+
+def test_the_case_teams_schemas_come_from_its_contracts_package(team: Team) -> None:
+    script = ("from casestream.service import schema_folder; import watch; "
+              "print(schema_folder('suite')); print(watch.__file__)")
+    folder, module = ok([team.venv.python, "-c", script], team.venv.cwd, env=team.env).stdout.split()
+    site = str(team.venv.path)
+    assert folder.startswith(site) and folder.endswith("casestream_suite_schemas"), folder
+    assert module.startswith(site) and not module.startswith(str(REPO)), module
 
 
 def test_settings_name_watch_alone(team: Team) -> None:

@@ -1,18 +1,22 @@
 """casestream installs from its wheel: built from this checkout, installed into a fresh venv.
 
-No servers, but slow (three wheel builds, a venv, two installs): marked ``integration`` and
+No servers, but slow (four wheel builds, a venv, three installs): marked ``integration`` and
 ``wheel``, deselect with ``-m "not wheel"``. The wheels and the wheelhouse of the pinned
 runtime packages come from ``tests.support.wheels``; the installs use ``--no-index``. Every
 command runs with the working directory outside the checkout and without ``PYTHONPATH``, so
 what is imported is what the wheel installed.
 
 Checks, on the base install (the schema gate): ``casestream --version``; ``casestream schemas
-check`` passes on the repository's schemas and on a team's repository of another layout (an
-upcaster module that does not import is exit 2, one line); another command, and ``--registry``, print one
-line naming the ``service`` extra and exit 2. The platform's wheel holds no suite: no
-``services`` package, no entry point but the ``casestream`` script. Then, with
-``casestream[service]`` and the suite's own wheel (``casestream-suite``): the installed suite
-finds its schemas and every service's migrations in site-packages.
+check`` passes on the repository's schemas once the suite's contracts wheel
+(``casestream-suite-schemas``, which needs no ``service`` extra) provides the upcaster module the
+catalog names, and on a team's repository of another layout (an upcaster module that does not
+import is exit 2, one line); another command, and ``--registry``, print one line naming the
+``service`` extra and exit 2. The platform's wheel holds no suite: no ``services`` package, no
+entry point but the ``casestream`` script; the contracts' wheel holds the catalog, every schema
+file and the upcasters, and registers the ``suite`` schemas folder; the suite's wheel holds its
+services and no schemas. Then, with ``casestream[service]`` and the suite's own wheel
+(``casestream-suite``): the installed suite finds its schemas and every service's migrations in
+site-packages.
 """
 
 from __future__ import annotations
@@ -73,7 +77,26 @@ def test_the_platform_wheel_holds_no_suite(installed: Installed) -> None:
     assert text.split() == ["[console_scripts]", "casestream", "=", "casestream.cli:main"], text
     suite = zipfile.ZipFile(installed.wheels.suite).namelist()
     assert {n.split("/")[0] for n in suite} == {"services", "casestream_suite-0.1.0.dist-info"}
-    assert "services/schemas/catalog.toml" in suite
+    assert not [n for n in suite if n.endswith((".avsc", "catalog.toml", "upcasters.py"))], suite
+    entry = zipfile.ZipFile(installed.wheels.suite).read("casestream_suite-0.1.0.dist-info/entry_points.txt").decode()
+    assert "[casestream.services]" in entry and "casestream.schemas" not in entry, entry
+    meta = zipfile.ZipFile(installed.wheels.suite).read("casestream_suite-0.1.0.dist-info/METADATA").decode()
+    assert "Requires-Dist: casestream-suite-schemas" in meta.splitlines(), meta
+
+
+def test_the_contracts_wheel_holds_the_schemas_and_upcasters_alone(installed: Installed) -> None:
+    wheel = zipfile.ZipFile(installed.wheels.contracts)
+    names, info = wheel.namelist(), "casestream_suite_schemas-0.1.0.dist-info"
+    assert {n.split("/")[0] for n in names} == {"casestream_suite_schemas", info}, names
+    on_disk = {f"casestream_suite_schemas/{p.relative_to(REPO / 'schemas').as_posix()}"
+               for p in (REPO / "schemas").rglob("*") if p.suffix == ".avsc"}
+    shipped = {n for n in names if not n.startswith(info)}
+    assert shipped == on_disk | {"casestream_suite_schemas/__init__.py", "casestream_suite_schemas/catalog.toml",
+                                 "casestream_suite_schemas/upcasters.py"}, sorted(shipped ^ on_disk)
+    entry = wheel.read(f"{info}/entry_points.txt").decode()
+    assert entry.split() == ["[casestream.schemas]", "suite", "=", "casestream_suite_schemas:schemas_dir"], entry
+    requires = [line for line in wheel.read(f"{info}/METADATA").decode().splitlines() if line.startswith("Requires-Dist:")]
+    assert requires == ["Requires-Dist: casestream"], requires
 
 
 def test_base_install_is_light(installed: Installed) -> None:
@@ -90,9 +113,22 @@ def test_version(installed: Installed) -> None:
 
 
 def test_schemas_check_runs_on_the_base_install(installed: Installed) -> None:
+    # the catalog's upcaster module is the contracts package's, not a file beside the folder
+    done = _run([installed.casestream, "schemas", "check", "--schemas-dir", REPO / "schemas"], installed.cwd)
+    assert done.returncode == 2 and "casestream_suite_schemas.upcasters" in done.stderr, done.stdout + done.stderr
+    assert "Traceback" not in done.stderr
+    installed.pip_install(installed.wheels.contracts)  # on the base install: no service extra
+    names = installed.distributions()
+    assert "casestream-suite-schemas" in names and not names & {"confluent-kafka", "psycopg", "pydantic"}, names
     done = _run([installed.casestream, "schemas", "check", "--schemas-dir", REPO / "schemas"], installed.cwd)
     assert done.returncode == 0, done.stdout + done.stderr
     assert "schemas check ok" in done.stdout
+    # the installed copy (site-packages) is checked alike
+    folder = _ok([installed.python, "-c", "import casestream_suite_schemas as c; print(c.schemas_dir())"],
+                 installed.cwd).stdout.strip()
+    assert "site-packages" in folder, folder
+    done = _run([installed.casestream, "schemas", "check", "--schemas-dir", folder], installed.cwd)
+    assert done.returncode == 0 and "schemas check ok" in done.stdout, done.stdout + done.stderr
     # Without a configuration here: exit 2, never the catalog shipped in the wheel.
     done = _run([installed.casestream, "schemas", "check"], installed.cwd)
     assert done.returncode == 2, done.stdout + done.stderr
@@ -135,7 +171,8 @@ def test_schemas_check_registry_names_the_service_extra(installed: Installed) ->
 def test_the_suite_wheel_finds_schemas_and_migrations_in_site_packages(installed: Installed) -> None:
     # Runs last in this module: it adds the service extra and the suite to the venv the tests above share.
     t0 = time.monotonic()
-    installed.pip_install(f"casestream[service] @ {installed.wheel.as_uri()}", installed.wheels.suite)
+    installed.pip_install(f"casestream[service] @ {installed.wheel.as_uri()}", installed.wheels.contracts,
+                          installed.wheels.suite)
     installed.timings["service extra"] = time.monotonic() - t0
     script = f"""
 import importlib, sysconfig

@@ -2,9 +2,10 @@
 
 ``build_wheels(work)`` copies the checkout (without local state: setuptools builds in the
 source tree, and a stale build/ there would put files into a wheel that the current
-pyproject.toml no longer ships) and builds three wheels from the copy: the platform
-(``casestream``, the root), the regulator suite (``casestream-suite``, ``services/``) and the
-example team's package (``acme-watch``, ``examples/watch``). The builds use pip's build
+pyproject.toml no longer ships) and builds four wheels from the copy: the platform
+(``casestream``, the root), the suite's event contracts (``casestream-suite-schemas``,
+``schemas/``), the regulator suite (``casestream-suite``, ``services/``) and the example team's
+package (``acme-watch``, ``examples/watch``). The builds use pip's build
 isolation (setuptools from PyPI); the installs use ``--no-index`` with a wheelhouse of the
 pinned runtime packages (``requirements.lock``), downloaded once per lock content into the
 temporary directory (``CASESTREAM_WHEELHOUSE`` overrides the folder).
@@ -82,17 +83,18 @@ def build_tools(work: Path) -> Path:
 @dataclass(frozen=True, slots=True)
 class Wheels:
     platform: Path
+    contracts: Path
     suite: Path
     watch: Path
 
 
-_PATTERNS = {"": "casestream-*.whl", "services": "casestream_suite-*.whl",
-             "examples/watch": "acme_watch-*.whl"}
+_PATTERNS = {"": "casestream-*.whl", "schemas": "casestream_suite_schemas-*.whl",
+             "services": "casestream_suite-*.whl", "examples/watch": "acme_watch-*.whl"}
 _BUILT: dict[str, Path] = {}  # project -> its wheel, built once per test session
 
 
 def build_wheels(work: Path, *projects: str) -> Wheels:
-    """The three wheels (or only those of ``projects``: "", "services", "examples/watch"),
+    """The four wheels (or only those of ``projects``: "", "schemas", "services", "examples/watch"),
     built from a copy of the checkout under ``work`` into ``work / "dist"``, once per test
     session (a later call gets the wheels built first); a wheel not built is named by its
     would-be path."""
