@@ -57,7 +57,7 @@ from casestream.consumer import ConsumerGroup, ConsumerRuntime, ConsumerSettings
 from casestream.testing.consumer import close_codec, create_topic, headers_of, real_codec
 from casestream.events.envelope import Envelope
 from casestream.service.gctune import freeze_startup_objects
-from casestream.consumer.handlers import HandlerContext, HandlerKind, HandlerRegistry
+from casestream.handlers.registry import HandlerContext, HandlerKind, HandlerRegistry
 from casestream.consumer.inbox import ensure_schema
 
 from common import (

@@ -43,7 +43,7 @@ import psycopg
 from psycopg_pool import ConnectionPool
 
 from casestream.consumer import ConsumerRuntime, ConsumerSettings
-from casestream.consumer.handlers import HandlerContext, HandlerKind, HandlerRegistry
+from casestream.handlers.registry import HandlerContext, HandlerKind, HandlerRegistry
 from casestream.consumer.inbox import ensure_schema
 from casestream.events.envelope import Envelope
 from casestream.testing.consumer import close_codec, create_topic, real_codec

@@ -22,7 +22,7 @@ import uuid
 from datetime import timedelta
 from pathlib import Path
 
-from casestream.consumer import HandlerRegistry
+from casestream.handlers import HandlerRegistry
 from casestream.events import Catalog
 from casestream.migrations import Migration
 from casestream.service import ServiceBuilder, ServiceProcess, Worker, service_migrations

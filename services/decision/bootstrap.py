@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from casestream.consumer import HandlerRegistry
+from casestream.handlers import HandlerRegistry
 from casestream.service import ServiceBuilder, ServiceProcess, service_migrations
 from casestream.migrations import Migration
 from services import schemas_dir

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from casestream.consumer import HandlerRegistry
+from casestream.handlers import HandlerRegistry
 from casestream.migrations import Migration
 from casestream.retry import RetryPolicy
 from casestream.service import ServiceBuilder, ServiceProcess, service_migrations

@@ -20,7 +20,7 @@ from __future__ import annotations
 from datetime import timedelta
 from pathlib import Path
 
-from casestream.consumer import HandlerRegistry
+from casestream.handlers import HandlerRegistry
 from casestream.errors import ConfigError
 from casestream.events import Catalog
 from casestream.migrations import Migration

@@ -10,6 +10,7 @@ starlette) re-exports them lazily, so importing the package stays cheap::
 from __future__ import annotations
 
 import importlib
+import warnings
 from collections.abc import Callable, Mapping, MutableMapping
 from typing import Any
 
@@ -32,5 +33,20 @@ def lazy_exports(package: str, table: Mapping[str, str],
         value = imported if module == f"{package}.{name}" else getattr(imported, name)
         namespace[name] = value
         return value
+
+    return __getattr__
+
+
+def moved_exports(package: str, moved: Mapping[str, str], fallback: Callable[[str], Any]) -> Callable[[str], Any]:
+    """A module ``__getattr__`` for ``package`` whose names in ``moved`` (name -> new package)
+    still resolve, with a ``DeprecationWarning`` naming where to import them from; any other
+    name goes to ``fallback`` (e.g. a :func:`lazy_exports` function)."""
+
+    def __getattr__(name: str) -> Any:
+        new = moved.get(name)
+        if new is None:
+            return fallback(name)
+        warnings.warn(f"{package}.{name} moved: import it from {new}", DeprecationWarning, stacklevel=2)
+        return getattr(importlib.import_module(new), name)
 
     return __getattr__

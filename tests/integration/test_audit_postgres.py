@@ -27,7 +27,7 @@ from casestream.consumer.settings import ConsumerSettings
 from casestream.consumer.deadletters import MemoryDeadLetters
 from casestream.events.envelope import Envelope, new_event
 from casestream.http import EdgePolicy
-from casestream.consumer.processing import ProcessingMode
+from casestream.handlers.processing import ProcessingMode
 from services.audit.adapters.handlers import CONSUMER, build_registry
 from services.audit.adapters.http import build_app
 from services.audit.adapters.postgres import PgTimelineReader

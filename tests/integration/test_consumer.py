@@ -24,7 +24,7 @@ from casestream.testing.consumer import (
     produce_events,
     wait_until,
 )
-from casestream.consumer.handlers import HandlerKind, HandlerRegistry
+from casestream.handlers.registry import HandlerKind, HandlerRegistry
 
 pytestmark = pytest.mark.integration
 

@@ -26,10 +26,10 @@ from casestream.testing.consumer import (
 )
 from casestream.consumer.deadletters import MemoryDeadLetters
 from casestream.errors import RetryableError
-from casestream.consumer.guard import FirstSeenPolicy
-from casestream.consumer.handlers import HandlerContext, HandlerKind, HandlerRegistry
+from casestream.handlers.guard import FirstSeenPolicy
+from casestream.handlers.registry import HandlerContext, HandlerKind, HandlerRegistry
 from casestream.consumer.inbox import ensure_schema
-from casestream.consumer.processing import ProcessingMode
+from casestream.handlers.processing import ProcessingMode
 
 pytestmark = pytest.mark.integration
 

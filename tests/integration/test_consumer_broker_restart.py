@@ -15,7 +15,8 @@ from typing import Any
 
 import pytest
 
-from casestream.consumer import ConsumerRuntime, HandlerRegistry
+from casestream.consumer import ConsumerRuntime
+from casestream.handlers import HandlerRegistry
 from casestream.testing import end_offsets
 from casestream.testing.consumer import (
     FramedJsonCodec, Harness, committed, create_topic, make_event, produce_events, wait_until,

@@ -10,7 +10,7 @@ import pytest
 
 from casestream.consumer import ConsumerGroup
 from casestream.testing.consumer import Harness, committed, create_topic, make_event, produce_events, wait_until
-from casestream.consumer.handlers import HandlerRegistry
+from casestream.handlers.registry import HandlerRegistry
 
 pytestmark = pytest.mark.integration
 

@@ -11,8 +11,8 @@ from typing import Any
 import psycopg
 import pytest
 
-from casestream.consumer.cursors import PipelineReadCursor, SharedCursor
-from casestream.consumer.handlers import HandlerContext, HandlerKind, HandlerRegistry
+from casestream.handlers.cursors import PipelineReadCursor, SharedCursor
+from casestream.handlers.registry import HandlerContext, HandlerKind, HandlerRegistry
 from casestream.errors import RetryableError
 from casestream.testing.consumer import (
     Harness,

@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 from psycopg_pool import ConnectionPool
 
-from casestream.consumer.handlers import HandlerKind, HandlerRegistry
+from casestream.handlers.registry import HandlerKind, HandlerRegistry
 from casestream.consumer.keyparallel import KEY_QUEUE_HARD, key_queue_limit
 from casestream.testing.consumer import (
     Harness,

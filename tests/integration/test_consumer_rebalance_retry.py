@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from casestream.consumer.handlers import HandlerKind, HandlerRegistry
+from casestream.handlers.registry import HandlerKind, HandlerRegistry
 from casestream.retry import RetryPolicy
 from casestream.testing.consumer import Harness, create_topic, make_event, produce_events, wait_until
 

@@ -22,10 +22,10 @@ import pytest
 from click.testing import CliRunner
 
 from casestream.cli.schemas import schemas
-from casestream.consumer import HandlerRegistry
+from casestream.handlers import HandlerRegistry
 from casestream.events import ConfluentSchemaRegistry, EnvelopeCodec, derived_event_id, load_catalog, same_schema
 from casestream.consumer.deadletters import redrive
-from casestream.replay import ProjectionSpec
+from casestream.handlers import ProjectionSpec
 from casestream.replay.engine import Replayer, ReplayOptions
 from casestream.retry import RetryPolicy
 from casestream.testing.consumer import EffectsProjection, Harness, create_topic, produce_events, wait_until

@@ -17,7 +17,7 @@ import yaml
 
 from casestream import telemetry
 from casestream.cli.status import kafka_lag
-from casestream.consumer.handlers import HandlerKind, HandlerRegistry
+from casestream.handlers.registry import HandlerKind, HandlerRegistry
 from casestream.operations import group_lag
 from casestream.testing.consumer import Harness, create_topic, make_event, produce_events, wait_until
 

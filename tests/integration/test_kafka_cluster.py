@@ -37,7 +37,7 @@ import pytest
 from confluent_kafka.admin import AdminClient
 from psycopg_pool import ConnectionPool
 
-from casestream.consumer.handlers import HandlerRegistry
+from casestream.handlers.registry import HandlerRegistry
 from casestream.consumer.runtime import ConsumerRuntime
 from casestream.kafka import producer_config
 from casestream.outbox.relay import OutboxRelay

@@ -207,8 +207,8 @@ def overdue(case_id: str, request_id: str) -> Envelope:
 
 def test_a_twice_delivered_evidence_overdue_mails_one_reminder(dsn: str, sink: Sink,
                                                                codec: EnvelopeCodec) -> None:
-    from casestream.consumer import HandlerContext, HandlerRegistry
-    from casestream.consumer.processing import ProcessingMode
+    from casestream.handlers import HandlerContext, HandlerRegistry
+    from casestream.handlers.processing import ProcessingMode
     from services.notification.adapters import handlers
 
     registry = handlers.register(HandlerRegistry(), clock=utc_now)

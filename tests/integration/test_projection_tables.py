@@ -14,7 +14,8 @@ import pytest
 from psycopg import sql
 
 from casestream.migrations import Migration, apply_migrations, create_database
-from casestream.replay import ReplayConfigError, create_table_unless_exists, max_applied_at
+from casestream.handlers import ProjectionConfigError
+from casestream.handlers import create_table_unless_exists, max_applied_at
 from casestream.service.settings import CommonSettings
 from services.case.adapters import dashboard
 from services.case.bootstrap import MIGRATIONS
@@ -64,7 +65,7 @@ def test_max_applied_at_reads_the_named_table_and_names_an_unknown_one(dsn: str)
                      (at, datetime(2026, 1, 1, tzinfo=UTC)))
         assert fresh(conn, {"ledger": "ledger"}) is None  # the live table is still empty
         assert fresh(conn, {"ledger": "ledger_shadow"}) == at
-        with pytest.raises(ReplayConfigError, match="'ledger': not among the projection's tables"):
+        with pytest.raises(ProjectionConfigError, match="'ledger': not among the projection's tables"):
             fresh(conn, {"billing": "billing"})
         with pytest.raises(psycopg.errors.UndefinedColumn):
             max_applied_at("ledger", "written_at")(conn, {"ledger": "ledger"})

@@ -32,7 +32,7 @@ from casestream.testing.consumer import (
     run_in_thread,
     wait_until,
 )
-from casestream.consumer.handlers import HandlerKind
+from casestream.handlers.registry import HandlerKind
 from casestream.replay import ReplayOptions, Replayer, checkpoint, load_projection, parse_to
 from tests.integration.test_replay_support import (
     history,

@@ -14,9 +14,9 @@ from typing import Any
 import psycopg
 import pytest
 
-from casestream.consumer.handlers import HandlerKind, HandlerRegistry
-from casestream.consumer.processing import ProcessingMode
-from casestream.replay import insert_batch_registry, json_batch_registry
+from casestream.handlers.registry import HandlerKind, HandlerRegistry
+from casestream.handlers.processing import ProcessingMode
+from casestream.handlers import insert_batch_registry, json_batch_registry
 from casestream.replay.applier import Planned, ReplayApplier
 from tests.support.databases import created_databases, require_server
 

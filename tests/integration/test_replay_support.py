@@ -155,7 +155,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     from casestream.events.catalog import load_catalog
     from casestream.testing.consumer import real_codec
-    from casestream.consumer.handlers import HandlerKind
+    from casestream.handlers.registry import HandlerKind
     from casestream.replay import ReplayOptions, Replayer, load_projection
 
     ap = argparse.ArgumentParser()

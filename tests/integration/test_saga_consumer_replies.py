@@ -35,7 +35,7 @@ from casestream.testing.consumer import create_topic, produce_events, run_in_thr
 from casestream.migrations import apply_migrations
 from casestream.consumer.deadletters import read_topic
 from casestream.events.envelope import Envelope, new_event
-from casestream.consumer.handlers import HandlerRegistry
+from casestream.handlers.registry import HandlerRegistry
 from casestream.outbox.writer import OutboxWriter
 from casestream.events.registry import InMemoryRegistry
 from casestream.testing.relay import delete_topics

@@ -9,9 +9,9 @@ from starlette.testclient import TestClient
 
 from casestream.auth.tokens import AuthSettings, TokenVerifier, bearer_headers
 from casestream.events.envelope import new_event
-from casestream.consumer.handlers import HandlerKind
+from casestream.handlers.registry import HandlerKind
 from casestream.http import EdgePolicy
-from casestream.consumer.processing import ProcessingMode
+from casestream.handlers.processing import ProcessingMode
 from services.audit.adapters.handlers import build_registry
 from services.audit.adapters.http import build_app
 from services.audit.application import (

@@ -10,8 +10,8 @@ import pytest
 
 from casestream.events.envelope import Envelope, new_event
 from casestream.errors import ConcurrencyError, PoisonMessageError, RetryableError
-from casestream.consumer.handlers import DiscardingOutbox, HandlerContext, HandlerKind
-from casestream.consumer.processing import ProcessingMode
+from casestream.handlers.registry import DiscardingOutbox, HandlerContext, HandlerKind
+from casestream.handlers.processing import ProcessingMode
 from services.case.adapters.saga_requests import IGNORED, build_registry
 from services.case.application import CloseCase, ReturnCase
 from services.case.domain import CaseNotFound, CaseValidationError, InvalidTransition

@@ -19,7 +19,7 @@ import pytest
 
 from casestream.consumer import ConsumerRuntime, ConsumerSettings
 from casestream.consumer import runtime as runtime_module
-from casestream.consumer.handlers import HandlerRegistry
+from casestream.handlers.registry import HandlerRegistry
 from casestream.errors import ConfigError
 
 pytestmark = pytest.mark.unit

@@ -12,7 +12,7 @@ from types import SimpleNamespace
 import pytest
 
 from casestream.consumer import ConsumerGroup, ConsumerRuntime, ConsumerSettings
-from casestream.consumer.handlers import HandlerRegistry
+from casestream.handlers.registry import HandlerRegistry
 from casestream.errors import ConfigError
 from casestream.service.builder import consumer_ready
 from casestream.service.process import ServiceProcess

@@ -12,11 +12,11 @@ import pytest
 from casestream.consumer.batch_dispatch import Dispatcher
 from casestream.consumer.batch_fast import FastPath, GuardCache
 from casestream.consumer.batch_model import _Item
-from casestream.consumer.guard import FirstSeenPolicy
+from casestream.handlers.guard import FirstSeenPolicy
 from casestream.consumer.handlerloop import HandlerLoop
-from casestream.consumer.handlers import DiscardingOutbox, HandlerKind, HandlerRegistry
+from casestream.handlers.registry import DiscardingOutbox, HandlerKind, HandlerRegistry
 from casestream.consumer.keyworkers import worker_threads
-from casestream.consumer.processing import ProcessingMode
+from casestream.handlers.processing import ProcessingMode
 from casestream.consumer.records import ConsumerStats, Record
 from casestream.testing.consumer import make_event
 

@@ -61,7 +61,7 @@ FILES = {
             port: int = Field({PORT + 1}, ge=1, le=65535)
     ''',
     "projection.py": '''
-        from casestream.replay import ProjectionSpec
+        from casestream.handlers import ProjectionSpec
 
         PROJECTION = ProjectionSpec(
             name="watchx.feed", description="the watch feed", topics=("outbox.event.watchx",),

@@ -118,7 +118,7 @@ def test_subscriptions_name_only_the_service_s_consumers() -> None:
 def test_the_builder_refuses_a_consumer_reading_other_topics_than_its_spec_declares() -> None:
     from pydantic import Field
 
-    from casestream.consumer import HandlerRegistry
+    from casestream.handlers import HandlerRegistry
     from casestream.service import ServiceBuilder, ServiceSettings, service_config
 
     class ProbeSettings(ServiceSettings):

@@ -8,8 +8,8 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from casestream.consumer import HandlerRegistry
-from casestream.consumer.processing import ProcessingMode
+from casestream.handlers import HandlerRegistry
+from casestream.handlers.processing import ProcessingMode
 from casestream.events import Envelope, new_event
 from casestream.retry import RetryPolicy
 from casestream.testing import MemorySink

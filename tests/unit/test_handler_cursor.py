@@ -10,14 +10,9 @@ import pytest
 
 from casestream.consumer.batch_dispatch import Dispatcher
 from casestream.consumer.batch_model import _Item
-from casestream.consumer.guard import FirstSeenPolicy
-from casestream.consumer.handlers import (
-    DiscardingOutbox,
-    HandlerContext,
-    HandlerKind,
-    HandlerRegistry,
-)
-from casestream.consumer.processing import ProcessingMode
+from casestream.handlers.guard import FirstSeenPolicy
+from casestream.handlers.registry import DiscardingOutbox, HandlerContext, HandlerKind, HandlerRegistry
+from casestream.handlers.processing import ProcessingMode
 from casestream.consumer.records import Record
 from casestream.testing.consumer import make_event
 
@@ -148,7 +143,7 @@ def test_replay_handlers_share_one_cursor() -> None:
 
 
 def test_a_connection_with_its_own_cursor_factory_gets_a_new_cursor_each_time() -> None:
-    from casestream.consumer.cursors import SharedCursor
+    from casestream.handlers.cursors import SharedCursor
 
     conn = FakeConnection()
     conn.cursor_factory = object  # e.g. psycopg.ClientCursor: not made pipeline-safe here

@@ -4,13 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from casestream.consumer.handlers import (
-    DiscardingOutbox,
-    HandlerContext,
-    HandlerKind,
-    HandlerRegistry,
-)
-from casestream.consumer.processing import ProcessingMode
+from casestream.handlers.registry import DiscardingOutbox, HandlerContext, HandlerKind, HandlerRegistry
+from casestream.handlers.processing import ProcessingMode
 
 pytestmark = pytest.mark.unit
 

@@ -7,7 +7,7 @@ import pytest
 from casestream.consumer.settings import ConsumerSettings
 from casestream.errors import ConfigError
 from casestream.retry import RetryPolicy
-from casestream.consumer.guard import FirstSeenPolicy, Verdict, decide
+from casestream.handlers.guard import FirstSeenPolicy, Verdict, decide
 
 pytestmark = pytest.mark.unit
 

@@ -8,7 +8,7 @@ import pytest
 
 from casestream.consumer import ConsumerRuntime, ConsumerSettings
 from casestream.errors import ConfigError
-from casestream.consumer.handlers import HandlerRegistry
+from casestream.handlers.registry import HandlerRegistry
 
 pytestmark = pytest.mark.unit
 

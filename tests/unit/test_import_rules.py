@@ -137,12 +137,12 @@ DRIVER_OWNERS: dict[str, set[str]] = {
         "casestream.outbox.writer", "casestream.outbox.relay.__main__", "casestream.outbox.relay.core",
         "casestream.outbox.relay.leases", "casestream.outbox.relay.store",
         "casestream.consumer.batch_fast", "casestream.consumer.failures", "casestream.consumer.retention",
-        "casestream.consumer.cursors",          # the handlers' shared cursor (a psycopg.Cursor)
+        "casestream.handlers.cursors",          # the handlers' shared cursor (a psycopg.Cursor)
         "casestream.http.pgdeadline", "casestream.http.pgidempotency",
         "casestream.replay.checkpoint", "casestream.replay.engine", "casestream.replay.parallel",
         "casestream.replay.lease",               # the replay_lease row (one replay per projection)
         "casestream.replay.names",
-        "casestream.replay.projection",          # psycopg.sql: max_applied_at's identifiers
+        "casestream.handlers.projection",        # psycopg.sql: max_applied_at's identifiers
         "casestream.replay.status",
         "casestream.service.settings",           # psycopg.conninfo: DSN parsing
         "casestream.service.builder",

@@ -131,7 +131,7 @@ def test_key_concurrency_below_one_is_refused_naming_the_field() -> None:
 
 
 def test_a_pool_smaller_than_the_workers_is_refused_at_construction() -> None:
-    from casestream.consumer.handlers import HandlerRegistry
+    from casestream.handlers.registry import HandlerRegistry
     from casestream.consumer.runtime import ConsumerRuntime
     from casestream.consumer.settings import ConsumerSettings
     from casestream.errors import ConfigError
@@ -173,7 +173,7 @@ def test_a_worker_thread_that_fails_outside_a_unit_is_reported_not_waited_for() 
 
 def test_a_group_pool_smaller_than_all_members_workers_is_refused() -> None:
     from casestream.consumer.group import ConsumerGroup
-    from casestream.consumer.handlers import HandlerRegistry
+    from casestream.handlers.registry import HandlerRegistry
     from casestream.consumer.settings import ConsumerSettings
     from casestream.errors import ConfigError
 

@@ -12,7 +12,7 @@ import pytest
 from starlette.applications import Starlette
 from starlette.testclient import TestClient
 
-from casestream.consumer import HandlerRegistry
+from casestream.handlers import HandlerRegistry
 from casestream.service import consumer_ready
 from casestream.service.process import health_routes
 from tests.unit.test_consumer_group_unit import _builder

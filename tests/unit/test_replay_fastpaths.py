@@ -1,5 +1,5 @@
 """Unit tests of the replay's fast paths: the inline guard verdicts of ``ReplayApplier.decide``
-against ``casestream.consumer.guard.decide``, the jsonb rewrite of batch statements, the relaxed GC
+against ``casestream.handlers.guard.decide``, the jsonb rewrite of batch statements, the relaxed GC
 threshold, and the replay registrations of the dashboard and statistics projections."""
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
-from casestream.consumer.guard import FirstSeenPolicy, Verdict, decide
-from casestream.consumer.handlers import HandlerKind, HandlerRegistry
+from casestream.handlers.guard import FirstSeenPolicy, Verdict, decide
+from casestream.handlers.registry import HandlerKind, HandlerRegistry
 from casestream.events.envelope import Envelope
 from casestream.replay.applier import ReplayApplier
 from casestream.replay.engine import relaxed_gc
@@ -93,7 +93,7 @@ def _live_statement(registry: Any) -> str:
     """The SQL the first handler of ``registry(names)`` runs for a live batch of one event."""
     from types import SimpleNamespace
 
-    from casestream.consumer.processing import ProcessingMode
+    from casestream.handlers.processing import ProcessingMode
     from services.audit.adapters.projection import LIVE_TIMELINE
     from services.decision.adapters.statistics import TABLE
 

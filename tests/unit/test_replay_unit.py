@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 
 from casestream.events.envelope import Envelope
-from casestream.consumer.handlers import HandlerKind, HandlerRegistry, RegisteredHandler
-from casestream.consumer.processing import ProcessingMode
+from casestream.handlers.registry import HandlerKind, HandlerRegistry, RegisteredHandler
+from casestream.handlers.processing import ProcessingMode
 from casestream.replay import (
     ReplayConfigError,
     ReplayHandlerError,
@@ -149,7 +149,7 @@ def test_guard_skips_duplicates_and_applies_across_gaps_counting_them() -> None:
              (pos(1), e2), (pos(2), e2),          # relay re-publish: the copy is stale
              (pos(3), ev("CaseOpened", "B", 2)),   # first seen at v2: a gap under STRICT
              ]
-    from casestream.consumer.guard import FirstSeenPolicy
+    from casestream.handlers.guard import FirstSeenPolicy
 
     a.first_seen = FirstSeenPolicy.STRICT
     p = Progress()

@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from casestream.consumer import HandlerContext, HandlerKind, HandlerRegistry
-from casestream.consumer.processing import ProcessingMode
+from casestream.handlers import HandlerContext, HandlerKind, HandlerRegistry
+from casestream.handlers.processing import ProcessingMode
 from casestream.errors import PoisonMessageError
 from casestream.events.envelope import Envelope, new_event
 

@@ -10,11 +10,11 @@ from typing import Any
 
 import pytest
 
-from casestream.consumer import HandlerKind, HandlerRegistry, ProcessingMode
+from casestream.handlers import HandlerKind, HandlerRegistry, ProcessingMode
 from casestream.consumer.batch_dispatch import Dispatcher
 from casestream.consumer.batch_model import decode_record, item_of
-from casestream.consumer.guard import FirstSeenPolicy
-from casestream.consumer.handlers import DiscardingOutbox
+from casestream.handlers.guard import FirstSeenPolicy
+from casestream.handlers.registry import DiscardingOutbox
 from casestream.consumer.records import Record
 from casestream.errors import PoisonMessageError, UpcasterChainError
 from casestream.events import (

@@ -9,7 +9,7 @@ import pytest
 from starlette.testclient import TestClient
 
 from casestream.auth import AuthSettings, TokenVerifier, bearer_headers
-from casestream.consumer import HandlerKind, ProcessingMode
+from casestream.handlers import HandlerKind, ProcessingMode
 from casestream.events import new_event
 from casestream.http import EdgePolicy
 from watch import SERVICE

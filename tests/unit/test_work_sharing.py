@@ -9,7 +9,7 @@ from types import SimpleNamespace
 import pytest
 
 from casestream.consumer import ConsumerRuntime, ConsumerSettings
-from casestream.consumer.handlers import HandlerRegistry
+from casestream.handlers.registry import HandlerRegistry
 from casestream.consumer.records import ConsumerStats
 from casestream.errors import ConfigError
 from casestream.outbox.relay.metrics import RelayMetrics

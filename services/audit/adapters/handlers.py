@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from casestream.events import Envelope
-from casestream.consumer import HandlerContext, HandlerKind, HandlerRegistry
+from casestream.handlers import HandlerContext, HandlerKind, HandlerRegistry
 
 from services.audit.adapters.postgres import PgAuditJournal
 from services.audit.adapters.projection import AuditTables, KafkaPosition, ProjectionSql

@@ -23,7 +23,7 @@ import psycopg
 from psycopg import sql
 from psycopg.types.json import Jsonb
 
-from casestream.replay import max_applied_at
+from casestream.handlers import max_applied_at
 
 from services.audit.domain.entries import JournalEntry
 

@@ -18,8 +18,8 @@ from collections.abc import Iterable
 from typing import Any
 
 from casestream.events import Envelope
-from casestream.consumer import HandlerRegistry
-from casestream.replay import ProjectionSpec, TableNames, insert_batch_registry, max_applied_at
+from casestream.handlers import HandlerRegistry
+from casestream.handlers import ProjectionSpec, TableNames, insert_batch_registry, max_applied_at
 
 from services.audit.adapters import handlers
 from services.audit.adapters.projection import (

@@ -6,7 +6,7 @@ from ``outbox.event.case``; the per-tenant/per-status view is a ``GROUP BY`` ove
 (:func:`summary`). Live: consumer ``case.dashboard`` (wired in ``bootstrap``); rebuild:
 ``casestream replay case.dashboard``.
 
-Idempotent per event (handover rule of ``casestream.replay.projection``): a case row is
+Idempotent per event (handover rule of ``casestream.handlers.projection``): a case row is
 only replaced by a higher aggregate version (``WHERE last_version < EXCLUDED.last_version``),
 so re-applying an event already reflected changes nothing.
 
@@ -30,8 +30,8 @@ from typing import Any
 from psycopg import sql
 
 from casestream.events import Envelope
-from casestream.consumer import HandlerRegistry
-from casestream.replay import (
+from casestream.handlers import HandlerRegistry
+from casestream.handlers import (
     ProjectionSpec,
     TableNames,
     create_table_unless_exists,

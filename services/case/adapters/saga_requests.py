@@ -15,7 +15,7 @@ one containing ``[fail-compensation:N]`` is refused for the first N requests of 
 the saga re-issues the request on its deadline and, after its bounded retries, ends in
 COMPENSATION_FAILED.
 
-Failures steer the runtime (casestream.consumer.handlers): a request for an unknown case, a case
+Failures steer the runtime (casestream.handlers): a request for an unknown case, a case
 in a state that forbids it, or an invalid payload can never succeed -> PoisonMessageError
 (dead-lettered to ``case.saga-requests.dlq``); a lost optimistic race -> RetryableError.
 """
@@ -30,7 +30,7 @@ from typing import Any
 
 from casestream.events import Envelope
 from casestream.errors import ConcurrencyError, PoisonMessageError, RetryableError
-from casestream.consumer import HandlerContext, HandlerKind, HandlerRegistry
+from casestream.handlers import HandlerContext, HandlerKind, HandlerRegistry
 
 from services.case.adapters.postgres import PgUnitOfWork
 from services.case.application.commands import CloseCase, ReturnCase

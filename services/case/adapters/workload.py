@@ -7,7 +7,7 @@ where evidence counts as overdue when it was requested, not submitted, and its d
 has passed at query time (whether or not the reminder, EvidenceOverdue, was recorded yet). Live: consumer ``case.workload`` (wired in ``bootstrap``);
 rebuild: ``casestream replay case.workload``.
 
-Idempotent per event (handover rule of ``casestream.replay.projection``): a row is only
+Idempotent per event (handover rule of ``casestream.handlers.projection``): a row is only
 replaced by a higher aggregate version, so re-applying an event changes nothing. Within a
 batch the events of a case fold into one row; a field no event of the batch sets is kept
 (``coalesce`` with the stored row).
@@ -24,9 +24,9 @@ from typing import Any
 
 from psycopg import sql
 
-from casestream.consumer import HandlerRegistry
+from casestream.handlers import HandlerRegistry
 from casestream.events import Envelope
-from casestream.replay import (
+from casestream.handlers import (
     ProjectionSpec,
     TableNames,
     create_table_unless_exists,

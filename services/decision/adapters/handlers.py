@@ -16,7 +16,7 @@ from collections.abc import Sequence
 
 from casestream.events import Envelope
 from casestream.errors import ConcurrencyError, PoisonMessageError, RetryableError
-from casestream.consumer import HandlerContext, HandlerKind, HandlerRegistry
+from casestream.handlers import HandlerContext, HandlerKind, HandlerRegistry
 from casestream.outbox import OutboxSink
 from services.decision.adapters.postgres import PgDecisionStore
 from services.decision.application.decide import Decider, appeal_replies

@@ -3,7 +3,7 @@
 One fact row per decision event (``ViolationDetermined``, ``NoViolationFound``,
 ``DecisionFailed``) in ``decision_statistics`` (decision database), keyed by event id
 (``ON CONFLICT (event_id) DO NOTHING``: idempotent per event, the handover rule of
-``casestream.replay.projection``). Totals per tenant and period (UTC day or month of
+``casestream.handlers.projection``). Totals per tenant and period (UTC day or month of
 ``occurred_at``) are a ``GROUP BY`` (:func:`totals`). Live: consumer ``decision.statistics``
 on ``outbox.event.decision`` (wired in ``bootstrap``); rebuild:
 ``casestream replay decision.statistics``.
@@ -18,8 +18,8 @@ from typing import Any
 from psycopg import sql
 
 from casestream.events import Envelope
-from casestream.consumer import HandlerRegistry
-from casestream.replay import (
+from casestream.handlers import HandlerRegistry
+from casestream.handlers import (
     ProjectionSpec,
     TableNames,
     create_table_unless_exists,

@@ -23,7 +23,7 @@ from datetime import datetime
 
 from casestream.events import Envelope
 from casestream.errors import PoisonMessageError
-from casestream.consumer import HandlerContext, HandlerKind, HandlerRegistry
+from casestream.handlers import HandlerContext, HandlerKind, HandlerRegistry
 from casestream.telemetry import traceparent_for_row
 from casestream.outbox import OutboxSink
 from services.notification.adapters.postgres import PgNoticeStore

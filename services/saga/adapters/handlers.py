@@ -21,7 +21,7 @@ from typing import Any
 
 from casestream.events import Envelope
 from casestream.errors import ConcurrencyError, PoisonMessageError, RetryableError
-from casestream.consumer import HandlerContext, HandlerKind, HandlerRegistry
+from casestream.handlers import HandlerContext, HandlerKind, HandlerRegistry
 from casestream.outbox import OutboxSink
 from services.saga.adapters.postgres import PgSagaStore
 from services.saga.application.orchestrator import Handled, Orchestrator

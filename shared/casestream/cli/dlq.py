@@ -30,7 +30,7 @@ discard is recorded on the operator-action topic (who, when, why:
 Dead letters live on ``<consumer>.dlq``; re-drive copies them (bytes and headers unchanged) to
 ``<consumer>.redrive``, which the running consumer also reads, through the same decode,
 upcasters, version guard and inbox — re-driving twice has one effect (see ``casestream.consumer.deadletters``).
-``--accept-gap`` unparks an aggregate whose missing event is lost for good (``casestream.consumer.guard``).
+``--accept-gap`` unparks an aggregate whose missing event is lost for good (``casestream.handlers.guard``).
 
 ``dlq list`` without a consumer lists the consumers of the discovered services
 (``ServiceSpec.consumers``) and every other consumer with a ``<consumer>.dlq`` topic, with the

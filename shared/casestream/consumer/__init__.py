@@ -4,8 +4,7 @@ Public API::
 
     from casestream.consumer import ConsumerRuntime, ConsumerSettings
     from casestream.retry import RetryPolicy      # ConsumerSettings(retry=...)
-    from casestream.consumer import HandlerRegistry, HandlerKind, HandlerContext
-    from casestream.consumer import ProcessingMode, FirstSeenPolicy
+    from casestream.handlers import HandlerRegistry, HandlerKind, HandlerContext  # what handlers use
 
     runtime = ConsumerRuntime("billing.invoices", ["outbox.event.order"], registry, codec, pool,
                               {"bootstrap.servers": settings.kafka_bootstrap}, ConsumerSettings())
@@ -17,32 +16,23 @@ group in one process), ``batch`` (one transaction per poll
 batch, no Kafka; its collaborators in ``batch_dispatch``, ``batch_fast``, ``batch_slow``,
 ``batch_held``, ``batch_failures``, its values in ``batch_model``), ``settings`` (policy), ``failures``
 (classification), ``records`` (values and the decoder port). Tables: ``inbox``; durable
-attempt counts and backoffs: ``retries``; dead letters: ``deadletters``; the guard
-rule: ``guard``; handler registration: ``handlers``; processing modes: ``processing``;
-key-parallel mode (``ConsumerSettings.key_concurrency``): ``keyparallel`` (per-aggregate queues,
+attempt counts and backoffs: ``retries``; dead letters: ``deadletters``; the handlers, the
+guard rule and the processing modes live in ``casestream.handlers`` (the runner that calls
+handlers is ``casestream.handlers.runner``, the same under replay); key-parallel mode (``ConsumerSettings.key_concurrency``): ``keyparallel`` (per-aggregate queues,
 committable offsets), ``keyworkers`` (the worker threads) and ``handlerloop`` (the event loop
 their coroutine handlers share).
 
-The handler, guard, processing, record and settings names import eagerly (no driver); the
-runtime, batch, inbox and dead-letter names (psycopg, confluent_kafka) are re-exported lazily.
+The record and settings names import eagerly (no driver); the runtime, batch, inbox and
+dead-letter names (psycopg, confluent_kafka) are re-exported lazily. The handler, guard and
+processing names this package used to export still resolve, with a ``DeprecationWarning``
+naming ``casestream.handlers``.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from casestream._lazy import lazy_exports
-
-from casestream.consumer.guard import AggregateState, FirstSeenPolicy, Verdict, decide
-from casestream.consumer.handlers import (
-    DiscardingOutbox,
-    HandlerContext,
-    HandlerKind,
-    HandlerRegistry,
-    OutboxAppender,
-    RegisteredHandler,
-)
-from casestream.consumer.processing import ProcessingMode
+from casestream._lazy import lazy_exports, moved_exports
 from casestream.consumer.records import ConsumerStats, EnvelopeDecoder, Record
 from casestream.consumer.settings import ConsumerSettings
 
@@ -54,8 +44,7 @@ if TYPE_CHECKING:
     from casestream.consumer.inbox import ensure_schema
     from casestream.consumer.runtime import ConsumerRuntime, ensure_topics
 
-# Lazy: these modules import psycopg and/or confluent_kafka; the replay applier and the
-# services' application layers use only the eager names above.
+# Lazy: these modules import psycopg and/or confluent_kafka.
 _LAZY = {
     **{name: "casestream.consumer.batch" for name in ("BatchProcessor", "BatchResult", "Decoded")},
     **{name: "casestream.consumer.deadletters" for name in (
@@ -66,11 +55,13 @@ _LAZY = {
     **{name: "casestream.consumer.runtime" for name in ("ConsumerRuntime", "ensure_topics")},
 }
 
-__all__ = sorted([
-    "AggregateState", "ConsumerSettings", "ConsumerStats", "DiscardingOutbox", "EnvelopeDecoder",
-    "FirstSeenPolicy", "HandlerContext", "HandlerKind", "HandlerRegistry", "OutboxAppender",
-    "ProcessingMode", "Record", "RegisteredHandler", "Verdict", "decide", *_LAZY,
-])
+#: names that moved to casestream.handlers (deprecated here)
+_MOVED = dict.fromkeys((
+    "AggregateState", "DiscardingOutbox", "FirstSeenPolicy", "HandlerContext", "HandlerKind",
+    "HandlerRegistry", "OutboxAppender", "ProcessingMode", "RegisteredHandler", "Verdict", "decide",
+), "casestream.handlers")
+
+__all__ = sorted(["ConsumerSettings", "ConsumerStats", "EnvelopeDecoder", "Record", *_LAZY])
 
 
-__getattr__ = lazy_exports(__name__, _LAZY, globals())
+__getattr__ = moved_exports(__name__, _MOVED, lazy_exports(__name__, _LAZY, globals()))

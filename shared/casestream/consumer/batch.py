@@ -8,7 +8,7 @@ The connection must be in autocommit mode (transactions are explicit).
 2. **fast path** (default): the whole batch in *one* transaction in psycopg pipeline mode —
    round trip 1 inserts the batch's inbox rows where absent (``ON CONFLICT DO NOTHING
    RETURNING``: what comes back is new, the rest are duplicates) and reads its guard rows;
-   every record is decided in memory (``casestream.consumer.guard``); round trip 2 sends one statement
+   every record is decided in memory (``casestream.handlers.guard``); round trip 2 sends one statement
    advancing the guard rows followed by the handlers' statements; then COMMIT. Batch
    parameters travel as one JSON document and every row access is a primary-key probe. Batch handlers (``HandlerRegistry.on_batch``) get each run of consecutive events
    in one call. Taken only when every record is a plain apply / duplicate / stale on a
@@ -73,8 +73,8 @@ from casestream.consumer.settings import ConsumerSettings
 from casestream.consumer.deadletters import DeadLetter, DeadLetterSink
 from casestream.errors import PoisonMessageError
 from casestream.consumer.handlerloop import HandlerLoop
-from casestream.consumer.handlers import DiscardingOutbox, HandlerRegistry, OutboxAppender
-from casestream.consumer.processing import ProcessingMode
+from casestream.handlers.registry import DiscardingOutbox, HandlerRegistry, OutboxAppender
+from casestream.handlers.processing import ProcessingMode
 from casestream.consumer.retries import purge_dead_lettered, retry_key
 
 log = logging.getLogger("casestream.consumer")

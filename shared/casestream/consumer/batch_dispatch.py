@@ -1,30 +1,30 @@
 """Verdicts and handler calls of one record (no database access of its own).
 
 :class:`Dispatcher` decides the :class:`~casestream.consumer.batch_model.Action` of a decoded
-record (version guard, duplicates, re-drive ``accept-gap``, strict types), splits the records
-to apply into runs for batch handlers, and calls per-event or batch handlers inside their
-tracing spans: a per-event handler runs in a CONSUMER span that is a child of the message's
-``traceparent``, a batch handler call in one span linked to every message's context.
+record (version guard, duplicates, re-drive ``accept-gap``, strict types) and hands the records
+to apply to the runner both engines share (:class:`casestream.handlers.runner.HandlerRunner`:
+runs for batch handlers, contexts, sync and async calls), inside their tracing spans: a
+per-event handler runs in a CONSUMER span that is a child of the message's ``traceparent``, a
+batch handler call in one span linked to every message's context.
 """
 
 from __future__ import annotations
 
 import asyncio
-import inspect
 from collections import deque
 from typing import Any
 
 from casestream import telemetry
 from casestream.consumer.batch_model import Action, _Item
 from casestream.consumer.deadletters import H_ACCEPT_GAP
-from casestream.consumer.guard import FirstSeenPolicy, Verdict, decide
 from casestream.consumer.handlerloop import HandlerLoop
-from casestream.consumer.cursors import SharedCursor
-from casestream.consumer.handlers import HandlerContext, HandlerRegistry, OutboxAppender
 from casestream.consumer.inbox import GuardRow
-from casestream.consumer.processing import ProcessingMode
 from casestream.consumer.records import Record
-from casestream.errors import PoisonMessageError
+from casestream.handlers.cursors import SharedCursor
+from casestream.handlers.guard import FirstSeenPolicy, Verdict
+from casestream.handlers.processing import ProcessingMode
+from casestream.handlers.registry import HandlerRegistry, OutboxAppender
+from casestream.handlers.runner import HandlerRunner, verdict
 
 
 class Dispatcher:
@@ -52,10 +52,14 @@ class Dispatcher:
         self.first_seen = first_seen
         self.strict_types = strict_types
         self.redrive_topic = redrive_topic
-        self._runner: asyncio.Runner | None = None  # awaits coroutine handlers (made on first use)
-        self._loop = loop
-        #: the cursor the plain and batch handlers share (one thread uses a dispatcher at a time)
-        self.shared_cursor = SharedCursor()
+        #: runs, contexts and calls (one thread uses a dispatcher at a time)
+        self.runner = HandlerRunner(consumer=consumer, handlers=handlers, mode=mode,
+                                    outbox=outbox, loop=loop)
+
+    @property
+    def shared_cursor(self) -> SharedCursor:
+        """The cursor the plain and batch handlers share."""
+        return self.runner.shared_cursor
 
     def has_side_effects(self, event_type: str) -> bool:
         """True if a ``SIDE_EFFECT`` handler takes ``event_type`` in this mode."""
@@ -80,13 +84,10 @@ class Dispatcher:
             return Action.DUPLICATE
         g = guards.get(item.key)
         last = g.last_version if g is not None else None
-        try:
-            verdict = decide(last, env.aggregate_version, self.first_seen)
-        except ValueError as e:
-            raise PoisonMessageError(str(e), reason="validation") from e
-        if verdict is Verdict.STALE:
+        v = verdict(last, env.aggregate_version, self.first_seen)
+        if v is Verdict.STALE:
             return Action.STALE
-        if verdict is Verdict.GAP:
+        if v is Verdict.GAP:
             if item.rec.topic == self.redrive_topic and item.rec.header(H_ACCEPT_GAP) == "true":
                 return Action.ACCEPT_GAP
             return Action.HOLD
@@ -95,37 +96,17 @@ class Dispatcher:
         return Action.APPLY
 
     def runs(self, apply: list[_Item]) -> list[tuple[list[_Item], tuple[Any, ...]]]:
-        """Split ``apply`` into runs: consecutive events whose handlers are all batch handlers
-        and identical form one run; every other event is a run of its own. Order is kept; a record
-        an event upcaster made several events of takes one place per event."""
-        runs: list[tuple[list[_Item], tuple[Any, ...]]] = []
-        by_type: dict[str, tuple[tuple[Any, ...], bool]] = {}  # a batch has few event types
-        for it in _each_event(apply):
-            event_type = it.env.event_type
-            known = by_type.get(event_type)
-            if known is None:
-                hs = self.handlers.handlers_for(event_type, self.mode)
-                known = by_type[event_type] = (hs, bool(hs) and all(h.batch for h in hs))
-            hs, batchable = known
-            if batchable and runs and runs[-1][1] == hs:
-                runs[-1][0].append(it)
-            else:
-                runs.append(([it], hs if batchable else ()))
-        return runs
+        """Split ``apply`` into runs (``HandlerRunner.runs``): ``(items, batch handlers)``, or
+        ``([item], ())`` for an event whose handlers are not all batch handlers. Order is kept;
+        a record an event upcaster made several events of takes one place per event."""
+        return [(run, hs if batch else ())
+                for run, hs, batch in self.runner.runs(_each_event(apply), _event_type)]
 
     def run_batch(self, conn: Any, run: list[_Item], hs: tuple[Any, ...]) -> None:
         """Call the batch handlers ``hs`` once with the events of ``run``."""
-        first = run[0].rec
-        ctx = HandlerContext(conn=conn, outbox=self.outbox, mode=self.mode,
-                             consumer=self.consumer, topic=first.topic,
-                             partition=first.partition, offset=first.offset,
-                             positions=tuple((i.rec.topic, i.rec.partition, i.rec.offset)
-                                             for i in run),
-                             shared_cursor=self.shared_cursor)
-        events = [i.env for i in run]
+        positions = [(i.rec.topic, i.rec.partition, i.rec.offset) for i in run]
         with telemetry.consume_batch_span(self.consumer, [(i.rec, i.env) for i in run]):
-            for h in hs:
-                self.wait(h.fn(ctx, events))
+            self.runner.call_batch(conn, hs, positions, [i.env for i in run])
 
     def run_item(self, conn: Any, item: _Item) -> int:
         """Run the handlers of every event of ``item`` in order; returns how many had none."""
@@ -138,10 +119,8 @@ class Dispatcher:
         hs = self.handlers.handlers_for(env.event_type, self.mode)
         if not hs:
             return 0 if self.handlers.knows(env.event_type) else 1
-        ctx = self._context(conn, rec, self.shared_cursor)
         with telemetry.consume_span(self.consumer, rec, env):
-            for h in hs:
-                self.wait(h.call(ctx, env))
+            self.runner.call_each(conn, hs, (rec.topic, rec.partition, rec.offset), env)
         return 0
 
     def awaits(self, item: _Item) -> bool:
@@ -154,12 +133,8 @@ class Dispatcher:
         hs = self.handlers.handlers_for(env.event_type, self.mode)
         if not hs:
             return 0 if self.handlers.knows(env.event_type) else 1
-        ctx = self._context(conn, rec, None)  # interleaved calls: a cursor each
-        with telemetry.consume_span(self.consumer, rec, env):
-            for h in hs:
-                result = h.call(ctx, env)
-                if inspect.isawaitable(result):
-                    await result
+        with telemetry.consume_span(self.consumer, rec, env):  # interleaved calls: a cursor each
+            await self.runner.call_each_async(conn, hs, (rec.topic, rec.partition, rec.offset), env)
         return 0
 
     def run_chains(self, conn: Any, chains: list[list[_Item]],
@@ -174,8 +149,9 @@ class Dispatcher:
         def call(it: _Item) -> Any:
             return self.run_handlers_async(conn, it.rec, it.env)
 
-        if self._loop is not None:
-            return self._loop.run_chains(chains, call)
+        loop = self.runner.loop
+        if loop is not None:
+            return loop.run_chains(chains, call)
         pending = deque(chains)
         failed: list[tuple[_Item, BaseException]] = []
 
@@ -198,40 +174,20 @@ class Dispatcher:
         return self.run(all_chains()), failed
 
     def wait(self, result: Any) -> None:
-        """Await ``result`` on this dispatcher's event loop when a handler returned an
-        awaitable (a coroutine handler); anything else is ignored."""
-        if inspect.isawaitable(result):
-            if self._loop is not None:  # one of the loop's calls, as the fast path's are
-                _unknown, failed = self._loop.run_chains([[result]], _awaited)
-                if failed:
-                    raise failed[0][1]
-            else:
-                self.run(_awaited(result))
+        """Await ``result`` when a handler returned an awaitable (``HandlerRunner.wait``)."""
+        self.runner.wait(result)
 
     def run(self, coro: Any) -> Any:
-        """Run coroutine ``coro`` to completion on this dispatcher's own event loop (made on
-        first use; one dispatcher is used by one thread at a time)."""
-        if self._runner is None:
-            self._runner = asyncio.Runner()
-        return self._runner.run(coro)
+        """Run coroutine ``coro`` to completion on the runner's own event loop."""
+        return self.runner.run(coro)
 
     def close(self) -> None:
-        """Close the event loop, if one was made, and drop the shared cursor."""
-        self.shared_cursor.clear()
-        if self._runner is not None:
-            self._runner.close()
-            self._runner = None
-
-    def _context(self, conn: Any, rec: Record, shared: Any) -> HandlerContext:
-        return HandlerContext(conn=conn, outbox=self.outbox, mode=self.mode,
-                              consumer=self.consumer, topic=rec.topic, partition=rec.partition,
-                              offset=rec.offset, positions=((rec.topic, rec.partition, rec.offset),),
-                              shared_cursor=shared)
+        """Close the runner's event loop, if one was made, and drop the shared cursor."""
+        self.runner.close()
 
 
-async def _awaited(awaitable: Any) -> int:
-    await awaitable
-    return 0
+def _event_type(it: _Item) -> str:
+    return it.env.event_type
 
 
 def _each_event(items: list[_Item]) -> list[_Item]:

@@ -19,7 +19,7 @@ from casestream.consumer.batch_dispatch import Dispatcher
 from casestream.consumer.batch_failures import FailureHandler
 from casestream.consumer.batch_model import Action, _Ineligible, _Item
 from casestream.consumer.failures import FailureClass, classify
-from casestream.consumer.guard import AggregateState
+from casestream.handlers.guard import AggregateState
 from casestream.consumer.inbox import (
     GuardRow,
     advance_batch,

@@ -17,7 +17,7 @@ from casestream.consumer.batch_model import _now, decode_record, held_record, it
 from casestream.consumer.batch_slow import MessageApplier
 from casestream.consumer.deadletters import DeadLetter
 from casestream.consumer.failures import FailureClass, classify
-from casestream.consumer.guard import AggregateState
+from casestream.handlers.guard import AggregateState
 from casestream.consumer.inbox import (
     GuardRow,
     HeldEvent,

@@ -19,7 +19,7 @@ from casestream.consumer.batch_failures import FailureHandler
 from casestream.consumer.batch_fast import GuardCache
 from casestream.consumer.batch_model import Action, BatchResult, _Item
 from casestream.consumer.deadletters import DeadLetter
-from casestream.consumer.guard import AggregateState
+from casestream.handlers.guard import AggregateState
 from casestream.consumer.inbox import (
     GuardRow,
     HeldEvent,

@@ -26,7 +26,7 @@ from casestream.consumer.records import ConsumerStats, EnvelopeDecoder
 from casestream.consumer.runtime import ConsumerRuntime
 from casestream.consumer.settings import ConsumerSettings
 from casestream.errors import ConfigError
-from casestream.consumer.handlers import HandlerRegistry, OutboxAppender
+from casestream.handlers.registry import HandlerRegistry, OutboxAppender
 
 __all__ = ["ConsumerGroup", "GroupStats"]
 

@@ -12,7 +12,7 @@ the *same transaction* as the handlers' effects:
   the primary key and the loser fails with ``UniqueViolation``, so a handler effect never commits
   twice.
 - ``consumer_version_guard (consumer, aggregate_type, aggregate_id)`` — ``last_version`` recorded
-  and the aggregate's state (``flowing`` | ``holding`` | ``parked``, see ``casestream.consumer.guard``).
+  and the aggregate's state (``flowing`` | ``holding`` | ``parked``, see ``casestream.handlers.guard``).
   Per-message updates are optimistic (``WHERE last_version = expected``); the batch fast path
   writes a monotonic upsert (``flowing`` and below the new version). A mismatch raises
   :class:`GuardConflict` (retryable).
@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from casestream.errors import RetryableError
-from casestream.consumer.guard import AggregateState
+from casestream.handlers.guard import AggregateState
 from casestream.consumer.retries import RETRY_DDL
 
 INBOX_DDL = """

@@ -16,7 +16,7 @@ the GIL; units of one or two events at 64 workers made the process CPU-bound (on
 fifth of the rate the handlers' waits allow. With no unit running a worker starts at once on
 whatever is queued, so a lone event waits for nobody.
 
-Coroutine handlers (``async def``, see ``casestream.consumer.handlers``): the runtime starts
+Coroutine handlers (``async def``, see ``casestream.handlers``): the runtime starts
 :func:`worker_threads` threads instead, one per ``CALLS_PER_WORKER`` calls, and each thread's
 fast path awaits its unit's calls concurrently, one chain per aggregate
 (``casestream.consumer.batch_fast``), on the consumer's one

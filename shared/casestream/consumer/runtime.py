@@ -94,7 +94,7 @@ from casestream.consumer.records import ConsumerStats, EnvelopeDecoder, Record
 from casestream.consumer.settings import ConsumerSettings
 from casestream.consumer.deadletters import DeadLetterSink, KafkaDeadLetters, record_from_message
 from casestream.errors import ConfigError
-from casestream.consumer.handlers import HandlerRegistry, OutboxAppender
+from casestream.handlers.registry import HandlerRegistry, OutboxAppender
 from casestream.consumer.inbox import ensure_schema
 from casestream.consumer.handlerloop import HandlerLoop
 from casestream.consumer.keyparallel import FlowStep, key_queue_flow, key_queue_limit

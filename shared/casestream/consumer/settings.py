@@ -11,8 +11,8 @@ from dataclasses import dataclass, field
 
 from casestream.errors import ConfigError
 from casestream.retry import RetryPolicy
-from casestream.consumer.guard import FirstSeenPolicy
-from casestream.consumer.processing import ProcessingMode
+from casestream.handlers.guard import FirstSeenPolicy
+from casestream.handlers.processing import ProcessingMode
 
 
 def _default_retry() -> RetryPolicy:
@@ -40,7 +40,7 @@ class ConsumerSettings:
         gap_hold_s: how long an aggregate with a version gap is held before it is parked and its
             first held event dead-lettered with reason ``version_gap``.
         sweep_interval_s: how often held/parked aggregates are checked (deadline, drain).
-        first_seen: first-seen version policy of the guard (see ``casestream.consumer.guard``).
+        first_seen: first-seen version policy of the guard (see ``casestream.handlers.guard``).
         strict_types: dead-letter events whose type has no handler and was not ``ignore``d
             (reason ``unknown_event_type``); default: skip and count.
         mode: LIVE or REPLAY.

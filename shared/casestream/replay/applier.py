@@ -1,7 +1,8 @@
-"""Apply decoded events to a projection in REPLAY mode: version guard, handler dispatch.
+"""Apply decoded events to a projection in REPLAY mode: an in-memory version guard around the
+runner both engines share (:class:`casestream.handlers.runner.HandlerRunner`).
 
 No Kafka, no I/O of its own: handlers get ``ctx.conn`` (the caller's transaction) and a
-discarding outbox. The same rules as the live runtime (``casestream.consumer.guard.decide``):
+discarding outbox. The same rules as the live runtime (``casestream.handlers.guard.decide``):
 
 - ``v <= last``   STALE — a duplicate (relay re-publish) or out-of-date copy: skipped;
 - ``v == last+1`` APPLY — handlers run, ``last = v``;
@@ -15,26 +16,26 @@ the first is decided as above, the others follow its verdict (as in live).
 
 Only handlers whose kind runs in REPLAY (``PROJECTION``) are called; events without one still
 advance the guard (an aggregate's versions count whatever the type, as in live).
-Consecutive events with the same handler functions form a *run*: a batch handler gets the
-whole run in one call (event order kept), a per-event handler is called per event; a
-coroutine (``async def``) handler is awaited before the next call.
+Runs, contexts and calls are the runner's (the live consumer's too): consecutive events whose
+handlers are the same batch functions form a *run*, a batch handler gets the whole run in one
+call (event order kept), a per-event handler is called per event; a coroutine (``async def``)
+handler is awaited before the next call.
 """
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from casestream.events.envelope import Envelope
-from casestream.consumer.guard import FirstSeenPolicy, Verdict, decide
-from casestream.consumer.cursors import SharedCursor
-from casestream.consumer.handlers import DiscardingOutbox, HandlerContext, HandlerRegistry, RegisteredHandler
-from casestream.consumer.processing import ProcessingMode
+from casestream.handlers.guard import FirstSeenPolicy, Verdict, decide
+from casestream.handlers.processing import ProcessingMode
+from casestream.handlers.projection import WRITES_BY_COPY
+from casestream.handlers.registry import DiscardingOutbox, HandlerRegistry, RegisteredHandler
+from casestream.handlers.runner import HandlerRunner
 from casestream.replay.errors import ReplayHandlerError
 from casestream.replay.progress import Progress
-from casestream.replay.projection import WRITES_BY_COPY
 
 Position = tuple[str, int, int]
 Key = tuple[str, str]
@@ -58,20 +59,12 @@ class ReplayApplier:
     first_seen: FirstSeenPolicy = FirstSeenPolicy.BASELINE
     guard: dict[Key, int] = field(default_factory=dict)
     outbox: DiscardingOutbox = field(default_factory=DiscardingOutbox)
-    _cache: dict[str, tuple[tuple[Any, ...], tuple[RegisteredHandler, ...]]] = field(
-        default_factory=dict)
-    #: ``HandlerContext.cursor`` of every call: the handlers run one after the other
-    _shared: SharedCursor = field(default_factory=SharedCursor)
+    #: runs, contexts and calls (REPLAY handlers; one thread uses an applier at a time)
+    runner: HandlerRunner = field(init=False)
 
-    def handlers_of(self, event_type: str) -> tuple[tuple[Any, ...], tuple[RegisteredHandler, ...]]:
-        """(run key, handlers) of ``event_type`` in REPLAY. The run key compares functions and
-        kinds, not event types, so one batch handler registered for several types forms one run."""
-        found = self._cache.get(event_type)
-        if found is None:
-            hs = self.handlers.handlers_for(event_type, ProcessingMode.REPLAY)
-            found = (tuple((h.fn, h.kind, h.batch) for h in hs), hs)
-            self._cache[event_type] = found
-        return found
+    def __post_init__(self) -> None:
+        self.runner = HandlerRunner(consumer=self.consumer, handlers=self.handlers,
+                                    mode=ProcessingMode.REPLAY, outbox=self.outbox)
 
     def apply(self, conn: Any, items: Sequence[tuple[Position, Envelope]],
               progress: Progress) -> dict[Key, int]:
@@ -90,19 +83,17 @@ class ReplayApplier:
     def decide(self, items: Sequence[tuple[Position, Envelope]], progress: Progress) -> Planned:
         """The guard verdicts and handler runs of ``items`` (no I/O, guard not modified).
 
-        Verdicts are ``casestream.consumer.guard.decide``'s; the common cases (next version of a known
+        Verdicts are ``casestream.handlers.guard.decide``'s; the common cases (next version of a known
         aggregate, first event of a new one) are decided inline, the rest by ``decide`` itself.
         """
         changed: dict[Key, int] = {}
-        runs: list[tuple[tuple[Any, ...], tuple[RegisteredHandler, ...],
-                         list[tuple[Position, Envelope]]]] = []
+        taken: list[tuple[Position, Envelope]] = []
         guard = self.guard
         policy = self.first_seen
         baseline = policy is FirstSeenPolicy.BASELINE
-        cache = self._cache
+        runner = self.runner
+        keys = runner._keys  # noqa: SLF001 - the runner's cache, read inline on this hot loop
         applied = stale = gaps = unhandled = 0
-        run_key: Any = None
-        run: list[tuple[Position, Envelope]] = []
         prev_pos: Any = None
         prev_taken = False
         for item in items:
@@ -129,35 +120,37 @@ class ReplayApplier:
                         gaps += 1
                 prev_taken = True
             changed[key] = v
-            found = cache.get(env.event_type)
-            if found is None:
-                found = self.handlers_of(env.event_type)
+            found = keys.get(env.event_type) or runner.run_key(env.event_type)
             if not found[1]:
                 unhandled += 1
                 continue
             applied += 1
-            if found[0] == run_key and runs:
-                run.append(item)
-            else:
-                run_key = found[0]
-                run = [item]
-                runs.append((run_key, found[1], run))
+            taken.append(item)
         progress.applied += applied
         progress.stale += stale
         progress.gaps += gaps
         progress.unhandled += unhandled
-        return Planned(runs=[(hs, r) for _k, hs, r in runs], changed=changed,
-                       applied=applied)
+        return Planned(runs=[(hs, r) for r, hs, _batch in runner.runs(taken, _event_type)],
+                       changed=changed, applied=applied)
 
     def execute(self, conn: Any, planned: Planned) -> None:
-        """Run the handlers of ``planned`` on ``conn`` (the caller's transaction)."""
+        """Run the handlers of ``planned`` on ``conn`` (the caller's transaction).
+
+        Raises:
+            ReplayHandlerError: a handler raised (with its position).
+        """
+        runner = self.runner
         for hs, run in planned.runs:
-            self._call(conn, hs, run)
+            if all(h.batch for h in hs):
+                runner.call_batch(conn, hs, [pos for pos, _ in run], [e for _, e in run], _failed)
+            else:
+                for pos, env in run:
+                    runner.call_each(conn, hs, pos, env, _failed)
 
     @staticmethod
     def writes_by_copy(planned: Planned) -> bool:
         """True if ``planned`` runs handlers and every one writes by ``COPY``
-        (``casestream.replay.projection.WRITES_BY_COPY``), so its batch may not be pipelined."""
+        (``casestream.handlers.projection.WRITES_BY_COPY``), so its batch may not be pipelined."""
         handlers = [h for hs, _run in planned.runs for h in hs]
         return bool(handlers) and all(getattr(h.fn, WRITES_BY_COPY, False) for h in handlers)
 
@@ -165,31 +158,11 @@ class ReplayApplier:
         """Record ``changed`` in memory after its transaction committed."""
         self.guard.update(changed)
 
-    def _call(self, conn: Any, hs: tuple[RegisteredHandler, ...],
-              run: list[tuple[Position, Envelope]]) -> None:
-        for h in hs:
-            if h.batch:
-                (t, p, o) = run[0][0]
-                ctx = HandlerContext(conn=conn, outbox=self.outbox, mode=ProcessingMode.REPLAY,
-                                     consumer=self.consumer, topic=t, partition=p, offset=o,
-                                     positions=tuple(pos for pos, _ in run),
-                                     shared_cursor=self._shared)
-                self._guarded(h, ctx, [e for _, e in run], run[0][0])
-            else:
-                for (t, p, o), env in run:
-                    ctx = HandlerContext(conn=conn, outbox=self.outbox,
-                                         mode=ProcessingMode.REPLAY, consumer=self.consumer,
-                                         topic=t, partition=p, offset=o,
-                                         shared_cursor=self._shared)
-                    self._guarded(h, ctx, env, (t, p, o))
 
-    @staticmethod
-    def _guarded(h: RegisteredHandler, ctx: HandlerContext, arg: Any, pos: Position) -> None:
-        try:
-            result = h.fn(ctx, arg)
-            if h.awaits:
-                asyncio.run(result)  # a coroutine projection, awaited one call at a time
-        except Exception as e:
-            raise ReplayHandlerError(
-                f"handler {h.name} failed at {pos[0]}[{pos[1]}]@{pos[2]}: "
-                f"{type(e).__name__}: {e}", position=pos) from e
+def _event_type(item: tuple[Position, Envelope]) -> str:
+    return item[1].event_type
+
+
+def _failed(h: RegisteredHandler, pos: Position, e: Exception) -> ReplayHandlerError:
+    return ReplayHandlerError(f"handler {h.name} failed at {pos[0]}[{pos[1]}]@{pos[2]}: "
+                              f"{type(e).__name__}: {e}", position=pos)

@@ -18,7 +18,7 @@ Phases of :meth:`Replayer.run`:
    checkpoint, COMMIT. Every event the live consumer had applied lies below the snapshot, so
    the new tables contain it (no loss); events the replay applied beyond the live consumer's
    position are re-read by the live consumer after the swap and change nothing, because
-   projection writes are idempotent per event (``casestream.replay.projection``), so none is
+   projection writes are idempotent per event (``casestream.handlers.projection``), so none is
    applied twice. Events produced after the snapshot are applied by the live consumer only.
 
 REPLAY mode: only ``PROJECTION`` handlers run, with a discarding outbox; poison messages are
@@ -43,7 +43,7 @@ import psycopg
 from psycopg import sql
 
 from casestream.errors import PoisonMessageError
-from casestream.consumer.guard import FirstSeenPolicy
+from casestream.handlers.guard import FirstSeenPolicy
 from casestream.replay import checkpoint, history, names
 from casestream.replay.checkpoint import fast_commits
 from casestream.replay.applier import Planned, ReplayApplier
@@ -52,7 +52,8 @@ from casestream.replay.lease import ReplayLease
 from casestream.replay.parallel import run_workers
 from casestream.replay.positions import EndSpec, StartSpec
 from casestream.replay.progress import Progress, ProgressReporter
-from casestream.replay.projection import ProjectionSpec, replay_handlers
+from casestream.handlers.projection import ProjectionSpec
+from casestream.replay.projection import replay_handlers
 from casestream.replay.source import TP, KafkaSource
 from casestream.kafka.config import KafkaTarget
 

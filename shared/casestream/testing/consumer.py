@@ -33,7 +33,7 @@ from datetime import datetime, timezone
 from typing import Any
 
 from casestream.errors import CasestreamError, PoisonMessageError, RetryableError
-from casestream.consumer.handlers import HandlerContext, HandlerKind, HandlerRegistry
+from casestream.handlers.registry import HandlerContext, HandlerKind, HandlerRegistry
 
 from casestream.events.envelope import Envelope
 from casestream.kafka.config import KafkaTarget, client_config

@@ -15,9 +15,9 @@ from typing import Any
 
 from psycopg import sql
 
-from casestream.consumer import HandlerContext, HandlerKind, HandlerRegistry
+from casestream.handlers import HandlerContext, HandlerKind, HandlerRegistry
 from casestream.events import Envelope
-from casestream.replay import ProjectionSpec, TableNames, create_table_unless_exists, max_applied_at
+from casestream.handlers import ProjectionSpec, TableNames, create_table_unless_exists, max_applied_at
 from watch.domain import CASE_STATES, CaseView, apply_case_event
 from watch.settings import WatchSettings
 

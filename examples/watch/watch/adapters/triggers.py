@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from casestream.consumer import HandlerContext, HandlerKind, HandlerRegistry
+from casestream.handlers import HandlerContext, HandlerKind, HandlerRegistry
 from casestream.events import Envelope
 from casestream.outbox import OutboxSink
 from watch.adapters.postgres import PgWatchRepository

@@ -61,7 +61,7 @@ from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
-from casestream.consumer.processing import ProcessingMode
+from casestream.handlers.processing import ProcessingMode
 
 if TYPE_CHECKING:  # pragma: no cover - typing only
     from casestream.events.envelope import Envelope
@@ -136,7 +136,7 @@ class HandlerContext:
         Cheaper than ``conn.execute``, which makes a cursor per call (in pipeline mode ~20 µs
         of client CPU per statement, about half of a one-upsert handler's cost). Handlers
         called one after the other on a connection share one cursor over their batches (per
-        worker thread and connection; ``casestream.consumer.cursors``), so: read a
+        worker thread and connection; ``casestream.handlers.cursors``), so: read a
         statement's rows (``fetchone``/``fetchall``) before the next statement on it, do not
         close it, and do not change its settings (``row_factory``, ``adapters``, ``format``):
         make a cursor of your own for that (``ctx.conn.cursor(row_factory=...)``), or to read
