@@ -32,6 +32,7 @@ from casestream.clock import SystemClock
 from casestream.consumer.group import ConsumerGroup
 from casestream.handlers.registry import HandlerRegistry
 from casestream.handlers.guard import FirstSeenPolicy
+from casestream.handlers.projection import ProjectionSpec
 from casestream.consumer.retention import InboxRetention, RetentionSettings
 from casestream.consumer.runtime import ConsumerRuntime
 from casestream.consumer.settings import ConsumerSettings
@@ -336,9 +337,9 @@ class ServiceBuilder(Generic[S]):
         self.worker(worker or ("consumer" if len(self._consumers) == 1 else name), runtime.run)
         return runtime
 
-    def projection(self, spec: Any, *, batch_size: int = PROJECTION_BATCH_SIZE,
+    def projection(self, spec: ProjectionSpec, *, batch_size: int = PROJECTION_BATCH_SIZE,
                    worker: str | None = None, pipeline: bool = True) -> ConsumerRuntime | ConsumerGroup:
-        """Maintain the live tables of ``spec`` (a ``casestream.replay.ProjectionSpec``):
+        """Maintain the live tables of ``spec`` (a :class:`casestream.handlers.ProjectionSpec`):
         create them if missing, and run its live consumer (``spec.live_consumer`` on
         ``spec.topics``, ``batch_size`` events per transaction; worker name default: the
         projection name's last part, e.g. ``statistics``; ``pipeline``: as for :meth:`consumer`)."""
