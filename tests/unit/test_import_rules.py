@@ -10,6 +10,7 @@
 from __future__ import annotations
 
 import ast
+import re
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -87,6 +88,62 @@ def test_the_client_rule_sees_a_submodule_import(tmp_path: Path) -> None:
     probe.write_text("from casestream.events.codec import EnvelopeCodec\n"
                      "from casestream.events import codec\nfrom casestream.events import Envelope\n")
     assert len(_submodule_uses(probe)) == 2
+
+
+# Handler and projection names come from the authoring package alone, in services, examples,
+# the generated skeleton and the docs (casestream.consumer and casestream.replay are engines).
+AUTHORING_NAMES = {
+    "AggregateState", "DiscardingOutbox", "FirstSeenPolicy", "HandlerContext", "HandlerKind",
+    "HandlerRegistry", "OutboxAppender", "ProcessingMode", "RegisteredHandler", "Verdict", "decide",
+    "ProjectionSpec", "TableNames", "create_table_unless_exists", "insert_batch_registry",
+    "json_batch_registry", "max_applied_at",
+}
+SCAFFOLD = LIBRARY / "scaffold" / "templates"
+_FROM_IMPORT = re.compile(r"\s*from\s+(casestream(?:\.\w+)*)\s+import\s+\(?([^)]*?)\)?\s*\Z", re.DOTALL)
+
+
+def _authoring_uses(path: Path) -> list[str]:
+    """Imports of an authoring name from anywhere but casestream.handlers, in Python source,
+    a template or the code blocks of a Markdown page (read as text: templates do not parse)."""
+    text = path.read_text(encoding="utf-8")
+    where = path.relative_to(ROOT) if path.is_relative_to(ROOT) else path
+    bad = []
+    for statement in re.finditer(r"^[ \t]*from[ \t]+casestream[\w.]*[ \t]+import[ \t]+(?:\([^)]*\)|[^\n]*)",
+                                 text, re.MULTILINE):
+        m = _FROM_IMPORT.match(statement.group(0))
+        if m is None or m.group(1) == "casestream.handlers" or m.group(1).startswith("casestream.handlers."):
+            continue
+        names = {n.strip().split(" as ")[0] for n in m.group(2).replace("\n", ",").split(",")}
+        for name in sorted(names & AUTHORING_NAMES):
+            line = text.count("\n", 0, statement.start()) + 1
+            bad.append(f"{where}:{line}: {name} from {m.group(1)} (import it from casestream.handlers)")
+    return bad
+
+
+def _authoring_files() -> list[Path]:
+    files = [p for d in (ROOT / "services", ROOT / "examples") for p in sorted(d.rglob("*.py"))]
+    files += sorted(SCAFFOLD.rglob("*.tmpl")) + sorted((ROOT / "docs").glob("*.md")) + [ROOT / "README.md"]
+    return files
+
+
+def test_services_examples_skeleton_and_docs_import_authoring_names_from_casestream_handlers() -> None:
+    files = _authoring_files()
+    assert any(p.suffix == ".tmpl" for p in files) and any(p.suffix == ".md" for p in files)
+    bad = [b for p in files for b in _authoring_uses(p)]
+    assert not bad, "\n".join(bad)
+
+
+def test_the_authoring_rule_sees_an_engine_import(tmp_path: Path) -> None:
+    probe = tmp_path / "probe.py.tmpl"
+    probe.write_text("from casestream.consumer import HandlerRegistry, ConsumerSettings\n"
+                     "from casestream.replay import (\n    ProjectionSpec,\n    Replayer,\n)\n"
+                     "from casestream.handlers import HandlerKind\n"
+                     "    from casestream.consumer.handlers import HandlerContext as Ctx\n")
+    assert [b.split(": ", 1)[1] for b in _authoring_uses(probe)] == [
+        "HandlerRegistry from casestream.consumer (import it from casestream.handlers)",
+        "ProjectionSpec from casestream.replay (import it from casestream.handlers)",
+        "HandlerContext from casestream.consumer.handlers (import it from casestream.handlers)",
+    ]
 
 
 # A team's package gets the suite's schemas through discovery (casestream.service.schema_folder),
