@@ -1,6 +1,8 @@
 """Test helpers for code built on casestream (not used by services at run time).
 
-Modules: ``consumer`` (consumer harness on the real Kafka / PostgreSQL, in-memory or
+Modules: ``memory`` (``MemoryBus``: a service's handlers in memory, with the runtime's inbox,
+guard, upcasting and dead-letter rules and a ``ManualClock``; unit tests) beside ``consumer``
+(consumer harness on the real Kafka / PostgreSQL, in-memory or
 real codecs: ``memory_codec(catalog)`` is the one test codec; ``python -m casestream.testing.consumer`` is the crash-test child) and
 ``relay`` (isolated schemas, topics, a private Kafka broker) and ``faults`` (fault injection
 and invariant reads for soaks: infrastructure restarts, forced rebalances, poison messages,
@@ -20,6 +22,7 @@ _LAZY = {
         "Harness", "close_codec", "create_topic", "headers_of", "make_event", "real_codec",
         "memory_codec")},
     "MemorySink": "casestream.outbox.sink",
+    **{name: "casestream.testing.memory" for name in ("ManualClock", "MemoryBus", "Published")},
     **{name: "casestream.testing.contracts" for name in (
         "DEAD_LETTER_CONTRACT", "OUTBOX_SINK_CONTRACT", "REGISTRY_CONTRACT")},
     **{name: "casestream.testing.faults" for name in (
