@@ -11,7 +11,7 @@ import pytest
 
 from casestream.consumer.batch_dispatch import Dispatcher
 from casestream.consumer.batch_fast import FastPath, GuardCache
-from casestream.consumer.batch_model import _Item
+from casestream.consumer.batch_model import Item
 from casestream.handlers.guard import FirstSeenPolicy
 from casestream.consumer.handlerloop import HandlerLoop
 from casestream.handlers.registry import DiscardingOutbox, HandlerKind, HandlerRegistry
@@ -52,7 +52,7 @@ def _fast(registry: HandlerRegistry, concurrency: int, loop: HandlerLoop | None 
                     concurrency=concurrency)
 
 
-def _run(fast: FastPath, items: list[_Item]) -> int:
+def _run(fast: FastPath, items: list[Item]) -> int:
     """The fast path's handler phase on ``items`` (no connection: the handlers use none)."""
     try:
         return fast._handlers(None, items)  # noqa: SLF001 - the wave under test
@@ -60,9 +60,9 @@ def _run(fast: FastPath, items: list[_Item]) -> int:
         fast.dispatch.close()
 
 
-def _items(aggregates: int, versions: int) -> list[_Item]:
+def _items(aggregates: int, versions: int) -> list[Item]:
     evs = [make_event(f"A{a}", v) for v in range(1, versions + 1) for a in range(aggregates)]
-    return [_Item(Record("t", 0, i, e.aggregate_id.encode(), b""), e) for i, e in enumerate(evs)]
+    return [Item(Record("t", 0, i, e.aggregate_id.encode(), b""), e) for i, e in enumerate(evs)]
 
 
 def test_aggregates_are_awaited_at_once_up_to_the_limit_each_in_order() -> None:
@@ -117,7 +117,7 @@ def test_a_plain_handler_between_coroutine_ones_runs_in_its_place() -> None:
                  kind=HandlerKind.PROJECTION)
     items = _items(aggregates=2, versions=1)
     closed = make_event("B", 1, event_type="CaseClosed")
-    items.insert(1, _Item(Record("t", 0, 99, b"B", b""), closed))
+    items.insert(1, Item(Record("t", 0, 99, b"B", b""), closed))
     fast = _fast(registry, concurrency=8)
     _run(fast, items)
     assert seen == ["async A0", "plain B", "async A1"]
@@ -160,10 +160,10 @@ def _units(calls: Calls, loop: HandlerLoop, units: int) -> list[FastPath]:
     return [_fast(registry, concurrency=loop.calls, loop=loop) for _ in range(units)]
 
 
-def _on_threads(fasts: list[FastPath], items_of: list[list[_Item]]) -> list[BaseException]:
+def _on_threads(fasts: list[FastPath], items_of: list[list[Item]]) -> list[BaseException]:
     errors: list[BaseException] = []
 
-    def apply(fast: FastPath, items: list[_Item]) -> None:
+    def apply(fast: FastPath, items: list[Item]) -> None:
         try:
             fast._handlers(None, items)  # noqa: SLF001 - the wave under test
         except BaseException as e:  # noqa: BLE001 - reported to the test
@@ -182,7 +182,7 @@ def test_units_of_several_worker_threads_share_the_loops_calls() -> None:
     loop = HandlerLoop("c", 6)
     try:
         fasts = _units(calls, loop, units=3)
-        items_of = [[_Item(it.rec, it.env) for it in _items(aggregates=10, versions=4)]
+        items_of = [[Item(it.rec, it.env) for it in _items(aggregates=10, versions=4)]
                     for _ in fasts]
         assert _on_threads(fasts, items_of) == []
     finally:
@@ -214,7 +214,7 @@ def test_a_failure_on_the_shared_loop_is_raised_in_its_unit_only() -> None:
     try:
         fasts = _units(calls, loop, units=2)
         other = _items(aggregates=6, versions=3)
-        errors = _on_threads(fasts, [items, [_Item(it.rec, it.env) for it in other]])
+        errors = _on_threads(fasts, [items, [Item(it.rec, it.env) for it in other]])
     finally:
         loop.close()
     assert [str(e) for e in errors] == ["external call refused"]

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from casestream.consumer.batch_dispatch import Dispatcher
-from casestream.consumer.batch_model import _Item
+from casestream.consumer.batch_model import Item
 from casestream.handlers.guard import FirstSeenPolicy
 from casestream.handlers.registry import DiscardingOutbox, HandlerContext, HandlerKind, HandlerRegistry
 from casestream.handlers.processing import ProcessingMode
@@ -43,9 +43,9 @@ def _dispatcher(registry: HandlerRegistry) -> Dispatcher:
                       strict_types=False, redrive_topic="c.redrive")
 
 
-def _item(aggregate_id: str, version: int) -> _Item:
+def _item(aggregate_id: str, version: int) -> Item:
     env = make_event(aggregate_id, version)
-    return _Item(Record("t", 0, version, aggregate_id.encode(), b""), env)
+    return Item(Record("t", 0, version, aggregate_id.encode(), b""), env)
 
 
 def test_plain_handlers_share_one_cursor_per_connection_over_events() -> None:

@@ -336,6 +336,39 @@ def test_find_cycle_sees_a_cycle() -> None:
     assert find_cycle({"a": {"b"}, "b": set()}) is None
 
 
+#: Library packages whose modules import each other without a cycle (TYPE_CHECKING included).
+ACYCLIC_PACKAGES = ("casestream.consumer", "casestream.replay", "casestream.handlers")
+
+
+def module_graph(package: str) -> dict[str, set[str]]:
+    """Edges between the modules of ``package`` (its ``__init__`` left out: it re-exports)."""
+    graph: dict[str, set[str]] = {}
+    for path in _files(LIBRARY / Path(*package.split(".")[1:])):
+        src = _module_name(path)
+        if src == package:
+            continue
+        graph.setdefault(src, set())
+        for module, names, _ in _imports(path):
+            for target in (module, *(f"{module}.{n}" for n in names)):
+                if target.startswith(package + ".") and _is_module(target) and target != src:
+                    graph[src].add(target)
+    return graph
+
+
+@pytest.mark.parametrize("package", ACYCLIC_PACKAGES)
+def test_the_modules_of_the_engines_and_the_authoring_package_import_without_cycles(package: str) -> None:
+    graph = module_graph(package)
+    assert len(graph) > 3
+    cycle = find_cycle(graph)
+    assert cycle is None, "import cycle between modules: " + " -> ".join(cycle or [])
+
+
+def test_replay_imports_nothing_from_the_consumer() -> None:
+    bad = [f"{_module_name(p)}:{line}: {module}" for p in _files(LIBRARY / "replay")
+           for module, _, line in _imports(p) if module.startswith("casestream.consumer")]
+    assert not bad, "\n".join(bad)
+
+
 def test_every_test_module_declares_its_kind() -> None:
     # `pytest -m unit` (and CI's selections) run only marked tests: an unmarked module would
     # silently drop out of every marker-selected run

@@ -133,65 +133,41 @@ def test_a_bounded_range_is_read_without_asking_for_high_watermarks() -> None:
     assert source.asked == 0
 
 
-class FakeConn:
-    def execute(self, *a: Any) -> None:
-        return None
+class ForkedBulk:
+    """A replay's bulk as ``run_workers`` drives it; ``rebuild_partitions`` records
+    ``per_partition`` aggregates per partition in the guard (as committed batches would)."""
 
-    def __enter__(self) -> FakeConn:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        return None
-
-
-class NoSource:
-    def assign(self, positions: Any) -> None:
-        pass
-
-    def close(self) -> None:
-        pass
-
-
-class ForkedReplayer:
-    """What ``_worker`` uses of a Replayer; ``_rebuild`` records ``per_partition`` aggregates
-    per partition in the applier's guard (as committed batches would)."""
+    name = "p"
 
     def __init__(self, per_partition: int, fail: bool = False) -> None:
-        self.spec = type("Spec", (), {"name": "p"})()
-        self.handlers, self.dsn, self.reporter, self.progress = None, "", None, Progress()
         self.per_partition, self.fail = per_partition, fail
 
-    def _source(self) -> NoSource:
-        return NoSource()
-
-    def _rebuild(self, conn: Any, source: Any, applier: Any, positions: dict[Any, int],
-                 ends: dict[Any, int], options: Any) -> None:
+    def rebuild_partitions(self, positions: dict[Any, int], ends: dict[Any, int],
+                           guard: dict[Any, int]) -> tuple[Progress, dict[Any, int]]:
         if self.fail:
             raise RuntimeError("boom")
+        p = Progress()
         for (_t, part), end in ends.items():
             for i in range(self.per_partition):
-                applier.guard[("case", f"{part}-{i}")] = 2
-            self.progress.read += end - positions[("t", part)]
+                guard[("case", f"{part}-{i}")] = 2
+            p.read += end - positions[("t", part)]
+        return p, guard
 
 
 def test_workers_hand_back_the_guard_rows_they_changed(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(parallel.psycopg, "connect", lambda *a, **k: FakeConn())
     monkeypatch.setattr(parallel, "_die_with_parent", lambda: None)
     start = {("case", "0-0"): 1, ("case", "elsewhere"): 7}  # the checkpoint's rows before
     positions = {("t", p): 0 for p in range(4)}
     ends = {("t", p): 10 for p in range(4)}
     # 30,000 rows per worker: far more than a pipe's buffer
-    done, changed = parallel.run_workers(ForkedReplayer(15_000), ReplayOptions(), positions,  # type: ignore[arg-type]
-                                         ends, None, 2, start)
+    done, changed = parallel.run_workers(ForkedBulk(15_000), positions, ends, 2, start)
     assert done.read == 40
     assert len(changed) == 60_000 and changed[("case", "0-0")] == 2
     assert ("case", "elsewhere") not in changed  # unchanged rows are not sent back
 
 
 def test_a_failing_worker_fails_the_run(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(parallel.psycopg, "connect", lambda *a, **k: FakeConn())
     monkeypatch.setattr(parallel, "_die_with_parent", lambda: None)
     positions = {("t", p): 0 for p in range(2)}
     with pytest.raises(ReplayError, match="failed; rerun resumes"):
-        parallel.run_workers(ForkedReplayer(1, fail=True), ReplayOptions(), positions,  # type: ignore[arg-type]
-                             {("t", p): 1 for p in range(2)}, None, 2, {})
+        parallel.run_workers(ForkedBulk(1, fail=True), positions, {("t", p): 1 for p in range(2)}, 2, {})

@@ -61,7 +61,7 @@ from casestream.consumer.batch_model import (  # noqa: F401 - re-exported (publi
     Action,
     BatchResult,
     Decoded,
-    _Item,
+    Item,
     decode_record,
     held_record,
     item_of,
@@ -203,14 +203,14 @@ class BatchProcessor:
         return result
 
     def _triage(self, conn: Any, decoded: Decoded, result: BatchResult,
-                dead: list[DeadLetter]) -> list[_Item]:
+                dead: list[DeadLetter]) -> list[Item]:
         """Decoded items in order; decode failures dead-lettered (poison) or cut (retryable)
         unless their retry row says they still wait (or were dead-lettered already)."""
         failures = self._failures
         if any(err is not None for _rec, _env, err in decoded.entries):
             failures.load(conn, [retry_key(rec) for rec, _env, err in decoded.entries
                                  if err is not None])
-        items: list[_Item] = []
+        items: list[Item] = []
         for rec, env, err in decoded.entries:
             tp = rec.tp
             if tp in result.rewinds:

@@ -15,7 +15,7 @@ from collections import deque
 from typing import Any
 
 from casestream import telemetry
-from casestream.consumer.batch_model import Action, _Item
+from casestream.consumer.batch_model import Action, Item
 from casestream.consumer.deadletters import H_ACCEPT_GAP
 from casestream.consumer.handlerloop import HandlerLoop
 from casestream.consumer.inbox import GuardRow
@@ -65,13 +65,13 @@ class Dispatcher:
         """True if a ``SIDE_EFFECT`` handler takes ``event_type`` in this mode."""
         return self.handlers.has_side_effects(event_type, self.mode)
 
-    def item_has_side_effects(self, item: _Item) -> bool:
+    def item_has_side_effects(self, item: Item) -> bool:
         """True if a ``SIDE_EFFECT`` handler takes one of the events of ``item``."""
         if item.events is None:
             return self.handlers.has_side_effects(item.env.event_type, self.mode)
         return any(self.handlers.has_side_effects(e.event_type, self.mode) for e in item.events)
 
-    def action(self, item: _Item, known: set[str], seen: set[str],
+    def action(self, item: Item, known: set[str], seen: set[str],
                guards: dict[tuple[str, str], GuardRow]) -> Action:
         """What to do with ``item`` given the event ids recorded before (``known``) and in this
         batch (``seen``) and the guard rows of the batch.
@@ -95,20 +95,20 @@ class Dispatcher:
             return Action.UNKNOWN_STRICT
         return Action.APPLY
 
-    def runs(self, apply: list[_Item]) -> list[tuple[list[_Item], tuple[Any, ...]]]:
+    def runs(self, apply: list[Item]) -> list[tuple[list[Item], tuple[Any, ...]]]:
         """Split ``apply`` into runs (``HandlerRunner.runs``): ``(items, batch handlers)``, or
         ``([item], ())`` for an event whose handlers are not all batch handlers. Order is kept;
         a record an event upcaster made several events of takes one place per event."""
         return [(run, hs if batch else ())
                 for run, hs, batch in self.runner.runs(_each_event(apply), _event_type)]
 
-    def run_batch(self, conn: Any, run: list[_Item], hs: tuple[Any, ...]) -> None:
+    def run_batch(self, conn: Any, run: list[Item], hs: tuple[Any, ...]) -> None:
         """Call the batch handlers ``hs`` once with the events of ``run``."""
         positions = [(i.rec.topic, i.rec.partition, i.rec.offset) for i in run]
         with telemetry.consume_batch_span(self.consumer, [(i.rec, i.env) for i in run]):
             self.runner.call_batch(conn, hs, positions, [i.env for i in run])
 
-    def run_item(self, conn: Any, item: _Item) -> int:
+    def run_item(self, conn: Any, item: Item) -> int:
         """Run the handlers of every event of ``item`` in order; returns how many had none."""
         if item.events is None:
             return self.run_handlers(conn, item.rec, item.env)
@@ -123,7 +123,7 @@ class Dispatcher:
             self.runner.call_each(conn, hs, (rec.topic, rec.partition, rec.offset), env)
         return 0
 
-    def awaits(self, item: _Item) -> bool:
+    def awaits(self, item: Item) -> bool:
         """True if a coroutine (``async def``) handler takes the event of ``item``."""
         return any(h.awaits for h in self.handlers.handlers_for(item.env.event_type, self.mode))
 
@@ -137,8 +137,8 @@ class Dispatcher:
             await self.runner.call_each_async(conn, hs, (rec.topic, rec.partition, rec.offset), env)
         return 0
 
-    def run_chains(self, conn: Any, chains: list[list[_Item]],
-                   concurrency: int) -> tuple[int, list[tuple[_Item, BaseException]]]:
+    def run_chains(self, conn: Any, chains: list[list[Item]],
+                   concurrency: int) -> tuple[int, list[tuple[Item, BaseException]]]:
         """Await the handlers of every item of ``chains`` (each chain in order, up to
         ``concurrency`` chains at once; on the shared ``loop``: by its callers, which every
         unit shares). The first failure stops every chain before its next item.
@@ -146,14 +146,14 @@ class Dispatcher:
         Returns:
             (events that had no handler, [(item, exception)] of the failure, if any).
         """
-        def call(it: _Item) -> Any:
+        def call(it: Item) -> Any:
             return self.run_handlers_async(conn, it.rec, it.env)
 
         loop = self.runner.loop
         if loop is not None:
             return loop.run_chains(chains, call)
         pending = deque(chains)
-        failed: list[tuple[_Item, BaseException]] = []
+        failed: list[tuple[Item, BaseException]] = []
 
         async def caller() -> int:  # one of ``concurrency``: takes chains until none is left
             unknown = 0
@@ -186,14 +186,14 @@ class Dispatcher:
         self.runner.close()
 
 
-def _event_type(it: _Item) -> str:
+def _event_type(it: Item) -> str:
     return it.env.event_type
 
 
-def _each_event(items: list[_Item]) -> list[_Item]:
+def _each_event(items: list[Item]) -> list[Item]:
     """``items`` with each record an event upcaster made several events of expanded to one
     item per event (same record: a failure is still pinned to that message)."""
     if all(it.events is None for it in items):
         return items
     return [x for it in items
-            for x in ((it,) if it.events is None else (_Item(it.rec, e) for e in it.events))]
+            for x in ((it,) if it.events is None else (Item(it.rec, e) for e in it.events))]

@@ -16,7 +16,7 @@ from collections.abc import Iterable, Sequence
 from datetime import datetime
 from typing import Any
 
-from casestream.consumer.batch_model import TP, BatchResult, _Item, _now
+from casestream.consumer.batch_model import TP, BatchResult, Item, _now
 from casestream.consumer.deadletters import DeadLetter, DeadLetterSink
 from casestream.consumer.failures import FailureClass, classify, error_class, reason_of
 from casestream.consumer.records import ConsumerStats, Record
@@ -58,7 +58,7 @@ class FailureHandler:
 
     # ------------------------------------------------------------------ attempt counts
 
-    def retrying(self, items: Iterable[_Item]) -> bool:
+    def retrying(self, items: Iterable[Item]) -> bool:
         """True if this member knows a message of ``items`` has failed before."""
         hints = self.hints
         return bool(hints) and any(retry_key(it.rec, it.env) in hints for it in items)
@@ -96,7 +96,7 @@ class FailureHandler:
         result.cut(rec.tp, rec.offset, st.wait_s)
         return True
 
-    def succeeded(self, conn: Any, items: Iterable[_Item]) -> None:
+    def succeeded(self, conn: Any, items: Iterable[Item]) -> None:
         """Drop the retry rows of ``items``: they were applied (inside the batch transaction)."""
         if not self.states:
             return

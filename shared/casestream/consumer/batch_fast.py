@@ -17,7 +17,7 @@ import psycopg
 
 from casestream.consumer.batch_dispatch import Dispatcher
 from casestream.consumer.batch_failures import FailureHandler
-from casestream.consumer.batch_model import Action, _Ineligible, _Item
+from casestream.consumer.batch_model import Action, _Ineligible, Item
 from casestream.consumer.failures import FailureClass, classify
 from casestream.handlers.guard import AggregateState
 from casestream.consumer.inbox import (
@@ -64,7 +64,7 @@ class GuardCache:
             if g.state is AggregateState.FLOWING:
                 rows[key] = g.last_version
 
-    def drop(self, items: Sequence[_Item]) -> None:
+    def drop(self, items: Sequence[Item]) -> None:
         """Forget the aggregates of ``items``."""
         if self.rows:
             for it in items:
@@ -106,7 +106,7 @@ class FastPath:
         #: ``try_apply``: that call was the message's attempt, the slow path must not repeat it.
         self.handler_failure: tuple[int, BaseException] | None = None
 
-    def try_apply(self, conn: Any, items: list[_Item]) -> bool:
+    def try_apply(self, conn: Any, items: list[Item]) -> bool:
         """The whole batch in one pipelined transaction; False if not eligible or it failed
         (then rolled back: the caller redoes the batch with a savepoint per message).
 
@@ -142,7 +142,7 @@ class FastPath:
         st.unknown_type += counters["unknown"]
         return True
 
-    def _reused(self, conn: Any, items: list[_Item], known: set[str]) -> bool:
+    def _reused(self, conn: Any, items: list[Item], known: set[str]) -> bool:
         """True if an event id repeated in ``items`` or recorded before (``known``) comes with
         other content (:func:`~casestream.consumer.inbox.payload_hash`)."""
         first: dict[str, str] = {}
@@ -153,7 +153,7 @@ class FastPath:
         stored = recorded_hashes(conn, self.consumer, list(known)) if known else {}
         return any(h is not None and h != first[i] for i, h in stored.items())
 
-    def _apply(self, conn: Any, pipeline: Any, items: list[_Item], counters: dict[str, Any]) -> None:
+    def _apply(self, conn: Any, pipeline: Any, items: list[Item], counters: dict[str, Any]) -> None:
         """Round trip 1: inbox + guard reads. Round trip 2: inbox/guard writes (one statement)
         and the handlers' statements, pipelined (``pipeline`` None: not pipelined). Then COMMIT.
         Raises _Ineligible to bail out."""
@@ -177,7 +177,7 @@ class FastPath:
             guards.update(read)  # planned below in place: ``start`` keeps their versions
             start.update((k, g.last_version) for k, g in read.items())
         seen: set[str] = set()
-        apply: list[_Item] = []
+        apply: list[Item] = []
         dup = stale = 0
         action_of = self.dispatch.action
         side_effects = self.dispatch.item_has_side_effects
@@ -221,14 +221,14 @@ class FastPath:
             check_advanced(recorded)
         counters.update(applied=len(apply), dup=dup, stale=stale, unknown=unknown, guards=guards)
 
-    def _handlers(self, conn: Any, apply: list[_Item]) -> int:
+    def _handlers(self, conn: Any, apply: list[Item]) -> int:
         """Run the handlers of ``apply`` in order; returns how many events had none.
 
         With ``concurrency`` > 1, consecutive events taken by coroutine handlers form a wave
         awaited concurrently (:meth:`_wave`); a batch handler or a plain one ends the wave."""
         unknown = 0
         dispatch = self.dispatch
-        wave: list[_Item] = []
+        wave: list[Item] = []
         for run, hs in dispatch.runs(apply):
             if len(run) > 1 or (hs and hs[0].batch):
                 if wave:
@@ -254,13 +254,13 @@ class FastPath:
             unknown += self._wave(conn, wave)
         return unknown
 
-    def _wave(self, conn: Any, wave: list[_Item]) -> int:
+    def _wave(self, conn: Any, wave: list[Item]) -> int:
         """Await the handlers of ``wave`` with up to ``concurrency`` calls at once (on a shared
         handler loop: by its callers, which every unit shares): one chain per aggregate,
         each chain's events in order. The first failure stops every chain
         before its next event and is raised once the calls under way have ended (the
         transaction then rolls back)."""
-        chains: dict[tuple[str, str], list[_Item]] = {}
+        chains: dict[tuple[str, str], list[Item]] = {}
         for it in wave:
             chains.setdefault(it.key, []).append(it)
         unknown, failed = self.dispatch.run_chains(conn, list(chains.values()), self.concurrency)

@@ -35,8 +35,8 @@ class _Ineligible(CasestreamError):
 
 
 @dataclass(slots=True)
-class _Item:
-    """One record to apply: ``env`` identifies it (event id for the inbox, aggregate and version
+class Item:
+    """One record to apply (the value the consumer's batch modules pass each other; internal): ``env`` identifies it (event id for the inbox, aggregate and version
     for the guard); ``events`` are what handlers see when an event upcaster made other than the
     one event ``env`` of it (None: just ``env``; ``()``: nothing, the guard still advances)."""
 
@@ -104,12 +104,12 @@ def _now() -> datetime:
     return datetime.now(timezone.utc)
 
 
-def item_of(rec: Record, decoded: Any) -> _Item:
-    """The :class:`_Item` of ``rec`` from what :func:`decode_record` returned for it."""
+def item_of(rec: Record, decoded: Any) -> Item:
+    """The :class:`Item` of ``rec`` from what :func:`decode_record` returned for it."""
     if isinstance(decoded, DecodedMessage):
         source, events = decoded
-        return _Item(rec, events[0] if events else source, events)
-    return _Item(rec, decoded)
+        return Item(rec, events[0] if events else source, events)
+    return Item(rec, decoded)
 
 
 def decode_record(decoder: Any, value: bytes, published_at: datetime | None) -> Any:
@@ -129,4 +129,4 @@ def held_record(h: HeldEvent) -> Record:
                   value=h.value, headers=h.headers, timestamp_ms=h.timestamp_ms)
 
 
-__all__ = ["TP", "Action", "BatchResult", "Decoded", "decode_record", "held_record", "item_of"]
+__all__ = ["TP", "Action", "BatchResult", "Decoded", "Item", "decode_record", "held_record", "item_of"]

@@ -12,12 +12,12 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from casestream.consumer.batch_dispatch import Dispatcher
 from casestream.consumer.batch_failures import FailureHandler
 from casestream.consumer.batch_fast import GuardCache
-from casestream.consumer.batch_model import Action, BatchResult, _Item
+from casestream.consumer.batch_model import Action, BatchResult, Item
 from casestream.consumer.deadletters import DeadLetter
 from casestream.handlers.guard import AggregateState
 from casestream.consumer.inbox import (
@@ -35,8 +35,14 @@ from casestream.consumer.inbox import (
 from casestream.consumer.records import ConsumerStats
 from casestream.errors import PoisonMessageError
 
-if TYPE_CHECKING:
-    from casestream.consumer.batch_held import HeldEvents
+
+class HeldDrain(Protocol):
+    """The held events of a consumer as the slow path uses them
+    (``casestream.consumer.batch_held.HeldEvents``)."""
+
+    def drain(self, conn: Any, key: tuple[str, str], guards: dict[tuple[str, str], GuardRow],
+              known: set[str], seen: set[str], dead: list[DeadLetter], *, advanced: bool) -> None: ...
+
 
 log = logging.getLogger("casestream.consumer")
 
@@ -55,7 +61,7 @@ class MessageApplier:
         self.dispatch = dispatch
         self.stats = stats
 
-    def apply(self, conn: Any, it: _Item, guards: dict[tuple[str, str], GuardRow], *,
+    def apply(self, conn: Any, it: Item, guards: dict[tuple[str, str], GuardRow], *,
               accept_gap: bool = False, held: HeldEvent | None = None) -> None:
         """Savepoint { inbox row, guard row, handlers[, release held row] }; raises on failure.
 
@@ -106,7 +112,7 @@ class SavepointPath:
     """
 
     def __init__(self, *, consumer: str, dispatch: Dispatcher, applier: MessageApplier,
-                 held: HeldEvents, failures: FailureHandler, cache: GuardCache,
+                 held: HeldDrain, failures: FailureHandler, cache: GuardCache,
                  stats: ConsumerStats, max_batch_s: float, gap_hold_s: float) -> None:
         self.consumer = consumer
         self.dispatch = dispatch
@@ -118,7 +124,7 @@ class SavepointPath:
         self.max_batch_s = max_batch_s
         self.gap_hold_s = gap_hold_s
 
-    def apply(self, conn: Any, items: list[_Item], result: BatchResult, dead: list[DeadLetter],
+    def apply(self, conn: Any, items: list[Item], result: BatchResult, dead: list[DeadLetter],
               t0: float, fast_failure: tuple[int, BaseException] | None = None) -> None:
         """Apply ``items`` (the batch started at monotonic ``t0``) message by message.
 
@@ -181,7 +187,7 @@ class SavepointPath:
                 if guards[it.key].state is not AggregateState.FLOWING:
                     self.held.drain(conn, it.key, guards, known, seen, dead, advanced=True)
 
-    def _hold(self, conn: Any, it: _Item, guards: dict[tuple[str, str], GuardRow],
+    def _hold(self, conn: Any, it: Item, guards: dict[tuple[str, str], GuardRow],
               seen: set[str], result: BatchResult, dead: list[DeadLetter]) -> None:
         rec, env = it.rec, it.env
         g = guards.get(it.key)
@@ -206,7 +212,7 @@ class SavepointPath:
             log.info("%s: %s %s v%d held behind a gap (last recorded v%d)", self.consumer,
                      env.aggregate_type, env.aggregate_id, env.aggregate_version, base)
 
-    def _apply_one(self, conn: Any, it: _Item, guards: dict[tuple[str, str], GuardRow],
+    def _apply_one(self, conn: Any, it: Item, guards: dict[tuple[str, str], GuardRow],
                    result: BatchResult, dead: list[DeadLetter], *, accept_gap: bool) -> bool:
         """Apply one live record in its own savepoint; on failure classify it. True if applied."""
         try:

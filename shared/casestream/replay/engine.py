@@ -49,7 +49,7 @@ from casestream.replay.checkpoint import fast_commits
 from casestream.replay.applier import Planned, ReplayApplier
 from casestream.replay.errors import PartialReplayRefused, ReplayConfigError, ReplayError
 from casestream.replay.lease import ReplayLease
-from casestream.replay.parallel import run_workers
+from casestream.replay.parallel import applied_so_far, run_workers
 from casestream.replay.positions import EndSpec, StartSpec
 from casestream.replay.progress import Progress, ProgressReporter
 from casestream.handlers.projection import ProjectionSpec
@@ -431,8 +431,15 @@ class Replayer:
         """The bulk in worker processes (``casestream.replay.parallel``), then reload the
         offsets they checkpointed as a resume would and take the guard rows they changed."""
         targets = ends if ends is not None else source.high_watermarks(positions)
-        done, changed = run_workers(self, options, positions, targets, applier.first_seen,
-                                    options.workers, applier.guard)
+
+        def tick() -> None:
+            if self.reporter:
+                self.progress.lag = max(0, sum(targets.values()) - sum(positions.values())
+                                        - applied_so_far(self.dsn, self.spec.name))
+                self.reporter.update(self.progress)
+
+        done, changed = run_workers(_Bulk(self, options, applier.first_seen), positions, targets,
+                                    options.workers, applier.guard, tick)
         p = self.progress
         p.read += done.read
         p.applied += done.applied
@@ -724,3 +731,28 @@ class Replayer:
             self.reporter.message(text)
         else:
             log.info("%s", text)
+
+
+class _Bulk:
+    """A replay's bulk as a forked worker runs it (``casestream.replay.parallel.Partitions``)."""
+
+    def __init__(self, replayer: Replayer, options: ReplayOptions, first_seen: Any) -> None:
+        self.name = replayer.spec.name
+        self._replayer, self._options, self._first_seen = replayer, options, first_seen
+
+    def rebuild_partitions(self, positions: dict[TP, int], ends: dict[TP, int],
+                           guard: dict[tuple[str, str], int]) -> tuple[Progress, dict[tuple[str, str], int]]:
+        r = self._replayer
+        r.reporter = None
+        r._history_id = None  # the parent records the run
+        r.progress = p = Progress(started=time.monotonic())
+        source = r._source()
+        try:
+            with psycopg.connect(r.dsn, autocommit=True, prepare_threshold=None) as conn:
+                applier = ReplayApplier(consumer=f"replay:{self.name}", handlers=r.handlers,
+                                        first_seen=self._first_seen, guard=guard)
+                source.assign(positions)
+                r._rebuild(conn, source, applier, dict(positions), ends, self._options)
+        finally:
+            source.close()
+        return p, applier.guard

@@ -3,8 +3,9 @@
 Why it is sound: events of one aggregate share a key, so they live in one partition; a worker
 owning a set of partitions owns their aggregates' guard rows and checkpoint rows outright, and
 the shadow rows of different workers never collide (different cases / event ids). Each worker
-is the ordinary phase-2 loop (``Replayer._rebuild``) on its partitions, up to the high
-watermarks the parent snapshotted, each batch one transaction with its checkpoint.
+is the ordinary phase-2 loop on its partitions (what :class:`Partitions` runs: the engine's
+``Replayer`` gives one), up to the high watermarks the parent snapshotted, each batch one
+transaction with its checkpoint. This module knows the engine only through that port.
 
 The parent then reloads the offsets from the checkpoint — exactly what a resume does — and
 takes each worker's guard rows from the worker itself (sent back over a pipe when its last
@@ -25,22 +26,32 @@ import multiprocessing.connection
 import os
 import signal
 import sys
-import time
 import traceback
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from typing import Any, Protocol
 
 import psycopg
 
-from casestream.replay.applier import ReplayApplier
 from casestream.replay.errors import ReplayError
 from casestream.replay.progress import Progress
-
-if TYPE_CHECKING:  # pragma: no cover
-    from casestream.replay.engine import ReplayOptions, Replayer
 
 TP = tuple[str, int]
 Key = tuple[str, str]  # (aggregate_type, aggregate_id)
 _PR_SET_PDEATHSIG = 1
+
+
+class Partitions(Protocol):
+    """The bulk of one replay as a worker process runs it."""
+
+    #: names the worker processes (``replay-<name>-<i>``)
+    name: str
+
+    def rebuild_partitions(self, positions: dict[TP, int], ends: dict[TP, int],
+                           guard: dict[Key, int]) -> tuple[Progress, dict[Key, int]]:
+        """In this (forked) process: rebuild ``positions`` up to ``ends`` from the guard rows
+        ``guard``, every batch committed with its checkpoint; returns the counters and the
+        guard rows afterwards (``guard`` updated)."""
+        ...
 
 
 def split(tps: list[TP], workers: int) -> list[list[TP]]:
@@ -49,11 +60,12 @@ def split(tps: list[TP], workers: int) -> list[list[TP]]:
     return [g for g in groups if g]
 
 
-def run_workers(replayer: Replayer, options: ReplayOptions, positions: dict[TP, int],
-                ends: dict[TP, int], first_seen: Any, workers: int,
-                guard: dict[Key, int] | None = None) -> tuple[Progress, dict[Key, int]]:
+def run_workers(bulk: Partitions, positions: dict[TP, int], ends: dict[TP, int], workers: int,
+                guard: dict[Key, int] | None = None,
+                tick: Callable[[], None] | None = None) -> tuple[Progress, dict[Key, int]]:
     """Rebuild ``positions`` up to ``ends`` in ``workers`` forked processes, starting from the
-    guard rows ``guard`` (what the checkpoint holds; None: empty).
+    guard rows ``guard`` (what the checkpoint holds; None: empty); ``tick()`` is called about
+    every 0.5 s while they run (progress lines).
 
     Returns:
         The workers' counters summed, and the guard rows they changed (aggregate -> last
@@ -68,9 +80,9 @@ def run_workers(replayer: Replayer, options: ReplayOptions, positions: dict[TP, 
     pipes: dict[Any, int] = {}
     for group in split([tp for tp in positions if positions[tp] < ends[tp]], workers):
         receive, send = ctx.Pipe(duplex=False)
-        proc = ctx.Process(target=_worker, name=f"replay-{replayer.spec.name}-{len(procs)}",
-                           args=(replayer, {tp: positions[tp] for tp in group},
-                                 {tp: ends[tp] for tp in group}, first_seen, start, options, send))
+        proc = ctx.Process(target=_worker, name=f"replay-{bulk.name}-{len(procs)}",
+                           args=(bulk, {tp: positions[tp] for tp in group},
+                                 {tp: ends[tp] for tp in group}, start, send))
         proc.start()
         send.close()  # the worker's end only: EOF here when it exits without a result
         pipes[receive] = len(procs)
@@ -87,10 +99,8 @@ def run_workers(replayer: Replayer, options: ReplayOptions, positions: dict[TP, 
                 except EOFError:
                     pass  # exited without a result: its exit status says why
                 ready.close()
-            if replayer.reporter:
-                replayer.progress.lag = max(0, sum(ends.values()) - sum(positions.values())
-                                            - _applied(replayer))
-                replayer.reporter.update(replayer.progress)
+            if tick is not None:
+                tick()
         for p in procs:
             p.join()
     finally:
@@ -116,11 +126,13 @@ def run_workers(replayer: Replayer, options: ReplayOptions, positions: dict[TP, 
     return total, changed
 
 
-def _applied(replayer: Replayer) -> int:
+def applied_so_far(dsn: str, projection: str) -> int:
+    """Events the workers of ``projection``'s run have applied (their checkpoint's count; 0
+    when the database does not answer)."""
     try:
-        with psycopg.connect(replayer.dsn, autocommit=True, connect_timeout=2) as conn:
+        with psycopg.connect(dsn, autocommit=True, connect_timeout=2) as conn:
             row = conn.execute("SELECT events_applied FROM replay_run WHERE projection = %s",
-                               (replayer.spec.name,)).fetchone()
+                               (projection,)).fetchone()
             return row[0] if row else 0
     except psycopg.Error:
         return 0
@@ -135,27 +147,14 @@ def _die_with_parent() -> None:
         os._exit(1)
 
 
-def _worker(replayer: Replayer, positions: dict[TP, int], ends: dict[TP, int],
-            first_seen: Any, guard: dict[Key, int], options: ReplayOptions, send: Any) -> None:
+def _worker(bulk: Partitions, positions: dict[TP, int], ends: dict[TP, int],
+            guard: dict[Key, int], send: Any) -> None:
     code = 1
     try:
         _die_with_parent()
-        replayer.reporter = None
-        replayer._history_id = None  # the parent records the run
-        replayer.progress = p = Progress(started=time.monotonic())
-        source = replayer._source()
-        try:
-            with psycopg.connect(replayer.dsn, autocommit=True, prepare_threshold=None) as conn:
-                applier = ReplayApplier(consumer=f"replay:{replayer.spec.name}",
-                                        handlers=replayer.handlers, first_seen=first_seen,
-                                        guard=dict(guard))
-                source.assign(positions)
-                replayer._rebuild(conn, source, applier, dict(positions), ends, options)
-        finally:
-            source.close()
-        # Every batch committed (``_rebuild`` waited for the writer): these rows are the
-        # checkpoint's for this worker's aggregates.
-        changed = {k: v for k, v in applier.guard.items() if guard.get(k) != v}
+        p, after = bulk.rebuild_partitions(positions, ends, dict(guard))
+        # Every batch committed: these rows are the checkpoint's for this worker's aggregates.
+        changed = {k: v for k, v in after.items() if guard.get(k) != v}
         send.send(((p.read, p.applied, p.stale, p.gaps, p.poison, p.unhandled), changed))
         send.close()
         code = 0
