@@ -1,6 +1,7 @@
 """The case service's PostgreSQL adapters against a real server.
 
-Repository (tenant scoping, optimistic version), outbox rows written in the same
+Beyond the unit-of-work contract (tests/integration/test_case_uow_contract_pg.py): repository
+reads through the service, outbox rows written in the same
 transaction as the case row (and rolled back with it), idempotency records (stored with
 the write, replayed, conflicting, in flight, purged), concurrent submits.
 """
@@ -18,7 +19,6 @@ from psycopg_pool import ConnectionPool
 from test_case_support import pg_fixtures
 
 from casestream.events.codec import EnvelopeCodec
-from casestream.errors import ConcurrencyError
 from casestream.outbox.writer import OutboxWriter
 from services.case.adapters.postgres import PgUnitOfWork
 from services.case.application import (
@@ -152,21 +152,6 @@ def test_repository_is_tenant_scoped_and_round_trips(service: CaseService) -> No
     from services.case.domain import CaseNotFound
     with pytest.raises(CaseNotFound):
         service.get_case("tenant-b", case_id)
-
-
-def test_stale_update_raises_concurrency_error(service: CaseService, pool: ConnectionPool[Any],
-                                               codec: EnvelopeCodec) -> None:
-    case_id = open_case(service)
-    writer = OutboxWriter(codec)
-    with PgUnitOfWork(pool=pool, append=writer.append) as uow:
-        stale = uow.cases.get(TENANT, case_id)
-    submit(service, case_id, "k-stale")
-    assert stale is not None
-    stale.submit(actor_id="other", at=SystemClock().now())
-    with pytest.raises(ConcurrencyError) as err, PgUnitOfWork(pool=pool,
-                                                             append=writer.append) as uow:
-        uow.cases.update(stale)
-    assert (err.value.expected, err.value.actual) == (1, 2)
 
 
 def test_submit_stores_record_event_and_state_together(service: CaseService, dsn: str) -> None:
