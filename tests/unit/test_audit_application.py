@@ -131,3 +131,20 @@ def test_http_store_failure_is_a_503_without_details() -> None:
         response = client.get("/audit/cases/c-1", headers=bearer_headers("t1"))
     assert response.status_code == 503 and response.json()["code"] == "service_unavailable"
     assert "secret" not in response.text and "10.0.0.1" not in response.text
+
+
+def test_the_live_consumer_and_the_replay_run_one_registry() -> None:
+    """The timeline's replay builds the live consumer's registry (for its shadow table): the
+    same handler, a batch PROJECTION for every event type, that writes by COPY in a replay."""
+    from casestream.handlers.projection import WRITES_BY_COPY
+    from services.audit.adapters.replay import PROJECTION
+
+    live = build_registry()
+    replay = PROJECTION.registry(PROJECTION.shadow_names(), KNOWN_EVENT_TYPES)
+    assert replay.event_types == live.event_types == KNOWN_EVENT_TYPES
+    for event_type in KNOWN_EVENT_TYPES:
+        [lh] = live.handlers_for(event_type, ProcessingMode.LIVE)
+        [rh] = replay.handlers_for(event_type, ProcessingMode.REPLAY)
+        assert lh.fn.__code__ is rh.fn.__code__ and lh.batch and rh.batch
+        assert lh.kind is rh.kind is HandlerKind.PROJECTION
+        assert getattr(rh.fn, WRITES_BY_COPY, False)
