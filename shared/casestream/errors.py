@@ -7,6 +7,7 @@ a subpackage are named with their module; the rest live here::
 
     CasestreamError
     ├── ConfigError                 a setting is missing or invalid; raised at start-up
+    │   └── ProjectionConfigError   handlers.projection: a projection's declaration does not fit its tables
     ├── SchemaError                 a schema, catalog or upcaster problem
     │   ├── UnknownSchemaError      subject, version or schema id not known
     │   ├── IncompatibleSchemaError a version breaks its subject's compatibility mode
@@ -45,6 +46,7 @@ a subpackage are named with their module; the rest live here::
     │   ├── ReplayHandlerError      replay.errors: a projection handler raised
     │   └── _CatchUpTimeout         replay.engine: the locked catch-up ran out of time (internal)
     ├── StackError                  service.devstack: a local service did not start or exited
+    ├── Busy                        console.app: every slot for an expensive console read is taken (503)
     └── _Ineligible                 consumer.batch_model: the fast path gives a batch up (internal)
 
 The consumer runtime classifies any other exception a handler raises as retryable
