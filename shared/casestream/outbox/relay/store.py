@@ -256,21 +256,24 @@ def any_running(conn: psycopg.Connection, vxids: Sequence[str]) -> bool:
 
 
 _ADVANCE_FLOOR = """
-UPDATE outbox_claim_floor
-SET seq = coalesce((SELECT o.seq FROM outbox o
-                    WHERE o.status = 'pending' AND o.seq >= %(old)s AND o.seq <= %(upto)s
-                    ORDER BY o.seq LIMIT 1), %(upto)s + 1),
-    generation = generation + 1, advanced_at = now()
-WHERE seq = %(old)s AND generation = %(generation)s
-RETURNING seq
+WITH n AS (
+    SELECT coalesce((SELECT o.seq FROM outbox o
+                     WHERE o.status = 'pending' AND o.seq >= %(old)s AND o.seq <= %(upto)s
+                     ORDER BY o.seq LIMIT 1), %(upto)s + 1) AS seq)
+UPDATE outbox_claim_floor f
+SET seq = n.seq, generation = f.generation + 1, advanced_at = now()
+FROM n
+WHERE f.seq = %(old)s AND f.generation = %(generation)s AND n.seq > f.seq
+RETURNING f.seq
 """
 
 
 def advance_claim_floor(conn: psycopg.Connection, old: tuple[int, int], upto: int) -> int | None:
     """Raise the claim floor from ``old`` (``(seq, generation)`` as :func:`claim_floor` read
     it) to the lowest pending ``seq`` at most ``upto`` (``upto + 1`` if none); return the new
-    floor, or None when the row changed since ``old`` was read (a re-drive lowered it, or
-    another relay advanced it: the caller reads it again).
+    floor, or None when there is nothing to raise (the row is not written: no dead version
+    per step while a horizon is held) or the row changed since ``old`` was read (a re-drive
+    lowered it, or another relay advanced it): the caller reads it again.
 
     The caller guarantees that no row with ``seq <= upto`` can still commit: ``upto`` is
     :func:`seq_high_water` read before :func:`outbox_writers`, and none of those writers is
