@@ -129,7 +129,7 @@ def test_metrics_render_existing_stats_in_prometheus_text(spans) -> None:
     probe.polled([record()], None)
     probe.started(1)
     relay = RelayMetrics(published_total=4, outbox_pending_total=2,
-                         outbox_oldest_pending_age_seconds=1.5)
+                         outbox_oldest_pending_age_seconds=1.5, postgres_xmin_horizon_age_seconds=42.5)
     telemetry.observe_relay("unit.relay", relay)
     tel = telemetry.current()
     tel.metrics.record("consumer_message_duration_seconds", 0.02,
@@ -143,6 +143,7 @@ def test_metrics_render_existing_stats_in_prometheus_text(spans) -> None:
     assert 'relay_published_total{relay="unit.relay"} 4' in text
     assert 'outbox_pending_total{relay="unit.relay"} 2' in text
     assert 'outbox_oldest_pending_age_seconds{relay="unit.relay"} 1.5' in text
+    assert 'postgres_xmin_horizon_age_seconds{relay="unit.relay"} 42.5' in text
     assert ('consumer_message_duration_seconds_bucket{consumer="unit.consumer",le="0.025",topic="t"} 1'
             in text)
     assert 'consumer_message_duration_seconds_count{consumer="unit.consumer",topic="t"} 1' in text
