@@ -16,10 +16,7 @@ from casestream.errors import PoisonMessageError
 from casestream.events import Envelope
 from casestream.testing.consumer import make_event
 
-try:  # the authoring package; casestream.consumer exported these names before it existed
-    from casestream.handlers import HandlerKind, HandlerRegistry
-except ImportError:  # pragma: no cover
-    from casestream.consumer import HandlerKind, HandlerRegistry
+from casestream.handlers import HandlerKind, HandlerRegistry
 
 MAX_ATTEMPTS = 2
 GAP_HOLD_S = 4.0

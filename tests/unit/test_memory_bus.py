@@ -13,10 +13,7 @@ from casestream.errors import PoisonMessageError
 from casestream.events import Envelope, UpcasterChain, new_event
 from casestream.testing.memory import ManualClock, MemoryBus
 
-try:  # the authoring package; casestream.consumer exported these names before it existed
-    from casestream.handlers import HandlerKind, HandlerRegistry, ProcessingMode
-except ImportError:  # pragma: no cover
-    from casestream.consumer import HandlerKind, HandlerRegistry, ProcessingMode
+from casestream.handlers import FirstSeenPolicy, HandlerKind, HandlerRegistry, ProcessingMode
 
 pytestmark = pytest.mark.unit
 
@@ -109,14 +106,9 @@ def test_poison_is_dead_lettered_at_once_other_failures_after_the_attempts() -> 
     assert bus.dead_lettered == [(poison.event_id, "validation")]
     assert seen.calls == [("t-1", 2)] and len(bus.emitted) == 1  # failed attempts' appends dropped
     seen.failures, seen.fail = 0, {3: RuntimeError("down")}
-    once = MemoryBus(registry(), state=seen, max_attempts=1, first_seen=_baseline())
+    once = MemoryBus(registry(), state=seen, max_attempts=1, first_seen=FirstSeenPolicy.BASELINE)
     assert [o.outcome for o in once.publish(event(3))] == ["dead_lettered"]
     assert once.dead_letters.sent[0].reason == "retries_exhausted"
-
-
-def _baseline() -> Any:
-    from casestream.testing.memory import FirstSeenPolicy
-    return FirstSeenPolicy.BASELINE
 
 
 def test_unknown_types_kinds_and_upcasters() -> None:

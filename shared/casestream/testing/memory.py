@@ -1,21 +1,23 @@
 """An in-memory consumer for unit tests: a service's handlers run without Kafka or PostgreSQL.
 
 :class:`MemoryBus` is to the consumer runtime what FastStream's ``TestKafkaBroker`` is to its
-``KafkaBroker``: ``publish`` an event and it goes through the rules the real engine applies, in
-the same order, with the engine's own code for each rule —
+``KafkaBroker``: ``publish`` an event and it goes through the rules the real engines apply, in
+the same order, with their own code for each rule —
 
 1. **upcasting**: ``upcasters`` (:meth:`casestream.events.UpcasterChain.upcast_event`) lift an
    event of any version to the newest (one event may become several; an event without an
    ``event_version``, as ``new_event`` makes it, is taken as the newest);
 2. **inbox**: an event id this consumer already processed is skipped (``skipped_duplicates``);
-3. **guard**: :func:`casestream.consumer.guard.decide` per (aggregate type, aggregate id) with
+3. **guard**: :func:`casestream.handlers.runner.verdict` (the guard rule
+   :func:`casestream.handlers.guard.decide`) per (aggregate type, aggregate id) with
    the consumer's ``first_seen`` policy: ``STALE`` is skipped, ``GAP`` holds the aggregate's
    events until the missing version is applied (then they drain in version order), or until
    :meth:`MemoryBus.park_expired` after ``gap_hold_s`` on the bus's clock dead-letters the first
    held event (reason ``version_gap``); every event counts for the guard, handled or not;
-4. **handlers**: those of the registry that run in ``mode`` (kinds, as
-   :meth:`HandlerRegistry.handlers_for` says), one event at a time (a batch handler gets a
-   one-event list, as on the runtime's savepoint path), ``async def`` ones awaited;
+4. **handlers**: called by :class:`casestream.handlers.HandlerRunner`, the runner of the
+   live consumer and of replay: those that run in ``mode`` (handler kinds), one event at a
+   time (a batch handler gets a one-event list, as on the runtime's savepoint path),
+   ``async def`` ones awaited;
 5. **failures**: :func:`casestream.consumer.failures.classify`: a poison message is
    dead-lettered at once, any other failure is retried up to ``max_attempts`` (no backoff
    sleep) and then dead-lettered; an unknown event type is dead-lettered with ``strict_types``.
@@ -33,8 +35,6 @@ of work can do it). One partition: events apply in publish order.
 
 from __future__ import annotations
 
-import asyncio
-import inspect
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -43,16 +43,12 @@ from typing import Any
 from casestream.consumer import MemoryDeadLetters, Record
 from casestream.consumer.deadletters import DeadLetter
 from casestream.consumer.failures import FailureClass, classify, error_class, reason_of
+from casestream.errors import PoisonMessageError
 from casestream.events import Envelope
 from casestream.outbox import headers_for
 
-try:  # the authoring names' package (casestream.consumer re-exports them during the move)
-    from casestream.handlers import FirstSeenPolicy, HandlerContext, HandlerRegistry, ProcessingMode, Verdict
-    from casestream.handlers.guard import decide
-except ImportError:  # pragma: no cover - before the move
-    from casestream.consumer.guard import FirstSeenPolicy, Verdict, decide
-    from casestream.consumer.handlers import HandlerContext, HandlerRegistry
-    from casestream.consumer.processing import ProcessingMode
+from casestream.handlers import FirstSeenPolicy, HandlerRegistry, HandlerRunner, ProcessingMode, Verdict
+from casestream.handlers.runner import verdict
 
 __all__ = ["ManualClock", "MemoryBus", "Published"]
 
@@ -86,7 +82,7 @@ class Published:
 
 
 class _Outbox:
-    """``ctx.outbox``: appends are staged per event and kept only when its handlers succeed."""
+    """``ctx.outbox``: appends are staged per attempt and kept only when its handlers succeed."""
 
     def __init__(self) -> None:
         self.staged: list[Envelope] = []
@@ -124,17 +120,23 @@ class MemoryBus:
         self._held: dict[tuple[str, str], tuple[datetime, list[Envelope]]] = {}
         self._parked: set[tuple[str, str]] = set()
         self._offset = 0
+        self._outbox = _Outbox()
+        self.runner = HandlerRunner(consumer=consumer, handlers=registry, mode=mode,
+                                    outbox=self._outbox)
 
     # ------------------------------------------------------------------ publishing
     def publish(self, *events: Envelope) -> list[Published]:
         """Deliver ``events`` in order; returns what happened to each upcast event."""
         out: list[Published] = []
-        for event in events:
-            # no event_version (new_event's default): the newest, as the outbox codec stamps it
-            lifted = ([event] if self.upcasters is None or event.event_version is None
-                      else self.upcasters.upcast_event(event))
-            for e in lifted:
-                out.extend(self._deliver(e))
+        try:
+            for event in events:
+                # no event_version (new_event's default): the newest, as the outbox codec stamps it
+                lifted = ([event] if self.upcasters is None or event.event_version is None
+                          else self.upcasters.upcast_event(event))
+                for e in lifted:
+                    out.extend(self._deliver(e))
+        finally:
+            self.runner.close()  # the event loop of async handlers: none left open between calls
         return out
 
     def park_expired(self) -> list[Envelope]:
@@ -155,15 +157,15 @@ class MemoryBus:
             return [Published(event, "duplicate")]
         key = (event.aggregate_type, event.aggregate_id)
         try:
-            verdict = decide(self._versions.get(key), event.aggregate_version, self.first_seen)
-        except ValueError as e:
-            self._dead_letter(event, "validation", str(e), "PoisonMessageError", 1)
+            found = verdict(self._versions.get(key), event.aggregate_version, self.first_seen)
+        except PoisonMessageError as e:
+            self._dead_letter(event, reason_of(e), str(e), error_class(e), 1)
             return [Published(event, "dead_lettered")]
-        if verdict is Verdict.STALE:
+        if found is Verdict.STALE:
             self.skipped_stale += 1
             self._inbox.add(event.event_id)
             return [Published(event, "stale")]
-        if verdict is Verdict.GAP:
+        if found is Verdict.GAP:
             since, held = self._held.get(key, (self.clock(), []))
             held.append(event)
             held.sort(key=lambda e: e.aggregate_version)
@@ -195,31 +197,25 @@ class MemoryBus:
 
     def _apply(self, event: Envelope) -> Published:
         self._inbox.add(event.event_id)
-        handlers = self.registry.handlers_for(event.event_type, self.mode)
+        handlers = self.runner.handlers_for(event.event_type)
         if not handlers:
             if self.strict_types and not self.registry.knows(event.event_type):
                 self._dead_letter(event, "unknown_event_type",
                                   f"no handler for {event.event_type}", "PoisonMessageError", 1)
                 return Published(event, "dead_lettered")
             return Published(event, "unhandled")
+        self._offset += 1
         for attempt in range(1, self.max_attempts + 1):
-            outbox = _Outbox()
-            self._offset += 1
-            ctx = HandlerContext(conn=self.state, outbox=outbox, mode=self.mode,
-                                 consumer=self.consumer, topic=self.topic, partition=0,
-                                 offset=self._offset, positions=((self.topic, 0, self._offset),))
+            self._outbox.staged = []
             try:
-                for h in handlers:
-                    result = h.call(ctx, event)
-                    if inspect.isawaitable(result):
-                        asyncio.run(_awaited(result))
+                self.runner.call_each(self.state, handlers, (self.topic, 0, self._offset), event)
             except Exception as exc:  # noqa: BLE001 - classified like the runtime does
                 poison = classify(exc) is FailureClass.POISON
                 if poison or attempt == self.max_attempts:
                     self._dead_letter(event, reason_of(exc), str(exc), error_class(exc), attempt)
                     return Published(event, "dead_lettered")
                 continue
-            self.emitted.extend(outbox.staged)
+            self.emitted.extend(self._outbox.staged)
             return Published(event, "applied")
         raise AssertionError("unreachable")  # pragma: no cover
 
@@ -246,6 +242,3 @@ class MemoryBus:
         """The guard's recorded version of the aggregate (None: never applied)."""
         return self._versions.get((aggregate_type, aggregate_id))
 
-
-async def _awaited(result: Any) -> None:
-    await result
