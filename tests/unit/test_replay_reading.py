@@ -52,7 +52,9 @@ class FakeConsumer:
 
 
 def _source(consumer: FakeConsumer) -> KafkaSource:
-    source = object.__new__(KafkaSource)
+    # a real source (its clients connect to nothing before they are used), reading the fake
+    source = KafkaSource("127.0.0.1:1", ["t"], client_id="replay-reading-test")
+    source.close()
     source._consumer = consumer
     return source
 
@@ -107,8 +109,13 @@ class Applier:
 
 
 def _replayer() -> Replayer:
-    r = object.__new__(Replayer)
-    r.progress, r.reporter = Progress(), None
+    from casestream.events import load_catalog
+    from services import schemas_dir
+    from services.decision.adapters.statistics import PROJECTION
+
+    r = Replayer(PROJECTION, codec=None, dsn="postgresql://127.0.0.1:1/none", bootstrap="127.0.0.1:1",
+                 event_types=load_catalog(schemas_dir()).event_types)  # reads and connects nothing
+    assert r.progress == Progress() and r.reporter is None
     r._decode = lambda msgs, positions, ends, new: [  # type: ignore[method-assign]
         new.__setitem__(("t", m.partition()), m.offset() + 1) for m in msgs]
     return r
