@@ -128,3 +128,11 @@ def test_every_installed_service_declares_what_its_spec_lists() -> None:
 def test_a_spec_refuses_projections_given_as_one_string() -> None:
     with pytest.raises(ConfigError, match="projections must be a tuple of names"):
         _spec(projections="probe.view")
+
+
+def test_no_test_builds_an_object_through_dunder_new() -> None:
+    # a constructor that needs bypassing in tests does I/O it should leave to start()
+    tests, needle = Path(__file__).resolve().parents[1], "__new__" + "("
+    found = [f"{p.relative_to(tests)}:{n}" for p in sorted(tests.rglob("*.py"))
+             for n, line in enumerate(p.read_text(encoding="utf-8").splitlines(), 1) if needle in line]
+    assert found == []
