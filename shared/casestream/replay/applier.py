@@ -24,7 +24,8 @@ handler is awaited before the next call.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import asyncio
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -64,7 +65,8 @@ class ReplayApplier:
 
     def __post_init__(self) -> None:
         self.runner = HandlerRunner(consumer=self.consumer, handlers=self.handlers,
-                                    mode=ProcessingMode.REPLAY, outbox=self.outbox)
+                                    mode=ProcessingMode.REPLAY, outbox=self.outbox,
+                                    loop=_LoopPerCall())
 
     def apply(self, conn: Any, items: Sequence[tuple[Position, Envelope]],
               progress: Progress) -> dict[Key, int]:
@@ -157,6 +159,23 @@ class ReplayApplier:
     def commit(self, changed: dict[Key, int]) -> None:
         """Record ``changed`` in memory after its transaction committed."""
         self.guard.update(changed)
+
+
+class _LoopPerCall:
+    """Awaits each coroutine handler call on an event loop of its own (``asyncio.run``): a
+    replay calls handlers from its writer thread and from its own, one call at a time, and
+    leaves no loop to close."""
+
+    @staticmethod
+    def run_chains(chains: list[list[Any]], call: Callable[[Any], Any]) -> tuple[int, list[Any]]:
+        unknown = 0
+        for chain in chains:
+            for it in chain:
+                try:
+                    unknown += asyncio.run(call(it))
+                except Exception as e:  # noqa: BLE001 - handed back, raised by the runner
+                    return unknown, [(it, e)]
+        return unknown, []
 
 
 def _event_type(item: tuple[Position, Envelope]) -> str:
