@@ -73,7 +73,8 @@ def build_registry(tables: AuditTables = AuditTables(),
             write_timeline(ctx, events)  # type: ignore[misc]
             return
         for (topic, partition, offset), event in zip(ctx.positions, events, strict=True):
-            record_event(PgAuditJournal(ctx.conn, statements, KafkaPosition(topic, partition, offset)),
+            record_event(PgAuditJournal(ctx.conn, statements,
+                                        KafkaPosition(topic=topic, partition=partition, offset=offset)),
                          event)
 
     record.__qualname__ = f"audit.record[{tables.timeline}]"
