@@ -38,7 +38,7 @@ def test_subscribed_topics_are_looked_up_every_5_s_unless_the_config_says_otherw
 
 
 @pytest.mark.parametrize("kafka", [{}, {"bootstrap.servers": "b:9092",
-                                        "partition.assignment.strategy": "cooperative-sticky"}])
+                                        "group.protocol": "consumer"}])
 def test_bad_kafka_config_is_refused(kafka: dict[str, Any]) -> None:
     with pytest.raises(ConfigError):
         _runtime(**kafka)

@@ -42,7 +42,7 @@ if TYPE_CHECKING:
     from casestream.consumer.failures import FailureClass, classify
     from casestream.consumer.group import ConsumerGroup, GroupStats
     from casestream.consumer.inbox import ensure_schema
-    from casestream.consumer.runtime import ConsumerRuntime, ensure_topics
+    from casestream.consumer.runtime import ConsumerFenced, ConsumerRuntime, ensure_topics
 
 # Lazy: these modules import psycopg and/or confluent_kafka.
 _LAZY = {
@@ -52,7 +52,8 @@ _LAZY = {
     **{name: "casestream.consumer.failures" for name in ("FailureClass", "classify")},
     **{name: "casestream.consumer.group" for name in ("ConsumerGroup", "GroupStats")},
     "ensure_schema": "casestream.consumer.inbox",
-    **{name: "casestream.consumer.runtime" for name in ("ConsumerRuntime", "ensure_topics")},
+    **{name: "casestream.consumer.runtime" for name in ("ConsumerFenced", "ConsumerRuntime",
+                                                         "ensure_topics")},
 }
 
 #: names that moved to casestream.handlers (deprecated here)

@@ -86,7 +86,7 @@ class ConsumerStats:
     batches / fast_batches: poll batches applied (with records) / of which on the fast path.
     offset_commits / offset_commit_failures: offset commits that succeeded / failed.
     accepted_gaps: version gaps accepted on a re-drive with ``dlq.accept_gap``.
-    assignments / revocations: rebalance callbacks seen (eager protocol: all partitions each time).
+    assignments / revocations: rebalance callbacks seen (incremental: some partitions each time).
     stalls: times the loop was seen stuck in one step longer than ``stall_after_s``.
     consumer_restarts: times the Kafka consumer was closed and made again because no
         assignment came within ``ConsumerSettings.rejoin_timeout_s``.

@@ -24,10 +24,18 @@ Loop, in the main thread (one batch in the database at a time, the next one pref
     drop from N+1 what a rebalance or a rewind made stale (it is fetched again), hand N+1 to
         the worker thread, then commit batch N's offsets (asynchronously, while N+1 runs)
 
-Rebalance (eager protocol, librdkafka default ``range,roundrobin``): ``on_revoke`` waits for the
-batch in flight, commits its offsets synchronously, resumes the revoked partitions it had
-paused and forgets them; ``on_lost`` does the same without committing (the group has already
-moved on); ``on_assign`` resumes every partition it hands over. librdkafka keeps an
+Rebalance (``ConsumerSettings.group_protocol``: ``classic`` with the cooperative-sticky
+assignor, or ``consumer``, KIP-848; both revoke and assign incrementally, and an eager assignor
+set in ``kafka_config`` revokes everything each time): ``on_revoke`` waits for the batch in
+flight (key-parallel: the running units), commits every pending offset synchronously, resumes
+the revoked partitions it had paused and forgets only those (inbox/guard caches, held and
+queued events, pending offsets); ``on_lost`` does the same without committing (the group has
+already moved on); ``on_assign`` adds and resumes the partitions it hands over. Records of a
+partition revoked after they were fetched are dropped (fetched again from its commit if it
+comes back); the kept partitions' records are processed, since their fetch position did not
+move. A commit refused for a stale member epoch or a fenced generation is logged and retried
+with the next commit; the offsets stay pending, and what the next owner redelivers meanwhile
+is deduplicated by the inbox and the version guard. librdkafka keeps an
 application ``pause()`` on a partition across revoke and re-assign (it is a flag of the
 partition object, not of the assignment), so a partition paused for a backoff and assigned
 back would otherwise never be fetched again. After any rebalance each assigned partition is
@@ -57,7 +65,7 @@ per step and librdkafka's own queue bounds what is prefetched; only at twice tha
 partitions paused (flow control: :func:`~casestream.consumer.keyparallel.key_queue_flow`).
 Rebalance and shutdown wait for the running units; the sweep runs in the loop beside them.
 
-Rejoin guard: from subscribing, and from each revoke or loss of partitions, the runtime
+Rejoin guard: from subscribing, and from each revoke or loss of its last partitions, the runtime
 expects an assignment callback (empty or not) within ``ConsumerSettings.rejoin_timeout_s``
 (default ``max.poll.interval.ms + session.timeout.ms``). Past that it closes its Kafka
 consumer and subscribes a new one: a librdkafka client whose group join never leaves its
@@ -107,6 +115,18 @@ log = logging.getLogger("casestream.consumer")
 
 
 _FORCED = {"enable.auto.commit": False, "enable.auto.offset.store": False}
+CONSUMER_PROTOCOL_REJECTS = ("partition.assignment.strategy", "session.timeout.ms",
+                             "heartbeat.interval.ms", "group.protocol.type")
+"""librdkafka consumer settings refused with ``group.protocol=consumer`` (KIP-848 moves
+assignment and session timing to the broker: ``group.consumer.assignors``,
+``group.consumer.session.timeout.ms``, ``group.consumer.heartbeat.interval.ms``)."""
+_BROKER_SESSION_TIMEOUT_MS = 45000  # group.consumer.session.timeout.ms default (Kafka 4.x)
+
+
+class ConsumerFenced(ConfigError):
+    """A static member (``group.instance.id``) was fenced: another instance joined the group
+    with the same identity. librdkafka raises it as a fatal error; the runtime stops with this
+    one line (the process exits 1) instead of a second instance silently taking over."""
 _COMMIT_RESEND_S = 10.0  # an asynchronous offset commit unanswered this long is sent again
 _CLOSE_WAIT_S = 10.0  # how long a replaced Kafka consumer is given to close
 KEY_DECODE_SLICE = 32  # records a key-parallel loop decodes between two GIL hand-overs
@@ -141,8 +161,10 @@ class ConsumerRuntime:
             ``<name>#<i>`` so that their counters and lag are not mixed up.
 
     Raises:
-        ConfigError: auto-commit requested, no bootstrap servers, no topics, or a cooperative
-            assignment strategy (only the eager protocol is implemented and tested).
+        ConfigError: auto-commit requested, no bootstrap servers, no topics, or under
+            ``group_protocol="consumer"`` a setting that protocol moves to the broker
+            (:data:`CONSUMER_PROTOCOL_REJECTS`), or ``group.protocol`` in ``kafka_config``
+            (``ConsumerSettings.group_protocol`` chooses it).
     """
 
     def __init__(self, name: str, topics: Sequence[str], handlers: HandlerRegistry,
@@ -158,11 +180,18 @@ class ConsumerRuntime:
                               "(offsets are committed after the database transaction)")
         if "bootstrap.servers" not in kafka_config:
             raise ConfigError(f"consumer {name}: kafka_config needs bootstrap.servers")
-        if "cooperative" in str(kafka_config.get("partition.assignment.strategy", "")):
-            raise ConfigError(f"consumer {name}: only the eager rebalance protocol is supported"
-                              " (partition.assignment.strategy range/roundrobin)")
-        self.name = name
         self.settings = settings or ConsumerSettings()
+        protocol = self.settings.group_protocol
+        if "group.protocol" in kafka_config:
+            raise ConfigError(f"consumer {name}: set the group protocol with "
+                              "ConsumerSettings.group_protocol, not kafka_config group.protocol")
+        if protocol == "consumer":
+            refused = [k for k in CONSUMER_PROTOCOL_REJECTS if k in kafka_config]
+            if refused:
+                raise ConfigError(f"consumer {name}: {', '.join(refused)} cannot be set with "
+                                  "group_protocol=consumer (the broker assigns partitions and "
+                                  "times sessions: group.consumer.* broker settings)")
+        self.name = name
         self.dlq_topic = self.settings.dlq_topic_for(name)
         self.redrive_topic = self.settings.redrive_topic_for(name)
         self.topics = list(dict.fromkeys([*topics, self.redrive_topic]))
@@ -174,8 +203,10 @@ class ConsumerRuntime:
             "auto.offset.reset": "earliest",
             "enable.partition.eof": False,
             "max.poll.interval.ms": 300000,
-            "session.timeout.ms": 45000,
             "topic.metadata.refresh.interval.ms": METADATA_REFRESH_MS,
+            "group.protocol": protocol,
+            **({"session.timeout.ms": 45000, "partition.assignment.strategy": "cooperative-sticky"}
+               if protocol == "classic" else {}),
             **kafka_config,
             **_FORCED,
         }
@@ -192,14 +223,19 @@ class ConsumerRuntime:
         self._pending: dict[TP, int] = {}  # offsets processed but not yet committed
         self._infra_failures = 0
         self._next_sweep = 0.0
-        self._generation = 0  # bumped on revoke/lost: a prefetched batch from before is stale
+        self._generation = 0  # bumped on revoke/lost/replace
+        # generation at which each partition was last revoked or lost: a prefetched record of it
+        # from an earlier generation is stale (fetched again from the commit); the others'
+        # records are kept, since an incremental revoke leaves their fetch position alone
+        self._forgotten_at: dict[TP, int] = {}
+        self._replaced_at = 0  # generation of the last client replacement: everything stale
         self._flight: tuple[cf.Future[BatchResult], list[Record]] | None = None
         self._commit_sent: float | None = None  # monotonic time of the unanswered async commit
         self.ready = threading.Event()  # set once the first assignment arrived
         self._unassigned_since: float | None = None  # monotonic; None while assigned
         self.rejoin_after_s = self.settings.rejoin_timeout_s or (
-            (int(self._conf["max.poll.interval.ms"]) + int(self._conf["session.timeout.ms"]))
-            / 1000.0)
+            (int(self._conf["max.poll.interval.ms"])
+             + int(self._conf.get("session.timeout.ms", _BROKER_SESSION_TIMEOUT_MS))) / 1000.0)
         self._phase: tuple[str, float] = ("starting", time.monotonic())  # watchdog's view
         self._stall_logged = False
         self._workers: KeyWorkers | None = None  # key-parallel mode (key_concurrency > 1)
@@ -298,6 +334,7 @@ class ConsumerRuntime:
         self._pending.clear()
         self._commit_sent = None
         self._generation += 1
+        self._replaced_at = self._generation
         closer = threading.Thread(target=_close_quietly, args=(old, self.name), daemon=True,
                                   name=f"{self.name}.close")
         closer.start()
@@ -487,11 +524,14 @@ class ConsumerRuntime:
         stray = self._land()  # batch N: wait, commit offsets, rewind cut partitions
         self._enter("handing over the next batch")
         if decoded is not None:
-            if generation != self._generation:
-                decoded = None  # a rebalance happened meanwhile: fetched again from the commit
+            if self._replaced_at > generation:
+                decoded = None  # fetched by a replaced client: fetched again from the commit
             else:
+                # a partition revoked (or lost) meanwhile is fetched again from its commit if it
+                # comes back; partitions kept by an incremental revoke keep their records
                 decoded = decoded.without(
-                    lambda r: r.tp in self._paused or r.tp not in self._assigned)
+                    lambda r: r.tp in self._paused or r.tp not in self._assigned
+                    or self._forgotten_at.get(r.tp, -1) > generation)
                 if not decoded:
                     decoded = None
         # Messages delivered while everything was paused (after this prefetched batch, or of a
@@ -551,6 +591,12 @@ class ConsumerRuntime:
                 if err.code() == KafkaError._PARTITION_EOF:
                     continue
                 if err.fatal():
+                    if err.code() == KafkaError._FENCED:
+                        raise ConsumerFenced(
+                            f"{self.name}: fenced from group {self._conf['group.id']}: another "
+                            f"member uses group.instance.id "
+                            f"{self._conf.get('group.instance.id')!r} (two instances were given "
+                            "the same identity); this one stops")
                     raise RuntimeError(f"{self.name}: fatal consumer error: {err}")
                 if err.code() == KafkaError.UNKNOWN_TOPIC_OR_PART and m.topic():
                     log.warning("%s: topic %s does not exist (yet); consuming it once it is "
@@ -862,9 +908,9 @@ class ConsumerRuntime:
             log.warning("%s: could not commit start positions (%s)", self.name, e)
 
     def _on_revoke(self, consumer: Any, partitions: list[Any]) -> None:
-        if not self._losing(consumer):
-            return
         revoked = {(p.topic, p.partition) for p in partitions}
+        if not self._losing(consumer, revoked):
+            return
         self.stats.revocations += 1
         self._generation += 1
         log.info("%s: revoked %s", self.name, _fmt(partitions))
@@ -876,9 +922,9 @@ class ConsumerRuntime:
         self._phase = phase
 
     def _on_lost(self, consumer: Any, partitions: list[Any]) -> None:
-        if not self._losing(consumer):
-            return
         lost = {(p.topic, p.partition) for p in partitions}
+        if not self._losing(consumer, lost):
+            return
         self._generation += 1
         log.warning("%s: partitions lost %s (not committing)", self.name, _fmt(partitions))
         phase = self._phase
@@ -887,12 +933,14 @@ class ConsumerRuntime:
         self._forget(lost)
         self._phase = phase
 
-    def _losing(self, consumer: Any) -> bool:
-        """False for a replaced client's callback; else start the wait for the next
-        assignment (unless one is running: a revoke during it does not restart the clock)."""
+    def _losing(self, consumer: Any, tps: set[TP]) -> bool:
+        """False for a replaced client's callback; else, when ``tps`` is all the runtime
+        holds, start the wait for the next assignment (unless one is running: a revoke
+        during it does not restart the clock). An incremental revoke that leaves partitions
+        assigned starts no wait: the member is in the group and fetching."""
         if consumer is not self._consumer:
             return False
-        if self._unassigned_since is None:
+        if self._unassigned_since is None and not (self._assigned - tps):
             self._unassigned_since = time.monotonic()
         return True
 
@@ -921,6 +969,7 @@ class ConsumerRuntime:
         self._assigned -= tps
         self.stats.partitions_assigned = len(self._assigned)
         for tp in tps:
+            self._forgotten_at[tp] = self._generation
             self._paused.pop(tp, None)
             self._pending.pop(tp, None)
             self._keyed_committed.pop(tp, None)

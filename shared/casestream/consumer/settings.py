@@ -21,6 +21,10 @@ def _default_retry() -> RetryPolicy:
                        max_attempts=5)
 
 
+GROUP_PROTOCOLS = ("classic", "consumer")
+"""Values of ``ConsumerSettings.group_protocol`` (librdkafka ``group.protocol``)."""
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ConsumerSettings:
     """Policy and tuning of a consumer runtime.
@@ -93,6 +97,16 @@ class ConsumerSettings:
             session.timeout.ms`` of the consumer config (345 s with the defaults), since the
             coordinator may wait ``max.poll.interval.ms`` (the rebalance timeout) for a slow
             member to rejoin. A shorter bound only makes such a rebalance start over.
+        group_protocol: Kafka's consumer group protocol (librdkafka ``group.protocol``).
+            ``classic`` (default): the JoinGroup/SyncGroup protocol with the
+            ``cooperative-sticky`` assignor unless ``kafka_config`` names another
+            ``partition.assignment.strategy``; works with every broker. ``consumer``: the
+            next-generation protocol (KIP-848, broker-side assignment, incremental
+            revocations; Kafka >= 4.0 brokers, which enable it by default through
+            ``group.coordinator.rebalance.protocols``); librdkafka then rejects the client-side
+            ``partition.assignment.strategy``, ``session.timeout.ms``,
+            ``heartbeat.interval.ms`` and ``group.protocol.type`` (the broker's
+            ``group.consumer.*`` settings govern them), so the runtime refuses them at start.
     """
 
     batch_size: int = 500
@@ -117,6 +131,7 @@ class ConsumerSettings:
     stall_after_s: float = 120.0
     key_concurrency: int = 1
     rejoin_timeout_s: float | None = None
+    group_protocol: str = "classic"
 
     def __post_init__(self) -> None:
         if self.batch_size < 1:
@@ -128,6 +143,9 @@ class ConsumerSettings:
             raise ConfigError("consumer durations must be positive (rejoin_timeout_s: finite)")
         if self.key_concurrency < 1:
             raise ConfigError(f"consumer key_concurrency must be >= 1, got {self.key_concurrency}")
+        if self.group_protocol not in GROUP_PROTOCOLS:
+            raise ConfigError(f"consumer group_protocol must be one of {', '.join(GROUP_PROTOCOLS)}, "
+                              f"got {self.group_protocol!r}")
         if not self.retry.bounded:
             raise ConfigError("consumer retry needs max_attempts or max_elapsed_s: a message "
                               "that keeps failing must end in the dead-letter topic")

@@ -213,6 +213,8 @@ class ServiceProcess:
     def _guard(self, name: str, worker: Worker, server: uvicorn.Server) -> None:
         try:
             worker(self.stop)
+        except ConfigError as e:  # a deployment mistake found while running: one line
+            log.error("worker %s stopped: %s; stopping the process", name, e)
         except BaseException:  # noqa: BLE001 - any end of a worker thread ends the process
             log.exception("worker %s crashed; stopping the process", name)
         else:
