@@ -138,12 +138,7 @@ class HandlerRunner:
         positions = tuple(positions)
         ctx = self.context(conn, positions[0], positions)
         for h in hs:
-            try:
-                self.wait(h.fn(ctx, events))
-            except Exception as e:
-                if failed is None:
-                    raise
-                raise failed(h, positions[0], e) from e
+            self._invoke(h.fn, h, ctx, events, positions[0], failed)
 
     def call_each(self, conn: Any, hs: Handlers, position: Position, event: Any,
                   failed: Callable[[RegisteredHandler, Position, Exception], Exception] | None = None,
@@ -156,12 +151,17 @@ class HandlerRunner:
         """
         ctx = self.context(conn, position)
         for h in hs:
-            try:
-                self.wait(h.call(ctx, event))
-            except Exception as e:
-                if failed is None:
-                    raise
-                raise failed(h, position, e) from e
+            self._invoke(h.call, h, ctx, event, position, failed)
+
+    def _invoke(self, call: Callable[[HandlerContext, Any], Any], h: RegisteredHandler,
+                ctx: HandlerContext, arg: Any, position: Position,
+                failed: Callable[[RegisteredHandler, Position, Exception], Exception] | None) -> None:
+        try:
+            self.wait(call(ctx, arg))
+        except Exception as e:
+            if failed is None:
+                raise
+            raise failed(h, position, e) from e
 
     async def call_each_async(self, conn: Any, hs: Handlers, position: Position, event: Any) -> None:
         """:meth:`call_each` on the running event loop: coroutine handlers are awaited there,
