@@ -286,6 +286,9 @@ class OutboxRelay:
             # or another instance would produce rows still in flight here a second time.
             if not self._settle_all(conn):
                 return 0  # stopping with reports outstanding
+            # Likewise the batch still being marked on the bookkeeping connection: its rows are
+            # pending until that commits, and the next owner would claim them again.
+            self._drain_marker()
             self._leases.rebalance(conn)
             self.metrics.shards_held = len(self._leases.held)
             self._cdc_publishes = store.cdc_publishes(conn)
