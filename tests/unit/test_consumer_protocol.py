@@ -126,3 +126,22 @@ def test_a_fenced_static_member_stops_with_one_line() -> None:
     with pytest.raises(ConsumerFenced) as e:
         rt._records([msg])
     assert "group.instance.id 'case-1'" in str(e.value) and "\n" not in str(e.value)
+
+
+def test_service_consumer_config_follows_the_protocol_and_the_instance_identity() -> None:
+    from casestream.service import CommonSettings
+
+    classic = CommonSettings(instance_id="case-1").consumer_config()
+    assert classic["group.instance.id"] == "case-1" and "session.timeout.ms" in classic
+    kip848 = CommonSettings(kafka_group_protocol="consumer").consumer_config()
+    assert not {"session.timeout.ms", "heartbeat.interval.ms", "group.instance.id"} & set(kip848)
+    ConsumerRuntime("unit.protocol", ["t"], HandlerRegistry(), object(), object(), kip848,
+                    ConsumerSettings(group_protocol="consumer"))  # accepted as it is
+
+
+def test_the_members_of_a_static_group_have_one_identity_each() -> None:
+    from casestream.consumer import ConsumerGroup
+
+    group = ConsumerGroup(2, "unit.protocol", ["t"], HandlerRegistry(), object(), object(),
+                          {**CONF, "group.instance.id": "case-1"}, ConsumerSettings())
+    assert [m._conf["group.instance.id"] for m in group.members] == ["case-1#0", "case-1#1"]

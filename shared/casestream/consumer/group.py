@@ -104,10 +104,12 @@ class ConsumerGroup:
                               f" ({k + 1} per member), the pool has max_size={max_size}")
         self.name = name
         client_id = kafka_config.get("client.id", name)
+        instance = kafka_config.get("group.instance.id")  # static members: one identity each
         self.members = [
             ConsumerRuntime(name, topics, handlers, codec, pool,
-                            {**kafka_config, "client.id": f"{client_id}#{i}"}, settings,
-                            outbox=outbox, metrics_name=f"{name}#{i}")
+                            {**kafka_config, "client.id": f"{client_id}#{i}",
+                             **({"group.instance.id": f"{instance}#{i}"} if instance else {})},
+                            settings, outbox=outbox, metrics_name=f"{name}#{i}")
             for i in range(concurrency)]
         self.stats = GroupStats(self.members)
         self.ready = _AllReady(self.members)

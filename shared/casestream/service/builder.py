@@ -321,7 +321,8 @@ class ServiceBuilder(Generic[S]):
         s = self.settings
         batching = ConsumerSettings(batch_size=s.consumer_batch_size if batch_size is None else batch_size,
                                     pipeline_handlers=pipeline,
-                                    rejoin_timeout_s=s.consumer_rejoin_timeout_s)
+                                    rejoin_timeout_s=s.consumer_rejoin_timeout_s,
+                                    group_protocol=s.kafka_group_protocol)
         args = (tuple(topics), registry, self.codec, self.pool, s.consumer_config(), batching)
         outbox = self.outbox if emits else None
         runtime: ConsumerRuntime | ConsumerGroup

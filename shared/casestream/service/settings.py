@@ -45,6 +45,15 @@ class CommonSettings(BaseSettings):
         KAFKA_SESSION_TIMEOUT_MS: consumers' ``session.timeout.ms`` (librdkafka default 45000):
             how long a crashed consumer keeps its partitions before the group rebalances.
             The broker bounds it (``group.min.session.timeout.ms``, 6000 by default).
+        KAFKA_GROUP_PROTOCOL: ``classic`` (default, cooperative-sticky assignor, any broker) or
+            ``consumer`` (KIP-848, Kafka >= 4.0 brokers): ``ConsumerSettings.group_protocol``.
+            With ``consumer`` the session timeout is the broker's
+            ``group.consumer.session.timeout.ms`` and KAFKA_SESSION_TIMEOUT_MS is not sent.
+        INSTANCE_ID: a stable identity of this instance (the StatefulSet pod name, the dev
+            stack's replica index): consumers join as static members (``group.instance.id``,
+            KIP-345), so a restart within the session timeout does not rebalance. Unset
+            (default): dynamic membership. Two running instances must never share it: the
+            second one fences the first, which stops (``ConsumerFenced``).
         CONSUMER_REJOIN_TIMEOUT_S: seconds a consumer waits for a partition assignment after
             subscribing or losing its partitions before it replaces its Kafka client
             (``ConsumerSettings.rejoin_timeout_s``; default ``max.poll.interval.ms +
@@ -105,6 +114,13 @@ class CommonSettings(BaseSettings):
     kafka_session_timeout_ms: int = Field(
         45000, description="consumers' `session.timeout.ms`: how long a crashed consumer keeps "
                            "its partitions")
+    kafka_group_protocol: Literal["classic", "consumer"] = Field(
+        "classic", description="consumer group protocol: classic (cooperative-sticky) or "
+                               "consumer (KIP-848, Kafka >= 4.0)")
+    instance_id: str | None = Field(
+        None, min_length=1, max_length=200, pattern=r"^[A-Za-z0-9._-]+$",
+        description="stable instance identity: consumers join as static members "
+                    "(group.instance.id)")
     consumer_rejoin_timeout_s: float | None = Field(
         None, gt=0, allow_inf_nan=False, description="seconds a consumer waits for a partition assignment after "
                                 "subscribing or losing its partitions before it replaces its "
@@ -202,12 +218,17 @@ class CommonSettings(BaseSettings):
 
     def consumer_config(self) -> dict[str, object]:
         """librdkafka consumer settings common to every consumer runtime of a service:
-        :meth:`kafka_client`, ``session.timeout.ms`` and ``heartbeat.interval.ms`` (a third
-        of the session timeout, capped at 3000 ms, Kafka's default)."""
+        :meth:`kafka_client`, ``group.instance.id`` (INSTANCE_ID, when set) and, with the
+        classic protocol, ``session.timeout.ms`` and ``heartbeat.interval.ms`` (a third of the
+        session timeout, capped at 3000 ms, Kafka's default)."""
+        static = {"group.instance.id": self.instance_id} if self.instance_id else {}
+        if self.kafka_group_protocol == "consumer":  # the broker times sessions (KIP-848)
+            return {**self.kafka_client(), **static}
         return {
             **self.kafka_client(),
             "session.timeout.ms": self.kafka_session_timeout_ms,
             "heartbeat.interval.ms": min(3000, self.kafka_session_timeout_ms // 3),
+            **static,
         }
 
     def schema_registry(self, *, timeout: float = 10.0, max_retries: int = 2) -> Any:
