@@ -45,7 +45,8 @@ value and header set.
 
 Other tables: ``outbox_relay_lease`` (32 shard leases), ``outbox_relay_member`` (live
 relay instances, for balancing), ``outbox_aggregate_version`` (stream version per
-aggregate for :meth:`OutboxWriter.append`'s ``expected_version``). An
+aggregate for :meth:`OutboxWriter.append`'s ``expected_version``), ``outbox_claim_floor``
+(the ``seq`` below which nothing is pending, :data:`OUTBOX_CLAIM_FLOOR_DDL`). An
 ``AFTER INSERT ... FOR EACH STATEMENT`` trigger sends ``NOTIFY casestream_outbox`` so a
 relay wakes at once (one notification per inserting statement, merged per transaction).
 
@@ -53,7 +54,9 @@ Indexes keep the relay's scans proportional to *unpublished* rows, not to table 
 ``(seq) WHERE status='pending'`` (claim); ``(aggregateid, aggregatetype, seq) WHERE
 status='failed' OR (status='pending' AND attempts>0)`` (the held-back check: only rows that
 ever failed are in it, so it stays tiny); ``(published_at) WHERE status='published'``
-(retention); ``(seq) WHERE status='failed'`` (CLI).
+(retention); ``(seq) WHERE status='failed'`` (CLI). While a snapshot is held open the
+pending index keeps the entries of rows published since; the claim skips them by starting at
+the claim floor.
 """
 
 from __future__ import annotations
