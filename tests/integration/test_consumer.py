@@ -19,12 +19,12 @@ from casestream.testing.consumer import (
     Harness,
     committed,
     create_topic,
-    make_event,
     produce,
     produce_events,
     wait_until,
 )
 from casestream.handlers.registry import HandlerKind, HandlerRegistry
+from tests.support.events import case_returned
 
 pytestmark = pytest.mark.integration
 
@@ -43,7 +43,7 @@ def _applied(rt: ConsumerRuntime, n: int) -> bool:
 
 def test_duplicate_delivery_also_across_restart_has_one_effect(env: Env) -> None:
     create_topic(env.bootstrap, env.topic, 1)
-    e1, e2 = make_event("A", 1), make_event("A", 2)
+    e1, e2 = case_returned("A", 1), case_returned("A", 2)
     produce_events(env.bootstrap, env.topic, env.codec, [e1, e1, e2, e2])
     rt = env.start(env.runtime())
     wait_until(lambda: rt.stats.applied + rt.stats.duplicates >= 4)
@@ -62,7 +62,7 @@ def test_duplicate_delivery_also_across_restart_has_one_effect(env: Env) -> None
 
 def test_garbage_between_two_valid_messages_is_dead_lettered_and_skipped(env: Env) -> None:
     create_topic(env.bootstrap, env.topic, 1)
-    e1, e2 = make_event("G", 1), make_event("G", 2)
+    e1, e2 = case_returned("G", 1), case_returned("G", 2)
     produce(env.bootstrap, env.topic, [
         (b"G", env.codec.encode(e1), [("id", e1.event_id.encode()), ("type", b"CaseReturned"),
                                        ("correlation_id", b"corr-G"),
@@ -99,10 +99,10 @@ def test_version_guard_stale_gap_filled_and_gap_parked_while_others_flow(env: En
     create_topic(env.bootstrap, env.topic, 1)
     settings = ConsumerSettings(batch_size=100, poll_timeout_s=0.1, retry=FAST_RETRY,
                                 gap_hold_s=3.0, sweep_interval_s=0.2)
-    a1, a2, a3 = (make_event("A", v) for v in (1, 2, 3))
-    stale_a1 = make_event("A", 1)  # another copy of version 1 (new event id)
-    b1, b3, b4 = make_event("B", 1), make_event("B", 3), make_event("B", 4)
-    c = [make_event("C", v) for v in (1, 2, 3)]
+    a1, a2, a3 = (case_returned("A", v) for v in (1, 2, 3))
+    stale_a1 = case_returned("A", 1)  # another copy of version 1 (new event id)
+    b1, b3, b4 = case_returned("B", 1), case_returned("B", 3), case_returned("B", 4)
+    c = [case_returned("C", v) for v in (1, 2, 3)]
     rt = env.start(env.runtime(settings))
     # A: v1, v3 (gap: held), stale v1 copy (skipped), then v2 arrives -> v2, v3 applied in order
     produce_events(env.bootstrap, env.topic, env.codec, [a1, a3, stale_a1])
@@ -134,8 +134,8 @@ def test_version_guard_stale_gap_filled_and_gap_parked_while_others_flow(env: En
 
 def test_held_events_drain_when_their_gap_is_filled_in_the_same_poll(env: Env) -> None:
     create_topic(env.bootstrap, env.topic, 1)
-    a = {v: make_event("A", v) for v in (1, 2, 3)}
-    b = {v: make_event("B", v) for v in (1, 2, 3, 4)}
+    a = {v: case_returned("A", v) for v in (1, 2, 3)}
+    b = {v: case_returned("B", v) for v in (1, 2, 3, 4)}
     # all in one poll batch: A v3 held then filled by v2; B v4 and v3 held then filled by v2
     order = [a[1], a[3], a[2], b[1], b[4], b[3], b[2]]
     produce_events(env.bootstrap, env.topic, env.codec, order)
@@ -152,9 +152,9 @@ def test_held_events_drain_when_their_gap_is_filled_in_the_same_poll(env: Env) -
 
 def test_transient_failures_are_retried_then_succeed_once(env: Env) -> None:
     create_topic(env.bootstrap, env.topic, 2)
-    flaky = make_event("F", 1)
-    after = make_event("F", 2)
-    others = [make_event(f"O{i}", 1) for i in range(20)]
+    flaky = case_returned("F", 1)
+    after = case_returned("F", 2)
+    others = [case_returned(f"O{i}", 1) for i in range(20)]
     env.projection.fail[flaky.event_id] = 3
     settings = ConsumerSettings(batch_size=100, poll_timeout_s=0.1, sweep_interval_s=0.2,
                                 retry=RetryPolicy(max_attempts=5, initial_delay_s=0.3,
@@ -175,7 +175,7 @@ def test_transient_failures_are_retried_then_succeed_once(env: Env) -> None:
 
 def test_always_failing_handler_ends_in_dlq_after_configured_attempts(env: Env) -> None:
     create_topic(env.bootstrap, env.topic, 1)
-    bad, good = make_event("X", 1), make_event("Y", 1)
+    bad, good = case_returned("X", 1), case_returned("Y", 1)
     env.projection.fail[bad.event_id] = 10**6
     settings = ConsumerSettings(batch_size=100, poll_timeout_s=0.1, sweep_interval_s=0.2,
                                 retry=RetryPolicy(max_attempts=3, initial_delay_s=0.05, max_delay_s=0.1))
@@ -195,7 +195,7 @@ def test_always_failing_handler_ends_in_dlq_after_configured_attempts(env: Env) 
 
 def test_second_consumer_joining_mid_stream_loses_and_doubles_nothing(env: Env) -> None:
     create_topic(env.bootstrap, env.topic, 4)
-    events = [make_event(f"R{a}", v) for v in range(1, 11) for a in range(300)]
+    events = [case_returned(f"R{a}", v) for v in range(1, 11) for a in range(300)]
     produce_events(env.bootstrap, env.topic, env.codec, events)
     slow = env.projection.handle
 
@@ -228,7 +228,7 @@ def test_second_consumer_joining_mid_stream_loses_and_doubles_nothing(env: Env) 
 
 def test_a_handler_running_longer_than_max_poll_interval_keeps_its_partitions(env: Harness) -> None:
     create_topic(env.bootstrap, env.topic, 1)
-    slow_event, next_event = make_event("W", 1), make_event("W", 2)
+    slow_event, next_event = case_returned("W", 1), case_returned("W", 2)
     inner = env.projection.handle
 
     def handle(ctx: Any, event: Any) -> None:
@@ -252,7 +252,7 @@ def test_a_handler_running_longer_than_max_poll_interval_keeps_its_partitions(en
 
 def test_lost_database_connection_rolls_back_the_batch_and_retries_it(env: Harness) -> None:
     create_topic(env.bootstrap, env.topic, 1)
-    events = [make_event("D", v) for v in (1, 2, 3)]
+    events = [case_returned("D", v) for v in (1, 2, 3)]
     inner = env.projection.handle
     killed: list[str] = []
 

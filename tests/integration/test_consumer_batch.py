@@ -30,6 +30,7 @@ from casestream.handlers.guard import FirstSeenPolicy
 from casestream.handlers.registry import HandlerContext, HandlerKind, HandlerRegistry
 from casestream.consumer.inbox import ensure_schema
 from casestream.handlers.processing import ProcessingMode
+from tests.support.events import case_returned
 
 pytestmark = pytest.mark.integration
 
@@ -82,8 +83,8 @@ def test_unknown_types_are_recorded_and_counted_or_dead_lettered_in_strict_mode(
         world: Any, codec: Any) -> None:
     conn, projection, name = world
     registry = projection.register(HandlerRegistry())
-    evs = [make_event("U", 1), make_event("U", 2, event_type="CaseSubmitted", payload=SUBMITTED),
-           make_event("U", 3)]
+    evs = [case_returned("U", 1), make_event("U", 2, event_type="CaseSubmitted", payload=SUBMITTED),
+           case_returned("U", 3)]
     lenient = _processor(name, registry, codec)
     result = lenient.process(conn, _records(codec, evs))
     assert result.fast and lenient.stats.unknown_type == 1 and lenient.stats.applied == 3
@@ -116,7 +117,7 @@ def test_replay_runs_projections_only_and_discards_outbox_appends(world: Any, co
         calls.append("side_effect")
 
     replay = _processor(name, registry, codec, mode=ProcessingMode.REPLAY)
-    replay.process(conn, _records(codec, [make_event("R", 1), make_event("R", 2)]))
+    replay.process(conn, _records(codec, [case_returned("R", 1), case_returned("R", 2)]))
     assert calls == [] and len(projection.rows(conn)) == 2
     assert replay.stats.fast_batches == 1  # no side effect runs in replay: fast path allowed
 
@@ -129,7 +130,7 @@ def test_replay_runs_projections_only_and_discards_outbox_appends(world: Any, co
     live = BatchProcessor(consumer=name + "-live", handlers=registry, decoder=codec,
                           dead_letters=MemoryDeadLetters(), outbox=Outbox(),
                           settings=ConsumerSettings(mode=ProcessingMode.LIVE))
-    live.process(conn, _records(codec, [make_event("L", 1)]))
+    live.process(conn, _records(codec, [case_returned("L", 1)]))
     assert calls == ["process", "side_effect"] and Outbox.appended == 1
     assert live.stats.fast_batches == 0  # a SIDE_EFFECT handler: one savepoint per message
 
@@ -138,11 +139,11 @@ def test_first_seen_policy_strict_holds_baseline_applies(world: Any, codec: Any)
     conn, projection, name = world
     registry = projection.register(HandlerRegistry())
     strict = _processor(name, registry, codec)
-    strict.process(conn, _records(codec, [make_event("F", 5)]))
+    strict.process(conn, _records(codec, [case_returned("F", 5)]))
     assert strict.stats.held == 1 and projection.rows(conn) == []
     assert _guard(conn, name, "F") == ("holding", 0)
     baseline = _processor(name + "-b", registry, codec, first_seen=FirstSeenPolicy.BASELINE)
-    baseline.process(conn, _records(codec, [make_event("F", 5), make_event("F", 7)]))
+    baseline.process(conn, _records(codec, [case_returned("F", 5), case_returned("F", 7)]))
     assert [r[2] for r in projection.rows(conn)] == [5]  # v5 sets the baseline; v7 is a gap
     assert _guard(conn, name + "-b", "F") == ("holding", 5)
 
@@ -166,13 +167,13 @@ def test_batch_handlers_get_runs_in_order_and_single_events_after_a_failure(
                             " aggregate_version) VALUES (%s, %s, %s)",
                             [(e.event_id, e.aggregate_id, e.aggregate_version) for e in events])
 
-    evs = [make_event("B", v) for v in (1, 2, 3)]
+    evs = [case_returned("B", v) for v in (1, 2, 3)]
     bp = _processor(name, registry, codec)
     assert bp.process(conn, _records(codec, evs)).fast
     assert calls == [[1, 2, 3]]
 
     calls.clear()
-    more = [make_event("B", v) for v in (4, 5, 6)]
+    more = [case_returned("B", v) for v in (4, 5, 6)]
     fail_on.add(more[1].event_id)
     result = bp.process(conn, _records(codec, more, start=3))
     assert not result.fast
@@ -184,7 +185,7 @@ def test_batch_handlers_get_runs_in_order_and_single_events_after_a_failure(
 def test_fast_path_handler_failure_is_that_messages_attempt(world: Any, codec: Any) -> None:
     conn, projection, name = world
     registry = projection.register(HandlerRegistry())
-    ok, bad = make_event("A", 1), make_event("A", 2)
+    ok, bad = case_returned("A", 1), case_returned("A", 2)
     projection.fail[bad.event_id] = 10
     backoff = RetryPolicy(max_attempts=3, initial_delay_s=0.5, max_delay_s=0.5, jitter=0.0)
     bp = _processor(name, registry, codec, retry=backoff)
@@ -207,13 +208,13 @@ def test_fast_path_without_pipeline_and_held_events_deduplicated(world: Any, cod
     conn, projection, name = world
     registry = projection.register(HandlerRegistry())
     bp = _processor(name, registry, codec, pipeline_handlers=False)
-    assert bp.process(conn, _records(codec, [make_event("N", 1), make_event("N", 2)])).fast
-    gap = make_event("N", 4)
+    assert bp.process(conn, _records(codec, [case_returned("N", 1), case_returned("N", 2)])).fast
+    gap = case_returned("N", 4)
     bp.process(conn, _records(codec, [gap, gap]))  # delivered twice while held
     assert bp.stats.held == 1
     assert conn.execute("SELECT count(*) FROM consumer_held_event WHERE consumer = %s",
                         (name,)).fetchone()[0] == 1
-    bp.process(conn, _records(codec, [make_event("N", 3)]))
+    bp.process(conn, _records(codec, [case_returned("N", 3)]))
     assert [r[2] for r in projection.rows(conn)] == [1, 2, 3, 4]
     assert _guard(conn, name, "N") == ("flowing", 4) and bp.stats.drained == 1
 
@@ -222,10 +223,10 @@ def test_a_stale_guard_cache_never_causes_a_wrong_effect(world: Any, codec: Any)
     conn, projection, name = world
     registry = projection.register(HandlerRegistry())
     one, two = _processor(name, registry, codec), _processor(name, registry, codec)
-    e = [make_event("C", v) for v in range(1, 6)]
+    e = [case_returned("C", v) for v in range(1, 6)]
     assert one.process(conn, _records(codec, e[:3])).fast  # one caches C at v3
     assert two.process(conn, _records(codec, [e[3]])).fast  # another instance records v4
-    copy4 = make_event("C", 4)  # a second event claiming version 4 (stale by now)
+    copy4 = case_returned("C", 4)  # a second event claiming version 4 (stale by now)
     one.process(conn, _records(codec, [copy4]))
     assert one.stats.stale == 1 and one.stats.applied == 3  # the conditional upsert caught it
     one.process(conn, _records(codec, [e[3], e[4]]))  # v4 again (duplicate) and v5
@@ -258,7 +259,7 @@ def test_held_events_apply_once_in_order_whichever_batch_fills_the_gap(
     for batch in batches:
         records = []
         for topic, version in batch:
-            e = events.setdefault(version, make_event("H", version))
+            e = events.setdefault(version, case_returned("H", version))
             [rec] = _records(codec, [e], start=offset)
             offset += 1
             records.append(Record(topic=f"{name}.redrive" if topic == "redrive" else topic,

@@ -19,9 +19,15 @@ from casestream.consumer import ConsumerRuntime
 from casestream.handlers import HandlerRegistry
 from casestream.testing import end_offsets
 from casestream.testing.consumer import (
-    FramedJsonCodec, Harness, committed, create_topic, make_event, produce_events, wait_until,
+    FramedJsonCodec,
+    Harness,
+    committed,
+    create_topic,
+    produce_events,
+    wait_until,
 )
 from casestream.testing.relay import PrivateKafka
+from tests.support.events import case_returned
 
 pytestmark = pytest.mark.integration
 
@@ -54,7 +60,7 @@ def test_a_consumer_rejoins_after_a_broker_restart_and_applies_every_event_once(
                        prefix="test.restart")
     try:
         rt = _started(h, 6, stall_after_s=20.0)
-        before = [make_event(f"agg-{i % 30}", i // 30 + 1) for i in range(300)]
+        before = [case_returned(f"agg-{i % 30}", i // 30 + 1) for i in range(300)]
         produce_events(h.bootstrap, h.topic, h.codec, before[:150])
         wait_until(lambda: rt.stats.applied >= 20, 30)
         private_kafka.kill()
@@ -78,7 +84,7 @@ def test_a_consumer_left_without_assignment_replaces_its_client_and_still_applie
                        prefix="test.rejoin")
     try:
         rt = _started(h, 4, rejoin_timeout_s=4.0, key_concurrency=key_concurrency)
-        events = [make_event(f"agg-{i % 20}", i // 20 + 1) for i in range(200)]
+        events = [case_returned(f"agg-{i % 20}", i // 20 + 1) for i in range(200)]
         produce_events(h.bootstrap, h.topic, h.codec, events[:100])
         wait_until(lambda: rt.stats.applied >= 100, 30)
         time.sleep(5.0)  # longer than the bound while assigned: no replacement

@@ -17,7 +17,8 @@ from typing import Any
 
 import pytest
 
-from casestream.testing.consumer import Harness, committed, create_topic, make_event, produce_events
+from casestream.testing.consumer import Harness, committed, create_topic, produce_events
+from tests.support.events import case_returned
 
 pytestmark = pytest.mark.integration
 
@@ -38,7 +39,7 @@ def _child(env: Harness, *extra: str, timeout_s: float = 90) -> subprocess.Compl
 
 def _events(env: Harness) -> list[str]:
     create_topic(env.bootstrap, env.topic, 1)
-    events = [make_event(f"S{i % 3}", i // 3 + 1, seq=i) for i in range(N)]
+    events = [case_returned(f"S{i % 3}", i // 3 + 1, seq=i) for i in range(N)]
     produce_events(env.bootstrap, env.topic, env.codec, events)
     return [e.event_id for e in events]
 

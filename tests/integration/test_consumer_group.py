@@ -9,8 +9,9 @@ import psycopg
 import pytest
 
 from casestream.consumer import ConsumerGroup
-from casestream.testing.consumer import Harness, committed, create_topic, make_event, produce_events, wait_until
+from casestream.testing.consumer import Harness, committed, create_topic, produce_events, wait_until
 from casestream.handlers.registry import HandlerRegistry
+from tests.support.events import case_returned
 
 pytestmark = pytest.mark.integration
 
@@ -23,7 +24,7 @@ def test_two_members_split_the_partitions_and_apply_every_event_once_in_order(
                           env.codec, env.pool, {"bootstrap.servers": env.bootstrap},
                           env.settings(batch_size=50))
     env.start(group)  # returns once both members have their assignment
-    events = [make_event(f"G{a}", v) for v in range(1, 11) for a in range(40)]
+    events = [case_returned(f"G{a}", v) for v in range(1, 11) for a in range(40)]
     produce_events(env.bootstrap, env.topic, env.codec, events)
     wait_until(lambda: group.stats.applied >= len(events), timeout_s=60)
     env.stop(group)

@@ -18,10 +18,10 @@ from casestream.testing.consumer import (
     Harness,
     create_topic,
     database_dsn,
-    make_event,
     produce_events,
     wait_until,
 )
+from tests.support.events import case_returned
 
 pytestmark = pytest.mark.integration
 
@@ -62,8 +62,8 @@ def test_handlers_on_the_shared_cursor_read_their_own_writes(consumer_harness: A
                                                              pipeline: bool) -> None:
     env: Harness = consumer_harness()
     table = env.projection.table
-    first = [make_event(f"A{a}", v) for v in range(1, 4) for a in range(4)]
-    then = [make_event(f"A{a}", v) for v in range(4, 7) for a in range(4)]
+    first = [case_returned(f"A{a}", v) for v in range(1, 4) for a in range(4)]
+    then = [case_returned(f"A{a}", v) for v in range(4, 7) for a in range(4)]
     fail_once = {then[5].event_id}  # its batch fails once: redone with a savepoint per message
     counted: dict[str, int] = {}
     cursors: dict[int, set[int]] = defaultdict(set)  # connection -> cursors the handlers got

@@ -29,11 +29,11 @@ from casestream.testing.consumer import (
     Harness,
     committed,
     create_topic,
-    make_event,
     produce,
     produce_events,
     wait_until,
 )
+from tests.support.events import case_returned
 
 pytestmark = pytest.mark.integration
 
@@ -51,7 +51,7 @@ def _harness(consumer_harness: Any, prefix: str) -> Harness:
 
 def _events(aggregates: int, versions: int) -> list[Any]:
     # version-major: every aggregate's v1, then every v2, ... (interleaved in each partition)
-    return [make_event(f"A{a}", v, seq=(v - 1) * aggregates + a)
+    return [case_returned(f"A{a}", v, seq=(v - 1) * aggregates + a)
             for v in range(1, versions + 1) for a in range(aggregates)]
 
 

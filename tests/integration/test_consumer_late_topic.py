@@ -8,7 +8,8 @@ from typing import Any
 
 import pytest
 
-from casestream.testing.consumer import Harness, create_topic, make_event, produce_events, wait_until
+from casestream.testing.consumer import Harness, create_topic, produce_events, wait_until
+from tests.support.events import case_returned
 
 pytestmark = pytest.mark.integration
 
@@ -24,7 +25,7 @@ def test_a_topic_created_after_the_consumer_started_is_consumed_without_a_restar
     assert rt.stats.applied == 0
     create_topic(env.bootstrap, env.topic, 3)
     created = time.monotonic()
-    event = make_event("LATE", 1)
+    event = case_returned("LATE", 1)
     produce_events(env.bootstrap, env.topic, env.codec, [event])
     wait_until(lambda: rt.stats.applied >= 1, timeout_s=PICKED_UP_WITHIN_S + 5)
     took = time.monotonic() - created

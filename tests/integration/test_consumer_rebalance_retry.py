@@ -21,7 +21,8 @@ import pytest
 
 from casestream.handlers.registry import HandlerKind, HandlerRegistry
 from casestream.retry import RetryPolicy
-from casestream.testing.consumer import Harness, create_topic, make_event, produce_events, wait_until
+from casestream.testing.consumer import Harness, create_topic, produce_events, wait_until
+from tests.support.events import case_returned
 
 pytestmark = pytest.mark.integration
 
@@ -58,10 +59,10 @@ def test_members_joining_and_leaving_during_backoff_never_exceed_max_attempts(
         consumer_harness: Any, joining: int) -> None:
     env: Harness = consumer_harness("test.rebalance")
     create_topic(env.bootstrap, env.topic, PARTITIONS)
-    bad = make_event("F", 1)
+    bad = case_returned("F", 1)
     env.projection.fail[bad.event_id] = 10**6  # never succeeds
     timed = TimedCalls(env, bad.event_id)
-    others = [make_event(f"K{a}", v) for v in (1, 2) for a in range(60)]
+    others = [case_returned(f"K{a}", v) for v in (1, 2) for a in range(60)]
     settings = env.settings(batch_size=50, retry=POLICY)
     first = env.start(env.runtime(settings, timed.registry()))
     produce_events(env.bootstrap, env.topic, env.codec, [bad, *others])
@@ -79,7 +80,7 @@ def test_members_joining_and_leaving_during_backoff_never_exceed_max_attempts(
     assert headers["dlq.attempts"] == str(MAX_ATTEMPTS).encode()
     assert headers["dlq.error.reason"] == b"retries_exhausted"
     # every partition still fetched by the member left: one more event per aggregate
-    more = [make_event(f"K{a}", 3) for a in range(60)]
+    more = [case_returned(f"K{a}", 3) for a in range(60)]
     produce_events(env.bootstrap, env.topic, env.codec, more)
     wait_until(lambda: len(env.rows()) == len(others) + len(more), timeout_s=20)
     env.stop(first)
@@ -102,7 +103,7 @@ def test_a_process_restarted_during_backoff_waits_the_rest_and_keeps_counting(
         consumer_harness: Any) -> None:
     env: Harness = consumer_harness("test.restart")
     create_topic(env.bootstrap, env.topic, 1)
-    bad, after = make_event("R", 1), make_event("S", 1)
+    bad, after = case_returned("R", 1), case_returned("S", 1)
     produce_events(env.bootstrap, env.topic, env.codec, [bad, after])
 
     killed = _child(env, "--fail-always", bad.event_id)

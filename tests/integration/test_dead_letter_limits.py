@@ -21,8 +21,9 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from casestream.consumer.deadletters import DeadLetter, DeadLetterError, KafkaDeadLetters
 from casestream.consumer.deadletters import read_topic, redrive
 from casestream.consumer.records import Record
-from casestream.testing.consumer import Harness, create_topic, make_event, wait_until
+from casestream.testing.consumer import Harness, create_topic, wait_until
 from casestream.testing.consumer import produce_events
+from tests.support.events import case_returned
 
 pytestmark = pytest.mark.integration
 
@@ -106,7 +107,7 @@ def env(consumer_harness: Any) -> Harness:
 
 def test_the_partition_moves_on_past_a_message_over_a_million_bytes(env: Harness) -> None:
     create_topic(env.bootstrap, env.topic, 1)
-    after = make_event("K", 1)
+    after = case_returned("K", 1)
     rt = env.start(env.runtime(env.settings()))
     _produce_large(env.bootstrap, env.topic, b"K", b"\x07" + b"p" * (BETWEEN_LIMITS - 1))
     produce_events(env.bootstrap, env.topic, env.codec, [after], partition=0)

@@ -16,9 +16,15 @@ from click.testing import CliRunner
 from casestream.cli.dlq import dlq
 from casestream.retry import RetryPolicy
 from casestream.testing.consumer import (
-    Harness, committed, create_topic, make_event, produce, produce_events, wait_until,
+    Harness,
+    committed,
+    create_topic,
+    produce,
+    produce_events,
+    wait_until,
 )
 from casestream.consumer.deadletters import read_topic, redrive
+from tests.support.events import case_returned
 
 pytestmark = pytest.mark.integration
 
@@ -37,7 +43,7 @@ def _cli(env: Harness, *args: str) -> str:
 
 def test_redrive_after_fix_is_processed_once_and_twice_is_still_once(env: Harness) -> None:
     create_topic(env.bootstrap, env.topic, 1)
-    bad, follower, other = make_event("K", 1), make_event("K", 2), make_event("L", 1)
+    bad, follower, other = case_returned("K", 1), case_returned("K", 2), case_returned("L", 1)
     env.projection.fail[bad.event_id] = 10**6  # "a bug" until fixed below
     rt = env.start(env.runtime(env.settings(
         retry=RetryPolicy(max_attempts=2, initial_delay_s=0.05, max_delay_s=0.1), gap_hold_s=60)))
@@ -71,7 +77,7 @@ def test_redrive_after_fix_is_processed_once_and_twice_is_still_once(env: Harnes
 
 def test_accept_gap_redrive_unparks_an_aggregate_whose_missing_event_is_lost(env: Harness) -> None:
     create_topic(env.bootstrap, env.topic, 1)
-    b1, b3, b4 = make_event("B", 1), make_event("B", 3), make_event("B", 4)
+    b1, b3, b4 = case_returned("B", 1), case_returned("B", 3), case_returned("B", 4)
     rt = env.start(env.runtime(env.settings(gap_hold_s=1.0)))
     produce_events(env.bootstrap, env.topic, env.codec, [b1, b3, b4])
     [dl] = env.dead_letters(1)
@@ -92,7 +98,7 @@ def test_accept_gap_redrive_unparks_an_aggregate_whose_missing_event_is_lost(env
 def test_poison_redriven_again_is_dead_lettered_again_with_its_first_position(
         env: Harness) -> None:
     create_topic(env.bootstrap, env.topic, 1)
-    ok = make_event("P", 1)
+    ok = case_returned("P", 1)
     produce(env.bootstrap, env.topic, [(b"P", b"\x00\x7f\xff\xff\xf0garbage", [("id", b"junk")])])
     produce_events(env.bootstrap, env.topic, env.codec, [ok])
     env.start(env.runtime())

@@ -18,7 +18,8 @@ from casestream import telemetry
 from casestream.cli.dlq import dlq
 from casestream.operations import DeadLetterDepth
 from casestream.retry import RetryPolicy
-from casestream.testing.consumer import Harness, create_topic, make_event, produce, produce_events, wait_until
+from casestream.testing.consumer import Harness, create_topic, produce, produce_events, wait_until
+from tests.support.events import case_returned
 
 pytestmark = pytest.mark.integration
 
@@ -41,7 +42,7 @@ def _groups(env: Harness) -> list[dict]:
 
 def test_failures_grouped_by_cause_and_acted_on_per_group(env: Harness) -> None:
     create_topic(env.bootstrap, env.topic, 1)
-    failing = [make_event(f"H{i}", 1) for i in range(3)]
+    failing = [case_returned(f"H{i}", 1) for i in range(3)]
     for e in failing:
         env.projection.fail[e.event_id] = 10**6  # "a bug" until fixed below
     produce(env.bootstrap, env.topic, [(b"G1", b"{not avro}", [("id", b"junk-1")]),

@@ -9,7 +9,8 @@ from typing import Any
 import psycopg
 import pytest
 
-from casestream.testing.consumer import Harness, create_topic, make_event, produce_events, wait_until
+from casestream.testing.consumer import Harness, create_topic, produce_events, wait_until
+from tests.support.events import case_returned
 
 pytestmark = pytest.mark.integration
 
@@ -21,7 +22,7 @@ def env(consumer_harness: Any) -> Harness:
 
 def test_reused_event_id_with_another_body_is_dead_lettered(env: Harness) -> None:
     create_topic(env.bootstrap, env.topic, 1)
-    e1 = make_event("R", 1)
+    e1 = case_returned("R", 1)
     impostor = replace(e1, payload={"reason": "another body"}, aggregate_version=2)
     produce_events(env.bootstrap, env.topic, env.codec, [e1, e1, impostor])
     rt = env.start(env.runtime())
@@ -35,7 +36,7 @@ def test_reused_event_id_with_another_body_is_dead_lettered(env: Harness) -> Non
 
 def test_rows_recorded_before_the_hash_column_stay_duplicates(env: Harness) -> None:
     create_topic(env.bootstrap, env.topic, 1)
-    e1 = make_event("O", 1)
+    e1 = case_returned("O", 1)
     produce_events(env.bootstrap, env.topic, env.codec, [e1])
     rt = env.start(env.runtime())
     wait_until(lambda: rt.stats.applied >= 1)

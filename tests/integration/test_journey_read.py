@@ -12,7 +12,7 @@ from confluent_kafka import Producer
 from casestream.kafka.topics import read_messages
 from casestream.operations import load_journey
 from casestream.testing import create_topics, delete_topics
-from casestream.testing.consumer import make_event
+from tests.support.events import case_returned
 
 pytestmark = pytest.mark.integration
 
@@ -40,13 +40,13 @@ def test_a_journey_reads_only_the_newest_messages_of_each_topic(kafka_bootstrap,
 
     old, new = f"old-{uuid.uuid4()}", f"new-{uuid.uuid4()}"
     for v in (1, 2):
-        send(cases, make_event(old, v))
+        send(cases, case_returned(old, v))
     for i in range(FILLER):
-        send(cases, make_event(f"other-{i}", 1))
+        send(cases, case_returned(f"other-{i}", 1))
     for v in (1, 2, 3):
-        send(cases, make_event(new, v))
+        send(cases, case_returned(new, v))
     related = f"related-{uuid.uuid4()}"  # another aggregate, correlated with the new case
-    send(sagas, replace(make_event(related, 1), correlation_id=new))
+    send(sagas, replace(case_returned(related, 1), correlation_id=new))
     assert p.flush(30) == 0
 
     # 3 partitions of ~1,000 each: 100 newest of each read, not the 3,005

@@ -41,7 +41,7 @@ from casestream.handlers.registry import HandlerRegistry
 from casestream.consumer.runtime import ConsumerRuntime
 from casestream.kafka import producer_config
 from casestream.outbox.relay import OutboxRelay
-from casestream.testing.consumer import EffectsProjection, FramedJsonCodec, make_event, run_in_thread
+from casestream.testing.consumer import EffectsProjection, FramedJsonCodec, run_in_thread
 from casestream.testing.relay import create_topics, read_topics
 from test_relay_support import (  # noqa: F401 - fixtures
     LoadWriter,
@@ -52,6 +52,7 @@ from test_relay_support import (  # noqa: F401 - fixtures
     settings,
     wait_for,
 )
+from tests.support.events import case_returned
 
 pytestmark = [pytest.mark.integration, pytest.mark.cluster]
 
@@ -242,7 +243,7 @@ def flow(cluster: Cluster, dsn: str) -> Iterator[Flow]:  # noqa: F811 - fixture
     relay = RelayThread(OutboxRelay(dsn, producer_config(cluster.bootstrap, client_id="cluster.relay"),
                                     settings(prefix, batch_size=200), "cluster"))
     load = LoadWriter(dsn, per_txn=5, aggregates=40, prefix="a", seed=7, pause_s=0.05,
-                      make=lambda agg, v: make_event(agg, v, aggregate_type=agg_type),
+                      make=lambda agg, v: case_returned(agg, v, aggregate_type=agg_type),
                       codec=FramedJsonCodec())
     f = Flow(cluster=cluster, dsn=dsn, topic=topic, load=load, relay=relay,
              consumer=consumer, consumer_thread=consumer_thread, consumer_stop=consumer_stop,

@@ -23,9 +23,10 @@ from casestream.kafka import producer_config
 from casestream.outbox.relay import OutboxRelay
 from casestream.service.settings import CommonSettings
 from casestream.telemetry.readiness import DependencyDown, kafka_check
-from casestream.testing.consumer import Harness, make_event, produce_events
+from casestream.testing.consumer import Harness, produce_events
 from casestream.testing.relay import create_topics, delete_topics, read_topics
 from test_relay_support import base_dsn, dsn, env, run_until_idle, settings, write  # noqa: F401 - fixtures
+from tests.support.events import case_returned
 
 pytestmark = pytest.mark.integration
 
@@ -136,7 +137,7 @@ def test_tls_without_the_ca_fails_and_the_cli_lists_over_tls(
 def test_consumer_runtime_and_its_dead_letters_over_tls(harness: Harness) -> None:
     """The runtime consumes over TLS, and its dead-letter producer and admin client use the
     same connection: a poison message lands on <consumer>.dlq."""
-    events = [make_event(f"agg-{i}", 1) for i in range(10)]
+    events = [case_returned(f"agg-{i}", 1) for i in range(10)]
     produce_events(harness.bootstrap, harness.topic, harness.codec, events)
     from casestream.testing.consumer import produce
 

@@ -19,7 +19,8 @@ from casestream import telemetry
 from casestream.cli.status import kafka_lag
 from casestream.handlers.registry import HandlerKind, HandlerRegistry
 from casestream.operations import group_lag
-from casestream.testing.consumer import Harness, create_topic, make_event, produce_events, wait_until
+from casestream.testing.consumer import Harness, create_topic, produce_events, wait_until
+from tests.support.events import case_returned
 
 pytestmark = pytest.mark.integration
 
@@ -68,7 +69,7 @@ def test_a_consumer_stuck_before_its_first_commit_shows_the_waiting_events_as_la
         consumer_harness: Any, tmp_path: Path) -> None:
     env: Harness = consumer_harness("test.grouplag")
     create_topic(env.bootstrap, env.topic, 2)
-    events = [make_event(a, 1) for a in ("A", "B", "C")]
+    events = [case_returned(a, 1) for a in ("A", "B", "C")]
     produce_events(env.bootstrap, env.topic, env.codec, events)
     entered, release = threading.Event(), threading.Event()
 

@@ -23,9 +23,10 @@ from psycopg_pool import ConnectionPool
 from casestream.migrations import apply_migrations, create_database
 from casestream.outbox import OUTBOX_MIGRATIONS
 from casestream.outbox.relay import OutboxRelay
-from casestream.testing.consumer import Harness, create_topic, make_event, produce_events, wait_until
+from casestream.testing.consumer import Harness, create_topic, produce_events, wait_until
 from casestream.testing.relay import create_topics, delete_topics, read_topics
 from test_relay_support import RelayThread, env, settings, wait_for, write
+from tests.support.events import case_returned
 
 pytestmark = pytest.mark.integration
 
@@ -116,7 +117,7 @@ def test_a_consumer_applies_once_through_the_pooler(db: tuple[str, str], kafka_b
     h.pool = ConnectionPool(h.dsn, min_size=1, max_size=4, open=True)
     try:
         create_topic(h.bootstrap, h.topic, 1)
-        events = [make_event(f"P{i % 5}", i // 5 + 1) for i in range(200)]
+        events = [case_returned(f"P{i % 5}", i // 5 + 1) for i in range(200)]
         produce_events(h.bootstrap, h.topic, h.codec, events + events[:10])
         with other_clients(pooled):
             rt = h.start(h.runtime(h.settings(batch_size=4)))

@@ -20,9 +20,10 @@ from casestream.events.catalog import same_schema
 from casestream.events.registry import ConfluentSchemaRegistry
 from casestream.kafka import client_config
 from casestream.outbox import OUTBOX_MIGRATIONS, OutboxSink, OutboxWriter
-from casestream.testing import create_topic, make_event
+from casestream.testing import create_topic
 from casestream.testing.contracts import DEAD_LETTER_CONTRACT, OUTBOX_SINK_CONTRACT, REGISTRY_CONTRACT
 from casestream.testing.relay import delete_topics
+from tests.support.events import case_returned
 
 pytestmark = pytest.mark.integration
 
@@ -79,7 +80,7 @@ class PgOutboxBackend:
         return [self.codec.decode(bytes(r[0])) for r in rows]
 
     def event(self, aggregate_id: str, version: int) -> Envelope:
-        return make_event(aggregate_id, version)
+        return case_returned(aggregate_id, version)
 
 
 @pytest.fixture

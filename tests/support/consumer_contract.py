@@ -64,7 +64,7 @@ class Driver(Protocol):
 
 
 def event(aggregate_id: str, version: int, reason: str = "ok") -> Envelope:
-    return make_event(aggregate_id, version, payload={"reason": reason})
+    return make_event(aggregate_id, version, event_type="CaseReturned", payload={"reason": reason})
 
 
 def run_scenario(driver: Driver) -> None:

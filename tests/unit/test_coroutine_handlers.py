@@ -19,6 +19,7 @@ from casestream.consumer.keyworkers import worker_threads
 from casestream.handlers.processing import ProcessingMode
 from casestream.consumer.records import ConsumerStats, Record
 from casestream.testing.consumer import make_event
+from tests.support.events import case_returned
 
 pytestmark = pytest.mark.unit
 
@@ -61,7 +62,7 @@ def _run(fast: FastPath, items: list[Item]) -> int:
 
 
 def _items(aggregates: int, versions: int) -> list[Item]:
-    evs = [make_event(f"A{a}", v) for v in range(1, versions + 1) for a in range(aggregates)]
+    evs = [case_returned(f"A{a}", v) for v in range(1, versions + 1) for a in range(aggregates)]
     return [Item(Record("t", 0, i, e.aggregate_id.encode(), b""), e) for i, e in enumerate(evs)]
 
 

@@ -15,6 +15,7 @@ from casestream.handlers.registry import DiscardingOutbox, HandlerContext, Handl
 from casestream.handlers.processing import ProcessingMode
 from casestream.consumer.records import Record
 from casestream.testing.consumer import make_event
+from tests.support.events import case_returned
 
 pytestmark = pytest.mark.unit
 
@@ -44,7 +45,7 @@ def _dispatcher(registry: HandlerRegistry) -> Dispatcher:
 
 
 def _item(aggregate_id: str, version: int) -> Item:
-    env = make_event(aggregate_id, version)
+    env = case_returned(aggregate_id, version)
     return Item(Record("t", 0, version, aggregate_id.encode(), b""), env)
 
 

@@ -14,13 +14,13 @@ import pytest
 from casestream.consumer import MemoryDeadLetters, Record
 from casestream.events import Envelope, InMemoryRegistry
 from casestream.outbox import MemorySink
-from casestream.testing import make_event
 from casestream.testing.contracts import (
     DEAD_LETTER_CONTRACT,
     OUTBOX_SINK_CONTRACT,
     REGISTRY_CONTRACT,
     raises,
 )
+from tests.support.events import case_returned
 
 pytestmark = pytest.mark.unit
 
@@ -66,7 +66,7 @@ class MemorySinkBackend:
         return list(self.committed)
 
     def event(self, aggregate_id: str, version: int) -> Envelope:
-        return make_event(aggregate_id, version)
+        return case_returned(aggregate_id, version)
 
 
 @pytest.mark.parametrize("body", REGISTRY_CONTRACT, ids=lambda f: f.__name__)

@@ -41,10 +41,12 @@ from casestream.kafka.config import KafkaTarget, client_config
 TEST_SCHEMA_ID = 1
 
 
-def make_event(aggregate_id: str, version: int, *, event_type: str = "CaseReturned",
+def make_event(aggregate_id: str, version: int, *, event_type: str,
                aggregate_type: str = "case", event_id: str | None = None,
                payload: dict[str, Any] | None = None, seq: int | None = None) -> Envelope:
-    """An Envelope for tests (``CaseReturned`` v1 {reason} by default, valid in the real catalog)."""
+    """An Envelope of ``event_type`` v1 for tests; ``payload`` default ``{"reason": ...}`` naming
+    the aggregate and version (or ``seq``). No default type: the type must be one of the
+    catalog the test's codec uses."""
     reason = f"seq={seq}" if seq is not None else f"{aggregate_id}@{version}"
     return Envelope(
         event_id=event_id or str(uuid.uuid4()), event_type=event_type, event_version=1,
