@@ -28,13 +28,13 @@ def case_event(event_type: str, version: int, case_id: str = "c1", **payload: ob
 
 
 @pytest.fixture
-def bus(monkeypatch: pytest.MonkeyPatch) -> MemoryBus:
-    # the handler builds its repository from ctx.conn; in memory ctx.conn is the repository
-    monkeypatch.setattr(triggers, "PgWatchRepository", lambda conn: conn)
+def bus() -> MemoryBus:
     repo = MemoryWatchRepository()
     with repo():
         watch_case(repo, FixedClock(), tenant_id="tenant-a", case_id="c1", watcher_id="officer-1")
-    return MemoryBus(triggers.registry(["CaseOpened", "CaseSubmitted"]), state=repo,
+    # the handler's repository is made from ctx.conn: on the bus ctx.conn is the memory one
+    registry = triggers.registry(["CaseOpened", "CaseSubmitted"], repository=lambda conn: conn)
+    return MemoryBus(registry, state=repo,
                      consumer=triggers.CONSUMER, topic=triggers.TOPICS[0],
                      upcasters=default_upcasters())
 

@@ -8,27 +8,32 @@ a re-delivered case event triggers nothing twice.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
+from typing import Any
 
 from casestream.handlers import HandlerContext, HandlerKind, HandlerRegistry
 from casestream.events import Envelope
 from casestream.outbox import OutboxSink
 from watch.adapters.postgres import PgWatchRepository
-from watch.application import on_case_event
+from watch.application import WatchRepository, on_case_event
 from watch.domain import TRIGGERS
 
 CONSUMER = "watch.triggers"
 TOPICS = ("outbox.event.case",)
 
 
-def fire(ctx: HandlerContext, event: Envelope) -> None:
-    """Fire the watches of ``event``'s case (see :func:`watch.application.on_case_event`)."""
-    on_case_event(PgWatchRepository(ctx.conn), OutboxSink(ctx.outbox, ctx.conn), event)
-
-
-def registry(event_types: Iterable[str] = ()) -> HandlerRegistry:
+def registry(event_types: Iterable[str] = (), *,
+             repository: Callable[[Any], WatchRepository] = PgWatchRepository) -> HandlerRegistry:
     """PROCESS handlers for :data:`~watch.domain.TRIGGERS`; the other ``event_types`` of the
-    topic are ignored."""
+    topic are ignored. ``repository(ctx.conn)`` is the watches' store: PostgreSQL on the
+    consumer's connection; a unit test on ``casestream.testing.MemoryBus`` passes
+    ``lambda conn: conn`` with its in-memory repository as the bus's state."""
+
+    def fire(ctx: HandlerContext, event: Envelope) -> None:
+        """Fire the watches of ``event``'s case (see :func:`watch.application.on_case_event`)."""
+        on_case_event(repository(ctx.conn), OutboxSink(ctx.outbox, ctx.conn), event)
+
+    fire.__qualname__ = "fire"  # the handler's name in logs and dead-letter headers
     reg = HandlerRegistry()
     for event_type in TRIGGERS:
         reg.add(event_type, fire, kind=HandlerKind.PROCESS)
