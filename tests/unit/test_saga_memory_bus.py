@@ -31,14 +31,13 @@ def submitted(version: int = 2) -> Envelope:
                               "reporter_email": "inspector@example.org", "submitted_by": "officer-7"})
 
 
-def test_a_submitted_case_starts_one_saga_and_its_deadline_fires_on_the_clock(
-        monkeypatch: pytest.MonkeyPatch) -> None:
-    # the handler builds its store from ctx.conn; on the bus ctx.conn is the memory store
-    monkeypatch.setattr(handlers, "PgSagaStore", lambda conn: conn)
+def test_a_submitted_case_starts_one_saga_and_its_deadline_fires_on_the_clock() -> None:
     clock, store = ManualClock(datetime(2026, 3, 1, 12, 0, tzinfo=UTC)), MemorySagaStore()
     orchestrator = Orchestrator(case_review_saga(decision_deadline=timedelta(seconds=30)),
                                 clock=clock)
-    registry = handlers.register(HandlerRegistry(), orchestrator, also_known=["CaseOpened"])
+    # the handler's store is made from ctx.conn: on the bus ctx.conn is the memory store
+    registry = handlers.register(HandlerRegistry(), orchestrator, also_known=["CaseOpened"],
+                                 store=lambda conn: conn)
     bus = MemoryBus(registry, state=store, consumer=handlers.CONSUMER,
                     topic=handlers.TOPICS[0], first_seen=FirstSeenPolicy.BASELINE, clock=clock)
     started = time.perf_counter()

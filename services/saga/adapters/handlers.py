@@ -16,7 +16,7 @@ definition cannot read (a contract breach) is a :class:`~casestream.errors.Poiso
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from casestream.events import Envelope
@@ -25,6 +25,7 @@ from casestream.handlers import HandlerContext, HandlerKind, HandlerRegistry
 from casestream.outbox import OutboxSink
 from services.saga.adapters.postgres import PgSagaStore
 from services.saga.application.orchestrator import Handled, Orchestrator
+from services.saga.application.ports import SagaStore
 
 log = logging.getLogger(__name__)
 
@@ -33,7 +34,7 @@ TOPICS = ("outbox.event.case", "outbox.event.decision", "outbox.event.notice")
 
 
 def handle_event(orchestrator: Orchestrator, conn: Any, outbox: Any, event: Envelope, *,
-                 attempts: int = 3) -> Handled:
+                 attempts: int = 3, store: Callable[[Any], SagaStore] = PgSagaStore) -> Handled:
     """Run ``orchestrator.handle`` on ``conn`` (the runtime's batch transaction), retrying
     optimistic conflicts.
 
@@ -46,13 +47,16 @@ def handle_event(orchestrator: Orchestrator, conn: Any, outbox: Any, event: Enve
     (``SAVEPOINT`` and ``RELEASE``, each a pipeline sync) and kept every batch off the
     pipelined fast path's single round trip.
 
+    ``store(conn)`` is the saga store on the transaction's connection (an in-memory store's
+    ``lambda conn: conn`` on ``casestream.testing.MemoryBus``).
+
     Raises:
         RetryableError: still conflicting after ``attempts`` tries.
         PoisonMessageError: the event lacks a field the saga definition needs.
     """
     for attempt in range(1, attempts + 1):
         try:
-            return orchestrator.handle(PgSagaStore(conn), OutboxSink(outbox, conn), event)
+            return orchestrator.handle(store(conn), OutboxSink(outbox, conn), event)
         except ConcurrencyError as e:
             log.info("saga conflict on %s %s (attempt %d): %s", event.event_type, event.event_id,
                      attempt, e)
@@ -65,15 +69,17 @@ def handle_event(orchestrator: Orchestrator, conn: Any, outbox: Any, event: Enve
 
 
 def register(registry: HandlerRegistry, orchestrator: Orchestrator, *,
-             also_known: Iterable[str] = ()) -> HandlerRegistry:
+             also_known: Iterable[str] = (),
+             store: Callable[[Any], SagaStore] = PgSagaStore) -> HandlerRegistry:
     """Register the orchestrator's handlers on ``registry``; return it.
 
     Args:
         also_known: event types on the consumed topics that are deliberately not handled.
+        store: the saga store made from ``ctx.conn`` (see :func:`handle_event`).
     """
 
     def on_event(ctx: HandlerContext, event: Envelope) -> None:
-        done = handle_event(orchestrator, ctx.conn, ctx.outbox, event)
+        done = handle_event(orchestrator, ctx.conn, ctx.outbox, event, store=store)
         log.debug("%s %s -> saga %s: %s %s", event.event_type, event.event_id, done.saga_id,
                   done.disposition.value if done.disposition else "no-op", done.note)
 
