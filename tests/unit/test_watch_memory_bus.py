@@ -4,6 +4,7 @@ in-memory repository standing in for PostgreSQL."""
 
 from __future__ import annotations
 
+import json
 import time
 from datetime import UTC, datetime
 
@@ -12,7 +13,7 @@ import pytest
 from casestream.events import new_event
 from casestream.testing import MemoryBus
 from casestream_suite_schemas.upcasters import default_upcasters
-from watch.adapters import triggers
+from watch.adapters import projection, triggers
 from watch.adapters.memory import FixedClock, MemoryWatchRepository
 from watch.application import watch_case
 
@@ -63,3 +64,26 @@ def test_an_event_of_a_case_seen_out_of_order_waits_for_the_gap(bus: MemoryBus) 
     outcomes = bus.publish(case_event("CaseSubmitted", 1))
     assert [o.outcome for o in outcomes] == ["unhandled", "applied"]
     assert [e.payload["trigger"] for e in bus.emitted] == ["CaseClosed"]
+
+
+class Statements:
+    """``ctx.conn`` for the projection on the bus: keeps each upsert's rows (its SQL runs on
+    PostgreSQL only: tests/e2e/test_watch_example.py)."""
+
+    def __init__(self) -> None:
+        self.rows: list[list[list[object]]] = []
+
+    def execute(self, query: object, params: tuple[str, ...]) -> None:
+        self.rows.append(json.loads(params[0]))
+
+
+def test_the_projection_gets_each_case_row_once_per_applied_event() -> None:
+    statements = Statements()
+    bus = MemoryBus(projection.registry(projection.PROJECTION.live_names(), ["CaseAssigned"]),
+                    state=statements, consumer=projection.CONSUMER, topic=projection.TOPICS[0])
+    opened = case_event("CaseOpened", 1, title="Leak")
+    outcomes = bus.publish(opened, case_event("CaseAssigned", 2), opened,
+                           case_event("CaseClosed", 3, outcome="violation"))
+    assert [o.outcome for o in outcomes] == ["applied", "unhandled", "duplicate", "applied"]
+    assert [[(r[0], r[2], r[3], r[4]) for r in rows] for rows in statements.rows] == [
+        [("c1", "open", "Leak", 1)], [("c1", "closed", "", 3)]]
