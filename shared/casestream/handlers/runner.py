@@ -138,7 +138,7 @@ class HandlerRunner:
         positions = tuple(positions)
         ctx = self.context(conn, positions[0], positions)
         for h in hs:
-            self._invoke(h.fn, h, ctx, events, positions[0], failed)
+            self._invoke(h, ctx, events, positions[0], failed)
 
     def call_each(self, conn: Any, hs: Handlers, position: Position, event: Any,
                   failed: Callable[[RegisteredHandler, Position, Exception], Exception] | None = None,
@@ -151,13 +151,14 @@ class HandlerRunner:
         """
         ctx = self.context(conn, position)
         for h in hs:
-            self._invoke(h.call, h, ctx, event, position, failed)
+            self._invoke(h, ctx, (event,) if h.batch else event, position, failed)
 
-    def _invoke(self, call: Callable[[HandlerContext, Any], Any], h: RegisteredHandler,
-                ctx: HandlerContext, arg: Any, position: Position,
+    def _invoke(self, h: RegisteredHandler, ctx: HandlerContext, arg: Any, position: Position,
                 failed: Callable[[RegisteredHandler, Position, Exception], Exception] | None) -> None:
         try:
-            self.wait(call(ctx, arg))
+            result = h.fn(ctx, arg)
+            if result is not None:  # a coroutine handler's call (a plain one returns None)
+                self.wait(result)
         except Exception as e:
             if failed is None:
                 raise

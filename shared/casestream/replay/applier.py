@@ -49,6 +49,8 @@ class Planned:
     runs: list[tuple[tuple[RegisteredHandler, ...], list[tuple[Position, Envelope]]]]
     changed: dict[Key, int]
     applied: int
+    #: per run: True if its handlers are all batch handlers (one call for the run); empty: ask
+    batch: list[bool] = field(default_factory=list)
 
 
 @dataclass(slots=True)
@@ -132,7 +134,8 @@ class ReplayApplier:
         progress.stale += stale
         progress.gaps += gaps
         progress.unhandled += unhandled
-        return Planned(runs=[(hs, r) for r, hs, _batch in runner.runs(taken, _event_type)],
+        runs = runner.runs(taken, _event_type)
+        return Planned(runs=[(hs, r) for r, hs, _b in runs], batch=[b for _r, _hs, b in runs],
                        changed=changed, applied=applied)
 
     def execute(self, conn: Any, planned: Planned) -> None:
@@ -142,8 +145,9 @@ class ReplayApplier:
             ReplayHandlerError: a handler raised (with its position).
         """
         runner = self.runner
-        for hs, run in planned.runs:
-            if all(h.batch for h in hs):
+        batch = planned.batch or [all(h.batch for h in hs) for hs, _run in planned.runs]
+        for (hs, run), together in zip(planned.runs, batch, strict=True):
+            if together:
                 runner.call_batch(conn, hs, [pos for pos, _ in run], [e for _, e in run], _failed)
             else:
                 for pos, env in run:
