@@ -27,8 +27,10 @@ Limits (the design): ``ctx.conn`` is the ``state`` object the test passes, not a
 connection, so a handler runs here only if it reaches its storage through a port built from
 ``ctx.conn`` (a repository factory the registry takes: PostgreSQL in the service, an
 in-memory adapter here). SQL written on ``ctx.conn``/``ctx.cursor`` — a projection's upsert —
-is not emulated (no other SQL dialect stands in for PostgreSQL's): test the projection's pure
-row rule in memory and its SQL with :class:`casestream.testing.Harness` on PostgreSQL.
+is not emulated (no other SQL dialect stands in for PostgreSQL's): in memory, test the
+projection's pure row rule, or pass a ``state`` whose ``execute`` records each statement's
+parameters (the rows it would write); test its SQL on PostgreSQL
+(:class:`casestream.testing.Harness`, a service's integration or end-to-end tests).
 ``state`` is not rolled back when a handler fails (an in-memory adapter that is its own unit
 of work can do it). One partition: events apply in publish order.
 """
@@ -45,10 +47,9 @@ from casestream.consumer.deadletters import DeadLetter
 from casestream.consumer.failures import FailureClass, classify, error_class, reason_of
 from casestream.errors import PoisonMessageError
 from casestream.events import Envelope
-from casestream.outbox import headers_for
-
 from casestream.handlers import FirstSeenPolicy, HandlerRegistry, HandlerRunner, ProcessingMode, Verdict
 from casestream.handlers.runner import verdict
+from casestream.outbox import headers_for
 
 __all__ = ["ManualClock", "MemoryBus", "Published"]
 
