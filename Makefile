@@ -27,7 +27,7 @@ SERVICES ?=
 # Runs a command with the CASESTREAM_* endpoints of the local infrastructure exported.
 WITH_ENV := eval "$$($(INFRA) env)" &&
 
-.PHONY: help venv compose k8s-tools prometheus-tools browser infra-up infra-down infra-status infra-logs run demo soak bench-journeys test test-edge test-cluster test-secured schema-check clean
+.PHONY: help venv compose k8s-tools prometheus-tools browser infra-up infra-down infra-status infra-logs run demo soak bench-journeys test test-edge test-cluster test-secured test-scaling schema-check clean
 
 help: ## list the targets
 	@echo "casestream - make targets:"
@@ -91,12 +91,15 @@ bench-journeys: infra-up ## load bench: cases through the running suite's HTTP A
 	@$(WITH_ENV) $(VENV)/bin/python bench/journeys.py $(JOURNEYS_ARGS)
 
 test: venv compose k8s-tools prometheus-tools browser infra-up ## the whole test suite against the real infrastructure (.ci/run calls this)
-	@$(WITH_ENV) { $(VENV)/bin/pytest -m "not debezium" $(PYTEST_ARGS); rc=$$?; \
+	@$(WITH_ENV) { $(VENV)/bin/pytest -m "not debezium and not scaling" $(PYTEST_ARGS); rc=$$?; \
 		if [ $$rc -eq 5 ]; then echo "make test: pytest collected no tests (exit status 5); that is a failure" >&2; fi; \
 		exit $$rc; }
 
 test-edge: venv infra-up ## the live-edge e2e test in full: schemathesis against each of the six services
 	@$(WITH_ENV) CASESTREAM_TEST_EDGE_FULL=1 $(VENV)/bin/pytest tests/e2e/test_edge_live.py -p no:cacheprovider $(PYTEST_ARGS)
+
+test-scaling: venv infra-up ## a consumer group scaled 2 -> 6 -> 2 -> 6 -> 2 under a steady stream, both group protocols, key-parallel too (~4 min; the 2 -> 4 -> 2 variant runs in make test)
+	@$(WITH_ENV) $(VENV)/bin/pytest -m scaling -s tests/integration/test_consumer_scaling.py $(PYTEST_ARGS)
 
 test-debezium: venv infra-up ## Debezium as the outbox publisher: same records as the relay, CDC status/retention, both handovers under a steady writer (starts Kafka Connect; ~40 s warm, + ~90 s Maven resolution cold)
 	@$(WITH_ENV) $(VENV)/bin/pytest -m debezium -s tests/integration/test_debezium.py $(PYTEST_ARGS)

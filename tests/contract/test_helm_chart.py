@@ -187,3 +187,28 @@ def test_a_release_without_a_complete_service_is_refused_in_one_line(
         helm: str, values: list[str], message: str) -> None:
     proc = _template(helm, *values)
     assert proc.returncode != 0 and message in proc.stderr, proc.stderr
+
+
+def test_a_statefulset_gives_each_pod_its_name_as_static_member_identity(
+        helm: str, kubeconform: list[str]) -> None:
+    manifest, docs = _rendered(helm, *PRODUCTION, "--set", "workload=StatefulSet",
+                               "--set", "kafka.groupProtocol=consumer")
+    report = _validate(kubeconform, manifest)
+    assert report["returncode"] == 0 and report["summary"]["invalid"] == 0, report
+    assert report["summary"]["valid"] == len(docs), report["summary"]
+    sets = {d["metadata"]["name"]: d for d in docs if d["kind"] == "StatefulSet"}
+    assert set(sets) == {f"cs-{s}" for s in SERVICES}
+    assert not [d for d in docs if d["kind"] == "Deployment"]
+    container = sets["cs-case"]["spec"]["template"]["spec"]["containers"][0]
+    env = {e["name"]: e for e in container["env"]}
+    assert env["CASESTREAM_INSTANCE_ID"]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.name"
+    assert env["CASESTREAM_KAFKA_GROUP_PROTOCOL"]["value"] == "consumer"
+    scaled = next(d for d in docs if d["kind"] == "ScaledObject" and d["metadata"]["name"] == "cs-case")
+    assert scaled["spec"]["scaleTargetRef"]["kind"] == "StatefulSet"
+    behavior = scaled["spec"]["advanced"]["horizontalPodAutoscalerConfig"]["behavior"]
+    assert behavior["scaleDown"]["stabilizationWindowSeconds"] == 300
+
+
+def test_an_unknown_workload_kind_is_refused(helm: str) -> None:
+    proc = _template(helm, *SUITE, "--set", "workload=Pod")
+    assert proc.returncode != 0 and "workload must be Deployment or StatefulSet" in proc.stderr
