@@ -218,6 +218,7 @@ class ConsumerRuntime:
         self._conn: Any = None
         self._executor: cf.ThreadPoolExecutor | None = None
         self._inflight: cf.Future[BatchResult] | None = None
+        self._stop: threading.Event | None = None  # set: the batch in flight is awaited by _shutdown
         self._assigned: set[TP] = set()
         self._paused: dict[TP, float] = {}  # tp -> monotonic time to resume
         self._pending: dict[TP, int] = {}  # offsets processed but not yet committed
@@ -257,6 +258,7 @@ class ConsumerRuntime:
         """Consume until ``stop`` is set; then finish the batch, commit, leave the group."""
         if not self._prepare(stop):
             return  # stopped while Kafka was still unreachable: nothing consumed, nothing to commit
+        self._stop = stop
         self._executor = cf.ThreadPoolExecutor(1, thread_name_prefix=f"{self.name}.batch")
         if self.settings.key_concurrency > 1:
             self._start_workers()
@@ -476,12 +478,21 @@ class ConsumerRuntime:
         return connection_config(self._conf)
 
     def _shutdown(self) -> None:
+        abandoned = False
         try:
-            self._land()  # finish the batch in flight and commit it; a prefetched one is dropped
+            if self._within_grace():
+                self._land()  # finish the batch in flight and commit it; a prefetched one is dropped
+            else:
+                abandoned = True
         except Exception:  # noqa: BLE001
             log.exception("%s: finishing the last batch failed", self.name)
         try:
+            before = dict(self._pending)
             self._commit_pending(wait=True)
+            done = {tp: o for tp, o in before.items() if tp not in self._pending}
+            log.info("%s: stopping; offsets committed: %s%s", self.name, _fmt_offsets(done),
+                     f"; not committed (redelivered): {_fmt_offsets(self._pending)}"
+                     if self._pending else "")
         finally:
             try:
                 if self._consumer is not None:
@@ -493,7 +504,8 @@ class ConsumerRuntime:
                     self._handler_loop.close()
                     self._handler_loop = None
                 if self._executor:
-                    self._executor.shutdown(wait=True)
+                    # An abandoned handler may never return (an external call): not waited for.
+                    self._executor.shutdown(wait=not abandoned, cancel_futures=True)
                 if self.processor is not None:
                     self.processor.close()
                 self._release_conn()
@@ -503,6 +515,41 @@ class ConsumerRuntime:
                     except Exception:  # noqa: BLE001
                         log.exception("%s: dead-letter flush at shutdown failed", self.name)
                 log.info("%s: stopped (%s)", self.name, self.stats)
+
+    def _within_grace(self) -> bool:
+        """Give the batch in flight ``shutdown_grace_s`` to finish; True if it did (or failed,
+        or there is none). Past the grace its database session is ended
+        (``pg_terminate_backend``), so its transaction rolls back whether the handler waits on
+        a lock, a statement or an external call, and nothing of it is committed later; the
+        batch is logged as redelivered and False returned. Key-parallel units are awaited
+        as before (``KeyWorkers.quiesce``)."""
+        fut, flight = self._inflight, self._flight
+        if fut is None or flight is None or self._workers is not None:
+            return True
+        grace = self.settings.shutdown_grace_s
+        try:
+            fut.result(timeout=grace)
+            return True
+        except cf.TimeoutError:
+            pass
+        except Exception:  # noqa: BLE001 - reported by _land
+            return True
+        records = flight[1]
+        conn = self._conn
+        ended = _terminate_session(self.pool, conn) if conn is not None else False
+        self._flight = self._inflight = None
+        self._conn = None  # ended (or still in the handler's hands): never given back to the pool
+        spans: dict[TP, list[int]] = {}
+        for r in records:
+            spans.setdefault(r.tp, []).append(r.offset)
+        what = ", ".join(f"{t}[{p}]@{min(o)}-{max(o)}" for (t, p), o in sorted(spans.items())) or "a sweep"
+        log.warning("%s: the batch in flight (%d records: %s) did not finish within "
+                    "shutdown_grace_s=%.1f s; %s; not committed, redelivered to the next member",
+                    self.name, len(records), what, grace,
+                    "its database session was ended and its transaction rolled back" if ended
+                    else "its database session could not be ended: its transaction commits "
+                    "nothing once the connection closes at exit")
+        return False
 
     # ------------------------------------------------------------------ one step
 
@@ -522,6 +569,8 @@ class ConsumerRuntime:
         decoded = self.processor.decode(records) if records else None  # type: ignore[union-attr]
         self._enter("waiting for the batch in the database")
         stray = self._land()  # batch N: wait, commit offsets, rewind cut partitions
+        if self._flight is not None:
+            return  # stopping while batch N still runs: _shutdown gives it the grace
         self._enter("handing over the next batch")
         if decoded is not None:
             if self._replaced_at > generation:
@@ -567,6 +616,8 @@ class ConsumerRuntime:
             return {}
         fut, records = self._flight
         stray = self._await(fut)
+        if not fut.done():
+            return stray  # stopping: _shutdown gives it shutdown_grace_s
         self._flight = None
         self._inflight = None
         self._probe.finished()
@@ -628,20 +679,26 @@ class ConsumerRuntime:
 
         Returns offsets of messages that arrived while waiting (to seek back to).
         """
-        try:
-            fut.result(timeout=self.settings.heartbeat_after_s)
-            return {}
-        except cf.TimeoutError:
-            pass
-        except Exception:  # noqa: BLE001 - reported by the caller
-            return {}
+        until = time.monotonic() + self.settings.heartbeat_after_s
+        while True:
+            try:
+                # in slices: a stop is seen at once, so shutdown_grace_s counts from it
+                fut.result(timeout=min(0.2, max(0.0, until - time.monotonic())))
+                return {}
+            except cf.TimeoutError:
+                if self._stop is not None and self._stop.is_set():
+                    return {}
+                if time.monotonic() >= until:
+                    break
+            except Exception:  # noqa: BLE001 - reported by the caller
+                return {}
         held = [tp for tp in self._assigned if tp not in self._paused]
         self._pause(held)
         log.info("%s: batch running long; partitions paused, polling to stay in the group",
                  self.name)
         stray: dict[TP, int] = {}
         try:
-            while not fut.done():
+            while not fut.done() and not (self._stop is not None and self._stop.is_set()):
                 msg = self._consumer.poll(0.2)
                 if msg is not None and msg.error() is None:
                     tp = (msg.topic(), msg.partition())
@@ -994,6 +1051,28 @@ class ConsumerRuntime:
         conn, self._conn = self._conn, None
         if conn is not None:
             give_back(self.pool, conn)
+
+
+def _terminate_session(pool: Any, conn: Any) -> bool:
+    """End ``conn``'s server session from another pooled connection (``pg_terminate_backend``:
+    the backend aborts its transaction and exits, also while it waits on a lock); True if done."""
+    try:
+        pid = conn.info.backend_pid
+        other = pool.getconn(timeout=2.0)
+    except Exception:  # noqa: BLE001 - no spare connection: the caller reports it
+        return False
+    try:
+        other.autocommit = True
+        row = other.execute("SELECT pg_terminate_backend(%s, 2000)", (pid,)).fetchone()
+        return bool(row and row[0])
+    except Exception:  # noqa: BLE001
+        return False
+    finally:
+        give_back(pool, other)
+
+
+def _fmt_offsets(pending: dict[TP, int]) -> str:
+    return ", ".join(f"{t}[{p}]@{o}" for (t, p), o in sorted(pending.items())) or "none"
 
 
 def _close_quietly(consumer: Any, name: str) -> None:

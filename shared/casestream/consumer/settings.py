@@ -68,6 +68,12 @@ class ConsumerSettings:
             is kept (default 7 days): within it, a redelivery of the same message after a crash
             between the database commit and the dead letter's delivery is dead-lettered again
             with its recorded attempt count instead of being tried again.
+        shutdown_grace_s: when ``stop`` is set, how long the batch in flight may still run
+            (seconds, default 15). Past it the runtime ends that batch's database session
+            (``pg_terminate_backend``: its transaction rolls back, also when the handler waits
+            on a row lock or an external call), commits only the offsets of finished batches,
+            leaves the group and returns; the batch is redelivered. Keep it, plus a few
+            seconds to leave the group, below the pod's ``terminationGracePeriodSeconds``.
         stall_after_s: the runtime counts as stalled when one step of its loop (a
             ``consume`` call with the rebalance callbacks it runs, waiting for the batch in
             the database, a synchronous offset commit) has not returned for this long
@@ -129,6 +135,7 @@ class ConsumerSettings:
     dlq_flush_timeout_s: float = 30.0
     retry_state_retention_s: float = 7 * 86400.0
     stall_after_s: float = 120.0
+    shutdown_grace_s: float = 15.0
     key_concurrency: int = 1
     rejoin_timeout_s: float | None = None
     group_protocol: str = "classic"
@@ -137,7 +144,7 @@ class ConsumerSettings:
         if self.batch_size < 1:
             raise ConfigError("consumer batch_size must be >= 1")
         if (self.gap_hold_s < 0 or self.max_batch_s <= 0 or self.heartbeat_after_s <= 0
-                or self.stall_after_s <= 0
+                or self.stall_after_s <= 0 or self.shutdown_grace_s <= 0
                 or (self.rejoin_timeout_s is not None
                     and not (math.isfinite(self.rejoin_timeout_s) and self.rejoin_timeout_s > 0))):
             raise ConfigError("consumer durations must be positive (rejoin_timeout_s: finite)")

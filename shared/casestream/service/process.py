@@ -12,6 +12,7 @@ half-done is committed (offsets are committed only after the database transactio
 from __future__ import annotations
 
 import logging
+import os
 import signal
 import sys
 import threading
@@ -233,10 +234,25 @@ def run_service(build: Callable[[], ServiceProcess]) -> None:
 
     Start-up errors from casestream (bad settings, missing schema ids, unreachable database)
     are printed as one line, without a traceback, and exit with status 2.
+
+    A thread left running by an abandoned handler (blocked in an external call past the
+    consumer's ``shutdown_grace_s``) would be joined at interpreter exit and keep the process
+    alive until SIGKILL; the process then exits without waiting for it (``os._exit``, after
+    flushing the logs): its work was already reported as not committed.
     """
     try:
         process = build()
     except CasestreamError as e:
         print(f"start-up failed: {e}", file=sys.stderr)
         raise SystemExit(2) from None
-    raise SystemExit(process.run())
+    status = process.run()
+    left = [t.name for t in threading.enumerate()
+            if t is not threading.main_thread() and not t.daemon and t.is_alive()]
+    if left:
+        log.warning("exiting without waiting for thread(s) %s (abandoned at shutdown)",
+                    ", ".join(left))
+        logging.shutdown()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(status)
+    raise SystemExit(status)
