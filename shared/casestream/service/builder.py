@@ -322,7 +322,8 @@ class ServiceBuilder(Generic[S]):
         batching = ConsumerSettings(batch_size=s.consumer_batch_size if batch_size is None else batch_size,
                                     pipeline_handlers=pipeline,
                                     rejoin_timeout_s=s.consumer_rejoin_timeout_s,
-                                    group_protocol=s.kafka_group_protocol)
+                                    group_protocol=s.kafka_group_protocol,
+                                    shutdown_grace_s=s.shutdown_grace_s)
         args = (tuple(topics), registry, self.codec, self.pool, s.consumer_config(), batching)
         outbox = self.outbox if emits else None
         runtime: ConsumerRuntime | ConsumerGroup
@@ -491,4 +492,6 @@ class ServiceBuilder(Generic[S]):
         freeze_startup_objects(s.gc_freeze)
         return ServiceProcess(name=self.name, app=app, host=s.host, port=s.port,
                               workers=dict(self._workers), readiness=readiness,
-                              consumption=consumption, closers=list(self._closers))
+                              consumption=consumption, closers=list(self._closers),
+                              # the consumers' grace, then leaving the group, the relay's flush
+                              shutdown_timeout_s=s.shutdown_grace_s + 15.0)

@@ -126,6 +126,12 @@ class CommonSettings(BaseSettings):
                                 "subscribing or losing its partitions before it replaces its "
                                 "Kafka client (default: max.poll.interval.ms + "
                                 "session.timeout.ms)")
+    shutdown_grace_s: float = Field(
+        15.0, gt=0, le=600, allow_inf_nan=False,
+        description="seconds a consumer's batch in flight may still run after SIGTERM; past it "
+                    "its transaction is rolled back and the batch redelivered (the process's "
+                    "stop budget is this + 15 s; keep terminationGracePeriodSeconds above "
+                    "this + 25 s)")
     consumer_concurrency: int = Field(
         1, ge=1, le=64, description="group members per consumer and process (one pooled connection "
                                     "each; a service whose consumers would hold its whole pool "
