@@ -1,5 +1,6 @@
 """Scaling a consumer group out and in under a steady stream, against the real Kafka and
-PostgreSQL, with both group protocols (``classic`` cooperative-sticky and ``consumer``, KIP-848).
+PostgreSQL, with both group protocols (``classic`` with the cooperative-sticky assignor and
+``consumer``, KIP-848).
 
 Members are :class:`ConsumerRuntime` threads of this process, each with its own pool; one is
 added, or the newest one stopped the way SIGTERM stops a service (``stop`` set: it finishes
@@ -118,8 +119,10 @@ def scale(env: Harness, protocol: str, steps: Sequence[int], *, step_s: float = 
     def add() -> None:
         pool = ConnectionPool(env.dsn, min_size=1, max_size=key_concurrency + 2, open=True,
                               kwargs={"prepare_threshold": None})
+        incremental = ({"partition.assignment.strategy": "cooperative-sticky"}
+                       if protocol == "classic" else {})
         rt = ConsumerRuntime(env.name, [env.topic], registry, env.codec, pool,
-                             client_config(env.bootstrap),
+                             {**client_config(env.bootstrap), **incremental},
                              env.settings(batch_size=50, group_protocol=protocol,
                                           key_concurrency=key_concurrency))
         thread, stop = run_in_thread(rt)

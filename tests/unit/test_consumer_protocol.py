@@ -55,16 +55,16 @@ def _tps(*partitions: int) -> list[Any]:
     return [SimpleNamespace(topic="t", partition=p, offset=0, error=None) for p in partitions]
 
 
-def test_classic_is_the_default_with_the_cooperative_sticky_assignor() -> None:
+def test_classic_is_the_default_with_librdkafkas_assignors() -> None:
     conf = _runtime()._new_consumer().conf
     assert conf["group.protocol"] == "classic"
-    assert conf["partition.assignment.strategy"] == "cooperative-sticky"
+    assert "partition.assignment.strategy" not in conf
     assert conf["session.timeout.ms"] == 45000
 
 
-def test_classic_keeps_an_assignor_the_service_chose() -> None:
-    conf = _runtime({"partition.assignment.strategy": "range"})._new_consumer().conf
-    assert conf["partition.assignment.strategy"] == "range"
+def test_classic_accepts_the_cooperative_sticky_assignor() -> None:
+    conf = _runtime({"partition.assignment.strategy": "cooperative-sticky"})._new_consumer().conf
+    assert conf["partition.assignment.strategy"] == "cooperative-sticky"
 
 
 def test_consumer_protocol_sets_no_client_side_group_setting() -> None:

@@ -24,9 +24,10 @@ Loop, in the main thread (one batch in the database at a time, the next one pref
     drop from N+1 what a rebalance or a rewind made stale (it is fetched again), hand N+1 to
         the worker thread, then commit batch N's offsets (asynchronously, while N+1 runs)
 
-Rebalance (``ConsumerSettings.group_protocol``: ``classic`` with the cooperative-sticky
-assignor, or ``consumer``, KIP-848; both revoke and assign incrementally, and an eager assignor
-set in ``kafka_config`` revokes everything each time): ``on_revoke`` waits for the batch in
+Rebalance (``ConsumerSettings.group_protocol``: ``classic`` with librdkafka's eager
+``range,roundrobin`` assignors, which revoke everything each time, or with
+``partition.assignment.strategy=cooperative-sticky``, or ``consumer``, KIP-848; the last two
+revoke and assign incrementally): ``on_revoke`` waits for the batch in
 flight (key-parallel: the running units), commits every pending offset synchronously, resumes
 the revoked partitions it had paused and forgets only those (inbox/guard caches, held and
 queued events, pending offsets); ``on_lost`` does the same without committing (the group has
@@ -205,8 +206,7 @@ class ConsumerRuntime:
             "max.poll.interval.ms": 300000,
             "topic.metadata.refresh.interval.ms": METADATA_REFRESH_MS,
             "group.protocol": protocol,
-            **({"session.timeout.ms": 45000, "partition.assignment.strategy": "cooperative-sticky"}
-               if protocol == "classic" else {}),
+            **({"session.timeout.ms": 45000} if protocol == "classic" else {}),
             **kafka_config,
             **_FORCED,
         }

@@ -104,8 +104,8 @@ class ConsumerSettings:
             coordinator may wait ``max.poll.interval.ms`` (the rebalance timeout) for a slow
             member to rejoin. A shorter bound only makes such a rebalance start over.
         group_protocol: Kafka's consumer group protocol (librdkafka ``group.protocol``).
-            ``classic`` (default): the JoinGroup/SyncGroup protocol with the
-            ``cooperative-sticky`` assignor unless ``kafka_config`` names another
+            ``classic`` (default): the JoinGroup/SyncGroup protocol with librdkafka's eager
+            assignors, or ``cooperative-sticky`` (incremental) when ``kafka_config`` sets
             ``partition.assignment.strategy``; works with every broker. ``consumer``: the
             next-generation protocol (KIP-848, broker-side assignment, incremental
             revocations; Kafka >= 4.0 brokers, which enable it by default through

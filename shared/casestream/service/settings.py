@@ -45,7 +45,8 @@ class CommonSettings(BaseSettings):
         KAFKA_SESSION_TIMEOUT_MS: consumers' ``session.timeout.ms`` (librdkafka default 45000):
             how long a crashed consumer keeps its partitions before the group rebalances.
             The broker bounds it (``group.min.session.timeout.ms``, 6000 by default).
-        KAFKA_GROUP_PROTOCOL: ``classic`` (default, cooperative-sticky assignor, any broker) or
+        KAFKA_GROUP_PROTOCOL: ``classic`` (default, any broker; eager assignors unless
+            ``KAFKA_PROP_PARTITION_ASSIGNMENT_STRATEGY=cooperative-sticky``) or
             ``consumer`` (KIP-848, Kafka >= 4.0 brokers): ``ConsumerSettings.group_protocol``.
             With ``consumer`` the session timeout is the broker's
             ``group.consumer.session.timeout.ms`` and KAFKA_SESSION_TIMEOUT_MS is not sent.
@@ -115,7 +116,8 @@ class CommonSettings(BaseSettings):
         45000, description="consumers' `session.timeout.ms`: how long a crashed consumer keeps "
                            "its partitions")
     kafka_group_protocol: Literal["classic", "consumer"] = Field(
-        "classic", description="consumer group protocol: classic (cooperative-sticky) or "
+        "classic", description="consumer group protocol: classic (eager, or cooperative-sticky "
+                               "through the assignment strategy property) or "
                                "consumer (KIP-848, Kafka >= 4.0)")
     instance_id: str | None = Field(
         None, min_length=1, max_length=200, pattern=r"^[A-Za-z0-9._-]+$",
