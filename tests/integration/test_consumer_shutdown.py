@@ -1,9 +1,10 @@
 """Graceful shutdown with a bound: a service process whose handler cannot finish gets SIGTERM.
 
 The child is a real service process (``run_service`` + ``ServiceProcess``, one consumer runtime
-on the real Kafka and PostgreSQL, ``shutdown_grace_s=2``). Its handler either waits on a row
-lock the test holds, or (the late variant) sleeps in an "external call" longer than the grace
-and then writes. Either way the process must exit within the grace plus a small bound, commit
+on the real Kafka and PostgreSQL, ``shutdown_grace_s=2``). Its handler waits on a row lock the
+test holds (lock), sleeps in an "external call" longer than the grace and then writes (late),
+or sleeps far longer than the process may live (stuck: its thread must not be joined at
+exit). Each time the process must exit within the grace plus a small bound, commit
 neither the blocked event's effect nor its offset, say so in its log, and the next member
 must apply that event exactly once.
 """
@@ -44,6 +45,8 @@ def handle(ctx, event):
         print("BLOCKING", flush=True)
         if mode == "lock":
             ctx.conn.execute(f"SELECT 1 FROM {lock_table} WHERE id = 1 FOR UPDATE")
+        elif mode == "stuck":
+            time.sleep(600)  # an external call that never returns in time
         else:
             time.sleep(float(grace) + 1.0)  # an external call that returns after the grace
     projection.handle(ctx, event)
@@ -112,7 +115,7 @@ def _blocked(env: Harness, mode: str) -> tuple[str, float, list[str]]:
     return out, took, [first.event_id, second.event_id]
 
 
-@pytest.mark.parametrize("mode", ["lock", "late"])
+@pytest.mark.parametrize("mode", ["lock", "late", "stuck"])
 def test_sigterm_with_a_blocked_handler_exits_within_the_grace_and_redelivers(
         env: Harness, mode: str) -> None:
     out, took, ids = _blocked(env, mode)

@@ -11,6 +11,7 @@ half-done is committed (offsets are committed only after the database transactio
 
 from __future__ import annotations
 
+import concurrent.futures.thread as cf_thread
 import logging
 import os
 import signal
@@ -246,8 +247,11 @@ def run_service(build: Callable[[], ServiceProcess]) -> None:
         print(f"start-up failed: {e}", file=sys.stderr)
         raise SystemExit(2) from None
     status = process.run()
+    # Joined at exit: non-daemon threads and every ThreadPoolExecutor worker (daemon or not:
+    # concurrent.futures joins its own threads through threading._register_atexit).
+    pooled = set(getattr(cf_thread, "_threads_queues", {}))
     left = [t.name for t in threading.enumerate()
-            if t is not threading.main_thread() and not t.daemon and t.is_alive()]
+            if t is not threading.main_thread() and t.is_alive() and (not t.daemon or t in pooled)]
     if left:
         log.warning("exiting without waiting for thread(s) %s (abandoned at shutdown)",
                     ", ".join(left))
