@@ -641,8 +641,10 @@ class ConsumerRuntime:
             if err is not None:
                 if err.code() == KafkaError._PARTITION_EOF:
                     continue
-                if err.fatal():
-                    if err.code() == KafkaError._FENCED:
+                # librdkafka hands a fatal error to consume() as code _FATAL (the original code
+                # is only in its text), and that message error's fatal() is False
+                if err.fatal() or err.code() == KafkaError._FATAL:
+                    if err.code() == KafkaError._FENCED or "fenced" in err.str().lower():
                         raise ConsumerFenced(
                             f"{self.name}: fenced from group {self._conf['group.id']}: another "
                             f"member uses group.instance.id "
