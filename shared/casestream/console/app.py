@@ -76,9 +76,12 @@ from casestream.http.ratelimit import RateLimit
 from casestream.operations import (
     ACTION_SAGA_RESOLVE,
     Actor,
+    DeadLetterState,
+    FailureGroup,
     OperatorAction,
     dead_letter_counts,
     discard_dead_letters,
+    failure_groups,
     group_lag,
     load_dead_letter_state,
     load_journey,
@@ -86,6 +89,7 @@ from casestream.operations import (
     read_actions,
     record_action,
     redrive_dead_letters,
+    retry_warning,
 )
 
 log = logging.getLogger(__name__)
@@ -175,6 +179,10 @@ class BoundedReads:
             for key in keys:
                 self._cache.pop(key, None)
 
+    def clear(self) -> None:
+        with self._lock:
+            self._cache.clear()
+
 
 def _who(p: Principal) -> str:
     return f"{p.subject} · tenant {p.tenant_id} · {', '.join(sorted(p.roles)) or 'no roles'}"
@@ -207,7 +215,8 @@ def console_app(sources: ConsoleSources, verifier: TokenVerifier, *, production:
     sessions = SessionStore(ttl_s=settings.session_ttl_s, max_sessions=settings.max_sessions)
     slots = threading.BoundedSemaphore(settings.expensive_concurrency)
     journey_reads = BoundedReads(slots, ttl_s=settings.journey_cache_s, size=settings.journey_cache_size)
-    dead_letter_reads = BoundedReads(slots, ttl_s=settings.deadletter_cache_s, size=1)
+    # the one-by-one view and a few tenants' grouped views
+    dead_letter_reads = BoundedReads(slots, ttl_s=settings.deadletter_cache_s, size=4)
     known_consumers = frozenset(sources.consumers)
 
     def render(request: Request, title: str, body: str, status: int = 200, *, active: str = "",
@@ -474,6 +483,7 @@ def console_app(sources: ConsoleSources, verifier: TokenVerifier, *, production:
             if c == chosen:
                 detail = _dead_letter_detail(c, visible, ROLE_SUPERVISOR in p.roles, _csrf_of(request))
         heads = ("consumer", "open") + (("on topic (all tenants, all states)",) if everything else ())
+        body += '<p><a href="/deadletters/groups" id="groups-link">Grouped by failure</a></p>'
         body += table(heads, rows, id_="consumers") + detail
         return render(request, "Dead letters", body, active="/deadletters")
 
@@ -539,8 +549,119 @@ def console_app(sources: ConsoleSources, verifier: TokenVerifier, *, production:
         except CasestreamError as e:
             return render(req, "Dead letters", f"<p class=bad>{esc(e)}</p>", 400)
         finally:
-            dead_letter_reads.forget("view")
+            dead_letter_reads.clear()  # the one-by-one and the grouped views
         return RedirectResponse("/deadletters?" + urlencode({"consumer": consumer, "done": done.detail}), 303)
+
+    # -- dead-letter failure groups ---------------------------------------------------
+    def _groups_of(consumer: str, p: Principal) -> list[FailureGroup]:
+        """The open failure groups of ``consumer`` over the entries ``p`` may see."""
+        state = load_dead_letter_state(sources.kafka, consumer)
+        visible = tuple(e for e in state.open if _visible(_decoded(e), p))
+        return failure_groups(DeadLetterState(consumer, visible))
+
+    def deadletter_groups(request: Request, p: Principal) -> Response:
+        chosen = request.query_params.get("consumer")
+        if chosen is not None and chosen not in known_consumers:
+            return unknown_consumer(request, chosen)
+        done = request.query_params.get("done")
+        body = f'<div class="done" id="done">{esc(done)}</div>' if done else ""
+        body += ('<p class=note>Open dead letters grouped by failure: consumer, failure class, exception '
+                 'type, event type and message (numbers and identifiers normalised). '
+                 '<a href="/deadletters">One by one</a></p>')
+        def load() -> dict[str, list[FailureGroup] | str]:
+            counts = dead_letter_counts(sources.kafka)
+            out: dict[str, list[FailureGroup] | str] = {}
+            for c in ([chosen] if chosen else sources.consumers):
+                try:
+                    out[c] = _groups_of(c, p) if counts.get(c) else []
+                except CasestreamError as e:
+                    out[c] = str(e)
+            return out
+
+        seen_as = "*" if _sees_all(p) else p.tenant_id
+        try:
+            by_consumer = dead_letter_reads.get(("groups", chosen, seen_as), load)  # one slot for the page
+        except Busy as e:
+            return busy(request, "Dead-letter groups", e, "/deadletters")
+        except CasestreamError as e:
+            return render(request, "Dead-letter groups", body + f"<p class=bad>{esc(e)}</p>", 503,
+                          active="/deadletters")
+        can_act, csrf = ROLE_SUPERVISOR in p.roles, _csrf_of(request)
+        rows, forms = [], ""
+        for c, groups in by_consumer.items():
+            if isinstance(groups, str):
+                rows.append((esc(c), f"<span class=bad>{esc(groups)}</span>") + ("",) * 8)
+                continue
+            for g in groups:
+                sample = g.sample
+                klass = esc(g.failure_class) + ("" if g.retryable else ' <span class="warn">non-retryable</span>')
+                rows.append((esc(c), f'<a href="#g-{esc(g.fingerprint)}"><code>{esc(g.fingerprint)}</code></a>',
+                             klass, esc(g.error_class), esc(g.event_type), f"<small>{esc(g.message)}</small>",
+                             f'<span class="num">{g.count}</span>', esc(g.first_seen), esc(g.last_seen),
+                             f"{esc(sample.label)} <small>{esc(sample.message)}</small>"))
+                if can_act:
+                    forms += _group_form(g, csrf)
+        if not rows:
+            return render(request, "Dead-letter groups", body + '<p id="no-groups" class="ok">No open dead '
+                          "letters.</p>", active="/deadletters")
+        body += table(("consumer", "group", "failure class", "exception type", "event type",
+                       "normalised message", "count", "first seen", "last seen", "sample"), rows, id_="groups")
+        return render(request, "Dead-letter groups", body + forms, active="/deadletters")
+
+    def _group_form(g: FailureGroup, csrf: str, *, confirm: bool = False, reason: str = "") -> str:
+        warn = "" if g.retryable else (
+            f'<p class="warn" id="warn-{esc(g.fingerprint)}">{esc(g.failure_class)} is not retryable: '
+            "re-driven as is, these dead letters fail again the same way. Re-drive after the fix is "
+            "deployed, or discard them.</p>")
+        buttons = ('<button type="submit" name="action" value="redrive">Re-drive group</button> '
+                   '<button type="submit" name="action" value="redrive-after-deploy">Re-drive after deploy'
+                   '</button> <button type="submit" name="action" value="discard">Discard group</button>')
+        if confirm:
+            buttons = ('<input type="hidden" name="confirm" value="yes">'
+                       '<button type="submit" name="action" value="redrive" id="confirm">'
+                       f"Re-drive {g.count} anyway</button> "
+                       '<a href="/deadletters/groups">Cancel</a>')
+        return (f'<section id="g-{esc(g.fingerprint)}"><h3>{esc(g.consumer)} · group <code>'
+                f"{esc(g.fingerprint)}</code> ({g.count})</h3>{warn}"
+                f'<form method="post" action="/deadletters/{quote(g.consumer)}/groups/{quote(g.fingerprint)}">'
+                f'{csrf_field(csrf)}<input type="text" name="reason" required value="{esc(reason)}" '
+                f'placeholder="reason (required)"> {buttons}</form></section>')
+
+    def deadletter_group_action(req: Request, p: Principal, form: Form) -> Response:
+        consumer, fingerprint = req.path_params["consumer"], req.path_params["fingerprint"]
+        if consumer not in known_consumers:  # before Kafka is asked anything about it
+            return unknown_consumer(req, consumer)
+        what = str(form.get("action") or "")
+        reason = str(form.get("reason") or "").strip()
+        if what not in ("redrive", "redrive-after-deploy", "discard"):
+            return render(req, "Dead-letter groups", "<p class=bad>action: one of redrive, "
+                          "redrive-after-deploy, discard</p>", 400, active="/deadletters")
+        if not reason:
+            return render(req, "Dead-letter groups", "<p class=bad>reason: required</p>", 400,
+                          active="/deadletters")
+        try:
+            found = [g for g in _groups_of(consumer, p) if g.fingerprint == fingerprint]
+            if not found:
+                return render(req, "Dead-letter groups", f"<p class=bad>group: no open failure group "
+                              f"{esc(fingerprint)} of {esc(consumer)}</p>", 400, active="/deadletters")
+            g = found[0]
+            records = [e.record for e in g.entries]
+            if what == "discard":
+                done = discard_dead_letters(sources.kafka, consumer, records, actor=_actor(p), reason=reason)
+            else:
+                if what == "redrive-after-deploy":
+                    reason = f"{reason} (after deploy)"
+                elif not g.retryable and form.get("confirm") != "yes":
+                    return render(req, "Confirm re-drive", '<p class=bad id="confirm-needed">confirm: '
+                                  f"{esc(retry_warning(g.entries))}</p>"
+                                  + _group_form(g, _csrf_of(req), confirm=True, reason=reason),
+                                  409, active="/deadletters")
+                done = redrive_dead_letters(sources.kafka, consumer, records, actor=_actor(p), reason=reason)
+        except CasestreamError as e:
+            return render(req, "Dead-letter groups", f"<p class=bad>{esc(e)}</p>", 400, active="/deadletters")
+        finally:
+            dead_letter_reads.clear()
+        return RedirectResponse("/deadletters/groups?" + urlencode({"consumer": consumer, "done": done.detail}), 303)
 
     # -- flow -------------------------------------------------------------------------
     def flow(request: Request, p: Principal) -> Response:
@@ -607,6 +728,9 @@ def console_app(sources: ConsoleSources, verifier: TokenVerifier, *, production:
         Route("/sagas", authed(READ_ROLES, sagas)),
         Route("/sagas/{saga_id}/resolve", action(ACT_ROLES, resolve), methods=["POST"]),
         Route("/deadletters", authed(READ_ROLES, deadletters)),
+        Route("/deadletters/groups", authed(READ_ROLES, deadletter_groups)),
+        Route("/deadletters/{consumer}/groups/{fingerprint}", action(ACT_ROLES, deadletter_group_action),
+              methods=["POST"]),
         Route("/deadletters/{consumer}", action(ACT_ROLES, deadletter_action), methods=["POST"]),
         Route("/flow", authed(READ_ROLES, flow)),
         *catalog_routes(lambda fn: authed(READ_ROLES, fn), render),
