@@ -105,6 +105,8 @@ READ_ROLES = (ROLE_OFFICER, ROLE_SUPERVISOR, ROLE_OPERATOR)
 ACT_ROLES = (ROLE_SUPERVISOR,)
 FLOW_SCRIPT_PATH = "/static/flow.js"
 BUSY_RETRY_S = 2
+SAGAS_LISTED = 1000
+"""Sagas the Sagas page reads for its waiting list and counts (the saga routes' largest limit)."""
 
 FLOW_REFRESH_JS = """
 // refresh the tables 2 s after the previous answer (never two requests at once)
@@ -376,6 +378,7 @@ def console_app(sources: ConsoleSources, verifier: TokenVerifier, *, production:
         body = f'<div class="done" id="done">{esc(done)}</div>' if done else ""
         try:
             metrics = service_call("GET", "/sagas/metrics", token)
+            recent = _sagas_in(service_call("GET", "/sagas?" + urlencode({"limit": SAGAS_LISTED}), token))
             stuck = service_call("GET", "/sagas/stuck", token)
             review = [s for st in settings.review_states
                       for s in _sagas_in(service_call("GET", "/sagas?" + urlencode({"state": st}), token))]
@@ -387,16 +390,34 @@ def console_app(sources: ConsoleSources, verifier: TokenVerifier, *, production:
             return render(request, "Sagas", body + "<p class=muted>No configured service answers /sagas.</p>",
                           active="/sagas")
         gauges = metrics.json().get("gauges", {}) if metrics.status_code == 200 else {}
-        counts = {k: v for k, v in gauges.items()}
-        body += "<h2>By state</h2>" + table(("gauge", "value"), [(esc(k), f'<span class=num>{esc(v)}</span>')
-                                                                  for k, v in sorted(_flat(counts))], id_="counts")
-        csrf = _csrf_of(request)
-        body += "<h2>Stuck (past deadline + grace)</h2>" + _saga_table(_sagas_in(stuck), "stuck", False, csrf)
-        body += "<h2>Manual review</h2>" + _saga_table(review, "manual-review", ROLE_SUPERVISOR in p.roles, csrf)
-        body += "<h2>Compensation failed</h2>" + _saga_table(failed, "compensation-failed", False, csrf)
+        now = datetime.now(timezone.utc)
+        stuck_items, csrf = _sagas_in(stuck), _csrf_of(request)
+        body += ('<p id="saga-summary">'
+                 + " ".join(f'<span class="pill {cls}">{esc(label)} <b>{esc(gauges.get(key, n))}</b></span>'
+                            for label, key, n, cls in (
+                                ("stuck", "sagas_stuck", len(stuck_items), "bad"),
+                                ("manual review", "sagas_parked", len(review), "warn"),
+                                ("compensation failed", "sagas_alerting", len(failed), "bad")))
+                 + "</p>")
+        body += "<h2>Stuck (past deadline + grace)</h2>" + _saga_table(stuck_items, "stuck", False, csrf, now)
+        body += "<h2>Manual review</h2>" + _saga_table(review, "manual-review", ROLE_SUPERVISOR in p.roles, csrf, now)
+        body += "<h2>Compensation failed</h2>" + _saga_table(failed, "compensation-failed", False, csrf, now)
+        waiting = sorted((s for s in recent if s.get("state_kind") == "active" and _deadline_of(s)),
+                         key=lambda s: _deadline_of(s) or "")
+        body += "<h2>Waiting, nearest deadline first</h2>" + _saga_table(waiting, "waiting", False, csrf, now)
+        by_kind: dict[tuple[str, str], tuple[str, int]] = {}
+        for s in recent:
+            k = (str(s.get("definition") or "-"), str(s.get("state") or "-"))
+            by_kind[k] = (str(s.get("state_kind") or ""), by_kind.get(k, ("", 0))[1] + 1)
+        rows = [(esc(d), esc(st), esc(kind), f'<span class="num">{n}</span>')
+                for (d, st), (kind, n) in sorted(by_kind.items())]
+        of = (f"the newest {len(recent)} sagas" if len(recent) >= SAGAS_LISTED else "every saga")
+        body += (f"<h2>By definition and state</h2><p class=note>counted over {of}</p>"
+                 + table(("definition", "state", "kind", "sagas"), rows, id_="counts"))
         return render(request, "Sagas", body, active="/sagas")
 
-    def _saga_table(items: list[dict[str, Any]], ident: str, resolvable: bool, csrf: str) -> str:
+    def _saga_table(items: list[dict[str, Any]], ident: str, resolvable: bool, csrf: str,
+                    now: datetime) -> str:
         if not items:
             return f'<p class="muted" id="{ident}-none">none</p>'
         rows = []
@@ -408,10 +429,12 @@ def console_app(sources: ConsoleSources, verifier: TokenVerifier, *, production:
                 action = (f'<form method="post" action="/sagas/{quote(sid)}/resolve">{csrf_field(csrf)}'
                           f'<input type="text" name="reason" required placeholder="reason (required)" '
                           f'class="reason"> <button type="submit" class="resolve">Resolve</button></form>')
-            rows.append((f"<code>{esc(sid)}</code>", esc(s.get("state")),
-                         f'<a href="/journeys?case_id={quote(str(case))}">{esc(case)}</a>' if case else "-",
-                         esc((s.get("deadline") or {}).get("at")), action))
-        return table(("saga id", "state", "case id", "deadline", ""), rows, id_=ident)
+            rows.append((f"<code>{esc(sid)}</code>", esc(s.get("definition")), esc(s.get("state")),
+                         esc(s.get("step")),
+                         f'<a href="/journeys?case_id={quote(str(case))}">journey of {esc(case)}</a>' if case else "-",
+                         esc(_deadline_of(s)), _until(_deadline_of(s), now), action))
+        return table(("saga id", "definition", "state", "step", "journey", "deadline", "time to deadline", ""),
+                     rows, id_=ident)
 
     def resolve(req: Request, p: Principal, form: Form) -> Response:
         saga_id = req.path_params["saga_id"]
@@ -782,11 +805,23 @@ def _sagas_in(r: httpx.Response | None) -> list[dict[str, Any]]:
     return list(body.get("sagas") or body.get("items") or [])
 
 
-def _flat(d: dict[str, Any], prefix: str = "") -> list[tuple[str, Any]]:
-    out = []
-    for k, v in d.items():
-        if isinstance(v, dict):
-            out.extend(_flat(v, f"{prefix}{k}."))
-        else:
-            out.append((f"{prefix}{k}", v))
-    return out
+def _deadline_of(saga: dict[str, Any]) -> str | None:
+    deadline = saga.get("deadline")
+    return deadline.get("at") if isinstance(deadline, dict) else None
+
+
+def _until(at: str | None, now: datetime) -> str:
+    """``in 4m 05s`` / ``overdue 1h 02m`` from an ISO-8601 instant to ``now`` ("-": none or unreadable)."""
+    if not at:
+        return "-"
+    try:
+        when = datetime.fromisoformat(at.replace("Z", "+00:00"))
+    except ValueError:
+        return "-"
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=timezone.utc)
+    left = int((when - now).total_seconds())
+    h, rest = divmod(abs(left), 3600)
+    m, sec = divmod(rest, 60)
+    text = f"{h}h {m:02d}m" if h else f"{m}m {sec:02d}s"
+    return f"in {text}" if left >= 0 else f'<span class="bad">overdue {text}</span>'

@@ -32,6 +32,8 @@ pre{background:#fff;border:1px solid #d8dce4;padding:.4rem;max-width:60rem;overf
 input[type=text],textarea{font:inherit;padding:.25rem;min-width:22rem}
 button{font:inherit;padding:.25rem .8rem}.arrow{color:#5a6acf;font-weight:600}
 form.inline{display:inline}
+.pill{display:inline-block;background:#fff;border:1px solid #d8dce4;border-radius:1rem;padding:.2rem .7rem;margin-right:.4rem}
+details{margin:.6rem 0}summary{cursor:pointer;font-weight:600}
 """
 STYLE_PATH = "/static/console.css"
 
