@@ -49,6 +49,7 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable
+from dataclasses import replace
 from datetime import datetime, timezone
 from typing import Any, TypeVar
 from urllib.parse import parse_qs, quote, urlencode
@@ -79,6 +80,7 @@ from casestream.operations import (
     DeadLetterState,
     FailureGroup,
     OperatorAction,
+    ReplayRuns,
     dead_letter_counts,
     discard_dead_letters,
     failure_groups,
@@ -86,6 +88,7 @@ from casestream.operations import (
     load_dead_letter_state,
     load_journey,
     outbox_flow,
+    parse_prometheus,
     read_actions,
     record_action,
     redrive_dead_letters,
@@ -106,6 +109,9 @@ ACT_ROLES = (ROLE_SUPERVISOR,)
 FLOW_SCRIPT_PATH = "/static/flow.js"
 BUSY_RETRY_S = 2
 SAGAS_LISTED = 1000
+"""Sagas the Sagas page reads for its waiting list and counts (the saga routes' largest limit)."""
+FLOW_BEHIND_S = 5.0
+"""Oldest pending outbox row age (seconds) from which the Flow page lists a service as behind."""
 """Sagas the Sagas page reads for its waiting list and counts (the saga routes' largest limit)."""
 
 FLOW_REFRESH_JS = """
@@ -694,37 +700,80 @@ def console_app(sources: ConsoleSources, verifier: TokenVerifier, *, production:
         return render(request, "Flow", f'<div id="flow">{fragment}</div>', active="/flow", script=FLOW_SCRIPT_PATH)
 
     def _flow_fragment() -> str:
-        rows = []
+        """What is behind or failing first (outbox pending past FLOW_BEHIND_S or failed, a
+        service whose metrics do not answer, a group with lag, a running or failed replay),
+        everything else folded in ``<details>``."""
+        hot_svc, cold_svc = [], []
         with httpx.Client(timeout=timeout) as client:
             for name, base in sources.services.items():
                 try:
                     r = client.get(base.rstrip("/") + "/metrics")
-                    f = outbox_flow(r.text) if r.status_code == 200 else None
+                    text = r.text if r.status_code == 200 else None
                 except httpx.HTTPError:
-                    f = None
-                rows.append((esc(name), "<span class=bad>down</span>" if f is None else "up",
-                             fmt(f.pending if f else None), fmt(f.oldest_pending_s if f else None, 1),
-                             fmt(f.failed if f else None)))
-        out = "<h2>Outbox per service</h2>" + table(("service", "metrics", "pending", "oldest pending s",
-                                                     "failed"), rows, id_="outbox")
-        lag_rows = []
+                    text = None
+                samples = parse_prometheus(text) if text is not None else None
+                f = outbox_flow(text) if text is not None else None
+                shards = _sum(samples, "relay_shards_held")
+                errors = _sum(samples, "relay_delivery_errors_total")
+                relay = ", ".join(
+                    ([f"{fmt(shards)} shard(s) held"] if shards is not None else [])
+                    + ([f'<span class="bad">{fmt(errors)} delivery error(s)</span>'] if errors else [])) or "-"
+                row = (esc(name), "<span class=bad>down</span>" if f is None else "up",
+                       fmt(f.pending if f else None), fmt(f.oldest_pending_s if f else None, 1),
+                       fmt(f.failed if f else None), relay)
+                # delivery errors are a counter since the process started: shown, not "behind"
+                behind = f is None or bool(f.failed) or (f.oldest_pending_s or 0) >= FLOW_BEHIND_S
+                (hot_svc if behind else cold_svc).append(row)
+        svc_heads = ("service", "metrics", "outbox pending", "oldest pending s", "failed", "relay")
+        hot_lag, cold_lag, groups_hot, groups_cold = [], [], [], []
         for c in sources.consumers:
             try:
                 parts = group_lag(sources.kafka, c, _topics_of(c))
             except Exception as e:  # noqa: BLE001 - shown in the row
-                lag_rows.append((esc(c), "-", "-", "-", "-", f"<span class=bad>{esc(e)}</span>"))
+                groups_hot.append((esc(c), "-", "-", "-", f"<span class=bad>{esc(e)}</span>"))
                 continue
+            total = sum(pl.lag for pl in parts)
+            never = sum(pl.committed is None for pl in parts)
+            row = (esc(c), f'<span class="num lag" data-group="{esc(c)}">{total}</span>',
+                   str(sum(pl.lag > 0 for pl in parts)), str(len(parts)),
+                   f"<span class=warn>{never} partition(s) never committed</span>" if never else "")
+            (groups_hot if total else groups_cold).append(row)
             for pl in parts:
-                lag_rows.append((esc(c), esc(pl.topic), esc(pl.partition), fmt(pl.committed), fmt(pl.high),
-                                 f'<span class="num lag" data-group="{esc(c)}">{pl.lag}</span>'))
-        total = sum(int(r[5].split(">")[1].split("<")[0]) for r in lag_rows if 'class="num lag"' in r[5])
-        out += (f'<h2>Lag per partition <span id="total-lag" class="num">(total {total})</span></h2>'
-                + table(("group", "topic", "partition", "committed", "high watermark", "lag"), lag_rows, id_="lag"))
-        out += "<h2>Replay runs</h2>"
-        if sources.replay_runs is None:
+                (hot_lag if pl.lag else cold_lag).append(
+                    (esc(c), esc(pl.topic), esc(pl.partition), fmt(pl.committed), fmt(pl.high),
+                     f'<span class="num">{pl.lag}</span>'))
+        total_lag = sum(int(r[1].split(">")[1].split("<")[0]) for r in groups_hot + groups_cold
+                        if 'class="num lag"' in r[1])
+        group_heads = ("group", "lag", "partitions behind", "partitions", "")
+        part_heads = ("group", "topic", "partition", "committed", "high watermark", "lag")
+        now = datetime.now(timezone.utc)
+        view = sources.replay_runs() if sources.replay_runs is not None else None
+        runs_hot = [r for r in view.runs if r.state in ("running", "failed")] if view else []
+        runs_cold = [r for r in view.runs if r.state not in ("running", "failed")] if view else []
+
+        out = "<h2>Behind or failing</h2>"
+        if not (hot_svc or groups_hot or runs_hot or (view and view.errors)):
+            out += '<p class="ok" id="all-clear">Nothing behind or failing.</p>'
+        if hot_svc:
+            out += "<h3>Outbox and relay</h3>" + table(svc_heads, hot_svc, id_="outbox-behind")
+        out += (f'<h3>Consumer lag <span id="total-lag" class="num">(total {total_lag})</span></h3>'
+                + (table(group_heads, groups_hot, id_="lag-behind") + table(part_heads, hot_lag, id_="lag")
+                   if groups_hot else '<p class="ok" id="no-lag">every group is caught up</p>'))
+        out += "<h3>Replay runs</h3>"
+        if view is None:
             out += "<p class=muted>No projection database configured (CASESTREAM_CONSOLE_REPLAY_DATABASES).</p>"
+        elif runs_hot or view.errors:
+            out += replay_runs_table(replace(view, runs=runs_hot), now)
         else:
-            out += replay_runs_table(sources.replay_runs(), datetime.now(timezone.utc))
+            out += '<p class="muted" id="no-replay-running">no replay running or failed</p>'
+        folded = (f"Everything else: {len(cold_svc)} service(s) caught up, {len(groups_cold)} group(s) "
+                  f"at lag 0 ({len(cold_lag)} partitions), {len(runs_cold)} finished replay run(s)")
+        out += (f'<details id="folded"><summary>{esc(folded)}</summary>'
+                + (table(svc_heads, cold_svc, id_="outbox") if cold_svc else "")
+                + (table(group_heads, groups_cold, id_="lag-caught-up") if groups_cold else "")
+                + (table(part_heads, cold_lag, id_="lag-zero") if cold_lag else "")
+                + (replay_runs_table(ReplayRuns(runs=runs_cold), now, id_="replays-done") if runs_cold else "")
+                + "</details>")
         return out
 
     def _topics_of(consumer: str) -> list[str]:
@@ -803,6 +852,14 @@ def _sagas_in(r: httpx.Response | None) -> list[dict[str, Any]]:
     if isinstance(body, list):
         return body
     return list(body.get("sagas") or body.get("items") or [])
+
+
+def _sum(samples: Any, name: str) -> float | None:
+    """Sum of metric ``name`` in ``parse_prometheus`` samples (None: no sample or no samples)."""
+    if samples is None:
+        return None
+    values = [v for (n, _), v in samples.items() if n == name]
+    return sum(values) if values else None
 
 
 def _deadline_of(saga: dict[str, Any]) -> str | None:

@@ -79,7 +79,7 @@ def pretty(value: Any) -> str:
     return json.dumps(value, indent=2, default=str, sort_keys=True)
 
 
-def replay_runs_table(view: ReplayRuns, now: datetime) -> str:
+def replay_runs_table(view: ReplayRuns, now: datetime, *, id_: str = "replays") -> str:
     """The replay runs table: state, progress (%, events read of read + remaining), rate
     (events/s since start), ETA of a running run at ``now``; then the unreadable databases."""
     rows = []
@@ -95,7 +95,7 @@ def replay_runs_table(view: ReplayRuns, now: datetime) -> str:
                      esc(r.finished_at.isoformat(timespec="seconds") if r.finished_at else None),
                      f"<span class=bad>{esc(r.error)}</span>" if r.error else "-"))
     out = table(("projection", "mode", "state", "started", "progress (events read)", "applied",
-                 "events/s", "ETA", "finished", "error"), rows, id_="replays")
+                 "events/s", "ETA", "finished", "error"), rows, id_=id_)
     if not rows:
         out += "<p class=muted>No replay run recorded.</p>"
     out += "".join(f"<p class=bad>{esc(e)}</p>" for e in view.errors)
