@@ -2,7 +2,8 @@
 
 ``python -m services.demo`` (what ``make demo`` runs after starting the infrastructure)
 starts the five services as processes (``--replicas N``, ``make demo REPLICAS=N``: N
-instances of each, sharing databases, consumer groups and outbox shards), opens and submits cases over the case service's
+instances of each, sharing databases, consumer groups and outbox shards; instance i's
+consumers join as static group members ``CASESTREAM_INSTANCE_ID=demo-i``), opens and submits cases over the case service's
 HTTP API, waits until each case reaches a final state, reads each case's audit timeline
 and prints the journey, then a summary line such as::
 
@@ -292,7 +293,13 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     for name, value in DEMO_CASE_SETTINGS.items():  # the overdue journey escalates in seconds
         os.environ.setdefault(name, value)
-    stacks = [ServiceStack(env=replica_env(SUITE, i),
+    def instance_env(i: int) -> dict[str, str]:
+        env = replica_env(SUITE, i)
+        if args.replicas > 1:  # static group members: a restarted instance takes its partitions back
+            env["CASESTREAM_INSTANCE_ID"] = f"{os.environ.get('CASESTREAM_INSTANCE_ID', 'demo')}-{i}"
+        return env
+
+    stacks = [ServiceStack(env=instance_env(i),
                            log_dir=Path(args.log_dir) / f"instance-{i}" if args.replicas > 1
                            else Path(args.log_dir))
               for i in range(1, args.replicas + 1)]
