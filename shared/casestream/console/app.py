@@ -399,7 +399,8 @@ def console_app(sources: ConsoleSources, verifier: TokenVerifier, *, production:
         now = datetime.now(timezone.utc)
         stuck_items, csrf = _sagas_in(stuck), _csrf_of(request)
         body += ('<p id="saga-summary">'
-                 + " ".join(f'<span class="pill {cls}">{esc(label)} <b>{esc(gauges.get(key, n))}</b></span>'
+                 + " ".join(f'<span class="pill {cls if gauges.get(key, n) else "muted"}">{esc(label)} '
+                            f'<b>{esc(gauges.get(key, n))}</b></span>'
                             for label, key, n, cls in (
                                 ("stuck", "sagas_stuck", len(stuck_items), "bad"),
                                 ("manual review", "sagas_parked", len(review), "warn"),
@@ -418,7 +419,7 @@ def console_app(sources: ConsoleSources, verifier: TokenVerifier, *, production:
         rows = [(esc(d), esc(st), esc(kind), f'<span class="num">{n}</span>')
                 for (d, st), (kind, n) in sorted(by_kind.items())]
         of = (f"the newest {len(recent)} sagas" if len(recent) >= SAGAS_LISTED else "every saga")
-        body += (f"<h2>By definition and state</h2><p class=note>counted over {of}</p>"
+        body += (f"<h2>By definition and state</h2><p class=muted>counted over {of}</p>"
                  + table(("definition", "state", "kind", "sagas"), rows, id_="counts"))
         return render(request, "Sagas", body, active="/sagas")
 
@@ -626,8 +627,10 @@ def console_app(sources: ConsoleSources, verifier: TokenVerifier, *, production:
                 klass = esc(g.failure_class) + ("" if g.retryable else ' <span class="warn">non-retryable</span>')
                 rows.append((esc(c), f'<a href="#g-{esc(g.fingerprint)}"><code>{esc(g.fingerprint)}</code></a>',
                              klass, esc(g.error_class), esc(g.event_type), f"<small>{esc(g.message)}</small>",
-                             f'<span class="num">{g.count}</span>', esc(g.first_seen), esc(g.last_seen),
-                             f"{esc(sample.label)} <small>{esc(sample.message)}</small>"))
+                             f'<span class="num">{g.count}</span>', esc(_seconds(g.first_seen)),
+                             esc(_seconds(g.last_seen)),
+                             f'<code>{esc(sample.label)}</code> <small title="{esc(sample.message)}">'
+                             f"{esc(_shortened(sample.message, 60))}</small>"))
                 if can_act:
                     forms += _group_form(g, csrf)
         if not rows:
@@ -860,6 +863,18 @@ def _sum(samples: Any, name: str) -> float | None:
         return None
     values = [v for (n, _), v in samples.items() if n == name]
     return sum(values) if values else None
+
+
+def _seconds(instant: str | None) -> str | None:
+    """An ISO-8601 instant without its fraction of a second (``...T20:19:54Z``)."""
+    if not instant or "." not in instant:
+        return instant
+    head, _, tail = instant.partition(".")
+    return head + ("Z" if tail.endswith("Z") else "")
+
+
+def _shortened(text: str | None, limit: int) -> str | None:
+    return text if text is None or len(text) <= limit else text[:limit - 1] + "…"
 
 
 def _deadline_of(saga: dict[str, Any]) -> str | None:
