@@ -20,23 +20,24 @@ from casestream.console import ConsoleSettings, ConsoleSources, console_app
 
 pytestmark = pytest.mark.unit
 
-NOW = datetime.now(timezone.utc)
-
-
 def saga(sid: str, state: str, kind: str, *, case: str, due_s: float | None = None,
          definition: str = "case-review") -> dict[str, Any]:
-    at = None if due_s is None else (NOW + timedelta(seconds=due_s)).isoformat().replace("+00:00", "Z")
+    due = None if due_s is None else datetime.now(timezone.utc) + timedelta(seconds=due_s)
+    at = None if due is None else due.isoformat().replace("+00:00", "Z")
     return {"saga_id": sid, "definition": definition, "case_id": case, "state": state, "state_kind": kind,
             "step": "decide" if at else None, "deadline": {"at": at} if at else None}
 
 
-SAGAS = [saga("s-late", "AWAITING_DECISION", "active", case="c1", due_s=7230),
-         saga("s-soon", "AWAITING_DECISION", "active", case="c2", due_s=125),
-         saga("s-over", "AWAITING_NOTICE", "active", case="c3", due_s=-90),
-         saga("s-review", "MANUAL_REVIEW", "parked", case="c4"),
-         saga("s-failed", "COMPENSATION_FAILED", "terminal", case="c5"),
-         saga("s-done", "COMPLETED", "terminal", case="c6"),
-         saga("s-other", "WAITING", "active", case="c7", due_s=600, definition="watch-expiry")]
+def sagas() -> list[dict[str, Any]]:
+    """The saga service's answer, deadlines relative to the moment it is asked (collection may
+    run long before the test)."""
+    return [saga("s-late", "AWAITING_DECISION", "active", case="c1", due_s=7230),
+            saga("s-soon", "AWAITING_DECISION", "active", case="c2", due_s=125),
+            saga("s-over", "AWAITING_NOTICE", "active", case="c3", due_s=-90),
+            saga("s-review", "MANUAL_REVIEW", "parked", case="c4"),
+            saga("s-failed", "COMPENSATION_FAILED", "terminal", case="c5"),
+            saga("s-done", "COMPLETED", "terminal", case="c6"),
+            saga("s-other", "WAITING", "active", case="c7", due_s=600, definition="watch-expiry")]
 
 
 def answer(request: httpx.Request) -> httpx.Response:
@@ -45,10 +46,10 @@ def answer(request: httpx.Request) -> httpx.Response:
         return httpx.Response(200, json={"counters": {}, "gauges": {
             "sagas_stuck": 1, "sagas_alerting": 1, "sagas_parked": 1, "sagas{state=COMPLETED}": 1}})
     if path == "/sagas/stuck":
-        return httpx.Response(200, json={"items": [SAGAS[2]]})
+        return httpx.Response(200, json={"items": [sagas()[2]]})
     if path == "/sagas":
         state = q.get("state")
-        return httpx.Response(200, json={"items": [s for s in SAGAS if state is None or s["state"] == state]})
+        return httpx.Response(200, json={"items": [s for s in sagas() if state is None or s["state"] == state]})
     return httpx.Response(404)
 
 
