@@ -173,12 +173,22 @@ def browser(world: list[str]) -> Iterator[Any]:
         driver.quit()
 
 
+def body_text(driver: Any) -> str:
+    """The page's text; "" while a navigation replaces the body being read."""
+    from selenium.common.exceptions import StaleElementReferenceException
+
+    try:
+        return str(driver.find_element("tag name", "body").text)
+    except StaleElementReferenceException:
+        return ""
+
+
 def sign_in(driver: Any) -> None:
     driver.get(f"{CONSOLE}/login")
     driver.find_element("id", "token").send_keys(VICTIM)
     driver.find_element("id", "login").click()
-    wait_for(lambda: "victim-sup" in driver.find_element("tag name", "body").text, 10, "the victim signed in",
-             describe=lambda: f"{driver.current_url}: {driver.find_element('tag name', 'body').text[:500]}")
+    wait_for(lambda: "victim-sup" in body_text(driver), 10, "the victim signed in",
+             describe=lambda: f"{driver.current_url}: {body_text(driver)[:500]}")
 
 
 def signed_in_as(driver: Any) -> str:

@@ -232,10 +232,13 @@ def scenario(driver, suite: ServiceStack, kafka_bootstrap: str) -> None:  # noqa
 
     # 3b. a poison dead letter (schema resolution: non-retryable; decodable, so the tenant's
     # supervisor sees it): the group's re-drive asks for a confirmation first; it is discarded instead
-    poison = DeadLetter(record=original, error_class="casestream.errors.SchemaResolutionError",
+    # another message of the case: an entry of the re-driven one's origin would count as resolved
+    poisoned = next(r for r in read_topic(kafka_bootstrap, "outbox.event.case")
+                    if r.key == case_id.encode() and r.offset != original.offset)
+    poison = DeadLetter(record=poisoned, error_class="casestream.errors.SchemaResolutionError",
                         reason="schema_resolution", message=f"no symbol for {case_id}", attempts=1,
                         first_failure=now, last_failure=now)
-    producer.produce("audit.journal.dlq", key=original.key, value=original.value,
+    producer.produce("audit.journal.dlq", key=poisoned.key, value=poisoned.value,
                      headers=dead_letter_headers("audit.journal", poison))
     assert producer.flush(10) == 0
 

@@ -387,15 +387,17 @@ def consume_batch_span(consumer: str, items: Sequence[tuple[Any, Any]]) -> Itera
     tps = [_parent_traceparent(rec, env) for rec, env in items]
     links = [Link(sc) for sc in (span_context_of(tp) for tp in tps) if sc is not None]
     parent = context_from_traceparent(tps[0]) if len(items) == 1 else None
+    attributes: dict[str, Any] = {
+        "messaging.system": "kafka", "messaging.destination.name": first.topic,
+        "messaging.consumer.group.name": consumer, "messaging.operation.type": "process",
+        "messaging.batch.message_count": len(items), "service.component": "consumer"}
+    if len(items) == 1:
+        # a batch of one is that message's span: it names the message as the per-event span does
+        attributes.update(_message_attributes(consumer, *items[0], "process"))
     started = time.monotonic()
     with tel.tracer.start_as_current_span(
             f"{first.topic} process batch", context=parent, kind=SpanKind.CONSUMER,
-            links=[] if parent is not None else links,
-            attributes={"messaging.system": "kafka", "messaging.destination.name": first.topic,
-                        "messaging.consumer.group.name": consumer,
-                        "messaging.operation.type": "process",
-                        "messaging.batch.message_count": len(items),
-                        "service.component": "consumer"}) as batch, \
+            links=[] if parent is not None else links, attributes=attributes) as batch, \
             log_context(consumer=consumer):
         if parent is None:
             batch_link = [Link(batch.get_span_context())]
