@@ -98,7 +98,7 @@ test: venv compose k8s-tools prometheus-tools browser infra-up ## the whole test
 test-edge: venv infra-up ## the live-edge e2e test in full: schemathesis against each of the six services
 	@$(WITH_ENV) CASESTREAM_TEST_EDGE_FULL=1 $(VENV)/bin/pytest tests/e2e/test_edge_live.py -p no:cacheprovider $(PYTEST_ARGS)
 
-test-scaling: venv infra-up ## a consumer group scaled 2 -> 6 -> 2 -> 6 -> 2 under a steady stream, both group protocols, key-parallel too (~7 min; the 2 -> 4 -> 2 variant runs in make test)
+test-scaling: venv infra-up ## a consumer group scaled 2 -> 6 -> 2 -> 6 -> 2 under a steady stream, both group protocols, key-parallel too (~7 min; the 2 -> 4 -> 2 variant under the consumer protocol runs in make test)
 	@$(WITH_ENV) $(VENV)/bin/pytest -m scaling -s tests/integration/test_consumer_scaling.py $(PYTEST_ARGS)
 
 test-debezium: venv infra-up ## Debezium as the outbox publisher: same records as the relay, CDC status/retention, both handovers under a steady writer (starts Kafka Connect; ~40 s warm, + ~90 s Maven resolution cold)
