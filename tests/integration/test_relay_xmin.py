@@ -72,6 +72,7 @@ def test_a_held_xmin_does_not_make_each_claim_walk_the_rows_published_since(
         early_to = _index_reads(dsn)
         time.sleep(max(0.0, started + HOLD_S - 3.0 - time.monotonic()))
         late_from = _index_reads(dsn)
+        late_from_at = time.monotonic()
         time.sleep(3.0)
         late_to = _index_reads(dsn)
         held_for = time.monotonic() - started
@@ -88,9 +89,12 @@ def test_a_held_xmin_does_not_make_each_claim_walk_the_rows_published_since(
     print(f"held {held_for:.0f} s, {written} events ({rate:.0f}/s); pending-index entries read per "
           f"scan: early {early:.0f}, late {late:.0f}; commit->publish p50 {lag[0]:.3f} s, "
           f"p99 {lag[1]:.3f} s; xmin age seen {max(seen, default=0):.1f} s")
-    # A scan from the index's start reads every row published since the hold began (~20 s of
-    # events late in the hold); from the floor, a few seconds' worth at most (its two steps).
-    assert late < 6 * rate, (early, late, rate)
+    # A scan from the index's start reads every row published since the hold began (~22 s of
+    # events late in the hold); from the floor, the rows since the lowest pending one when the
+    # floor last advanced: its two steps plus the relay's in-flight window, which grows to
+    # several seconds when the machine is loaded (9.4 s measured under a full parallel suite).
+    from_start = rate * (late_from_at - started)
+    assert late < from_start / 2, (early, late, rate, from_start)
     assert late < 3 * early + 2000, (early, late)
     assert lag[1] < 5.0, lag
     assert max(seen, default=0) >= HOLD_S / 2, seen

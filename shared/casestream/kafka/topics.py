@@ -38,6 +38,10 @@ RECORD_BATCH_OVERHEAD = 61
 #: Kafka's broker default ``message.max.bytes`` (1 MiB + 12 bytes), used when the broker
 #: cannot be asked.
 BROKER_DEFAULT_LIMIT = 1_048_588
+# Group-coordinator errors a client retries (Kafka protocol error codes 14, 15, 16).
+_COORDINATOR_MOVING = frozenset({KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
+                                 KafkaError.COORDINATOR_NOT_AVAILABLE,
+                                 KafkaError.NOT_COORDINATOR})
 
 
 
@@ -267,16 +271,31 @@ def committed_offsets(bootstrap: KafkaTarget, group: str, partitions: Iterable[t
     """The committed offset (next offset to read) of consumer group ``group`` per partition;
     None where the group committed nothing. Reads only (``OffsetFetch``): never joins the group.
 
+    A retriable error (``NOT_COORDINATOR``, ``COORDINATOR_LOAD_IN_PROGRESS`` while the
+    coordinator moves or loads ``__consumer_offsets``) is retried until ``timeout_s``.
+
     Raises:
-        KafkaException: the group coordinator did not answer.
+        KafkaException: the group coordinator did not answer, or a non-retriable error.
     """
     tps = [TopicPartition(t, p) for t, p in partitions]
     if not tps:
         return {}
+    deadline = time.monotonic() + timeout_s
     c = Consumer({**client_config(bootstrap), "group.id": group, "enable.auto.commit": False})
     try:
-        return {(tp.topic, tp.partition): (tp.offset if tp.offset >= 0 else None)
-                for tp in c.committed(tps, timeout=timeout_s)}
+        while True:
+            try:
+                answered = c.committed(tps, timeout=max(0.5, deadline - time.monotonic()))
+            except KafkaException as e:
+                error = e.args[0] if e.args else None
+                if not (isinstance(error, KafkaError)
+                        and (error.retriable() or error.code() in _COORDINATOR_MOVING)
+                        and time.monotonic() + 0.2 < deadline):
+                    raise
+                time.sleep(0.2)
+                continue
+            return {(tp.topic, tp.partition): (tp.offset if tp.offset >= 0 else None)
+                    for tp in answered}
     finally:
         c.close()
 
