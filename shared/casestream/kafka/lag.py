@@ -67,10 +67,12 @@ def read_partitions(client: Any, partitions: Sequence[tuple[str, int]], *,
     # lazy (start-up cost): confluent_kafka loads when a client is built
     from confluent_kafka import TopicPartition
 
+    from casestream.kafka.topics import committed
+
     if not partitions:
         return []
     out = []
-    for tp in client.committed([TopicPartition(t, p) for t, p in partitions], timeout=timeout_s):
+    for tp in committed(client, [TopicPartition(t, p) for t, p in partitions], timeout_s):
         low, high = client.get_watermark_offsets(TopicPartition(tp.topic, tp.partition),
                                                  timeout=timeout_s)
         out.append(GroupPartition(tp.topic, tp.partition, tp.offset if tp.offset >= 0 else None,

@@ -266,36 +266,42 @@ def topic_partitions(bootstrap: KafkaTarget, topic: str, timeout_s: float = 10.0
     return sorted(meta.partitions)
 
 
+def committed(client: Any, tps: list[TopicPartition], timeout_s: float) -> list[TopicPartition]:
+    """``client.committed(tps)`` (an ``OffsetFetch`` for ``client``'s group), retrying a retriable
+    error and the coordinator moving or loading ``__consumer_offsets`` (``NOT_COORDINATOR``,
+    ``COORDINATOR_LOAD_IN_PROGRESS``, ``COORDINATOR_NOT_AVAILABLE``) until ``timeout_s``.
+
+    Raises:
+        KafkaException: a non-retriable error, or a retriable one still there at the deadline.
+    """
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            return client.committed(tps, timeout=max(0.5, deadline - time.monotonic()))
+        except KafkaException as e:
+            error = e.args[0] if e.args else None
+            if not (isinstance(error, KafkaError)
+                    and (error.retriable() or error.code() in _COORDINATOR_MOVING)
+                    and time.monotonic() + 0.2 < deadline):
+                raise
+            time.sleep(0.2)
+
+
 def committed_offsets(bootstrap: KafkaTarget, group: str, partitions: Iterable[tuple[str, int]],
                       timeout_s: float = 10.0) -> dict[tuple[str, int], int | None]:
     """The committed offset (next offset to read) of consumer group ``group`` per partition;
     None where the group committed nothing. Reads only (``OffsetFetch``): never joins the group.
 
-    A retriable error (``NOT_COORDINATOR``, ``COORDINATOR_LOAD_IN_PROGRESS`` while the
-    coordinator moves or loads ``__consumer_offsets``) is retried until ``timeout_s``.
-
     Raises:
-        KafkaException: the group coordinator did not answer, or a non-retriable error.
+        KafkaException: the group coordinator did not answer (:func:`committed` retries).
     """
     tps = [TopicPartition(t, p) for t, p in partitions]
     if not tps:
         return {}
-    deadline = time.monotonic() + timeout_s
     c = Consumer({**client_config(bootstrap), "group.id": group, "enable.auto.commit": False})
     try:
-        while True:
-            try:
-                answered = c.committed(tps, timeout=max(0.5, deadline - time.monotonic()))
-            except KafkaException as e:
-                error = e.args[0] if e.args else None
-                if not (isinstance(error, KafkaError)
-                        and (error.retriable() or error.code() in _COORDINATOR_MOVING)
-                        and time.monotonic() + 0.2 < deadline):
-                    raise
-                time.sleep(0.2)
-                continue
-            return {(tp.topic, tp.partition): (tp.offset if tp.offset >= 0 else None)
-                    for tp in answered}
+        return {(tp.topic, tp.partition): (tp.offset if tp.offset >= 0 else None)
+                for tp in committed(c, tps, timeout_s)}
     finally:
         c.close()
 
@@ -384,7 +390,7 @@ def partition_positions(bootstrap: KafkaTarget, group: str, topics: Iterable[str
             if meta is None or meta.error is not None:
                 raise KafkaException(meta.error if meta is not None else f"unknown topic {t}")
             tps.extend(TopicPartition(t, p) for p in sorted(meta.partitions))
-        committed = {(tp.topic, tp.partition): tp.offset for tp in c.committed(tps, timeout=timeout_s)}
+        committed = {(tp.topic, tp.partition): tp.offset for tp in committed(c, tps, timeout_s)}
         out = []
         wanted: dict[tuple[str, int, int], None] = {}
         for tp in tps:

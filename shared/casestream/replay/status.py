@@ -78,6 +78,8 @@ def consumer_lag(bootstrap: KafkaTarget, group: str, topics: tuple[str, ...]) ->
     # lazy (start-up cost): drivers load only when a status probe runs
     from confluent_kafka import Consumer, TopicPartition
 
+    from casestream.kafka.topics import committed
+
     c = Consumer({**client_config(bootstrap), "group.id": group,
                   "enable.auto.commit": False, "logger": _KAFKA_LOG})
     try:
@@ -87,7 +89,7 @@ def consumer_lag(bootstrap: KafkaTarget, group: str, topics: tuple[str, ...]) ->
         if not tps:
             return None
         lag, seen = 0, False
-        for tp in c.committed(tps, timeout=5):
+        for tp in committed(c, tps, 5.0):
             lo, hi = c.get_watermark_offsets(tp, timeout=5)
             seen = seen or tp.offset >= 0
             lag += hi - (tp.offset if tp.offset >= 0 else lo)
