@@ -8,7 +8,8 @@ a subpackage are named with their module; the rest live here::
     CasestreamError
     ├── ConfigError                 a setting is missing or invalid; raised at start-up
     │   ├── ProjectionConfigError   handlers.projection: a projection's declaration does not fit its tables
-    │   └── ConsumerFenced          consumer.runtime: another static member joined with this group.instance.id
+    │   ├── ConsumerFenced          consumer.runtime: another static member joined with this group.instance.id
+    │   └── ForkedClientError       forks: a client made before os.fork() used in the forked process
     ├── SchemaError                 a schema, catalog or upcaster problem
     │   ├── UnknownSchemaError      subject, version or schema id not known
     │   ├── IncompatibleSchemaError a version breaks its subject's compatibility mode

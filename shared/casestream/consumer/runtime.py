@@ -103,6 +103,7 @@ from casestream.consumer.records import ConsumerStats, EnvelopeDecoder, Record
 from casestream.consumer.settings import ConsumerSettings
 from casestream.consumer.deadletters import DeadLetterSink, KafkaDeadLetters, record_from_message
 from casestream.errors import ConfigError
+from casestream.forks import ProcessBound
 from casestream.handlers.registry import HandlerRegistry, OutboxAppender
 from casestream.consumer.inbox import ensure_schema
 from casestream.consumer.handlerloop import HandlerLoop
@@ -193,6 +194,7 @@ class ConsumerRuntime:
                                   "group_protocol=consumer (the broker assigns partitions and "
                                   "times sessions: group.consumer.* broker settings)")
         self.name = name
+        self._made_in = ProcessBound(f"consumer runtime {name}")
         self.dlq_topic = self.settings.dlq_topic_for(name)
         self.redrive_topic = self.settings.redrive_topic_for(name)
         self.topics = list(dict.fromkeys([*topics, self.redrive_topic]))
@@ -255,7 +257,12 @@ class ConsumerRuntime:
     # ------------------------------------------------------------------ lifecycle
 
     def run(self, stop: threading.Event) -> None:
-        """Consume until ``stop`` is set; then finish the batch, commit, leave the group."""
+        """Consume until ``stop`` is set; then finish the batch, commit, leave the group.
+
+        Raises:
+            ForkedClientError: the runtime was made in another process (before a fork).
+        """
+        self._made_in.check()
         if not self._prepare(stop):
             return  # stopped while Kafka was still unreachable: nothing consumed, nothing to commit
         self._stop = stop

@@ -91,6 +91,7 @@ from confluent_kafka import KafkaError, KafkaException, Producer
 from psycopg_pool import ConnectionPool
 
 from casestream.errors import ConfigError
+from casestream.forks import ProcessBound
 from casestream.kafka.config import admin_config, connection_config, enforce_producer_guarantees
 from casestream.kafka.topics import TopicLimits
 from casestream import telemetry
@@ -151,6 +152,7 @@ class OutboxRelay:
     ) -> None:
         self.settings = settings or RelaySettings()
         self.name = name
+        self._made_in = ProcessBound(f"outbox relay {name}")
         self.owner = f"{name}/{socket.gethostname()}/{os.getpid()}/{uuid.uuid4().hex[:8]}"
         self.metrics = RelayMetrics()
         telemetry.observe_relay(name, self.metrics)  # exported at /metrics
@@ -207,7 +209,11 @@ class OutboxRelay:
         Database and broker outages are ridden out with backoff (``settings.retry``);
         the method returns only after ``stop`` is set. Errors from ``fault_hook``
         propagate (simulated crash: nothing is cleaned up, like a killed process).
+
+        Raises:
+            ForkedClientError: the relay (its producer) was made in another process.
         """
+        self._made_in.check()
         self._stop = stop
         log.info("relay %s starting (owner %s)", self.name, self.owner)
         # Create the producer now: its broker connection and idempotent producer id
