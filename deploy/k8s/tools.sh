@@ -9,8 +9,10 @@
 # $KUBECONFORM_VERSION) are built with `go install` into .local/k8s/bin. kubeconform needs a
 # JSON schema per kind; they are generated offline (deploy/k8s/json_schemas.py) from the
 # OpenAPI document api/openapi-spec/swagger.json of the Go module k8s.io/kubernetes
-# $KUBERNETES_VERSION and from KEDA's CRDs in github.com/kedacore/keda/v2 $KEDA_VERSION
-# (both fetched with `go mod download`, nothing compiled) into .local/k8s/schemas. The CRDs
+# $KUBERNETES_VERSION, from KEDA's CRDs in github.com/kedacore/keda/v2 $KEDA_VERSION and from
+# the Prometheus operator's PrometheusRule CRD in github.com/prometheus-operator/prometheus-operator
+# $PROMETHEUS_OPERATOR_VERSION (all fetched with `go mod download`, nothing compiled) into
+# .local/k8s/schemas. The CRDs
 # are YAML: the helm just built turns them into JSON (its own YAML parser), so the generator
 # needs the Python standard library alone — any python3 (CASESTREAM_PYTHON, else python3 on
 # PATH: the active virtual environment, else the repository's .venv).
@@ -21,13 +23,14 @@ HELM_VERSION=${HELM_VERSION:-v3.22.0}
 KUBECONFORM_VERSION=${KUBECONFORM_VERSION:-v0.8.0}
 KUBERNETES_VERSION=${KUBERNETES_VERSION:-v1.37.2}
 KEDA_VERSION=${KEDA_VERSION:-v2.21.0}
+PROMETHEUS_OPERATOR_VERSION=${PROMETHEUS_OPERATOR_VERSION:-v0.85.0}
 
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 REPO="$(cd "$HERE/../.." && pwd)"
 DIR="${CASESTREAM_LOCAL_DIR:-$REPO/.local}/k8s"
 BIN="$DIR/bin"
 SCHEMAS="$DIR/schemas"
-STAMP="$SCHEMAS/.generated-$KUBERNETES_VERSION-$KEDA_VERSION"
+STAMP="$SCHEMAS/.generated-$KUBERNETES_VERSION-$KEDA_VERSION-$PROMETHEUS_OPERATOR_VERSION"
 PYTHON="${CASESTREAM_PYTHON:-$(command -v python3 || echo "$REPO/.venv/bin/python")}"
 
 log() { echo "k8s-tools: $*" >&2; }
@@ -75,16 +78,20 @@ TEMPLATE
 
 schemas() {
     if [[ -f "$STAMP" ]]; then return 0; fi
-    local k8s keda tmp
+    local k8s keda operator tmp
     k8s="$(module_dir "k8s.io/kubernetes@$KUBERNETES_VERSION")" || die "go mod download k8s.io/kubernetes@$KUBERNETES_VERSION failed."
     keda="$(module_dir "github.com/kedacore/keda/v2@$KEDA_VERSION")" || die "go mod download github.com/kedacore/keda/v2@$KEDA_VERSION failed."
+    operator="$(module_dir "github.com/prometheus-operator/prometheus-operator@$PROMETHEUS_OPERATOR_VERSION")" \
+        || die "go mod download github.com/prometheus-operator/prometheus-operator@$PROMETHEUS_OPERATOR_VERSION failed."
     [[ -f "$k8s/api/openapi-spec/swagger.json" ]] || die "$k8s has no api/openapi-spec/swagger.json."
     tmp="$(mktemp -d)"
     crd_json "$keda/config/crd/bases/keda.sh_scaledobjects.yaml" "$tmp/scaledobjects.json"
     crd_json "$keda/config/crd/bases/keda.sh_triggerauthentications.yaml" "$tmp/triggerauthentications.json"
+    crd_json "$operator/example/prometheus-operator-crd/monitoring.coreos.com_prometheusrules.yaml" "$tmp/prometheusrules.json"
     rm -rf "$SCHEMAS"
     "$PYTHON" "$HERE/json_schemas.py" --out "$SCHEMAS" --swagger "$k8s/api/openapi-spec/swagger.json" \
         --crd "$tmp/scaledobjects.json" --crd "$tmp/triggerauthentications.json" \
+        --crd "$tmp/prometheusrules.json" \
         || { rm -rf "$tmp"; die "generating the JSON schemas failed ($PYTHON)."; }
     rm -rf "$tmp"
     touch "$STAMP"

@@ -20,8 +20,6 @@ from typing import Any
 import pytest
 import yaml
 
-pytestmark = pytest.mark.contract
-
 REPO = Path(__file__).resolve().parents[2]
 CHART = REPO / "deploy" / "helm" / "casestream"
 SUITE = ["-f", str(REPO / "deploy" / "helm" / "suite-values.yaml")]
@@ -212,3 +210,68 @@ def test_a_statefulset_gives_each_pod_its_name_as_static_member_identity(
 def test_an_unknown_workload_kind_is_refused(helm: str) -> None:
     proc = _template(helm, *SUITE, "--set", "workload=Pod")
     assert proc.returncode != 0 and "workload must be Deployment or StatefulSet" in proc.stderr
+
+
+ALERTS = REPO / "deploy" / "prometheus" / "alerts.yml"
+RUNBOOK_BASE = "https://docs.example.com/casestream/runbook"  # ci/production-values.yaml
+
+
+def _prometheus_rule(docs: list[dict[str, Any]]) -> dict[str, Any]:
+    [rule] = [d for d in docs if d["kind"] == "PrometheusRule"]
+    return rule
+
+
+def test_production_values_render_every_alert_rule_as_a_prometheus_rule(helm: str, tmp_path: Path) -> None:
+    _, docs = _rendered(helm, *PRODUCTION)
+    obj = _prometheus_rule(docs)
+    assert obj["apiVersion"] == "monitoring.coreos.com/v1" and obj["metadata"]["name"] == "cs-alerts"
+    assert obj["metadata"]["labels"]["release"] == "kube-prometheus-stack"  # the ruleSelector's label
+    source = {r["alert"]: r for g in yaml.safe_load(ALERTS.read_text(encoding="utf-8"))["groups"]
+              for r in g["rules"]}
+    rendered = {r["alert"]: r for g in obj["spec"]["groups"] for r in g["rules"]}
+    assert set(rendered) == set(source) and len(source) >= 15
+    for name, rule in rendered.items():
+        want = source[name]
+        assert rule["annotations"]["runbook_url"] == f"{RUNBOOK_BASE}#{name.lower()}"
+        assert rule["annotations"]["summary"] == want["annotations"]["summary"]  # {{ $labels }} kept
+        assert rule["labels"] == {**want["labels"], "team": "regulator-platform"}
+        assert rule.get("for") == want.get("for")
+        assert rule["expr"] == want["expr"].replace('job=~"casestream.*"', 'job=~"cs-.*"')
+    assert 'job=~"cs-.*"' in rendered["CasestreamServiceDown"]["expr"]  # a ServiceMonitor's jobs
+    # the rendered spec is a rules file Prometheus itself loads: promtool checks it
+    rules_file = tmp_path / "rendered-rules.yml"
+    rules_file.write_text(yaml.safe_dump(obj["spec"]), encoding="utf-8")
+    promtool = subprocess.run([str(REPO / "deploy" / "prometheus" / "tools.sh"), "path"],
+                              capture_output=True, text=True, timeout=30).stdout.strip()
+    if not Path(promtool).is_file():
+        pytest.fail("promtool not built -- run `make prometheus-tools`.", pytrace=False)
+    proc = subprocess.run([promtool, "check", "rules", str(rules_file)], capture_output=True, text=True,
+                          timeout=60)
+    assert proc.returncode == 0 and f"SUCCESS: {len(source)} rules found" in proc.stdout, proc.stdout + proc.stderr
+
+
+def test_the_prometheus_rule_is_off_by_default_and_takes_a_job_regex(helm: str) -> None:
+    _, docs = _rendered(helm, *SUITE)
+    assert not [d for d in docs if d["kind"] == "PrometheusRule"]
+    _, docs = _rendered(helm, *PRODUCTION, "--set", "prometheusRule.serviceJobRegex=casestream-.*")
+    [down] = [r for g in _prometheus_rule(docs)["spec"]["groups"] for r in g["rules"]
+              if r["alert"] == "CasestreamServiceDown"]
+    assert 'up{job=~"casestream-.*"}' in down["expr"]
+
+
+@pytest.mark.parametrize(("value", "message"), [
+    ("", "prometheusRule.runbookBaseUrl is required"),
+    ("docs/runbook.md", "prometheusRule.runbookBaseUrl must be an http(s) URL"),
+], ids=["missing", "a-path"])
+def test_a_prometheus_rule_without_a_runbook_url_base_is_refused(helm: str, value: str, message: str) -> None:
+    proc = _template(helm, *PRODUCTION, "--set", f"prometheusRule.runbookBaseUrl={value}")
+    assert proc.returncode != 0 and message in proc.stderr, proc.stderr
+
+
+def test_kubeconform_checks_the_prometheus_rule_against_its_crd(helm: str, kubeconform: list[str]) -> None:
+    manifest, _ = _rendered(helm, *PRODUCTION)
+    broken = manifest.replace("      - alert: CasestreamServiceDown\n",
+                              "      - alert: CasestreamServiceDown\n        severity: page\n", 1)
+    assert broken != manifest
+    report = _validate(kubeconform, broken)
+    assert report["returncode"] != 0 and report["summary"]["invalid"] == 1, report["summary"]
