@@ -39,6 +39,7 @@ from casestream.consumer.settings import ConsumerSettings
 from casestream.errors import ConfigError
 from casestream.events.catalog import Catalog, load_catalog
 from casestream.events.codec import EnvelopeCodec, open_codec
+from casestream.forks import ProcessBound
 from casestream.http.edge import EdgePolicy, edge_policy
 from casestream.http.pgdeadline import DeadlinePool
 from casestream.http.pgidempotency import IDEMPOTENCY_MIGRATIONS
@@ -55,7 +56,7 @@ from casestream.service.settings import ServiceSettings, read_settings, shown_co
 from casestream.service.spec import ServiceSpec
 from casestream.telemetry.readiness import dependency_checks
 
-__all__ = ["ServiceBuilder", "consumer_ready", "migrate_service", "service_migrations"]
+__all__ = ["ProcessPool", "ServiceBuilder", "consumer_ready", "migrate_service", "service_migrations"]
 
 S = TypeVar("S", bound=ServiceSettings)
 
@@ -109,6 +110,23 @@ def migrate_service(spec: ServiceSpec, settings: ServiceSettings | None = None) 
     except psycopg.OperationalError:
         _migrate(s.dsn, files, service=spec.name)  # raises the one-line ConfigError
         raise
+
+
+class ProcessPool(ConnectionPool):
+    """The service's ``psycopg_pool.ConnectionPool``, refusing use in a process forked after
+    it was made (its connections are the parent's sockets, its worker threads are gone).
+
+    Raises (``getconn``, ``connection``):
+        ForkedClientError: used in a forked process.
+    """
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        self._made_in = ProcessBound(f"connection pool {kwargs.get('name') or ''}".rstrip())
+        super().__init__(*args, **kwargs)
+
+    def getconn(self, timeout: float | None = None) -> Any:
+        self._made_in.check()
+        return super().getconn(timeout)
 
 
 def _database_ready(pool: Any, table: str, *, timeout_s: float = 2.0) -> ReadinessCheck:
@@ -267,7 +285,7 @@ class ServiceBuilder(Generic[S]):
         closers: list[Callable[[], None]] = [] if given["codec"] is not None else [self.codec.close]
         if own_pool:
             try:
-                pool: Any = ConnectionPool(
+                pool: Any = ProcessPool(
                     s.dsn, min_size=min(s.pool_min, s.pool_size), max_size=s.pool_size,
                     timeout=s.pool_timeout_s, open=True, name=self.name,
                     # no server-side prepared statements: they do not survive a transaction

@@ -15,11 +15,13 @@ import concurrent.futures.thread as cf_thread
 import logging
 import os
 import signal
+import socket
 import sys
 import threading
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import uvicorn
 from starlette.applications import Starlette
@@ -33,6 +35,9 @@ from casestream.errors import CasestreamError, ConfigError
 from casestream.telemetry.http import TracingMiddleware
 from casestream.telemetry.logs import JsonFormatter
 from casestream.telemetry.settings import TelemetrySettings
+
+if TYPE_CHECKING:
+    from casestream.service.spec import ServiceSpec
 
 Worker = Callable[[threading.Event], None]
 """A long-running loop that returns soon after its stop event is set."""
@@ -140,6 +145,8 @@ class ServiceProcess:
             closes their connections (uvicorn's ``timeout_graceful_shutdown``).
         closers: called in order after every worker has stopped (connection pools,
             the schema registry client); a closer's failure is logged, not raised.
+        listener: a listening socket to serve on instead of binding ``host:port`` (a
+            worker process's, inherited from its supervisor: :mod:`casestream.service.workers`).
     """
 
     name: str
@@ -152,6 +159,7 @@ class ServiceProcess:
     shutdown_timeout_s: float = 30.0
     closers: Sequence[Callable[[], None]] = ()
     http_drain_s: float = 5.0
+    listener: socket.socket | None = None
     stop: threading.Event = field(default_factory=threading.Event)
     _failed: list[str] = field(default_factory=list)
 
@@ -186,7 +194,7 @@ class ServiceProcess:
                  self.name, self.host, self.port, ", ".join(self.workers) or "none")
         stuck: list[str] = []
         try:
-            server.run()
+            server.run(sockets=None if self.listener is None else [self.listener])
         finally:
             self.stop.set()
             deadline = time.monotonic() + self.shutdown_timeout_s  # one budget for all workers
@@ -230,8 +238,17 @@ class ServiceProcess:
         server.should_exit = True
 
 
-def run_service(build: Callable[[], ServiceProcess]) -> None:
+def run_service(build: Callable[..., ServiceProcess], *, spec: ServiceSpec | None = None) -> NoReturn:
     """Entrypoint helper for ``__main__`` modules: build the process, run it, exit with its status.
+
+    ``spec`` (the service's :class:`~casestream.service.ServiceSpec`): its settings class is
+    read here, once, and passed to ``build(settings)``; without it ``build()`` reads them.
+    With ``CASESTREAM_WORKERS`` = N > 1 (``spec`` needed: the HTTP host and port are in its
+    settings) a :class:`~casestream.service.workers.Supervisor` binds the port and forks N
+    worker processes; each runs ``build(settings)`` after the fork and serves on the
+    inherited socket (with ``CASESTREAM_INSTANCE_ID``, worker ``i`` joins its groups as
+    ``<id>-w<i>``); the supervisor exits 0 when every worker stopped cleanly after SIGTERM,
+    1 when it gave up (crash loop) or a worker did not stop, 2 when a worker failed to start.
 
     Start-up errors from casestream (bad settings, missing schema ids, unreachable database)
     are printed as one line, without a traceback, and exit with status 2.
@@ -241,11 +258,68 @@ def run_service(build: Callable[[], ServiceProcess]) -> None:
     alive until SIGKILL; the process then exits without waiting for it (``os._exit``, after
     flushing the logs): its work was already reported as not committed.
     """
+    # lazy (start-up cost): settings pull pydantic and the client property checks
+    from casestream.service.settings import CommonSettings, read_settings
+
+    settings: Any = None
+    try:
+        if spec is not None:
+            settings = read_settings(spec.settings_class(), spec.name)
+            workers = settings.workers
+        else:
+            try:
+                workers = read_settings(CommonSettings, "process").workers
+            except ConfigError:
+                workers = 1  # build() reads the settings again and names the service
+            if workers > 1:
+                raise ConfigError(f"CASESTREAM_WORKERS={workers} needs the service's ServiceSpec "
+                                  "for the HTTP host and port: run_service(build, spec=SERVICE)")
+    except CasestreamError as e:
+        print(f"start-up failed: {e}", file=sys.stderr)
+        raise SystemExit(2) from None
+    if workers == 1:
+        _serve(lambda: build() if settings is None else build(settings))
+    assert spec is not None
+    raise SystemExit(_supervise(build, spec, settings, workers))
+
+
+def _supervise(build: Callable[..., ServiceProcess], spec: ServiceSpec, settings: Any, workers: int) -> int:
+    """Bind the service's port, run ``workers`` worker processes under a Supervisor; its status."""
+    # lazy (start-up cost): only a multi-worker instance loads the supervisor
+    from casestream.service.workers import Supervisor, bind_listener
+
+    configure_logging(spec.name, settings.log_level)
+    try:
+        listener = bind_listener(settings.host, settings.port)
+    except OSError as e:
+        print(f"start-up failed: cannot listen on {settings.host}:{settings.port}: {e}", file=sys.stderr)
+        return 2
+    log.info("%s: %d worker processes on http://%s:%d", spec.name, workers, settings.host,
+             listener.getsockname()[1])
+
+    def worker(index: int) -> int:
+        own = settings
+        if settings.instance_id:  # two members sharing a group.instance.id fence each other
+            own = settings.model_copy(update={"instance_id": f"{settings.instance_id}-w{index}"})
+        _serve(lambda: build(own), listener=listener)
+
+    # the workers' stop budget (shutdown_timeout_s) after the HTTP drain, and a margin
+    budget = settings.shutdown_grace_s + 15.0 + 5.0 + 5.0
+    try:
+        return Supervisor(spec.name, worker, workers, stop_budget_s=budget).run()
+    finally:
+        listener.close()
+
+
+def _serve(build: Callable[[], ServiceProcess], *, listener: socket.socket | None = None) -> NoReturn:
+    """Build the process (serving on ``listener`` if given), run it, exit with its status."""
     try:
         process = build()
     except CasestreamError as e:
         print(f"start-up failed: {e}", file=sys.stderr)
         raise SystemExit(2) from None
+    if listener is not None:
+        process.listener = listener
     status = process.run()
     # Joined at exit: non-daemon threads and every ThreadPoolExecutor worker (daemon or not:
     # concurrent.futures joins its own threads through threading._register_atexit).

@@ -64,6 +64,12 @@ class CommonSettings(BaseSettings):
             :class:`~casestream.consumer.group.ConsumerGroup`, one pooled connection per
             member and consumer (case and decision run two consumers); a service whose
             consumers would hold its whole pool refuses to start (ConfigError).
+        WORKERS: worker processes of this instance (default 1: the process serves alone).
+            Above 1 a supervisor holds the HTTP socket and forks that many workers, each
+            building the whole service (pool, consumers, relay) after the fork: each is a
+            consumer group member and a relay shard holder; see
+            :mod:`casestream.service.workers`. With INSTANCE_ID, worker ``i`` joins as
+            ``<INSTANCE_ID>-w<i>``.
         GC_FREEZE: move the objects alive after start-up out of the garbage collector's
             reach (``gc.freeze``, default true): a full collection then skips them, see
             :mod:`casestream.service.gctune`.
@@ -138,6 +144,10 @@ class CommonSettings(BaseSettings):
         1, ge=1, le=64, description="group members per consumer and process (one pooled connection "
                                     "each; a service whose consumers would hold its whole pool "
                                     "refuses to start)")
+    workers: int = Field(
+        1, ge=1, le=64, description="worker processes of this instance: a supervisor holds the HTTP "
+                                    "port and forks them; each builds its own clients and is a "
+                                    "consumer group member and relay shard holder")
     gc_freeze: bool = Field(True, description="freeze the objects alive after start-up (`gc.freeze`)")
     env: Literal["development", "production"] = Field(
         "development", description="`production` refuses the development JWT key (any source), "
