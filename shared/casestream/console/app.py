@@ -440,7 +440,8 @@ def console_app(sources: ConsoleSources, verifier: TokenVerifier, *, production:
                          esc(s.get("step")),
                          f'<a href="/journeys?case_id={quote(str(case))}">journey of {esc(case)}</a>' if case else "-",
                          esc(_deadline_of(s)), _until(_deadline_of(s), now), action))
-        return table(("saga id", "definition", "state", "step", "journey", "deadline", "time to deadline", ""),
+        return table(("saga id", "definition", "state", "step", "journey", "deadline", "time to deadline",
+                      "resolve"),
                      rows, id_=ident)
 
     def resolve(req: Request, p: Principal, form: Form) -> Response:
@@ -547,7 +548,7 @@ def console_app(sources: ConsoleSources, verifier: TokenVerifier, *, production:
             rows.append((box, esc(e.label), esc(e.state), esc(e.event_type), f"<code>{esc(e.key)}</code>",
                          esc(e.reason), f"<small>{esc(e.message)}</small>", esc(e.attempts),
                          esc(e.first_failure), esc(e.last_failure), payload))
-        tab = table(("", "label", "state", "type", "key", "reason", "error", "attempts", "first failure",
+        tab = table(("pick", "label", "state", "type", "key", "reason", "error", "attempts", "first failure",
                      "last failure", "payload (redacted)"), rows, id_="dead-letters")
         if not can_act:
             return out + tab
@@ -747,7 +748,7 @@ def console_app(sources: ConsoleSources, verifier: TokenVerifier, *, production:
                      f'<span class="num">{pl.lag}</span>'))
         total_lag = sum(int(r[1].split(">")[1].split("<")[0]) for r in groups_hot + groups_cold
                         if 'class="num lag"' in r[1])
-        group_heads = ("group", "lag", "partitions behind", "partitions", "")
+        group_heads = ("group", "lag", "partitions behind", "partitions", "note")
         part_heads = ("group", "topic", "partition", "committed", "high watermark", "lag")
         now = datetime.now(timezone.utc)
         view = sources.replay_runs() if sources.replay_runs is not None else None

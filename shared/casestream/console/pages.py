@@ -48,7 +48,13 @@ def fmt(value: float | int | None, digits: int = 0) -> str:
 
 
 def table(headers: Sequence[str], rows: Iterable[Sequence[str]], *, id_: str = "") -> str:
-    """A table; cells are HTML already (escape with :func:`esc`)."""
+    """A table; cells are HTML already (escape with :func:`esc`).
+
+    Raises:
+        ValueError: a blank header (every column is named: a screen reader reads it per cell).
+    """
+    if not all(h.strip() for h in headers):
+        raise ValueError(f"table {id_ or '-'}: every column needs a header, got {list(headers)}")
     head = "".join(f"<th>{escape(h)}</th>" for h in headers)
     body = "".join("<tr>" + "".join(f"<td>{c}</td>" for c in row) + "</tr>" for row in rows)
     ident = f' id="{escape(id_)}"' if id_ else ""
