@@ -91,6 +91,7 @@ class InFlightBatch:
         self._purged = False
         self.started = time.monotonic()
         self.published = 0  # rows confirmed, set when the batch is settled
+        self.fence: store.Fence | None = None  # the leases of the claim (store.mark_outcomes)
 
     @property
     def done(self) -> bool:

@@ -336,8 +336,10 @@ class OutboxRelay:
             if self._mark_future is not None and not self._open:
                 self._drain_marker()  # idle: finish bookkeeping before reporting "nothing to do"
             return 0
+        fence = store.Fence(self.owner, *self._leases.fence())
         self._hook("claimed")
         batch = InFlightBatch(rows, full=len(rows) >= s.batch_size, topic_prefix=s.topic_prefix)
+        batch.fence = fence
         limits = self._topic_limits.limits(batch.topics)
         if not self._fit_batches(conn, limits):
             return 0  # stopping with reports outstanding: the claimed rows stay pending
@@ -346,6 +348,15 @@ class OutboxRelay:
                 return 0
             self._shrink_batches(self._pending_shrink, "the broker rejected a record batch as too large")
         self._pending_shrink = None
+        if not self._leases.valid():
+            # Paused (SIGSTOP, a VM or GC pause) or cut off since the claim for longer than the
+            # lease: another instance may own these rows now. The local monotonic clock runs
+            # on through a pause, so this sees it; the rows stay pending for the lease holder.
+            self.metrics.stale_claims_dropped_total += 1
+            log.warning("relay %s: leases expired between claim and produce (process paused or "
+                        "cut off?); %d claimed rows not sent, left to the lease holder",
+                        self.name, len(rows))
+            return 0
         batch.produce(self._get_producer(), self.name, s.delivery_poll_s, limits=limits,
                       compressed=self._compressed, message_max_bytes=self._message_max_bytes)
         self._hook("produced")
@@ -470,10 +481,12 @@ class OutboxRelay:
             # Everything delivered: nothing can be held back by this batch, so its
             # bookkeeping may overlap the next claim (which excludes these rows).
             self._mark_seqs = batch.seqs
-            self._mark_future = self._get_marker().submit(self._mark_delivered, out.delivered, delete)
+            self._mark_future = self._get_marker().submit(self._mark_delivered, out.delivered, delete,
+                                                          batch.fence)
         else:
-            store.mark_outcomes(conn, delivered=out.delivered, retry=out.retry, failed=out.failed,
-                                delete_published=delete)
+            self._fenced(store.mark_outcomes(conn, delivered=out.delivered, retry=out.retry,
+                                             failed=out.failed, delete_published=delete,
+                                             fence=batch.fence))
         if out.retry:
             delays = [delay for _id, delay, _reason in out.retry]
             log.warning("relay %s: %d rows rescheduled after a delivery error (%s), next attempt "
@@ -500,14 +513,22 @@ class OutboxRelay:
             self._marker = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"{self.name}-bookkeeping")
         return self._marker
 
-    def _mark_delivered(self, delivered: list[store.Delivered], delete: bool) -> None:
+    def _fenced(self, refused: int) -> None:
+        if refused:
+            self.metrics.fenced_total += refused
+            log.warning("relay %s: %d rows' outcomes refused: their shard's lease moved to another "
+                        "instance (epoch changed) since the claim; the lease holder records them",
+                        self.name, refused)
+
+    def _mark_delivered(self, delivered: list[store.Delivered], delete: bool,
+                        fence: store.Fence | None) -> None:
         # Runs on the bookkeeping thread, with its own connection.
         try:
             if self._mark_conn is None or self._mark_conn.closed or self._mark_conn.broken:
                 self._mark_conn = psycopg.connect(self._dsn, autocommit=True, prepare_threshold=None,
                                                   application_name=f"{self.name} relay bookkeeping")
-            store.mark_outcomes(self._mark_conn, delivered=delivered, retry=[], failed=[],
-                                delete_published=delete)
+            self._fenced(store.mark_outcomes(self._mark_conn, delivered=delivered, retry=[], failed=[],
+                                             delete_published=delete, fence=fence))
         except psycopg.Error:
             if self._mark_conn is not None:
                 self._mark_conn.close()

@@ -9,7 +9,10 @@ is gone), (3) computes its fair share ``ceil(32 / live members)``, releases leas
 it (only *between* batches, so a shard never has two producers in normal operation) and
 acquires free or expired ones up to it (``FOR UPDATE SKIP LOCKED``: two instances never
 take the same shard). A dead instance's leases expire ``lease_s`` after its last renewal
-and are taken by the survivors at their next heartbeat. All times use the database
+and are taken by the survivors at their next heartbeat. Taking a lease raises its ``epoch``:
+the relay's bookkeeping of a batch is fenced by the ``(shard, epoch)`` pairs held when the
+batch was claimed (``store.mark_outcomes``), so an instance that was paused past its lease
+(SIGSTOP, a long GC or VM pause) cannot record outcomes for rows another instance now owns. All times use the database
 clock (``now()``); the instance also keeps a local monotonic deadline and stops claiming
 once it may have lost its leases (e.g. the database was unreachable).
 """
@@ -40,6 +43,7 @@ class LeaseManager:
         self.name = name
         self.lease_s = lease_s
         self.held: frozenset[int] = frozenset()
+        self.epochs: dict[int, int] = {}  # shard -> epoch of the lease held
         self._valid_until = 0.0  # local monotonic deadline of the current leases
 
     def valid(self) -> bool:
@@ -52,7 +56,7 @@ class LeaseManager:
         with conn.transaction():
             rows = conn.execute(
                 "UPDATE outbox_relay_lease SET locked_until = now() + %s * interval '1 second' "
-                "WHERE locked_by = %s RETURNING shard",
+                "WHERE locked_by = %s RETURNING shard, epoch",
                 (self.lease_s, self.owner),
             ).fetchall()
             conn.execute(
@@ -60,7 +64,7 @@ class LeaseManager:
                 "WHERE owner = %s",
                 (self.lease_s, self.owner),
             )
-        self.held = frozenset(r[0] for r in rows)
+        self._set_held(rows)
         self._valid_until = started + self.lease_s * 0.9
         return self.held
 
@@ -82,19 +86,19 @@ class LeaseManager:
                 "SELECT count(*) FROM outbox_relay_member WHERE heartbeat_until > now()"
             ).fetchone()[0]
             fair = math.ceil(OUTBOX_SHARDS / max(1, live))
-            held = [r[0] for r in conn.execute(
+            held = sorted(conn.execute(
                 "UPDATE outbox_relay_lease SET locked_until = now() + %s * interval '1 second' "
-                "WHERE locked_by = %s RETURNING shard",
+                "WHERE locked_by = %s RETURNING shard, epoch",
                 (lease, self.owner),
-            ).fetchall()]
+            ).fetchall())
             if len(held) > fair:
-                extra = sorted(held)[fair:]
+                extra = [shard for shard, _epoch in held[fair:]]
                 conn.execute(
                     "UPDATE outbox_relay_lease SET locked_by = NULL, locked_until = '-infinity' "
                     "WHERE shard = ANY(%s) AND locked_by = %s",
                     (extra, self.owner),
                 )
-                held = sorted(held)[:fair]
+                held = held[:fair]
             elif len(held) < fair:
                 got = conn.execute(
                     "UPDATE outbox_relay_lease SET locked_by = %(owner)s, "
@@ -102,11 +106,11 @@ class LeaseManager:
                     "WHERE shard IN (SELECT shard FROM outbox_relay_lease "
                     "                WHERE locked_by IS NULL OR locked_until < now() "
                     "                ORDER BY shard LIMIT %(n)s FOR UPDATE SKIP LOCKED) "
-                    "RETURNING shard",
+                    "RETURNING shard, epoch",
                     {"owner": self.owner, "lease": lease, "n": fair - len(held)},
                 ).fetchall()
-                held.extend(r[0] for r in got)
-        self.held = frozenset(held)
+                held.extend(got)
+        self._set_held(held)
         self._valid_until = started + lease * 0.9
         return self.held
 
@@ -122,5 +126,14 @@ class LeaseManager:
             conn.execute(
                 "DELETE FROM outbox_relay_member WHERE heartbeat_until < now() - interval '1 hour'"
             )
-        self.held = frozenset()
+        self._set_held([])
         self._valid_until = 0.0
+
+    def fence(self) -> tuple[list[int], list[int]]:
+        """``(shards, epochs)`` of the leases held now, for ``store.mark_outcomes``."""
+        shards = sorted(self.epochs)
+        return shards, [self.epochs[s] for s in shards]
+
+    def _set_held(self, rows: list) -> None:
+        self.epochs = {int(shard): int(epoch) for shard, epoch in rows}
+        self.held = frozenset(self.epochs)

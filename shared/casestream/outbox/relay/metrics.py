@@ -26,7 +26,10 @@ class RelayMetrics:
     was delivered after an earlier one failed (a message timeout, or a size rejection
     after a topic's limit was lowered; see the relay design notes); ``producer_restarts_total`` after fatal
     errors or report timeouts; ``report_timeouts_total`` producers recreated because a batch's
-    delivery reports did not come within ``report_timeout_s``; ``db_errors_total``; ``cleaned_total`` rows removed by retention.
+    delivery reports did not come within ``report_timeout_s``; ``db_errors_total``; ``cleaned_total`` rows removed by retention; ``fenced_total`` rows whose
+    outcome was refused because their shard's lease moved to another instance (epoch) between
+    claim and bookkeeping; ``stale_claims_dropped_total`` claimed batches not sent because the
+    leases expired before they were produced (the process was paused or cut off).
 
     Gauges (refreshed every ``metrics_interval_s``): ``outbox_pending_total`` pending rows
     in the whole table, ``outbox_failed_total`` failed rows,
@@ -49,6 +52,8 @@ class RelayMetrics:
     report_timeouts_total: int = 0
     db_errors_total: int = 0
     cleaned_total: int = 0
+    fenced_total: int = 0
+    stale_claims_dropped_total: int = 0
     outbox_pending_total: int = 0
     outbox_failed_total: int = 0
     outbox_oldest_pending_age_seconds: float = 0.0

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import psycopg
 
-__all__ = ["OutboxRow", "OutboxStats", "Delivered", "claim", "mark_outcomes", "delete_published", "stats",
+__all__ = ["OutboxRow", "OutboxStats", "Delivered", "Fence", "claim", "mark_outcomes", "delete_published", "stats",
            "has_claim_floor", "claim_floor", "seq_high_water", "outbox_writers", "any_running",
            "advance_claim_floor", "xmin_horizon_age_s"]
 
@@ -110,27 +110,43 @@ _MARK_PUBLISHED = """
 UPDATE outbox o
 SET status = 'published', published_at = to_timestamp(d.ts_ms / 1000.0),
     kafka_partition = d.p, kafka_offset = d.off, last_error = NULL
-FROM unnest(%s::uuid[], %s::bigint[], %s::int[], %s::bigint[]) AS d(id, ts_ms, p, off)
-WHERE o.id = d.id AND o.status = 'pending'
+FROM unnest(%(ids)s::uuid[], %(ts)s::bigint[], %(p)s::int[], %(off)s::bigint[]) AS d(id, ts_ms, p, off)
+WHERE o.id = d.id AND o.status = 'pending' AND o.shard = ANY(%(shards)s::smallint[])
 """
 
-_DELETE_PUBLISHED = "DELETE FROM outbox WHERE id = ANY(%s::uuid[])"
+_DELETE_PUBLISHED = """
+DELETE FROM outbox o
+WHERE o.id = ANY(%(ids)s::uuid[]) AND o.shard = ANY(%(shards)s::smallint[])
+"""
 
 _MARK_RETRY = """
 UPDATE outbox o
 SET attempts = o.attempts + 1,
     next_attempt_at = now() + d.delay_s * interval '1 second',
     last_error = d.err
-FROM unnest(%s::uuid[], %s::float8[], %s::text[]) AS d(id, delay_s, err)
-WHERE o.id = d.id AND o.status = 'pending'
+FROM unnest(%(ids)s::uuid[], %(delay)s::float8[], %(err)s::text[]) AS d(id, delay_s, err)
+WHERE o.id = d.id AND o.status = 'pending' AND o.shard = ANY(%(shards)s::smallint[])
 """
 
 _MARK_FAILED = """
 UPDATE outbox o
 SET status = 'failed', attempts = o.attempts + 1, last_error = d.err
-FROM unnest(%s::uuid[], %s::text[]) AS d(id, err)
-WHERE o.id = d.id AND o.status = 'pending'
+FROM unnest(%(ids)s::uuid[], %(err)s::text[]) AS d(id, err)
+WHERE o.id = d.id AND o.status = 'pending' AND o.shard = ANY(%(shards)s::smallint[])
 """
+
+_FENCE = """
+SELECT coalesce(array_agg(l.shard), '{}') FROM outbox_relay_lease l
+JOIN unnest(%(shards)s::smallint[], %(epochs)s::bigint[]) AS h(shard, epoch)
+  ON l.shard = h.shard AND l.epoch = h.epoch
+WHERE l.locked_by = %(owner)s
+"""
+
+_FENCED_ROWS = """
+SELECT count(*) FROM outbox WHERE id = ANY(%(ids)s::uuid[]) AND shard <> ALL(%(shards)s::smallint[])
+"""
+
+ALL_SHARDS = list(range(32))
 
 
 @dataclass(frozen=True, slots=True)
@@ -143,6 +159,16 @@ class Delivered:
     offset: int
 
 
+@dataclass(frozen=True, slots=True)
+class Fence:
+    """The leases a batch was claimed under: ``owner`` (``outbox_relay_lease.locked_by``) and
+    the ``(shard, epoch)`` pairs it held then (:meth:`LeaseManager.fence`)."""
+
+    owner: str
+    shards: Sequence[int]
+    epochs: Sequence[int]
+
+
 def mark_outcomes(
     conn: psycopg.Connection,
     *,
@@ -150,33 +176,49 @@ def mark_outcomes(
     retry: Sequence[tuple[str, float, str]],
     failed: Sequence[tuple[str, str]],
     delete_published: bool,
-) -> None:
-    """Record a batch's outcomes in ONE transaction.
+    fence: Fence | None = None,
+) -> int:
+    """Record a batch's outcomes in ONE transaction; return the rows refused by ``fence``.
 
     Args:
         delivered: rows whose delivery report had no error → ``published`` (or deleted
             when ``delete_published``).
         retry: ``(id, delay_s, reason)`` → ``attempts+1``, ``next_attempt_at=now()+delay``.
         failed: ``(id, reason)`` → ``status='failed'``.
+        fence: the leases the batch was claimed under. Rows of a shard whose lease row no
+            longer has that owner and epoch (taken over by another instance while this one
+            was paused or cut off) are left untouched; ``None`` (tools, benches) changes
+            rows of every shard.
 
     Only rows still ``pending`` change, so a late bookkeeping by a relay that lost its
-    lease cannot undo another instance's outcome.
+    lease cannot undo another instance's outcome; the fence keeps it from writing an
+    outcome (a retry's backoff, ``failed``) over rows the new owner is publishing.
     """
+    ids = [d.id for d in delivered] + [r[0] for r in retry] + [f[0] for f in failed]
+    refused = 0
     with conn.transaction():
         with conn.cursor() as cur:
+            shards: list[int] = ALL_SHARDS
+            if fence is not None:
+                shards = list(cur.execute(_FENCE, {"shards": list(fence.shards), "epochs": list(fence.epochs),
+                                                   "owner": fence.owner}).fetchone()[0])
+                if len(shards) < len(fence.shards) and ids:
+                    refused = cur.execute(_FENCED_ROWS, {"ids": ids, "shards": shards}).fetchone()[0]
             if delivered:
                 if delete_published:
-                    cur.execute(_DELETE_PUBLISHED, ([d.id for d in delivered],))
+                    cur.execute(_DELETE_PUBLISHED, {"ids": [d.id for d in delivered], "shards": shards})
                 else:
-                    cur.execute(_MARK_PUBLISHED, (
-                        [d.id for d in delivered], [d.timestamp_ms for d in delivered],
-                        [d.partition for d in delivered], [d.offset for d in delivered],
-                    ))
+                    cur.execute(_MARK_PUBLISHED, {
+                        "ids": [d.id for d in delivered], "ts": [d.timestamp_ms for d in delivered],
+                        "p": [d.partition for d in delivered], "off": [d.offset for d in delivered],
+                        "shards": shards})
             if retry:
-                cur.execute(_MARK_RETRY, ([r[0] for r in retry], [r[1] for r in retry],
-                                          [r[2] for r in retry]))
+                cur.execute(_MARK_RETRY, {"ids": [r[0] for r in retry], "delay": [r[1] for r in retry],
+                                          "err": [r[2] for r in retry], "shards": shards})
             if failed:
-                cur.execute(_MARK_FAILED, ([f[0] for f in failed], [f[1] for f in failed]))
+                cur.execute(_MARK_FAILED, {"ids": [f[0] for f in failed], "err": [f[1] for f in failed],
+                                           "shards": shards})
+    return refused
 
 
 _DELETE_OLD = """
