@@ -58,6 +58,19 @@ def test_committable_offset_stops_at_the_lowest_unfinished_event() -> None:
     assert s.committable() == {TP0: 0}  # offset 0 (A) still running
     _done(s, a)
     assert s.committable() == {TP0: 3}
+def test_uncommitted_names_what_a_stop_now_redelivers() -> None:
+    s = KeyScheduler(concurrency=4, max_unit=1)
+    s.add([_entry(0, "A"), _entry(1, "B"), _entry(2, "A"), _entry(5, "C", partition=1)])
+    a, b, c = s.take(), s.take(), s.take()  # A@0, B@1, C@5 running; A@2 queued behind A@0
+    _done(s, b)
+    _done(s, c)
+    # partition 0: A@0 running, B@1 applied after it, A@2 queued -> 0-2 redelivered;
+    # partition 1: everything applied -> nothing
+    assert s.uncommitted() == {TP0: (0, 3)}
+    _done(s, a)
+    assert s.uncommitted() == {TP0: (2, 3)}
+
+
 
 
 def test_unit_size_is_queue_over_concurrency_and_keeps_fetch_order() -> None:

@@ -294,6 +294,16 @@ class KeyScheduler:
                 out[tp] = base
         return out
 
+    def uncommitted(self) -> dict[TP, tuple[int, int]]:
+        """Per partition, ``(committable offset, last fetched + 1)`` where the first is lower:
+        the records between them are redelivered if the member stops now."""
+        out = {}
+        for tp, offsets in self._offsets.items():
+            base = offsets.base()
+            if base >= 0 and offsets.end is not None and base < offsets.end:
+                out[tp] = (base, offsets.end)
+        return out
+
     def forget(self, tps: set[TP]) -> None:
         """Partitions revoked or lost: drop their queued entries and offsets (no unit of them
         may be running: the caller waits for ``inflight == 0`` first)."""

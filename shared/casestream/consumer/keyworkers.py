@@ -82,13 +82,15 @@ class KeyWorkers:
         self._lingering = False  # one worker waits LINGER_S for a unit of MIN_UNIT entries
         self._min_unit = max(1, min(MIN_UNIT, max_unit))
         self._stopping = False
+        self._abandoned = False  # shutdown gave up on the running units (abandon)
+        self._busy: dict[int, tuple[Any, Any]] = {}  # thread index -> (connection, unit) running
         self._failures = 0
         #: seconds the workers spent applying units, summed over threads (utilisation =
         #: busy_s / (wall seconds x concurrency))
         self.busy_s = 0.0
         #: the error that ended a worker thread outside a unit (a defect): the runtime raises it
         self.crashed: BaseException | None = None
-        self._threads = [threading.Thread(target=self._run, args=(p,), daemon=True,
+        self._threads = [threading.Thread(target=self._run, args=(p, i), daemon=True,
                                           name=f"{name}.key{i}")
                          for i, p in enumerate(self.processors)]
 
@@ -98,12 +100,14 @@ class KeyWorkers:
 
     def stop(self) -> None:
         """Let running units finish, then end the threads (queued entries are dropped: they
-        are behind the committable offsets and fetched again)."""
+        are behind the committable offsets and fetched again). After :meth:`abandon` the
+        threads of abandoned units are not waited for (a handler may never return)."""
         with self._cond:
             self._stopping = True
             self._work.notify_all()
+            abandoned = self._abandoned
         for t in self._threads:
-            t.join()
+            t.join(0.0 if abandoned else None)
 
     # ------------------------------------------------------------------ runtime side
 
@@ -129,12 +133,39 @@ class KeyWorkers:
         with self._cond:
             return self.sched.committable()
 
-    def quiesce(self) -> None:
-        """Start no new units and wait for the running ones (rebalance, shutdown)."""
+    def quiesce(self, timeout_s: float | None = None) -> bool:
+        """Start no new units and wait for the running ones (rebalance, shutdown), at most
+        ``timeout_s`` seconds (None: no limit); True when none runs any more."""
+        deadline = None if timeout_s is None else time.monotonic() + timeout_s
         with self._cond:
             self.sched.hold = True
-            while self.sched.inflight and self.crashed is None:
-                self._cond.wait()
+            while self.sched.inflight and self.crashed is None and not self._abandoned:
+                left = None if deadline is None else deadline - time.monotonic()
+                if left is not None and left <= 0:
+                    return False
+                self._cond.wait(left)
+            return not self.sched.inflight
+
+    def abandon(self) -> list[tuple[Any, Any]]:
+        """Give up on the running units (shutdown past its grace): returns ``(connection,
+        unit)`` of each; the caller ends their sessions. Their late outcomes are ignored
+        (nothing of them becomes committable) and :meth:`quiesce` no longer waits."""
+        with self._cond:
+            self._abandoned = True
+            self._stopping = True
+            self._work.notify_all()
+            self._cond.notify_all()
+            return list(self._busy.values())
+
+    @property
+    def abandoned(self) -> bool:
+        return self._abandoned
+
+    def uncommitted(self) -> dict[TP, tuple[int, int]]:
+        """Per partition, ``(committable offset, last fetched + 1)`` where records between
+        them are not committed (running, queued, or applied past an unfinished one)."""
+        with self._cond:
+            return self.sched.uncommitted()
 
     def release(self) -> None:
         with self._cond:
@@ -160,6 +191,8 @@ class KeyWorkers:
         """Report the unit ``done`` (``outcome``: its BatchResult, or the delay in s after its
         failure) and take the next one, under one acquisition of the lock; None: stop."""
         with self._cond:
+            if done is not None and self._abandoned:
+                return None  # given up at shutdown: its outcome must not become committable
             if done is not None:
                 if isinstance(outcome, float):
                     self.sched.failed(done, outcome)
@@ -191,7 +224,7 @@ class KeyWorkers:
                     lingered = False
                 self._idle -= 1
 
-    def _run(self, processor: BatchProcessor) -> None:
+    def _run(self, processor: BatchProcessor, index: int) -> None:
         conn = None
         unit, outcome = None, None
         try:
@@ -201,6 +234,7 @@ class KeyWorkers:
                     if conn is None:
                         conn = self.pool.getconn()
                         conn.autocommit = True  # transactions are explicit
+                    self._busy[index] = (conn, unit)
                     outcome = processor.process(conn, Decoded(unit.entries))
                     self._failures = 0
                 except Exception as e:  # noqa: BLE001 - the unit as a whole failed
@@ -209,10 +243,12 @@ class KeyWorkers:
                         conn = None
                     self._failures += 1
                     outcome = float(self._retry.delay(min(self._failures, 30)))
-                    log.error("%s: unit of %d failed (%s: %s); rolled back, its partitions are "
-                              "fetched again in %.2f s", self.name, len(unit.entries),
-                              type(e).__name__, e, outcome)
+                    if not self._abandoned:  # else its session was ended at shutdown
+                        log.error("%s: unit of %d failed (%s: %s); rolled back, its partitions "
+                                  "are fetched again in %.2f s", self.name, len(unit.entries),
+                                  type(e).__name__, e, outcome)
                 finally:
+                    self._busy.pop(index, None)
                     self.busy_s += time.perf_counter() - t0
         except BaseException as e:  # noqa: BLE001 - reported to the runtime, which stops
             log.exception("%s: key worker thread failed", self.name)
@@ -225,7 +261,11 @@ class KeyWorkers:
                 self._put(conn)
 
     def _put(self, conn: Any) -> None:
-        give_back(self.pool, conn)
+        try:
+            give_back(self.pool, conn)
+        except Exception:  # noqa: BLE001 - an abandoned unit returning after the pool closed
+            if not self._abandoned:
+                raise
 
 
 def give_back(pool: Any, conn: Any) -> None:

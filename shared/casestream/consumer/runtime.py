@@ -505,6 +505,7 @@ class ConsumerRuntime:
                 if self._consumer is not None:
                     self._consumer.close()
             finally:
+                    pass  # BROKEN
                 if self._workers is not None:
                     self._workers.stop()
                 if self._handler_loop is not None:
@@ -528,10 +529,12 @@ class ConsumerRuntime:
         or there is none). Past the grace its database session is ended
         (``pg_terminate_backend``), so its transaction rolls back whether the handler waits on
         a lock, a statement or an external call, and nothing of it is committed later; the
-        batch is logged as redelivered and False returned. Key-parallel units are awaited
-        as before (``KeyWorkers.quiesce``)."""
+        batch is logged as redelivered and False returned. Key-parallel mode: the same for
+        the running units (:meth:`_keyed_within_grace`)."""
+        if self._workers is not None:
+            return self._keyed_within_grace(self._workers)
         fut, flight = self._inflight, self._flight
-        if fut is None or flight is None or self._workers is not None:
+        if fut is None or flight is None:
             return True
         grace = self.settings.shutdown_grace_s
         try:
@@ -584,6 +587,35 @@ class ConsumerRuntime:
                 decoded = None  # fetched by a replaced client: fetched again from the commit
             else:
                 # a partition revoked (or lost) meanwhile is fetched again from its commit if it
+    def _keyed_within_grace(self, workers: KeyWorkers) -> bool:
+        """Key-parallel shutdown: start no unit, give the running ones ``shutdown_grace_s``;
+        True if they finished. Else their sessions are ended (``pg_terminate_backend``: each
+        unit's transaction rolls back), their late outcomes ignored, the offsets of finished
+        units made pending, and what is redelivered per partition logged; False."""
+        grace = self.settings.shutdown_grace_s
+        if workers.quiesce(grace):
+            return True
+        running = workers.abandon()
+        ended = [_terminate_session(self.pool, conn) for conn, _unit in running]
+        self._keyed_offsets(workers)  # finished units only: a running one holds its offsets back
+        spans: dict[TP, list[int]] = {}
+        for _conn, unit in running:
+            for entry in unit.entries:
+                spans.setdefault(entry[0].tp, []).append(entry[0].offset)
+        what = ", ".join(f"{t}[{p}]@{min(o)}-{max(o)}" for (t, p), o in sorted(spans.items()))
+        redone = ", ".join(f"{t}[{p}]@{lo}-{hi - 1}"
+                           for (t, p), (lo, hi) in sorted(workers.uncommitted().items())
+                           if (t, p) in self._assigned)
+        log.warning("%s: %d key-parallel units in flight (%s) did not finish within "
+                    "shutdown_grace_s=%.1f s; %s; not committed; redelivered to the next member: "
+                    "%s (running, queued, and applied after a running one: the inbox skips "
+                    "what was applied)", self.name, len(running), what or "-", grace,
+                    "their database sessions were ended and their transactions rolled back"
+                    if all(ended) else f"{ended.count(False)} database sessions could not be "
+                    "ended: their transactions commit nothing once the connections close at exit",
+                    redone or "-")
+        return False
+
                 # comes back; partitions kept by an incremental revoke keep their records
                 decoded = decoded.without(
                     lambda r: r.tp in self._paused or r.tp not in self._assigned
@@ -1042,6 +1074,8 @@ class ConsumerRuntime:
         if self.processor is not None:
             self.processor.forget(list(tps))
         if self._workers is not None:
+            if self._workers.abandoned:
+                return  # stopping past the grace: the offsets were settled by _shutdown
             self._flow_paused -= tps
             self._workers.forget(tps)
             self._workers.release()

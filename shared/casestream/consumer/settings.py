@@ -72,7 +72,9 @@ class ConsumerSettings:
             (seconds, default 15). Past it the runtime ends that batch's database session
             (``pg_terminate_backend``: its transaction rolls back, also when the handler waits
             on a row lock or an external call), commits only the offsets of finished batches,
-            leaves the group and returns; the batch is redelivered. Keep it, plus a few
+            leaves the group and returns; the batch is redelivered. Key-parallel mode: the
+            same for the running units; the offsets of the finished ones are committed (never
+            past a running one) and the partitions' redelivered ranges logged. Keep it, plus a few
             seconds to leave the group, below the pod's ``terminationGracePeriodSeconds``.
         stall_after_s: the runtime counts as stalled when one step of its loop (a
             ``consume`` call with the rebalance callbacks it runs, waiting for the batch in
