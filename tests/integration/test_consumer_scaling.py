@@ -192,6 +192,62 @@ def scale(env: Harness, protocol: str, steps: Sequence[int], *, step_s: float = 
 # when a member leaves mid-rebalance: its short run goes with the long ones to make test-scaling
 @pytest.mark.parametrize("protocol", [pytest.param("classic", marks=pytest.mark.scaling), "consumer"])
 def test_scaling_two_to_four_to_two_applies_every_event_once_in_order(
+def test_cooperative_member_stopped_with_an_empty_assignment_leaves_the_group(
+        consumer_harness: Any) -> None:
+    """Under classic cooperative-sticky a new member's first assignment is empty. Stopped
+    then, it must leave the group at once: a member that closes without ``LeaveGroup`` stays
+    in the group until its session times out (45 s) and the rebalance its departure starts
+    waits for it, every partition unassigned meanwhile."""
+    from confluent_kafka.admin import AdminClient
+
+    env = consumer_harness("test.scale")
+    create_topic(env.bootstrap, env.topic, PARTITIONS)
+    registry = env.projection.register(HandlerRegistry())
+    pools: list[Any] = []
+
+    def start() -> tuple[ConsumerRuntime, threading.Thread, threading.Event]:
+        pool = ConnectionPool(env.dsn, min_size=1, max_size=2, open=True,
+                              kwargs={"prepare_threshold": None})
+        pools.append(pool)
+        rt = ConsumerRuntime(env.name, [env.topic], registry, env.codec, pool,
+                             {**client_config(env.bootstrap),
+                              "partition.assignment.strategy": "cooperative-sticky"},
+                             env.settings(group_protocol="classic"))
+        thread, stop = run_in_thread(rt)
+        return rt, thread, stop
+
+    admin = AdminClient(client_config(env.bootstrap))
+
+    def members() -> int:
+        group = admin.describe_consumer_groups([env.name])[env.name].result(timeout=10)
+        return len(group.members)
+
+    stays = [start(), start()]
+    try:
+        wait_until(lambda: sum(m[0].stats.partitions_assigned for m in stays) == PARTITIONS + 1,
+                   timeout_s=60)
+        rt, thread, stop = start()
+        wait_until(rt.ready.is_set, timeout_s=60)
+        empty = rt.stats.partitions_assigned == 0
+        stop.set()
+        thread.join(30)
+        assert not thread.is_alive() and not thread.errors  # type: ignore[attr-defined]
+        left = time.monotonic()
+        wait_until(lambda: members() == 2, timeout_s=30, interval_s=0.2)
+        took = time.monotonic() - left
+        print(f"\nstopped with {'an empty' if empty else 'a'} assignment; the group had 2 members "
+              f"{took:.1f} s later")
+        assert took < 10.0, f"the stopped member stayed in the group {took:.1f} s"
+        wait_until(lambda: sum(m[0].stats.partitions_assigned for m in stays) == PARTITIONS + 1,
+                   timeout_s=20)
+    finally:
+        for _rt, thread, stop in stays:
+            stop.set()
+            thread.join(30)
+        for pool in pools:
+            pool.close()
+
+
         consumer_harness: Any, protocol: str) -> None:
     scale(consumer_harness("test.scale"), protocol, [2, 4, 2])
 

@@ -505,7 +505,7 @@ class ConsumerRuntime:
                 if self._consumer is not None:
                     self._consumer.close()
             finally:
-                    pass  # BROKEN
+                    self._leave_first(self._consumer)
                 if self._workers is not None:
                     self._workers.stop()
                 if self._handler_loop is not None:
@@ -526,6 +526,30 @@ class ConsumerRuntime:
 
     def _within_grace(self) -> bool:
         """Give the batch in flight ``shutdown_grace_s`` to finish; True if it did (or failed,
+    def _leave_first(self, consumer: Any) -> None:
+        """Unsubscribe before ``close()`` under the classic protocol with the
+        ``cooperative-sticky`` assignor (dynamic members only), so that the member leaves the
+        group (``LeaveGroup``) even when it holds no partition.
+
+        librdkafka (2.16) closes such a member without a ``LeaveGroup`` when its assignment
+        is empty: its terminate path skips the rejoin that sends it ("consumer is
+        terminating, skipping rejoin" in its ``cgrp`` debug log), so the coordinator keeps
+        the member until ``session.timeout.ms`` (45 s) and the rebalance that a scale-in
+        starts waits for it, every partition of the group unassigned meanwhile. Under
+        cooperative-sticky a new member's first assignment is always empty and a member
+        beyond the partition count stays so. An application ``unsubscribe()`` takes the
+        rejoin path, which sends the ``LeaveGroup``; partitions still held are revoked
+        through ``on_revoke`` as by ``close()``. A static member (``group.instance.id``) must
+        not leave (KIP-345: a restart within the session timeout moves nothing)."""
+        if (self._conf.get("group.protocol") != "classic"
+                or "cooperative" not in str(self._conf.get("partition.assignment.strategy", ""))
+                or self._conf.get("group.instance.id")):
+            return
+        try:
+            consumer.unsubscribe()
+        except Exception as e:  # noqa: BLE001 - close() still leaves in the common case
+            log.warning("%s: unsubscribe before close failed: %s", self.name, e)
+
         or there is none). Past the grace its database session is ended
         (``pg_terminate_backend``), so its transaction rolls back whether the handler waits on
         a lock, a statement or an external call, and nothing of it is committed later; the
@@ -561,32 +585,6 @@ class ConsumerRuntime:
                     "nothing once the connection closes at exit")
         return False
 
-    # ------------------------------------------------------------------ one step
-
-    def _step(self) -> None:
-        waited = self.rejoin_overdue()
-        if waited is not None:
-            self._replace_consumer(waited)
-        if self._workers is not None:
-            self._step_keyed(self._workers)
-            return
-        self._resume_due()
-        self._enter("polling")
-        msgs = fetch_batch(self._consumer, self.settings.batch_size, self.settings.poll_timeout_s)
-        generation = self._generation
-        records = self._records(msgs)
-        self._probe.polled(records, self._consumer)
-        decoded = self.processor.decode(records) if records else None  # type: ignore[union-attr]
-        self._enter("waiting for the batch in the database")
-        stray = self._land()  # batch N: wait, commit offsets, rewind cut partitions
-        if self._flight is not None:
-            return  # stopping while batch N still runs: _shutdown gives it the grace
-        self._enter("handing over the next batch")
-        if decoded is not None:
-            if self._replaced_at > generation:
-                decoded = None  # fetched by a replaced client: fetched again from the commit
-            else:
-                # a partition revoked (or lost) meanwhile is fetched again from its commit if it
     def _keyed_within_grace(self, workers: KeyWorkers) -> bool:
         """Key-parallel shutdown: start no unit, give the running ones ``shutdown_grace_s``;
         True if they finished. Else their sessions are ended (``pg_terminate_backend``: each
@@ -618,6 +616,32 @@ class ConsumerRuntime:
 
                 # comes back; partitions kept by an incremental revoke keep their records
                 decoded = decoded.without(
+    # ------------------------------------------------------------------ one step
+
+    def _step(self) -> None:
+        waited = self.rejoin_overdue()
+        if waited is not None:
+            self._replace_consumer(waited)
+        if self._workers is not None:
+            self._step_keyed(self._workers)
+            return
+        self._resume_due()
+        self._enter("polling")
+        msgs = fetch_batch(self._consumer, self.settings.batch_size, self.settings.poll_timeout_s)
+        generation = self._generation
+        records = self._records(msgs)
+        self._probe.polled(records, self._consumer)
+        decoded = self.processor.decode(records) if records else None  # type: ignore[union-attr]
+        self._enter("waiting for the batch in the database")
+        stray = self._land()  # batch N: wait, commit offsets, rewind cut partitions
+        if self._flight is not None:
+            return  # stopping while batch N still runs: _shutdown gives it the grace
+        self._enter("handing over the next batch")
+        if decoded is not None:
+            if self._replaced_at > generation:
+                decoded = None  # fetched by a replaced client: fetched again from the commit
+            else:
+                # a partition revoked (or lost) meanwhile is fetched again from its commit if it
                     lambda r: r.tp in self._paused or r.tp not in self._assigned
                     or self._forgotten_at.get(r.tp, -1) > generation)
                 if not decoded:
@@ -1050,6 +1074,8 @@ class ConsumerRuntime:
             return
         fut = self._inflight
         if fut is None:
+            if self._workers.abandoned:
+                return  # stopping past the grace: the offsets were settled by _shutdown
             return
         try:
             result = fut.result()
@@ -1074,8 +1100,6 @@ class ConsumerRuntime:
         if self.processor is not None:
             self.processor.forget(list(tps))
         if self._workers is not None:
-            if self._workers.abandoned:
-                return  # stopping past the grace: the offsets were settled by _shutdown
             self._flow_paused -= tps
             self._workers.forget(tps)
             self._workers.release()
