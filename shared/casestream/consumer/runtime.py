@@ -503,9 +503,9 @@ class ConsumerRuntime:
         finally:
             try:
                 if self._consumer is not None:
+                    self._leave_first(self._consumer)
                     self._consumer.close()
             finally:
-                    self._leave_first(self._consumer)
                 if self._workers is not None:
                     self._workers.stop()
                 if self._handler_loop is not None:
@@ -524,8 +524,6 @@ class ConsumerRuntime:
                         log.exception("%s: dead-letter flush at shutdown failed", self.name)
                 log.info("%s: stopped (%s)", self.name, self.stats)
 
-    def _within_grace(self) -> bool:
-        """Give the batch in flight ``shutdown_grace_s`` to finish; True if it did (or failed,
     def _leave_first(self, consumer: Any) -> None:
         """Unsubscribe before ``close()`` under the classic protocol with the
         ``cooperative-sticky`` assignor (dynamic members only), so that the member leaves the
@@ -550,6 +548,8 @@ class ConsumerRuntime:
         except Exception as e:  # noqa: BLE001 - close() still leaves in the common case
             log.warning("%s: unsubscribe before close failed: %s", self.name, e)
 
+    def _within_grace(self) -> bool:
+        """Give the batch in flight ``shutdown_grace_s`` to finish; True if it did (or failed,
         or there is none). Past the grace its database session is ended
         (``pg_terminate_backend``), so its transaction rolls back whether the handler waits on
         a lock, a statement or an external call, and nothing of it is committed later; the
@@ -614,8 +614,6 @@ class ConsumerRuntime:
                     redone or "-")
         return False
 
-                # comes back; partitions kept by an incremental revoke keep their records
-                decoded = decoded.without(
     # ------------------------------------------------------------------ one step
 
     def _step(self) -> None:
@@ -642,6 +640,8 @@ class ConsumerRuntime:
                 decoded = None  # fetched by a replaced client: fetched again from the commit
             else:
                 # a partition revoked (or lost) meanwhile is fetched again from its commit if it
+                # comes back; partitions kept by an incremental revoke keep their records
+                decoded = decoded.without(
                     lambda r: r.tp in self._paused or r.tp not in self._assigned
                     or self._forgotten_at.get(r.tp, -1) > generation)
                 if not decoded:
@@ -1068,14 +1068,14 @@ class ConsumerRuntime:
 
     def _drain_inflight(self, *, commit: bool) -> None:
         if self._workers is not None:
+            if self._workers.abandoned:
+                return  # stopping past the grace: the offsets were settled by _shutdown
             self._workers.quiesce()  # released by _forget
             if commit:
                 self._keyed_offsets(self._workers)
             return
         fut = self._inflight
         if fut is None:
-            if self._workers.abandoned:
-                return  # stopping past the grace: the offsets were settled by _shutdown
             return
         try:
             result = fut.result()
