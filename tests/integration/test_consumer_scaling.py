@@ -192,6 +192,10 @@ def scale(env: Harness, protocol: str, steps: Sequence[int], *, step_s: float = 
 # when a member leaves mid-rebalance: its short run goes with the long ones to make test-scaling
 @pytest.mark.parametrize("protocol", [pytest.param("classic", marks=pytest.mark.scaling), "consumer"])
 def test_scaling_two_to_four_to_two_applies_every_event_once_in_order(
+        consumer_harness: Any, protocol: str) -> None:
+    scale(consumer_harness("test.scale"), protocol, [2, 4, 2])
+
+
 def test_cooperative_member_stopped_with_an_empty_assignment_leaves_the_group(
         consumer_harness: Any) -> None:
     """Under classic cooperative-sticky a new member's first assignment is empty. Stopped
@@ -246,10 +250,6 @@ def test_cooperative_member_stopped_with_an_empty_assignment_leaves_the_group(
             thread.join(30)
         for pool in pools:
             pool.close()
-
-
-        consumer_harness: Any, protocol: str) -> None:
-    scale(consumer_harness("test.scale"), protocol, [2, 4, 2])
 
 
 @pytest.mark.scaling

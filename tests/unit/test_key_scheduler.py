@@ -58,6 +58,8 @@ def test_committable_offset_stops_at_the_lowest_unfinished_event() -> None:
     assert s.committable() == {TP0: 0}  # offset 0 (A) still running
     _done(s, a)
     assert s.committable() == {TP0: 3}
+
+
 def test_uncommitted_names_what_a_stop_now_redelivers() -> None:
     s = KeyScheduler(concurrency=4, max_unit=1)
     s.add([_entry(0, "A"), _entry(1, "B"), _entry(2, "A"), _entry(5, "C", partition=1)])
@@ -69,8 +71,6 @@ def test_uncommitted_names_what_a_stop_now_redelivers() -> None:
     assert s.uncommitted() == {TP0: (0, 3)}
     _done(s, a)
     assert s.uncommitted() == {TP0: (2, 3)}
-
-
 
 
 def test_unit_size_is_queue_over_concurrency_and_keeps_fetch_order() -> None:
