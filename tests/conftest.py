@@ -23,8 +23,18 @@ from urllib.parse import urlsplit
 
 import pytest
 
+from tests.support import layout
+
 _HOW = ("start the local infrastructure with `make infra-up` and export its variables "
         "(eval \"$(deploy/infra.sh env)\"), or run the suite through `make test`")
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Each test's folder marker and xdist group, and the order groups start in
+    (``tests.support.layout``); first, so that ``-m unit`` and xdist see them."""
+    layout.mark_and_group(items)
+    items[:] = layout.ordered(items)
 
 
 def _env(name: str) -> str:

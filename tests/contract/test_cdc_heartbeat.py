@@ -14,8 +14,6 @@ import yaml
 from casestream.outbox.cdc import CDC_HEARTBEAT_DDL, CDC_HEARTBEAT_TABLE
 from casestream.outbox.connect import outbox_connector_config
 
-pytestmark = pytest.mark.contract
-
 REPO = Path(__file__).resolve().parents[2]
 RULES = REPO / "deploy" / "prometheus" / "alerts.yml"
 GIB = 2**30

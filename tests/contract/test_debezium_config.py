@@ -12,8 +12,6 @@ from casestream.cli.status import service_rows, service_status
 from casestream.outbox import headers_for
 from casestream.outbox.connect import SETTINGS_EXPLAINED, connector_name, outbox_connector_config
 
-pytestmark = pytest.mark.contract
-
 DEBEZIUM = Path(__file__).resolve().parents[2] / "deploy" / "debezium"
 SERVICES_WITH_OUTBOX = ("case", "decision", "notification", "saga")
 

@@ -23,8 +23,6 @@ from casestream_suite_schemas.upcasters import SUMMARY_MAX, default_upcasters
 from services import schemas_dir
 from casestream.events import open_codec
 
-pytestmark = pytest.mark.contract
-
 HERE = Path(__file__).parent / "fixtures"
 MANIFEST = json.loads((HERE / "manifest.json").read_text())
 CATALOG = load_catalog(schemas_dir())

@@ -14,8 +14,6 @@ import pytest
 import yaml
 from psycopg.conninfo import conninfo_to_dict
 
-pytestmark = pytest.mark.contract
-
 REPO = Path(__file__).resolve().parents[2]
 CHART = REPO / "deploy" / "helm" / "casestream"
 # one service named on the command line: the chart's own defaults for everything else

@@ -13,8 +13,6 @@ from pathlib import Path
 import pytest
 import yaml
 
-pytestmark = pytest.mark.contract
-
 REPO = Path(__file__).resolve().parents[2]
 RULES = REPO / "deploy" / "prometheus" / "alerts.yml"
 DASHBOARD = REPO / "deploy" / "grafana" / "casestream.json"

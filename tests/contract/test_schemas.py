@@ -18,8 +18,6 @@ from casestream_suite_schemas.upcasters import default_upcasters
 from services import schemas_dir
 from casestream.events import open_codec
 
-pytestmark = pytest.mark.contract
-
 CATALOG = load_catalog(schemas_dir())
 
 

@@ -16,8 +16,6 @@ from casestream.auth import ROLE_OFFICER, dev_token
 from casestream.service.devstack import console_process
 from tests.support.asyncapi import asyncapi_errors
 
-pytestmark = pytest.mark.e2e
-
 ROOT = Path(__file__).resolve().parents[2]
 SHOTS = ROOT / ".local" / "test-output" / "catalog"
 OFFICER = dev_token("tenant-a", (ROLE_OFFICER,), subject="officer-bob")

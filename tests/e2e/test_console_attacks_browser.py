@@ -43,8 +43,6 @@ from casestream.service.devstack import console_process
 from casestream.testing import create_topics, delete_topics
 from tests.support.waiting import wait_for
 
-pytestmark = pytest.mark.e2e
-
 CONSOLE_PORT, SAGAS_PORT, ATTACKER_PORT = 18401, 18402, 18403
 CONSOLE = f"http://127.0.0.1:{CONSOLE_PORT}"
 SAME_SITE = f"http://127.0.0.1:{ATTACKER_PORT}"

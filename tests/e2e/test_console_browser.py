@@ -35,8 +35,6 @@ from casestream.service.devstack import ServiceStack, console_process, service_p
 from services.demo import CaseSpec
 from tests.support.waiting import wait_for
 
-pytestmark = pytest.mark.e2e
-
 SERVICES = ("case", "audit", "saga", "decision", "notification")
 PORTS = {name: service_port(name) for name in SERVICES}  # the shared stack's (default) ports
 CONSOLE_PORT = 18400

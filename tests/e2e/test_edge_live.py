@@ -35,8 +35,6 @@ from casestream.auth.tokens import dev_token
 from casestream.service import ServiceStack
 from tests.support.suite import private_broker, running_stack, service_databases, suite_env
 
-pytestmark = pytest.mark.e2e
-
 TOPICS = ["outbox.event.case", "outbox.event.saga", "outbox.event.decision",
           "outbox.event.notice", "outbox.event.watch"]
 FULL = os.environ.get("CASESTREAM_TEST_EDGE_FULL") == "1"

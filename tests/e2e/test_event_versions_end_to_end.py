@@ -24,8 +24,6 @@ from casestream_suite_schemas.upcasters import default_upcasters
 from services import schemas_dir
 from casestream.events import derived_event_id, open_codec
 
-pytestmark = pytest.mark.e2e
-
 LEGACY_PAYLOADS = {
     1: {"title": "Legacy v1 case", "description": "  Filed   by the old intake\nsystem ",
         "severity": 2, "evidence_count": 1, "reporter_email": "old@example.org"},

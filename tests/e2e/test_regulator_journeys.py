@@ -35,8 +35,6 @@ from psycopg.conninfo import make_conninfo
 from casestream.service.devstack import ServiceStack
 from services.journeys import JOURNEYS, JourneyRun, drive, wait_journeys
 
-pytestmark = pytest.mark.e2e
-
 TENANT = f"tenant-journeys-{uuid.uuid4().hex[:8]}"
 """This run's tenant: the workload counts of earlier runs stay apart."""
 

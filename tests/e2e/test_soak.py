@@ -16,8 +16,6 @@ import pytest
 from services.demo import SUITE
 from services.soak import FAULT_KINDS, Options, every_service, run
 
-pytestmark = pytest.mark.e2e
-
 
 def test_two_minutes_of_faults_on_two_instances_of_every_service_break_no_invariant(
         infra_env: dict[str, str], smtp_maildir: Path) -> None:

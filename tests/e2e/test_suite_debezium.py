@@ -22,7 +22,7 @@ from casestream.service.devstack import ServiceStack
 from services.demo import SUITE, case_mix, case_url, open_and_submit, wait_final
 from test_suite_end_to_end import assert_journeys
 
-pytestmark = [pytest.mark.e2e, pytest.mark.debezium]
+pytestmark = pytest.mark.debezium
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -31,8 +31,6 @@ from services.demo import (
 )
 from casestream.service.devstack import ServiceStack
 
-pytestmark = pytest.mark.e2e
-
 
 @pytest.fixture(scope="module")
 def stack(suite_stack: ServiceStack) -> ServiceStack:

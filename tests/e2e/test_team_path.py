@@ -50,7 +50,7 @@ from confluent_kafka.admin import AdminClient
 from casestream.auth import dev_token
 from tests.support.wheels import REPO, build_tools, build_wheels, wheelhouse
 
-pytestmark = [pytest.mark.e2e, pytest.mark.wheel, pytest.mark.timeout(900)]
+pytestmark = [pytest.mark.wheel, pytest.mark.timeout(900)]
 
 GUIDE = REPO / "docs" / "new-service.md"
 NAME, PORT, CONSOLE_PORT = "orders", 18562, 18100

@@ -27,8 +27,6 @@ from casestream.cli.status import status
 from services.demo import CaseSpec, headers
 from casestream.service.devstack import ServiceStack, service_port
 
-pytestmark = pytest.mark.e2e
-
 SERVICES = ("case", "audit", "saga", "decision", "notification")  # the suite
 PORTS = {name: service_port(name) for name in SERVICES}  # the shared stack's (default) ports
 CONSUMERS = {"saga.orchestrator", "decision.requests", "notification.requests",

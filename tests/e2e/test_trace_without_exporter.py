@@ -26,8 +26,6 @@ from casestream.service.devstack import ServiceStack, service_port
 from services.demo import SUITE, CaseSpec, headers
 from services.journeys import DEMO_CASE_SETTINGS
 
-pytestmark = pytest.mark.e2e
-
 TOPICS = ["outbox.event.case", "outbox.event.saga", "outbox.event.decision", "outbox.event.notice"]
 
 

@@ -44,8 +44,6 @@ from services import schemas_dir
 from services.demo import FINAL_CASE_STATES, CaseRun, case_mix, case_status, case_url, headers
 from watch import SCHEMAS
 
-pytestmark = pytest.mark.e2e
-
 SUITE = ["case", "saga", "decision", "notification"]
 CASE_TOPIC = "outbox.event.case"
 WATCH_TOPIC = "outbox.event.watch"

@@ -38,8 +38,6 @@ from services.audit.adapters.projection import (
 )
 from services.audit.bootstrap import migrations
 
-pytestmark = pytest.mark.integration
-
 TENANT = "tenant-x"
 T0 = datetime(2025, 6, 1, 9, 0, tzinfo=UTC)
 

@@ -21,8 +21,6 @@ from test_case_support import database_url_for
 from casestream.http.deadline import DeadlineExceeded, deadline_scope
 from casestream.http.pgdeadline import DeadlinePool
 
-pytestmark = pytest.mark.integration
-
 
 @pytest.fixture(scope="module")
 def pool(request: pytest.FixtureRequest) -> Iterator[ConnectionPool[Any]]:

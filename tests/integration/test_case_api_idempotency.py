@@ -33,8 +33,6 @@ from services.case.adapters.postgres import PgUnitOfWork
 from services.case.application import CaseService
 from services.case.bootstrap import migrations
 
-pytestmark = pytest.mark.integration
-
 TTL = timedelta(minutes=10)
 A = bearer_headers("tenant-a", subject="officer-1")
 BODY: dict[str, Any] = {"title": "Late filing", "summary": "Annual report late", "severity": 2,

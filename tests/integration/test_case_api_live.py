@@ -32,8 +32,6 @@ from test_case_api_support import REPO, LiveService, live_service_fixture
 from casestream.auth.tokens import AuthSettings, bearer_headers, mint_token
 from tests.support.case_app import assert_reads_but_cannot_write
 
-pytestmark = pytest.mark.integration
-
 MAX_IN_FLIGHT = 4
 DEADLINE_S = 2.0
 LIMITS = {

@@ -47,8 +47,6 @@ from casestream_suite_schemas.upcasters import default_upcasters
 from services import schemas_dir
 from casestream.events import open_codec
 
-pytestmark = pytest.mark.integration
-
 REPO = Path(__file__).resolve().parents[2]
 TOPICS = ["outbox.event.case", "outbox.event.saga", "outbox.event.decision",
           "outbox.event.notice"]

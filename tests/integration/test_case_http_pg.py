@@ -28,8 +28,6 @@ from services.case.application import CaseService
 from casestream.clock import SystemClock
 from services.case.bootstrap import migrations
 
-pytestmark = pytest.mark.integration
-
 H = bearer_headers("tenant-a", subject="officer-7")
 EDGE = EdgePolicy(verifier=TokenVerifier(AuthSettings()))
 BODY = {"title": "Late filing", "summary": "  Annual   report late  ", "severity": 2,

@@ -37,8 +37,6 @@ from casestream.clock import SystemClock
 from services.case.bootstrap import migrations
 from services.case.domain import CaseStatus, InvalidTransition
 
-pytestmark = pytest.mark.integration
-
 TENANT = "tenant-a"
 SUBMIT_ROUTE = "POST /cases/{id}/submit"
 

@@ -29,8 +29,6 @@ from casestream.http import IdempotencyScope, IdempotentRequest
 from casestream.clock import SystemClock
 from services.case.bootstrap import consumer_registry, migrations
 
-pytestmark = pytest.mark.integration
-
 TENANT = "tenant-s"
 
 

@@ -15,8 +15,6 @@ from services.case.adapters.postgres import PgUnitOfWork
 from services.case.bootstrap import migrations
 from tests.support.case_uow_contract import CONTRACT
 
-pytestmark = pytest.mark.integration
-
 
 class PgBackend:
     def __init__(self, dsn: str, pool: ConnectionPool, codec: EnvelopeCodec) -> None:

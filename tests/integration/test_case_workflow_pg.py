@@ -34,8 +34,6 @@ from services.case.application import (
     WithdrawCase,
 )
 
-pytestmark = pytest.mark.integration
-
 TENANT = "tenant-w"
 
 dsn, codec, pool = pg_fixtures("case_wf_it", migrations, pool_size=4)

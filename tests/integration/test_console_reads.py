@@ -30,8 +30,6 @@ from casestream.consumer.records import Record
 from casestream.operations import load_dead_letter_state
 from casestream.testing import create_topics, delete_topics
 
-pytestmark = pytest.mark.integration
-
 MESSAGES = 4000            # per topic
 VALUE = b"x" * 2048        # bytes per message: a journey read of the topic holds ~8 MiB
 CONCURRENT = 50

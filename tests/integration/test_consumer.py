@@ -26,8 +26,6 @@ from casestream.testing.consumer import (
 from casestream.handlers.registry import HandlerKind, HandlerRegistry
 from tests.support.events import case_returned
 
-pytestmark = pytest.mark.integration
-
 FAST_RETRY = RetryPolicy(max_attempts=5, initial_delay_s=0.05, max_delay_s=0.2, jitter=0.2)
 Env = Harness
 

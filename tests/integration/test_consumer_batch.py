@@ -32,8 +32,6 @@ from casestream.consumer.inbox import ensure_schema
 from casestream.handlers.processing import ProcessingMode
 from tests.support.events import case_returned
 
-pytestmark = pytest.mark.integration
-
 SUBMITTED = {"title": "t", "severity": 3, "evidence_count": 1, "reporter_email": "r@example.org",
              "submitted_by": "officer-1"}
 

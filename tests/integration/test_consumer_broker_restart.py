@@ -29,8 +29,6 @@ from casestream.testing.consumer import (
 from casestream.testing.relay import PrivateKafka
 from tests.support.events import case_returned
 
-pytestmark = pytest.mark.integration
-
 
 def _started(h: Harness, partitions: int, **settings: Any) -> ConsumerRuntime:
     """A runtime on a new ``partitions``-partition topic of ``h``, session timeout 6 s (as in

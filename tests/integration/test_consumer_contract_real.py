@@ -19,8 +19,6 @@ from casestream.retry import RetryPolicy
 from casestream.testing.consumer import Harness, create_topic, produce_events, wait_until
 from tests.support.consumer_contract import GAP_HOLD_S, MAX_ATTEMPTS, Calls, registry, run_scenario
 
-pytestmark = pytest.mark.integration
-
 
 class RuntimeDriver:
     def __init__(self, env: Harness) -> None:

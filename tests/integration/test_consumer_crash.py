@@ -20,8 +20,6 @@ import pytest
 from casestream.testing.consumer import Harness, committed, create_topic, produce_events
 from tests.support.events import case_returned
 
-pytestmark = pytest.mark.integration
-
 N = 30
 
 

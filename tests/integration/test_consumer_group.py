@@ -13,8 +13,6 @@ from casestream.testing.consumer import Harness, committed, create_topic, produc
 from casestream.handlers.registry import HandlerRegistry
 from tests.support.events import case_returned
 
-pytestmark = pytest.mark.integration
-
 
 def test_two_members_split_the_partitions_and_apply_every_event_once_in_order(
         consumer_harness: Any) -> None:

@@ -23,8 +23,6 @@ from casestream.testing.consumer import (
 )
 from tests.support.events import case_returned
 
-pytestmark = pytest.mark.integration
-
 
 def _deliver_unread_results(conn: Any) -> None:
     """In pipeline mode: have the server send the results of the statements sent so far and

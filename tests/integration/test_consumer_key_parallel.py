@@ -35,8 +35,6 @@ from casestream.testing.consumer import (
 )
 from tests.support.events import case_returned
 
-pytestmark = pytest.mark.integration
-
 PARTITIONS = 2
 CONCURRENCY = 8
 

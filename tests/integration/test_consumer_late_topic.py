@@ -11,8 +11,6 @@ import pytest
 from casestream.testing.consumer import Harness, create_topic, produce_events, wait_until
 from tests.support.events import case_returned
 
-pytestmark = pytest.mark.integration
-
 #: The bound the runtime promises (its metadata refresh interval, 5 s, plus a rebalance).
 PICKED_UP_WITHIN_S = 15.0
 

@@ -24,8 +24,6 @@ from casestream.retry import RetryPolicy
 from casestream.testing.consumer import Harness, create_topic, produce_events, wait_until
 from tests.support.events import case_returned
 
-pytestmark = pytest.mark.integration
-
 DELAY_S = 2.0
 MAX_ATTEMPTS = 4
 POLICY = RetryPolicy(initial_delay_s=DELAY_S, max_delay_s=DELAY_S, multiplier=1.0, jitter=0.0,

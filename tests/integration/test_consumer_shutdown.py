@@ -28,8 +28,6 @@ import pytest
 from casestream.testing.consumer import Harness, committed, create_topic, produce_events, wait_until
 from tests.support.events import case_returned
 
-pytestmark = pytest.mark.integration
-
 GRACE_S = 2.0
 EXIT_BOUND_S = GRACE_S + 8.0
 

@@ -15,8 +15,6 @@ from casestream.handlers.registry import HandlerRegistry
 from casestream.kafka.config import client_config
 from casestream.testing.consumer import Harness, create_topic, wait_until
 
-pytestmark = pytest.mark.integration
-
 
 def _member(env: Harness, instance: str) -> ConsumerRuntime:
     return ConsumerRuntime(env.name, [env.topic], env.projection.register(HandlerRegistry()),

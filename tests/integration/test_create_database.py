@@ -11,8 +11,6 @@ from psycopg.conninfo import make_conninfo
 from casestream.errors import ConfigError
 from casestream.migrations import create_database
 
-pytestmark = pytest.mark.integration
-
 
 def test_creates_a_missing_database_once(pg_url: str) -> None:
     name = f"cs_provision_{uuid.uuid4().hex[:8]}"

@@ -25,8 +25,6 @@ from casestream.testing.consumer import Harness, create_topic, wait_until
 from casestream.testing.consumer import produce_events
 from tests.support.events import case_returned
 
-pytestmark = pytest.mark.integration
-
 BETWEEN_LIMITS = 1_000_100  # over librdkafka's 1,000,000, under the topic's 1,048,588
 
 

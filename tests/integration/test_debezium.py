@@ -32,7 +32,7 @@ from casestream.outbox.relay import OutboxRelay
 from casestream.testing.relay import JsonCodec, create_topics, drop_cdc_database, read_topics
 from test_relay_support import LoadWriter, RelayThread, check_order, env, settings, wait_for
 
-pytestmark = [pytest.mark.integration, pytest.mark.debezium]
+pytestmark = pytest.mark.debezium
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -25,8 +25,6 @@ from services.decision.application.decide import Decider
 from services.decision.bootstrap import migrations
 from services.decision.domain import Outcome
 
-pytestmark = pytest.mark.integration
-
 
 @pytest.fixture
 def dsn(private_schema: Callable[..., str]) -> str:

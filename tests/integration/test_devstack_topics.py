@@ -9,8 +9,6 @@ from confluent_kafka.admin import AdminClient
 
 from casestream.service import ServiceStack, discovery
 
-pytestmark = pytest.mark.integration
-
 
 def test_the_dev_stack_creates_every_declared_topic(kafka_bootstrap: str) -> None:
     declared = {t.name: t for spec in discovery.services().values() for t in spec.topics}

@@ -26,8 +26,6 @@ from casestream.testing.consumer import (
 from casestream.consumer.deadletters import read_topic, redrive
 from tests.support.events import case_returned
 
-pytestmark = pytest.mark.integration
-
 
 @pytest.fixture
 def env(consumer_harness: Any) -> Harness:

@@ -21,8 +21,6 @@ from casestream.retry import RetryPolicy
 from casestream.testing.consumer import Harness, create_topic, produce, produce_events, wait_until
 from tests.support.events import case_returned
 
-pytestmark = pytest.mark.integration
-
 
 @pytest.fixture
 def env(consumer_harness: Any) -> Harness:

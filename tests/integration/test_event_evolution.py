@@ -32,8 +32,6 @@ from casestream.testing.consumer import EffectsProjection, Harness, create_topic
 from tests.integration.test_registry import delete_subjects
 from tests.support.evolution import NOTED, thing_catalog, thing_event, thing_upcasters
 
-pytestmark = pytest.mark.integration
-
 HANDLED = ("ThingNoted", "ThingFlagged")
 
 

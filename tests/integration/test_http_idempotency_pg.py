@@ -35,8 +35,6 @@ from casestream.migrations import apply_migrations
 from casestream.service import service_migrations
 from tests.support.idempotency_contract import CONTRACT, StepClock, request
 
-pytestmark = pytest.mark.integration
-
 
 @pytest.fixture(scope="module")
 def dsn(pg_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:

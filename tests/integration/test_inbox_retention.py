@@ -27,8 +27,6 @@ from casestream.testing.consumer import produce
 from casestream.testing.relay import delete_topics, isolated_schema
 from tests.integration.test_relay_support import test_database
 
-pytestmark = pytest.mark.integration
-
 
 @pytest.fixture
 def dsn(pg_url: str) -> Iterator[str]:

@@ -12,8 +12,6 @@ import pytest
 from casestream.testing.consumer import Harness, create_topic, produce_events, wait_until
 from tests.support.events import case_returned
 
-pytestmark = pytest.mark.integration
-
 
 @pytest.fixture
 def env(consumer_harness: Any) -> Harness:

@@ -11,8 +11,6 @@ from confluent_kafka.admin import AdminClient
 
 from casestream.testing import create_topics, delete_topics
 
-pytestmark = pytest.mark.integration
-
 PROBE = Path(__file__).resolve().parents[2] / "deploy" / "probe.py"
 
 

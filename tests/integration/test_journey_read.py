@@ -14,8 +14,6 @@ from casestream.operations import load_journey
 from casestream.testing import create_topics, delete_topics
 from tests.support.events import case_returned
 
-pytestmark = pytest.mark.integration
-
 FILLER = 3000
 
 

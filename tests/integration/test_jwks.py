@@ -18,8 +18,6 @@ from cryptography.hazmat.primitives.asymmetric import rsa
 from casestream.auth import AuthSettings, InvalidToken, TokenVerifier, mint_token
 from casestream.errors import ConfigError
 
-pytestmark = pytest.mark.integration
-
 
 def _key() -> tuple[str, dict[str, Any]]:
     private = rsa.generate_private_key(public_exponent=65537, key_size=2048)

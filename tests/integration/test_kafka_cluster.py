@@ -54,7 +54,7 @@ from test_relay_support import (  # noqa: F401 - fixtures
 )
 from tests.support.events import case_returned
 
-pytestmark = [pytest.mark.integration, pytest.mark.cluster]
+pytestmark = pytest.mark.cluster
 
 REPO = Path(__file__).resolve().parents[2]
 INFRA = REPO / "deploy" / "infra.sh"

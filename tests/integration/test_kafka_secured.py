@@ -28,8 +28,6 @@ from casestream.testing.relay import create_topics, delete_topics, read_topics
 from test_relay_support import base_dsn, dsn, env, run_until_idle, settings, write  # noqa: F401 - fixtures
 from tests.support.events import case_returned
 
-pytestmark = pytest.mark.integration
-
 _HOW = ("the secured listeners come with `deploy/infra.sh up` (CASESTREAM_KAFKA_SECURE=1, the "
         "default; restart Kafka if it was started before: deploy/infra.sh down kafka && "
         "deploy/infra.sh up kafka) and `eval \"$(deploy/infra.sh env)\"`")

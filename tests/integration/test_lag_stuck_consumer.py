@@ -22,8 +22,6 @@ from casestream.operations import group_lag
 from casestream.testing.consumer import Harness, create_topic, produce_events, wait_until
 from tests.support.events import case_returned
 
-pytestmark = pytest.mark.integration
-
 REPO = Path(__file__).resolve().parents[2]
 RULES = REPO / "deploy" / "prometheus" / "alerts.yml"
 ALERT = "CasestreamConsumerNotConsuming"

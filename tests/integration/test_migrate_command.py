@@ -20,8 +20,6 @@ from services import schemas_dir
 from watch import SCHEMAS, SERVICE
 from watch.settings import WatchSettings
 
-pytestmark = pytest.mark.integration
-
 
 @pytest.fixture
 def fresh_database(pg_url: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:

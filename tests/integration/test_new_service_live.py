@@ -29,7 +29,7 @@ from tests.support.databases import created_databases, require_server
 from tests.support.waiting import wait_for
 from tests.support.wheels import REPO, build_tools, ok
 
-pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
+pytestmark = pytest.mark.timeout(300)
 
 BIN = Path(sys.executable).parent
 

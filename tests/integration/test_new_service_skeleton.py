@@ -20,7 +20,7 @@ import pytest
 
 from tests.support.wheels import REPO, Venv, build_tools, build_wheels, ok, run, wheelhouse
 
-pytestmark = [pytest.mark.integration, pytest.mark.wheel, pytest.mark.timeout(900)]
+pytestmark = [pytest.mark.wheel, pytest.mark.timeout(900)]
 
 
 def test_a_generated_service_passes_its_own_tests_with_the_platform_alone(tmp_path: Path) -> None:

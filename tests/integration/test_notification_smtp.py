@@ -46,8 +46,6 @@ from services.notification.bootstrap import migrations
 from casestream.retry import RetryPolicy
 from services.notification.domain import NoticeStatus, message_id_for
 
-pytestmark = pytest.mark.integration
-
 REPO = Path(__file__).resolve().parents[2]  # the repository root (deploy/smtp_sink.py)
 
 

@@ -27,8 +27,6 @@ from test_relay_support import (  # noqa: F401 - fixtures
     base_dsn, bootstrap, dsn, env, run_until_idle, settings, topic_prefix, write,
 )
 
-pytestmark = pytest.mark.integration
-
 
 def test_dependency_checks_pass_against_the_running_infrastructure(
         kafka_bootstrap: str, registry_url: str) -> None:

@@ -17,8 +17,6 @@ from casestream.errors import ConcurrencyError, ConfigError
 from casestream.outbox.writer import OUTBOX_MIGRATION, OutboxRowTooLarge, OutboxWriter, bump_version
 from casestream.testing.relay import FakeEnvelope, JsonCodec, isolated_schema
 
-pytestmark = pytest.mark.integration
-
 
 @pytest.fixture
 def base_dsn(pg_url: str) -> str:

@@ -25,8 +25,6 @@ from casestream.testing.contracts import DEAD_LETTER_CONTRACT, OUTBOX_SINK_CONTR
 from casestream.testing.relay import delete_topics
 from tests.support.events import case_returned
 
-pytestmark = pytest.mark.integration
-
 
 class RealRegistryBackend:
     """Subjects under a namespace of its own, deleted (soft, then permanently) afterwards."""

@@ -20,8 +20,6 @@ from casestream.service.settings import CommonSettings
 from services.case.adapters import dashboard
 from services.case.bootstrap import MIGRATIONS
 
-pytestmark = pytest.mark.integration
-
 DASHBOARD_MIGRATION = Migration.from_file(MIGRATIONS / "004_dashboard_columns.sql")
 
 #: case_dashboard as created before the officer/evidence/penalty/appeal columns.

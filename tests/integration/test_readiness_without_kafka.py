@@ -18,8 +18,6 @@ import pytest
 from test_case_api_live import BODY, officer
 from test_case_api_support import LiveService, live_service_fixture
 
-pytestmark = pytest.mark.integration
-
 DEAD_KAFKA = "127.0.0.1:1"
 # A consumer's first topic creation gives up after 15 s (ensure_topics' timeout): outlive it.
 OUTLIVE_S = 20.0

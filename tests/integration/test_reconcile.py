@@ -30,8 +30,6 @@ from services.saga.bootstrap import migrations as saga_migrations
 from services import schemas_dir
 from casestream.events import open_codec
 
-pytestmark = pytest.mark.integration
-
 TENANT = "tenant-rec"
 LATER = datetime.now(UTC) + timedelta(hours=1)  # "now" of the job: every planted row is old
 

@@ -26,8 +26,6 @@ from casestream_suite_schemas.upcasters import default_upcasters
 from services import schemas_dir
 from casestream.events import open_codec
 
-pytestmark = pytest.mark.integration
-
 
 def isolated_schemas(dst: Path, namespace: str) -> Path:
     """Copy schemas/ to ``dst`` with every ``casestream.`` name moved to ``namespace``."""

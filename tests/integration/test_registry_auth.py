@@ -29,7 +29,7 @@ from cryptography.hazmat.primitives.asymmetric import rsa
 from casestream.errors import RegistryAuthError
 from casestream.service.settings import CommonSettings
 
-pytestmark = [pytest.mark.integration, pytest.mark.secured]
+pytestmark = pytest.mark.secured
 
 REPO = Path(__file__).resolve().parents[2]
 INFRA = REPO / "deploy" / "infra.sh"

@@ -14,8 +14,6 @@ import pytest
 from casestream.errors import UnknownSchemaError
 from casestream.events.registry import ConfluentSchemaRegistry
 
-pytestmark = pytest.mark.integration
-
 
 def record(ns: str, *fields: str) -> dict[str, Any]:
     return {"type": "record", "name": "Probe", "namespace": ns,

@@ -31,8 +31,6 @@ from casestream_suite_schemas.upcasters import default_upcasters
 from services import schemas_dir
 from casestream.events import open_codec
 
-pytestmark = pytest.mark.integration
-
 OCCURRED = datetime(2026, 2, 3, 4, 5, 6, 789012, tzinfo=UTC)
 
 

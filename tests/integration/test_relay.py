@@ -28,8 +28,6 @@ from test_relay_support import (  # noqa: F401 - fixtures
     settings, topic_prefix, wait_for, write,
 )
 
-pytestmark = pytest.mark.integration
-
 
 class SimulatedCrash(Exception):
     pass

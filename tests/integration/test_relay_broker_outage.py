@@ -20,8 +20,6 @@ from test_relay_support import (  # noqa: F401 - fixtures
     LoadWriter, RelayThread, base_dsn, check_order, count_status, dsn, env, settings, wait_for, write,
 )
 
-pytestmark = pytest.mark.integration
-
 def _outage_run(dsn: str, broker: PrivateKafka, prefix: str, producer_extra: dict, outage_s: float,
                 during_outage=None) -> tuple[RelayThread, dict, int]:
     topic = prefix + "case"

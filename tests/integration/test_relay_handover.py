@@ -23,8 +23,6 @@ from test_relay_support import (  # noqa: F401 - fixtures
     wait_for,
 )
 
-pytestmark = pytest.mark.integration
-
 LEASE_S = 3.0
 CHURN_S = 24.0
 

@@ -24,8 +24,6 @@ from test_relay_support import (  # noqa: F401 - fixtures
     RelayThread, base_dsn, bootstrap, dsn, env, settings, topic_prefix, wait_for, write,
 )
 
-pytestmark = pytest.mark.integration
-
 
 def _statuses(dsn: str) -> dict[tuple[str, int], str]:
     with psycopg.connect(dsn) as conn:

@@ -21,8 +21,6 @@ from test_relay_support import (  # noqa: F401 - fixtures
     base_dsn, bootstrap, dsn, env, run_until_idle, settings, write,
 )
 
-pytestmark = pytest.mark.integration
-
 
 def _rows(dsn: str) -> dict[tuple[str, int], tuple[str, str | None]]:
     with psycopg.connect(dsn) as conn:

@@ -29,8 +29,6 @@ from test_relay_support import (  # noqa: F401 - fixtures
     LoadWriter, RelayThread, base_dsn, bootstrap, dsn, env, settings, topic_prefix, wait_for, write,
 )
 
-pytestmark = pytest.mark.integration
-
 HOLD_S = 24.0
 EVENTS_PER_TXN = 10
 PAUSE_S = 0.02  # ~300-400 events/s on this box

@@ -44,8 +44,6 @@ from tests.integration.test_replay_support import (
 )
 from services import schemas_dir
 
-pytestmark = pytest.mark.integration
-
 EVENT_TYPES = load_catalog(schemas_dir()).event_types
 SUPPORT = Path(__file__).with_name("test_replay_support.py")
 

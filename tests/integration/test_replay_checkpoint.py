@@ -9,8 +9,6 @@ import pytest
 from casestream.replay import checkpoint
 from tests.integration.test_replay_support import private_database
 
-pytestmark = pytest.mark.integration
-
 
 def test_guard_batches_fold_in_order_over_legacy_rows(pg_url: str) -> None:
     with private_database(pg_url) as dsn, psycopg.connect(dsn, autocommit=True) as conn:

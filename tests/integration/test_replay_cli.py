@@ -12,8 +12,6 @@ from click.testing import CliRunner
 from casestream.cli.replay import replay
 from tests.integration.test_replay_support import private_database
 
-pytestmark = pytest.mark.integration
-
 
 @pytest.fixture
 def env(kafka_bootstrap: str, registry_url: str, pg_url: str) -> dict[str, str]:

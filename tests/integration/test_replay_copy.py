@@ -20,8 +20,6 @@ from casestream.handlers import insert_batch_registry, json_batch_registry
 from casestream.replay.applier import Planned, ReplayApplier
 from tests.support.databases import created_databases, require_server
 
-pytestmark = pytest.mark.integration
-
 COLUMNS = (("event_id", "uuid"), ("tenant_id", "text"), ("n", "bigint"),
            ("at", "timestamptz"), ("day", "date"))
 DDL = ("CREATE TABLE facts (event_id uuid PRIMARY KEY, tenant_id text NOT NULL, n bigint,"

@@ -14,8 +14,6 @@ from casestream.replay import ReplayError
 from casestream.replay.lease import ReplayLease
 from tests.integration.test_replay_support import private_database
 
-pytestmark = pytest.mark.integration
-
 
 @pytest.fixture
 def dsn(pg_url: str) -> Iterator[str]:

@@ -17,8 +17,6 @@ from casestream.replay.names import defined_names, rename_to
 from casestream.testing.relay import isolated_schema
 from tests.integration.test_relay_support import test_database
 
-pytestmark = pytest.mark.integration
-
 
 def _shadow_only(conn: Any, names: dict[str, str]) -> None:
     # as services/audit does: the live table belongs to a migration

@@ -22,8 +22,6 @@ from tests.integration.test_replay import World, _caught_up, world  # noqa: F401
 from tests.integration.test_replay_support import history, table_rows
 from casestream.testing.consumer import wait_until
 
-pytestmark = pytest.mark.integration
-
 OBJECTS = """
 SELECT 'c:' || conname FROM pg_constraint WHERE conrelid = %(t)s::regclass
 UNION ALL

@@ -51,8 +51,6 @@ from services.saga.domain import case_review as cr
 from services import schemas_dir
 from casestream.events import open_codec
 
-pytestmark = pytest.mark.integration
-
 TENANT = "tenant-saga-replies"
 
 

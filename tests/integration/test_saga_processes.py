@@ -49,8 +49,6 @@ from services.saga.adapters.handlers import CONSUMER
 from services import schemas_dir
 from casestream.events import open_codec
 
-pytestmark = pytest.mark.integration
-
 TOPICS = ["outbox.event.case", "outbox.event.saga", "outbox.event.decision",
           "outbox.event.notice"]
 SERVICES = ("case", "audit", "saga", "decision", "notification")

@@ -37,8 +37,6 @@ from services.saga.domain import Disposition, SagaInstance, case_review_saga
 from services.saga.domain import case_review as cr
 from services import schemas_dir
 
-pytestmark = pytest.mark.integration
-
 T0 = datetime.now(UTC).replace(microsecond=0)
 
 

@@ -16,8 +16,6 @@ from services.saga.adapters.postgres import PgSagaStore
 from services.saga.bootstrap import migrations
 from tests.support.saga_store_contract import CONTRACT
 
-pytestmark = pytest.mark.integration
-
 
 class PgBackend:
     def __init__(self, dsn: str) -> None:

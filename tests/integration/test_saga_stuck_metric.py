@@ -37,8 +37,6 @@ from services.saga.domain import case_review_saga
 from services.saga.domain import case_review as cr
 from services import schemas_dir
 
-pytestmark = pytest.mark.integration
-
 GRACE = timedelta(seconds=60)
 SAGA_METRICS = ("saga_state_total", "compensation_total", "timeouts_total", "saga_stuck_total")
 

@@ -26,7 +26,7 @@ from casestream.schemacheck.compat import parse_fastavro
 from tests.oracle.oracle import WORK, decode, java_verdicts
 from tests.oracle.pairs import corpus
 
-pytestmark = [pytest.mark.integration, pytest.mark.timeout(900)]
+pytestmark = pytest.mark.timeout(900)
 
 STRICTER = {r.id for r in RULES.values() if r.stricter}
 #: single-schema rules that mean "this schema is invalid" (Java's parser rejects it too)

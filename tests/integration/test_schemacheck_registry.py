@@ -21,8 +21,6 @@ from casestream.cli.schemas import schemas
 from casestream.events.registry import ConfluentSchemaRegistry
 from casestream.schemacheck.remote import RegistryOptions, open_registry
 
-pytestmark = pytest.mark.integration
-
 
 def _schema(name: str, *extra: dict) -> dict:
     return {"type": "record", "name": name, "namespace": "com.acme.gate",

@@ -25,8 +25,6 @@ from test_case_api_support import LiveService, live_service_fixture
 
 from casestream.auth.tokens import dev_token
 
-pytestmark = pytest.mark.integration
-
 SEED = 20_250_501
 MAX_EXAMPLES = 60
 CONFIG = """\

@@ -37,7 +37,7 @@ from casestream.migrations import create_database
 from casestream.service import CommonSettings
 from tests.support.wheels import REPO, Venv, build_wheels, clean_env, ok, run, wheelhouse
 
-pytestmark = [pytest.mark.integration, pytest.mark.wheel, pytest.mark.timeout(420)]
+pytestmark = [pytest.mark.wheel, pytest.mark.timeout(420)]
 
 SUITE = ("audit", "case", "decision", "notification", "saga")
 SUITE_CONSUMERS = ("audit.journal", "case.saga-requests", "saga.orchestrator", "notification.requests")

@@ -17,8 +17,6 @@ from casestream.kafka import TopicSpec
 from casestream.service import ServiceSpec
 from casestream.testing import delete_topics
 
-pytestmark = pytest.mark.integration
-
 RUN = uuid.uuid4().hex[:8]
 EVENTS = f"test.topics.{RUN}.events"  # owned by "orders"
 AUDIT = f"test.topics.{RUN}.audit"  # owned by "orders"

@@ -31,7 +31,7 @@ import pytest
 
 from tests.support.wheels import REPO, Venv, Wheels, build_wheels, ok, run, wheelhouse
 
-pytestmark = [pytest.mark.integration, pytest.mark.wheel, pytest.mark.timeout(300)]
+pytestmark = [pytest.mark.wheel, pytest.mark.timeout(300)]
 
 SERVICES = ("audit", "case", "decision", "notification", "saga")
 HINT = "pip install 'casestream[service]'"

@@ -30,8 +30,6 @@ from services.saga.domain import appeal as ap
 from casestream.events.catalog import load_catalog
 from services import schemas_dir
 
-pytestmark = pytest.mark.unit
-
 T0 = datetime(2025, 1, 1, 12, 0, tzinfo=UTC)
 CASE = "5d1c8f5e-0000-4000-8000-00000000a001"
 

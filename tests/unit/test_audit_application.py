@@ -23,8 +23,6 @@ from services.audit.application import (
 )
 from services.audit.domain import KNOWN_EVENT_TYPES, JournalEntry, TimelineNotFound
 
-pytestmark = pytest.mark.unit
-
 EDGE = EdgePolicy(verifier=TokenVerifier(AuthSettings()))
 
 T0 = datetime(2025, 6, 1, tzinfo=UTC)

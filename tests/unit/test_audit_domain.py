@@ -6,8 +6,6 @@ import pytest
 
 from services.audit.domain import KNOWN_EVENT_TYPES, case_id_of, summarize
 
-pytestmark = pytest.mark.unit
-
 
 def test_case_events_belong_to_their_aggregate() -> None:
     assert case_id_of("case", "c-1", {"case_id": "other"}) == "c-1"

@@ -27,8 +27,6 @@ from casestream.errors import ConfigError
 from casestream.http.edge import edge_policy
 from services.case.settings import CaseSettings
 
-pytestmark = pytest.mark.unit
-
 KEY = "k" * 40
 SETTINGS = AuthSettings(jwt_key=KEY, jwt_issuer="iss-1", jwt_audience="aud-1", leeway_s=0)
 

@@ -16,8 +16,6 @@ sys.path.insert(0, str(BENCH))
 import common  # noqa: E402
 import journeys  # noqa: E402
 
-pytestmark = pytest.mark.unit
-
 
 def test_percentile_nearest_rank_and_unfinished_journeys_count_as_infinite():
     values = [float(i) for i in range(1, 101)]

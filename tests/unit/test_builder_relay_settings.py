@@ -7,8 +7,6 @@ import pytest
 from casestream.errors import ConfigError
 from tests.unit.test_consumer_group_unit import _builder
 
-pytestmark = pytest.mark.unit
-
 
 class Pool:  # what the relay reads of a psycopg_pool.ConnectionPool
     conninfo = "postgresql://postgres@127.0.0.1:1/probe"

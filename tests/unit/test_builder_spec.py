@@ -18,8 +18,6 @@ from casestream.events import load_catalog
 from casestream.service import ServiceBuilder, ServiceSettings, ServiceSpec, service_config
 from services import schemas_dir
 
-pytestmark = pytest.mark.unit
-
 
 class ProbeSettings(ServiceSettings):
     model_config = service_config("CASESTREAM_PROBE_")

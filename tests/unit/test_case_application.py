@@ -28,8 +28,6 @@ from services.case.application import (
 from casestream.http import fingerprint, hash_key
 from services.case.domain import CaseNotFound, CaseStatus, CaseValidationError, InvalidTransition
 
-pytestmark = pytest.mark.unit
-
 TENANT = "tenant-a"
 
 

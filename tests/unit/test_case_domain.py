@@ -20,8 +20,6 @@ from services.case.domain import (
     Priority,
 )
 
-pytestmark = pytest.mark.unit
-
 T0 = datetime(2025, 1, 2, 3, 4, 5, tzinfo=UTC)
 
 

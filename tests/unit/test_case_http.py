@@ -20,8 +20,6 @@ from services.case.adapters.http.app import build_app
 from services.case.adapters.memory import InMemoryStore
 from tests.support.case_app import BODY, memory_case_service
 
-pytestmark = pytest.mark.unit
-
 H = bearer_headers("tenant-a", subject="officer-1")
 OTHER_TENANT = bearer_headers("tenant-b", subject="officer-9")
 

@@ -16,8 +16,6 @@ from services.case.adapters.saga_requests import IGNORED, build_registry
 from services.case.application import CloseCase, ReturnCase
 from services.case.domain import CaseNotFound, CaseValidationError, InvalidTransition
 
-pytestmark = pytest.mark.unit
-
 CASE_ID = "6f1c2d3e-4b5a-4c6d-8e7f-0123456789ab"
 
 

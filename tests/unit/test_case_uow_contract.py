@@ -10,8 +10,6 @@ from casestream.events import Envelope
 from services.case.adapters.memory import InMemoryStore, InMemoryUnitOfWork
 from tests.support.case_uow_contract import CONTRACT
 
-pytestmark = pytest.mark.unit
-
 
 class MemoryBackend:
     def __init__(self) -> None:

@@ -29,8 +29,6 @@ from services.case.domain import (
 )
 from tests.support.case_app import BODY, memory_case_service
 
-pytestmark = pytest.mark.unit
-
 T0 = datetime(2025, 5, 1, tzinfo=UTC)
 CONTENT = CaseContent(title="Unlicensed trading", summary="Stall", severity=4, evidence_count=1,
                       reporter_email="party@example.org")

@@ -19,8 +19,6 @@ from casestream.events.catalog import (
 from casestream.errors import UnknownSchemaError
 from services import schemas_dir
 
-pytestmark = pytest.mark.unit
-
 CONTRACT_EVENTS = {
     "case": ["CaseOpened", "CaseSubmitted", "CaseClosed", "CaseReturned"],
     "saga": ["DecisionRequested", "NoticeRequested", "CaseCloseRequested", "CaseReturnRequested",

@@ -13,8 +13,6 @@ from casestream.events import CatalogError, InMemoryRegistry, load_catalog, open
 from services import schemas_dir
 from casestream_suite_schemas.upcasters import default_upcasters
 
-pytestmark = pytest.mark.unit
-
 ENVELOPE = '{"type": "record", "name": "Envelope", "fields": [{"name": "event_id", "type": "string"}]}'
 
 

@@ -7,8 +7,6 @@ from click.testing import CliRunner
 
 from casestream.cli.dlq import dlq
 
-pytestmark = pytest.mark.unit
-
 
 @pytest.mark.parametrize("args", [
     ["show", "audit.journal"],

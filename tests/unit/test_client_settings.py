@@ -16,8 +16,6 @@ from casestream.kafka import environ_properties, producer_config, read_propertie
 from casestream.service.settings import CommonSettings, shown_conninfo
 from services.case.settings import CaseSettings
 
-pytestmark = pytest.mark.unit
-
 
 @pytest.fixture(autouse=True)
 def _clean_env(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -28,8 +28,6 @@ from casestream.events.upcasting import UpcasterChain
 from services import schemas_dir
 from casestream.events import open_codec
 
-pytestmark = pytest.mark.unit
-
 CATALOG = load_catalog(schemas_dir())
 TRACEPARENT = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
 

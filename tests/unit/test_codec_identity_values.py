@@ -23,8 +23,6 @@ from tests.support.evolution import (
     write_catalog,
 )
 
-pytestmark = pytest.mark.unit
-
 
 def test_versions_sharing_one_registry_id_each_decode_as_themselves(tmp_path: Path) -> None:
     catalog = load_catalog(thing_catalog(tmp_path, "unitfold"))

@@ -20,8 +20,6 @@ from tests.unit.test_codec import ENVELOPE_FIELDS, make_env
 from services import schemas_dir
 from casestream.events import open_codec
 
-pytestmark = pytest.mark.unit
-
 CATALOG = load_catalog(schemas_dir())
 
 

@@ -17,8 +17,6 @@ from casestream.auth import ROLE_OFFICER, ROLE_OPERATOR, ROLE_SUPERVISOR, AuthSe
 from casestream.console import ConsoleSettings, ConsoleSources, console_app
 from casestream.operations import Journey
 
-pytestmark = pytest.mark.unit
-
 CONSUMER = "billing.ledger"
 
 

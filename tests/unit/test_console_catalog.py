@@ -16,8 +16,6 @@ from casestream.console import ConsoleSettings, ConsoleSources, console_app
 from casestream.errors import ConfigError
 from casestream.service import installed_asyncapi
 
-pytestmark = pytest.mark.unit
-
 BEARER = {"Authorization": f"Bearer {dev_token('tenant-a', (ROLE_OFFICER,), subject='alice')}"}
 
 

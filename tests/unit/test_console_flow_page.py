@@ -19,8 +19,6 @@ from casestream.auth import ROLE_OFFICER, AuthSettings, TokenVerifier, dev_token
 from casestream.console import ConsoleSettings, ConsoleSources, console_app
 from casestream.operations import PartitionLag, ReplayRun, ReplayRuns
 
-pytestmark = pytest.mark.unit
-
 METRICS = {
     "http://behind.test": "outbox_pending_total 40\noutbox_oldest_pending_age_seconds 31.5\noutbox_failed_total 0\n"
                           'relay_shards_held{shard="0"} 1\n',

@@ -18,8 +18,6 @@ import casestream.console.app as app_module
 from casestream.auth import ROLE_SUPERVISOR, AuthSettings, TokenVerifier, dev_token
 from casestream.console import ConsoleSettings, ConsoleSources, console_app
 
-pytestmark = pytest.mark.unit
-
 def saga(sid: str, state: str, kind: str, *, case: str, due_s: float | None = None,
          definition: str = "case-review") -> dict[str, Any]:
     due = None if due_s is None else datetime.now(timezone.utc) + timedelta(seconds=due_s)

@@ -9,8 +9,6 @@ from casestream.events import Envelope
 from casestream.testing import MemoryBus
 from tests.support.consumer_contract import GAP_HOLD_S, MAX_ATTEMPTS, Calls, registry, run_scenario
 
-pytestmark = pytest.mark.unit
-
 
 class BusDriver:
     def __init__(self) -> None:

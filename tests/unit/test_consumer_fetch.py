@@ -6,8 +6,6 @@ import pytest
 
 from casestream.consumer.runtime import fetch_batch
 
-pytestmark = pytest.mark.unit
-
 
 class BatchWaitingConsumer:
     """``consume(n, timeout)`` as librdkafka's: with fewer than n records ready it waits the

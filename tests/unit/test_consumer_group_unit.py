@@ -10,8 +10,6 @@ from casestream.consumer import ConsumerGroup
 from casestream.errors import ConfigError
 from casestream.handlers.registry import HandlerRegistry
 
-pytestmark = pytest.mark.unit
-
 
 def _group(n: int) -> ConsumerGroup:
     return ConsumerGroup(n, "unit.group", ["t"], HandlerRegistry(), object(), object(),

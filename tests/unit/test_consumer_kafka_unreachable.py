@@ -13,8 +13,6 @@ from confluent_kafka import KafkaError, KafkaException
 from casestream.consumer import runtime
 from casestream.consumer.runtime import ConsumerRuntime
 
-pytestmark = pytest.mark.unit
-
 
 def _consumer() -> Any:
     return SimpleNamespace(name="watch.cases", dlq_topic="watch.cases.dlq", redrive_topic="watch.cases.redrive",

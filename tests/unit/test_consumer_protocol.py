@@ -17,8 +17,6 @@ from casestream.consumer import ConsumerFenced, ConsumerRuntime, ConsumerSetting
 from casestream.errors import ConfigError
 from casestream.handlers.registry import HandlerRegistry
 
-pytestmark = pytest.mark.unit
-
 CONF = {"bootstrap.servers": "127.0.0.1:1"}
 
 

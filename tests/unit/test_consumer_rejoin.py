@@ -22,8 +22,6 @@ from casestream.consumer import runtime as runtime_module
 from casestream.handlers.registry import HandlerRegistry
 from casestream.errors import ConfigError
 
-pytestmark = pytest.mark.unit
-
 CONF = {"bootstrap.servers": "127.0.0.1:1"}
 
 

@@ -10,8 +10,6 @@ import pytest
 from casestream.consumer.records import Record
 from casestream.consumer.retries import RetryState, retry_key
 
-pytestmark = pytest.mark.unit
-
 REC = Record(topic="t", partition=2, offset=7, key=b"k", value=b"v", headers=(("id", b"h-1"),))
 
 

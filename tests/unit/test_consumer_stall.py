@@ -17,8 +17,6 @@ from casestream.errors import ConfigError
 from casestream.service.builder import consumer_ready
 from casestream.service.process import ServiceProcess
 
-pytestmark = pytest.mark.unit
-
 CONF = {"bootstrap.servers": "127.0.0.1:1"}
 
 

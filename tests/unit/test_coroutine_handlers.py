@@ -21,8 +21,6 @@ from casestream.consumer.records import ConsumerStats, Record
 from casestream.testing.consumer import make_event
 from tests.support.events import case_returned
 
-pytestmark = pytest.mark.unit
-
 
 class Calls:
     """An async handler that waits a little and records what ran and how many at once."""

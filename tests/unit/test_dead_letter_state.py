@@ -7,8 +7,6 @@ import pytest
 from casestream.consumer import Record
 from casestream.operations import OperatorAction, ActionLogError, dead_letter_state
 
-pytestmark = pytest.mark.unit
-
 
 def dl(offset: int, origin_offset: int, redrives: int = 0, ts: int = 0) -> Record:
     return Record(topic="c.dlq", partition=0, offset=offset, key=b"k", value=b"v", timestamp_ms=ts or offset,

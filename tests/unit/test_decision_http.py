@@ -17,9 +17,6 @@ from services.decision.domain.decision import Decision
 from services.decision.domain.rules import Outcome, Verdict
 from tests.unit.problems import EDGE, NO_ROLE_A, OFFICER_A, OFFICER_B, SUPERVISOR_A, problem
 
-pytestmark = pytest.mark.unit
-
-
 
 def decision(case_id: str, tenant: str) -> Decision:
     return Decision(case_id=case_id, tenant_id=tenant, saga_id="saga-1",

@@ -6,8 +6,6 @@ import pytest
 
 from services.decision.domain import CaseFacts, Outcome, decide, penalty_cents
 
-pytestmark = pytest.mark.unit
-
 
 def facts(severity: int, evidence: int, title: str = "Leaky tank") -> CaseFacts:
     return CaseFacts(case_id="c1", severity=severity, evidence_count=evidence, title=title)

@@ -12,8 +12,6 @@ from services.decision.adapters.memory import MemoryDecisionStore
 from services.decision.application.decide import Decider
 from services.decision.domain import Outcome
 
-pytestmark = pytest.mark.unit
-
 T0 = datetime(2025, 1, 1, 12, 0, tzinfo=UTC)
 
 

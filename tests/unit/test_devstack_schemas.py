@@ -20,8 +20,6 @@ from casestream.errors import ConfigError
 from casestream.service import ServiceStack, StackError, discovery, schema_folder
 from casestream.service.devstack import installed_schema_folders
 
-pytestmark = pytest.mark.unit
-
 ENVELOPE = {"type": "record", "name": "Envelope", "fields": [
     {"name": "event_id", "type": "string"}, {"name": "event_type", "type": "string"},
     {"name": "event_version", "type": "int"}]}

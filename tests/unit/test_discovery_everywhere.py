@@ -21,8 +21,6 @@ from click.testing import CliRunner
 from casestream.cli import main
 from casestream.service import devstack, discovery
 
-pytestmark = pytest.mark.unit
-
 PKG = "fakewatchpkg"
 PORT = 18999
 

@@ -12,8 +12,6 @@ from confluent_kafka import KafkaError, KafkaException
 
 from casestream.consumer import ensure_topics
 
-pytestmark = pytest.mark.unit
-
 
 def _done(error: KafkaError | None = None) -> Future:
     f: Future = Future()

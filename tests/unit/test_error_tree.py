@@ -15,8 +15,6 @@ import casestream
 import casestream.errors
 from casestream.errors import CasestreamError
 
-pytestmark = pytest.mark.unit
-
 #: Exceptions that are not library errors, each with the reason.
 NOT_LIBRARY_ERRORS = {
     "casestream.cli.main.ConfigurationError": "a click.ClickException: click prints it and "

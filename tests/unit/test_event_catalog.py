@@ -20,8 +20,6 @@ from casestream.service import ServiceSpec, TopicSpec, discovery
 from casestream.service.eventcatalog import installed_asyncapi
 from tests.support.asyncapi import asyncapi_errors
 
-pytestmark = pytest.mark.unit
-
 
 @pytest.fixture(scope="module")
 def document() -> dict:

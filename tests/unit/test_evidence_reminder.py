@@ -20,8 +20,6 @@ from services.notification.application.sender import NoticeSender
 from services.notification.domain import NoticeKind, NoticeStatus
 from casestream_suite_schemas.upcasters import evidence_overdue_v1_v2
 
-pytestmark = pytest.mark.unit
-
 T0 = datetime(2025, 5, 16, 9, 0, tzinfo=UTC)
 CASE = "case-7"
 

@@ -24,8 +24,6 @@ from hypothesis import strategies as st
 from casestream.events import EnvelopeCodec, InMemoryRegistry, UpcasterChain, load_catalog
 from tests.support.evolution import T0, FoldingRegistry, fill_defaults, thing_event, write_catalog
 
-pytestmark = pytest.mark.unit
-
 NS = "propthing"
 FIELD_TYPES: list[tuple[Any, Any, Any]] = [  # (type, JSON default, a written value)
     ("string", "d", "w"),

@@ -15,8 +15,6 @@ from casestream.operations import (
     retry_warning,
 )
 
-pytestmark = pytest.mark.unit
-
 
 def dl(offset: int, reason: str, message: str, *, error_class: str = "casestream.errors.PoisonMessageError",
        event_type: str = "CaseOpened", first: str = "2026-01-01T00:00:00.000Z",

@@ -9,8 +9,6 @@ import pytest
 
 from casestream.service.gctune import freeze_startup_objects
 
-pytestmark = pytest.mark.unit
-
 
 @pytest.fixture(autouse=True)
 def _unfreeze() -> Iterator[None]:

@@ -9,8 +9,6 @@ import pytest
 
 from casestream.kafka.lag import behind, read_group_partitions
 
-pytestmark = pytest.mark.unit
-
 
 def test_no_commit_counts_the_whole_retained_log() -> None:
     assert behind(None, 0, 2) == 2

@@ -17,8 +17,6 @@ from casestream.consumer.records import Record
 from casestream.testing.consumer import make_event
 from tests.support.events import case_returned
 
-pytestmark = pytest.mark.unit
-
 
 class FakeCursor:
     def __init__(self, conn: FakeConnection) -> None:

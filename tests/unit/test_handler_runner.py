@@ -20,8 +20,6 @@ from casestream.handlers import (
 from casestream.handlers.runner import verdict
 from casestream.testing import make_event
 
-pytestmark = pytest.mark.unit
-
 
 class Conn:
     def cursor(self) -> object:

@@ -7,8 +7,6 @@ import pytest
 from casestream.handlers.registry import DiscardingOutbox, HandlerContext, HandlerKind, HandlerRegistry
 from casestream.handlers.processing import ProcessingMode
 
-pytestmark = pytest.mark.unit
-
 
 def test_handlers_dispatch_by_type_in_registration_order() -> None:
     registry = HandlerRegistry()

@@ -13,8 +13,6 @@ from casestream.consumer.records import Record
 from casestream.consumer.deadletters import DeadLetter, dead_letter_headers, redact, select
 from casestream.errors import PoisonMessageError, RegistryUnavailable, RetryableError
 
-pytestmark = pytest.mark.unit
-
 T0 = datetime(2025, 1, 2, 3, 4, 5, 678000, tzinfo=timezone.utc)
 T1 = datetime(2025, 1, 2, 3, 4, 9, tzinfo=timezone.utc)
 

@@ -9,8 +9,6 @@ from casestream.errors import ConfigError
 from casestream.retry import RetryPolicy
 from casestream.handlers.guard import FirstSeenPolicy, Verdict, decide
 
-pytestmark = pytest.mark.unit
-
 STRICT, BASELINE = FirstSeenPolicy.STRICT, FirstSeenPolicy.BASELINE
 
 

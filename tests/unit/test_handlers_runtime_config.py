@@ -10,8 +10,6 @@ from casestream.consumer import ConsumerRuntime, ConsumerSettings
 from casestream.errors import ConfigError
 from casestream.handlers.registry import HandlerRegistry
 
-pytestmark = pytest.mark.unit
-
 
 def _runtime(**kafka: Any) -> ConsumerRuntime:
     return ConsumerRuntime("audit.journal", ["outbox.event.case"], HandlerRegistry(),

@@ -28,8 +28,6 @@ from services.case.adapters.http.app import build_app
 from services.case.adapters.memory import InMemoryStore
 from tests.support.case_app import BODY, assert_reads_but_cannot_write, memory_case_service
 
-pytestmark = pytest.mark.unit
-
 SETTINGS = AuthSettings()
 EDGE = EdgePolicy(verifier=TokenVerifier(SETTINGS))
 OFFICER_A = bearer_headers("tenant-a", subject="officer-a")

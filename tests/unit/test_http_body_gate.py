@@ -30,8 +30,6 @@ from services.case.adapters.http.app import build_app as case_app
 from services.case.adapters.memory import InMemoryStore
 from tests.support.case_app import BODY, memory_case_service
 
-pytestmark = pytest.mark.unit
-
 VERIFIER = TokenVerifier(AuthSettings())
 OFFICER = bearer_headers("tenant-a", subject="officer-1")
 JSON = {"Content-Type": "application/json"}

@@ -37,8 +37,6 @@ from tests.support.case_app import BODY, memory_case_service
 from tests.unit.problems import problem
 from tests.unit.test_saga_http import SUPERVISOR, Setup
 
-pytestmark = pytest.mark.unit
-
 VERIFIER = TokenVerifier(AuthSettings())
 OFFICER = bearer_headers("tenant-a", subject="officer-1")
 JSON = {"Content-Type": "application/json"}

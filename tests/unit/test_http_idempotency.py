@@ -37,8 +37,6 @@ from casestream.telemetry.metrics import MetricsRegistry, render_prometheus
 from casestream.telemetry.sources import Sources
 from tests.support.idempotency_contract import CONTRACT, StepClock
 
-pytestmark = pytest.mark.unit
-
 H = bearer_headers("tenant-a", subject="user-1")
 
 

@@ -32,8 +32,6 @@ from casestream.http import (
 from casestream.http.pgdeadline import Watchdog
 from casestream.http.ratelimit import retry_after_seconds
 
-pytestmark = pytest.mark.unit
-
 VERIFIER = TokenVerifier(AuthSettings())
 A1 = bearer_headers("tenant-a", subject="a1")
 A2 = bearer_headers("tenant-a", subject="a2")

@@ -18,8 +18,6 @@ import casestream
 MODULES = sorted(m.name for m in pkgutil.walk_packages(casestream.__path__, "casestream.")
                  if not m.name.endswith("__main__"))
 
-pytestmark = pytest.mark.unit
-
 
 def test_the_library_has_modules_to_check() -> None:
     assert "casestream.consumer.deadletters" in MODULES and "casestream.consumer.batch" in MODULES

@@ -16,8 +16,6 @@ from pathlib import Path
 
 import pytest
 
-pytestmark = pytest.mark.unit
-
 ROOT = Path(__file__).resolve().parents[2]
 LIBRARY = ROOT / "shared" / "casestream"
 CLIENTS = [d for d in (ROOT / "services", ROOT / "examples", ROOT / "schemas") if d.is_dir()]

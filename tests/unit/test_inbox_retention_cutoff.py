@@ -8,8 +8,6 @@ import pytest
 
 from casestream.consumer.retention import PartitionState, inbox_cutoff
 
-pytestmark = pytest.mark.unit
-
 NOW = datetime(2026, 12, 1, 12, 0, tzinfo=timezone.utc)
 DAY_MS = 86_400_000
 

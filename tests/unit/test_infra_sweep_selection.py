@@ -5,8 +5,6 @@ from pathlib import Path
 
 import pytest
 
-pytestmark = pytest.mark.unit
-
 _spec = importlib.util.spec_from_file_location(
     "infra_probe", Path(__file__).resolve().parents[2] / "deploy" / "probe.py")
 probe = importlib.util.module_from_spec(_spec)

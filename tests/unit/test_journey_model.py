@@ -11,8 +11,6 @@ import pytest
 from casestream.consumer import Record
 from casestream.operations import journey_of
 
-pytestmark = pytest.mark.unit
-
 T0 = datetime(2026, 1, 1, tzinfo=timezone.utc)
 
 

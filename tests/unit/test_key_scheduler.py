@@ -17,8 +17,6 @@ from casestream.consumer.keyparallel import (
 )
 from casestream.consumer.records import Record
 
-pytestmark = pytest.mark.unit
-
 TP0 = ("t", 0)
 
 

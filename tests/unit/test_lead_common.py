@@ -19,8 +19,6 @@ from casestream.errors import ConfigError
 from casestream.service.process import ServiceProcess, health_routes
 from casestream.service.settings import CommonSettings
 
-pytestmark = pytest.mark.unit
-
 
 def test_settings_read_prefixed_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("CASESTREAM_PG_URL", "postgresql://u@db:5432/")

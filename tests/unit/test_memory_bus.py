@@ -15,8 +15,6 @@ from casestream.testing.memory import ManualClock, MemoryBus
 
 from casestream.handlers import FirstSeenPolicy, HandlerKind, HandlerRegistry, ProcessingMode
 
-pytestmark = pytest.mark.unit
-
 
 def event(version: int, event_type: str = "ThingChanged", thing: str = "t-1",
           event_version: int = 1, **payload: Any) -> Envelope:

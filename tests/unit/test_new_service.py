@@ -18,8 +18,6 @@ from casestream.errors import ConfigError
 from casestream.events import ENVELOPE_FIELDS
 from casestream.scaffold import TEMPLATE_SUFFIX, service_scaffold, write_service
 
-pytestmark = pytest.mark.unit
-
 REPO = Path(__file__).resolve().parents[2]
 TEMPLATES = REPO / "shared" / "casestream" / "scaffold" / "templates"
 

@@ -9,8 +9,6 @@ from pathlib import Path
 
 import pytest
 
-pytestmark = pytest.mark.unit
-
 ROOT = Path(__file__).resolve().parents[2]
 FOLDERS = ["shared", "services", "tests", "bench", "deploy"]
 FILES = ["README.md"]

@@ -17,8 +17,6 @@ import pytest
 
 from casestream.service import discovery
 
-pytestmark = pytest.mark.unit
-
 LIBRARY = Path(__file__).resolve().parents[2] / "shared" / "casestream"
 EXEMPT = ("testing/",)
 

@@ -14,8 +14,6 @@ from services.notification.domain import (
     undeliverable_reason,
 )
 
-pytestmark = pytest.mark.unit
-
 T0 = datetime(2025, 1, 1, 12, 0, tzinfo=UTC)
 
 

@@ -17,8 +17,6 @@ from services.notification.adapters.http import build_app
 from services.notification.domain.notice import Notice, NoticeStatus
 from tests.unit.problems import EDGE, NO_ROLE_A, OFFICER_A, OFFICER_B, SUPERVISOR_A, problem
 
-pytestmark = pytest.mark.unit
-
 T0 = datetime(2025, 1, 1, tzinfo=UTC)
 
 

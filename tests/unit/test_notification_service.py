@@ -16,8 +16,6 @@ from casestream.retry import RetryPolicy
 from services.notification.domain import NoticeStatus
 from services.notification.domain.errors import MailError
 
-pytestmark = pytest.mark.unit
-
 T0 = datetime(2025, 1, 1, 12, 0, tzinfo=UTC)
 
 

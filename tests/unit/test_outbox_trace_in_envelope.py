@@ -16,8 +16,6 @@ from casestream.outbox.writer import OutboxWriter
 from casestream.telemetry.settings import TelemetrySettings
 from casestream.telemetry.tracing import trace_id_of
 
-pytestmark = pytest.mark.unit
-
 TP = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
 
 

@@ -19,8 +19,6 @@ from casestream.outbox import OUTBOX_MIGRATIONS
 from casestream.service import service_migrations
 from casestream_suite_schemas import schemas_dir
 
-pytestmark = pytest.mark.unit
-
 REPO = Path(__file__).resolve().parents[2]
 PLATFORM = tomllib.loads((REPO / "pyproject.toml").read_text())
 SUITE = tomllib.loads((REPO / "services" / "pyproject.toml").read_text())

@@ -22,8 +22,6 @@ from casestream.testing.contracts import (
 )
 from tests.support.events import case_returned
 
-pytestmark = pytest.mark.unit
-
 
 class MemoryRegistryBackend:
     def __init__(self) -> None:

@@ -14,8 +14,6 @@ from casestream.errors import ConfigError
 from casestream.http.edge import edge_policy
 from services.case.settings import CaseSettings
 
-pytestmark = pytest.mark.unit
-
 REAL_KEY = "q8Vf3LxN0aZr7TgW2mYc5HsK9pJd4EuB"  # 32 bytes
 
 

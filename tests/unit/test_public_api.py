@@ -12,8 +12,6 @@ import pytest
 
 import casestream
 
-pytestmark = pytest.mark.unit
-
 ROOT = Path(__file__).resolve().parents[2]
 LIBRARY = Path(casestream.__file__).resolve().parent
 PACKAGES = ["casestream"] + sorted(

@@ -17,8 +17,6 @@ from casestream.service import consumer_ready
 from casestream.service.process import health_routes
 from tests.unit.test_consumer_group_unit import _builder
 
-pytestmark = pytest.mark.unit
-
 
 class Conn:
     def __init__(self, row: tuple[Any, ...]):

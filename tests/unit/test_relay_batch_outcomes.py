@@ -13,8 +13,6 @@ from casestream.outbox.relay import RelaySettings
 from casestream.outbox.relay.batch import InFlightBatch
 from casestream.outbox.relay.store import OutboxRow
 
-pytestmark = pytest.mark.unit
-
 TOPIC = "outbox.event.case"
 
 

@@ -8,8 +8,6 @@ from casestream.errors import ConfigError
 from casestream.outbox.relay import RelaySettings
 from casestream.outbox.relay.__main__ import main
 
-pytestmark = pytest.mark.unit
-
 
 @pytest.mark.parametrize(("kw", "message"), [
     ({"max_open_batches": 0}, "max_open_batches must be >= 1, got 0"),

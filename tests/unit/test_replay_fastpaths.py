@@ -20,8 +20,6 @@ from casestream.replay.progress import Progress
 from casestream.replay.projection import load_projection
 from tests.unit.test_replay_unit import ev, pos
 
-pytestmark = pytest.mark.unit
-
 
 def _reference(items: list[Any], guard: dict[Any, int], policy: FirstSeenPolicy,
                handled: set[str]) -> tuple[list[list[int]], dict[Any, int], tuple[int, ...]]:

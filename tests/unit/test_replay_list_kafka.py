@@ -10,8 +10,6 @@ from click.testing import CliRunner
 
 from casestream.cli.replay import replay
 
-pytestmark = pytest.mark.unit
-
 
 def _closed_port() -> int:
     with socket.socket() as s:

@@ -15,8 +15,6 @@ from casestream.replay.errors import ReplayError
 from casestream.replay.progress import Progress
 from casestream.replay.source import KafkaSource
 
-pytestmark = pytest.mark.unit
-
 
 class Msg:
     def __init__(self, offset: int, partition: int = 0) -> None:

@@ -12,8 +12,6 @@ from casestream.auth import ROLE_OFFICER, AuthSettings, TokenVerifier, dev_token
 from casestream.console import ConsoleSettings, ConsoleSources, console_app
 from casestream.operations import ReplayRun, ReplayRuns, ReplayRunsCache
 
-pytestmark = pytest.mark.unit
-
 T0 = datetime(2026, 1, 1, 12, 0, tzinfo=timezone.utc)
 
 

@@ -25,8 +25,6 @@ from casestream.replay import (
 from casestream.replay.applier import ReplayApplier
 from casestream.replay.progress import Progress, ProgressReporter, fmt_eta, render
 
-pytestmark = pytest.mark.unit
-
 AT = datetime(2026, 11, 30, 6, 0, tzinfo=UTC)
 
 

@@ -9,8 +9,6 @@ import pytest
 from casestream.errors import ConfigError
 from casestream.retry import RetryPolicy, call_with_retry
 
-pytestmark = pytest.mark.unit
-
 
 def test_base_delay_grows_exponentially_and_is_capped() -> None:
     p = RetryPolicy(initial_delay_s=0.1, max_delay_s=1.0, multiplier=2.0, jitter=0.0)

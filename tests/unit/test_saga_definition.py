@@ -12,8 +12,6 @@ from services.saga.domain import (
     StateKind, Step, StepKind, Transition, case_review_saga, fields,
 )
 
-pytestmark = pytest.mark.unit
-
 
 def _tiny(**overrides: object) -> SagaDefinition:
     """A minimal valid saga: ASK --Answered--> DONE, deadline --> GAVE_UP."""

@@ -27,8 +27,6 @@ from services.saga.domain import (
 )
 from services.saga.domain import case_review as cr
 
-pytestmark = pytest.mark.unit
-
 T0 = datetime(2025, 1, 1, 12, 0, tzinfo=UTC)
 CASE = "case-1"
 SAGA = "saga-1"

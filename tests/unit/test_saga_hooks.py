@@ -7,8 +7,6 @@ import pytest
 from services.case.adapters.saga_requests import FAIL_COMPENSATION
 from services.decision.domain.rules import CaseFacts, Outcome, decide
 
-pytestmark = pytest.mark.unit
-
 
 def test_compensation_marker_is_carried_into_the_decision_failure_reason() -> None:
     verdict = decide(CaseFacts(case_id="c-1", severity=4, evidence_count=1,

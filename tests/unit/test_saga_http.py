@@ -25,8 +25,6 @@ from services.saga.domain import case_review as cr
 from services.saga.domain import case_review_saga
 from tests.unit.problems import problem
 
-pytestmark = pytest.mark.unit
-
 T0 = datetime(2025, 1, 1, 12, 0, tzinfo=UTC)
 CASE = "case-1"
 OTHER_CASE = "case-2"

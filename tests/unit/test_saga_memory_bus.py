@@ -18,8 +18,6 @@ from services.saga.adapters.memory import MemorySagaStore
 from services.saga.application.orchestrator import Orchestrator
 from services.saga.domain import case_review_saga
 
-pytestmark = pytest.mark.unit
-
 CASE = "5d1c8f5e-0000-4000-8000-000000000002"
 
 

@@ -20,8 +20,6 @@ from services.saga.domain import Disposition, UnknownTrigger, case_review_saga
 from services.saga.domain import case_review as cr
 from services import schemas_dir
 
-pytestmark = pytest.mark.unit
-
 T0 = datetime(2025, 1, 1, 12, 0, tzinfo=UTC)
 CASE = "5d1c8f5e-0000-4000-8000-000000000001"
 

@@ -14,8 +14,6 @@ import pytest
 from services.saga.adapters.memory import MemorySagaStore
 from tests.support.saga_store_contract import CONTRACT
 
-pytestmark = pytest.mark.unit
-
 
 class MemoryBackend:
     def __init__(self) -> None:

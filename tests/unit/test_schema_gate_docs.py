@@ -22,8 +22,6 @@ from pathlib import Path
 import pytest
 import yaml
 
-pytestmark = pytest.mark.unit
-
 REPO = Path(__file__).resolve().parents[2]
 DOC = REPO / "docs" / "schema-gate.md"
 ACME = REPO / "tests" / "fixtures" / "acme-schemas"

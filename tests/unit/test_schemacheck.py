@@ -19,8 +19,6 @@ from casestream.events.registry import InMemoryRegistry, register_catalog
 from casestream.schemacheck import RULES, check_catalog, render
 from services import schemas_dir
 
-pytestmark = pytest.mark.unit
-
 V4_BREAKING = {
     "type": "record", "name": "CaseOpenedPayload", "namespace": "casestream.case",
     "fields": [

@@ -14,8 +14,6 @@ import pytest
 
 from casestream.schemacheck import check_history, lint_schema, parse_avro
 
-pytestmark = pytest.mark.unit
-
 CORPUS = Path(__file__).parent / "schemacheck_corpus"
 
 

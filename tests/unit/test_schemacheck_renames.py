@@ -16,8 +16,6 @@ from click.testing import CliRunner
 
 from casestream.cli.schemas import schemas
 
-pytestmark = pytest.mark.unit
-
 #: The team's chain: OrderPlaced v1 renamed to OrderSubmitted, OrderUpdated v1 split in two.
 CHAIN = '''
 import dataclasses

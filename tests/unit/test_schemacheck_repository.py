@@ -21,8 +21,6 @@ from click.testing import CliRunner
 
 from casestream.cli.schemas import schemas
 
-pytestmark = pytest.mark.unit
-
 FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "acme-schemas"
 REPO = Path(__file__).resolve().parents[2]
 SUBJECTS = {"com.acme.orders.OrderPlaced", "com.acme.orders.OrderCancelled", "payments-value",

@@ -13,8 +13,6 @@ import pytest
 from casestream.schemacheck import RULES, check_history, check_pair, lint_schema, parse_avro
 from casestream.schemacheck import compat
 
-pytestmark = pytest.mark.unit
-
 
 def rec(*fields: dict, name: str = "R", ns: str = "t", **extra) -> dict:  # noqa: ANN003
     return {"type": "record", "name": name, "namespace": ns, "fields": list(fields), **extra}

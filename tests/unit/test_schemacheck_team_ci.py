@@ -23,8 +23,6 @@ from pathlib import Path
 import pytest
 import yaml
 
-pytestmark = pytest.mark.unit
-
 REPO = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
 

@@ -7,8 +7,6 @@ import pytest
 from casestream.errors import ConfigError
 from casestream.service import ServiceSpec, discovery, resolve
 
-pytestmark = pytest.mark.unit
-
 SPEC = ServiceSpec(name="fake", module="tests.unit", settings="mod:Cls", build="mod:build",
                    consumers=("fake.events",))
 

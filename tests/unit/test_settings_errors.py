@@ -13,8 +13,6 @@ from casestream.service.settings import CommonSettings
 from services.audit.settings import AuditSettings
 from services.case.settings import CaseSettings
 
-pytestmark = pytest.mark.unit
-
 
 @pytest.mark.parametrize(("variable", "value", "settings", "reason"), [
     ("CASESTREAM_CASE_PORT", "abc", CaseSettings, "valid integer"),

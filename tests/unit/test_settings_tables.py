@@ -13,8 +13,6 @@ from casestream.service import CommonSettings, ServiceSettings, settings_table
 from casestream.service.settings import undocumented_fields
 from casestream.errors import ConfigError
 
-pytestmark = pytest.mark.unit
-
 ROOT = Path(__file__).resolve().parents[2]
 SERVICES = {"audit": "AuditSettings", "case": "CaseSettings", "decision": "DecisionSettings",
             "notification": "NotificationSettings", "saga": "SagaSettings"}

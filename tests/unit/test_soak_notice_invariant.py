@@ -12,8 +12,6 @@ import pytest
 from services.demo import CaseRun, CaseSpec
 from services.soak import Checker
 
-pytestmark = pytest.mark.unit
-
 
 def mail(maildir: Path, name: str, case_id: str, kind: str | None,
          message_id: str | None = None) -> None:

@@ -10,8 +10,6 @@ import pytest
 
 from casestream.cli.status import _readiness
 
-pytestmark = pytest.mark.unit
-
 
 def _client(answers: dict[str, tuple[int, Any]]) -> httpx.Client:
     def handle(request: httpx.Request) -> httpx.Response:

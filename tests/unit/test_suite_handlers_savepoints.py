@@ -14,8 +14,6 @@ from casestream.handlers.processing import ProcessingMode
 from casestream.errors import PoisonMessageError
 from casestream.events.envelope import Envelope, new_event
 
-pytestmark = pytest.mark.unit
-
 T0 = datetime(2025, 1, 1, 12, 0, tzinfo=UTC)
 
 

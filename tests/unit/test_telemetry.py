@@ -41,8 +41,6 @@ from casestream.telemetry.tracing import (
     traceparent_of,
 )
 
-pytestmark = pytest.mark.unit
-
 TP = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
 OTHER = "00-11111111111111111111111111111111-2222222222222222-01"
 

@@ -16,8 +16,6 @@ from casestream.outbox.relay.metrics import RelayMetrics
 from casestream.telemetry.metrics import MetricsRegistry, render_prometheus
 from casestream.telemetry.sources import Sources
 
-pytestmark = pytest.mark.unit
-
 
 def saga_metrics_text() -> str:
     sources = Sources()

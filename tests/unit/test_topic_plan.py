@@ -11,8 +11,6 @@ from casestream.errors import ConfigError
 from casestream.kafka import ObservedTopic, TopicSpec, plan_topics
 from casestream.service import ServiceSpec, discovery
 
-pytestmark = pytest.mark.unit
-
 SUITE = ("case", "decision", "notification", "saga", "audit")
 
 

@@ -8,8 +8,6 @@ from confluent_kafka import KafkaError, KafkaException, TopicPartition
 
 from casestream.kafka.topics import watermarks
 
-pytestmark = pytest.mark.unit
-
 TP = TopicPartition("t", 0)
 
 

@@ -10,8 +10,6 @@ from casestream_suite_schemas.upcasters import SUMMARY_MAX, collapse_summary, de
 from casestream.events.upcasting import UpcasterChain
 from services import schemas_dir
 
-pytestmark = pytest.mark.unit
-
 V1 = {"title": "t", "description": "  many\n\n  spaces\there ", "severity": 2, "evidence_count": 1,
       "reporter_email": "r@example.org"}
 

@@ -29,8 +29,6 @@ from casestream.replay.applier import ReplayApplier
 from casestream.replay.progress import Progress
 from tests.support.evolution import split_thing_updated, thing_catalog, thing_event, thing_upcasters
 
-pytestmark = pytest.mark.unit
-
 NEWEST = {"ThingNoted": 5, "ThingFlagged": 1, "ThingUpdated": 1}
 
 

@@ -9,8 +9,6 @@ from fastavro import parse_schema
 
 from casestream.events.values import conform, converts
 
-pytestmark = pytest.mark.unit
-
 
 def _rec(name: str, *fields: tuple[str, Any]) -> dict[str, Any]:
     return {"type": "record", "name": name, "fields": [{"name": n, "type": t} for n, t in fields]}

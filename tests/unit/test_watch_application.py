@@ -20,8 +20,6 @@ from watch.adapters.memory import FixedClock, MemoryWatchRepository
 from watch.application import CaseNotWatched, case_watch, on_case_event, watch_case
 from watch.domain import CaseView
 
-pytestmark = pytest.mark.unit
-
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 
 

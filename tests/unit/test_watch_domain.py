@@ -12,8 +12,6 @@ from watch import SCHEMAS
 from watch.domain import CaseView, Watch, apply_case_event, is_final, trigger_for, watch_id
 from watch.upcasters import chain, watch_triggered_v1_v2
 
-pytestmark = pytest.mark.unit
-
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 
 

@@ -15,8 +15,6 @@ from casestream.service.settings import undocumented_fields
 from watch import settings as watch_settings
 from watch.settings import WatchSettings
 
-pytestmark = pytest.mark.unit
-
 ROOT = Path(__file__).resolve().parents[2]
 GUIDE = ROOT / "docs" / "new-service.md"
 EXAMPLE = ROOT / "examples" / "watch"

@@ -17,8 +17,6 @@ from watch.adapters import projection, triggers
 from watch.adapters.memory import FixedClock, MemoryWatchRepository
 from watch.application import watch_case
 
-pytestmark = pytest.mark.unit
-
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 
 

@@ -19,8 +19,6 @@ from casestream.telemetry.sources import Sources
 from casestream.testing import InstanceWork, Target, WorkSampler, unshared
 from casestream.testing import replicas
 
-pytestmark = pytest.mark.unit
-
 
 def _tp(topic: str, partition: int) -> SimpleNamespace:
     return SimpleNamespace(topic=topic, partition=partition)

@@ -1,0 +1,90 @@
+"""Where a test lives decides its marker, its pytest-xdist group and when it starts.
+
+Folders (under ``tests/``) and their markers: ``unit``, ``integration``, ``e2e``, ``contract``
+(:data:`FOLDER_MARKERS`). A test module does not set its folder's marker itself; per-module
+extras (``wheel``, ``cluster``, ``secured``, ``debezium``, ``scaling``, ``timeout``) stay in the
+module's ``pytestmark``.
+
+Groups (``pytest -n N --dist loadgroup``): every module is one group, so module fixtures (a
+private broker, a service stack, databases) start once and its tests keep their order. The
+modules of :data:`SERIAL` share the group ``serial``: they run on one worker one after
+another, because they use resources that are fixed for the whole machine: the suite's
+default ports (18101-18105) and databases, the console's ports (18100, 18400-18403), one
+`suite_stack` several modules share (``tests/e2e/conftest.py``), and CPU-hungry fault runs
+whose bounds assume no other service stack starts beside them.
+
+Order: :func:`ordered` puts the ``serial`` group first, then modules marked as long
+(:data:`LONG_MARKERS`), then the other integration/e2e modules, contract, and unit last; with
+``--no-loadscope-reorder`` xdist hands groups out in that order, so the longest chain starts
+at once and short unit modules fill the end.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+import pytest
+
+TESTS = Path(__file__).resolve().parents[1]
+
+#: folder under tests/ -> the marker every test in it carries
+FOLDER_MARKERS = {"unit": "unit", "integration": "integration", "e2e": "e2e", "contract": "contract"}
+
+#: the group of the modules that must not run beside one another (module docstring)
+SERIAL_GROUP = "serial"
+
+#: modules (paths under tests/) in :data:`SERIAL_GROUP`; every e2e module is too
+SERIAL: frozenset[str] = frozenset()
+
+#: markers of modules that run for minutes: started right after the serial group
+LONG_MARKERS = ("cluster", "wheel", "secured", "timeout")
+
+_RANK = {"serial": 0, "long": 1, "integration": 2, "e2e": 2, "contract": 3, "unit": 4}
+
+
+def folder_of(path: Path) -> str | None:
+    """The folder under tests/ that holds ``path`` (``unit``, ``integration``...), or None."""
+    try:
+        parts = path.resolve().relative_to(TESTS).parts
+    except ValueError:
+        return None
+    return parts[0] if len(parts) > 1 else None
+
+
+def module_key(path: Path) -> str:
+    """``path`` relative to tests/ (``integration/test_relay.py``); the absolute path elsewhere."""
+    try:
+        return path.resolve().relative_to(TESTS).as_posix()
+    except ValueError:
+        return str(path)
+
+
+def group_of(item: pytest.Item) -> str:
+    """The xdist group of ``item``: :data:`SERIAL_GROUP` or its module's path."""
+    key = module_key(item.path)
+    if folder_of(item.path) == "e2e" or key in SERIAL:
+        return SERIAL_GROUP
+    return key
+
+
+def mark_and_group(items: Sequence[pytest.Item]) -> None:
+    """Add each item's folder marker and its ``xdist_group`` marker."""
+    for item in items:
+        folder = folder_of(item.path)
+        if folder in FOLDER_MARKERS:
+            item.add_marker(FOLDER_MARKERS[folder])
+        item.add_marker(pytest.mark.xdist_group(group_of(item)))
+
+
+def _rank(item: pytest.Item) -> int:
+    if group_of(item) == SERIAL_GROUP:
+        return _RANK["serial"]
+    if any(item.get_closest_marker(m) for m in LONG_MARKERS):
+        return _RANK["long"]
+    return _RANK.get(folder_of(item.path) or "", len(_RANK))
+
+
+def ordered(items: list[pytest.Item]) -> list[pytest.Item]:
+    """``items`` by rank (module docstring), otherwise in collection order (a stable sort)."""
+    return sorted(items, key=_rank)
