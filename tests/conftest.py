@@ -29,6 +29,10 @@ _HOW = ("start the local infrastructure with `make infra-up` and export its vari
         "(eval \"$(deploy/infra.sh env)\"), or run the suite through `make test`")
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    config.pluginmanager.register(layout.SerialLock(), "casestream-serial-lock")
+
+
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Each test's folder marker and xdist group, and the order groups start in

@@ -15,6 +15,7 @@ import pytest
 from casestream.auth import ROLE_OFFICER, dev_token
 from casestream.service.devstack import console_process
 from tests.support.asyncapi import asyncapi_errors
+from tests.support.browser import headless_chromium
 
 ROOT = Path(__file__).resolve().parents[2]
 SHOTS = ROOT / ".local" / "test-output" / "catalog"
@@ -38,23 +39,11 @@ def console(infra_env: dict[str, str]) -> Iterator[str]:
 
 @pytest.fixture(scope="module")
 def browser(console: str) -> Iterator[object]:
-    from selenium import webdriver
-    from selenium.webdriver.chrome.service import Service
-
-    options = webdriver.ChromeOptions()
-    options.binary_location = shutil.which("chromium") or "/usr/bin/chromium"
-    for arg in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu",
-                "--window-size=1400,1000"):
-        options.add_argument(arg)
-    driver = webdriver.Chrome(options=options, service=Service(shutil.which("chromedriver") or "/usr/bin/chromedriver"))
-    driver.implicitly_wait(2)
-    try:
+    with headless_chromium(implicit_wait_s=2) as driver:
         driver.get(f"{console}/login?next=/catalog")
         driver.find_element("id", "token").send_keys(OFFICER)
         driver.find_element("id", "login").click()
         yield driver
-    finally:
-        driver.quit()
 
 
 def test_the_catalog_pages_show_the_team_service_beside_the_suite(browser, console: str) -> None:  # noqa: ANN001

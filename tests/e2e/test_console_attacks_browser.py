@@ -41,6 +41,7 @@ from casestream.consumer.records import Record
 from casestream.operations.deadletters import load_dead_letter_state
 from casestream.service.devstack import console_process
 from casestream.testing import create_topics, delete_topics
+from tests.support.browser import headless_chromium
 from tests.support.waiting import wait_for
 
 CONSOLE_PORT, SAGAS_PORT, ATTACKER_PORT = 18401, 18402, 18403
@@ -155,20 +156,8 @@ def world(infra_env: dict[str, str], dead_letter: tuple[str, str]) -> Iterator[l
 
 @pytest.fixture(scope="module")
 def browser(world: list[str]) -> Iterator[Any]:
-    from selenium import webdriver
-    from selenium.webdriver.chrome.service import Service
-
-    options = webdriver.ChromeOptions()
-    options.binary_location = shutil.which("chromium") or "/usr/bin/chromium"
-    for arg in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu",
-                "--window-size=1400,1000"):
-        options.add_argument(arg)
-    driver = webdriver.Chrome(options=options, service=Service(shutil.which("chromedriver") or "/usr/bin/chromedriver"))
-    driver.implicitly_wait(1)
-    try:
+    with headless_chromium(implicit_wait_s=1) as driver:
         yield driver
-    finally:
-        driver.quit()
 
 
 def body_text(driver: Any) -> str:

@@ -33,6 +33,7 @@ from casestream.operations import read_actions
 from casestream.operations.deadletters import load_dead_letter_state
 from casestream.service.devstack import ServiceStack, console_process, service_port
 from services.demo import CaseSpec
+from tests.support.browser import headless_chromium
 from tests.support.waiting import wait_for
 
 SERVICES = ("case", "audit", "saga", "decision", "notification")
@@ -71,23 +72,11 @@ def suite(suite_stack: ServiceStack) -> Iterator[ServiceStack]:
 
 @pytest.fixture(scope="module")
 def browser(suite: ServiceStack) -> Iterator[object]:
-    from selenium import webdriver
-    from selenium.webdriver.chrome.service import Service
-
-    options = webdriver.ChromeOptions()
-    options.binary_location = shutil.which("chromium") or "/usr/bin/chromium"
-    for arg in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu",
-                "--window-size=1400,1000"):
-        options.add_argument(arg)
-    driver = webdriver.Chrome(options=options, service=Service(shutil.which("chromedriver") or "/usr/bin/chromedriver"))
-    driver.implicitly_wait(2)
-    try:
+    with headless_chromium(implicit_wait_s=2) as driver:
         driver.get(f"{CONSOLE}/login")
         driver.find_element("id", "token").send_keys(SUPERVISOR)
         driver.find_element("id", "login").click()
         yield driver
-    finally:
-        driver.quit()
 
 
 def shot(driver, name: str) -> Path:  # noqa: ANN001

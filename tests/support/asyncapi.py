@@ -10,6 +10,8 @@ import tarfile
 from pathlib import Path
 from typing import Any
 
+from tests.support.locks import file_lock
+
 ROOT = Path(__file__).resolve().parents[2]
 #: pinned: the package's schema files change between releases
 SPECS_VERSION = "6.11.1"
@@ -26,6 +28,11 @@ def asyncapi_3_schema() -> dict[str, Any]:
             error output).
     """
     target = CACHE / "3.0.0.json"
+    with file_lock(CACHE.with_name(CACHE.name + ".lock")):  # one npm pack among the workers
+        return _fetched(target)
+
+
+def _fetched(target: Path) -> dict[str, Any]:
     if not target.is_file():
         npm = shutil.which("npm")
         if npm is None:

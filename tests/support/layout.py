@@ -21,8 +21,11 @@ at once and short unit modules fill the end.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import fcntl
+import os
+from collections.abc import Iterator, Sequence
 from pathlib import Path
+from typing import IO
 
 import pytest
 
@@ -88,3 +91,31 @@ def _rank(item: pytest.Item) -> int:
 def ordered(items: list[pytest.Item]) -> list[pytest.Item]:
     """``items`` by rank (module docstring), otherwise in collection order (a stable sort)."""
     return sorted(items, key=_rank)
+
+
+class SerialLock:
+    """An exclusive ``flock`` on the file named by ``CASESTREAM_TEST_SERIAL_LOCK`` held from
+    the first test of :data:`SERIAL_GROUP` to the teardown of its last, so a suite run shares
+    the machine's fixed ports with other runs that take the same lock (e.g. ``flock
+    /tmp/casestream-e2e.lock pytest tests/e2e/...``). Unset: no lock (CI, a lone machine)."""
+
+    VARIABLE = "CASESTREAM_TEST_SERIAL_LOCK"
+
+    def __init__(self) -> None:
+        self._file: IO[bytes] | None = None
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_runtest_setup(self, item: pytest.Item) -> None:
+        path = os.environ.get(self.VARIABLE)
+        if path and self._file is None and group_of(item) == SERIAL_GROUP:
+            self._file = open(path, "ab")  # noqa: SIM115 - held across tests
+            fcntl.flock(self._file, fcntl.LOCK_EX)
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_runtest_teardown(self, item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
+        try:
+            return (yield)
+        finally:
+            if self._file is not None and (nextitem is None or group_of(nextitem) != SERIAL_GROUP):
+                self._file.close()  # closing releases the lock
+                self._file = None

@@ -25,6 +25,8 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from tests.support.locks import file_lock
+
 REPO = Path(__file__).resolve().parents[2]
 _NOT_SOURCE = (".git", ".venv", ".local", "build", "dist", "*.egg-info", "__pycache__", ".pytest_cache",
                "target")
@@ -56,10 +58,11 @@ def wheelhouse(work: Path) -> Path:
     lock = (REPO / "requirements.lock").read_bytes()
     default = Path(tempfile.gettempdir()) / f"casestream-wheelhouse-{hashlib.sha256(lock).hexdigest()[:12]}"
     folder = Path(os.environ.get("CASESTREAM_WHEELHOUSE", default))
-    if not (folder / ".complete").is_file():
-        ok([sys.executable, "-m", "pip", "download", "-q", "--no-deps", "-d", folder,
-            "-r", REPO / "requirements.lock"], work)
-        (folder / ".complete").touch()
+    with file_lock(folder.with_name(folder.name + ".lock")):  # another worker may be filling it
+        if not (folder / ".complete").is_file():
+            ok([sys.executable, "-m", "pip", "download", "-q", "--no-deps", "-d", folder,
+                "-r", REPO / "requirements.lock"], work)
+            (folder / ".complete").touch()
     return folder
 
 
@@ -73,10 +76,11 @@ def build_tools(work: Path) -> Path:
     missing), for installs with ``--no-index`` of a package built from source."""
     key = hashlib.sha256(" ".join(BUILD_TOOLS).encode()).hexdigest()[:12]
     folder = Path(tempfile.gettempdir()) / f"casestream-buildtools-{key}"
-    if not (folder / ".complete").is_file():
-        ok([sys.executable, "-m", "pip", "download", "-q", "--only-binary", ":all:", "-d", folder,
-            *BUILD_TOOLS], work)
-        (folder / ".complete").touch()
+    with file_lock(folder.with_name(folder.name + ".lock")):
+        if not (folder / ".complete").is_file():
+            ok([sys.executable, "-m", "pip", "download", "-q", "--only-binary", ":all:", "-d", folder,
+                *BUILD_TOOLS], work)
+            (folder / ".complete").touch()
     return folder
 
 
