@@ -246,28 +246,87 @@ class OutboxRelay:
         return self._iteration(overlap=False)
 
     def close(self) -> None:
-        """Finish open batches and bookkeeping (``shutdown_timeout_s`` for reports), flush the
-        producer, release leases, close."""
+        """Finish the batches in hand within ``shutdown_timeout_s`` (delivery reports, then
+        their bookkeeping), flush the producer, release the leases, close.
+
+        Every row whose delivery report came in is marked before the leases are released, so
+        a stop within the budget publishes nothing twice. When the budget runs out first, the
+        producer's unsent messages are purged (their rows stay pending: the next owner produces
+        them once), the reports that did come in are recorded, and the rows still awaiting
+        theirs are counted in the log as possibly published twice (the next owner produces
+        them again; as around a crash). A bookkeeping statement still running then keeps the
+        leases: they expire after ``lease_s``, by when it has landed, instead of being released
+        to a next owner that would claim its rows again."""
+        uncertain = 0  # rows the next owner may publish a second time
+        marking = False  # a bookkeeping statement still runs: keep the leases
         try:
-            self._settle_all(self._connection())
-            self._open.clear()
-            self._drain_marker()
+            conn = self._connection()
+            if not self._settle_all(conn):
+                uncertain += self._give_up_open(conn)
+            marking = not self._finish_marking()
+            if marking:
+                uncertain += len(self._mark_seqs)
         except psycopg.Error as e:
+            uncertain += sum(len(b.rows) for b in self._open) + len(self._mark_seqs)
             log.warning("relay %s: last bookkeeping failed (%s); those rows stay pending and "
                         "will be produced again", self.name, e)
-        self._stop_marker()
+        self._open.clear()
+        self._stop_marker(wait=not marking)
         if self._producer is not None:
             remaining = self._producer.flush(self._shutdown_left())
             if remaining:
                 log.warning("relay %s: %d messages undelivered at shutdown; their rows stay "
                             "pending and will be produced again", self.name, remaining)
             self._producer = None
-        if self._conn is not None and not self._conn.closed:
+        if uncertain:
+            log.warning("relay %s: shutdown_timeout_s=%g s ran out: %d rows were sent without a "
+                        "delivery report or their marking did not finish; they stay pending and "
+                        "the next owner may publish them a second time (consumers' inboxes skip "
+                        "the copy)%s", self.name, self.settings.shutdown_timeout_s, uncertain,
+                        f"; leases left to expire in {self.settings.lease_s:g} s" if marking else "")
+        else:
+            log.info("relay %s: every delivered row marked published; nothing will be "
+                     "published twice", self.name)
+        if not marking and self._conn is not None and not self._conn.closed:
             try:
                 self._leases.release_all(self._conn)
             except psycopg.Error as e:
                 log.warning("relay %s: could not release leases: %s", self.name, e)
         self._close_connections()
+
+    def _give_up_open(self, conn: psycopg.Connection) -> int:
+        """The shutdown budget ran out with batches open: purge what the producer has not sent
+        (no report: stays pending), record every outcome that came in; returns the rows still
+        without a delivery report (sent, fate unknown)."""
+        producer = self._producer
+        if producer is not None:
+            try:
+                producer.purge(in_queue=True, in_flight=False, blocking=False)
+            except KafkaException:
+                pass
+            producer.poll(0)  # the purge's reports and any that arrived meanwhile
+        outstanding = 0
+        while self._open:
+            batch = self._open.popleft()
+            outstanding += batch.outstanding
+            # Partial outcomes are safe: reports come in partition order, so a row left
+            # pending never precedes a delivered row of its aggregate.
+            batch.published = self._record(conn, batch)
+        return outstanding
+
+    def _finish_marking(self) -> bool:
+        """Wait for the batch in bookkeeping within the shutdown budget (re-raises its database
+        error); False if it still runs."""
+        future = self._mark_future
+        if future is None:
+            return True
+        try:
+            future.result(timeout=self._shutdown_left())
+        except TimeoutError:
+            return False
+        self._mark_future = None
+        self._mark_seqs = []
+        return True
 
     @property
     def shards(self) -> frozenset[int]:
@@ -542,10 +601,18 @@ class OutboxRelay:
         if future is not None:
             future.result()
 
-    def _stop_marker(self) -> None:
+    def _stop_marker(self, wait: bool = True) -> None:
+        """End the bookkeeping thread; ``wait`` False: a statement still runs on it, its
+        connection is closed by that thread once the statement is over."""
         if self._marker is not None:
-            self._marker.shutdown(wait=True)
+            if not wait:
+                self._marker.submit(self._close_mark_conn)  # after the running statement
+            self._marker.shutdown(wait=wait)
             self._marker = None
+        if wait:
+            self._close_mark_conn()
+
+    def _close_mark_conn(self) -> None:
         if self._mark_conn is not None:
             try:
                 self._mark_conn.close()

@@ -60,8 +60,10 @@ class RelaySettings:
         cleanup_batch: rows deleted per retention statement.
         metrics_interval_s: how often pending/failed counts and oldest pending age are
             refreshed from the database.
-        shutdown_timeout_s: on stop, how long to wait for outstanding delivery reports
-            before leaving the rest pending (they are re-produced by the next owner).
+        shutdown_timeout_s: on stop, how long to wait for outstanding delivery reports and
+            the bookkeeping of the batches in hand (seconds). Past it the unsent messages are
+            purged, what was reported is recorded, and the rows sent without a report are left
+            pending and counted in the log: the next owner may publish those twice.
         delivery_poll_s: ``Producer.poll`` timeout while waiting for delivery reports.
         pipeline: mark a fully delivered batch on a second connection while the next
             batch is claimed and produced (bookkeeping overlaps Kafka round trips).
