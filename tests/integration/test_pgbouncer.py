@@ -28,8 +28,6 @@ from casestream.testing.relay import create_topics, delete_topics, read_topics
 from test_relay_support import RelayThread, env, settings, wait_for, write
 from tests.support.events import case_returned
 
-pytestmark = pytest.mark.integration
-
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -164,3 +162,27 @@ def test_a_replay_through_the_pooler_releases_its_lock(db: tuple[str, str], kafk
     assert "session" not in sources, sources
     second = replay(direct)  # refused as "another replay is running" while a lock was left behind
     assert second.read == len(cases)
+
+
+def test_a_relay_behind_the_pooler_finds_listen_deaf_and_polls(
+        db: tuple[str, str], kafka_bootstrap: str, caplog: pytest.LogCaptureFixture) -> None:
+    direct, pooled = db
+    prefix = f"pgb{uuid.uuid4().hex[:8]}.outbox.event."
+    create_topics(kafka_bootstrap, [prefix + "case"], partitions=1)
+    relays = []
+    try:
+        with caplog.at_level("WARNING", logger="casestream.relay"):
+            relays = [RelayThread(OutboxRelay(dsn, {"bootstrap.servers": kafka_bootstrap},
+                                              settings(prefix, poll_interval_s=0.3), name))
+                      for dsn, name in ((pooled, "pgb-deaf"), (direct, "pgb-direct"))]
+            wait_for(lambda: all(r.relay.shards for r in relays) and relays[0].relay.metrics.shards_held > 0,
+                     20, "both relays to hold shards")
+            write(direct, [env(f"l{i}", 1) for i in range(20)])
+            wait_for(lambda: _pending(direct) == 0, 20, "the relays to publish")
+        assert [r.relay.listening for r in relays] == [False, True]
+        deaf = [r.getMessage() for r in caplog.records if "receives no notifications" in r.getMessage()]
+        assert len(deaf) == 1 and "pgb-deaf" in deaf[0], deaf
+    finally:
+        for r in relays:
+            r.close()
+        delete_topics(kafka_bootstrap, [prefix + "case"])

@@ -68,7 +68,11 @@ had sent may still have been written: such a row appears twice, the copy later, 
 a crash. Rows rescheduled after a delivery error are logged once per batch (count, first
 error, delays).
 
-Idle: wait on ``LISTEN casestream_outbox`` (insert trigger) up to ``poll_interval_s``.
+Idle: wait on ``LISTEN casestream_outbox`` (insert trigger) up to ``poll_interval_s``. When
+the LISTEN connection is opened the relay sends itself a ``NOTIFY`` and waits
+``LISTEN_PROBE_S`` for it: behind a transaction pooler (PgBouncer ``pool_mode=transaction``)
+the LISTEN stays on a server connection the pooler hands to other clients and nothing comes
+back, so the relay says so in one warning and polls every ``poll_interval_s`` instead.
 Stop: finish the batches in hand (wait up to ``shutdown_timeout_s`` for reports), flush,
 release the leases (another instance takes over at once).
 """
@@ -114,6 +118,8 @@ LIBRDKAFKA_MESSAGE_MAX_BYTES = 1_000_000
 BATCH_FRAMING_MARGIN = 512
 #: Smallest ``batch.size`` the relay shrinks to after a broker size rejection, bytes.
 MIN_BATCH_SIZE = 1024
+#: Seconds the relay waits for its own probe ``NOTIFY`` on a new LISTEN connection.
+LISTEN_PROBE_S = 2.0
 
 FaultHook = Callable[[str], None]
 """Test hook called at stages ``"claimed"``, ``"produced"``, ``"delivered"`` (all reports
@@ -175,6 +181,7 @@ class OutboxRelay:
         self._leases = LeaseManager(self.owner, name, self.settings.lease_s)
         self._conn: psycopg.Connection | None = None
         self._listen: psycopg.Connection | None = None
+        self._listen_works = True  # False: LISTEN gets nothing here (a transaction pooler)
         self._fatal: KafkaError | None = None
         self._stalled: str | None = None  # why the producer is to be recreated (report timeout)
         try:  # a misspelt or invalid property fails here, not in the worker thread
@@ -327,6 +334,12 @@ class OutboxRelay:
         self._mark_future = None
         self._mark_seqs = []
         return True
+
+    @property
+    def listening(self) -> bool:
+        """False once the LISTEN probe found that notifications do not reach this relay
+        (it then publishes on its poll, ``poll_interval_s``)."""
+        return self._listen_works
 
     @property
     def shards(self) -> frozenset[int]:
@@ -637,6 +650,9 @@ class OutboxRelay:
         """Wait up to ``timeout_s`` for a NOTIFY on the LISTEN connection; True if one came
         (the rest of a burst is drained: one wake-up). Raises the connection's psycopg errors."""
         listen = self._listener()
+        if listen is None:  # polling: LISTEN does not work through this connection
+            self._stop.wait(timeout_s)
+            return False
         # psycopg >= 3.2: Connection.notifies(timeout=, stop_after=). The generator holds
         # the connection lock until exhausted or closed: never nest or abandon one (that
         # deadlocks the next call).
@@ -693,12 +709,39 @@ class OutboxRelay:
             self._conn.execute("SET enable_bitmapscan = off")
         return self._conn
 
-    def _listener(self) -> psycopg.Connection:
+    def _listener(self) -> psycopg.Connection | None:
+        """The LISTEN connection, opened (and probed) if needed; None once a probe found
+        that notifications do not reach it (the relay then polls)."""
+        if not self._listen_works:
+            return None
         if self._listen is None or self._listen.closed or self._listen.broken:
             self._listen = psycopg.connect(self._dsn, autocommit=True,
                                            application_name=f"{self.name} relay listen")
             self._listen.execute(f"LISTEN {NOTIFY_CHANNEL}")
+            if not self._probe_listen(self._listen):
+                self._listen_works = False
+                self._close_listener()
+                log.warning("relay %s: LISTEN %s receives no notifications through this connection "
+                            "(a transaction pooler, e.g. PgBouncer pool_mode=transaction?); publishing "
+                            "on the poll every %.2f s instead", self.name, NOTIFY_CHANNEL,
+                            self.settings.poll_interval_s)
+                return None
         return self._listen
+
+    def _probe_listen(self, listen: psycopg.Connection) -> bool:
+        """Send a NOTIFY from the working connection; True if ``listen`` receives it within
+        :data:`LISTEN_PROBE_S` (other relays of the database wake up once for it)."""
+        token = f"probe:{self.owner}"
+        self._connection().execute("SELECT pg_notify(%s, %s)", (NOTIFY_CHANNEL, token))
+        deadline = time.monotonic() + LISTEN_PROBE_S
+        while (left := deadline - time.monotonic()) > 0:
+            gen = listen.notifies(timeout=left, stop_after=1)
+            try:
+                if any(n.payload == token for n in gen):
+                    return True
+            finally:
+                gen.close()
+        return False
 
     def _get_producer(self) -> Producer:
         if self._producer is None:
