@@ -13,14 +13,20 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
 {{- end }}
 
 {{/* Most replicas of a consuming service: one group member per partition at least
-     (partitions / consumer concurrency), and the service's own cap when lower. */}}
+     (partitions / (workers x consumer concurrency)), and the service's own cap when lower. */}}
 {{- define "casestream.maxReplicas" -}}
 {{- $root := index . 0 -}}{{- $svc := index . 1 -}}
-{{- $cap := div (int $root.Values.kafka.partitions) (int $root.Values.consumerConcurrency) -}}
-{{- if lt (int $cap) 1 -}}{{- fail "kafka.partitions must be >= consumerConcurrency" -}}{{- end -}}
+{{- $workers := int (default 1 $root.Values.workers) -}}
+{{- $members := mul $workers (int $root.Values.consumerConcurrency) -}}
+{{- $cap := div (int $root.Values.kafka.partitions) $members -}}
+{{- if lt (int $cap) 1 -}}{{- fail "kafka.partitions must be >= workers x consumerConcurrency" -}}{{- end -}}
 {{- $own := int (default $cap $svc.maxReplicas) -}}
 {{- if gt $own (int $cap) -}}
+{{- if eq $workers 1 -}}
 {{- fail (printf "maxReplicas %d exceeds partitions/consumerConcurrency = %d: extra members would get no partition" $own (int $cap)) -}}
+{{- else -}}
+{{- fail (printf "maxReplicas %d exceeds partitions/(workers x consumerConcurrency) = %d: extra members would get no partition" $own (int $cap)) -}}
+{{- end -}}
 {{- end -}}
 {{- $own -}}
 {{- end }}
@@ -74,6 +80,8 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
 {{- end }}
 - name: CASESTREAM_CONSUMER_CONCURRENCY
   value: {{ .Values.consumerConcurrency | quote }}
+- name: CASESTREAM_WORKERS
+  value: {{ default 1 .Values.workers | quote }}
 {{- end }}
 
 {{/* "true" when a `services` entry is deployed: present (not null) and not `enabled: false`. */}}
@@ -102,6 +110,12 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
 {{- $root := index . 0 -}}{{- $svc := index . 1 -}}
 {{- $image := mergeOverwrite (deepCopy $root.Values.image) (default dict $svc.image) -}}
 {{- printf "%s:%s" $image.repository (toString $image.tag) -}}
+{{- end }}
+
+{{/* A service's image tag (its own `image.tag` laid over `image.tag`). */}}
+{{- define "casestream.imageTag" -}}
+{{- $root := index . 0 -}}{{- $svc := index . 1 -}}
+{{- toString (mergeOverwrite (deepCopy $root.Values.image) (default dict $svc.image)).tag -}}
 {{- end }}
 
 {{/* A service's environment (its Deployment and its migrate Job): the common one, where the
