@@ -112,6 +112,7 @@ def test_one_deployment_per_service_with_probes_migration_job_and_pdbs(helm: str
         assert env["CASESTREAM_ENV"] == "production" and env["CASESTREAM_AUTO_REGISTER_SCHEMAS"] == "false"
         assert env[f"CASESTREAM_{name.upper()}_PORT"] == str(port)
         assert env["CASESTREAM_PG_PASSWORD_FILE"] == "/run/secrets/casestream/pg-password"
+        assert env["CASESTREAM_BUILD"] == "0.1.0"  # the image tag, in the consumers' client ids
     assert len(images) == 1  # one image for every service
     assert set(by_kind["Job"]) == {f"cs-migrate-{s}" for s in SERVICES}
     for name in SERVICES:
@@ -164,6 +165,7 @@ def test_a_team_release_deploys_and_migrates_its_own_service_alone(helm: str) ->
     assert job["command"] == ["python", "-m", "casestream", "migrate", "watch"]
     assert app["image"] == job["image"] == "registry.example.com/food-safety/watch:1.4.2"
     assert app["readinessProbe"]["httpGet"]["path"] == "/readyz"
+    assert _env(app)["CASESTREAM_BUILD"] == "1.4.2"  # its image tag: seen by a re-drive after deploy
     for container in (app, job):  # the service's own database reaches its migration too
         env = _env(container)
         assert env["CASESTREAM_WATCH_DATABASE"] == "watch_prod"

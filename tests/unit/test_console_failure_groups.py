@@ -17,8 +17,6 @@ from casestream.console import ConsoleSettings, ConsoleSources, console_app
 from casestream.consumer.records import Record
 from casestream.operations import DeadLetterEntry, DeadLetterState, failure_groups
 
-pytestmark = pytest.mark.unit
-
 CONSUMER = "billing.ledger"
 
 
@@ -58,6 +56,12 @@ def calls(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, list[str], str]]:
 
     monkeypatch.setattr(app_module, "redrive_dead_letters", act("redrive"))
     monkeypatch.setattr(app_module, "discard_dead_letters", act("discard"))
+
+    def after_deploy(_kafka: Any, group: Any, *, actor: Any, reason: str, whole_group: bool, **_k: Any) -> Any:
+        done.append(("after-deploy", [e.label for e in group.entries], f"{reason} whole={whole_group}"))
+        return type("Done", (), {"detail": "waits for a deploy"})()
+
+    monkeypatch.setattr(app_module, "request_redrive_after_deploy", after_deploy)
     return done
 
 
@@ -119,7 +123,36 @@ def test_a_non_retryable_group_needs_a_confirmation_or_after_deploy(client: Test
                        ).status_code == 303
     assert client.post(path, headers=sup, data={"action": "redrive-after-deploy", "reason": "v2"}
                        ).status_code == 303
-    assert calls == [("redrive", ["0:3"], "try"), ("redrive", ["0:3"], "v2 (after deploy)")]
+    # re-driven later by the consumer's service: here only the request, the whole group's
+    assert calls == [("redrive", ["0:3"], "try"), ("after-deploy", ["0:3"], "v2 whole=True")]
+    handler = next(fp for k, fp in fingerprints().items() if k != "corrupt_bytes")
+    tenant_sup = bearer(ROLE_SUPERVISOR, tenant="tenant-a")  # sees tenant-a's entries alone
+    assert client.post(f"/deadletters/{CONSUMER}/groups/{handler}", headers=tenant_sup,
+                       data={"action": "redrive-after-deploy", "reason": "v3"}).status_code == 303
+    assert calls[-1] == ("after-deploy", ["0:1", "0:2"], "v3 whole=False")
+
+
+def test_requests_waiting_for_a_deploy_are_listed_with_their_builds(
+        client: TestClient, calls: list[Any], monkeypatch: pytest.MonkeyPatch) -> None:
+    from casestream.operations import ACTION_REDRIVE, ACTION_REDRIVE_AFTER_DEPLOY, OperatorAction
+
+    def request(tenant: str, fp: str, action_id: str) -> OperatorAction:
+        return OperatorAction(actor="bob", tenant=tenant, action=ACTION_REDRIVE_AFTER_DEPLOY, target=CONSUMER,
+                              reason="fix in 2.1", items=("0:3",), action_id=action_id,
+                              params={"fingerprint": fp, "failure_class": "corrupt_bytes", "builds": "2.0.0"})
+
+    done = OperatorAction(actor="bob", action=ACTION_REDRIVE, target=CONSUMER, reason="r",
+                          params={"request": "r-done"})
+    actions = [request("tenant-a", "aaaa11112222", "r-wait"), request("tenant-a", "bbbb11112222", "r-done"),
+               request("tenant-c", "cccc11112222", "r-other"), done]
+    monkeypatch.setattr(app_module, "read_actions", lambda *_a, **_k: actions)
+    page = client.get("/deadletters/groups", headers=bearer(ROLE_SUPERVISOR, tenant="tenant-a")).text
+    waiting = page.split('id="after-deploy"')[1].split("</table>")[0]
+    assert "aaaa11112222" in waiting and "2.0.0" in waiting and "fix in 2.1" in waiting
+    assert "bbbb11112222" not in waiting  # carried out
+    assert "cccc11112222" not in waiting  # another tenant's
+    page = client.get("/deadletters/groups", headers=bearer(ROLE_OPERATOR)).text
+    assert "cccc11112222" in page.split('id="after-deploy"')[1]
 
 
 def test_bad_group_input_is_refused_before_anything_is_written(client: TestClient, calls: list[Any],

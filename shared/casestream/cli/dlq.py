@@ -11,6 +11,7 @@
                            [--accept-gap] [--reason TEXT] [--actor NAME] [--yes]
     casestream dlq discard CONSUMER --label P:O [--label P:O ...] | --group FINGERPRINT
                            --reason TEXT [--actor NAME]
+    casestream dlq pending [CONSUMER] [--json]     re-drives waiting for a deploy
 
 ``dlq groups`` groups the open dead letters by fingerprint (consumer, failure class, exception
 type, event type, normalised message; ``casestream.operations.failuregroups``): per group the
@@ -18,8 +19,11 @@ count, first and last seen, the failure class and whether a re-drive as is can s
 sample. ``--group`` acts on every open entry of one group (a fingerprint prefix of at least 4
 hex digits). Re-driving entries of a non-retryable class (corrupt bytes, unknown schema id,
 schema resolution, invalid event, ...) prints a warning and asks for confirmation (``--yes``
-answers it): they fail again the same way until a fix is deployed; ``--after-deploy`` says the
-fix is deployed (recorded in the action's reason) and re-drives without asking.
+answers it): they fail again the same way until a fix is deployed. ``--group FP --after-deploy``
+re-drives nothing now: it records a request that waits for a deploy of the consumer (every
+member of its group running a build other than those running now, ``CASESTREAM_BUILD``), and
+the consumer's service then re-drives the group by itself (``casestream.operations.afterdeploy``);
+``dlq pending`` lists the requests still waiting.
 
 ``--open`` shows only the open entries: not re-driven successfully, not discarded, not
 superseded by a later dead letter of the same message (``casestream.operations.deadletters``).
@@ -74,7 +78,10 @@ from casestream.operations import (
     failure_groups,
     find_failure_group,
     load_dead_letter_state,
+    pending_after_deploy,
+    read_actions,
     redrive_dead_letters,
+    request_redrive_after_deploy,
     retry_warning,
 )
 
@@ -368,8 +375,9 @@ def groups(ctx: click.Context, consumer: str | None, all_states: bool, as_json: 
 @click.option("--group", "group", metavar="FINGERPRINT",
               help="Re-drive every open dead letter of this failure group ('dlq groups').")
 @click.option("--after-deploy", is_flag=True,
-              help="The fix for a non-retryable failure is deployed: re-drive without asking "
-                   "(recorded in the reason).")
+              help="With --group: re-drive nothing now; the consumer's service re-drives the group "
+                   "once every member of the consumer runs a build other than those running now "
+                   "(the fix deployed).")
 @click.option("--yes", "-y", is_flag=True, help="Answer the confirmation for non-retryable failures.")
 @click.pass_context
 def redrive_(ctx: click.Context, consumer: str, all_: bool, event_ids: tuple[str, ...],
@@ -379,9 +387,19 @@ def redrive_(ctx: click.Context, consumer: str, all_: bool, event_ids: tuple[str
     recorded (who, when, why) on the operator-action topic."""
     if sum([all_, bool(event_ids), first is not None, bool(labels), group is not None]) != 1:
         raise click.UsageError("give exactly one of --all, --event-id, --first, --label, --group")
+    if after_deploy and group is None:
+        raise click.UsageError("--after-deploy goes with --group")
     bootstrap = _bootstrap(ctx, None)
     _read(bootstrap, consumer)
     state = _state(bootstrap, consumer)
+    if after_deploy:
+        try:
+            request = request_redrive_after_deploy(bootstrap, _group(state, group), actor=_actor(actor),
+                                                   reason=reason)
+        except CasestreamError as e:
+            raise click.ClickException(str(e)) from e
+        click.echo(f"{request.detail}: re-driven by its service then (request {request.action_id})")
+        return
     if group is not None:
         chosen = [e.record for e in _group(state, group).entries]
     elif labels:
@@ -395,9 +413,7 @@ def redrive_(ctx: click.Context, consumer: str, all_: bool, event_ids: tuple[str
         chosen = select([e.record for e in state.open], first=first)
     by_record = {id(e.record): e for e in state.entries}
     warning = retry_warning([by_record[id(r)] for r in chosen if id(r) in by_record])
-    if warning and after_deploy:
-        reason = f"{reason} (after deploy)"
-    elif warning:
+    if warning:
         click.echo(f"warning: {warning}", err=True)
         if not yes and not click.confirm("re-drive anyway?", default=False, err=True):
             raise click.ClickException("nothing re-driven")
@@ -434,3 +450,28 @@ def discard(ctx: click.Context, consumer: str, labels: tuple[str, ...], group: s
     except CasestreamError as e:
         raise click.ClickException(str(e)) from e
     click.echo(done.detail)
+
+
+@dlq.command("pending")
+@click.argument("consumer", required=False)
+@click.option("--json", "as_json", is_flag=True, help="One JSON object per request.")
+@click.pass_context
+def pending(ctx: click.Context, consumer: str | None, as_json: bool) -> None:
+    """Re-drive-after-deploy requests (of CONSUMER, or of every consumer) still waiting for a
+    deploy: the failure group, the builds it waits to see replaced, who asked and why."""
+    bootstrap = _bootstrap(ctx, None)
+    try:
+        waiting = pending_after_deploy(read_actions(bootstrap), consumer)
+    except CasestreamError as e:
+        raise click.ClickException(str(e)) from None
+    for a in waiting:
+        if as_json:
+            click.echo(json.dumps({"request": a.action_id, "consumer": a.target, "at": a.at,
+                                   "actor": a.actor, "reason": a.reason, "items": list(a.items), **a.params}))
+        else:
+            click.echo(f"{a.action_id}  {a.target}  group {a.params.get('fingerprint')}"
+                       f" ({a.params.get('failure_class')}, {len(a.items)} dead letter(s))"
+                       f"  waits for a build other than {a.params.get('builds')}"
+                       f"  asked {a.at} by {a.actor}: {a.reason}")
+    if not as_json:
+        click.echo(f"{len(waiting)} re-drive(s) waiting for a deploy")

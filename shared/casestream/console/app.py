@@ -89,9 +89,11 @@ from casestream.operations import (
     load_journey,
     outbox_flow,
     parse_prometheus,
+    pending_after_deploy,
     read_actions,
     record_action,
     redrive_dead_letters,
+    request_redrive_after_deploy,
     retry_warning,
 )
 
@@ -636,10 +638,29 @@ def console_app(sources: ConsoleSources, verifier: TokenVerifier, *, production:
                     forms += _group_form(g, csrf)
         if not rows:
             return render(request, "Dead-letter groups", body + '<p id="no-groups" class="ok">No open dead '
-                          "letters.</p>", active="/deadletters")
+                          "letters.</p>" + _waiting_for_deploy(chosen, p), active="/deadletters")
         body += table(("consumer", "group", "failure class", "exception type", "event type",
                        "normalised message", "count", "first seen", "last seen", "sample"), rows, id_="groups")
-        return render(request, "Dead-letter groups", body + forms, active="/deadletters")
+        return render(request, "Dead-letter groups", body + _waiting_for_deploy(chosen, p) + forms,
+                      active="/deadletters")
+
+    def _waiting_for_deploy(chosen: str | None, p: Principal) -> str:
+        """The re-drive-after-deploy requests still waiting (the requester's tenant's, or
+        every one for an operator of every tenant)."""
+        try:
+            waiting = [a for a in pending_after_deploy(read_actions(sources.kafka), chosen)
+                       if a.target in known_consumers and (_sees_all(p) or a.tenant == p.tenant_id)]
+        except CasestreamError as e:
+            return f'<p class=bad id="after-deploy-error">re-drives after deploy not read: {esc(e)}</p>'
+        if not waiting:
+            return ""
+        rows = [(esc(a.target), f"<code>{esc(a.params.get('fingerprint'))}</code>", esc(a.params.get("failure_class")),
+                 f'<span class="num">{len(a.items)}</span>', f"<code>{esc(a.params.get('builds'))}</code>",
+                 esc(_seconds(a.at)), esc(a.actor), esc(a.reason)) for a in waiting]
+        return ("<h2>Waiting for a deploy</h2><p class=note>Re-driven by the consumer's service once every "
+                "member of the consumer runs a build other than these.</p>"
+                + table(("consumer", "group", "failure class", "dead letters asked", "builds running then",
+                         "asked at", "by", "reason"), rows, id_="after-deploy"))
 
     def _group_form(g: FailureGroup, csrf: str, *, confirm: bool = False, reason: str = "") -> str:
         warn = "" if g.retryable else (
@@ -681,10 +702,11 @@ def console_app(sources: ConsoleSources, verifier: TokenVerifier, *, production:
             records = [e.record for e in g.entries]
             if what == "discard":
                 done = discard_dead_letters(sources.kafka, consumer, records, actor=_actor(p), reason=reason)
+            elif what == "redrive-after-deploy":  # nothing now: the consumer's service acts on the deploy
+                done = request_redrive_after_deploy(sources.kafka, g, actor=_actor(p), reason=reason,
+                                                    whole_group=_sees_all(p))
             else:
-                if what == "redrive-after-deploy":
-                    reason = f"{reason} (after deploy)"
-                elif not g.retryable and form.get("confirm") != "yes":
+                if not g.retryable and form.get("confirm") != "yes":
                     return render(req, "Confirm re-drive", '<p class=bad id="confirm-needed">confirm: '
                                   f"{esc(retry_warning(g.entries))}</p>"
                                   + _group_form(g, _csrf_of(req), confirm=True, reason=reason),

@@ -9,11 +9,13 @@ Public API::
     from casestream.operations import load_replay_runs, ReplayRun, ReplayRuns, ReplayRunsCache
     from casestream.operations import DeadLetterDepth      # the dead_letter_open gauge worker
     from casestream.operations import failure_groups, FailureGroup, retry_warning  # grouped failures
+    from casestream.operations import request_redrive_after_deploy, AfterDeployRedrives  # after a deploy
 
 Modules: ``deadletters`` (open / resolved / discarded entries of ``<consumer>.dlq``),
 ``failuregroups`` (dead letters by failure class and fingerprint, the non-retryable classes),
 ``actions`` (the operator-action audit log, a Kafka topic), ``commands`` (re-drive and
-discard, each recorded), ``depth`` (the service worker behind ``dead_letter_open``),
+discard, each recorded), ``afterdeploy`` (a group re-driven once a new build of its consumer
+runs), ``depth`` (the service worker behind ``dead_letter_open``),
 ``flow`` (outbox backlog from ``/metrics``, lag per partition), ``journeys`` (a case's
 events across topics), ``replays`` (replay runs with progress and ETA). Nothing here knows the suite's services: topics, consumers and
 service URLs are arguments, so the console and the CLI work for any team's services.
@@ -24,6 +26,7 @@ from __future__ import annotations
 from casestream.operations.actions import (
     ACTION_DISCARD,
     ACTION_REDRIVE,
+    ACTION_REDRIVE_AFTER_DEPLOY,
     ACTION_SAGA_RESOLVE,
     ACTIONS_TOPIC,
     ActionLogError,
@@ -31,6 +34,14 @@ from casestream.operations.actions import (
     actions_topic,
     read_actions,
     record_action,
+)
+from casestream.operations.afterdeploy import (
+    AfterDeployRedrives,
+    GroupBuilds,
+    consumer_builds,
+    pending_after_deploy,
+    redrive_after_deploy_due,
+    request_redrive_after_deploy,
 )
 from casestream.operations.commands import Actor, discard_dead_letters, redrive_dead_letters
 from casestream.operations.deadletters import (
@@ -55,7 +66,9 @@ from casestream.operations.flow import OutboxFlow, PartitionLag, group_lag, outb
 from casestream.operations.journeys import Journey, JourneyEvent, journey_of, load_journey
 from casestream.operations.replays import ReplayRun, ReplayRuns, ReplayRunsCache, load_replay_runs, read_replay_runs
 
-__all__ = ["ACTION_DISCARD", "ACTION_REDRIVE", "ACTION_SAGA_RESOLVE", "ACTIONS_TOPIC", "ActionLogError",
+__all__ = ["ACTION_DISCARD", "ACTION_REDRIVE", "ACTION_REDRIVE_AFTER_DEPLOY", "ACTION_SAGA_RESOLVE",
+           "ACTIONS_TOPIC", "ActionLogError", "AfterDeployRedrives", "GroupBuilds", "consumer_builds",
+           "pending_after_deploy", "redrive_after_deploy_due", "request_redrive_after_deploy",
            "OperatorAction", "actions_topic", "read_actions", "record_action", "Actor",
            "discard_dead_letters", "redrive_dead_letters", "DeadLetterEntry", "DeadLetterState", "dead_letter_counts",
            "dead_letter_state", "load_dead_letter_state", "DEPTH_METRIC", "DeadLetterDepth",

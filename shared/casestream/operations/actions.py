@@ -8,7 +8,7 @@ name), so the actions on one target stay in order::
     {"action_id": "...", "at": "2026-01-31T12:00:00.123Z", "actor": "alice",
      "tenant": "acme" | null, "roles": ["supervisor"], "action": "dlq.redrive",
      "target": "billing.invoices", "items": ["0:17", "0:18"], "reason": "fixed in 1.4.2",
-     "outcome": "ok" | "failed", "detail": "re-drove 2 dead letter(s)"}
+     "outcome": "ok" | "failed", "detail": "re-drove 2 dead letter(s)", "params": {}}
 
 The topic is also state: a ``dlq.discard`` record resolves the dead letters it names
 (:mod:`casestream.operations.deadletters`), so it must be kept at least as long as the
@@ -30,12 +30,14 @@ from casestream.errors import CasestreamError
 from casestream.kafka.config import KafkaTarget, client_config
 
 __all__ = ["ACTIONS_TOPIC", "OperatorAction", "ActionLogError", "actions_topic", "record_action",
-           "read_actions", "ACTION_REDRIVE", "ACTION_DISCARD", "ACTION_SAGA_RESOLVE"]
+           "read_actions", "ACTION_REDRIVE", "ACTION_DISCARD", "ACTION_SAGA_RESOLVE",
+           "ACTION_REDRIVE_AFTER_DEPLOY"]
 
 ACTIONS_TOPIC = "casestream.operator.actions"
 ACTION_REDRIVE = "dlq.redrive"
 ACTION_DISCARD = "dlq.discard"
 ACTION_SAGA_RESOLVE = "saga.resolve"
+ACTION_REDRIVE_AFTER_DEPLOY = "dlq.redrive-after-deploy"
 REASON_MAX = 1000
 """Characters an action's reason may hold."""
 
@@ -52,7 +54,9 @@ def actions_topic() -> str:
 @dataclass(frozen=True, slots=True, kw_only=True)
 class OperatorAction:
     """One operator action (module docstring). ``items``: what inside ``target`` it touched
-    (dead-letter labels ``PARTITION:OFFSET``, a saga id). ``reason`` is kept verbatim, line
+    (dead-letter labels ``PARTITION:OFFSET``, a saga id); ``params``: strings an action kind
+    needs besides (a re-drive after deploy's failure group and builds, the request a re-drive
+    carries out). ``reason`` is kept verbatim, line
     breaks and control characters included: the record is JSON, which escapes them, so a
     reason never splits or drops a record; whoever shows it escapes it for its medium.
 
@@ -68,6 +72,7 @@ class OperatorAction:
     roles: tuple[str, ...] = ()
     outcome: str = "ok"
     detail: str = ""
+    params: dict[str, str] = field(default_factory=dict)
     at: str = field(default_factory=lambda: iso(datetime.now(timezone.utc)))
     action_id: str = field(default_factory=lambda: str(uuid.uuid4()))
 
@@ -91,7 +96,8 @@ class OperatorAction:
         try:
             body = json.loads(raw)
             return cls(**{**body, "items": tuple(body.get("items") or ()),
-                          "roles": tuple(body.get("roles") or ())})
+                          "roles": tuple(body.get("roles") or ()),
+                          "params": {str(k): str(v) for k, v in (body.get("params") or {}).items()}})
         except (ValueError, TypeError) as e:
             raise ActionLogError(f"operator action record not readable: {e}") from None
 

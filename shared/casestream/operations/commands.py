@@ -37,9 +37,11 @@ def _label(r: Record) -> str:
 
 def redrive_dead_letters(bootstrap: KafkaTarget, consumer: str, records: Sequence[Record], *,
                          actor: Actor, reason: str, accept_gap: bool = False,
-                         actions_topic: str | None = None) -> OperatorAction:
+                         actions_topic: str | None = None,
+                         params: dict[str, str] | None = None) -> OperatorAction:
     """Re-drive ``records`` (entries of ``<consumer>.dlq``) to ``<consumer>.redrive`` and
-    record the action (outcome ``ok``, or ``failed`` with the error, which is raised again).
+    record the action (outcome ``ok``, or ``failed`` with the error, which is raised again;
+    ``params`` recorded with it).
 
     Raises:
         ActionLogError: ``reason`` is empty or too long (checked before anything is sent), or
@@ -49,7 +51,8 @@ def redrive_dead_letters(bootstrap: KafkaTarget, consumer: str, records: Sequenc
     def action(outcome: str, detail: str) -> OperatorAction:
         return OperatorAction(actor=actor.name, tenant=actor.tenant, roles=actor.roles,
                               action=ACTION_REDRIVE, target=consumer, reason=reason,
-                              items=tuple(_label(r) for r in records), outcome=outcome, detail=detail)
+                              items=tuple(_label(r) for r in records), outcome=outcome, detail=detail,
+                              params=dict(params or {}))
 
     action("ok", "")  # validates the reason before anything is sent
     try:

@@ -43,8 +43,10 @@ from casestream.forks import ProcessBound
 from casestream.http.edge import EdgePolicy, edge_policy
 from casestream.http.pgdeadline import DeadlinePool
 from casestream.http.pgidempotency import IDEMPOTENCY_MIGRATIONS
+from casestream.kafka.builds import consumer_client_id
 from casestream.kafka.config import producer_config
 from casestream.migrations import Migration, apply_migrations
+from casestream.operations.afterdeploy import AfterDeployRedrives
 from casestream.operations.depth import DeadLetterDepth
 from casestream.outbox.relay.core import OutboxRelay
 from casestream.outbox.cdc import CdcRetention, default_slot_name
@@ -342,7 +344,10 @@ class ServiceBuilder(Generic[S]):
                                     rejoin_timeout_s=s.consumer_rejoin_timeout_s,
                                     group_protocol=s.kafka_group_protocol,
                                     shutdown_grace_s=s.shutdown_grace_s)
-        args = (tuple(topics), registry, self.codec, self.pool, s.consumer_config(), batching)
+        config = s.consumer_config()
+        # the build in the client id: the broker's group view says which build each member runs
+        config["client.id"] = consumer_client_id(str(config.get("client.id") or name), s.build)
+        args = (tuple(topics), registry, self.codec, self.pool, config, batching)
         outbox = self.outbox if emits else None
         runtime: ConsumerRuntime | ConsumerGroup
         if s.consumer_concurrency > 1:
@@ -469,7 +474,9 @@ class ServiceBuilder(Generic[S]):
         """The service process: ``app`` (its Starlette app; health routes are added) and the
         declared workers (and ``inbox-retention``, :class:`~casestream.consumer.retention.InboxRetention`
         of the declared consumers every ``INBOX_RETENTION_INTERVAL_S``; and ``dead-letter-depth``,
-        :class:`~casestream.operations.DeadLetterDepth` every ``DEAD_LETTER_DEPTH_INTERVAL_S``), with readiness (``/readyz``, can it take commands)
+        :class:`~casestream.operations.DeadLetterDepth` every ``DEAD_LETTER_DEPTH_INTERVAL_S``;
+        and ``redrive-after-deploy``, :class:`~casestream.operations.AfterDeployRedrives` as
+        often), with readiness (``/readyz``, can it take commands)
         ``postgres`` (reads ``ready_table``) and ``outbox`` (writable, when the service has
         one) and the declared readiness checks; consumption (``/readyz/consumers``) ``kafka``
         (when ``kafka``; default: a consumer or the relay runs), ``registry`` and one check
@@ -495,6 +502,10 @@ class ServiceBuilder(Generic[S]):
             depth = DeadLetterDepth(s.kafka_client(), [name for name, _ in self._consumers],
                                     interval_s=s.dead_letter_depth_interval_s)
             self.worker("dead-letter-depth", depth.run)
+        if self._consumers and s.dead_letter_depth_interval_s > 0 and "redrive-after-deploy" not in self._workers:
+            after_deploy = AfterDeployRedrives(s.kafka_client(), [name for name, _ in self._consumers],
+                                               interval_s=s.dead_letter_depth_interval_s)
+            self.worker("redrive-after-deploy", after_deploy.run)
         checks = dependency_checks(s.kafka_client(), s.registry_url,
                                    registry_properties=s.registry_properties)
         uses_kafka = (bool(self._consumers) or "relay" in self._workers) if kafka is None else kafka

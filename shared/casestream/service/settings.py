@@ -17,6 +17,7 @@ from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, Settings
 
 from casestream.auth.tokens import AuthSettings
 from casestream.errors import ConfigError
+from casestream.kafka.builds import BUILD_PATTERN
 from casestream.kafka.config import check_client_properties
 from casestream.kafka.properties import read_properties_file, read_secret_file
 from casestream.service.properties import ClientPropertiesSource
@@ -55,6 +56,11 @@ class CommonSettings(BaseSettings):
             KIP-345), so a restart within the session timeout does not rebalance. Unset
             (default): dynamic membership. Two running instances must never share it: the
             second one fences the first, which stops (``ConsumerFenced``).
+        BUILD: this deployment's build (an image tag, a commit; the chart sets the image
+            tag): every consumer's Kafka client id is ``<consumer>@<build>``
+            (:mod:`casestream.kafka.builds`), so the broker tells which build each group member
+            runs and a "re-drive after deploy" (:mod:`casestream.operations.afterdeploy`) waits
+            for members of another build. Unset: no build, and such a request is refused.
         CONSUMER_REJOIN_TIMEOUT_S: seconds a consumer waits for a partition assignment after
             subscribing or losing its partitions before it replaces its Kafka client
             (``ConsumerSettings.rejoin_timeout_s``; default ``max.poll.interval.ms +
@@ -129,6 +135,11 @@ class CommonSettings(BaseSettings):
         None, min_length=1, max_length=200, pattern=r"^[A-Za-z0-9._-]+$",
         description="stable instance identity: consumers join as static members "
                     "(group.instance.id)")
+    build: str | None = Field(
+        None, pattern=BUILD_PATTERN,
+        description="this deployment's build (an image tag, a commit): consumers carry it in "
+                    "their Kafka client id (<consumer>@<build>), which is how a re-drive after "
+                    "deploy sees a new deploy")
     consumer_rejoin_timeout_s: float | None = Field(
         None, gt=0, allow_inf_nan=False, description="seconds a consumer waits for a partition assignment after "
                                 "subscribing or losing its partitions before it replaces its "
