@@ -19,6 +19,7 @@ from __future__ import annotations
 import os
 import socket
 from pathlib import Path
+from typing import Any
 from urllib.parse import urlsplit
 
 import pytest
@@ -35,10 +36,17 @@ def pytest_configure(config: pytest.Config) -> None:
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Each test's folder marker and xdist group, and the order groups start in
-    (``tests.support.layout``); first, so that ``-m unit`` and xdist see them."""
-    layout.mark_and_group(items)
+    """Each test's folder marker, and the order groups start in (``tests.support.layout``);
+    first, so that ``-m unit`` sees the markers."""
+    layout.mark_by_folder(items)
     items[:] = layout.ordered(items)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """``-n N --dist loadfile``: one group per module, the e2e modules one group, longest first
+    (``tests.support.layout.scheduler``); other ``--dist`` modes as xdist has them."""
+    return layout.scheduler(config, log) if config.getvalue("dist") == "loadfile" else None
 
 
 def _env(name: str) -> str:

@@ -5,18 +5,17 @@ Folders (under ``tests/``) and their markers: ``unit``, ``integration``, ``e2e``
 extras (``wheel``, ``cluster``, ``secured``, ``debezium``, ``scaling``, ``timeout``) stay in the
 module's ``pytestmark``.
 
-Groups (``pytest -n N --dist loadgroup``): every module is one group, so module fixtures (a
-private broker, a service stack, databases) start once and its tests keep their order. The
-modules of :data:`SERIAL` share the group ``serial``: they run on one worker one after
-another, because they use resources that are fixed for the whole machine: the suite's
-default ports (18101-18105) and databases, the console's ports (18100, 18400-18403), one
-`suite_stack` several modules share (``tests/e2e/conftest.py``), and CPU-hungry fault runs
-whose bounds assume no other service stack starts beside them.
+Groups (``pytest -n N --dist loadfile``, scheduled by :func:`scheduler`): every module is
+one group, so module fixtures (a private broker, a service stack, databases) start once and its
+tests keep their order. The e2e modules and those of :data:`SERIAL` share the group ``serial``:
+they run on one worker one after another, because they use resources that are fixed for the
+whole machine: the suite's default ports (18101-18105) and databases, the console's ports
+(18100, 18400-18403), one ``suite_stack`` several modules share (``tests/e2e/conftest.py``).
 
 Order: :func:`ordered` puts the ``serial`` group first, then modules marked as long
-(:data:`LONG_MARKERS`), then the other integration/e2e modules, contract, and unit last; with
-``--no-loadscope-reorder`` xdist hands groups out in that order, so the longest chain starts
-at once and short unit modules fill the end.
+(:data:`LONG_MARKERS`), then the other integration modules, contract, and unit last; the
+scheduler hands groups out in that order, so the longest chain starts at once and short unit
+modules fill the end.
 """
 
 from __future__ import annotations
@@ -25,7 +24,7 @@ import fcntl
 import os
 from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
 import pytest
 
@@ -55,33 +54,26 @@ def folder_of(path: Path) -> str | None:
     return parts[0] if len(parts) > 1 else None
 
 
-def module_key(path: Path) -> str:
-    """``path`` relative to tests/ (``integration/test_relay.py``); the absolute path elsewhere."""
-    try:
-        return path.resolve().relative_to(TESTS).as_posix()
-    except ValueError:
-        return str(path)
-
-
-def group_of(item: pytest.Item) -> str:
-    """The xdist group of ``item``: :data:`SERIAL_GROUP` or its module's path."""
-    key = module_key(item.path)
-    if folder_of(item.path) == "e2e" or key in SERIAL:
+def group_of(nodeid: str) -> str:
+    """The group of the test ``nodeid`` (``tests/unit/test_x.py::test_y``, relative to the
+    rootdir): :data:`SERIAL_GROUP` or its module's path."""
+    module = nodeid.split("::", 1)[0]
+    under = module.removeprefix("tests/")
+    if under.startswith("e2e/") or under in SERIAL:
         return SERIAL_GROUP
-    return key
+    return module
 
 
-def mark_and_group(items: Sequence[pytest.Item]) -> None:
-    """Add each item's folder marker and its ``xdist_group`` marker."""
+def mark_by_folder(items: Sequence[pytest.Item]) -> None:
+    """Add each item's folder marker (:data:`FOLDER_MARKERS`)."""
     for item in items:
         folder = folder_of(item.path)
         if folder in FOLDER_MARKERS:
             item.add_marker(FOLDER_MARKERS[folder])
-        item.add_marker(pytest.mark.xdist_group(group_of(item)))
 
 
 def _rank(item: pytest.Item) -> int:
-    if group_of(item) == SERIAL_GROUP:
+    if group_of(item.nodeid) == SERIAL_GROUP:
         return _RANK["serial"]
     if any(item.get_closest_marker(m) for m in LONG_MARKERS):
         return _RANK["long"]
@@ -107,7 +99,7 @@ class SerialLock:
     @pytest.hookimpl(tryfirst=True)
     def pytest_runtest_setup(self, item: pytest.Item) -> None:
         path = os.environ.get(self.VARIABLE)
-        if path and self._file is None and group_of(item) == SERIAL_GROUP:
+        if path and self._file is None and group_of(item.nodeid) == SERIAL_GROUP:
             self._file = open(path, "ab")  # noqa: SIM115 - held across tests
             fcntl.flock(self._file, fcntl.LOCK_EX)
 
@@ -116,6 +108,20 @@ class SerialLock:
         try:
             return (yield)
         finally:
-            if self._file is not None and (nextitem is None or group_of(nextitem) != SERIAL_GROUP):
+            if self._file is not None and (nextitem is None or group_of(nextitem.nodeid) != SERIAL_GROUP):
                 self._file.close()  # closing releases the lock
                 self._file = None
+
+
+def scheduler(config: pytest.Config, log: Any) -> Any:
+    """xdist's file scheduling with the groups and the start order of this module: one
+    group per module, :data:`SERIAL_GROUP` for the e2e and :data:`SERIAL` modules, handed
+    out in collection order (:func:`ordered`), not largest first."""
+    from xdist.scheduler import LoadFileScheduling
+
+    class Scheduling(LoadFileScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return group_of(nodeid)
+
+    config.option.loadscopereorder = False
+    return Scheduling(config, log)
