@@ -12,6 +12,8 @@ VENV_STAMP := $(VENV)/.casestream-installed
 INFRA := deploy/infra.sh
 # Extra arguments for pytest, e.g. make test PYTEST_ARGS="-m unit -x"
 PYTEST_ARGS ?=
+# pytest-xdist workers for `make test` (0 or 1: one process); tests/support/layout.py groups them
+PYTEST_WORKERS ?= 4
 # Extra arguments for the soak, e.g. make soak SOAK_ARGS="--seed 7 --rate 2"
 SOAK_ARGS ?=
 # Extra arguments for the demo, e.g. make demo DEMO_ARGS="--cases 100"
@@ -24,6 +26,9 @@ REPLICAS ?=
 # Services `make run` starts, comma-separated (default: every installed service), e.g.
 # make run SERVICES=case,audit (same as CASESTREAM_RUN_SERVICES=case,audit make run)
 SERVICES ?=
+# xdist's options for PYTEST_WORKERS > 1: one group per module, the e2e modules one group,
+# longest first (tests/conftest.py's scheduler for --dist loadfile)
+XDIST := $(if $(filter-out 0 1,$(PYTEST_WORKERS)),-n $(PYTEST_WORKERS) --dist loadfile)
 # Runs a command with the CASESTREAM_* endpoints of the local infrastructure exported.
 WITH_ENV := eval "$$($(INFRA) env)" &&
 
@@ -91,7 +96,7 @@ bench-journeys: infra-up ## load bench: cases through the running suite's HTTP A
 	@$(WITH_ENV) $(VENV)/bin/python bench/journeys.py $(JOURNEYS_ARGS)
 
 test: venv compose k8s-tools prometheus-tools browser infra-up ## the whole test suite against the real infrastructure (.ci/run calls this)
-	@$(WITH_ENV) { $(VENV)/bin/pytest -m "not debezium and not scaling" $(PYTEST_ARGS); rc=$$?; \
+	@$(WITH_ENV) { $(VENV)/bin/pytest -m "not debezium and not scaling" $(XDIST) $(PYTEST_ARGS); rc=$$?; \
 		if [ $$rc -eq 5 ]; then echo "make test: pytest collected no tests (exit status 5); that is a failure" >&2; fi; \
 		exit $$rc; }
 
