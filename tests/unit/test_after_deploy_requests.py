@@ -69,3 +69,13 @@ def test_a_service_consumer_joins_with_its_build_in_the_client_id() -> None:
     assert [build_of(m._conf["client.id"]) for m in two.members] == ["7", "7"]
     with pytest.raises(ValidationError, match="build"):
         _builder(object(), build="has space")
+
+
+def test_after_deploy_goes_with_a_group_and_is_refused_before_kafka_is_asked() -> None:
+    from click.testing import CliRunner
+
+    from casestream.cli.dlq import dlq
+
+    result = CliRunner().invoke(dlq, ["--bootstrap", "127.0.0.1:1", "redrive", "billing.ledger", "--all",
+                                      "--after-deploy"])
+    assert result.exit_code == 2 and "--after-deploy goes with --group" in result.output
