@@ -202,6 +202,84 @@ def infra_pids(local: Path) -> dict[str, int]:
     return out
 
 
+# --- work counters: Kafka requests, PostgreSQL transactions and statements -----------------
+
+def kafka_segments(pids: Mapping[str, int], port: int) -> dict[str, int]:
+    """TCP data segments each named process has sent so far to the broker on ``port``
+    (``ss -tinp``'s ``data_segs_out`` summed over its open connections): a Kafka request of
+    a few kB is one segment, so this counts a client's requests (fetch, produce, heartbeat,
+    offset commit, metadata) without JMX. Connections closed meanwhile are not counted."""
+    try:
+        text = subprocess.run(["ss", "-tinpH", "state", "established", f"( dport = :{port} )"],
+                              capture_output=True, text=True, timeout=10).stdout
+    except (OSError, subprocess.SubprocessError):
+        text = ""
+    by_pid = segments_by_pid(text)
+    return {name: by_pid.get(pid, 0) for name, pid in pids.items()}
+
+
+def segments_by_pid(ss_output: str) -> dict[int, int]:
+    """``{pid: data_segs_out summed over its connections}`` from ``ss -tinpH`` output (per
+    connection a line naming ``users:(("name",pid=N,fd=M))``, then an indented line of TCP
+    counters; a connection without ``data_segs_out`` has sent no data)."""
+    import re
+
+    out: dict[int, int] = defaultdict(int)
+    for block in re.split(r"\n(?=\S)", ss_output):
+        pid = re.search(r"pid=(\d+)", block)
+        segs = re.search(r"data_segs_out:(\d+)", block)
+        if pid and segs:
+            out[int(pid.group(1))] += int(segs.group(1))
+    return dict(out)
+
+
+def pg_counters(dsns: Mapping[str, str]) -> dict[str, dict[str, int]]:
+    """``{service: {"xacts", "rows_written", "backend_cpu_ms"}}`` so far from
+    ``pg_stat_database`` and ``pg_stat_user_tables`` of each service database (the statistics
+    a backend flushes at most once a second: read them a second after the load), and the CPU
+    of the backends connected to it now (``/proc``: a backend that ended meanwhile is lost,
+    one that started is counted whole; the services' pools keep theirs)."""
+    import psycopg
+
+    out: dict[str, dict[str, int]] = {}
+    for service, dsn in dsns.items():
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            xacts = conn.execute("SELECT xact_commit + xact_rollback FROM pg_stat_database"
+                                 " WHERE datname = current_database()").fetchone()[0]
+            rows = conn.execute("SELECT coalesce(sum(n_tup_ins + n_tup_upd + n_tup_del), 0)"
+                                " FROM pg_stat_user_tables").fetchone()[0]
+            pids = [r[0] for r in conn.execute(
+                "SELECT pid FROM pg_stat_activity WHERE datname = current_database()"
+                " AND pid <> pg_backend_pid()")]
+            table = _proc_table()
+            cpu_ms = sum(table[pid][1] for pid in pids if pid in table) * 1000
+            out[service] = {"xacts": int(xacts), "rows_written": int(rows),
+                            "backend_cpu_ms": int(cpu_ms)}
+    return out
+
+
+def statement_counts(log: Path, offset: int, databases: Mapping[str, str]
+                     ) -> tuple[dict[str, Counter[str]], int]:
+    """Statements per service and per statement text (literals kept, whitespace folded; the
+    first 90 characters) that PostgreSQL logged (``log_min_duration_statement = 0`` on the
+    bench's databases, ``log_line_prefix`` '%m [%p] %d ') after byte ``offset`` of ``log``;
+    and the log's new end. Extended protocol: the ``execute`` step is counted, not parse/bind."""
+    import re
+
+    by_db = {db: service for service, db in databases.items()}
+    out: dict[str, Counter[str]] = {s: Counter() for s in databases}
+    with log.open("rb") as f:
+        f.seek(offset)
+        data = f.read()
+    pat = re.compile(r"^\S+ \S+ UTC \[\d+\] (\S+) LOG:  duration: [\d.]+ ms  "
+                     r"(?:statement: |execute [^:]*: )(.*)$")
+    for line in data.decode("utf-8", "replace").splitlines():
+        m = pat.match(line)
+        if m and (service := by_db.get(m.group(1))) is not None:
+            out[service][" ".join(m.group(2).split())[:90]] += 1
+    return out, offset + len(data)
+
+
 # --- the load ------------------------------------------------------------------------------
 
 @dataclass(slots=True)
@@ -225,6 +303,9 @@ class Phase:
     t1: float = 0.0
     cpu_s: dict[str, float] = field(default_factory=dict)
     load: str = ""
+    kafka_segs: dict[str, int] = field(default_factory=dict)
+    pg: dict[str, dict[str, int]] = field(default_factory=dict)
+    statements: dict[str, Counter[str]] = field(default_factory=dict)
 
 
 class JourneyWatch:
@@ -544,6 +625,12 @@ def busiest(cpu_s: Mapping[str, float]) -> str:
 
 async def run_phases(args: argparse.Namespace, base: str, dsns: Mapping[str, str],
                      roots: Mapping[str, int]) -> list[tuple[Phase, dict[str, Any]]]:
+    from services.demo import SUITE
+
+    kafka_port = int(os.environ.get("CASESTREAM_KAFKA_BOOTSTRAP", "127.0.0.1:19092")
+                     .split(",")[0].rsplit(":", 1)[1])
+    pg_log = REPO / ".local" / "pg" / "postgres.log"
+    dbs = {k: v.rsplit("/", 1)[1] for k, v in dsns.items()}
     watch = JourneyWatch(dsns["audit"])
     stop = asyncio.Event()
     watcher = asyncio.create_task(watch.run(stop))
@@ -561,9 +648,17 @@ async def run_phases(args: argparse.Namespace, base: str, dsns: Mapping[str, str
             if mode == "closed" and profile_target:
                 target = (busiest(results[-1][0].cpu_s) if profile_target == "auto" and results
                           else profile_target)
-                if target in roots:
-                    spy_out = Path(tempfile.gettempdir()) / f"journeys-{target}-{os.getpid()}.txt"
-                    spy = (target, spy_out, py_spy(roots[target], args.seconds, spy_out))
+                spies = []
+                for t in (list(SUITE) if target == "all" else [target]):
+                    if t in roots:
+                        spy_out = Path(tempfile.gettempdir()) / f"journeys-{t}-{os.getpid()}.txt"
+                        spies.append((t, spy_out, py_spy(roots[t], args.seconds, spy_out)))
+                spy = spies or None
+            suite_pids = {k: v for k, v in roots.items() if k in SUITE}
+            segs_before = kafka_segments(suite_pids, kafka_port)
+            pg_before = pg_counters(dsns)
+            if args.log_statements:
+                log_offset = pg_log.stat().st_size
             before = tree_cpu(roots)
             phase.t0 = time.time()
             if mode == "closed":
@@ -576,6 +671,16 @@ async def run_phases(args: argparse.Namespace, base: str, dsns: Mapping[str, str
             after = tree_cpu(roots)
             phase.cpu_s = {k: after[k] - before.get(k, 0.0) for k in after}
             phase.load = load_average()
+            segs_after = kafka_segments(suite_pids, kafka_port)
+            phase.kafka_segs = {k: segs_after[k] - segs_before.get(k, 0) for k in segs_after}
+            if args.log_statements:
+                phase.statements, _ = statement_counts(pg_log, log_offset, dbs)
+            pg_cpu = pg_counters(dsns)  # backend CPU at the phase's end
+            await asyncio.sleep(1.1)  # backends flush their statistics at most once a second
+            pg_after = {k: {**v, "backend_cpu_ms": pg_cpu[k]["backend_cpu_ms"]}
+                        for k, v in pg_counters(dsns).items()}
+            phase.pg = {k: {c: pg_after[k][c] - pg_before[k][c] for c in pg_after[k]}
+                        for k in pg_after}
             drain_until = time.monotonic() + args.drain_s
             ids = {s.case_id for s in phase.started}
             while time.monotonic() < drain_until and any(i not in watch.ends for i in ids):
@@ -594,8 +699,12 @@ async def run_phases(args: argparse.Namespace, base: str, dsns: Mapping[str, str
             if mode == "submit":
                 print(f"   (baseline: {rep['per_s']:.1f} open+submit pairs/s through the HTTP "
                       "edge, not waiting for the journeys)")
+            if mode == "closed":
+                print_budget(phase, rep["per_s"] * (phase.t1 - phase.t0))
+                rep["budget"] = budget(phase, rep["per_s"] * (phase.t1 - phase.t0))
             if spy is not None:
-                print_profile(*spy)
+                for one in spy:
+                    print_profile(*one)
             results.append((phase, rep))
             sys.stdout.flush()
     finally:
@@ -603,6 +712,40 @@ async def run_phases(args: argparse.Namespace, base: str, dsns: Mapping[str, str
         await watcher
         await driver.close()
     return results
+
+
+def budget(phase: Phase, journeys: float) -> dict[str, dict[str, float]]:
+    """Per service, per journey: Kafka requests (TCP segments to the broker), PostgreSQL
+    transactions, rows written, CPU ms of its database's backends, statements (with
+    ``--log-statements``) and the service process's CPU ms;
+    ``journeys``: the journeys the phase's clock sustained. {} when none."""
+    if journeys <= 0:
+        return {}
+    out: dict[str, dict[str, float]] = {}
+    for name in sorted(set(phase.kafka_segs) | set(phase.pg)):
+        row = {"kafka_requests": phase.kafka_segs.get(name, 0) / journeys,
+               "pg_xacts": phase.pg.get(name, {}).get("xacts", 0) / journeys,
+               "rows_written": phase.pg.get(name, {}).get("rows_written", 0) / journeys,
+               "pg_backend_ms": phase.pg.get(name, {}).get("backend_cpu_ms", 0) / journeys,
+               "cpu_ms": phase.cpu_s.get(name, 0.0) * 1000 / journeys}
+        if phase.statements:
+            row["statements"] = sum(phase.statements.get(name, Counter()).values()) / journeys
+        out[name] = row
+    return out
+
+
+def print_budget(phase: Phase, journeys: float) -> None:
+    rows = budget(phase, journeys)
+    if not rows:
+        return
+    cols = list(next(iter(rows.values())))
+    print("   per journey:      " + "".join(f"{c:>16}" for c in cols))
+    totals = {c: sum(r[c] for r in rows.values()) for c in cols}
+    for name, row in [*rows.items(), ("total", totals)]:
+        print(f"     {name:<16}" + "".join(f"{row[c]:>16.1f}" for c in cols))
+    for name, counts in sorted(phase.statements.items()):
+        for text, n in counts.most_common(12):
+            print(f"     {name:<12} {n / journeys:7.2f}/journey  {text}")
 
 
 def print_profile(target: str, out: Path, proc: subprocess.Popen[bytes]) -> None:
@@ -641,8 +784,13 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     ap.add_argument("--drain-s", type=float, default=30.0,
                     help="after a phase, s to wait for its journeys to end (default 30)")
     ap.add_argument("--profile", default="",
-                    help="py-spy the named service (case, decision, audit, notification, saga) "
-                         "or 'auto' (the busiest of the phase before) during saturation")
+                    help="py-spy the named service (case, decision, audit, notification, saga), "
+                         "'all' of them, or 'auto' (the busiest of the phase before) during "
+                         "saturation")
+    ap.add_argument("--log-statements", action="store_true",
+                    help="log every statement of the bench's databases (log_min_duration_statement"
+                         " = 0 on them; costs PostgreSQL CPU: a counting run, not a timing run) "
+                         "and print statements per journey by service and text")
     ap.add_argument("--log-dir", default=".local/bench-journeys-logs",
                     help="service logs (default .local/bench-journeys-logs)")
     ap.add_argument("--fast", action="store_true",
@@ -673,6 +821,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(f"journeys: {label}; load average {load_average()}; starting the suite ...", flush=True)
     with ExitStack() as stack:
         databases = stack.enter_context(service_databases(pg_url, SUITE, "bench"))
+        if args.log_statements:
+            import psycopg
+
+            with psycopg.connect(f"{pg_url}/postgres", autocommit=True) as conn:
+                for db in databases.values():
+                    conn.execute(f'ALTER DATABASE "{db}" SET log_min_duration_statement = 0')
         env = suite_env(bootstrap, pg_url, registry, databases, rate_limit=1_000_000)
         try:
             services = stack.enter_context(running_stack(env, SUITE, Path(args.log_dir)))
@@ -692,6 +846,7 @@ def main(argv: Sequence[str] | None = None) -> int:
          "journey_ms": json_safe(r["journey_ms"]), "submit_http_ms": json_safe(r["submit_http_ms"]),
          "cpu_s": {k: round(v, 1) for k, v in p.cpu_s.items()}, "bottleneck": busiest(p.cpu_s),
          "cpu_ms_per_journey": {k: round(v, 1) for k, v in r.get("cpu_ms_per_journey", {}).items()},
+         "budget": {k: {c: round(v, 2) for c, v in row.items()} for k, row in r.get("budget", {}).items()},
          "load": p.load} for p, r in results])
     return 0
 
