@@ -711,14 +711,20 @@ def _median(rows: list[dict[str, Any]], key: str) -> float | None:
 
 def print_consumer_table(rows: dict[str, list[dict[str, Any]]]) -> None:
     print("\n| consumer: inbox + version guard + upsert per event | events/s (median) | x B4"
-          " (median of rounds) | process CPU us/event | load |")
+          " (median of rounds) | process CPU us/event (median) | load (1 min) |")
     print("| --- | --- | --- | --- | --- |")
     ordered = sorted(rows, key=lambda v: -(_median(rows[v], "events_per_s") or 0))
     for v in ordered:
         x = _median(rows[v], "x_b4")
         print(f"| {LABELS[v]} | {_median(rows[v], 'events_per_s'):,.0f} |"
               f" {'-' if x is None else f'{x:.2f}'} | {_median(rows[v], 'cpu_us_per_event'):,.0f} |"
-              f" {rows[v][0]['load']} |")
+              f" {_load_range(rows[v])} |")
+
+
+def _load_range(rows: list[dict[str, Any]]) -> str:
+    """The 1-minute load averages the rows were measured at, ``"9.4-12.2"``."""
+    loads = [float(r["load"].split()[0]) for r in rows]
+    return f"{min(loads):.1f}-{max(loads):.1f}" if len(loads) > 1 else f"{loads[0]:.1f}"
 
 
 def keyed_rounds(args: argparse.Namespace, codec: Any, topic: str, run: str,
@@ -765,6 +771,8 @@ def keyed_rounds(args: argparse.Namespace, codec: Any, topic: str, run: str,
         print(f"| {LABELS[v]} | " + " | ".join(
             f"{out[v][c]['events_per_s']:,} ({out[v][c]['x_ideal']:.2f})" for c in args.levels) + " |")
     print("| ideal C / wait | " + " | ".join(f"{c / wait_s:,.0f}" for c in args.levels) + " |")
+    print("| load (1 min) | " + " | ".join(
+        _load_range([out[v][c] for v in chosen]) for c in args.levels) + " |")
     return {v: {str(c): row for c, row in d.items()} for v, d in out.items()}
 
 
