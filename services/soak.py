@@ -162,11 +162,13 @@ class Fault:
 
 @dataclass(slots=True)
 class Check:
-    """One invariant's verdict and its figures."""
+    """One invariant's verdict and its figures; ``times``: when (s since the start) the
+    things that broke it happened, where known (the fault timeline around them is printed)."""
 
     name: str
     ok: bool
     detail: str
+    times: list[float] = field(default_factory=list)
 
 
 @dataclass(slots=True)
@@ -184,15 +186,18 @@ class Report:
     members: dict[str, list[tuple[str, list[str]]]] = field(default_factory=dict)
     elapsed_s: float = 0.0
 
+    kinds = FAULT_KINDS
+    prefix = "soak"
+
     @property
     def ok(self) -> bool:
         return bool(self.checks) and all(c.ok for c in self.checks)
 
     def lines(self) -> list[str]:
         by_kind = Counter(f.kind for f in self.faults)
-        out = [f"soak: {self.cases} cases, {len(self.faults)} faults in {self.elapsed_s:.0f} s"
-               f" (seed {self.seed}): "
-               + ", ".join(f"{k} x{by_kind[k]}" for k in FAULT_KINDS)]
+        out = [f"{self.prefix}: {self.cases} cases, {len(self.faults)} faults in"
+               f" {self.elapsed_s:.0f} s (seed {self.seed}): "
+               + ", ".join(f"{k} x{by_kind[k]}" for k in self.kinds)]
         out += [f"{'PASS' if c.ok else 'FAIL'}  {c.name}: {c.detail}" for c in self.checks]
         for db, (rows, size) in sorted(self.inbox.items()):
             rows0, size0 = self.inbox_at_start.get(db, (0, 0))
@@ -200,7 +205,7 @@ class Report:
                        f" (at the start {rows0} rows, {size0 / 1024:.0f} kB)")
         out += [f"outbox {db}: {state}" for db, state in sorted(self.outbox.items())]
         out += self.work_lines()
-        out.append(f"soak: {'all invariants hold' if self.ok else 'INVARIANTS VIOLATED'}")
+        out.append(f"{self.prefix}: {'all invariants hold' if self.ok else 'INVARIANTS VIOLATED'}")
         return out
 
     def work_lines(self) -> list[str]:
@@ -235,6 +240,8 @@ class Suite:
     ``i``, on the ports :func:`casestream.service.replica_env` gives it) and the standalone
     saga relay."""
 
+    services: tuple[str, ...] = SUITE
+
     def __init__(self, env: Mapping[str, str], opts: Options) -> None:
         # a killed instance's partitions move on after 6 s, not librdkafka's 45 s; a member
         # whose group join does not complete after a broker restart gets a new Kafka client
@@ -242,13 +249,13 @@ class Suite:
         # commit), not 306 s (max.poll.interval.ms + session.timeout.ms)
         self.env = {"CASESTREAM_KAFKA_SESSION_TIMEOUT_MS": "6000",
                     "CASESTREAM_CONSUMER_REJOIN_TIMEOUT_S": "45", **env}
-        counts = {n: opts.replicas_of(n) for n in SUITE}
-        self.stacks = [ServiceStack(env=replica_env(SUITE, i, self.env),
+        counts = {n: opts.replicas_of(n) for n in self.services}
+        self.stacks = [ServiceStack(env=replica_env(self.services, i, self.env),
                                     log_dir=opts.log_dir / f"instance-{i}",
                                     ready_timeout_s=opts.ready_timeout_s)
                        for i in range(1, max(counts.values()) + 1)]
         self.instances: dict[str, tuple[ServiceStack, str]] = {
-            f"{n}#{i}": (self.stacks[i - 1], n) for n in SUITE for i in range(1, counts[n] + 1)}
+            f"{n}#{i}": (self.stacks[i - 1], n) for n in self.services for i in range(1, counts[n] + 1)}
         self.log_dir = opts.log_dir
         self.relay: subprocess.Popen[bytes] | None = None
         self.case_urls = [self.url(f"case#{i}") for i in range(1, counts["case"] + 1)]
@@ -348,14 +355,30 @@ class Suite:
 # ---------------------------------------------------------------- load
 
 
+@dataclass(slots=True)
+class Command:
+    """One command sent (an entry of the ledger): when (s since the driver started), its
+    path and Idempotency-Key, every attempt's answer (status code or exception name) and the
+    accepted answer's id (None: never accepted)."""
+
+    at_s: float
+    path: str
+    key: str
+    answers: list[str] = field(default_factory=list)
+    accepted: str | None = None
+
+
 class Driver:
-    """Opens and submits cases at ``rate`` per second through the case instances."""
+    """Opens and submits cases at ``rate`` per second through the case instances; every
+    command and its answers go to ``commands`` (the ledger)."""
 
     def __init__(self, suite: Suite, rate: float) -> None:
         self.suite, self.rate = suite, rate
         self.runs: list[CaseRun] = []
         self.failed: list[str] = []
+        self.commands: list[Command] = []
         self.stop = threading.Event()
+        self.t0 = time.monotonic()
 
     def run(self) -> None:
         i = 0
@@ -388,18 +411,22 @@ class Driver:
         deadline = time.monotonic() + timeout_s
         urls = self.suite.case_urls
         n = i
+        command = Command(time.monotonic() - self.t0, path, key)
+        self.commands.append(command)
         while time.monotonic() < deadline:
             url = urls[n % len(urls)] + path
             n += 1
             try:
                 r = client.post(url, json=body, headers=headers(tenant, **{"Idempotency-Key": key}))
+                command.answers.append(str(r.status_code))
                 if r.status_code < 300:
-                    return str(r.json().get("id", "ok"))
+                    command.accepted = str(r.json().get("id", "ok"))
+                    return command.accepted
                 if r.status_code < 500 and r.status_code not in (409, 429):
                     say(f"soak:          {path}: {r.status_code} {r.text[:200]}")
                     return None
-            except httpx.HTTPError:
-                pass
+            except httpx.HTTPError as e:
+                command.answers.append(type(e).__name__)
             time.sleep(0.3)
         return None
 
@@ -410,8 +437,15 @@ class Driver:
 class Injector:
     """Injects one fault at a time at random moments until ``stop`` is set."""
 
+    groups: Mapping[str, tuple[str, ...]] = GROUPS
+    topics: tuple[str, ...] = OUTBOX_TOPICS
+    kinds: tuple[str, ...] = FAULT_KINDS
+    weights: Mapping[str, float] = _WEIGHTS
+    prefix = "soak"
+
     def __init__(self, suite: Suite, opts: Options, rng: random.Random, t0: float) -> None:
         self.suite, self.opts, self.rng, self.t0 = suite, opts, rng, t0
+        self.bootstrap = suite.env["CASESTREAM_KAFKA_BOOTSTRAP"]  # poison and rebalances
         self.faults: list[Fault] = []
         self.poison_ids: dict[str, str] = {}  # id -> topic
         self.stop = threading.Event()
@@ -419,31 +453,40 @@ class Injector:
         self.errors: list[str] = []
 
     def run(self) -> None:
-        queue = list(FAULT_KINDS)
+        queue = list(self.kinds)
         self.rng.shuffle(queue)
         while not self.stop.wait(self.rng.uniform(*self.opts.fault_gap_s)):
-            kind = queue.pop(0) if queue else self._draw()
-            fault = Fault(at_s=time.monotonic() - self.t0, kind=kind, target="")
-            started = time.monotonic()
-            try:
-                getattr(self, "_" + kind.replace("-", "_"))(fault)
-            except Exception as e:  # noqa: BLE001 - reported, the soak goes on
-                fault.detail += f" ERROR {type(e).__name__}: {str(e)[:200]}"
-                self.errors.append(f"{kind}: {e}")
-            fault.took_s = time.monotonic() - started
-            self.faults.append(fault)
-            if not queue and len(self.faults) >= len(FAULT_KINDS):
+            self.inject(queue.pop(0) if queue else self._draw())
+            if not queue and len(self.faults) >= len(self.kinds):
                 self.first_round.set()
-            say(f"soak: +{fault.at_s:6.1f} s  {fault.kind:<13} {fault.target:<22}"
-                f" {fault.took_s:5.1f} s {fault.detail}")
+
+    def inject(self, kind: str) -> Fault:
+        """Inject one fault of ``kind`` (method ``_<kind>``), wait for its end, record and
+        print it; an error is recorded, not raised."""
+        fault = Fault(at_s=time.monotonic() - self.t0, kind=kind, target="")
+        started = time.monotonic()
+        try:
+            getattr(self, "_" + kind.replace("-", "_"))(fault)
+        except Exception as e:  # noqa: BLE001 - reported, the soak goes on
+            fault.detail += f" ERROR {type(e).__name__}: {str(e)[:200]}"
+            self.errors.append(f"{kind}: {e}")
+        fault.took_s = time.monotonic() - started
+        self.faults.append(fault)
+        say(f"{self.prefix}: +{fault.at_s:6.1f} s  {fault.kind:<16} {fault.target:<22}"
+            f" {fault.took_s:5.1f} s {fault.detail}")
+        return fault
 
     def _draw(self) -> str:
-        kinds = [k for k in FAULT_KINDS
+        kinds = [k for k in self.kinds
                  if k != "poison" or len(self.poison_ids) < self.opts.poison_max]
-        return self.rng.choices(kinds, weights=[_WEIGHTS[k] for k in kinds])[0]
+        return self.rng.choices(kinds, weights=[self.weights[k] for k in kinds])[0]
+
+    def _instance(self) -> str:
+        """The instance a fault on one instance hits."""
+        return self.rng.choice(sorted(self.suite.instances))
 
     def _kill(self, fault: Fault) -> None:
-        fault.target = self.rng.choice(sorted(self.suite.instances))
+        fault.target = self._instance()
         self.suite.kill(fault.target)
         down = self.rng.uniform(1.0, 5.0)
         time.sleep(down)
@@ -469,14 +512,13 @@ class Injector:
         fault.detail = "pg_ctl stop -m fast"
 
     def _rebalance(self, fault: Fault) -> None:
-        fault.target = self.rng.choice(sorted(GROUPS))
-        joined = testing.force_rebalance(self.suite.env["CASESTREAM_KAFKA_BOOTSTRAP"],
-                                        fault.target, GROUPS[fault.target])
+        fault.target = self.rng.choice(sorted(self.groups))
+        joined = testing.force_rebalance(self.bootstrap, fault.target, self.groups[fault.target])
         fault.detail = "joined and left" if joined else "joined, no assignment in 30 s"
 
     def _poison(self, fault: Fault) -> None:
-        fault.target = self.rng.choice(OUTBOX_TOPICS)
-        pid = testing.inject_poison(self.suite.env["CASESTREAM_KAFKA_BOOTSTRAP"], fault.target)
+        fault.target = self.rng.choice(self.topics)
+        pid = testing.inject_poison(self.bootstrap, fault.target)
         self.poison_ids[pid] = fault.target
         fault.detail = pid
 
@@ -486,6 +528,10 @@ class Injector:
 
 class Checker:
     """Reads the databases, the topics and the SMTP sink to prove the invariants."""
+
+    groups: Mapping[str, tuple[str, ...]] = GROUPS
+    topics: tuple[str, ...] = OUTBOX_TOPICS  # what audit.journal reads
+    services: tuple[str, ...] = SUITE
 
     def __init__(self, suite: Suite, start_offsets: dict[str, dict[int, int]],
                  maildir: Path | None) -> None:
@@ -585,7 +631,7 @@ class Checker:
 
     def audit_entries(self, poison: Mapping[str, str]) -> Check:
         ids: set[str] = set()
-        for _t, m in self.topics_since_start(OUTBOX_TOPICS):
+        for _t, m in self.topics_since_start(self.topics):
             hid = dict(m.headers() or []).get("id")
             if hid is not None and hid.decode() not in poison:
                 ids.add(hid.decode())
@@ -600,7 +646,7 @@ class Checker:
         return Check("one audit entry per event", bool(ids) and not missing, detail)
 
     def dead_letters(self, poison: Mapping[str, str]) -> Check:
-        dlqs = [f"{g}.dlq" for g in GROUPS]
+        dlqs = [f"{g}.dlq" for g in self.groups]
         seen: Counter[str] = Counter()
         other: list[str] = []
         for topic, m in self.topics_since_start(dlqs):
@@ -645,23 +691,23 @@ class Checker:
                 break
             time.sleep(2.0)
         parts = sum(1 for _ in lagging)
-        detail = (f"{len(GROUPS)} groups: every partition committed to its log end" if not lagging
+        detail = (f"{len(self.groups)} groups: every partition committed to its log end" if not lagging
                   else f"{parts} partitions behind: {sorted(lagging.items())[:6]}; "
                        f"not ready: {self.suite.not_ready() or 'none'}")
         return Check("no partition left without progress", not lagging, detail)
 
     def _lag(self) -> dict[str, int]:
-        return testing.group_lag(self.env["CASESTREAM_KAFKA_BOOTSTRAP"], GROUPS)
+        return testing.group_lag(self.env["CASESTREAM_KAFKA_BOOTSTRAP"], self.groups)
 
     def inbox_sizes(self) -> dict[str, tuple[int, int]]:
-        return {db: testing.inbox_size(self.dsn(db)) for db in SUITE}
+        return {db: testing.inbox_size(self.dsn(db)) for db in self.services}
 
     def outbox_states(self) -> dict[str, str]:
         """Per service database with an outbox, what its relays left: pending rows (the oldest one's age,
         the most attempts, one last error), failed rows, and the shard leases held now —
         what tells a relay that stalled from one that was never given the rows."""
         states = {}
-        for db in SUITE:
+        for db in self.services:
             try:
                 if self.query(db, "SELECT to_regclass('outbox') IS NULL")[0][0]:
                     continue  # a service that publishes nothing (audit)
@@ -695,12 +741,12 @@ class Checker:
         keep 30-90 days and the dedup window is 7 days), so growth beyond that bound is a
         row per delivery, not per event."""
         bootstrap = self.env["CASESTREAM_KAFKA_BOOTSTRAP"]
-        topics = sorted({t for g, ts in GROUPS.items() for t in (*ts, f"{g}.redrive")})
+        topics = sorted({t for g, ts in self.groups.items() for t in (*ts, f"{g}.redrive")})
         end = testing.end_offsets(bootstrap, topics)
         appended = {t: sum(hi - self.start_offsets.get(t, {}).get(p, 0) for p, hi in parts.items())
                     for t, parts in end.items()}
         over, figures = [], []
-        for group, group_topics in GROUPS.items():
+        for group, group_topics in self.groups.items():
             db = group.split(".")[0]
             rows = dict(self.query(db, "SELECT consumer, count(*) FROM consumer_inbox"
                                        " WHERE consumer = %s GROUP BY consumer", (group,)))
@@ -718,7 +764,7 @@ class Checker:
     def inbox_rows(self) -> dict[str, int]:
         """Inbox rows per suite consumer (consumer -> rows)."""
         out: dict[str, int] = {}
-        for db in sorted({g.split(".")[0] for g in GROUPS}):
+        for db in sorted({g.split(".")[0] for g in self.groups}):
             for consumer, n in self.query(db, "SELECT consumer, count(*) FROM consumer_inbox"
                                               " GROUP BY consumer"):
                 out[str(consumer)] = int(n)

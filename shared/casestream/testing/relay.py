@@ -224,19 +224,36 @@ class PrivateKafka:
     Args:
         classpath_file: file holding the Java classpath (``mvn dependency:build-classpath``).
         workdir: directory for config, data and logs.
+        port, controller: the PLAINTEXT and controller ports (default: free ports).
+        advertised: ``host:port`` the PLAINTEXT listener advertises in metadata (default its
+            own address): a TCP proxy in front of the broker carries the clients' traffic only
+            when the broker advertises the proxy.
+        direct_port: a second listener, ``DIRECT``, advertising itself; ``direct`` is its
+            address (the PLAINTEXT one without it) — for a test's own clients beside a proxy.
     """
 
-    def __init__(self, classpath_file: Path, workdir: Path) -> None:
+    def __init__(self, classpath_file: Path, workdir: Path, *, port: int | None = None,
+                 controller: int | None = None, advertised: str | None = None,
+                 direct_port: int | None = None) -> None:
         self.classpath = classpath_file.read_text().strip()
         self.workdir = workdir
-        self.port = free_port()
-        self.controller = free_port()
+        self.port = port or free_port()
+        self.controller = controller or free_port()
         self.bootstrap = f"127.0.0.1:{self.port}"
+        self.direct = f"127.0.0.1:{direct_port}" if direct_port else self.bootstrap
         self.proc: subprocess.Popen[bytes] | None = None
         workdir.mkdir(parents=True, exist_ok=True)
         self.conf = workdir / "server.properties"
-        self.conf.write_text(_SERVER_PROPERTIES.format(port=self.port, controller=self.controller,
-                                                       data=workdir / "data"))
+        conf = _SERVER_PROPERTIES.format(port=self.port, controller=self.controller,
+                                         data=workdir / "data")
+        if advertised:
+            conf = conf.replace(f"advertised.listeners=PLAINTEXT://127.0.0.1:{self.port}",
+                                f"advertised.listeners=PLAINTEXT://{advertised}")
+        if direct_port:
+            conf = (conf.replace("CONTROLLER://127.0.0.1:", f"DIRECT://{self.direct},CONTROLLER://127.0.0.1:", 1)
+                    .replace("advertised.listeners=PLAINTEXT://", f"advertised.listeners=DIRECT://{self.direct},PLAINTEXT://")
+                    .replace("CONTROLLER:PLAINTEXT,", "CONTROLLER:PLAINTEXT,DIRECT:PLAINTEXT,"))
+        self.conf.write_text(conf)
         cluster_id = "cs" + uuid.uuid4().hex[:20]
         self._java("kafka.tools.StorageTool", "format", "-t", cluster_id, "-c", str(self.conf),
                    "--ignore-formatted", wait=True)
@@ -255,7 +272,7 @@ class PrivateKafka:
     def start(self, timeout_s: float = 90.0) -> None:
         """Start the broker and wait until it answers a metadata request."""
         self.proc = self._java("kafka.Kafka", str(self.conf))
-        admin = AdminClient(client_config(self.bootstrap))
+        admin = AdminClient(client_config(self.direct))
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
