@@ -32,7 +32,10 @@ per key checked, at each C of ``--concurrency``:
 * ``pyr_db``: the same with the inbox claim + guard read + guard upsert in one transaction
   per event on a psycopg ``AsyncConnectionPool`` of C connections.
 
-Relay group (``debezium``): runs ``bench/debezium.py`` (needs ``deploy/infra.sh up connect``).
+Groups ``relay`` and ``replay`` run ``bench/relay.py`` (relay x B5, commit -> topic p99 at
+1,000 events/s) and ``bench/replay.py`` for each projection (x B2); ``debezium`` runs
+``bench/debezium.py`` (the relay beside Debezium; needs ``deploy/infra.sh up connect``, not run
+without it). The run ends with the floors its figures are held to (:func:`floors`).
 
 Every variant's result is checked before its figure counts (``check_consumer`` /
 ``check_order``): projection rows and versions, inbox rows, guard rows at the last version of
@@ -43,7 +46,8 @@ too; PostgreSQL's CPU is not in it), load average; a final ``BENCH {...}`` JSON 
 Usage::
 
     eval "$(deploy/infra.sh env)"
-    .venv/bin/python bench/peers.py [--quick] [--only consumer,keyed,debezium] [--skip ...]
+    .venv/bin/python bench/peers.py [--quick] [--only consumer,keyed,relay,replay,debezium]
+        [--skip ...]
         [--events 40000] [--aggregates 4000] [--partitions 4] [--batch-size 500] [--rounds 3]
         [--concurrency 8,16,32,64] [--wait-ms 5] [--keyed-seconds 3] [--per-message-events 2000]
 
@@ -67,7 +71,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-GROUPS = ("consumer", "keyed", "debezium")
+GROUPS = ("consumer", "keyed", "relay", "replay", "debezium")
+PROJECTIONS = ("case.dashboard", "audit.timeline", "decision.statistics")
 CONSUMER_VARIANTS = ("b4", "b2", "cs_batch", "cs_event", "hand", "fs_batch", "fs_msg")
 KEYED_VARIANTS = ("cs_thread", "cs_coro", "pyr", "pyr_db")
 LABELS = {
@@ -135,6 +140,10 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
                     help="comma-separated variants to run (default all of the selected groups)")
     ap.add_argument("--debezium-args", default="--events 50000 --rounds 2",
                     help="arguments for bench/debezium.py")
+    ap.add_argument("--relay-args", default="--events 50000 --seconds 10",
+                    help="arguments for bench/relay.py (relay x B5, commit -> topic p99)")
+    ap.add_argument("--replay-args", default="--events 50000",
+                    help="arguments for bench/replay.py, run once per projection")
     ap.add_argument("--quick", action="store_true", help="small sizes: a run under a minute")
     ap.add_argument("--fast", action="store_true",
                     help="synchronous_commit=off (labelled: not production durability)")
@@ -575,13 +584,92 @@ def main(argv: Sequence[str] | None = None) -> None:
         with own_database(args.dsn, f"bench_peers_{uuid.uuid4().hex[:8]}") as dsn:
             args.dsn = dsn
             measure(args, label, results)
+    for group, script, runs in (
+            ("relay", "relay.py", [args.relay_args.split()]),
+            ("replay", "replay.py", [[*args.replay_args.split(), "--projection", p]
+                                     for p in PROJECTIONS])):
+        if group in args.groups:
+            recs = [run_bench(script, [*argv, *(["--fast"] if args.fast else [])]) for argv in runs]
+            results[group] = recs[0] if group == "relay" else dict(zip(PROJECTIONS, recs))
     if "debezium" in args.groups:
         results["debezium"] = debezium(args)
+    rows = floors(results)
+    if rows:
+        print("\n| floor | figure | met |\n| --- | --- | --- |")
+        for name, figure, met in rows:
+            print(f"| {name} | {figure} | {'yes' if met else '**no**'} |")
+    results["floors"] = [{"floor": n, "figure": f, "met": m} for n, f, m in rows]
     from common import json_record
 
     json_record("peers", durability=label.split()[0], events=args.events,
                 aggregates=args.aggregates, partitions=args.partitions, rounds=args.rounds,
                 versions=versions(), results=results)
+
+
+def run_bench(script: str, argv: Sequence[str]) -> dict[str, Any]:
+    """Run ``bench/<script>`` with ``argv``, its output shown indented; returns its ``BENCH``
+    record.
+
+    Raises:
+        SystemExit: the bench exited non-zero or printed no ``BENCH`` record.
+    """
+    import json
+
+    path = Path(__file__).resolve().parent / script
+    print(f"{script} {' '.join(argv)}", flush=True)
+    proc = subprocess.Popen([sys.executable, str(path), *argv], stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
+    record: dict[str, Any] | None = None
+    assert proc.stdout is not None
+    for line in proc.stdout:
+        if line.startswith("BENCH "):
+            record = json.loads(line[len("BENCH "):])
+        else:
+            print("    " + line, end="", flush=True)
+    if proc.wait() or record is None:
+        raise SystemExit(f"bench/{script} exited {proc.returncode} (BENCH record: {record is not None})")
+    return record
+
+
+def floors(results: dict[str, Any]) -> list[tuple[str, str, bool]]:
+    """The floors the figures of ``results`` (this run's) are held to: (floor, figure, met).
+
+    Consumer: the batch handler >= 0.75 x B4 (median of the rounds' ratios) and at least the
+    best peer with the same guarantees (hand-rolled loop, FastStream batch; medians of
+    events/s). Keyed: each casestream handler kind >= 0.7 x C / wait and >= Pyrallel without
+    a database at every C. Relay >= 0.9 x B5; commit -> topic p99 <= 20 ms; replay >= 0.6 x
+    B2 for every projection. A group not in ``results`` gives no row."""
+    rows: list[tuple[str, str, bool]] = []
+    cons = results.get("consumer") or {}
+    if cons.get("cs_batch") and cons.get("b4"):
+        x = _median(cons["cs_batch"], "x_b4") or 0.0
+        rows.append(("consumer, batch handler >= 0.75 x B4", f"{x:.2f} x B4", x >= 0.75))
+        peers_ = {v: _median(cons[v], "events_per_s") for v in ("hand", "fs_batch") if cons.get(v)}
+        if peers_:
+            best = max(peers_, key=lambda v: peers_[v] or 0)
+            own = _median(cons["cs_batch"], "events_per_s") or 0.0
+            rows.append((f"consumer, batch handler >= the best peer ({best})",
+                         f"{own:,.0f} vs {peers_[best]:,.0f} events/s", own >= (peers_[best] or 0)))
+    keyed = results.get("keyed") or {}
+    for v in ("cs_thread", "cs_coro"):
+        if v not in keyed:
+            continue
+        for c, row in keyed[v].items():
+            pyr = (keyed.get("pyr") or {}).get(c)
+            ok = row["x_ideal"] >= 0.7 and (pyr is None or row["events_per_s"] >= pyr["events_per_s"])
+            rows.append((f"key-parallel {v}, C = {c}: >= 0.7 x ideal and >= Pyrallel",
+                         f"{row['x_ideal']:.2f} x ideal; {row['events_per_s']:,} vs Pyrallel "
+                         f"{'-' if pyr is None else format(pyr['events_per_s'], ',')} events/s", ok))
+    relay = results.get("relay") or {}
+    if "relay_vs_b5" in relay:
+        rows.append(("relay >= 0.9 x B5", f"{relay['relay_vs_b5']:.2f} x B5",
+                     relay["relay_vs_b5"] >= 0.9))
+    if "latency" in relay:
+        p99 = relay["latency"]["p99_ms"]
+        rows.append(("commit -> topic p99 <= 20 ms at 1,000 events/s", f"{p99} ms", p99 <= 20))
+    for p, rec in (results.get("replay") or {}).items():
+        rows.append((f"replay {p} >= 0.6 x B2", f"{rec['ratio_b2']:.2f} x B2", rec["ratio_b2"] >= 0.6))
+    return rows
 
 
 def versions() -> dict[str, str]:

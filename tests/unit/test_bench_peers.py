@@ -17,7 +17,7 @@ import peers  # noqa: E402
 
 def test_default_runs_every_group_and_quick_shrinks_the_sizes():
     args = peers.parse_args([])
-    assert args.groups == ["consumer", "keyed", "debezium"]
+    assert args.groups == ["consumer", "keyed", "relay", "replay", "debezium"]
     assert (args.events, args.aggregates, args.rounds, args.levels) == (40_000, 4_000, 3, [8, 16, 32, 64])
     quick = peers.parse_args(["--quick"])
     assert quick.groups == ["consumer", "keyed"]  # Debezium needs Kafka Connect: only when asked
@@ -27,12 +27,12 @@ def test_default_runs_every_group_and_quick_shrinks_the_sizes():
 
 def test_only_and_skip_select_groups_and_unknown_names_are_refused(capsys):
     assert peers.parse_args(["--only", "debezium,consumer"]).groups == ["consumer", "debezium"]
-    assert peers.parse_args(["--skip", "keyed,debezium"]).groups == ["consumer"]
+    assert peers.parse_args(["--skip", "keyed,relay,replay,debezium"]).groups == ["consumer"]
     assert peers.parse_args(["--quick", "--only", "debezium"]).groups == ["debezium"]
     with pytest.raises(SystemExit) as exc:
-        peers.parse_args(["--only", "relay"])
+        peers.parse_args(["--only", "kafka_streams"])
     assert exc.value.code == 2
-    assert "unknown group(s) relay" in capsys.readouterr().err
+    assert "unknown group(s) kafka_streams" in capsys.readouterr().err
     with pytest.raises(SystemExit):
         peers.parse_args(["--variants", "hand,kafka_streams"])
     with pytest.raises(SystemExit):
@@ -90,3 +90,31 @@ def test_the_hand_written_guard_applies_claimed_events_above_the_stored_version_
     apply, last = peers._to_apply(evs, {"e1", "e2", "e4", "e5"}, {"a": 3})
     assert [e.event_id for e in apply] == ["e2", "e5"]
     assert last == {"a": 4, "c": 2}
+
+
+def _rows(rate, x_b4=None, cpu=50.0):
+    return [{"events_per_s": rate, "x_b4": x_b4, "cpu_us_per_event": cpu, "load": "1.0 1.0 1.0"}]
+
+
+def test_floors_from_one_runs_figures():
+    results = {
+        "consumer": {"b4": _rows(10_000, 1.0), "cs_batch": _rows(7_600, 0.76),
+                     "hand": _rows(7_700, 0.77), "fs_batch": _rows(5_000, 0.5)},
+        "keyed": {"cs_thread": {"8": {"events_per_s": 1_200, "x_ideal": 0.75}},
+                  "cs_coro": {"8": {"events_per_s": 1_000, "x_ideal": 0.62}},
+                  "pyr": {"8": {"events_per_s": 1_100, "x_ideal": 0.69}}},
+        "relay": {"relay_vs_b5": 0.91, "latency": {"p99_ms": 21.5}},
+        "replay": {"case.dashboard": {"ratio_b2": 0.6}, "audit.timeline": {"ratio_b2": 0.59}},
+    }
+    got = {name: met for name, _figure, met in peers.floors(results)}
+    assert got == {
+        "consumer, batch handler >= 0.75 x B4": True,
+        "consumer, batch handler >= the best peer (hand)": False,  # 7,600 < 7,700
+        "key-parallel cs_thread, C = 8: >= 0.7 x ideal and >= Pyrallel": True,
+        "key-parallel cs_coro, C = 8: >= 0.7 x ideal and >= Pyrallel": False,
+        "relay >= 0.9 x B5": True,
+        "commit -> topic p99 <= 20 ms at 1,000 events/s": False,
+        "replay case.dashboard >= 0.6 x B2": True,
+        "replay audit.timeline >= 0.6 x B2": False,
+    }
+    assert peers.floors({}) == []
