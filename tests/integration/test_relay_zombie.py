@@ -11,7 +11,6 @@ from __future__ import annotations
 import threading
 
 import psycopg
-import pytest
 
 from casestream.outbox.relay import OutboxRelay
 from casestream.testing.relay import read_topics
@@ -19,8 +18,6 @@ from test_relay_support import (  # noqa: F401 - fixtures
     RelayThread, base_dsn, bootstrap, check_order, count_status, dsn, env, settings, topic_prefix,
     wait_for, write,
 )
-
-pytestmark = pytest.mark.integration
 
 N = 60
 LEASE_S = 2.0

@@ -19,13 +19,15 @@ the *same transaction* as the handlers' effects:
 - ``consumer_held_event (consumer, event_id)`` — raw bytes of events waiting behind a version
   gap, so Kafka offsets can move past them and nothing is lost on restart.
 
-``INBOX_DDL`` is idempotent; :func:`ensure_schema` runs it under an advisory lock.
+``INBOX_DDL`` is idempotent; :func:`ensure_schema` runs it under an advisory lock, and only
+when one of its objects is missing.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -178,9 +180,37 @@ class WaitingAggregate:
     first_held_due: bool
 
 
+def _schema_objects(ddl: str) -> tuple[list[str], list[tuple[str, str]]]:
+    """Relations (tables, indexes) and ``(table, column)`` pairs that ``ddl`` creates."""
+    relations = re.findall(r"CREATE (?:TABLE|INDEX) IF NOT EXISTS (\w+)", ddl)
+    columns = re.findall(r"ALTER TABLE (\w+) ADD COLUMN IF NOT EXISTS (\w+)", ddl)
+    return relations, columns
+
+
+_RELATIONS, _COLUMNS = _schema_objects(INBOX_DDL + RETRY_DDL)
+_MISSING = """
+SELECT (SELECT count(*) FROM unnest(%(rels)s::text[]) AS r(name) WHERE to_regclass(r.name) IS NULL)
+     + (SELECT count(*) FROM unnest(%(tables)s::text[], %(cols)s::text[]) AS c(t, a)
+        WHERE NOT EXISTS (SELECT 1 FROM pg_attribute
+                          WHERE attrelid = to_regclass(c.t) AND attname = c.a AND NOT attisdropped))
+"""
+
+
 def ensure_schema(conn: Any) -> None:
     """Create the inbox/guard/held tables and the retry table (``casestream.consumer.retries``)
-    if missing (idempotent; commits on ``conn``)."""
+    if missing (idempotent; commits on ``conn``).
+
+    When every table, index and column exists the DDL is not run: ``ALTER TABLE ... ADD
+    COLUMN IF NOT EXISTS`` takes an ACCESS EXCLUSIVE lock and ``CREATE INDEX IF NOT EXISTS``
+    a SHARE lock even when there is nothing to do, so a starting instance would wait for any
+    open transaction on those tables (a paused instance's batch) and, queued for the lock,
+    stall every other consumer of the database behind it (PostgreSQL "Explicit Locking").
+    """
+    with conn.transaction():
+        missing = conn.execute(_MISSING, {"rels": _RELATIONS, "tables": [t for t, _ in _COLUMNS],
+                                          "cols": [c for _, c in _COLUMNS]}).fetchone()[0]
+    if not missing:
+        return
     with conn.transaction():
         conn.execute("SELECT pg_advisory_xact_lock(%s)", (_DDL_LOCK,))
         conn.execute(INBOX_DDL)
