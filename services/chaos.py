@@ -62,10 +62,11 @@ Message-ID, one audit entry per event, one saga per case, no partition behind, o
 poison dead-lettered, inbox growth bounded), and the ledger's:
 
 - every accepted command's event is on its topic (``CaseOpened`` for an accepted open,
-  ``CaseSubmitted`` for an accepted submit, keyed by the case id), and every event id is on
-  the outbox topics exactly once;
-- per key, the events are in ascending aggregate version in log order (the versions read from
-  the outbox tables);
+  ``CaseSubmitted`` for an accepted submit, keyed by the case id);
+- per key, each event's first record follows those of its lower aggregate versions (the
+  versions read from the outbox tables);
+- every event id is on the outbox topics exactly once; a second record is named as
+  re-published in order or after a later version of its key (a stale writer);
 - every event a consumer handles (an event type it has inbox rows of) is in its inbox
   (``(consumer, event_id)`` is the inbox's primary key: applied at most once each);
 - no outbox row left pending or failed.
@@ -430,67 +431,82 @@ class Checker(soak.Checker):
 
     def commands_on_topics(self, commands: Sequence[soak.Command],
                            poison: Mapping[str, str]) -> Check:
-        """Every accepted command's event is on its topic; every event id at most once."""
-        recs = [r for r in self.records() if r[4] not in poison]
+        """Every accepted command's event is on its topic: ``CaseOpened`` of an accepted open,
+        ``CaseSubmitted`` of an accepted submit, keyed by the case id."""
         by_key: dict[str, set[str]] = defaultdict(set)
-        for topic, _p, _o, key, _id, etype, _at in recs:
-            if topic == "outbox.event.case":
+        for topic, _p, _o, key, eid, etype, _at in self.records():
+            if topic == "outbox.event.case" and eid not in poison:
                 by_key[key].add(etype)
         missing, times = [], []
-        opened: dict[str, str] = {}
         for c in commands:
             if c.accepted is None:
                 continue
             if c.path == "/cases":
-                opened[c.key] = c.accepted
                 want, case_id = "CaseOpened", c.accepted
             else:
                 want, case_id = "CaseSubmitted", c.path.split("/")[2]
             if want not in by_key.get(case_id, set()):
                 missing.append(f"{want} of {case_id}")
                 times.append(c.at_s)
-        ids = Counter(r[4] for r in recs)
-        twice = [f"{i} x{n}" for i, n in ids.items() if n > 1]
-        times += [r[6] for r in recs if ids[r[4]] > 1]
         accepted = sum(1 for c in commands if c.accepted is not None)
         detail = (f"{len(commands)} commands sent, {accepted} accepted"
-                  f" ({sum(len(c.answers) for c in commands)} attempts); {len(recs)} records,"
-                  f" {len(ids)} event ids")
+                  f" ({sum(len(c.answers) for c in commands)} attempts)")
         if missing:
-            detail += f"; accepted but not on the topic: {missing[:5]}"
-        if twice:
-            detail += f"; on the topics more than once: {twice[:5]} ({len(twice)} ids)"
-        return Check("every accepted command's events on their topics exactly once",
-                     not missing and not twice, detail, times)
+            detail += f"; accepted but not on the topic: {missing[:5]} ({len(missing)})"
+        return Check("every accepted command's events on their topics", not missing, detail, times)
 
-    def version_order(self) -> Check:
-        """Per (topic, key), aggregate versions ascend in log order (versions from the outbox
-        tables; records whose row is gone are not judged)."""
+    def _versions(self) -> dict[str, int]:
+        """event id -> aggregate version, from the outbox tables (rows still there)."""
         versions: dict[str, int] = {}
         ids = sorted({r[4] for r in self.records()})
         for db in self.services:
-            if db == "audit":
-                continue
-            versions.update({str(i): int(v) for i, v in self.query(
-                db, "SELECT id::text, aggregate_version FROM outbox WHERE id::text = ANY(%s)",
-                (ids,))})
+            if db != "audit":
+                versions.update({str(i): int(v) for i, v in self.query(
+                    db, "SELECT id::text, aggregate_version FROM outbox WHERE id::text = ANY(%s)",
+                    (ids,))})
+        return versions
+
+    def once_and_in_order(self, poison: Mapping[str, str]) -> list[Check]:
+        """Two checks on the outbox topics. Order: per (topic, key), each event's *first*
+        record comes after the first records of its lower aggregate versions. Once: every event
+        id has one record; a second record is told apart as re-published in order (a re-send
+        after a lost delivery report or mark) or after a later version of its key (a stale
+        writer: a relay that resumed after its shard lease had moved on)."""
+        versions = self._versions()
+        seen: set[str] = set()
         last: dict[tuple[str, str], int] = {}
-        bad, judged = [], 0
-        times = []
+        disorder, stale, again, judged = [], [], [], 0
+        order_times, dup_times = [], []
         for topic, p, o, key, eid, _t, at_s in self.records():
+            if eid in poison:
+                continue
             v = versions.get(eid)
+            where = f"{topic}[{p}]@{o} {key} v{v} at +{at_s:.0f} s"
+            prev = last.get((topic, key))
+            if eid in seen:
+                (stale if v is not None and prev is not None and v < prev else again).append(where)
+                dup_times.append(at_s)
+                continue
+            seen.add(eid)
             if v is None:
                 continue
             judged += 1
-            prev = last.get((topic, key))
             if prev is not None and v <= prev:
-                bad.append(f"{topic}[{p}]@{o} {key}: v{v} after v{prev} at +{at_s:.0f} s")
-                times.append(at_s)
+                disorder.append(f"{where} after v{prev}")
+                order_times.append(at_s)
             last[(topic, key)] = max(v, prev or 0)
-        detail = f"{judged} records of {len(last)} keys judged"
-        if bad:
-            detail += f"; out of order: {bad[:5]} ({len(bad)})"
-        return Check("per key in aggregate-version order", not bad, detail, times)
+        order = f"{judged} first records of {len(last)} keys judged"
+        if disorder:
+            order += f"; out of order: {disorder[:5]} ({len(disorder)})"
+        once = f"{len(seen)} event ids, {len(stale) + len(again)} records more"
+        if again:
+            once += f"; re-published in order: {again[:3]} ({len(again)})"
+        if stale:
+            once += f"; re-published after a later version (stale writer): {stale[:3]} ({len(stale)})"
+        return [Check("first records per key in aggregate-version order", not disorder, order,
+                      order_times),
+                Check("every event id on the topics exactly once", not stale and not again, once,
+                      dup_times)]
 
     def applied(self, poison: Mapping[str, str]) -> Check:
         """Every event of a type a consumer handles (one it has inbox rows of) is in its
@@ -623,7 +639,7 @@ def run(opts: Options, env: Mapping[str, str] | None = None,
             checker.progress(30.0),
             checker.dead_letters(injector.poison_ids),
             checker.commands_on_topics(driver.commands, injector.poison_ids),
-            checker.version_order(),
+            *checker.once_and_in_order(injector.poison_ids),
             checker.applied(injector.poison_ids),
             checker.outbox_drained(),
             soak.work_shared(report.work, opts),

@@ -72,3 +72,33 @@ def test_every_fault_kind_has_its_method_and_weight() -> None:
     for kind in chaos.FAULT_KINDS:
         assert callable(getattr(chaos.Injector, "_" + kind.replace("-", "_")))
     assert Options().fault_gap_s[0] > 0
+
+
+def _checker(records: list[tuple[str, int, int, str, str, str, float]],
+             versions: dict[str, int]) -> chaos.Checker:
+    checker = chaos.Checker.__new__(chaos.Checker)
+    checker._records = records
+    checker._versions = lambda: versions  # type: ignore[method-assign]
+    return checker
+
+
+def _rec(offset: int, eid: str, at: float = 0.0) -> tuple[str, int, int, str, str, str, float]:
+    return ("outbox.event.case", 0, offset, "k1", eid, "T", at)
+
+
+def test_a_second_record_is_named_in_order_or_stale_and_only_first_records_judge_order() -> None:
+    order, once = _checker([_rec(0, "a"), _rec(1, "a", 5.0), _rec(2, "b"), _rec(3, "a", 9.0)],
+                           {"a": 1, "b": 2}).once_and_in_order({})
+    assert order.ok, order.detail
+    assert not once.ok and once.times == [5.0, 9.0]
+    assert "re-published in order" in once.detail and "stale writer" in once.detail
+
+
+def test_a_first_record_below_a_published_version_breaks_the_order() -> None:
+    order, once = _checker([_rec(0, "b", 3.0), _rec(1, "a", 4.0)], {"a": 1, "b": 2}).once_and_in_order({})
+    assert once.ok and not order.ok and order.times == [4.0]
+
+
+def test_poison_is_neither_a_duplicate_nor_out_of_order() -> None:
+    order, once = _checker([_rec(0, "p"), _rec(1, "p")], {}).once_and_in_order({"p": "t"})
+    assert order.ok and once.ok
