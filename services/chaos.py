@@ -66,7 +66,8 @@ poison dead-lettered, inbox growth bounded), and the ledger's:
 - per key, each event's first record follows those of its lower aggregate versions (the
   versions read from the outbox tables);
 - every event id is on the outbox topics exactly once; a second record is named as
-  re-published in order or after a later version of its key (a stale writer);
+  re-published in order or after a later version of its key (the relay publishes at least
+  once: a row whose bookkeeping transaction failed or was ambiguous is produced again);
 - every event a consumer handles (an event type it has inbox rows of) is in its inbox
   (``(consumer, event_id)`` is the inbox's primary key: applied at most once each);
 - no outbox row left pending or failed.
@@ -469,9 +470,11 @@ class Checker(soak.Checker):
     def once_and_in_order(self, poison: Mapping[str, str]) -> list[Check]:
         """Two checks on the outbox topics. Order: per (topic, key), each event's *first*
         record comes after the first records of its lower aggregate versions. Once: every event
-        id has one record; a second record is told apart as re-published in order (a re-send
-        after a lost delivery report or mark) or after a later version of its key (a stale
-        writer: a relay that resumed after its shard lease had moved on)."""
+        id has one record; a second record is told apart as re-published in order or after a
+        later version of its key. The relay publishes at least once (``casestream.outbox.relay``:
+        a row whose bookkeeping did not commit — a crash, a cut or ambiguous ``COMMIT`` — is
+        produced again; with the bookkeeping pipelined, the aggregate's next row may be out
+        already), so this check names what exactly-once publication would still need."""
         versions = self._versions()
         seen: set[str] = set()
         last: dict[tuple[str, str], int] = {}
@@ -502,7 +505,7 @@ class Checker(soak.Checker):
         if again:
             once += f"; re-published in order: {again[:3]} ({len(again)})"
         if stale:
-            once += f"; re-published after a later version (stale writer): {stale[:3]} ({len(stale)})"
+            once += f"; re-published after a later version of the key: {stale[:3]} ({len(stale)})"
         return [Check("first records per key in aggregate-version order", not disorder, order,
                       order_times),
                 Check("every event id on the topics exactly once", not stale and not again, once,
