@@ -11,8 +11,6 @@ from typing import Any
 import pytest
 import yaml
 
-pytestmark = pytest.mark.contract
-
 REPO = Path(__file__).resolve().parents[2]
 CHART = REPO / "deploy" / "helm" / "casestream"
 SUITE = ["-f", str(REPO / "deploy" / "helm" / "suite-values.yaml")]

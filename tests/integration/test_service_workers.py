@@ -34,7 +34,7 @@ from casestream.testing.consumer import create_topic, produce_events, wait_until
 from tests.support.databases import created_databases, require_server
 from tests.support.events import case_returned
 
-pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
+pytestmark = [pytest.mark.timeout(240)]
 
 GRACE_S = 3.0
 STOP_BOUND_S = GRACE_S + 25.0  # the supervisor's budget: grace + the workers' stop + drain

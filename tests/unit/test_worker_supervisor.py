@@ -9,12 +9,9 @@ import os
 import time
 from pathlib import Path
 
-import pytest
 
 from casestream.forks import ForkedClientError, ProcessBound
 from casestream.service.workers import Supervisor, exit_status
-
-pytestmark = pytest.mark.unit
 
 
 def _counting(path: Path, status: int):  # noqa: ANN202 - a worker target
