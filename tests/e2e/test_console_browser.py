@@ -79,6 +79,22 @@ def browser(suite: ServiceStack) -> Iterator[object]:
         yield driver
 
 
+def headers_named(driver) -> list[str]:  # noqa: ANN001
+    """The text of every table header of the page shown (folded ones too: read from the DOM),
+    checked to be non-empty."""
+    from selenium.common.exceptions import StaleElementReferenceException
+
+    def read() -> list[str] | None:
+        try:  # the Flow page's script replaces its tables every 2 s
+            return [th.get_attribute("textContent") for th in driver.find_elements("css selector", "th")]
+        except StaleElementReferenceException:
+            return None
+
+    heads = wait_for(read, 10, "the page's table headers")
+    assert heads and all(h.strip() for h in heads), f"a table column without a header: {heads}"
+    return heads
+
+
 def shot(driver, name: str) -> Path:  # noqa: ANN001
     path = SHOTS / f"{name}.png"
     driver.save_screenshot(str(path))
@@ -148,6 +164,7 @@ def scenario(driver, suite: ServiceStack, kafka_bootstrap: str) -> None:  # noqa
     assert f"journey of {case_id}" in row.text
     assert "MANUAL_REVIEW" in driver.find_element("id", "counts").text  # by definition and state
     assert "sagas{state=" not in driver.find_element("tag name", "body").text
+    headers_named(driver)
     shot(driver, "sagas")
     row.find_element("css selector", "input.reason").send_keys("notice delivered by registered post")
     row.find_element("css selector", "button.resolve").click()
@@ -185,6 +202,7 @@ def scenario(driver, suite: ServiceStack, kafka_bootstrap: str) -> None:  # noqa
     other = httpx.get(f"{CONSOLE}/deadletters?consumer=audit.journal", timeout=20, headers={
         "Authorization": f"Bearer {dev_token('tenant-b', (ROLE_OFFICER,), subject='bob')}"})
     assert 'data-consumer="audit.journal">0<' in other.text
+    headers_named(driver)
     shot(driver, "deadletters-open")
     groups = opened_with(driver, f"{CONSOLE}/deadletters/groups?consumer=audit.journal", "groups").text
     assert "handler_error" in groups and "CaseOpened" in groups and "RuntimeError" in groups
@@ -242,6 +260,15 @@ def scenario(driver, suite: ServiceStack, kafka_bootstrap: str) -> None:  # noqa
     assert "non-retryable" in driver.find_element("id", "confirm-needed").text
     assert driver.find_elements("id", "confirm")  # an explicit confirmation step, nothing re-driven yet
     shot(driver, "deadletter-group-confirm")
+    # re-drive after deploy compares the builds the consumer's members run; the suite's services
+    # run without CASESTREAM_BUILD, so the request is refused, saying why, and nothing recorded
+    group = poison_group()
+    group.find_element("css selector", "input[name=reason]").send_keys("fixed in the next build")
+    group.find_element("css selector", "button[value=redrive-after-deploy]").click()
+    refused = driver.find_element("css selector", "p.bad").text
+    assert "reports no build" in refused and "CASESTREAM_BUILD" in refused, refused
+    shot(driver, "deadletter-group-after-deploy-refused")
+    assert not [a for a in read_actions(kafka_bootstrap) if a.reason == "fixed in the next build"]
     group = poison_group()
     group.find_element("css selector", "input[name=reason]").send_keys("poison test entry")
     group.find_element("css selector", "button[value=discard]").click()
@@ -269,6 +296,8 @@ def scenario(driver, suite: ServiceStack, kafka_bootstrap: str) -> None:  # noqa
             return -1
 
     wait_for(lambda: audit_lag() > 0, 30, "audit.journal's lag to rise on the flow page (refreshed by its script)")
+    heads = headers_named(driver)  # the lag tables behind, with every column named
+    assert {"group", "lag", "partitions behind", "note"} <= set(heads), heads
     shot(driver, "flow-lag")
     suite.start("audit")
     suite.wait_ready(["audit"])
