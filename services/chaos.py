@@ -61,6 +61,8 @@ The checks: the soak's (every case final with its trail, one notice per violatio
 Message-ID, one audit entry per event, one saga per case, no partition behind, only the
 poison dead-lettered, inbox growth bounded), and the ledger's:
 
+- one case per open command (a retry after a lost answer or an ambiguous commit finds its
+  Idempotency-Key), and no case that no answer named;
 - every accepted command's event is on its topic (``CaseOpened`` for an accepted open,
   ``CaseSubmitted`` for an accepted submit, keyed by the case id);
 - per key, each event's first record follows those of its lower aggregate versions (the
@@ -456,6 +458,25 @@ class Checker(soak.Checker):
             detail += f"; accepted but not on the topic: {missing[:5]} ({len(missing)})"
         return Check("every accepted command's events on their topics", not missing, detail, times)
 
+    def one_case_per_open(self, commands: Sequence[soak.Command]) -> Check:
+        """One case row per open command: a retried open (its first answer lost to a fault, an
+        ambiguous commit) finds its Idempotency-Key and answers the same case. Cases are the
+        run's by title (``Soak NNNNN ...``, unique in a run) and opening time."""
+        rows = self.query("case", "SELECT title, count(*), array_agg(id::text) FROM cases"
+                                  " WHERE title LIKE 'Soak %%' AND opened_at >= to_timestamp(%s)"
+                                  " GROUP BY title", (self.wall_t0 - 5.0,))
+        opens = [c for c in commands if c.path == "/cases"]
+        accepted = {c.accepted for c in opens if c.accepted}
+        twice = [f"{t}: {n} cases {ids}" for t, n, ids in rows if n > 1]
+        orphans = [i for _t, _n, ids in rows for i in ids if i not in accepted]
+        detail = (f"{len(opens)} opens sent ({sum(len(c.answers) > 1 for c in opens)} retried),"
+                  f" {len(accepted)} accepted, {sum(n for _t, n, _i in rows)} cases opened")
+        if twice:
+            detail += f"; one title opened more than once: {twice[:3]}"
+        if orphans:
+            detail += f"; cases no answer named: {orphans[:3]} ({len(orphans)})"
+        return Check("one case per open command", not twice and not orphans, detail)
+
     def _versions(self) -> dict[str, int]:
         """event id -> aggregate version, from the outbox tables (rows still there)."""
         versions: dict[str, int] = {}
@@ -642,6 +663,7 @@ def run(opts: Options, env: Mapping[str, str] | None = None,
             checker.progress(30.0),
             checker.dead_letters(injector.poison_ids),
             checker.commands_on_topics(driver.commands, injector.poison_ids),
+            checker.one_case_per_open(driver.commands),
             *checker.once_and_in_order(injector.poison_ids),
             checker.applied(injector.poison_ids),
             checker.outbox_drained(),
