@@ -68,3 +68,49 @@ def test_a_client_carried_across_a_fork_is_refused_with_both_pids() -> None:
     assert message.startswith(f"connection pool probe was created in process {os.getpid()} and is "
                               f"used in process {pid}"), message
     assert "create it after the fork" in message
+
+
+SLEEPING_SUPERVISOR = """
+import sys, time
+from casestream.service.workers import Supervisor
+
+def target(index):
+    print("worker", index, flush=True)
+    time.sleep(120)
+    return 0
+
+sys.exit(Supervisor("probe", target, 2, stop_budget_s=5).run())
+"""
+
+
+def _gone(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except FileNotFoundError:
+        return True
+    return state in ("Z", "X")  # dead, not yet reaped by its new parent
+
+
+def test_a_killed_supervisor_leaves_no_worker_behind() -> None:
+    import subprocess
+    import sys
+
+    proc = subprocess.Popen([sys.executable, "-c", SLEEPING_SUPERVISOR], stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None
+        for _ in range(2):
+            assert proc.stdout.readline().startswith("worker")
+        children = [int(p) for p in Path(f"/proc/{proc.pid}/task/{proc.pid}/children").read_text().split()]
+        assert len(children) == 2
+        proc.kill()  # SIGKILL: no handler runs, the kernel signals the workers (PR_SET_PDEATHSIG)
+        proc.wait(10)
+        deadline = time.monotonic() + 10
+        while not all(_gone(c) for c in children) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert all(_gone(c) for c in children), children
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(10)
+        if proc.stdout is not None:
+            proc.stdout.close()
