@@ -30,8 +30,6 @@ from casestream.kafka.config import client_config
 from casestream.testing.consumer import Harness, create_topic, headers_of, run_in_thread, wait_until
 from tests.support.events import case_returned
 
-pytestmark = pytest.mark.integration
-
 PARTITIONS = 6
 AGGREGATES = 60
 STALL_BOUND_S = 10.0
@@ -188,8 +186,11 @@ def scale(env: Harness, protocol: str, steps: Sequence[int], *, step_s: float = 
     return longest, redelivered
 
 
-# classic with cooperative-sticky (opt-in) can stall a partition for a whole session timeout
-# when a member leaves mid-rebalance: its short run goes with the long ones to make test-scaling
+# classic with cooperative-sticky (opt-in) can still stall a partition for a session timeout
+# (1 of 3 short runs on the loaded box): a member closed while a JoinGroup of its own is parked
+# at the coordinator queues its LeaveGroup behind it on the same connection, and close() gives
+# it up after 5 s (librdkafka: "possibly held back by preceeding blocking JoinGroupRequest").
+# Its short run goes with the long ones to make test-scaling.
 @pytest.mark.parametrize("protocol", [pytest.param("classic", marks=pytest.mark.scaling), "consumer"])
 def test_scaling_two_to_four_to_two_applies_every_event_once_in_order(
         consumer_harness: Any, protocol: str) -> None:

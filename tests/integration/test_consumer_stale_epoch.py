@@ -29,8 +29,6 @@ from casestream.kafka.config import client_config
 from casestream.testing.consumer import Harness, committed, create_topic, produce_events, run_in_thread, wait_until
 from tests.support.events import case_returned
 
-pytestmark = pytest.mark.integration
-
 MAX_POLL_MS = 3000
 STALL_S = 12.0  # A's loop held before its commit: past max.poll.interval.ms and B's next heartbeat
 
