@@ -189,3 +189,18 @@ def test_a_group_action_from_a_session_needs_its_csrf_token(client: TestClient, 
     r = client.post(f"/deadletters/{CONSUMER}/groups/{fp}",
                     data={"action": "discard", "reason": "x", "csrf": session_csrf})
     assert r.status_code == 303 and calls == [("discard", ["0:1", "0:2"], "x")]
+
+
+def test_a_refused_request_says_why_and_leads_back_to_the_groups(
+        client: TestClient, calls: list[Any], monkeypatch: pytest.MonkeyPatch) -> None:
+    from casestream.consumer.deadletters import DeadLetterError
+
+    def refuse(*_a: Any, **_k: Any) -> Any:
+        raise DeadLetterError("a member of consumer billing.ledger reports no build")
+
+    monkeypatch.setattr(app_module, "request_redrive_after_deploy", refuse)
+    r = client.post(f"/deadletters/{CONSUMER}/groups/{fingerprints()['corrupt_bytes']}",
+                    headers=bearer(ROLE_SUPERVISOR, ROLE_OPERATOR), data={"action": "redrive-after-deploy",
+                                                                         "reason": "v2"})
+    assert r.status_code == 400 and "reports no build" in r.text
+    assert f'href="/deadletters/groups?consumer={CONSUMER}" id="back"' in r.text

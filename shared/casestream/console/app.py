@@ -713,7 +713,9 @@ def console_app(sources: ConsoleSources, verifier: TokenVerifier, *, production:
                                   409, active="/deadletters")
                 done = redrive_dead_letters(sources.kafka, consumer, records, actor=_actor(p), reason=reason)
         except CasestreamError as e:
-            return render(req, "Dead-letter groups", f"<p class=bad>{esc(e)}</p>", 400, active="/deadletters")
+            return render(req, "Dead-letter groups", f"<p class=bad>{esc(e)}</p><p><a href=\"/deadletters/groups?"
+                          f"{urlencode({'consumer': consumer})}\" id=\"back\">Back to the groups</a></p>", 400,
+                          active="/deadletters")
         finally:
             dead_letter_reads.clear()
         return RedirectResponse("/deadletters/groups?" + urlencode({"consumer": consumer, "done": done.detail}), 303)
