@@ -16,6 +16,8 @@ metadata names, so a proxy in front of the bootstrap address alone would carry n
 the first request). The broker has a second listener, ``DIRECT``, for the rig's own reads and
 writes (poison, rebalances, the checks). Kafka and PostgreSQL restarts hit the private broker
 and the proxies only: the shared infrastructure other tests use is never restarted.
+``--pgbouncer`` puts PgBouncer in transaction pooling mode behind the ``pg`` proxy (the rig's
+own reads and database faults go to PostgreSQL directly).
 
 Faults, drawn at random (``--seed``), one to three at a time (the first round goes once
 through every kind, two at a time), each on a target no other running fault holds:
@@ -133,7 +135,7 @@ class Network:
     """The private broker and the Toxiproxy server with its three proxies; ``env`` is the
     services' environment (the proxies), ``direct_env`` the rig's own (no proxy)."""
 
-    def __init__(self, env: Mapping[str, str], workdir: Path) -> None:
+    def __init__(self, env: Mapping[str, str], workdir: Path, *, pgbouncer: bool = False) -> None:
         self.workdir = workdir
         shutil.rmtree(workdir / "kafka", ignore_errors=True)
         classpath = Path(env.get("CASESTREAM_LOCAL_DIR", ".local")) / "kafka" / "classpath.txt"
@@ -142,7 +144,8 @@ class Network:
             advertised=f"127.0.0.1:{PROXY_PORTS['kafka']}", direct_port=KAFKA_DIRECT_PORT)
         self.server = ToxiproxyServer(TOXIPROXY_PORT, workdir / "toxiproxy.log")
         self.proxy: Toxiproxy | None = None
-        self.upstreams = {"pg": upstream(env["CASESTREAM_PG_URL"]),
+        pg = env["CASESTREAM_PGBOUNCER_URL"] if pgbouncer else env["CASESTREAM_PG_URL"]
+        self.upstreams = {"pg": upstream(pg),
                           "registry": upstream(env["CASESTREAM_REGISTRY_URL"]),
                           "kafka": f"127.0.0.1:{KAFKA_PORT}"}
         self.direct_env = {**env, "CASESTREAM_KAFKA_BOOTSTRAP": self.kafka.direct}
@@ -602,14 +605,16 @@ def timeline(faults: Sequence[Fault], times: Sequence[float], before_s: float = 
 
 
 def run(opts: Options, env: Mapping[str, str] | None = None,
-        out: Callable[[str], None] = say) -> Report:
-    """One chaos run (see the module docstring); returns its report (also printed)."""
+        out: Callable[[str], None] = say, *, pgbouncer: bool = False) -> Report:
+    """One chaos run (see the module docstring); returns its report (also printed).
+    ``pgbouncer``: the ``pg`` proxy leads to PgBouncer in transaction pooling mode
+    (``CASESTREAM_PGBOUNCER_URL``, ``deploy/infra.sh up pgbouncer``) instead of PostgreSQL."""
     env = dict(os.environ if env is None else env)
     seed = opts.seed if opts.seed is not None else random.SystemRandom().randrange(1 << 31)
     rng = random.Random(seed)
     report = Report(seed=seed)
     t0, wall_t0 = time.monotonic(), time.time()
-    net = Network(env, opts.log_dir)
+    net = Network(env, opts.log_dir, pgbouncer=pgbouncer)
     suite = Suite(net.env, opts)
     maildir = Path(env["CASESTREAM_SMTP_MAILDIR"]) if env.get("CASESTREAM_SMTP_MAILDIR") else None
     sampler = testing.WorkSampler(suite.targets, {db: soak._dsn(env, db) for db in SUITE})
@@ -696,6 +701,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, help="seed of the fault schedule (default random)")
     parser.add_argument("--replicas", type=int, default=2, metavar="N",
                         help="instances of every suite service (default 2; watch runs one)")
+    parser.add_argument("--pgbouncer", action="store_true",
+                        help="the services reach PostgreSQL through PgBouncer in transaction"
+                             " pooling mode (deploy/infra.sh up pgbouncer), behind the proxy")
     parser.add_argument("--log-dir", default=".local/chaos",
                         help="logs, the private broker and toxiproxy (default .local/chaos)")
     args = parser.parse_args(argv)
@@ -706,8 +714,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         report = run(Options(minutes=args.minutes, rate=args.rate, seed=args.seed,
                              replicas=soak.every_service(args.replicas), drain_s=60.0,
-                             log_dir=Path(args.log_dir)))
-    except (StackError, RuntimeError) as e:
+                             log_dir=Path(args.log_dir)), pgbouncer=args.pgbouncer)
+    except (StackError, RuntimeError, KeyError) as e:
         print(f"chaos: {e}", file=sys.stderr)
         return 1
     return 0 if report.ok else 1
