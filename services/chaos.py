@@ -632,20 +632,9 @@ def run(opts: Options, env: Mapping[str, str] | None = None,
         driver = soak.Driver(suite, opts.rate)
         driver.t0 = t0
         injector = Injector(suite, opts, rng, t0, net)
-        threads = [threading.Thread(target=driver.run, daemon=True),
-                   threading.Thread(target=injector.run, daemon=True)]
-        for t in threads:
-            t.start()
-        time.sleep(load_s)
-        if not injector.first_round.wait(900):
-            out("chaos: not every kind of fault was injected within 15 min more")
-        injector.stop.set()
-        threads[1].join(600)
-        driver.stop.set()
-        threads[0].join(120)
+        soak.load_with_faults(driver, injector, load_s, out, first_round_s=900.0)
         assert net.proxy is not None
         net.proxy.reset()  # no toxic left by an interrupted fault
-        suite.revive_all()
         report.faults = injector.faults
         report.cases = len(driver.runs)
         checker = Checker(suite, net.direct_env, maildir, wall_t0)

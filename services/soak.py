@@ -845,18 +845,7 @@ def run(opts: Options, env: Mapping[str, str] | None = None,
         out(f"soak: load {opts.rate:g} cases/s with faults for {load_s:.0f} s")
         driver = Driver(suite, opts.rate)
         injector = Injector(suite, opts, rng, t0)
-        threads = [threading.Thread(target=driver.run, daemon=True),
-                   threading.Thread(target=injector.run, daemon=True)]
-        for t in threads:
-            t.start()
-        time.sleep(load_s)
-        if not injector.first_round.wait(600):  # every kind at least once, however short the run
-            out("soak: not every kind of fault was injected within 10 min more")
-        injector.stop.set()
-        threads[1].join(600)  # the fault in progress completes (an instance is started again)
-        driver.stop.set()
-        threads[0].join(120)
-        suite.revive_all()
+        load_with_faults(driver, injector, load_s, out)
         report.faults = injector.faults
         report.cases = len(driver.runs)
         checker = Checker(suite, start, maildir)
@@ -891,6 +880,26 @@ def run(opts: Options, env: Mapping[str, str] | None = None,
     for line in report.lines():
         out(line)
     return report
+
+
+def load_with_faults(driver: Driver, injector: Injector, load_s: float,
+                     out: Callable[[str], None], first_round_s: float = 600.0) -> None:
+    """Drive cases and inject faults for ``load_s`` seconds, and on until every fault kind
+    was injected once (at most ``first_round_s`` more); then let the fault in progress end
+    (an instance is started again), stop the load and start every instance that is down."""
+    threads = [threading.Thread(target=driver.run, daemon=True),
+               threading.Thread(target=injector.run, daemon=True)]
+    for t in threads:
+        t.start()
+    time.sleep(load_s)
+    if not injector.first_round.wait(first_round_s):
+        out(f"{injector.prefix}: not every kind of fault was injected within"
+            f" {first_round_s / 60:g} min more")
+    injector.stop.set()
+    threads[1].join(600)
+    driver.stop.set()
+    threads[0].join(120)
+    driver.suite.revive_all()
 
 
 def main(argv: Sequence[str] | None = None) -> int:
