@@ -594,6 +594,7 @@ class ConsumerRuntime:
         if workers.quiesce(grace):
             return True
         running = workers.abandon()
+        self._release_conn()  # the loop's own: the spare that ends the units' sessions
         ended = [_terminate_session(self.pool, conn) for conn, _unit in running]
         self._keyed_offsets(workers)  # finished units only: a running one holds its offsets back
         spans: dict[TP, list[int]] = {}
