@@ -20,6 +20,10 @@ SOAK_ARGS ?=
 DEMO_ARGS ?=
 # Length of `make soak` in minutes, e.g. make soak SOAK_MINUTES=20
 SOAK_MINUTES ?= 20
+# Length of `make chaos` in minutes and its extra arguments, e.g. make chaos CHAOS_MINUTES=60
+# CHAOS_ARGS="--seed 7 --replicas 3"
+CHAOS_MINUTES ?= 10
+CHAOS_ARGS ?=
 # Instances of every service for `make demo` and `make soak`, e.g. make demo REPLICAS=3
 # (default: demo one of each; soak two case and two audit instances, one of the others)
 REPLICAS ?=
@@ -32,7 +36,7 @@ XDIST := $(if $(filter-out 0 1,$(PYTEST_WORKERS)),-n $(PYTEST_WORKERS) --dist lo
 # Runs a command with the CASESTREAM_* endpoints of the local infrastructure exported.
 WITH_ENV := eval "$$($(INFRA) env)" &&
 
-.PHONY: help venv compose k8s-tools prometheus-tools browser infra-up infra-down infra-status infra-logs run demo soak bench-journeys test test-edge test-cluster test-secured test-scaling schema-check clean
+.PHONY: help venv compose k8s-tools prometheus-tools browser infra-up infra-down infra-status infra-logs run demo soak chaos toxiproxy-tools bench-journeys test test-edge test-cluster test-secured test-scaling schema-check clean
 
 help: ## list the targets
 	@echo "casestream - make targets:"
@@ -92,10 +96,16 @@ demo: infra-up ## start the five suite services (REPLICAS=N instances of each), 
 soak: infra-up ## fault soak: the suite under load while instances, relays, Kafka and PostgreSQL are killed/restarted (SOAK_MINUTES=20, REPLICAS=N of every service), then invariants
 	@$(WITH_ENV) $(VENV)/bin/python -m services.soak --minutes $(SOAK_MINUTES) $(if $(REPLICAS),--replicas $(REPLICAS)) $(SOAK_ARGS)
 
+chaos: infra-up toxiproxy-tools ## chaos rig: the suite + examples/watch through Toxiproxy (PostgreSQL, registry, a private broker) under kills, SIGSTOP zombies, network toxics, ambiguous commits, a held xmin, hot locks; then the ledger (CHAOS_MINUTES=10, CHAOS_ARGS="--seed 7 --replicas 3"; takes the e2e lock)
+	@$(WITH_ENV) flock /tmp/casestream-e2e.lock $(VENV)/bin/python -m services.chaos --minutes $(CHAOS_MINUTES) $(CHAOS_ARGS)
+
+toxiproxy-tools: ## builds toxiproxy-server from the Go module proxy into .local/toxiproxy (the chaos rig's network faults)
+	@deploy/toxiproxy/tools.sh install
+
 bench-journeys: infra-up ## load bench: cases through the running suite's HTTP API at 25/50/100 journeys/s and at saturation; journey and per-stage latency, CPU per process (JOURNEYS_ARGS="--help"; run under flock /tmp/casestream-e2e.lock)
 	@$(WITH_ENV) $(VENV)/bin/python bench/journeys.py $(JOURNEYS_ARGS)
 
-test: venv compose k8s-tools prometheus-tools browser infra-up ## the whole test suite against the real infrastructure (.ci/run calls this)
+test: venv compose k8s-tools prometheus-tools toxiproxy-tools browser infra-up ## the whole test suite against the real infrastructure (.ci/run calls this)
 	@$(WITH_ENV) { $(VENV)/bin/pytest -m "not debezium and not scaling" $(XDIST) $(PYTEST_ARGS); rc=$$?; \
 		if [ $$rc -eq 5 ]; then echo "make test: pytest collected no tests (exit status 5); that is a failure" >&2; fi; \
 		exit $$rc; }
