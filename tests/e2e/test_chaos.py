@@ -18,7 +18,7 @@ import pytest
 from services.chaos import FAULT_KINDS, run
 from services.soak import Options, every_service
 
-pytestmark = [pytest.mark.e2e, pytest.mark.chaos]
+pytestmark = pytest.mark.chaos
 
 ONCE = "every event id on the topics exactly once"
 

@@ -28,8 +28,6 @@ import pytest
 from casestream.testing.consumer import database_dsn
 from casestream.testing.toxiproxy import TOOLS, Toxiproxy, ToxiproxyServer, upstream, via
 
-pytestmark = pytest.mark.integration
-
 API_PORT, PG_PROXY_PORT = 17574, 17532  # below 32768, clear of the chaos rig's 17xxx ports
 
 

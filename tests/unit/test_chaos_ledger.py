@@ -12,8 +12,6 @@ from casestream.testing.toxiproxy import upstream, via
 from services import chaos
 from services.soak import Check, Fault, Options
 
-pytestmark = pytest.mark.unit
-
 
 def _faults() -> list[Fault]:
     return [Fault(at_s=10.0, kind="pause", target="case#1", took_s=20.0, detail="SIGSTOP 20 s"),
