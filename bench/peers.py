@@ -729,8 +729,9 @@ def measure(args: argparse.Namespace, label: str, results: dict[str, Any]) -> No
         from confluent_kafka.admin import AdminClient
 
         AdminClient({"bootstrap.servers": args.bootstrap}).delete_topics(
-            topics + [f"bench.peers-{run}-{k}-{r}.{s}" for k in ("cs_batch", "cs_event")
-                      for r in range(args.rounds) for s in ("dlq", "redrive")]
+            topics + [f"bench.peers-{run}-{k}-{r}-{i}.{s}" for k in ("cs_batch", "cs_event")
+                      for r in range(args.rounds) for i in range(len(CONSUMER_VARIANTS) + 1)
+                      for s in ("dlq", "redrive")]
             + [f"bench.peers-{run}-{k}-{c}.{s}" for k in ("cs_thread", "cs_coro")
                for c in args.levels for s in ("dlq", "redrive")])
 
@@ -742,15 +743,20 @@ def consumer_rounds(args: argparse.Namespace, codec: Any, topic: str, evs: Seque
     n, batch = args.events, args.batch_size
     chosen = [v for v in CONSUMER_VARIANTS if v in args.variant_set]
     rows: dict[str, list[dict[str, Any]]] = {v: [] for v in chosen}
+    others = [v for v in chosen if v != "b4"]
     for r in range(args.rounds):
-        # every round in another order, so no variant always finds the emptiest database
-        order = chosen[r % len(chosen):] + chosen[:r % len(chosen)]
+        # every round in another order, so no variant always finds the emptiest database;
+        # B4 opens and closes the round, and each ratio is to the mean of the two (the load
+        # of the shared box moves within a round)
+        order = others[r % len(others):] + others[:r % len(others)] if others else []
         if r % 2:
             order.reverse()
+        if "b4" in chosen:
+            order = ["b4", *order, "b4"]
         print(f"  round {r + 1}/{args.rounds} (load {load_average()}): {', '.join(order)}")
-        b4_rate = None
-        for v in order:
-            table, cons = f"bench_peers_{v}_{run}_{r}", f"bench.peers-{run}-{v}-{r}"
+        b4_rates: list[float] = []
+        for i, v in enumerate(order):
+            table, cons = f"bench_peers_{v}_{run}_{r}_{i}", f"bench.peers-{run}-{v}-{r}-{i}"
             with psycopg.connect(args.dsn, autocommit=True) as conn:
                 conn.execute(projection_ddl(table))
             load = load_average()
@@ -782,12 +788,14 @@ def consumer_rounds(args: argparse.Namespace, codec: Any, topic: str, evs: Seque
             rows[v].append({"events_per_s": round(t.rate), "cpu_us_per_event": round(t.cpu_us, 1),
                             "events": t.events, "load": load})
             if v == "b4":
-                b4_rate = t.rate
+                b4_rates.append(t.rate)
             print(f"    {v:9s} {t.rate:>9,.0f} events/s  cpu {t.cpu_us:>7,.1f} us/event"
                   f"  ({t.events:,} in {t.seconds:.2f} s; load {load}) checked", flush=True)
-        if b4_rate:
+        if b4_rates:
+            b4 = statistics.fmean(b4_rates)
             for v in chosen:
-                rows[v][-1]["x_b4"] = round(rows[v][-1]["events_per_s"] / b4_rate, 3)
+                for row in rows[v][-2:] if v == "b4" else rows[v][-1:]:
+                    row["x_b4"] = round(row["events_per_s"] / b4, 3)
     print_consumer_table(rows)
     return rows
 
@@ -879,14 +887,20 @@ def debezium(args: argparse.Namespace) -> dict[str, Any]:
               " start it with deploy/infra.sh up connect")
         return {"not_run": f"no Kafka Connect at {url}"}
     script = Path(__file__).resolve().parent / "debezium.py"
-    proc = subprocess.run([sys.executable, str(script), *args.debezium_args.split()],
-                          capture_output=True, text=True)
-    print(proc.stdout, end="")
-    if proc.returncode:
-        print(proc.stderr[-3000:])
+    print(f"debezium.py {args.debezium_args}", flush=True)
+    proc = subprocess.Popen([sys.executable, str(script), *args.debezium_args.split()],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    assert proc.stdout is not None
+    last = ""
+    for line in proc.stdout:
+        if line.startswith("{"):
+            last = line  # its summary, one JSON line
+        else:
+            print("    " + line, end="", flush=True)
+    if proc.wait() or not last:
         raise SystemExit(f"bench/debezium.py exited {proc.returncode}")
-    last = proc.stdout.strip().splitlines()[-1]
-    return json.loads(last).get("medians", {}) | {"ratios": json.loads(last).get("ratios")}
+    summary = json.loads(last)
+    return {"medians": summary.get("medians"), "ratios": summary.get("ratios")}
 
 
 if __name__ == "__main__":
