@@ -92,12 +92,12 @@ import sys
 import threading
 import time
 from collections import Counter, defaultdict
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from casestream import testing
-from casestream.service import StackError
+from casestream.errors import CasestreamError
 from casestream.testing.toxiproxy import Toxiproxy, ToxiproxyServer, upstream, via
 from services import soak
 from services.demo import SUITE
@@ -181,6 +181,45 @@ class Suite(soak.Suite):
     services = SERVICES
 
 
+class Holds:
+    """What the running faults hold (instances, proxies, the broker, the relay), so that two
+    faults never hit one target at once; thread-safe."""
+
+    def __init__(self, rng: random.Random, instances: Iterable[str]) -> None:
+        self.rng, self.instances = rng, sorted(instances)
+        self.held: set[str] = set()
+        self.lock = threading.Lock()
+
+    def take(self, target: str) -> bool:
+        """Hold ``target``; False if another fault holds it."""
+        with self.lock:
+            if target in self.held:
+                return False
+            self.held.add(target)
+            return True
+
+    def release(self, target: str) -> None:
+        with self.lock:
+            self.held.discard(target)
+
+    def instance(self) -> str:
+        """Hold and return an instance no fault holds (any instance when all are held)."""
+        with self.lock:
+            target = self.rng.choice(sorted(set(self.instances) - self.held) or self.instances)
+            self.held.add(target)
+        return target
+
+    def dependency(self) -> str | None:
+        """Hold and return a proxy no fault holds (None: every one is held)."""
+        with self.lock:
+            free = sorted(set(PROXY_PORTS) - self.held)
+            if not free:
+                return None
+            name = self.rng.choice(free)
+            self.held.add(name)
+        return name
+
+
 class Injector(soak.Injector):
     """The soak's fault loop with the chaos kinds, one to three faults at a time."""
 
@@ -194,8 +233,7 @@ class Injector(soak.Injector):
         super().__init__(suite, opts, rng, t0)
         self.net = net
         self.bootstrap = net.kafka.direct
-        self.held: set[str] = set()
-        self.lock = threading.Lock()
+        self.holds = Holds(rng, suite.instances)
 
     def run(self) -> None:
         queue = list(self.kinds)
@@ -215,30 +253,23 @@ class Injector(soak.Injector):
 
     def inject(self, kind: str) -> Fault:
         hold = _HOLDS.get(kind)
-        with self.lock:
-            if hold is not None and hold in self.held:
-                return Fault(at_s=time.monotonic() - self.t0, kind=kind, target=hold,
-                             detail="skipped: held by another fault")
-            if hold is not None:
-                self.held.add(hold)
+        if hold is not None and not self.holds.take(hold):
+            return Fault(at_s=time.monotonic() - self.t0, kind=kind, target=hold,
+                         detail="skipped: held by another fault")
         try:
             return super().inject(kind)
         finally:
-            with self.lock:
-                self.held.discard(hold or "")
+            if hold is not None:
+                self.holds.release(hold)
 
     def _instance(self) -> str:
-        """An instance no other running fault holds (held until the fault's end by
-        :meth:`_release`)."""
-        with self.lock:
-            free = sorted(set(self.suite.instances) - self.held) or sorted(self.suite.instances)
-            target = self.rng.choice(free)
-            self.held.add(target)
-        return target
+        return self.holds.instance()
 
     def _release(self, target: str) -> None:
-        with self.lock:
-            self.held.discard(target)
+        self.holds.release(target)
+
+    def _dependency(self) -> str | None:
+        return self.holds.dependency()
 
     def _kill(self, fault: Fault) -> None:
         try:
@@ -325,16 +356,6 @@ class Injector(soak.Injector):
             self._toxi.enable("pg", True)
         fault.detail = f"disabled {seconds:.1f} s"
 
-    def _dependency(self) -> str | None:
-        """A proxy no other running fault holds (held until :meth:`_release`)."""
-        with self.lock:
-            free = sorted(set(PROXY_PORTS) - self.held)
-            if not free:
-                return None
-            name = self.rng.choice(free)
-            self.held.add(name)
-        return name
-
     def _toxic(self, fault: Fault, kind: str, seconds: float, streams: Sequence[str],
                **attributes: float) -> None:
         proxy = self._dependency()
@@ -408,6 +429,10 @@ class Injector(soak.Injector):
 # ---------------------------------------------------------------- the ledger
 
 
+#: (topic, partition, offset, key, event id, event type, s since the start by its timestamp)
+Record = tuple[str, int, int, str, str, str, float]
+
+
 class Checker(soak.Checker):
     """The soak's checks (read without a proxy) and the ledger's."""
 
@@ -419,9 +444,9 @@ class Checker(soak.Checker):
         super().__init__(suite, {}, maildir)  # a fresh broker: every offset since 0
         self.env = dict(direct_env)
         self.wall_t0 = wall_t0
-        self._records: list[tuple[str, int, int, str, str, str, float]] | None = None
+        self._records: list[Record] | None = None
 
-    def records(self) -> list[tuple[str, int, int, str, str, str, float]]:
+    def records(self) -> list[Record]:
         """(topic, partition, offset, key, event id, event type, s since the start by the
         record's timestamp) of every record on the outbox topics, in log order per partition
         (read once)."""
@@ -492,48 +517,8 @@ class Checker(soak.Checker):
         return versions
 
     def once_and_in_order(self, poison: Mapping[str, str]) -> list[Check]:
-        """Two checks on the outbox topics. Order: per (topic, key), each event's *first*
-        record comes after the first records of its lower aggregate versions. Once: every event
-        id has one record; a second record is told apart as re-published in order or after a
-        later version of its key. The relay publishes at least once (``casestream.outbox.relay``:
-        a row whose bookkeeping did not commit — a crash, a cut or ambiguous ``COMMIT`` — is
-        produced again; with the bookkeeping pipelined, the aggregate's next row may be out
-        already), so this check names what exactly-once publication would still need."""
-        versions = self._versions()
-        seen: set[str] = set()
-        last: dict[tuple[str, str], int] = {}
-        disorder, stale, again, judged = [], [], [], 0
-        order_times, dup_times = [], []
-        for topic, p, o, key, eid, _t, at_s in self.records():
-            if eid in poison:
-                continue
-            v = versions.get(eid)
-            where = f"{topic}[{p}]@{o} {key} v{v} at +{at_s:.0f} s"
-            prev = last.get((topic, key))
-            if eid in seen:
-                (stale if v is not None and prev is not None and v < prev else again).append(where)
-                dup_times.append(at_s)
-                continue
-            seen.add(eid)
-            if v is None:
-                continue
-            judged += 1
-            if prev is not None and v <= prev:
-                disorder.append(f"{where} after v{prev}")
-                order_times.append(at_s)
-            last[(topic, key)] = max(v, prev or 0)
-        order = f"{judged} first records of {len(last)} keys judged"
-        if disorder:
-            order += f"; out of order: {disorder[:5]} ({len(disorder)})"
-        once = f"{len(seen)} event ids, {len(stale) + len(again)} records more"
-        if again:
-            once += f"; re-published in order: {again[:3]} ({len(again)})"
-        if stale:
-            once += f"; re-published after a later version of the key: {stale[:3]} ({len(stale)})"
-        return [Check("first records per key in aggregate-version order", not disorder, order,
-                      order_times),
-                Check("every event id on the topics exactly once", not stale and not again, once,
-                      dup_times)]
+        """:func:`once_and_in_order` of the records read, versions from the outbox tables."""
+        return once_and_in_order(self.records(), self._versions(), poison)
 
     def applied(self, poison: Mapping[str, str]) -> Check:
         """Every event of a type a consumer handles (one it has inbox rows of) is in its
@@ -569,6 +554,52 @@ class Checker(soak.Checker):
                 left.append(f"{db}: {pending} pending, {failed} failed")
         return Check("no outbox row stuck", not left,
                      "; ".join(left) or f"{len(self.services) - 1} outboxes drained")
+
+
+def once_and_in_order(records: Sequence[Record], versions: Mapping[str, int],
+                  poison: Mapping[str, str]) -> list[Check]:
+    """Two checks on the outbox topics' ``records`` (``versions``: event id -> aggregate
+    version; ``poison`` ids are left out). Order: per (topic, key), each event's *first*
+    record comes after the first records of its lower aggregate versions. Once: every event
+    id has one record; a second record is told apart as re-published in order or after a
+    later version of its key. The relay publishes at least once (``casestream.outbox.relay``:
+    a row whose bookkeeping did not commit — a crash, a cut or ambiguous ``COMMIT`` — is
+    produced again; with the bookkeeping pipelined, the aggregate's next row may be out
+    already), so this check names what exactly-once publication would still need."""
+    seen: set[str] = set()
+    last: dict[tuple[str, str], int] = {}
+    disorder, stale, again, judged = [], [], [], 0
+    order_times, dup_times = [], []
+    for topic, p, o, key, eid, _t, at_s in records:
+        if eid in poison:
+            continue
+        v = versions.get(eid)
+        where = f"{topic}[{p}]@{o} {key} v{v} at +{at_s:.0f} s"
+        prev = last.get((topic, key))
+        if eid in seen:
+            (stale if v is not None and prev is not None and v < prev else again).append(where)
+            dup_times.append(at_s)
+            continue
+        seen.add(eid)
+        if v is None:
+            continue
+        judged += 1
+        if prev is not None and v <= prev:
+            disorder.append(f"{where} after v{prev}")
+            order_times.append(at_s)
+        last[(topic, key)] = max(v, prev or 0)
+    order = f"{judged} first records of {len(last)} keys judged"
+    if disorder:
+        order += f"; out of order: {disorder[:5]} ({len(disorder)})"
+    once = f"{len(seen)} event ids, {len(stale) + len(again)} records more"
+    if again:
+        once += f"; re-published in order: {again[:3]} ({len(again)})"
+    if stale:
+        once += f"; re-published after a later version of the key: {stale[:3]} ({len(stale)})"
+    return [Check("first records per key in aggregate-version order", not disorder, order,
+                  order_times),
+            Check("every event id on the topics exactly once", not stale and not again, once,
+                  dup_times)]
 
 
 # ---------------------------------------------------------------- the report
@@ -704,7 +735,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         report = run(Options(minutes=args.minutes, rate=args.rate, seed=args.seed,
                              replicas=soak.every_service(args.replicas), drain_s=60.0,
                              log_dir=Path(args.log_dir)), pgbouncer=args.pgbouncer)
-    except (StackError, RuntimeError, KeyError) as e:
+    except (CasestreamError, RuntimeError, KeyError) as e:
         print(f"chaos: {e}", file=sys.stderr)
         return 1
     return 0 if report.ok else 1

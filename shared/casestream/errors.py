@@ -48,6 +48,7 @@ a subpackage are named with their module; the rest live here::
     │   ├── ReplayHandlerError      replay.errors: a projection handler raised
     │   └── _CatchUpTimeout         replay.engine: the locked catch-up ran out of time (internal)
     ├── StackError                  service.devstack: a local service did not start or exited
+    ├── ToxiproxyError              testing.toxiproxy: the fault proxy did not start or refused a request
     ├── Busy                        console.app: every slot for an expensive console read is taken (503)
     └── _Ineligible                 consumer.batch_model: the fast path gives a batch up (internal)
 

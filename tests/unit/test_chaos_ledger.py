@@ -46,23 +46,15 @@ def test_a_url_through_a_proxy_keeps_user_scheme_and_path() -> None:
     assert upstream("http://localhost:18081/apis/ccompat/v7") == "localhost:18081"
 
 
-class _Suite:
-    instances = {"case#1": None, "case#2": None}
-
-
 def test_two_faults_never_hold_one_target() -> None:
-    inj = chaos.Injector.__new__(chaos.Injector)
-    inj.suite, inj.rng = _Suite(), random.Random(3)
-    inj.held = set()
-    import threading
-
-    inj.lock = threading.Lock()
-    first, second = inj._instance(), inj._instance()
+    holds = chaos.Holds(random.Random(3), ["case#1", "case#2"])
+    first, second = holds.instance(), holds.instance()
     assert {first, second} == {"case#1", "case#2"}
-    inj._release(first)
-    assert inj._instance() == first
-    assert {inj._dependency(), inj._dependency(), inj._dependency()} == {"pg", "kafka", "registry"}
-    assert inj._dependency() is None  # every proxy is held: the toxic is skipped
+    holds.release(first)
+    assert holds.instance() == first
+    assert {holds.dependency(), holds.dependency(), holds.dependency()} == {"pg", "kafka", "registry"}
+    assert holds.dependency() is None  # every proxy is held: the toxic is skipped
+    assert holds.take("kafka (private)") and not holds.take("kafka (private)")
 
 
 def test_every_fault_kind_has_its_method_and_weight() -> None:
@@ -72,31 +64,23 @@ def test_every_fault_kind_has_its_method_and_weight() -> None:
     assert Options().fault_gap_s[0] > 0
 
 
-def _checker(records: list[tuple[str, int, int, str, str, str, float]],
-             versions: dict[str, int]) -> chaos.Checker:
-    checker = chaos.Checker.__new__(chaos.Checker)
-    checker._records = records
-    checker._versions = lambda: versions  # type: ignore[method-assign]
-    return checker
-
-
-def _rec(offset: int, eid: str, at: float = 0.0) -> tuple[str, int, int, str, str, str, float]:
+def _rec(offset: int, eid: str, at: float = 0.0) -> chaos.Record:
     return ("outbox.event.case", 0, offset, "k1", eid, "T", at)
 
 
 def test_a_second_record_is_named_in_order_or_stale_and_only_first_records_judge_order() -> None:
-    order, once = _checker([_rec(0, "a"), _rec(1, "a", 5.0), _rec(2, "b"), _rec(3, "a", 9.0)],
-                           {"a": 1, "b": 2}).once_and_in_order({})
+    order, once = chaos.once_and_in_order(
+        [_rec(0, "a"), _rec(1, "a", 5.0), _rec(2, "b"), _rec(3, "a", 9.0)], {"a": 1, "b": 2}, {})
     assert order.ok, order.detail
     assert not once.ok and once.times == [5.0, 9.0]
     assert "re-published in order" in once.detail and "after a later version" in once.detail
 
 
 def test_a_first_record_below_a_published_version_breaks_the_order() -> None:
-    order, once = _checker([_rec(0, "b", 3.0), _rec(1, "a", 4.0)], {"a": 1, "b": 2}).once_and_in_order({})
+    order, once = chaos.once_and_in_order([_rec(0, "b", 3.0), _rec(1, "a", 4.0)], {"a": 1, "b": 2}, {})
     assert once.ok and not order.ok and order.times == [4.0]
 
 
 def test_poison_is_neither_a_duplicate_nor_out_of_order() -> None:
-    order, once = _checker([_rec(0, "p"), _rec(1, "p")], {}).once_and_in_order({"p": "t"})
+    order, once = chaos.once_and_in_order([_rec(0, "p"), _rec(1, "p")], {}, {"p": "t"})
     assert order.ok and once.ok

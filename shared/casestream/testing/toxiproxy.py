@@ -26,6 +26,8 @@ from urllib.parse import urlsplit, urlunsplit
 
 import httpx
 
+from casestream.errors import CasestreamError
+
 TOOLS = Path(__file__).resolve().parents[3] / "deploy" / "toxiproxy" / "tools.sh"
 
 
@@ -43,7 +45,7 @@ def upstream(url: str) -> str:
     return f"{parts.hostname}:{parts.port}"
 
 
-class ToxiproxyError(RuntimeError):
+class ToxiproxyError(CasestreamError):
     """The server did not start, or its API refused a request (the answer's text attached)."""
 
 
