@@ -96,15 +96,18 @@ class SerialLock:
     def __init__(self) -> None:
         self._file: IO[bytes] | None = None
 
-    @pytest.hookimpl(tryfirst=True)
-    def pytest_runtest_setup(self, item: pytest.Item) -> None:
+    @pytest.hookimpl(wrapper=True, tryfirst=True)
+    def pytest_runtest_protocol(self, item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[object]:
+        # the outermost wrapper: waiting for the lock is not part of any test's timeout
         path = os.environ.get(self.VARIABLE)
         if path and self._file is None and group_of(item.nodeid) == SERIAL_GROUP:
-            self._file = open(path, "ab")  # noqa: SIM115 - held across tests
-            fcntl.flock(self._file, fcntl.LOCK_EX)
-
-    @pytest.hookimpl(wrapper=True)
-    def pytest_runtest_teardown(self, item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
+            f = open(path, "ab")  # noqa: SIM115 - held across tests
+            try:
+                fcntl.flock(f, fcntl.LOCK_EX)
+            except BaseException:
+                f.close()
+                raise
+            self._file = f
         try:
             return (yield)
         finally:

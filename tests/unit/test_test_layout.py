@@ -4,6 +4,7 @@ module sets that marker by hand, and no test module lives outside a marked folde
 from __future__ import annotations
 
 import ast
+import fcntl
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -75,3 +76,30 @@ def test_the_serial_group_starts_first_then_long_modules_and_unit_modules_last()
     order = [str(i.path.relative_to(layout.TESTS)) for i in layout.ordered(items)]  # type: ignore[arg-type]
     assert order == ["e2e/test_soak.py", "integration/test_kafka_cluster.py", "integration/test_relay.py",
                      "contract/test_schemas.py", "unit/test_handlers.py", "unit/test_codec.py"]
+
+
+def test_the_serial_lock_is_held_from_the_first_serial_test_through_the_last(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = tmp_path / "e2e.lock"
+    monkeypatch.setenv(layout.SerialLock.VARIABLE, str(path))
+    lock = layout.SerialLock()
+    first, last, unit = (SimpleNamespace(nodeid=n) for n in (
+        "tests/e2e/test_a.py::test_x", "tests/e2e/test_b.py::test_y", "tests/unit/test_c.py::test_z"))
+
+    def held_elsewhere() -> bool:
+        with open(path, "ab") as f:
+            try:
+                fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                return True
+            return False
+
+    seen = []
+    for item, nextitem in ((first, last), (last, unit), (unit, None)):
+        protocol = lock.pytest_runtest_protocol(item, nextitem)
+        next(protocol)  # the test runs here
+        seen.append(held_elsewhere())
+        with pytest.raises(StopIteration):
+            protocol.send(None)
+        seen.append(held_elsewhere())
+    assert seen == [True, True, True, False, False, False]
