@@ -71,11 +71,11 @@ def test_a_client_carried_across_a_fork_is_refused_with_both_pids() -> None:
 
 
 SLEEPING_SUPERVISOR = """
-import sys, time
+import os, sys, time
 from casestream.service.workers import Supervisor
 
 def target(index):
-    print("worker", index, flush=True)
+    os.write(1, f"worker {index}\\n".encode())  # one write: the two workers' lines never interleave
     time.sleep(120)
     return 0
 
