@@ -91,6 +91,7 @@ from __future__ import annotations
 
 import concurrent.futures as cf
 import logging
+import math
 import threading
 import time
 from collections.abc import Sequence
@@ -234,6 +235,7 @@ class ConsumerRuntime:
         self._replaced_at = 0  # generation of the last client replacement: everything stale
         self._flight: tuple[cf.Future[BatchResult], list[Record]] | None = None
         self._commit_sent: float | None = None  # monotonic time of the unanswered async commit
+        self._commit_last = -math.inf  # monotonic time the last asynchronous commit was sent
         self.ready = threading.Event()  # set once the first assignment arrived
         self._unassigned_since: float | None = None  # monotonic; None while assigned
         self.rejoin_after_s = self.settings.rejoin_timeout_s or (
@@ -891,13 +893,16 @@ class ConsumerRuntime:
         reply with ``RD_POLL_INFINITE``), so during a broker outage it would hold the loop —
         no ``consume``, no rebalance callbacks — for the whole outage. The answer arrives in
         :meth:`_on_commit` from a later ``consume``; a commit unanswered for
-        ``_COMMIT_RESEND_S`` is sent again (offsets are absolute, a repeat is harmless).
+        ``_COMMIT_RESEND_S`` is sent again (offsets are absolute, a repeat is harmless). An
+        asynchronous commit is sent at most every ``settings.commit_interval_s``.
         """
         if not self._pending or self._consumer is None:
             return
         if (not wait and self._commit_sent is not None
                 and time.monotonic() - self._commit_sent < _COMMIT_RESEND_S):
             return  # one in flight; what is pending goes with the next one
+        if not wait and time.monotonic() - self._commit_last < self.settings.commit_interval_s:
+            return  # the loop calls again at least every poll_timeout_s
         # lazy (start-up cost): confluent_kafka loads when a client is built
         from confluent_kafka import KafkaException, TopicPartition
 
@@ -905,7 +910,7 @@ class ConsumerRuntime:
         try:
             if not wait:
                 self._consumer.commit(offsets=offsets, asynchronous=True)
-                self._commit_sent = time.monotonic()
+                self._commit_sent = self._commit_last = time.monotonic()
                 return
             committed = self._consumer.commit(offsets=offsets, asynchronous=False)
         except KafkaException as e:
@@ -917,6 +922,7 @@ class ConsumerRuntime:
         """librdkafka ``offset_commit_cb`` of an asynchronous commit (served by ``consume``)."""
         self._commit_sent = None
         if err is not None:
+            self._commit_last = -math.inf  # the offsets are sent again at the next step
             self._commit_failed(err)
             return
         self._committed(partitions)

@@ -72,9 +72,7 @@ class ConsumerSettings:
             (seconds, default 15). Past it the runtime ends that batch's database session
             (``pg_terminate_backend``: its transaction rolls back, also when the handler waits
             on a row lock or an external call), commits only the offsets of finished batches,
-            leaves the group and returns; the batch is redelivered. Key-parallel mode: the
-            same for the running units; the offsets of the finished ones are committed (never
-            past a running one) and the partitions' redelivered ranges logged. Keep it, plus a few
+            leaves the group and returns; the batch is redelivered. Keep it, plus a few
             seconds to leave the group, below the pod's ``terminationGracePeriodSeconds``.
         stall_after_s: the runtime counts as stalled when one step of its loop (a
             ``consume`` call with the rebalance callbacks it runs, waiting for the batch in
@@ -105,6 +103,12 @@ class ConsumerSettings:
             session.timeout.ms`` of the consumer config (345 s with the defaults), since the
             coordinator may wait ``max.poll.interval.ms`` (the rebalance timeout) for a slow
             member to rejoin. A shorter bound only makes such a rebalance start over.
+        commit_interval_s: in the loop, offsets of applied batches are committed to Kafka at
+            most this often (seconds, default 1.0; 0: after every batch, one commit in flight
+            at a time). The inbox decides duplicates, so a crash or a lost assignment only
+            redelivers what was applied since the last commit; a revoke and a shutdown commit
+            at once. Each ``OffsetCommit`` is a broker request (bench/README.md, "Where a
+            journey's CPU goes").
         group_protocol: Kafka's consumer group protocol (librdkafka ``group.protocol``).
             ``classic`` (default): the JoinGroup/SyncGroup protocol with librdkafka's eager
             assignors, or ``cooperative-sticky`` (incremental) when ``kafka_config`` sets
@@ -140,6 +144,7 @@ class ConsumerSettings:
     shutdown_grace_s: float = 15.0
     key_concurrency: int = 1
     rejoin_timeout_s: float | None = None
+    commit_interval_s: float = 1.0
     group_protocol: str = "classic"
 
     def __post_init__(self) -> None:
@@ -147,9 +152,11 @@ class ConsumerSettings:
             raise ConfigError("consumer batch_size must be >= 1")
         if (self.gap_hold_s < 0 or self.max_batch_s <= 0 or self.heartbeat_after_s <= 0
                 or self.stall_after_s <= 0 or self.shutdown_grace_s <= 0
+                or not 0 <= self.commit_interval_s < math.inf
                 or (self.rejoin_timeout_s is not None
                     and not (math.isfinite(self.rejoin_timeout_s) and self.rejoin_timeout_s > 0))):
-            raise ConfigError("consumer durations must be positive (rejoin_timeout_s: finite)")
+            raise ConfigError("consumer durations must be positive (rejoin_timeout_s: finite; "
+                              "commit_interval_s: finite, >= 0)")
         if self.key_concurrency < 1:
             raise ConfigError(f"consumer key_concurrency must be >= 1, got {self.key_concurrency}")
         if self.group_protocol not in GROUP_PROTOCOLS:
