@@ -105,6 +105,12 @@ toxiproxy-tools: ## builds toxiproxy-server from the Go module proxy into .local
 bench-journeys: infra-up ## load bench: cases through the running suite's HTTP API at 25/50/100 journeys/s and at saturation; journey and per-stage latency, CPU per process (JOURNEYS_ARGS="--help"; run under flock /tmp/casestream-e2e.lock)
 	@$(WITH_ENV) $(VENV)/bin/python bench/journeys.py $(JOURNEYS_ARGS)
 
+.PHONY: bench-peers
+bench-peers: venv infra-up ## casestream beside FastStream, a hand-rolled loop, Pyrallel Consumer and Debezium (bench/peers.py; installs bench/requirements-peers.txt; PEERS_ARGS="--quick", "--help")
+	@# pyrallel-consumer declares Python >= 3.12; its 1.0.0 runs on 3.11 (the bench checks every run)
+	@$(VENV)/bin/pip install -q --ignore-requires-python -r bench/requirements-peers.txt
+	@$(WITH_ENV) $(VENV)/bin/python bench/peers.py $(PEERS_ARGS)
+
 test: venv compose k8s-tools prometheus-tools toxiproxy-tools browser infra-up ## the whole test suite against the real infrastructure (.ci/run calls this)
 	@$(WITH_ENV) { $(VENV)/bin/pytest -m "not debezium and not scaling" $(XDIST) $(PYTEST_ARGS); rc=$$?; \
 		if [ $$rc -eq 5 ]; then echo "make test: pytest collected no tests (exit status 5); that is a failure" >&2; fi; \
