@@ -23,6 +23,7 @@ pytestmark = pytest.mark.chaos
 ONCE = "every event id on the topics exactly once"
 
 
+@pytest.mark.timeout(1200)  # ~5 min; start-up and fault restarts stretch on a loaded box
 def test_four_minutes_of_chaos_break_no_check_of_the_ledger(
         infra_env: dict[str, str], smtp_maildir: Path) -> None:
     env = {**infra_env, "CASESTREAM_SMTP_MAILDIR": str(smtp_maildir)}

@@ -26,7 +26,9 @@ import psycopg
 import pytest
 
 from casestream.testing.consumer import database_dsn
-from casestream.testing.toxiproxy import TOOLS, Toxiproxy, ToxiproxyServer, upstream, via
+from casestream.testing.toxiproxy import (
+    TOOLS, Toxiproxy, ToxiproxyError, ToxiproxyServer, upstream, via,
+)
 
 API_PORT, PG_PROXY_PORT = 17574, 17532  # below 32768, clear of the chaos rig's 17xxx ports
 
@@ -124,6 +126,11 @@ def test_a_cut_connection_fails_and_a_new_one_works_afterwards(
     toxiproxy.reset()
     with psycopg.connect(proxied, autocommit=True) as again:
         assert again.execute("SELECT 1").fetchone() == (1,)
+
+
+def test_a_second_server_on_a_taken_port_is_refused(toxiproxy: Toxiproxy, tmp_path: Path) -> None:
+    with pytest.raises(ToxiproxyError, match="taken"):
+        ToxiproxyServer(API_PORT, tmp_path / "second.log").start()
 
 
 def test_the_tools_script_names_the_built_server() -> None:

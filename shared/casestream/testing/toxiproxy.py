@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 import time
 from dataclasses import dataclass
@@ -134,6 +135,14 @@ class ToxiproxyServer:
     def start(self, timeout_s: float = 15.0) -> Toxiproxy:
         if not self.binary.is_file():
             raise ToxiproxyError(f"{self.binary} missing: run {TOOLS} install")
+        # toxiproxy-server logs a taken API port and runs on without serving: the API that
+        # answers would be another server's, with another run's proxies
+        with socket.socket() as probe:
+            try:
+                probe.bind(("127.0.0.1", self.port))
+            except OSError as e:
+                raise ToxiproxyError(f"port {self.port} is taken ({e.strerror}): another"
+                                     " toxiproxy-server or rig is running") from None
         self.log.parent.mkdir(parents=True, exist_ok=True)
         with open(self.log, "ab") as out:  # the child keeps its own copy
             self.proc = subprocess.Popen([str(self.binary), "-host", "127.0.0.1",
