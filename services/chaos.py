@@ -247,7 +247,7 @@ class Injector(soak.Injector):
             for t in threads:
                 t.start()
             for t in threads:
-                t.join(300)
+                t.join()  # bounded: a restart gives up after its attempts
             if not queue:
                 self.first_round.set()
 
