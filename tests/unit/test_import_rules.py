@@ -365,14 +365,3 @@ def test_replay_imports_nothing_from_the_consumer() -> None:
     bad = [f"{_module_name(p)}:{line}: {module}" for p in _files(LIBRARY / "replay")
            for module, _, line in _imports(p) if module.startswith("casestream.consumer")]
     assert not bad, "\n".join(bad)
-
-
-def test_every_test_module_declares_its_kind() -> None:
-    # `pytest -m unit` (and CI's selections) run only marked tests: an unmarked module would
-    # silently drop out of every marker-selected run
-    root = Path(__file__).resolve().parents[1]
-    kinds = ("unit", "integration", "e2e", "contract")
-    unmarked = [str(p.relative_to(root)) for p in sorted(root.rglob("test_*.py"))
-                if not p.stem.endswith("_support")
-                and not any(f"pytest.mark.{k}" in p.read_text(encoding="utf-8") for k in kinds)]
-    assert unmarked == [], f"test modules without a unit/integration/e2e/contract marker: {unmarked}"

@@ -25,7 +25,7 @@ def test_discovery_loads_a_spec_from_a_reference() -> None:
 
 @pytest.mark.parametrize(("refs", "message"), [
     ({"other": f"{__name__}:SPEC"}, "the spec is named 'fake'"),
-    ({"fake": f"{__name__}:pytestmark"}, "not a ServiceSpec"),
+    ({"fake": f"{__name__}:pytest"}, "not a ServiceSpec"),  # a module, not a spec
     ({"fake": f"{__name__}:MISSING"}, "has no attribute MISSING"),
     ({"fake": "no_such_module_xyz:SPEC"}, "does not import"),
 ])
