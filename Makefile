@@ -36,7 +36,7 @@ XDIST := $(if $(filter-out 0 1,$(PYTEST_WORKERS)),-n $(PYTEST_WORKERS) --dist lo
 # Runs a command with the CASESTREAM_* endpoints of the local infrastructure exported.
 WITH_ENV := eval "$$($(INFRA) env)" &&
 
-.PHONY: help venv compose k8s-tools prometheus-tools browser infra-up infra-down infra-status infra-logs run demo soak chaos toxiproxy-tools bench-journeys test test-edge test-cluster test-secured test-scaling schema-check clean
+.PHONY: help venv compose k8s-tools prometheus-tools browser infra-up infra-down infra-status infra-logs run demo soak chaos toxiproxy-tools bench-journeys test test-chaos test-edge test-cluster test-secured test-scaling schema-check clean
 
 help: ## list the targets
 	@echo "casestream - make targets:"
@@ -112,9 +112,12 @@ bench-peers: venv infra-up ## casestream beside FastStream, a hand-rolled loop, 
 	@$(WITH_ENV) $(VENV)/bin/python bench/peers.py $(PEERS_ARGS)
 
 test: venv compose k8s-tools prometheus-tools toxiproxy-tools browser infra-up ## the whole test suite against the real infrastructure (.ci/run calls this)
-	@$(WITH_ENV) { $(VENV)/bin/pytest -m "not debezium and not scaling" $(XDIST) $(PYTEST_ARGS); rc=$$?; \
+	@$(WITH_ENV) { $(VENV)/bin/pytest -m "not debezium and not scaling and not chaos" $(XDIST) $(PYTEST_ARGS); rc=$$?; \
 		if [ $$rc -eq 5 ]; then echo "make test: pytest collected no tests (exit status 5); that is a failure" >&2; fi; \
 		exit $$rc; }
+
+test-chaos: venv toxiproxy-tools infra-up ## only the short chaos run (tests/e2e/test_chaos.py, ~5 min; make test leaves it out)
+	@$(WITH_ENV) $(VENV)/bin/pytest -m chaos -s tests/e2e/test_chaos.py $(PYTEST_ARGS)
 
 test-edge: venv infra-up ## the live-edge e2e test in full: schemathesis against each of the six services
 	@$(WITH_ENV) CASESTREAM_TEST_EDGE_FULL=1 $(VENV)/bin/pytest tests/e2e/test_edge_live.py -p no:cacheprovider $(PYTEST_ARGS)
