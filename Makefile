@@ -112,8 +112,11 @@ bench-peers: venv infra-up ## casestream beside FastStream, a hand-rolled loop, 
 	@$(WITH_ENV) $(VENV)/bin/python bench/peers.py $(PEERS_ARGS)
 
 test: venv compose k8s-tools prometheus-tools toxiproxy-tools browser infra-up ## the whole test suite against the real infrastructure (.ci/run calls this)
-	@$(WITH_ENV) { $(VENV)/bin/pytest -m "not debezium and not scaling and not chaos" $(XDIST) $(PYTEST_ARGS); rc=$$?; \
+	@# tests marked exclusive restart the shared infrastructure: alone, after the parallel run
+	@$(WITH_ENV) { $(VENV)/bin/pytest -m "not debezium and not scaling and not chaos and not exclusive" $(XDIST) $(PYTEST_ARGS); rc=$$?; \
 		if [ $$rc -eq 5 ]; then echo "make test: pytest collected no tests (exit status 5); that is a failure" >&2; fi; \
+		$(VENV)/bin/pytest -m "exclusive and not debezium and not scaling and not chaos" $(PYTEST_ARGS); rc2=$$?; \
+		if [ $$rc -eq 0 ] && [ $$rc2 -ne 5 ]; then rc=$$rc2; fi; \
 		exit $$rc; }
 
 test-chaos: venv toxiproxy-tools infra-up ## only the short chaos run (tests/e2e/test_chaos.py, ~5 min; make test leaves it out)

@@ -98,7 +98,7 @@ from pathlib import Path
 
 from casestream import testing
 from casestream.errors import CasestreamError
-from casestream.testing.toxiproxy import Toxiproxy, ToxiproxyServer, upstream, via
+from casestream.testing import Toxiproxy, ToxiproxyServer, upstream, via
 from services import soak
 from services.demo import SUITE
 from services.soak import Check, Fault, Options
@@ -404,25 +404,17 @@ class Injector(soak.Injector):
         db = self.rng.choice(SUITE)
         fault.target = f"db {db}"
         seconds = self.rng.uniform(15.0, 40.0)
-        import psycopg
-
-        with psycopg.connect(soak._dsn(self.net.direct_env, db)) as conn:
-            conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
-            xid = conn.execute("SELECT txid_current()").fetchone()
-            self.stop.wait(seconds)
-            conn.rollback()
-        fault.detail = f"snapshot (xid {xid[0] if xid else '?'}) held {seconds:.0f} s"
+        xid = testing.hold_snapshot(soak._dsn(self.net.direct_env, db),
+                                    lambda: self.stop.wait(seconds))
+        fault.detail = f"snapshot (xid {xid if xid is not None else '?'}) held {seconds:.0f} s"
 
     def _hot_lock(self, fault: Fault) -> None:
         fault.target = "db case"
         seconds = self.rng.uniform(3.0, 10.0)
-        import psycopg
-
-        with psycopg.connect(soak._dsn(self.net.direct_env, "case")) as conn:
-            rows = conn.execute("SELECT id FROM cases WHERE id IN (SELECT id FROM cases ORDER BY"
-                                " opened_at DESC LIMIT 5) FOR UPDATE").fetchall()
-            time.sleep(seconds)
-            conn.rollback()
+        rows = testing.hold_rows(
+            soak._dsn(self.net.direct_env, "case"),
+            "SELECT id FROM cases WHERE id IN (SELECT id FROM cases ORDER BY opened_at DESC LIMIT 5)"
+            " FOR UPDATE", lambda: time.sleep(seconds))
         fault.detail = f"{len(rows)} newest cases locked FOR UPDATE {seconds:.1f} s"
 
 

@@ -16,6 +16,9 @@ import pytest
 from services.demo import SUITE
 from services.soak import FAULT_KINDS, Options, every_service, run
 
+# it restarts the shared Kafka and PostgreSQL: make test runs it after the parallel run, alone
+pytestmark = pytest.mark.exclusive
+
 
 def test_two_minutes_of_faults_on_two_instances_of_every_service_break_no_invariant(
         infra_env: dict[str, str], smtp_maildir: Path) -> None:

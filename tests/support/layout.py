@@ -7,7 +7,8 @@ module's ``pytestmark``.
 
 Groups (``pytest -n N --dist loadfile``, scheduled by :func:`scheduler`): every module is
 one group, so module fixtures (a private broker, a service stack, databases) start once and its
-tests keep their order. The e2e modules and those of :data:`SERIAL` share the group ``serial``:
+tests keep their order. The e2e modules (but those of :data:`OWN_GROUP`) and those of
+:data:`SERIAL` share the group ``serial``:
 they run on one worker one after another, because they use resources that are fixed for the
 whole machine: the suite's default ports (18101-18105) and databases, the console's ports
 (18100, 18400-18403), one ``suite_stack`` several modules share (``tests/e2e/conftest.py``).
@@ -39,6 +40,14 @@ SERIAL_GROUP = "serial"
 #: modules (paths under tests/) in :data:`SERIAL_GROUP`; every e2e module is too
 SERIAL: frozenset[str] = frozenset()
 
+#: e2e modules that own every fixed resource they use (ports only they bind, databases, topics
+#: and subjects only they name): each is a group of its own, beside the ``serial`` chain
+OWN_GROUP: frozenset[str] = frozenset({
+    "e2e/test_catalog_browser.py",        # console on a free port, no service
+    "e2e/test_console_attacks_browser.py",  # 18401-18403, uuid-named topics and groups
+    "e2e/test_team_path.py",              # 18562 and 18100, the ``orders`` database and topic
+})
+
 #: markers of modules that run for minutes: started right after the serial group
 LONG_MARKERS = ("cluster", "wheel", "secured", "timeout")
 
@@ -59,7 +68,7 @@ def group_of(nodeid: str) -> str:
     rootdir): :data:`SERIAL_GROUP` or its module's path."""
     module = nodeid.split("::", 1)[0]
     under = module.removeprefix("tests/")
-    if under.startswith("e2e/") or under in SERIAL:
+    if (under.startswith("e2e/") and under not in OWN_GROUP) or under in SERIAL:
         return SERIAL_GROUP
     return module
 
@@ -75,6 +84,8 @@ def mark_by_folder(items: Sequence[pytest.Item]) -> None:
 def _rank(item: pytest.Item) -> int:
     if group_of(item.nodeid) == SERIAL_GROUP:
         return _RANK["serial"]
+    if item.nodeid.split("::", 1)[0].removeprefix("tests/") in OWN_GROUP:
+        return _RANK["long"]
     if any(item.get_closest_marker(m) for m in LONG_MARKERS):
         return _RANK["long"]
     return _RANK.get(folder_of(item.path) or "", len(_RANK))

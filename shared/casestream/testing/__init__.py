@@ -26,8 +26,10 @@ _LAZY = {
     **{name: "casestream.testing.contracts" for name in (
         "DEAD_LETTER_CONTRACT", "OUTBOX_SINK_CONTRACT", "REGISTRY_CONTRACT")},
     **{name: "casestream.testing.faults" for name in (
-        "end_offsets", "force_rebalance", "group_lag", "inbox_size", "inject_poison", "query",
-        "read_since", "restart_infra")},
+        "end_offsets", "force_rebalance", "group_lag", "hold_rows", "hold_snapshot", "inbox_size",
+        "inject_poison", "query", "read_since", "restart_infra")},
+    **{name: "casestream.testing.toxiproxy" for name in (
+        "Toxiproxy", "ToxiproxyError", "ToxiproxyServer", "upstream", "via")},
     **{name: "casestream.testing.replicas" for name in (
         "InstanceWork", "Target", "WorkSampler", "group_members", "relay_leases",
         "scrape_metrics", "unshared")},

@@ -21,12 +21,12 @@ import subprocess
 import threading
 import time
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-__all__ = ["end_offsets", "force_rebalance", "group_lag", "inbox_size", "inject_poison",
-           "query", "read_since", "restart_infra"]
+__all__ = ["end_offsets", "force_rebalance", "group_lag", "hold_rows", "hold_snapshot", "inbox_size",
+           "inject_poison", "query", "read_since", "restart_infra"]
 
 
 def restart_infra(script: Path, component: str, env: Mapping[str, str], *,
@@ -141,6 +141,31 @@ def query(dsn: str, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...
 
     with psycopg.connect(dsn) as conn:
         return [tuple(r) for r in conn.execute(sql, params).fetchall()]
+
+
+def hold_snapshot(dsn: str, wait: Callable[[], Any]) -> int | None:
+    """Hold a REPEATABLE READ snapshot on ``dsn`` (the vacuum horizon, ``xmin``) while
+    ``wait()`` runs; the transaction's id (None if unknown). Rolled back after."""
+    import psycopg
+
+    with psycopg.connect(dsn) as conn:
+        conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+        row = conn.execute("SELECT txid_current()").fetchone()
+        wait()
+        conn.rollback()
+    return int(row[0]) if row else None
+
+
+def hold_rows(dsn: str, sql: str, wait: Callable[[], Any]) -> list[tuple[Any, ...]]:
+    """Run ``sql`` (a ``SELECT ... FOR UPDATE``) on ``dsn`` and keep its row locks while
+    ``wait()`` runs; the rows locked. Rolled back after."""
+    import psycopg
+
+    with psycopg.connect(dsn) as conn:
+        rows = [tuple(r) for r in conn.execute(sql).fetchall()]
+        wait()
+        conn.rollback()
+    return rows
 
 
 def inbox_size(dsn: str) -> tuple[int, int]:
