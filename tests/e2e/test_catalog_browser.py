@@ -5,7 +5,6 @@ from the installed entry points only. Screenshots: ``.local/test-output/catalog/
 from __future__ import annotations
 
 import shutil
-import socket
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -14,6 +13,7 @@ import pytest
 
 from casestream.auth import ROLE_OFFICER, dev_token
 from casestream.service.devstack import console_process
+from casestream.testing.relay import free_port
 from tests.support.asyncapi import asyncapi_errors
 from tests.support.browser import headless_chromium
 
@@ -22,17 +22,11 @@ SHOTS = ROOT / ".local" / "test-output" / "catalog"
 OFFICER = dev_token("tenant-a", (ROLE_OFFICER,), subject="officer-bob")
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @pytest.fixture(scope="module")
 def console(infra_env: dict[str, str]) -> Iterator[str]:
     shutil.rmtree(SHOTS, ignore_errors=True)
     SHOTS.mkdir(parents=True)
-    env = dict(infra_env, CASESTREAM_CONSOLE_PORT=str(_free_port()))
+    env = dict(infra_env, CASESTREAM_CONSOLE_PORT=str(free_port()))
     with console_process(env=env, log_dir=SHOTS / "logs") as base:
         yield base
 

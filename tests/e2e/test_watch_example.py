@@ -22,7 +22,6 @@ from __future__ import annotations
 import dataclasses
 import io
 import json
-import socket
 import subprocess
 import sys
 import time
@@ -40,6 +39,7 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Producer, To
 from casestream.auth import ROLE_OFFICER, dev_token
 from casestream.events import Envelope, EnvelopeCodec, load_catalog, open_codec, schema_id_of
 from casestream.service import ServiceStack
+from casestream.testing.relay import free_port
 from services import schemas_dir
 from services.demo import FINAL_CASE_STATES, CaseRun, case_mix, case_status, case_url, headers
 from watch import SCHEMAS
@@ -51,9 +51,7 @@ WATCHERS = ("officer-1", "officer-2")
 
 
 def _free_port() -> str:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return str(probe.getsockname()[1])
+    return str(free_port())
 
 
 #: Ports of this module's stack: free ones, away from the defaults another stack on the shared

@@ -13,7 +13,6 @@ process: run it under the shared e2e lock.
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
 import uuid
@@ -25,6 +24,7 @@ import psycopg
 import pytest
 
 from casestream.auth import bearer_headers
+from casestream.testing.relay import free_port
 from tests.support.databases import created_databases, require_server
 from tests.support.waiting import wait_for
 from tests.support.wheels import REPO, build_tools, ok
@@ -32,12 +32,6 @@ from tests.support.wheels import REPO, build_tools, ok
 pytestmark = pytest.mark.timeout(300)
 
 BIN = Path(sys.executable).parent
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 def _delete_topics(bootstrap: str, name: str) -> None:
@@ -59,7 +53,7 @@ def generated(tmp_path: Path, pg_url: str, kafka_bootstrap: str) -> Iterator[tup
     site = tmp_path / "site"
     ok([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-index", "--find-links",
         build_tools(tmp_path), "--target", site, tmp_path / name], tmp_path)
-    env = {**os.environ, "PYTHONPATH": str(site), f"CASESTREAM_{name.upper()}_PORT": str(_free_port())}
+    env = {**os.environ, "PYTHONPATH": str(site), f"CASESTREAM_{name.upper()}_PORT": str(free_port())}
     with created_databases(require_server(pg_url), [name]):
         try:
             yield name, env, tmp_path

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import email
 import importlib.util
-import socket
 import threading
 import time
 import uuid
@@ -44,6 +43,7 @@ from services.notification.application.requests import record_request
 from services.notification.application.sender import NoticeSender
 from services.notification.bootstrap import migrations
 from casestream.retry import RetryPolicy
+from casestream.testing.relay import free_port
 from services.notification.domain import NoticeStatus, message_id_for
 
 REPO = Path(__file__).resolve().parents[2]  # the repository root (deploy/smtp_sink.py)
@@ -64,19 +64,13 @@ def _sink_module() -> ModuleType:
     return module
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 class Sink:
     """The project's SMTP sink on a free port with a private maildir."""
 
     def __init__(self, maildir: Path):
         module = _sink_module()
         self.maildir = maildir
-        self.port = _free_port()
+        self.port = free_port()
         self.controller = Controller(module.MaildirHandler(maildir, module.DEFAULT_REJECT),
                                      hostname="127.0.0.1", port=self.port)
 
@@ -275,7 +269,7 @@ def test_sender_wakes_up_on_notify(dsn: str, sink: Sink, codec: EnvelopeCodec) -
 def test_smtp_down_is_retried_then_notice_failed(dsn: str, codec: EnvelopeCodec) -> None:
     record(dsn, codec, requested("case-down"))
     with ConnectionPool(dsn, min_size=1, max_size=2) as pool:
-        w = worker(pool, dsn, codec, SmtpMailer("127.0.0.1", _free_port(), timeout_s=2),
+        w = worker(pool, dsn, codec, SmtpMailer("127.0.0.1", free_port(), timeout_s=2),
                    attempts=3)
         deadline = time.monotonic() + 10
         while status_of(dsn, "case-down")[0] == "pending" and time.monotonic() < deadline:

@@ -121,3 +121,25 @@ def test_a_relay_resumed_after_its_lease_cannot_record_outcomes_for_rows_it_lost
     with psycopg.connect(dsn) as conn:
         rows = conn.execute("SELECT id::text, kafka_partition, kafka_offset FROM outbox").fetchall()
     assert {i: (p, o) for i, p, o in rows} == last
+
+
+def test_a_relay_slow_past_its_lease_that_nobody_took_over_publishes_its_claim(
+        dsn: str, bootstrap: str, topic_prefix: str) -> None:
+    # A slow step between claim and produce (e.g. a metadata request timing out) outlives the
+    # local lease deadline while no other relay runs: the leases are still this relay's at the
+    # same epochs, so the claim is produced, not dropped.
+    expected = {(topic_prefix + t, k): ids for (t, k), ids in _events(dsn).items()}
+    pause = Pause("claimed")
+    slow = RelayThread(OutboxRelay(dsn, {"bootstrap.servers": bootstrap},
+                                   settings(topic_prefix, lease_s=LEASE_S), "slow", fault_hook=pause))
+    try:
+        assert pause.reached.wait(20), "the relay never claimed"
+        threading.Event().wait(2 * LEASE_S)
+        pause.resume.set()
+        wait_for(lambda: count_status(dsn).get("published") == N, 20, "the claim to be published")
+        assert slow.relay.metrics.stale_claims_dropped_total == 0
+    finally:
+        pause.resume.set()
+        slow.close()
+    records = read_topics(bootstrap, [topic_prefix + "case"], expected=N, settle_s=1.0)
+    assert check_order(records, expected, allow_duplicates=True)["duplicates"] == 0

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -50,6 +49,7 @@ from starlette.routing import Route
 
 from casestream.handlers import HandlerKind, HandlerRegistry
 from casestream.service import ServiceBuilder, ServiceSettings, ServiceSpec, service_config
+from casestream.testing.relay import free_port
 from services import schemas_dir
 
 CONSUMER = os.environ["WSVC_CONSUMER"]
@@ -91,21 +91,6 @@ if __name__ == "__main__":
 '''
 
 
-def _free_port() -> int:
-    """A free port below 32768 (the ephemeral range is left to clients), off the suite's."""
-    import random
-
-    for _ in range(200):
-        port = random.randrange(20000, 32000)
-        with socket.socket() as probe:
-            try:
-                probe.bind(("127.0.0.1", port))
-            except OSError:
-                continue
-            return port
-    raise AssertionError("no free port in 20000-32000")
-
-
 @pytest.fixture
 def service(tmp_path: Path, pg_url: str, kafka_bootstrap: str, registry_url: str) -> Iterator[dict[str, Any]]:
     suffix = uuid.uuid4().hex[:10]
@@ -118,7 +103,7 @@ def service(tmp_path: Path, pg_url: str, kafka_bootstrap: str, registry_url: str
         "at timestamptz NOT NULL DEFAULT clock_timestamp());\n", encoding="utf-8")
     topic = f"test.workers.{suffix}"
     consumer = f"test.workers-{suffix}"
-    port = _free_port()
+    port = free_port()
     create_topic(kafka_bootstrap, topic, 4)
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")]),
            "WSVC_CONSUMER": consumer, "WSVC_TOPIC": topic,

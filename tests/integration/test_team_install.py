@@ -22,7 +22,6 @@ Slow (four wheel builds and a venv): marked ``integration`` and ``wheel``.
 from __future__ import annotations
 
 import json
-import socket
 import subprocess
 import time
 import uuid
@@ -35,18 +34,13 @@ import pytest
 
 from casestream.migrations import create_database
 from casestream.service import CommonSettings
+from casestream.testing.relay import free_port
 from tests.support.wheels import REPO, Venv, build_wheels, clean_env, ok, run, wheelhouse
 
 pytestmark = [pytest.mark.wheel, pytest.mark.timeout(420)]
 
 SUITE = ("audit", "case", "decision", "notification", "saga")
 SUITE_CONSUMERS = ("audit.journal", "case.saga-requests", "saga.orchestrator", "notification.requests")
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 class Team:
@@ -82,7 +76,7 @@ def team(tmp_path_factory: pytest.TempPathFactory, kafka_bootstrap: str, registr
     database = f"watch_team_{uuid.uuid4().hex[:8]}"
     env = {"CASESTREAM_KAFKA_BOOTSTRAP": kafka_bootstrap, "CASESTREAM_REGISTRY_URL": registry_url,
            "CASESTREAM_PG_URL": pg_url, "CASESTREAM_WATCH_DATABASE": database,
-           "CASESTREAM_WATCH_PORT": str(_free_port()), "CASESTREAM_CONSOLE_PORT": str(_free_port())}
+           "CASESTREAM_WATCH_PORT": str(free_port()), "CASESTREAM_CONSOLE_PORT": str(free_port())}
     # provisioned by the team's operators (the dev stack does it locally; migrate does not)
     create_database(CommonSettings(pg_url=pg_url).database_url(database))
     try:

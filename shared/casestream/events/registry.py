@@ -294,9 +294,18 @@ class ConfluentSchemaRegistry:
         return out
 
     def set_compatibility(self, subject: str, level: str) -> None:
-        """See :meth:`SchemaRegistry.set_compatibility`."""
-        with self._translated(f"set compatibility of {subject}", write=True):
-            self._client.set_compatibility(subject_name=subject, level=level)
+        """See :meth:`SchemaRegistry.set_compatibility`. Apicurio Registry answers 409 "A rule
+        named 'COMPATIBILITY' already exists" to the loser of two processes setting a subject's
+        first rule at once; the write is sent again (it then updates the rule)."""
+        for attempt in range(3):
+            try:
+                with self._translated(f"set compatibility of {subject}", write=True):
+                    self._client.set_compatibility(subject_name=subject, level=level)
+                return
+            except IncompatibleSchemaError as e:
+                if "already exists" not in str(e) or attempt == 2:
+                    raise
+                time.sleep(0.1)
 
     def add_version(self, subject: str, schema: Mapping[str, Any]) -> int | None:
         """Store ``schema`` as a new version of ``subject`` even when the registry deems it equal

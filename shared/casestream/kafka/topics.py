@@ -390,12 +390,12 @@ def partition_positions(bootstrap: KafkaTarget, group: str, topics: Iterable[str
             if meta is None or meta.error is not None:
                 raise KafkaException(meta.error if meta is not None else f"unknown topic {t}")
             tps.extend(TopicPartition(t, p) for p in sorted(meta.partitions))
-        committed = {(tp.topic, tp.partition): tp.offset for tp in committed(c, tps, timeout_s)}
+        offsets = {(tp.topic, tp.partition): tp.offset for tp in committed(c, tps, timeout_s)}
         out = []
         wanted: dict[tuple[str, int, int], None] = {}
         for tp in tps:
             low, high = watermarks(c, tp, timeout_s)
-            co = committed[(tp.topic, tp.partition)]
+            co = offsets[(tp.topic, tp.partition)]
             out.append({"topic": tp.topic, "partition": tp.partition, "low": low, "high": high,
                         "committed": co if co >= 0 else None})
             if high > low:

@@ -185,11 +185,28 @@ def drop_cdc_database(pg_url: str, database: str, slot: str, *, timeout_s: float
         conn.execute(f'DROP DATABASE IF EXISTS "{database}" WITH (FORCE)')
 
 
+#: where :func:`free_port` looks: below the ephemeral range (32768+, the kernel's for outgoing
+#: connections) and off the local infrastructure's and the suite's fixed ports
+FREE_PORTS = range(20000, 28000)
+
+
 def free_port() -> int:
-    """Return a TCP port on 127.0.0.1 that is free right now."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A TCP port on 127.0.0.1 in :data:`FREE_PORTS` that is free right now.
+
+    Raises:
+        OSError: none of 200 random picks was free.
+    """
+    import random
+
+    for _ in range(200):
+        port = random.randrange(FREE_PORTS.start, FREE_PORTS.stop)
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise OSError(f"no free port in {FREE_PORTS.start}-{FREE_PORTS.stop - 1}")
 
 
 _SERVER_PROPERTIES = """process.roles=broker,controller

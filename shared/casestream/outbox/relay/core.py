@@ -420,10 +420,11 @@ class OutboxRelay:
                 return 0
             self._shrink_batches(self._pending_shrink, "the broker rejected a record batch as too large")
         self._pending_shrink = None
-        if not self._leases.valid():
+        if not self._leases.valid() and not self._still_fenced(conn, fence):
             # Paused (SIGSTOP, a VM or GC pause) or cut off since the claim for longer than the
-            # lease: another instance may own these rows now. The local monotonic clock runs
-            # on through a pause, so this sees it; the rows stay pending for the lease holder.
+            # lease, and another instance took a shard meanwhile: it may own these rows now.
+            # The local monotonic clock runs on through a pause, so this sees it; the rows stay
+            # pending for the lease holder.
             self.metrics.stale_claims_dropped_total += 1
             log.warning("relay %s: leases expired between claim and produce (process paused or "
                         "cut off?); %d claimed rows not sent, left to the lease holder",
@@ -742,6 +743,18 @@ class OutboxRelay:
             finally:
                 gen.close()
         return False
+
+    def _still_fenced(self, conn: Any, fence: store.Fence) -> bool:
+        """Whether the leases ``fence`` names are still this relay's at the same epochs, renewed
+        now (a slow step, e.g. a metadata request, outlived the local lease deadline while no
+        other relay took a shard). False when renewing fails."""
+        try:
+            self._leases.renew(conn)
+        except psycopg.Error:
+            return False
+        held = dict(zip(*self._leases.fence()))
+        return self._leases.valid() and all(held.get(shard) == epoch
+                                            for shard, epoch in zip(fence.shards, fence.epochs))
 
     def _get_producer(self) -> Producer:
         if self._producer is None:
