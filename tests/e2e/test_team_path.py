@@ -132,12 +132,19 @@ def _forget_earlier_runs(kafka_bootstrap: str, pg_url: str) -> None:
     doomed = [t for t in (TOPIC, f"{GROUP}.dlq") if t in existing]
     for future in admin.delete_topics(doomed, operation_timeout=30).values() if doomed else ():
         future.result()
-    for future in admin.delete_consumer_groups([GROUP], request_timeout=15).values():
+    for attempt in range(20):
         try:
-            future.result()
+            for future in admin.delete_consumer_groups([GROUP], request_timeout=15).values():
+                future.result()
         except Exception as e:  # noqa: BLE001 - a group that does not exist is what we want
-            if "GROUP_ID_NOT_FOUND" not in str(e) and "does not exist" not in str(e).lower():
+            if "GROUP_ID_NOT_FOUND" in str(e) or "does not exist" in str(e).lower():
+                break
+            # the group coordinator moves or loads on a young broker: ask again
+            if "COORDINATOR" not in str(e) or attempt == 19:
                 raise
+            time.sleep(0.5)
+            continue
+        break
     deadline = time.monotonic() + 30
     while TOPIC in admin.list_topics(timeout=10).topics and time.monotonic() < deadline:
         time.sleep(0.5)

@@ -30,6 +30,7 @@ import pytest
 
 from casestream.forks import ForkedClientError
 from casestream.testing.consumer import create_topic, produce_events, wait_until
+from casestream.testing.relay import free_port
 from tests.support.databases import created_databases, require_server
 from tests.support.events import case_returned
 
@@ -49,7 +50,6 @@ from starlette.routing import Route
 
 from casestream.handlers import HandlerKind, HandlerRegistry
 from casestream.service import ServiceBuilder, ServiceSettings, ServiceSpec, service_config
-from casestream.testing.relay import free_port
 from services import schemas_dir
 
 CONSUMER = os.environ["WSVC_CONSUMER"]
