@@ -66,9 +66,11 @@ def test_killed_before_db_commit_redelivers_with_one_effect(env: Harness) -> Non
     assert killed.returncode == -signal.SIGKILL, killed.stderr[-2000:]
     rows = env.rows()
     assert len(rows) < 16, "the transaction holding seq=15 must not have committed"
-    assert committed(env.bootstrap, env.name, env.topic)[0] == len(rows)
+    offset = committed(env.bootstrap, env.name, env.topic)[0] or 0
+    # never ahead of the database; behind it by what commit_interval_s had not yet sent
+    assert offset <= len(rows)
 
-    again = _child(env, "--expect", str(N - len(rows)), "--idle-exit", "10")
+    again = _child(env, "--expect", str(N - offset), "--idle-exit", "10")
     assert again.returncode == 0, again.stderr[-2000:]
     env.one_effect_each(ids)
     assert committed(env.bootstrap, env.name, env.topic) == {0: N}
