@@ -45,9 +45,10 @@ _COORDINATOR_MOVING = frozenset({KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
 
 
 
-def watermarks(client: Any, tp: TopicPartition, timeout_s: float) -> tuple[int, int]:
-    """``(low, high)`` offsets of ``tp``, retrying a retriable broker error (e.g.
-    NOT_LEADER_FOR_PARTITION while a leader moves after a restart) until ``timeout_s``.
+def _retrying(call: Callable[[float], Any], timeout_s: float, floor_s: float,
+              also: frozenset[int] = frozenset()) -> Any:
+    """``call(seconds left)`` until it answers, retrying a retriable ``KafkaError`` (or one whose
+    code is in ``also``) every 0.2 s until ``timeout_s``; each call gets at least ``floor_s``.
 
     Raises:
         KafkaException: a non-retriable error, or a retriable one still there at the deadline.
@@ -55,12 +56,24 @@ def watermarks(client: Any, tp: TopicPartition, timeout_s: float) -> tuple[int, 
     deadline = time.monotonic() + timeout_s
     while True:
         try:
-            return client.get_watermark_offsets(tp, timeout=max(0.1, deadline - time.monotonic()))
+            return call(max(floor_s, deadline - time.monotonic()))
         except KafkaException as e:
-            err = e.args[0] if e.args else None
-            if not (isinstance(err, KafkaError) and err.retriable()) or time.monotonic() >= deadline:
+            error = e.args[0] if e.args else None
+            if not (isinstance(error, KafkaError) and (error.retriable() or error.code() in also)
+                    and time.monotonic() + 0.2 < deadline):
                 raise
             time.sleep(0.2)
+
+
+def watermarks(client: Any, tp: TopicPartition, timeout_s: float) -> tuple[int, int]:
+    """``(low, high)`` offsets of ``tp``, retrying a retriable broker error (e.g.
+    NOT_LEADER_FOR_PARTITION while a leader moves after a restart) until ``timeout_s``.
+
+    Raises:
+        KafkaException: a non-retriable error, or a retriable one still there at the deadline.
+    """
+    return _retrying(lambda left: client.get_watermark_offsets(tp, timeout=left), timeout_s, 0.1)
+
 
 def _varint_size(n: int) -> int:
     """Bytes of ``n`` as a zig-zag varint (Kafka protocol ``varint``)."""
@@ -274,17 +287,8 @@ def committed(client: Any, tps: list[TopicPartition], timeout_s: float) -> list[
     Raises:
         KafkaException: a non-retriable error, or a retriable one still there at the deadline.
     """
-    deadline = time.monotonic() + timeout_s
-    while True:
-        try:
-            return client.committed(tps, timeout=max(0.5, deadline - time.monotonic()))
-        except KafkaException as e:
-            error = e.args[0] if e.args else None
-            if not (isinstance(error, KafkaError)
-                    and (error.retriable() or error.code() in _COORDINATOR_MOVING)
-                    and time.monotonic() + 0.2 < deadline):
-                raise
-            time.sleep(0.2)
+    return _retrying(lambda left: client.committed(tps, timeout=left), timeout_s, 0.5,
+                     _COORDINATOR_MOVING)
 
 
 def committed_offsets(bootstrap: KafkaTarget, group: str, partitions: Iterable[tuple[str, int]],
