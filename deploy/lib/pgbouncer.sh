@@ -12,11 +12,34 @@
 pgbouncer_vars() {
     : "${CASESTREAM_PGBOUNCER_PORT:=16432}"
     PGB_DIR="$CS_LOCAL/pgbouncer"
+    # A symlink (see pgbouncer_prepare_dir) is followed: the postgres user may not traverse its parents.
+    [[ -L "$PGB_DIR" ]] && PGB_DIR="$(readlink -f "$PGB_DIR")"
+    pgbouncer_paths
+    PGBOUNCER_URL="postgresql://postgres@$CS_HOST:$CASESTREAM_PGBOUNCER_PORT"
+}
+
+pgbouncer_paths() {
     PGB_PID="$PGB_DIR/pgbouncer.pid"
     PGB_LOG="$PGB_DIR/pgbouncer.log"
     PGB_INI="$PGB_DIR/pgbouncer.ini"
     PGB_MARK="pgbouncer.ini"
-    PGBOUNCER_URL="postgresql://postgres@$CS_HOST:$CASESTREAM_PGBOUNCER_PORT"
+}
+
+# As root PgBouncer runs as `postgres`, which must reach its folder: when the checkout's parents
+# are closed to other users (e.g. a `mktemp -d` clone), the folder lives under /var/tmp instead.
+pgbouncer_prepare_dir() {
+    mkdir -p "$PGB_DIR"
+    [[ $(id -u) -eq 0 ]] || return 0
+    if ! runuser -u postgres -- test -x "$PGB_DIR"; then
+        local alt
+        alt="/var/tmp/casestream-pgbouncer-$(echo -n "$PGB_DIR" | md5sum | cut -c1-10)"
+        warn "pgbouncer: user 'postgres' cannot reach $PGB_DIR (parent permissions); using $alt"
+        rm -rf "$PGB_DIR"
+        mkdir -p "$alt"
+        ln -sfn "$alt" "$PGB_DIR"
+        PGB_DIR=$alt
+        pgbouncer_paths
+    fi
 }
 
 pgbouncer_bin() {
@@ -39,7 +62,7 @@ pgbouncer_up() {
     already_running "$PGB_PID" "$PGB_MARK" pgbouncer: && return 0
     pgbouncer_install
     ensure_port_free "$CASESTREAM_PGBOUNCER_PORT" PgBouncer CASESTREAM_PGBOUNCER_PORT
-    mkdir -p "$PGB_DIR"
+    pgbouncer_prepare_dir
     sed -e "s|@HOST@|$CS_HOST|g" -e "s|@PG_PORT@|$CASESTREAM_PG_PORT|g" \
         -e "s|@PORT@|$CASESTREAM_PGBOUNCER_PORT|g" -e "s|@DIR@|$PGB_DIR|g" \
         "$CS_DEPLOY_DIR/pgbouncer/pgbouncer.ini.in" >"$PGB_INI"
